@@ -1,0 +1,55 @@
+"""tidgap: plan pipeline-parallel training with unequal, per-stage microbatch partitions.
+
+``import tidgap`` loads neither CuPy nor Numba; backends are imported when used.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from tidgap.errors import InputError
+from tidgap.examples import example_names
+from tidgap.oracle import Evaluation, evaluate
+from tidgap.plan import Plan, check_plan, load_plan
+from tidgap.problem import Link, Problem, Stage, load_problem
+from tidgap.schedules import (
+    BaselineResult,
+    baseline,
+    best_baselines,
+    equal_partition,
+    feasible_microbatch_counts,
+    gpipe,
+    gpipe_plan,
+    one_f_one_b,
+    pipedream,
+)
+from tidgap.timefn import TimeFunction, affine, table
+
+try:
+    __version__ = version("tidgap")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "BaselineResult",
+    "Evaluation",
+    "InputError",
+    "Link",
+    "Plan",
+    "Problem",
+    "Stage",
+    "TimeFunction",
+    "affine",
+    "baseline",
+    "best_baselines",
+    "check_plan",
+    "equal_partition",
+    "evaluate",
+    "example_names",
+    "feasible_microbatch_counts",
+    "gpipe",
+    "gpipe_plan",
+    "load_plan",
+    "load_problem",
+    "one_f_one_b",
+    "pipedream",
+    "table",
+]

@@ -1,0 +1,121 @@
+"""The UMPIPE cost model in plain Python, line by line as ``docs/model.md`` states it.
+
+This is the reference every backend is tested against: clarity over speed. Indices
+follow the spec: microbatches count from ``k = 1``; index 0 holds the initial value.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from dataclasses import dataclass
+from itertools import accumulate
+
+from tidgap.plan import Plan
+from tidgap.problem import Problem
+from tidgap.timefn import TimeFunction
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """End times of a plan, in the problem's time unit.
+
+    ``forward_ends[s]`` / ``backward_ends[s]`` end stage ``s``'s last forward / backward
+    (before its tail); ``iteration_time = max_s(backward_ends[s] + tail_s)``.
+    """
+
+    iteration_time: float
+    forward_end: float
+    forward_ends: list[float]
+    backward_ends: list[float]
+
+    def as_dict(self) -> dict[str, object]:
+        """The ``tidgap evaluate --json`` object."""
+        return {
+            "iteration_time": self.iteration_time,
+            "forward_end": self.forward_end,
+            "forward_ends": list(self.forward_ends),
+            "backward_ends": list(self.backward_ends),
+        }
+
+
+def prefix_sums(sizes: list[int]) -> list[int]:
+    """``P[0] = 0, P[k] = sizes[0] + ... + sizes[k-1]``."""
+    return [0, *accumulate(sizes)]
+
+
+def send_times(ends: list[float], sizes: list[int], transfer: TimeFunction) -> list[float]:
+    """``A[i] = max(E[i], A[i-1]) + C(size_i)``, ``A[0] = -inf``: arrival of each microbatch.
+
+    ``ends[i]`` is when the sender finishes microbatch ``i`` (``ends[0]`` is unused); the link
+    carries one transfer at a time, in send order.
+    """
+    arrivals = [-math.inf]
+    for i in range(1, len(ends)):
+        arrivals.append(max(ends[i], arrivals[i - 1]) + transfer(sizes[i - 1]))
+    return arrivals
+
+
+def waits(
+    own_sizes: list[int], sender_sizes: list[int], arrivals: list[float]
+) -> list[float]:
+    """``R[k] = A[i]`` with ``i = min{i : P_sender[i] >= P_own[k]}`` for ``k = 1..M``.
+
+    Microbatch ``k`` waits for the sender's microbatch that holds its last sample.
+    ``R[0]`` is unused and set to 0.
+    """
+    sender_prefix = prefix_sums(sender_sizes)
+    own_prefix = prefix_sums(own_sizes)
+    return [0.0] + [arrivals[bisect_left(sender_prefix, p)] for p in own_prefix[1:]]
+
+
+def sweep(start: float, ready: list[float], sizes: list[int], compute: TimeFunction) -> list[float]:
+    """``E[0] = start, E[k] = max(E[k-1], ready[k]) + compute(size_k)`` for ``k = 1..M``."""
+    ends = [start]
+    for k in range(1, len(sizes) + 1):
+        ends.append(max(ends[k - 1], ready[k]) + compute(sizes[k - 1]))
+    return ends
+
+
+def forward_pass(problem: Problem, forward: list[list[int]]) -> list[list[float]]:
+    """``F[s][k]`` for every stage ``s`` and ``k = 0..M_s`` (model.md, forward recurrence)."""
+    F: list[list[float]] = []
+    for s, stage in enumerate(problem.stages):
+        if s == 0:
+            ready = [0.0] * (len(forward[0]) + 1)
+        else:
+            upstream = send_times(F[s - 1], forward[s - 1], problem.links[s - 1].forward)
+            ready = waits(forward[s], forward[s - 1], upstream)
+        F.append(sweep(0.0, ready, forward[s], stage.forward))
+    return F
+
+
+def backward_pass(
+    problem: Problem, backward: list[list[int]], forward_end: float
+) -> list[list[float]]:
+    """``G[s][k]`` for every stage ``s`` and ``k = 0..N_s`` (model.md, backward recurrence)."""
+    S = problem.num_stages
+    G: list[list[float]] = [[] for _ in range(S)]
+    for s in reversed(range(S)):
+        if s == S - 1:
+            ready = [0.0] * (len(backward[s]) + 1)
+        else:
+            downstream = send_times(G[s + 1], backward[s + 1], problem.links[s].backward)
+            ready = waits(backward[s], backward[s + 1], downstream)
+        G[s] = sweep(forward_end, ready, backward[s], problem.stages[s].backward)
+    return G
+
+
+def evaluate(problem: Problem, plan: Plan) -> Evaluation:
+    """Iteration time and end times of a feasible ``plan`` (see :func:`tidgap.plan.check_plan`)."""
+    F = forward_pass(problem, plan.forward)
+    forward_end = F[-1][-1]
+    G = backward_pass(problem, plan.backward, forward_end)
+    backward_ends = [g[-1] for g in G]
+    iteration = max(end + stage.tail for end, stage in zip(backward_ends, problem.stages))
+    return Evaluation(
+        iteration_time=iteration,
+        forward_end=forward_end,
+        forward_ends=[f[-1] for f in F],
+        backward_ends=backward_ends,
+    )

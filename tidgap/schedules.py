@@ -1,0 +1,178 @@
+"""The baselines people run today: GPipe(m), 1F1B(m), asynchronous PipeDream, best of each.
+
+All use one equal partition of the batch on every stage, in both directions
+(``docs/model.md``, Baselines).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tidgap.errors import InputError
+from tidgap.oracle import evaluate
+from tidgap.plan import Plan
+from tidgap.problem import Problem
+
+SCHEDULES = ("gpipe", "1f1b", "pipedream")
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """A baseline schedule with ``microbatches`` equal microbatches and its iteration time."""
+
+    schedule: str
+    microbatches: int
+    iteration_time: float
+
+
+def equal_partition(problem: Problem, m: int) -> list[int]:
+    """``m`` sizes in samples: ``U = q*m + r``, the first ``r`` get ``q+1`` units, the rest ``q``."""
+    q, r = divmod(problem.num_units, m)
+    return [(q + 1) * problem.unit] * r + [q * problem.unit] * (m - r)
+
+
+def is_feasible(problem: Problem, m: int) -> bool:
+    """Whether ``m`` equal microbatches exist and respect every cap, forward and backward."""
+    if not 1 <= m <= problem.num_units:
+        return False
+    return max(equal_partition(problem, m)) <= problem.common_cap()
+
+
+def feasible_microbatch_counts(problem: Problem) -> list[int]:
+    """Every ``m`` in ``1..U`` whose equal partition respects every cap, ascending."""
+    return [m for m in range(1, problem.num_units + 1) if is_feasible(problem, m)]
+
+
+def require_feasible(problem: Problem, m: int) -> None:
+    """Raise :class:`InputError` (on ``--microbatches``) if ``m`` is not a feasible count."""
+    if not 1 <= m <= problem.num_units:
+        raise InputError(
+            f"{m} is outside 1..{problem.num_units} (batch_size {problem.batch_size}, "
+            f"unit {problem.unit})",
+            source="--microbatches",
+        )
+    largest = max(equal_partition(problem, m))
+    if largest > problem.common_cap():
+        raise InputError(
+            f"{m} microbatches of up to {largest} samples break a cap "
+            f"(every stage accepts at most {problem.common_cap()})",
+            source="--microbatches",
+        )
+
+
+def gpipe_plan(problem: Problem, m: int) -> Plan:
+    """GPipe(m) written as a UMPIPE plan: the same equal partition everywhere."""
+    sizes = equal_partition(problem, m)
+    return Plan.of([sizes] * problem.num_stages, [sizes] * problem.num_stages)
+
+
+def gpipe(problem: Problem, m: int) -> float:
+    """Iteration time of GPipe(m): the flush recurrences on the equal partition."""
+    return evaluate(problem, gpipe_plan(problem, m)).iteration_time
+
+
+def one_f_one_b_order(num_stages: int, s: int, m: int) -> list[tuple[str, int]]:
+    """Stage ``s``'s operations under 1F1B: ``("F", j)`` / ``("B", j)``, ``j = 0..m-1``.
+
+    ``w = min(S-s-1, m)`` warm-up forwards, then one forward and one backward in turn
+    until the forwards are done, then the remaining backwards.
+    """
+    warmup = min(num_stages - s - 1, m)
+    order = [("F", j) for j in range(warmup)]
+    for j in range(m - warmup):
+        order += [("F", warmup + j), ("B", j)]
+    order += [("B", j) for j in range(m - warmup, m)]
+    return order
+
+
+def one_f_one_b(problem: Problem, m: int) -> float:
+    """Iteration time of 1F1B(m) (PipeDream-flush), by event-driven simulation.
+
+    Each operation starts when its stage is free and its input has arrived; a stage's
+    sends overlap its compute; each link direction carries one transfer at a time, in
+    send order.
+    """
+    S = problem.num_stages
+    sizes = equal_partition(problem, m)
+    orders = [one_f_one_b_order(S, s, m) for s in range(S)]
+    position = [0] * S
+    stage_free = [0.0] * S
+    forward_done: list[dict[int, float]] = [{} for _ in range(S)]
+    activation_at: list[dict[int, float]] = [{} for _ in range(S)]
+    gradient_at: list[dict[int, float]] = [{} for _ in range(S)]
+    link_free_forward = [0.0] * max(S - 1, 0)
+    link_free_backward = [0.0] * max(S - 1, 0)
+
+    def input_arrival(s: int, op: str, j: int) -> float | None:
+        if op == "F":
+            return 0.0 if s == 0 else activation_at[s].get(j)
+        return forward_done[s].get(j) if s == S - 1 else gradient_at[s].get(j)
+
+    remaining = S * 2 * m
+    while remaining:
+        progressed = False
+        for s in range(S):
+            while position[s] < len(orders[s]):
+                op, j = orders[s][position[s]]
+                arrival = input_arrival(s, op, j)
+                if arrival is None:
+                    break
+                stage = problem.stages[s]
+                compute = stage.forward if op == "F" else stage.backward
+                end = max(stage_free[s], arrival) + compute(sizes[j])
+                stage_free[s] = end
+                if op == "F":
+                    forward_done[s][j] = end
+                    if s < S - 1:
+                        sent = max(end, link_free_forward[s]) + problem.links[s].forward(sizes[j])
+                        link_free_forward[s] = activation_at[s + 1][j] = sent
+                elif s > 0:
+                    sent = max(end, link_free_backward[s - 1]) + problem.links[s - 1].backward(
+                        sizes[j]
+                    )
+                    link_free_backward[s - 1] = gradient_at[s - 1][j] = sent
+                position[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError("1F1B simulation deadlocked; the operation order is inconsistent")
+    return max(stage_free[s] + problem.stages[s].tail for s in range(S))
+
+
+def pipedream(problem: Problem, m: int) -> float:
+    """Time per mini-batch of asynchronous PipeDream in steady state: the busiest resource."""
+    sizes = equal_partition(problem, m)
+    busiest = max(
+        sum(stage.forward(b) + stage.backward(b) for b in sizes) + stage.tail
+        for stage in problem.stages
+    )
+    for link in problem.links:
+        busiest = max(busiest, sum(link.forward(b) for b in sizes))
+        busiest = max(busiest, sum(link.backward(b) for b in sizes))
+    return busiest
+
+
+BASELINES: dict[str, Callable[[Problem, int], float]] = {
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+    "pipedream": pipedream,
+}
+
+
+def baseline(problem: Problem, schedule: str, m: int) -> BaselineResult:
+    """``schedule`` with ``m`` microbatches; ``m`` must be feasible (:func:`require_feasible`)."""
+    require_feasible(problem, m)
+    return BaselineResult(schedule, m, BASELINES[schedule](problem, m))
+
+
+def best_baselines(problem: Problem) -> dict[str, BaselineResult]:
+    """For each schedule, the feasible ``m`` with the least iteration time (ties: smallest m)."""
+    best: dict[str, BaselineResult] = {}
+    counts = feasible_microbatch_counts(problem)
+    for schedule, run in BASELINES.items():
+        for m in counts:
+            time = run(problem, m)
+            if schedule not in best or time < best[schedule].iteration_time:
+                best[schedule] = BaselineResult(schedule, m, time)
+    return best
