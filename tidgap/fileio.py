@@ -90,4 +90,3 @@ def read_json(path: str | os.PathLike[str]) -> Any:
             f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}",
             source=source,
         ) from None
-

@@ -56,9 +56,7 @@ def send_times(ends: list[float], sizes: list[int], transfer: TimeFunction) -> l
     return arrivals
 
 
-def waits(
-    own_sizes: list[int], sender_sizes: list[int], arrivals: list[float]
-) -> list[float]:
+def waits(own_sizes: list[int], sender_sizes: list[int], arrivals: list[float]) -> list[float]:
     """``R[k] = A[i]`` with ``i = min{i : P_sender[i] >= P_own[k]}`` for ``k = 1..M``.
 
     Microbatch ``k`` waits for the sender's microbatch that holds its last sample.
@@ -112,7 +110,8 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     forward_end = F[-1][-1]
     G = backward_pass(problem, plan.backward, forward_end)
     backward_ends = [g[-1] for g in G]
-    iteration = max(end + stage.tail for end, stage in zip(backward_ends, problem.stages))
+    tails = [stage.tail for stage in problem.stages]
+    iteration = max(end + tail for end, tail in zip(backward_ends, tails, strict=True))
     return Evaluation(
         iteration_time=iteration,
         forward_end=forward_end,

@@ -27,7 +27,7 @@ class BaselineResult:
 
 
 def equal_partition(problem: Problem, m: int) -> list[int]:
-    """``m`` sizes in samples: ``U = q*m + r``, the first ``r`` get ``q+1`` units, the rest ``q``."""
+    """``m`` sizes in samples: ``U = q*m + r``; the first ``r`` get ``q+1`` units, others ``q``."""
     q, r = divmod(problem.num_units, m)
     return [(q + 1) * problem.unit] * r + [q * problem.unit] * (m - r)
 

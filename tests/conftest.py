@@ -1,0 +1,29 @@
+"""Shared fixtures: the golden cases (copied from the project's shared examples)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+GOLDEN_PATH = Path(__file__).parent / "data" / "golden.json"
+
+
+def golden_cases() -> list[dict[str, Any]]:
+    """Every case of ``tests/data/golden.json`` (``tidgap.golden/1``)."""
+    document = json.loads(GOLDEN_PATH.read_text(encoding="utf-8"))
+    assert document["format"] == "tidgap.golden/1"
+    return document["cases"]
+
+
+def case_id(case: dict[str, Any]) -> str:
+    """The problem name, for test ids."""
+    return case["problem"]["name"]
+
+
+@pytest.fixture(params=golden_cases(), ids=case_id)
+def golden_case(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """One golden case at a time."""
+    return request.param

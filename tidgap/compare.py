@@ -1,0 +1,83 @@
+"""Side-by-side comparison of a plan with the best baselines, and its text rendering."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from tidgap.oracle import evaluate
+from tidgap.plan import Plan
+from tidgap.problem import Problem
+from tidgap.schedules import best_baselines
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One schedule: its microbatch count(s), iteration time, throughput, speedup over GPipe.
+
+    ``throughput`` is in samples per time unit; ``speedup`` is best GPipe time / this time.
+    """
+
+    schedule: str
+    microbatches: str
+    iteration_time: float
+    throughput: float
+    speedup: float
+
+
+def microbatch_summary(plan: Plan) -> str:
+    """Range of per-stage microbatch counts, e.g. ``F 4-6 / B 3``."""
+
+    def span(partitions: list[list[int]]) -> str:
+        counts = [len(p) for p in partitions]
+        low, high = min(counts), max(counts)
+        return str(low) if low == high else f"{low}-{high}"
+
+    return f"F {span(plan.forward)} / B {span(plan.backward)}"
+
+
+def compare(problem: Problem, plan: Plan | None = None, label: str = "plan") -> list[ComparisonRow]:
+    """Rows for ``plan`` (if given, first) and the best GPipe, 1F1B and PipeDream."""
+    best = best_baselines(problem)
+    reference = best["gpipe"].iteration_time
+    entries: list[tuple[str, str, float]] = []
+    if plan is not None:
+        entries.append((label, microbatch_summary(plan), evaluate(problem, plan).iteration_time))
+    for name, result in best.items():
+        entries.append((name, str(result.microbatches), result.iteration_time))
+    return [
+        ComparisonRow(name, count, time, problem.batch_size / time, reference / time)
+        for name, count, time in entries
+    ]
+
+
+def rows_as_dicts(rows: list[ComparisonRow]) -> list[dict[str, object]]:
+    """The rows as plain dictionaries (``tidgap compare --json``)."""
+    return [asdict(row) for row in rows]
+
+
+def format_table(rows: list[ComparisonRow], time_unit: str) -> str:
+    """A fixed-width text table of ``rows`` with a header line."""
+    header = (
+        "schedule",
+        "microbatches",
+        f"iteration ({time_unit})",
+        f"throughput (samples/{time_unit})",
+        "vs GPipe",
+    )
+    body = [
+        (
+            row.schedule,
+            row.microbatches,
+            f"{row.iteration_time:.4f}",
+            f"{row.throughput:.4f}",
+            f"{row.speedup:.3f}x",
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
+    lines = []
+    for line in (header, *body):
+        cells = [line[0].ljust(widths[0]), line[1].ljust(widths[1])]
+        cells += [cell.rjust(width) for cell, width in zip(line[2:], widths[2:], strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
