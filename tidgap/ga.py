@@ -1,0 +1,154 @@
+"""DGAP: the dual-chromosome genetic algorithm, one generation at a time over ``xp``.
+
+With the flush, ``iteration_time = forward_end + backward_span`` and each term depends on
+one chromosome only (model.md, separability). So the forward and backward chromosomes
+evolve side by side, each selected on its own term, and the best individual is the best
+forward chromosome joined to the best backward one: the optimum of the sum.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidgap.operators import crossover, equal_rows, mutate, tournament
+from tidgap.rng import CounterRng
+from tidgap.xp import namespace
+
+#: ``(P, S, K)`` chromosomes -> ``(P,)`` int64 fitness in ticks (lower is better).
+Fitness = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class GeneticSettings:
+    """How the GA breeds: population size ``P``, elites kept, rates per child."""
+
+    population: int = 512
+    elite_fraction: float = 1 / 32
+    crossover_rate: float = 0.9
+    mutation_rate: float = 0.9
+    tournament_size: int = 3
+
+    @property
+    def elites(self) -> int:
+        """Individuals copied unchanged into the next generation (at least one)."""
+        return max(1, int(self.population * self.elite_fraction))
+
+
+@dataclass
+class Chromosomes:
+    """One direction's population: ``genes`` ``(P, S, K)``, ``fitness`` ``(P,)`` ticks."""
+
+    genes: Any
+    fitness: Any
+    caps: Any
+    score: Fitness
+
+    def best(self) -> tuple[Any, int]:
+        """The fittest chromosome ``(S, K)`` and its fitness in ticks (first on ties)."""
+        index = int(namespace(self.fitness).argmin(self.fitness))
+        return self.genes[index], int(self.fitness[index])
+
+    def step(self, settings: GeneticSettings, rng: CounterRng) -> int:
+        """Breed one generation in place (elitism keeps the best); return children scored."""
+        xp = namespace(self.genes)
+        keep = settings.elites
+        order = xp.argsort(self.fitness, kind="stable")[:keep]
+        children = self.genes.shape[0] - keep
+        first = tournament(self.fitness, rng, children, settings.tournament_size)
+        second = tournament(self.fitness, rng, children, settings.tournament_size)
+        crossed = crossover(self.genes[first], self.genes[second], rng)
+        use_cross = rng.random((children,)) < settings.crossover_rate
+        offspring = xp.where(use_cross[:, None, None], crossed, self.genes[first])
+        offspring = mutate(offspring, self.caps, rng, settings.mutation_rate)
+        self.genes = xp.concatenate([self.genes[order], offspring])
+        self.fitness = xp.concatenate([self.fitness[order], self.score(offspring)])
+        return children
+
+
+def random_chromosomes(
+    count: int, stages: int, width: int, units: int, caps: Any, rng: CounterRng
+) -> Any:
+    """``(count, S, K)`` diverse feasible chromosomes: per stage an equal partition with a
+    random microbatch count, then a few random boundary moves."""
+    xp = namespace(caps)
+    fewest = -(-units // caps)
+    counts = rng.integers(fewest[None, :], xp.minimum(width, units) + 1, (count, stages))
+    genes = equal_rows(units, counts.reshape(-1), width).reshape(count, stages, width)
+    for _ in range(3):
+        genes = mutate(genes, caps, rng, rate=1.0)
+    return genes
+
+
+@dataclass
+class Progress:
+    """Reported after every generation; times in ticks."""
+
+    generation: int
+    evaluations: int
+    elapsed: float
+    best_ticks: int
+
+
+@dataclass
+class StopRule:
+    """Stop after ``generations``, after ``time_limit`` seconds, or after ``stagnation``
+    generations without improvement, whichever comes first (``None`` disables one)."""
+
+    generations: int | None = None
+    time_limit: float | None = None
+    stagnation: int | None = 200
+    started: float = field(default_factory=time.perf_counter)
+
+    def reason(self, generation: int, since_improvement: int) -> str | None:
+        """Why to stop now, or ``None`` to go on."""
+        if self.generations is not None and generation >= self.generations:
+            return "generations"
+        if self.time_limit is not None and time.perf_counter() - self.started >= self.time_limit:
+            return "time limit"
+        if self.stagnation is not None and since_improvement >= self.stagnation:
+            return "stagnation"
+        return None
+
+
+@dataclass(frozen=True)
+class Evolution:
+    """The outcome of :func:`evolve`: the best chromosomes, their fitness and the effort."""
+
+    forward: Any
+    backward: Any
+    forward_ticks: int
+    backward_ticks: int
+    generations: int
+    evaluations: int
+    stop_reason: str
+
+
+def evolve(
+    forward: Chromosomes,
+    backward: Chromosomes,
+    settings: GeneticSettings,
+    stop: StopRule,
+    rng: CounterRng,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> Evolution:
+    """Run DGAP on both directions in lockstep until ``stop`` says so."""
+    evaluations = forward.genes.shape[0]
+    generation = since_improvement = 0
+    best = forward.best()[1] + backward.best()[1]
+    while (reason := stop.reason(generation, since_improvement)) is None:
+        evaluations += forward.step(settings, rng)
+        backward.step(settings, rng)
+        generation += 1
+        current = forward.best()[1] + backward.best()[1]
+        since_improvement = 0 if current < best else since_improvement + 1
+        best = min(best, current)
+        if on_progress is not None:
+            elapsed = time.perf_counter() - stop.started
+            on_progress(Progress(generation, evaluations, elapsed, best))
+    (best_forward, forward_ticks), (best_backward, backward_ticks) = forward.best(), backward.best()
+    return Evolution(
+        best_forward, best_backward, forward_ticks, backward_ticks, generation, evaluations, reason
+    )

@@ -1,0 +1,201 @@
+"""``tidgap.search``: find per-stage forward and backward partitions with the least
+iteration time, and put the answer beside the baselines people use today."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tidgap.backends import CPU_BACKENDS, Evaluator
+from tidgap.encoding import GENE, decode_plan, encode_partitions
+from tidgap.ga import Chromosomes, GeneticSettings, Progress, StopRule, evolve, random_chromosomes
+from tidgap.heuristics import global_dp, local_greedy
+from tidgap.operators import equal_rows
+from tidgap.oracle import Evaluation, evaluate
+from tidgap.plan import PLAN_FORMAT, Plan, check_plan
+from tidgap.polish import polish
+from tidgap.problem import Problem
+from tidgap.rng import CounterRng
+from tidgap.schedules import BaselineResult, best_baselines
+from tidgap.ticks import TickedProblem, tick_problem
+
+#: Default bound on microbatches per stage (raised when a baseline or the caps need more).
+DEFAULT_MAX_MICROBATCHES = 64
+
+HEURISTICS: dict[str, Callable[[Problem], Plan]] = {
+    "local greedy": local_greedy,
+    "global DP": global_dp,
+}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The best plan found, its evaluation (time unit of the problem) and the context."""
+
+    problem: Problem
+    plan: Plan
+    evaluation: Evaluation
+    baselines: dict[str, BaselineResult]
+    heuristics: dict[str, tuple[Plan, float]]
+    backend: str
+    seed: int
+    generations: int
+    evaluations: int
+    wall_time: float
+    stop_reason: str
+
+    @property
+    def speedup_over_gpipe(self) -> float:
+        """Best GPipe time / this plan's time."""
+        return self.baselines["gpipe"].iteration_time / self.evaluation.iteration_time
+
+    def plan_document(self) -> dict[str, Any]:
+        """The ``tidgap.plan/1`` file ``tidgap search --out`` writes."""
+        return {
+            "format": PLAN_FORMAT,
+            "problem": self.problem.name,
+            "forward": self.plan.forward,
+            "backward": self.plan.backward,
+            "predicted": self.evaluation.as_dict(),
+            "baselines": {
+                name: {"microbatches": b.microbatches, "iteration_time": b.iteration_time}
+                for name, b in self.baselines.items()
+            },
+            "search": {
+                "backend": self.backend,
+                "seed": self.seed,
+                "generations": self.generations,
+                "evaluations": self.evaluations,
+                "wall_time": round(self.wall_time, 3),
+                "stop_reason": self.stop_reason,
+            },
+        }
+
+
+def resolve_backend(backend: str) -> str:
+    """``auto`` -> the fastest CPU backend that imports; other names pass through."""
+    if backend != "auto":
+        return backend
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return "numpy"
+    return "numba"
+
+
+def chromosome_width(problem: Problem, requested: int | None, counts_needed: list[int]) -> int:
+    """``K``: the most microbatches a stage may use in the search."""
+    fewest = max(
+        -(-problem.batch_size // problem.forward_cap(s)) for s in range(problem.num_stages)
+    )
+    fewest = max(
+        fewest,
+        *(-(-problem.batch_size // problem.backward_cap(s)) for s in range(problem.num_stages)),
+    )
+    width = requested if requested is not None else max(DEFAULT_MAX_MICROBATCHES, *counts_needed)
+    return min(problem.num_units, max(width, fewest))
+
+
+def _seeds(
+    ticked: TickedProblem, caps: np.ndarray, width: int, partitions: list[list[list[int]]]
+) -> np.ndarray:
+    """Every equal partition that fits the caps (same on all stages) plus given partitions."""
+    units, stages = ticked.num_units, ticked.num_stages
+    counts = [m for m in range(1, width + 1) if -(-units // m) <= caps.min()]
+    equal = equal_rows(units, np.asarray(counts, dtype=np.int64), width)
+    seeds = [np.repeat(equal[:, None, :], stages, axis=1)]
+    for partition in partitions:
+        if max(len(p) for p in partition) <= width:
+            seeds.append(encode_partitions(partition, ticked.unit, width)[None])
+    return np.concatenate(seeds).astype(GENE)
+
+
+def _population(
+    seeds: np.ndarray, caps: np.ndarray, size: int, units: int, score: Callable, rng: CounterRng
+) -> Chromosomes:
+    """Seeds first (the best ``size`` if there are more), then random chromosomes."""
+    _, stages, width = seeds.shape
+    fill = max(size - len(seeds), 0)
+    genes = np.concatenate([seeds, random_chromosomes(fill, stages, width, units, caps, rng)])
+    fitness = score(genes)
+    keep = np.argsort(fitness, kind="stable")[:size]
+    return Chromosomes(genes[keep], fitness[keep], caps, score)
+
+
+def search(
+    problem: Problem,
+    *,
+    seed: int = 0,
+    population: int = 512,
+    generations: int | None = None,
+    time_limit: float | None = None,
+    stagnation: int | None = 200,
+    backend: str = "auto",
+    max_microbatches: int | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> SearchResult:
+    """Search forward and backward partitions for ``problem`` with DGAP/TiDGAP.
+
+    The same seed, backend, input and stopping rule give the same plan, except that a
+    time limit may stop at a different generation on a busier machine. The result is
+    never worse than the best GPipe, local greedy or global DP plan (they seed the GA).
+    """
+    if backend not in ("auto", *CPU_BACKENDS):
+        raise ValueError(f"unknown backend {backend!r}")
+    stop = StopRule(generations, time_limit, stagnation)
+    backend = resolve_backend(backend)
+    ticked = tick_problem(problem)
+    evaluator = Evaluator.create(ticked, backend)
+    baselines = best_baselines(problem)
+    heuristics = {}
+    for name, build in HEURISTICS.items():
+        plan = build(problem)
+        heuristics[name] = (plan, evaluate(problem, plan).iteration_time)
+    width = chromosome_width(
+        problem,
+        max_microbatches,
+        [b.microbatches for b in baselines.values()]
+        + [len(p) for plan, _ in heuristics.values() for p in plan.forward + plan.backward],
+    )
+    settings = GeneticSettings(population=max(population, 8))
+    rng = CounterRng(seed)
+    sides = []
+    for caps, score, direction in (
+        (ticked.forward_caps, evaluator.forward_end, "forward"),
+        (ticked.backward_caps, evaluator.backward_span, "backward"),
+    ):
+        partitions = [getattr(plan, direction) for plan, _ in heuristics.values()]
+        seeds = _seeds(ticked, caps, width, partitions)
+        sides.append(_population(seeds, caps, settings.population, ticked.num_units, score, rng))
+    evolution = evolve(sides[0], sides[1], settings, stop, rng, on_progress)
+    forward, _ = polish(
+        np.asarray(evolution.forward),
+        evolution.forward_ticks,
+        ticked.forward_caps,
+        evaluator.forward_end,
+    )
+    backward, _ = polish(
+        np.asarray(evolution.backward),
+        evolution.backward_ticks,
+        ticked.backward_caps,
+        evaluator.backward_span,
+    )
+    plan = decode_plan(forward, backward, problem)
+    check_plan(plan, problem)
+    return SearchResult(
+        problem=problem,
+        plan=plan,
+        evaluation=evaluate(problem, plan),
+        baselines=baselines,
+        heuristics=heuristics,
+        backend=backend,
+        seed=seed,
+        generations=evolution.generations,
+        evaluations=evolution.evaluations,
+        wall_time=time.perf_counter() - stop.started,
+        stop_reason=evolution.stop_reason,
+    )
