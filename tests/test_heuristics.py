@@ -21,7 +21,6 @@ from tidgap.heuristics import (
     push,
 )
 
-from .conftest import golden_cases
 from .strategies import partitions, problems
 
 PROPERTY = settings(max_examples=100, deadline=None, derandomize=True, database=None)
@@ -66,13 +65,19 @@ def compositions(units: int, largest: int) -> list[list[int]]:
     return result
 
 
-def direction_time(problem: Problem, direction: str, sizes: list[int]) -> float:
-    """``forward_end`` of a common forward partition (samples), or the iteration time of a
-    common backward partition behind a fixed one-unit forward (differences = span's)."""
+def common_plan(problem: Problem, direction: str, sizes: list[int]) -> Plan:
+    """``sizes`` (samples) on every stage in ``direction``, one-unit microbatches the other way."""
     S, ones = problem.num_stages, [problem.unit] * problem.num_units
     if direction == "forward":
-        return evaluate(problem, Plan.of([sizes] * S, [ones] * S)).forward_end
-    return evaluate(problem, Plan.of([ones] * S, [sizes] * S)).iteration_time
+        return Plan.of([sizes] * S, [ones] * S)
+    return Plan.of([ones] * S, [sizes] * S)
+
+
+def direction_time(problem: Problem, direction: str, sizes: list[int]) -> float:
+    """``forward_end`` of a common forward partition (samples), or the iteration time of a
+    common backward partition behind a fixed forward (differences = the span's)."""
+    result = evaluate(problem, common_plan(problem, direction, sizes))
+    return result.forward_end if direction == "forward" else result.iteration_time
 
 
 def check_dp_direction(problem: Problem, direction: str, brute_force: bool) -> None:
@@ -131,18 +136,17 @@ def test_plan_shapes(golden_case: dict[str, Any]) -> None:
     for sizes in local.forward:
         assert sizes == equal_partition(problem, len(sizes))
     plan = global_dp(problem)
-    for partitions_ in (plan.forward, plan.backward):
-        assert all(sizes == partitions_[0] for sizes in partitions_)
+    for per_stage in (plan.forward, plan.backward):
+        assert all(sizes == per_stage[0] for sizes in per_stage)
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward"])
-@pytest.mark.parametrize(
-    "case",
-    [c for c in golden_cases() if c["problem"]["batch_size"] <= 8 * c["problem"].get("unit", 1)],
-    ids=lambda c: c["problem"]["name"],
-)
-def test_dp_is_best_of_its_candidates_on_tiny_golden(case: dict[str, Any], direction: str) -> None:
-    check_dp_direction(Problem.from_dict(case["problem"]), direction, brute_force=True)
+def test_dp_is_best_of_its_candidates_on_golden(
+    golden_case: dict[str, Any], direction: str
+) -> None:
+    """Brute force over all common compositions where ``U <= 8``."""
+    problem = Problem.from_dict(golden_case["problem"])
+    check_dp_direction(problem, direction, brute_force=problem.num_units <= 8)
 
 
 # --- random small problems -------------------------------------------------------------
@@ -177,8 +181,9 @@ def test_push_follows_the_model(problem: Problem, data: st.DataObject) -> None:
         sizes = [j * unit for j in data.draw(partitions(problem.num_units, chain.cap // unit))]
         state = State((0.0,) * S, (-math.inf,) * (S - 1), 0)
         for b in sizes:
-            state = push(state, [f(b) for f in chain.compute], [f(b) for f in chain.links], b)
-        result = evaluate(problem, Plan.of([sizes] * S, [sizes] * S))
+            compute, links = [f(b) for f in chain.compute], [f(b) for f in chain.links]
+            state = push(state, compute, links, b // unit)
+        result = evaluate(problem, common_plan(problem, direction, sizes))
         if direction == "forward":
             assert list(state.ends) == result.forward_ends
         else:

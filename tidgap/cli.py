@@ -13,15 +13,22 @@ from typing import Any
 import click
 
 from tidgap import __version__
+from tidgap.backends import CPU_BACKENDS
 from tidgap.compare import compare, format_table, rows_as_dicts
 from tidgap.errors import InputError
-from tidgap.examples import example_names, example_summary
+from tidgap.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX, example_names, example_summary
+from tidgap.fileio import require_writable, write_json_atomic
 from tidgap.oracle import evaluate
 from tidgap.plan import load_plan
+from tidgap.planner import search
 from tidgap.problem import Problem, load_problem
+from tidgap.progress import ProgressLine
 from tidgap.schedules import SCHEDULES, baseline
 
 Command = Callable[..., Any]
+
+#: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
+DEFAULT_TIME_LIMIT = 10.0
 
 
 class TidgapGroup(click.Group):
@@ -99,12 +106,14 @@ def evaluate_command(
     as_json: bool,
 ) -> None:
     """Iteration time of PLAN, or of a baseline with --schedule and --microbatches."""
-    if (plan_file is None) == (schedule is None):
-        raise click.UsageError("give either PLAN or --schedule (with --microbatches), not both")
-    if schedule is not None and microbatches is None:
-        raise click.UsageError("--schedule requires --microbatches")
+    if plan_file is not None and schedule is not None:
+        raise click.UsageError("give PLAN or --schedule, not both")
     if schedule is None and microbatches is not None:
         raise click.UsageError("--microbatches goes with --schedule")
+    if plan_file is None and schedule is None:
+        raise click.UsageError("give PLAN, or --schedule with --microbatches")
+    if schedule is not None and microbatches is None:
+        raise click.UsageError("--schedule requires --microbatches")
     loaded = load_problem(problem)
     if schedule is not None:
         result = baseline(loaded, schedule, microbatches)
@@ -175,6 +184,140 @@ def examples_command(as_json: bool) -> None:
             f"example:{item['name']:<12} {item['stages']} stages, batch {item['batch_size']}, "
             f"unit {item['unit']}  {item['description']}"
         )
+
+
+def _compact(sizes: list[int]) -> str:
+    """``[8, 8, 8, 16]`` -> ``8x3 16``: runs of equal sizes collapsed."""
+    runs: list[list[int]] = []
+    for size in sizes:
+        if runs and runs[-1][0] == size:
+            runs[-1][1] += 1
+        else:
+            runs.append([size, 1])
+    return " ".join(f"{size}x{count}" if count > 1 else str(size) for size, count in runs)
+
+
+@cli.command(name="search")
+@problem_argument(required=False)
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option(
+    "--generations",
+    type=click.IntRange(min=0),
+    help="Stop after this many generations. With a seed, gives the same plan every run.",
+)
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0),
+    help="Stop after this many seconds (default 10 unless --generations is given). "
+    "A time limit may stop at a different generation on a busier machine, so the plan "
+    "can differ between runs; use --generations for reproducible plans.",
+)
+@click.option(
+    "--stagnation",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Stop after this many generations without improvement.",
+)
+@click.option(
+    "--population",
+    type=click.IntRange(min=8),
+    default=512,
+    show_default=True,
+    help="Individuals per generation.",
+)
+@click.option(
+    "--max-microbatches",
+    type=click.IntRange(min=1),
+    help="Most microbatches per stage and direction (default 64, raised if a baseline "
+    "or the caps need more; at most batch_size/unit).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", *CPU_BACKENDS]),
+    default="auto",
+    show_default=True,
+    help="Evaluation backend; auto picks numba when it imports, else numpy.",
+)
+@click.option("--cpu", is_flag=True, help="Run on the CPU (the same as --backend auto today).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the plan (tidgap.plan/1) here.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress line, no table: the summary only.")
+@json_option
+def search_command(
+    problem: str | None,
+    seed: int,
+    generations: int | None,
+    time_limit: float | None,
+    stagnation: int,
+    population: int,
+    max_microbatches: int | None,
+    backend: str,
+    cpu: bool,
+    out: str | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Search per-stage forward and backward partitions with the least iteration time.
+
+    PROBLEM defaults to the built-in example gpt1-14.
+    """
+    del cpu  # every backend today runs on the CPU
+    loaded = load_problem(problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE)
+    if out is not None:
+        require_writable(out)
+    if time_limit is None and generations is None:
+        time_limit = DEFAULT_TIME_LIMIT
+    show_progress = not (quiet or as_json) and sys.stderr.isatty()
+    progress = ProgressLine(loaded.time_unit) if show_progress else None
+    try:
+        result = search(
+            loaded,
+            seed=seed,
+            population=population,
+            generations=generations,
+            time_limit=time_limit,
+            stagnation=stagnation,
+            backend=backend,
+            max_microbatches=max_microbatches,
+            on_progress=progress,
+        )
+    finally:
+        if progress is not None:
+            progress.close()
+    document = result.plan_document()
+    if out is not None:
+        try:
+            write_json_atomic(out, document)
+        except OSError as error:
+            raise InputError(f"cannot write: {error.strerror or error}", source=out) from None
+    if as_json:
+        _echo_json(document)
+        return
+    unit = loaded.time_unit
+    click.echo(_describe_problem(loaded))
+    click.echo(
+        f"best plan: iteration {result.evaluation.iteration_time:.6g} {unit}, "
+        f"{result.speedup_over_gpipe:.3f}x best GPipe "
+        f"({result.generations} generations, {result.evaluations} evaluations, "
+        f"{result.wall_time:.1f} s, {result.backend}, stopped on {result.stop_reason})"
+    )
+    if quiet:
+        return
+    for s in range(loaded.num_stages):
+        click.echo(
+            f"  {loaded.stage_name(s)}: F {_compact(result.plan.forward[s])} | "
+            f"B {_compact(result.plan.backward[s])}"
+        )
+    rows = compare(
+        loaded,
+        result.plan,
+        label="tidgap",
+        baselines=result.baselines,
+        heuristics=result.heuristics,
+    )
+    click.echo(format_table(rows, unit))
+    if out is not None:
+        click.echo(f"plan written to {out}")
 
 
 def main() -> None:

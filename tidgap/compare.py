@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from tidgap.heuristics import HEURISTICS
 from tidgap.oracle import evaluate
 from tidgap.plan import Plan
 from tidgap.problem import Problem
-from tidgap.schedules import best_baselines
+from tidgap.schedules import BaselineResult, best_baselines
 
 
 @dataclass(frozen=True)
@@ -35,15 +36,28 @@ def microbatch_summary(plan: Plan) -> str:
     return f"F {span(plan.forward)} / B {span(plan.backward)}"
 
 
-def compare(problem: Problem, plan: Plan | None = None, label: str = "plan") -> list[ComparisonRow]:
-    """Rows for ``plan`` (if given, first) and the best GPipe, 1F1B and PipeDream."""
-    best = best_baselines(problem)
+def compare(
+    problem: Problem,
+    plan: Plan | None = None,
+    label: str = "plan",
+    *,
+    baselines: dict[str, BaselineResult] | None = None,
+    heuristics: dict[str, Plan] | None = None,
+) -> list[ComparisonRow]:
+    """Rows for ``plan`` (if given, first), the best GPipe, 1F1B and PipeDream, and the
+    local greedy and global DP plans. Pass ``baselines`` / ``heuristics`` already
+    computed to save the work."""
+    best = best_baselines(problem) if baselines is None else baselines
+    if heuristics is None:
+        heuristics = {name: build(problem) for name, build in HEURISTICS.items()}
     reference = best["gpipe"].iteration_time
     entries: list[tuple[str, str, float]] = []
     if plan is not None:
         entries.append((label, microbatch_summary(plan), evaluate(problem, plan).iteration_time))
     for name, result in best.items():
         entries.append((name, str(result.microbatches), result.iteration_time))
+    for name, other in heuristics.items():
+        entries.append((name, microbatch_summary(other), evaluate(problem, other).iteration_time))
     return [
         ComparisonRow(name, count, time, problem.batch_size / time, reference / time)
         for name, count, time in entries

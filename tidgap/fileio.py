@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -87,6 +88,36 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise InputError(
-            f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}",
+            f"not valid JSON (line {error.lineno}, column {error.colno}): {error.msg}",
             source=source,
         ) from None
+
+
+def write_json_atomic(path: str | os.PathLike[str], document: Any) -> None:
+    """Write ``document`` as JSON to ``path`` so that readers never see half a file.
+
+    The JSON goes to a temporary file beside ``path``, which then replaces it; on any
+    failure ``path`` keeps its old content and the temporary file is removed.
+    """
+    target = Path(path)
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=1, allow_nan=False)
+            handle.write("\n")
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def require_writable(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`InputError` unless ``path`` can be (re)written: checked before work starts."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise InputError("is a directory", source=str(path))
+    if not folder.is_dir():
+        raise InputError(f"folder {str(folder)!r} does not exist", source=str(path))
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"folder {str(folder)!r} is not writable", source=str(path))

@@ -12,6 +12,7 @@ Both return feasible plans (``docs/model.md``, A plan); evaluate them with
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidgap.plan import Plan
@@ -126,7 +127,7 @@ def push(state: State, compute: list[float], links: list[float], size: int) -> S
 def rank(state: State, tails: tuple[float, ...]) -> tuple[float, float, int]:
     """Smaller is better: ``max_p(E[p] + tail_p)``, then ``sum_p E[p]``, then larger ``last``."""
     end = max(e + t for e, t in zip(state.ends, tails, strict=True))
-    return (end, sum(state.ends), state.last)
+    return (end, sum(state.ends), -state.last)
 
 
 def chain_dp(chain: Chain, unit: int, num_units: int) -> list[int]:
@@ -165,3 +166,10 @@ def global_dp(problem: Problem) -> Plan:
     forward = chain_dp(forward_chain(problem), unit, U)
     backward = chain_dp(backward_chain(problem), unit, U)
     return Plan.of([forward] * S, [backward] * S)
+
+
+#: The paper's non-genetic planners by display name: ``problem -> Plan``.
+HEURISTICS: dict[str, Callable[[Problem], Plan]] = {
+    "local greedy": local_greedy,
+    "global DP": global_dp,
+}

@@ -13,7 +13,7 @@ import numpy as np
 from tidgap.backends import CPU_BACKENDS, Evaluator
 from tidgap.encoding import GENE, decode_plan, encode_partitions
 from tidgap.ga import Chromosomes, GeneticSettings, Progress, StopRule, evolve, random_chromosomes
-from tidgap.heuristics import global_dp, local_greedy
+from tidgap.heuristics import HEURISTICS
 from tidgap.operators import equal_rows
 from tidgap.oracle import Evaluation, evaluate
 from tidgap.plan import PLAN_FORMAT, Plan, check_plan
@@ -26,10 +26,16 @@ from tidgap.ticks import TickedProblem, tick_problem
 #: Default bound on microbatches per stage (raised when a baseline or the caps need more).
 DEFAULT_MAX_MICROBATCHES = 64
 
-HEURISTICS: dict[str, Callable[[Problem], Plan]] = {
-    "local greedy": local_greedy,
-    "global DP": global_dp,
-}
+
+@dataclass(frozen=True)
+class SearchProgress:
+    """After each generation: effort so far and the best iteration time (problem's unit)."""
+
+    generation: int
+    evaluations: int
+    elapsed: float
+    best_time: float
+    gpipe_time: float
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,7 @@ class SearchResult:
     plan: Plan
     evaluation: Evaluation
     baselines: dict[str, BaselineResult]
-    heuristics: dict[str, tuple[Plan, float]]
+    heuristics: dict[str, Plan]
     backend: str
     seed: int
     generations: int
@@ -136,7 +142,7 @@ def search(
     stagnation: int | None = 200,
     backend: str = "auto",
     max_microbatches: int | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
+    on_progress: Callable[[SearchProgress], None] | None = None,
 ) -> SearchResult:
     """Search forward and backward partitions for ``problem`` with DGAP/TiDGAP.
 
@@ -151,15 +157,12 @@ def search(
     ticked = tick_problem(problem)
     evaluator = Evaluator.create(ticked, backend)
     baselines = best_baselines(problem)
-    heuristics = {}
-    for name, build in HEURISTICS.items():
-        plan = build(problem)
-        heuristics[name] = (plan, evaluate(problem, plan).iteration_time)
+    heuristics = {name: build(problem) for name, build in HEURISTICS.items()}
     width = chromosome_width(
         problem,
         max_microbatches,
         [b.microbatches for b in baselines.values()]
-        + [len(p) for plan, _ in heuristics.values() for p in plan.forward + plan.backward],
+        + [len(p) for plan in heuristics.values() for p in plan.forward + plan.backward],
     )
     settings = GeneticSettings(population=max(population, 8))
     rng = CounterRng(seed)
@@ -168,10 +171,22 @@ def search(
         (ticked.forward_caps, evaluator.forward_end, "forward"),
         (ticked.backward_caps, evaluator.backward_span, "backward"),
     ):
-        partitions = [getattr(plan, direction) for plan, _ in heuristics.values()]
+        partitions = [getattr(plan, direction) for plan in heuristics.values()]
         seeds = _seeds(ticked, caps, width, partitions)
         sides.append(_population(seeds, caps, settings.population, ticked.num_units, score, rng))
-    evolution = evolve(sides[0], sides[1], settings, stop, rng, on_progress)
+    report = None
+    if on_progress is not None:
+        gpipe_time = baselines["gpipe"].iteration_time
+
+        def report(progress: Progress) -> None:
+            best = float(ticked.to_time(progress.best_ticks))
+            on_progress(
+                SearchProgress(
+                    progress.generation, progress.evaluations, progress.elapsed, best, gpipe_time
+                )
+            )
+
+    evolution = evolve(sides[0], sides[1], settings, stop, rng, report)
     forward, _ = polish(
         np.asarray(evolution.forward),
         evolution.forward_ticks,

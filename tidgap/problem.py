@@ -97,8 +97,8 @@ class Problem(StrictModel):
         expected_links = self.num_stages - 1
         if len(self.links) != expected_links:
             raise InputError(
-                f"has {len(self.links)} entries, expected {expected_links} for "
-                f"{self.num_stages} stage(s)",
+                f"{self.num_stages} stage(s) need {expected_links} link(s), "
+                f"found {len(self.links)}",
                 ("links",),
             )
         self._check_coverage()
@@ -127,13 +127,12 @@ def load_problem(spec: str | os.PathLike[str]) -> Problem:
     """Load a problem from a file path, or a built-in one named ``example:NAME``."""
     from tidgap.examples import EXAMPLE_PREFIX, example_path
 
-    text = str(spec)
-    if text.startswith(EXAMPLE_PREFIX):
-        path = example_path(text[len(EXAMPLE_PREFIX) :])
-        shown = text
-    else:
-        path, shown = Path(spec), text
+    shown = str(spec)
     try:
-        return Problem.from_dict(read_json(path), default_name=Path(path).stem)
+        if shown.startswith(EXAMPLE_PREFIX):
+            path = example_path(shown[len(EXAMPLE_PREFIX) :])
+        else:
+            path = Path(spec)
+        return Problem.from_dict(read_json(path), default_name=path.stem)
     except InputError as error:
         raise error.within(shown) from None
