@@ -87,6 +87,7 @@ def _chain_ends_kernel(sizes, compute, transfer, chunk):  # pragma: no cover - c
         prefix = np.zeros((2, width + 1), dtype=np.int64)  # prefix sums per stage
         for p in range(first, last):
             row = sizes[p]
+            invalid = False
             # Stage 0: nothing to wait for.
             own, done, sums, table = row[0], finish[0], prefix[0], compute[0]
             f = np.int64(0)
@@ -97,7 +98,7 @@ def _chain_ends_kernel(sizes, compute, transfer, chunk):  # pragma: no cover - c
                 if b == 0:
                     break
                 if b > largest:
-                    bad[c] = p + 1
+                    invalid = True
                     break
                 f += table[b]
                 done[k] = f
@@ -119,21 +120,16 @@ def _chain_ends_kernel(sizes, compute, transfer, chunk):  # pragma: no cover - c
                     if b == 0:
                         break
                     if b > largest:
-                        bad[c] = p + 1
+                        invalid = True
                         break
                     q += b
                     sums[k] = q
                     m = k + 1
-                if m == 0 or n == 0:
-                    if m != n:
-                        bad[c] = p + 1
-                    ends[p, s] = 0
-                    n = m
-                    continue
-                if q != up_sums[n - 1]:
-                    bad[c] = p + 1
-                    n = m
-                    continue
+                # Both rows must cover the same samples (or both be empty); otherwise the
+                # walk is skipped (no out-of-bounds reads) and the individual reported.
+                consistent = (m > 0) & (n > 0) & (q == up_sums[max(n, 1) - 1])
+                invalid |= not (consistent | ((m == 0) & (n == 0)))
+                steps = n + m - 1 if consistent else 0
                 # Upstream end times -> arrivals, in place.
                 a = arrivals[0]
                 for i in range(n):
@@ -145,7 +141,7 @@ def _chain_ends_kernel(sizes, compute, transfer, chunk):  # pragma: no cover - c
                 qi = up_sums[0]
                 qk = sums[0]
                 f = np.int64(0)
-                for _ in range(n + m - 1):
+                for _ in range(steps):
                     take = qi < qk
                     candidate = _max(f, arrivals[i]) + table[own[k]]
                     next_qi = up_sums[i + one]
@@ -159,6 +155,8 @@ def _chain_ends_kernel(sizes, compute, transfer, chunk):  # pragma: no cover - c
                     k += one - step
                 ends[p, s] = f
                 n = m
+            if invalid:
+                bad[c] = p + 1
     return ends, bad.max()
 
 

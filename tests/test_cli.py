@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 import tidgap
+from tidgap import Problem, evaluate
 from tidgap.cli import cli
 from tidgap.examples import example_names
+from tidgap.heuristics import HEURISTICS
 
 from .cli_helpers import (
     Case,
@@ -221,6 +223,14 @@ def _assert_baseline_rows(rows: dict[str, dict[str, Any]], case: Case) -> None:
         assert row["throughput"] == pytest.approx(batch / row["iteration_time"], rel=REL)
 
 
+def _assert_heuristic_rows(rows: dict[str, dict[str, Any]], case: Case) -> None:
+    """The local greedy and global DP rows hold those plans' oracle times."""
+    problem = Problem.from_dict(case["problem"])
+    for name, build in HEURISTICS.items():
+        expected = evaluate(problem, build(problem)).iteration_time
+        assert rows[name]["iteration_time"] == pytest.approx(expected, rel=REL), name
+
+
 @pytest.mark.parametrize("name", case_names())
 def test_compare_json_with_plan(tmp_path: Path, name: str) -> None:
     """``compare PROBLEM PLAN --json``: the plan's row and the best of each baseline."""
@@ -230,9 +240,10 @@ def test_compare_json_with_plan(tmp_path: Path, name: str) -> None:
     document = json_output(result)
     assert document["problem"] == name
     rows = {row["schedule"]: row for row in document["rows"]}
-    assert len(rows) == len(document["rows"]) == 4
-    assert set(rows) == {"plan", *SCHEDULES}
+    assert len(rows) == len(document["rows"]) == 6
+    assert set(rows) == {"plan", *SCHEDULES, *HEURISTICS}
     _assert_baseline_rows(rows, case)
+    _assert_heuristic_rows(rows, case)
     plan_time = case["plans"][1]["expected"]["iteration_time"]
     gpipe_time = case["best_baselines"]["gpipe"]["iteration_time"]
     assert rows["plan"]["iteration_time"] == pytest.approx(plan_time, rel=REL)
@@ -247,9 +258,10 @@ def test_compare_json_without_plan(tmp_path: Path, name: str) -> None:
     problem, _ = _files(tmp_path, case)
     document = json_output(run_cli("compare", problem, "--json"))
     rows = {row["schedule"]: row for row in document["rows"]}
-    assert sorted(rows) == sorted(SCHEDULES)
-    assert len(document["rows"]) == 3
+    assert sorted(rows) == sorted([*SCHEDULES, *HEURISTICS])
+    assert len(document["rows"]) == 5
     _assert_baseline_rows(rows, case)
+    _assert_heuristic_rows(rows, case)
     assert rows["gpipe"]["speedup"] == pytest.approx(1.0, rel=REL)
 
 

@@ -184,16 +184,19 @@ MUTATIONS: dict[str, Mutation] = {
 
 
 def mutate(genes: Any, caps: Any, rng: CounterRng, rate: float) -> Any:
-    """Apply, with probability ``rate`` per individual, one mutation drawn from the registry."""
+    """Apply, with probability ``rate`` per individual, one mutation drawn from the registry.
+
+    Each operator runs only on the individuals that drew it.
+    """
     xp = namespace(genes)
     population = genes.shape[0]
     chosen = rng.integers(0, len(MUTATIONS), (population,))
-    mutating = rng.random((population,)) < rate
-    result = genes
+    chosen = xp.where(rng.random((population,)) < rate, chosen, -1)
+    result = genes.copy()
     for index, operator in enumerate(MUTATIONS.values()):
-        mask = mutating & (chosen == index)
-        if bool(mask.any()):
-            result = xp.where(mask[:, None, None], operator(result, caps, rng), result)
+        members = xp.nonzero(chosen == index)[0]
+        if members.size:
+            result[members] = operator(genes[members], caps, rng)
     return result
 
 

@@ -1,0 +1,109 @@
+"""Fitness evaluation throughput: the project's target workload, per backend.
+
+Workload: ``S = 8`` stages, ``B = 256`` samples in units of 1, a population of ``P = 4096``
+dual chromosomes with 12..20 microbatches per stage and direction (about 16), width
+``K = 32``; one evaluation is ``forward_end`` plus ``backward_span`` of one individual. The
+time functions are affine and deterministic (a synthetic problem built here). The pure-Python
+oracle runs on a slice of 64 individuals, decoded to plans outside the timed part.
+
+Run: ``pytest bench --benchmark-only`` (the summary prints evaluations/s and the ratio to
+the oracle; ``benchmark.extra_info`` holds them in ``--benchmark-json`` output).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tidgap import Link, Problem, Stage, affine, evaluate
+from tidgap.backends import Evaluator
+from tidgap.encoding import Population, decode_plan
+from tidgap.ticks import TickedProblem, tick_problem
+
+STAGES, BATCH, WIDTH, POPULATION, ORACLE_SLICE = 8, 256, 32, 4096, 64
+COUNTS = (12, 20)  # microbatches per stage and direction, inclusive
+
+
+def synthetic_problem() -> Problem:
+    """Heterogeneous affine stages and links (deterministic)."""
+    stages = [
+        Stage(
+            forward=affine(0.4 + 0.05 * s, 0.010 * (1 + s % 3)),
+            backward=affine(0.8 + 0.10 * s, 0.021 * (1 + s % 3)),
+            tail=0.3 + 0.02 * s,
+        )
+        for s in range(STAGES)
+    ]
+    links = [
+        Link(forward=affine(0.05, 0.002 + 0.0005 * s), backward=affine(0.06, 0.0025))
+        for s in range(STAGES - 1)
+    ]
+    return Problem(name="bench-s8-b256", batch_size=BATCH, unit=1, stages=stages, links=links)
+
+
+def random_chromosomes(rng: np.random.Generator, size: int) -> np.ndarray:
+    """``(size, S, K)`` int32: random compositions of ``B`` with 12..20 parts, zero-padded."""
+    genes = np.zeros((size, STAGES, WIDTH), dtype=np.int32)
+    for p in range(size):
+        for s in range(STAGES):
+            count = int(rng.integers(COUNTS[0], COUNTS[1] + 1))
+            cuts = np.sort(rng.choice(np.arange(1, BATCH), size=count - 1, replace=False))
+            genes[p, s, :count] = np.diff(np.concatenate(([0], cuts, [BATCH])))
+    return genes
+
+
+@pytest.fixture(scope="module")
+def workload() -> tuple[Problem, TickedProblem, Population]:
+    rng = np.random.default_rng(20240601)
+    problem = synthetic_problem()
+    population = Population(
+        random_chromosomes(rng, POPULATION), random_chromosomes(rng, POPULATION)
+    )
+    return problem, tick_problem(problem), population
+
+
+def evaluate_population(evaluator: Evaluator, population: Population) -> tuple[Any, Any]:
+    return evaluator.forward_end(population.forward), evaluator.backward_span(population.backward)
+
+
+@pytest.fixture(scope="module")
+def reference(workload: tuple[Problem, TickedProblem, Population]) -> tuple[Any, Any]:
+    """NumPy's results, to check every backend's output outside the timed part."""
+    _, ticked, population = workload
+    return evaluate_population(Evaluator.create(ticked, "numpy"), population)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_backend(
+    benchmark: Any, throughput: Any, workload: Any, reference: Any, backend: str
+) -> None:
+    _, ticked, population = workload
+    evaluator = Evaluator.create(ticked, backend)
+    evaluate_population(evaluator, population)  # warm-up: Numba compiles (or loads its cache)
+    benchmark.group = "evaluate S=8 B=256 P=4096"
+    if backend == "numba":
+        import numba
+
+        benchmark.extra_info["threads"] = numba.get_num_threads()
+    forward, backward = benchmark(evaluate_population, evaluator, population)
+    assert np.array_equal(forward, reference[0]) and np.array_equal(backward, reference[1])
+    throughput(backend, benchmark, population.size)
+
+
+def test_oracle(benchmark: Any, throughput: Any, workload: Any, reference: Any) -> None:
+    problem, ticked, population = workload
+    plans = [
+        decode_plan(population.forward[p], population.backward[p], problem)
+        for p in range(ORACLE_SLICE)
+    ]
+    benchmark.group = "evaluate S=8 B=256 P=4096"
+
+    def run() -> list[float]:
+        return [evaluate(problem, plan).iteration_time for plan in plans]
+
+    times = benchmark(run)
+    expected = ticked.to_time(reference[0][:ORACLE_SLICE] + reference[1][:ORACLE_SLICE])
+    assert np.allclose(times, expected, rtol=1e-9)
+    throughput("oracle", benchmark, ORACLE_SLICE)

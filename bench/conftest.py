@@ -1,0 +1,65 @@
+"""Benchmarks: ``pytest bench`` collects ``bench_*.py`` here and prints a throughput table.
+
+The normal test run (``testpaths = ["tests"]``) never loads this folder. Run
+``pytest bench --benchmark-only``; ``-o python_files='bench_*.py'`` works too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: name -> (median seconds, evaluations per call), filled by :func:`throughput`.
+_RESULTS: dict[str, tuple[float, int]] = {}
+
+#: Evaluations per second the project aims for on a 2-core CPU, per benchmark name.
+TARGETS = {"numba": 5e5, "numpy": 5e4}
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    """Collect ``bench_*.py`` unless pytest already does (named on the command line or
+    matched by ``python_files``)."""
+    if file_path.suffix != ".py" or not file_path.name.startswith("bench_"):
+        return None
+    patterns = parent.config.getini("python_files")
+    if parent.session.isinitpath(file_path) or any(file_path.match(p) for p in patterns):
+        return None
+    return pytest.Module.from_parent(parent, path=file_path)
+
+
+@pytest.fixture(scope="session")
+def throughput() -> Any:
+    """``record(name, benchmark, evaluations)``: store evaluations/s in ``extra_info`` and
+    in the summary table."""
+
+    def record(name: str, benchmark: Any, evaluations: int) -> None:
+        benchmark.extra_info["evaluations"] = evaluations
+        if benchmark.stats is None:  # --benchmark-disable: the function ran once, untimed
+            return
+        median = benchmark.stats.stats.median
+        benchmark.extra_info["evaluations_per_second"] = evaluations / median
+        _RESULTS[name] = (median, evaluations)
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _RESULTS:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("evaluation throughput")
+    oracle = _RESULTS.get("oracle")
+    oracle_rate = oracle[1] / oracle[0] if oracle else None
+    header = ("backend", "evals/call", "median", "evals/s", "x oracle")
+    write("{:<8} {:>10} {:>12} {:>12} {:>9}  target".format(*header))
+    for name, (median, evaluations) in _RESULTS.items():
+        rate = evaluations / median
+        ratio = f"{rate / oracle_rate:9.0f}" if oracle_rate else f"{'-':>9}"
+        target = TARGETS.get(name)
+        verdict = ""
+        if target is not None:
+            verdict = f">= {target:.0e}: {'met' if rate >= target else 'MISSED'}"
+        timing = f"{median * 1e3:>9.3f} ms"
+        write(f"{name:<8} {evaluations:>10} {timing} {rate:>12.3g} {ratio}  {verdict}")
