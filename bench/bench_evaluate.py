@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tidgap import Link, Problem, Stage, affine, evaluate
-from tidgap.backends import Evaluator
+from tidgap.backends import Evaluator, create_evaluator
 from tidgap.encoding import Population, decode_plan
 from tidgap.ticks import TickedProblem, tick_problem
 
@@ -72,7 +72,7 @@ def evaluate_population(evaluator: Evaluator, population: Population) -> tuple[A
 def reference(workload: tuple[Problem, TickedProblem, Population]) -> tuple[Any, Any]:
     """NumPy's results, to check every backend's output outside the timed part."""
     _, ticked, population = workload
-    return evaluate_population(Evaluator.create(ticked, "numpy"), population)
+    return evaluate_population(create_evaluator(ticked, "numpy"), population)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
@@ -80,7 +80,7 @@ def test_backend(
     benchmark: Any, throughput: Any, workload: Any, reference: Any, backend: str
 ) -> None:
     _, ticked, population = workload
-    evaluator = Evaluator.create(ticked, backend)
+    evaluator = create_evaluator(ticked, backend)
     evaluate_population(evaluator, population)  # warm-up: Numba compiles (or loads its cache)
     benchmark.group = "evaluate S=8 B=256 P=4096"
     if backend == "numba":

@@ -14,100 +14,18 @@ import numpy as np
 import pytest
 
 from tidgap import Plan, Problem, check_plan
-from tidgap.backends import CPU_BACKENDS, Evaluator, load_chain_ends
+from tidgap.backends import CPU_BACKENDS, create_evaluator, iteration_time, load_chain_ends
 from tidgap.encoding import Population, decode_plan, encode_plan
 from tidgap.oracle import evaluate
 from tidgap.ticks import TickedProblem, tick_problem
 
 from .conftest import case_id, golden_cases
+from .populations import random_individuals, random_partition, random_population, random_ticked
 
 REL = 1e-6
 CASES = golden_cases()
 numpy_chain_ends = load_chain_ends("numpy")
 numba_chain_ends = load_chain_ends("numba")
-
-
-# --- random feasible populations --------------------------------------------------------
-
-
-def random_partition(rng: np.random.Generator, total: int, cap: int, count: int) -> np.ndarray:
-    """An ordered partition of ``total`` into ``count`` positive parts of at most ``cap``."""
-    assert -(-total // cap) <= count <= total
-    parts = np.ones(count, dtype=np.int64) + rng.multinomial(total - count, [1 / count] * count)
-    while (parts > cap).any():  # move the excess of over-full parts to parts with room
-        over = int(np.argmax(parts))
-        room = np.flatnonzero(parts < cap)
-        target = room[rng.integers(len(room))]
-        moved = min(parts[over] - cap, cap - parts[target])
-        parts[over] -= moved
-        parts[target] += moved
-    assert parts.sum() == total and parts.min() >= 1 and parts.max() <= cap
-    return parts
-
-
-def random_population(
-    rng: np.random.Generator,
-    caps: np.ndarray,
-    num_units: int,
-    size: int,
-    width: int,
-    max_count: int | None = None,
-) -> np.ndarray:
-    """``(size, S, width)`` int32: per row a random microbatch count, then a random partition.
-
-    Counts run from the fewest the cap allows to ``max_count`` (default: all units, capped
-    by ``width``), so rows of one individual have different lengths; zeros pad each row.
-    """
-    stages = len(caps)
-    genes = np.zeros((size, stages, width), dtype=np.int32)
-    highest = min(num_units, width, max_count or num_units)
-    for p in range(size):
-        for s in range(stages):
-            fewest = -(-num_units // int(caps[s]))
-            assert fewest <= width, f"stage {s} needs {fewest} microbatches, wider than {width}"
-            count = int(rng.integers(fewest, max(fewest, highest) + 1))
-            parts = random_partition(rng, num_units, int(caps[s]), count)
-            genes[p, s, :count] = parts
-    return genes
-
-
-def random_ticked(rng: np.random.Generator, stages: int, num_units: int, top: int) -> TickedProblem:
-    """Random tick tables (entry 0 is 0, entries past a cap are 0) with values up to ``top``."""
-    smallest = -(-num_units // 40)  # at most 40 microbatches per row
-    fcaps = rng.integers(smallest, num_units + 1, size=stages)
-    bcaps = rng.integers(smallest, num_units + 1, size=stages)
-
-    def tables(rows: int, caps: np.ndarray) -> np.ndarray:
-        values = rng.integers(0, top + 1, size=(rows, num_units + 1), dtype=np.int64)
-        values[:, 0] = 0
-        values[rng.random(values.shape) < 0.1] = 0  # some free operations and links
-        for r in range(rows):
-            values[r, caps[r] + 1 :] = 0
-        return values
-
-    return TickedProblem(
-        tick=1.0,
-        num_units=num_units,
-        unit=1,
-        forward_compute=tables(stages, fcaps),
-        backward_compute=tables(stages, bcaps),
-        forward_transfer=tables(stages - 1, fcaps[:-1]),
-        backward_transfer=tables(stages - 1, bcaps[1:]),
-        tails=rng.integers(0, top + 1, size=stages),
-        forward_caps=fcaps.astype(np.int64),
-        backward_caps=bcaps.astype(np.int64),
-    )
-
-
-def random_individuals(
-    rng: np.random.Generator, ticked: TickedProblem, size: int, width: int, max_count: int = 40
-) -> Population:
-    """Forward and backward chromosomes within the ticked problem's caps."""
-    U = ticked.num_units
-    return Population(
-        random_population(rng, ticked.forward_caps, U, size, width, max_count),
-        random_population(rng, ticked.backward_caps, U, size, width, max_count),
-    )
 
 
 def ticked_case(case: dict[str, Any]) -> tuple[Problem, TickedProblem]:
@@ -134,7 +52,7 @@ def test_random_populations_are_feasible_and_ragged() -> None:
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_golden_plans(golden_case: dict[str, Any], backend: str) -> None:
     problem, ticked = ticked_case(golden_case)
-    evaluator = Evaluator.create(ticked, backend)
+    evaluator = create_evaluator(ticked, backend)
     entries = golden_case["plans"]
     assert entries
     encoded = [
@@ -147,7 +65,7 @@ def test_golden_plans(golden_case: dict[str, Any], backend: str) -> None:
     batches.append((np.stack([f for f, _ in encoded]), np.stack([b for _, b in encoded]), expected))
     for forwards, backwards, wanted in batches:
         population = Population(forwards, backwards)
-        times = ticked.to_time(evaluator.iteration_time(population))
+        times = ticked.to_time(iteration_time(evaluator, population))
         forward = ticked.to_time(evaluator.forward_end(population.forward))
         assert times.shape == forward.shape == (len(wanted),)
         for p, values in enumerate(wanted):
@@ -187,15 +105,15 @@ def assert_backends_agree(ticked: TickedProblem, population: Population) -> None
         got = numba_chain_ends(genes, compute, transfer)
         assert got.dtype == np.int64 and got.shape == expected.shape == genes.shape[:2]
         assert np.array_equal(got, expected)
-    numpy_eval = Evaluator.create(ticked, "numpy")
-    numba_eval = Evaluator.create(ticked, "numba")
+    numpy_eval = create_evaluator(ticked, "numpy")
+    numba_eval = create_evaluator(ticked, "numba")
     forward = numba_eval.forward_end(population.forward)
     backward = numba_eval.backward_span(population.backward)
     assert forward.dtype == backward.dtype == np.int64
     assert np.array_equal(forward, numpy_eval.forward_end(population.forward))
     assert np.array_equal(backward, numpy_eval.backward_span(population.backward))
     assert np.array_equal(
-        numba_eval.iteration_time(population), numpy_eval.iteration_time(population)
+        iteration_time(numba_eval, population), iteration_time(numpy_eval, population)
     )
 
 
@@ -287,8 +205,8 @@ def test_backends_match_oracle_on_random_individuals(
     rng = np.random.default_rng(zlib.crc32(f"{case_id(golden_case)}/{backend}".encode()))
     width = min(problem.num_units, 30) + 4
     population = random_individuals(rng, ticked, 25, width, max_count=30)
-    evaluator = Evaluator.create(ticked, backend)
-    times = ticked.to_time(evaluator.iteration_time(population))
+    evaluator = create_evaluator(ticked, backend)
+    times = ticked.to_time(iteration_time(evaluator, population))
     forward = ticked.to_time(evaluator.forward_end(population.forward))
     stage_ends = ticked.to_time(
         evaluator.chain_ends(population.forward, ticked.forward_compute, ticked.forward_transfer)

@@ -7,8 +7,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 from tidgap.errors import InputError
 from tidgap.examples import example_names
+from tidgap.heuristics import global_dp, local_greedy
 from tidgap.oracle import Evaluation, evaluate
 from tidgap.plan import Plan, check_plan, load_plan
+from tidgap.planner import SearchResult, search
 from tidgap.problem import Link, Problem, Stage, load_problem
 from tidgap.schedules import (
     BaselineResult,
@@ -35,6 +37,7 @@ __all__ = [
     "Link",
     "Plan",
     "Problem",
+    "SearchResult",
     "Stage",
     "TimeFunction",
     "affine",
@@ -45,11 +48,14 @@ __all__ = [
     "evaluate",
     "example_names",
     "feasible_microbatch_counts",
+    "global_dp",
     "gpipe",
     "gpipe_plan",
     "load_plan",
     "load_problem",
+    "local_greedy",
     "one_f_one_b",
     "pipedream",
+    "search",
     "table",
 ]

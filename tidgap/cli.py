@@ -13,11 +13,12 @@ from typing import Any
 import click
 
 from tidgap import __version__
-from tidgap.backends import CPU_BACKENDS
+from tidgap.backends import BACKENDS, cpu_backend
 from tidgap.compare import compare, format_table, rows_as_dicts
 from tidgap.errors import InputError
 from tidgap.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX, example_names, example_summary
 from tidgap.fileio import require_writable, write_json_atomic
+from tidgap.gpu import gpu_unusable_reason
 from tidgap.oracle import evaluate
 from tidgap.plan import load_plan
 from tidgap.planner import search
@@ -197,6 +198,20 @@ def _compact(sizes: list[int]) -> str:
     return " ".join(f"{size}x{count}" if count > 1 else str(size) for size, count in runs)
 
 
+def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
+    """The backend named by ``--backend``, ``--gpu`` or ``--cpu``; bad usage exits 2."""
+    if sum([gpu, cpu, backend != "auto"]) > 1:
+        raise click.UsageError("give one of --backend, --gpu and --cpu")
+    if gpu or backend == "cuda":
+        reason = gpu_unusable_reason()
+        if reason is not None:
+            raise InputError(f"no usable GPU: {reason}", source="--gpu" if gpu else "--backend")
+        return "cuda"
+    if cpu:
+        return cpu_backend()
+    return backend
+
+
 @cli.command(name="search")
 @problem_argument(required=False)
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
@@ -234,12 +249,15 @@ def _compact(sizes: list[int]) -> str:
 )
 @click.option(
     "--backend",
-    type=click.Choice(["auto", *CPU_BACKENDS]),
+    type=click.Choice(["auto", *BACKENDS]),
     default="auto",
     show_default=True,
-    help="Evaluation backend; auto picks numba when it imports, else numpy.",
+    help="Evaluation backend; auto picks the GPU when usable, else numba, else numpy.",
 )
-@click.option("--cpu", is_flag=True, help="Run on the CPU (the same as --backend auto today).")
+@click.option(
+    "--gpu", is_flag=True, help="Use the CUDA backend; exit 2 saying why if no GPU is usable."
+)
+@click.option("--cpu", is_flag=True, help="Use the fastest CPU backend (numba, else numpy).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the plan (tidgap.plan/1) here.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line, no table: the summary only.")
 @json_option
@@ -252,6 +270,7 @@ def search_command(
     population: int,
     max_microbatches: int | None,
     backend: str,
+    gpu: bool,
     cpu: bool,
     out: str | None,
     quiet: bool,
@@ -261,7 +280,7 @@ def search_command(
 
     PROBLEM defaults to the built-in example gpt1-14.
     """
-    del cpu  # every backend today runs on the CPU
+    backend = _chosen_backend(backend, gpu, cpu)
     loaded = load_problem(problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE)
     if out is not None:
         require_writable(out)

@@ -73,9 +73,8 @@ def random_chromosomes(
 ) -> Any:
     """``(count, S, K)`` diverse feasible chromosomes: per stage an equal partition with a
     random microbatch count, then a few random boundary moves."""
-    xp = namespace(caps)
     fewest = -(-units // caps)
-    counts = rng.integers(fewest[None, :], xp.minimum(width, units) + 1, (count, stages))
+    counts = rng.integers(fewest[None, :], min(width, units) + 1, (count, stages))
     genes = equal_rows(units, counts.reshape(-1), width).reshape(count, stages, width)
     for _ in range(3):
         genes = mutate(genes, caps, rng, rate=1.0)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from tidgap.backends import CPU_BACKENDS, Evaluator
+from tidgap.backends import BACKENDS, create_evaluator, default_backend
 from tidgap.encoding import GENE, decode_plan, encode_partitions
 from tidgap.ga import Chromosomes, GeneticSettings, Progress, StopRule, evolve, random_chromosomes
 from tidgap.heuristics import HEURISTICS
@@ -22,6 +23,7 @@ from tidgap.problem import Problem
 from tidgap.rng import CounterRng
 from tidgap.schedules import BaselineResult, best_baselines
 from tidgap.ticks import TickedProblem, tick_problem
+from tidgap.xp import backend_namespace, namespace, to_host
 
 #: Default bound on microbatches per stage (raised when a baseline or the caps need more).
 DEFAULT_MAX_MICROBATCHES = 64
@@ -82,17 +84,6 @@ class SearchResult:
         }
 
 
-def resolve_backend(backend: str) -> str:
-    """``auto`` -> the fastest CPU backend that imports; other names pass through."""
-    if backend != "auto":
-        return backend
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return "numpy"
-    return "numba"
-
-
 def chromosome_width(problem: Problem, requested: int | None, counts_needed: list[int]) -> int:
     """``K``: the most microbatches a stage may use in the search."""
     fewest = max(
@@ -121,15 +112,27 @@ def _seeds(
 
 
 def _population(
-    seeds: np.ndarray, caps: np.ndarray, size: int, units: int, score: Callable, rng: CounterRng
+    seeds: np.ndarray, caps: Any, size: int, units: int, score: Callable, rng: CounterRng
 ) -> Chromosomes:
-    """Seeds first (the best ``size`` if there are more), then random chromosomes."""
+    """Seeds first (the best ``size`` if there are more), then random chromosomes, all in
+    the array module of ``caps``."""
+    xp = namespace(caps)
     _, stages, width = seeds.shape
     fill = max(size - len(seeds), 0)
-    genes = np.concatenate([seeds, random_chromosomes(fill, stages, width, units, caps, rng)])
+    randoms = random_chromosomes(fill, stages, width, units, caps, rng)
+    genes = xp.concatenate([xp.asarray(seeds), randoms])
     fitness = score(genes)
-    keep = np.argsort(fitness, kind="stable")[:size]
+    keep = xp.argsort(fitness, kind="stable")[:size]
     return Chromosomes(genes[keep], fitness[keep], caps, score)
+
+
+def _polished(genes: Any, fitness: int, caps: np.ndarray, score: Callable, xp: ModuleType) -> Any:
+    """:func:`polish` on the host, scoring neighbours with the backend's ``score``."""
+
+    def host_score(candidates: np.ndarray) -> np.ndarray:
+        return to_host(score(xp.asarray(candidates)))
+
+    return polish(to_host(genes), fitness, caps, host_score)[0]
 
 
 def search(
@@ -150,12 +153,12 @@ def search(
     time limit may stop at a different generation on a busier machine. The result is
     never worse than the best GPipe, local greedy or global DP plan (they seed the GA).
     """
-    if backend not in ("auto", *CPU_BACKENDS):
+    if backend not in ("auto", *BACKENDS):
         raise ValueError(f"unknown backend {backend!r}")
     stop = StopRule(generations, time_limit, stagnation)
-    backend = resolve_backend(backend)
+    backend = default_backend() if backend == "auto" else backend
     ticked = tick_problem(problem)
-    evaluator = Evaluator.create(ticked, backend)
+    evaluator = create_evaluator(ticked, backend)
     baselines = best_baselines(problem)
     heuristics = {name: build(problem) for name, build in HEURISTICS.items()}
     width = chromosome_width(
@@ -165,7 +168,8 @@ def search(
         + [len(p) for plan in heuristics.values() for p in plan.forward + plan.backward],
     )
     settings = GeneticSettings(population=max(population, 8))
-    rng = CounterRng(seed)
+    xp = backend_namespace(backend)
+    rng = CounterRng(seed, xp)
     sides = []
     for caps, score, direction in (
         (ticked.forward_caps, evaluator.forward_end, "forward"),
@@ -173,7 +177,9 @@ def search(
     ):
         partitions = [getattr(plan, direction) for plan in heuristics.values()]
         seeds = _seeds(ticked, caps, width, partitions)
-        sides.append(_population(seeds, caps, settings.population, ticked.num_units, score, rng))
+        sides.append(
+            _population(seeds, xp.asarray(caps), settings.population, ticked.num_units, score, rng)
+        )
     report = None
     if on_progress is not None:
         gpipe_time = baselines["gpipe"].iteration_time
@@ -187,17 +193,15 @@ def search(
             )
 
     evolution = evolve(sides[0], sides[1], settings, stop, rng, report)
-    forward, _ = polish(
-        np.asarray(evolution.forward),
-        evolution.forward_ticks,
-        ticked.forward_caps,
-        evaluator.forward_end,
+    forward = _polished(
+        evolution.forward, evolution.forward_ticks, ticked.forward_caps, evaluator.forward_end, xp
     )
-    backward, _ = polish(
-        np.asarray(evolution.backward),
+    backward = _polished(
+        evolution.backward,
         evolution.backward_ticks,
         ticked.backward_caps,
         evaluator.backward_span,
+        xp,
     )
     plan = decode_plan(forward, backward, problem)
     check_plan(plan, problem)

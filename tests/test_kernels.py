@@ -1,0 +1,188 @@
+"""The CUDA code without a GPU: it compiles for sm_80 and sm_90, and its recurrence,
+compiled for the host, equals the CPU backends exactly."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tidgap import Problem
+from tidgap.backends import create_evaluator
+from tidgap.kernels.source import KERNEL_DIR, kernel_source, scratch_width
+from tidgap.ticks import TickedProblem, tick_problem
+
+from .conftest import case_id, golden_cases
+from .populations import random_individuals, random_ticked
+
+NATIVE = Path(__file__).parent / "native"
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("max_width", [16, 256])
+def test_kernel_source_compiles_with_nvcc(arch: str, max_width: int, tmp_path: Path) -> None:
+    """The exact text NVRTC gets (header inlined) compiles, for each scratch size."""
+    source = tmp_path / "evaluate_inlined.cu"
+    source.write_text(kernel_source())
+    result = subprocess.run(
+        [
+            "nvcc",
+            f"-arch={arch}",
+            "-std=c++17",
+            f"-DTIDGAP_MAX_K={max_width}",
+            "-c",
+            str(source),
+            "-o",
+            str(tmp_path / "evaluate.o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr.lower(), result.stderr
+
+
+@needs_nvcc
+def test_every_cu_file_compiles(tmp_path: Path) -> None:
+    sources = sorted(KERNEL_DIR.glob("*.cu"))
+    assert sources, "no CUDA sources found"
+    for source in sources:
+        for arch in ("sm_80", "sm_90"):
+            result = subprocess.run(
+                [
+                    "nvcc",
+                    f"-arch={arch}",
+                    "-std=c++17",
+                    "-I",
+                    str(KERNEL_DIR),
+                    "-c",
+                    str(source),
+                    "-o",
+                    str(tmp_path / f"{source.stem}_{arch}.o"),
+                ],
+                capture_output=True,
+                text=True,
+            )
+            assert result.returncode == 0, (source.name, arch, result.stderr)
+
+
+@pytest.fixture(scope="module")
+def host_kernel(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``tidgap_evaluate_host`` from ``chain.cuh`` built with the system C++ compiler."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not installed")
+    library = tmp_path_factory.mktemp("native") / "chain_host.so"
+    subprocess.run(
+        [
+            "g++",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-shared",
+            "-fPIC",
+            "-I",
+            str(KERNEL_DIR),
+            str(NATIVE / "chain_host.cpp"),
+            "-o",
+            str(library),
+        ],
+        check=True,
+    )
+    function = ctypes.CDLL(str(library)).tidgap_evaluate_host
+    function.restype = None
+    return function
+
+
+def host_fitness(
+    kernel: Any, genes: np.ndarray, ticked: TickedProblem, backward: bool
+) -> np.ndarray:
+    """Call the host build like the launcher calls the GPU kernel (chain-order tables)."""
+    genes = np.ascontiguousarray(genes, dtype=np.int32)
+    population, stages, width = genes.shape
+    if backward:
+        tables = (ticked.backward_compute[::-1], ticked.backward_transfer[::-1], ticked.tails[::-1])
+    else:
+        tables = (ticked.forward_compute, ticked.forward_transfer, np.zeros(stages, np.int64))
+    compute, transfer, tails = (np.ascontiguousarray(t, dtype=np.int64) for t in tables)
+    fitness = np.empty(population, dtype=np.int64)
+
+    def pointer(array: np.ndarray) -> ctypes.c_void_p:
+        return ctypes.c_void_p(array.ctypes.data)
+
+    kernel(
+        pointer(genes),
+        pointer(fitness),
+        ctypes.c_longlong(population),
+        ctypes.c_int(stages),
+        ctypes.c_int(width),
+        ctypes.c_int(int(backward)),
+        pointer(compute),
+        pointer(transfer),
+        pointer(tails),
+        ctypes.c_int(compute.shape[1]),
+    )
+    return fitness
+
+
+def assert_kernel_matches_cpu(
+    kernel: Any, ticked: TickedProblem, forward: Any, backward: Any
+) -> None:
+    reference = create_evaluator(ticked, "numpy")
+    np.testing.assert_array_equal(
+        host_fitness(kernel, forward, ticked, backward=False), reference.forward_end(forward)
+    )
+    np.testing.assert_array_equal(
+        host_fitness(kernel, backward, ticked, backward=True), reference.backward_span(backward)
+    )
+
+
+@pytest.mark.parametrize("case", golden_cases(), ids=case_id)
+def test_host_kernel_equals_cpu_on_golden_problems(host_kernel: Any, case: dict) -> None:
+    ticked = tick_problem(Problem.from_dict(case["problem"]))
+    rng = np.random.default_rng(len(case["problem"]["name"]))
+    width = min(ticked.num_units, 40)
+    population = random_individuals(rng, ticked, size=200, width=width)
+    assert_kernel_matches_cpu(host_kernel, ticked, population.forward, population.backward)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_host_kernel_equals_cpu_on_large_random_tables(host_kernel: Any, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    stages = int(rng.integers(1, 9))
+    ticked = random_ticked(rng, stages, num_units=int(rng.integers(1, 120)), top=2**40)
+    population = random_individuals(rng, ticked, size=300, width=64)
+    assert_kernel_matches_cpu(host_kernel, ticked, population.forward, population.backward)
+
+
+def test_golden_plans_through_the_host_kernel(host_kernel: Any) -> None:
+    """Golden iteration times, end to end through the kernel code (rel 1e-6)."""
+    from tidgap import Plan
+    from tidgap.encoding import encode_plan
+
+    for case in golden_cases():
+        problem = Problem.from_dict(case["problem"])
+        ticked = tick_problem(problem)
+        for entry in case["plans"]:
+            plan = Plan.of(entry["forward"], entry["backward"])
+            forward, backward = encode_plan(plan, problem, problem.num_units)
+            ticks = (
+                host_fitness(host_kernel, forward[None], ticked, False)[0]
+                + host_fitness(host_kernel, backward[None], ticked, True)[0]
+            )
+            expected = entry["expected"]["iteration_time"]
+            assert ticked.to_time(ticks) == pytest.approx(expected, rel=1e-6)
+
+
+def test_scratch_width_covers_the_chromosome() -> None:
+    for width in (1, 15, 16, 17, 64, 65, 1000):
+        scratch = scratch_width(width)
+        assert scratch >= width and scratch >= 16 and scratch & (scratch - 1) == 0

@@ -1,0 +1,42 @@
+"""Is a GPU usable here, and if not, why: CuPy missing, no device, driver too old."""
+
+from __future__ import annotations
+
+import importlib
+
+INSTALL_HINT = "pip install 'tidgap[cuda12]' or 'tidgap[cuda13]'"
+
+
+def gpu_unusable_reason() -> str | None:
+    """``None`` when CuPy imports and sees a CUDA device; else one line saying why not."""
+    try:
+        cupy = importlib.import_module("cupy")
+    except ImportError:
+        return f"CuPy is not installed ({INSTALL_HINT})"
+    except Exception as error:  # a broken CUDA install can fail in many ways on import
+        return f"CuPy failed to import: {error}"
+    runtime = cupy.cuda.runtime
+    try:
+        count = runtime.getDeviceCount()
+    except runtime.CUDARuntimeError as error:
+        text = str(error)
+        if "InsufficientDriver" in text:
+            driver = runtime.driverGetVersion()
+            if driver == 0:
+                return "no NVIDIA driver found"
+            return (
+                f"the NVIDIA driver is too old for this CuPy (built for CUDA "
+                f"{_version(runtime.runtimeGetVersion())}, the driver supports "
+                f"{_version(driver)})"
+            )
+        if "NoDevice" in text:
+            return "no CUDA device found"
+        return f"CUDA is not usable: {text}"
+    if count == 0:
+        return "no CUDA device found"
+    return None
+
+
+def _version(encoded: int) -> str:
+    """CUDA's ``1000 * major + 10 * minor`` as ``major.minor``."""
+    return f"{encoded // 1000}.{encoded % 1000 // 10}"
