@@ -1,8 +1,9 @@
-"""CuPy launchers: compile ``evaluate.cu`` with NVRTC on first use and score populations.
+"""CuPy launchers: compile the kernels with NVRTC on first use, then evaluate and breed.
 
-The module text is ``evaluate.cu`` with ``chain.cuh`` inlined; CuPy caches the compiled
-binary per source and options (in memory and in ``~/.cupy/kernel_cache``). Importing this
-module imports CuPy: only :mod:`tidgap.backends` does, when the CUDA backend is chosen.
+Each module's text is its ``.cu`` file with the local headers inlined
+(:func:`tidgap.kernels.source.kernel_source`); CuPy caches the compiled binary per source
+and options, in memory and in ``~/.cupy/kernel_cache``. Importing this module imports
+CuPy: only :mod:`tidgap.backends` and :mod:`tidgap.planner` do, for the CUDA backend.
 """
 
 from __future__ import annotations
@@ -13,18 +14,27 @@ import cupy
 import numpy as np
 
 from tidgap.kernels.source import kernel_source, scratch_width
+from tidgap.operators import MUTATIONS
+from tidgap.rng import CounterRng
 from tidgap.ticks import TickedProblem
 
 THREADS_PER_BLOCK = 128
+#: Draws :func:`tidgap.operators.breed` makes per generation, in order.
+BREED_DRAWS = 7
 
 
 @functools.cache
-def evaluate_kernel(max_width: int) -> cupy.RawKernel:
-    """The ``tidgap_evaluate`` kernel compiled for scratch arrays of ``max_width``."""
+def _kernel(source: str, function: str, max_width: int) -> cupy.RawKernel:
+    """``function`` of ``kernels/source``, compiled with ``TIDGAP_MAX_K = max_width``."""
     module = cupy.RawModule(
-        code=kernel_source(), options=("-std=c++17", f"-DTIDGAP_MAX_K={max_width}")
+        code=kernel_source(source), options=("-std=c++17", f"-DTIDGAP_MAX_K={max_width}")
     )
-    return module.get_function("tidgap_evaluate")
+    return module.get_function(function)
+
+
+def _grid(count: int) -> tuple[int]:
+    """Blocks for ``count`` threads (the kernels loop if there are more)."""
+    return (max(1, min(-(-count // THREADS_PER_BLOCK), 65535 * 32)),)
 
 
 class CudaEvaluator:
@@ -64,9 +74,9 @@ class CudaEvaluator:
         if population == 0:
             return fitness
         compute, transfer, tails = tables
-        blocks = min(-(-population // THREADS_PER_BLOCK), 65535 * 32)
-        evaluate_kernel(scratch_width(width))(
-            (blocks,),
+        kernel = _kernel("evaluate.cu", "tidgap_evaluate", scratch_width(width))
+        kernel(
+            _grid(population),
             (THREADS_PER_BLOCK,),
             (
                 genes,
@@ -82,3 +92,47 @@ class CudaEvaluator:
             ),
         )
         return fitness
+
+
+def cuda_breed(
+    genes: cupy.ndarray,
+    fitness: cupy.ndarray,
+    caps: cupy.ndarray,
+    rng: CounterRng,
+    children: int,
+    crossover_rate: float,
+    mutation_rate: float,
+    tournament_size: int,
+) -> cupy.ndarray:
+    """:func:`tidgap.operators.breed` in one kernel launch: the same draws, the same children.
+
+    ``genes`` ``(P, S, K)`` int32, ``fitness`` ``(P,)`` int64, ``caps`` ``(S,)``; returns
+    ``(children, S, K)`` int32 on the device.
+    """
+    genes = cupy.ascontiguousarray(genes, dtype=cupy.int32)
+    population, stages, width = genes.shape
+    streams = cupy.asarray(np.array([rng.stream() for _ in range(BREED_DRAWS)], dtype=np.uint64))
+    offspring = cupy.empty((children, stages, width), dtype=cupy.int32)
+    if children == 0:
+        return offspring
+    kernel = _kernel("breed.cu", "tidgap_breed", scratch_width(width))
+    kernel(
+        _grid(children),
+        (THREADS_PER_BLOCK,),
+        (
+            genes,
+            cupy.ascontiguousarray(fitness, dtype=cupy.int64),
+            np.int64(population),
+            np.int32(stages),
+            np.int32(width),
+            cupy.ascontiguousarray(caps, dtype=cupy.int64),
+            np.int32(tournament_size),
+            np.float64(crossover_rate),
+            np.float64(mutation_rate),
+            np.int32(len(MUTATIONS)),
+            streams,
+            np.int64(children),
+            offspring,
+        ),
+    )
+    return offspring

@@ -1,4 +1,4 @@
-"""The CUDA source text NVRTC compiles: ``evaluate.cu`` with ``chain.cuh`` inlined.
+"""The CUDA source texts NVRTC compiles: a ``.cu`` file with its local headers inlined.
 
 Kept apart from the launcher so tests can compile the very same text with ``nvcc`` on a
 machine without a GPU (or without CuPy).
@@ -6,17 +6,18 @@ machine without a GPU (or without CuPy).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent
-KERNEL_FILES = ("chain.cuh", "evaluate.cu")
+_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"$', re.MULTILINE)
 
 
-def kernel_source() -> str:
-    """``evaluate.cu`` with its ``#include "chain.cuh"`` replaced by the header's text."""
-    header = (KERNEL_DIR / "chain.cuh").read_text(encoding="utf-8")
-    source = (KERNEL_DIR / "evaluate.cu").read_text(encoding="utf-8")
-    return source.replace('#include "chain.cuh"', header)
+def kernel_source(name: str) -> str:
+    """The text of ``kernels/NAME`` with every ``#include "local.cuh"`` replaced, recursively,
+    by that header's text (include guards keep repeated headers harmless)."""
+    text = (KERNEL_DIR / name).read_text(encoding="utf-8")
+    return _LOCAL_INCLUDE.sub(lambda match: kernel_source(match.group(1)), text)
 
 
 def scratch_width(width: int) -> int:

@@ -15,10 +15,12 @@ import pytest
 from tidgap import Problem
 from tidgap.backends import create_evaluator
 from tidgap.kernels.source import KERNEL_DIR, kernel_source, scratch_width
+from tidgap.operators import MUTATIONS, breed
+from tidgap.rng import CounterRng, uniform_int
 from tidgap.ticks import TickedProblem, tick_problem
 
 from .conftest import case_id, golden_cases
-from .populations import random_individuals, random_ticked
+from .populations import random_individuals, random_population, random_ticked
 
 NATIVE = Path(__file__).parent / "native"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -28,10 +30,14 @@ needs_cxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not i
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("max_width", [16, 256])
-def test_kernel_source_compiles_with_nvcc(arch: str, max_width: int, tmp_path: Path) -> None:
-    """The exact text NVRTC gets (header inlined) compiles, for each scratch size."""
-    source = tmp_path / "evaluate_inlined.cu"
-    source.write_text(kernel_source())
+@pytest.mark.parametrize("name", ["evaluate.cu", "breed.cu"])
+def test_kernel_source_compiles_with_nvcc(
+    name: str, arch: str, max_width: int, tmp_path: Path
+) -> None:
+    """The exact text NVRTC gets (headers inlined) compiles, for each scratch size."""
+    source = tmp_path / f"inlined_{name}"
+    source.write_text(kernel_source(name))
+    assert "#include" not in source.read_text()
     result = subprocess.run(
         [
             "nvcc",
@@ -74,12 +80,11 @@ def test_every_cu_file_compiles(tmp_path: Path) -> None:
             assert result.returncode == 0, (source.name, arch, result.stderr)
 
 
-@pytest.fixture(scope="module")
-def host_kernel(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """``tidgap_evaluate_host`` from ``chain.cuh`` built with the system C++ compiler."""
+def build_host(tmp_path_factory: pytest.TempPathFactory, name: str, function: str) -> Any:
+    """``function`` from ``tests/native/NAME.cpp`` (kernel headers included), built with g++."""
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed")
-    library = tmp_path_factory.mktemp("native") / "chain_host.so"
+    library = tmp_path_factory.mktemp("native") / f"{name}.so"
     subprocess.run(
         [
             "g++",
@@ -91,15 +96,33 @@ def host_kernel(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "-fPIC",
             "-I",
             str(KERNEL_DIR),
-            str(NATIVE / "chain_host.cpp"),
+            str(NATIVE / f"{name}.cpp"),
             "-o",
             str(library),
         ],
         check=True,
     )
-    function = ctypes.CDLL(str(library)).tidgap_evaluate_host
-    function.restype = None
-    return function
+    host_function = getattr(ctypes.CDLL(str(library)), function)
+    host_function.restype = None
+    return host_function
+
+
+@pytest.fixture(scope="module")
+def host_kernel(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``tidgap_evaluate_host``: ``chain.cuh``'s recurrence built for the host."""
+    return build_host(tmp_path_factory, "chain_host", "tidgap_evaluate_host")
+
+
+@pytest.fixture(scope="module")
+def host_breed(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``tidgap_breed_host``: ``breed.cuh``'s per-child breeding built for the host."""
+    return build_host(tmp_path_factory, "breed_host", "tidgap_breed_host")
+
+
+def pointer(array: np.ndarray) -> ctypes.c_void_p:
+    """The address of a contiguous array's data, for ctypes."""
+    assert array.flags.c_contiguous
+    return ctypes.c_void_p(array.ctypes.data)
 
 
 def host_fitness(
@@ -114,10 +137,6 @@ def host_fitness(
         tables = (ticked.forward_compute, ticked.forward_transfer, np.zeros(stages, np.int64))
     compute, transfer, tails = (np.ascontiguousarray(t, dtype=np.int64) for t in tables)
     fitness = np.empty(population, dtype=np.int64)
-
-    def pointer(array: np.ndarray) -> ctypes.c_void_p:
-        return ctypes.c_void_p(array.ctypes.data)
-
     kernel(
         pointer(genes),
         pointer(fitness),
@@ -186,3 +205,72 @@ def test_scratch_width_covers_the_chromosome() -> None:
     for width in (1, 15, 16, 17, 64, 65, 1000):
         scratch = scratch_width(width)
         assert scratch >= width and scratch >= 16 and scratch & (scratch - 1) == 0
+
+
+def host_breed_children(
+    kernel: Any,
+    genes: np.ndarray,
+    fitness: np.ndarray,
+    caps: np.ndarray,
+    seed: int,
+    children: int,
+    crossover_rate: float,
+    mutation_rate: float,
+    tournament_size: int,
+) -> np.ndarray:
+    """Call the host build like :func:`tidgap.kernels.launcher.cuda_breed` calls the GPU."""
+    population, stages, width = genes.shape
+    rng = CounterRng(seed)
+    streams = np.array([rng.stream() for _ in range(7)], dtype=np.uint64)
+    out = np.zeros((children, stages, width), dtype=np.int32)
+    kernel(
+        pointer(np.ascontiguousarray(genes, dtype=np.int32)),
+        pointer(np.ascontiguousarray(fitness, dtype=np.int64)),
+        ctypes.c_longlong(population),
+        ctypes.c_int(stages),
+        ctypes.c_int(width),
+        pointer(np.ascontiguousarray(caps, dtype=np.int64)),
+        ctypes.c_int(tournament_size),
+        ctypes.c_double(crossover_rate),
+        ctypes.c_double(mutation_rate),
+        ctypes.c_int(len(MUTATIONS)),
+        pointer(streams),
+        ctypes.c_longlong(children),
+        pointer(out),
+    )
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_host_breed_equals_the_xp_operators(host_breed: Any, seed: int) -> None:
+    """Selection, crossover and every mutation: the kernel's children are the operators'."""
+    rng = np.random.default_rng(100 + seed)
+    stages, units = int(rng.integers(1, 7)), int(rng.integers(2, 60))
+    caps = rng.integers(-(-units // 12), units + 1, size=stages).astype(np.int64)
+    width = 16
+    genes = random_population(rng, caps, units, size=300, width=width, max_count=12)
+    fitness = rng.integers(0, 50, size=300).astype(np.int64)  # ties on purpose
+    settings = dict(children=290, crossover_rate=0.7, mutation_rate=0.95, tournament_size=3)
+    expected = breed(genes, fitness, caps, CounterRng(seed), **settings)
+    got = host_breed_children(host_breed, genes, fitness, caps, seed, **settings)
+    np.testing.assert_array_equal(got, expected)
+    assert (got != genes[:290]).any()
+
+
+def test_host_breed_exercises_every_mutation(host_breed: Any) -> None:
+    """With mutation certain and no crossover, each registry operator changes some children."""
+    rng = np.random.default_rng(7)
+    caps = np.array([8, 5, 20, 3], dtype=np.int64)
+    genes = random_population(rng, caps, 20, size=400, width=12, max_count=10)
+    fitness = np.arange(400, dtype=np.int64)
+    settings = dict(children=400, crossover_rate=0.0, mutation_rate=1.0, tournament_size=1)
+    got = host_breed_children(host_breed, genes, fitness, caps, 3, **settings)
+    np.testing.assert_array_equal(got, breed(genes, fitness, caps, CounterRng(3), **settings))
+    draws = CounterRng(3)
+    for _ in range(4):
+        draws.stream()
+    chosen = uniform_int(draws.random((400,)), 0, len(MUTATIONS))
+    parents = genes[uniform_int(CounterRng(3).random((400, 1)), 0, 400)[:, 0]]
+    for index in range(len(MUTATIONS)):
+        members = chosen == index
+        assert (got[members] != parents[members]).any(), list(MUTATIONS)[index]

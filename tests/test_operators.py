@@ -7,6 +7,7 @@ import pytest
 
 from tidgap.ga import Chromosomes, GeneticSettings, random_chromosomes
 from tidgap.operators import (
+    MUTATION_UNIFORMS,
     MUTATIONS,
     crossover,
     equal_rows,
@@ -47,7 +48,7 @@ def test_every_mutation_keeps_children_feasible(name: str, population: np.ndarra
     genes = population
     changed = 0
     for _ in range(20):
-        child = MUTATIONS[name](genes, CAPS, rng)
+        child = MUTATIONS[name](genes, CAPS, rng.random((len(genes), MUTATION_UNIFORMS)))
         assert_feasible(child)
         changed += int((child != genes).any(axis=(1, 2)).sum())
         genes = child
@@ -56,24 +57,25 @@ def test_every_mutation_keeps_children_feasible(name: str, population: np.ndarra
 
 def test_mutations_touch_one_stage_per_individual(population: np.ndarray) -> None:
     for name, operator in MUTATIONS.items():
-        child = operator(population, CAPS, CounterRng(3))
+        child = operator(population, CAPS, CounterRng(3).random((256, MUTATION_UNIFORMS)))
         stages_changed = (child != population).any(axis=2).sum(axis=1)
         assert (stages_changed <= 1).all(), name
 
 
 def test_split_and_merge_change_the_count_by_one(population: np.ndarray) -> None:
     before = microbatch_counts(population)
-    split = MUTATIONS["split_microbatch"](population, CAPS, CounterRng(5))
+    u = CounterRng(5).random((256, MUTATION_UNIFORMS))
+    split = MUTATIONS["split_microbatch"](population, CAPS, u)
     delta = microbatch_counts(split).sum(axis=1) - before.sum(axis=1)
     assert set(np.unique(delta)) <= {0, 1} and delta.max() == 1
-    merged = MUTATIONS["merge_microbatches"](population, CAPS, CounterRng(5))
+    merged = MUTATIONS["merge_microbatches"](population, CAPS, u)
     delta = microbatch_counts(merged).sum(axis=1) - before.sum(axis=1)
     assert set(np.unique(delta)) <= {-1, 0} and delta.min() == -1
 
 
 def test_crossover_takes_whole_stages_from_either_parent(population: np.ndarray) -> None:
     first, second = population[:128], population[128:]
-    child = crossover(first, second, CounterRng(2))
+    child = crossover(first, second, CounterRng(2).random((128, STAGES)))
     assert_feasible(child)
     from_first = (child == first).all(axis=2)
     from_second = (child == second).all(axis=2)

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidgap.operators import crossover, equal_rows, mutate, tournament
+from tidgap.operators import breed, equal_rows, mutate
 from tidgap.rng import CounterRng
 from tidgap.xp import namespace
 
 #: ``(P, S, K)`` chromosomes -> ``(P,)`` int64 fitness in ticks (lower is better).
 Fitness = Callable[[Any], Any]
+#: :func:`tidgap.operators.breed` or a fused kernel with the same signature and result.
+Breeder = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Chromosomes:
     fitness: Any
     caps: Any
     score: Fitness
+    breed: Breeder = breed
 
     def best(self) -> tuple[Any, int]:
         """The fittest chromosome ``(S, K)`` and its fitness in ticks (first on ties)."""
@@ -57,12 +60,16 @@ class Chromosomes:
         keep = settings.elites
         order = xp.argsort(self.fitness, kind="stable")[:keep]
         children = self.genes.shape[0] - keep
-        first = tournament(self.fitness, rng, children, settings.tournament_size)
-        second = tournament(self.fitness, rng, children, settings.tournament_size)
-        crossed = crossover(self.genes[first], self.genes[second], rng)
-        use_cross = rng.random((children,)) < settings.crossover_rate
-        offspring = xp.where(use_cross[:, None, None], crossed, self.genes[first])
-        offspring = mutate(offspring, self.caps, rng, settings.mutation_rate)
+        offspring = self.breed(
+            self.genes,
+            self.fitness,
+            self.caps,
+            rng,
+            children,
+            settings.crossover_rate,
+            settings.mutation_rate,
+            settings.tournament_size,
+        )
         self.genes = xp.concatenate([self.genes[order], offspring])
         self.fitness = xp.concatenate([self.fitness[order], self.score(offspring)])
         return children

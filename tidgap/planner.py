@@ -13,9 +13,17 @@ import numpy as np
 
 from tidgap.backends import BACKENDS, create_evaluator, default_backend
 from tidgap.encoding import GENE, decode_plan, encode_partitions
-from tidgap.ga import Chromosomes, GeneticSettings, Progress, StopRule, evolve, random_chromosomes
+from tidgap.ga import (
+    Breeder,
+    Chromosomes,
+    GeneticSettings,
+    Progress,
+    StopRule,
+    evolve,
+    random_chromosomes,
+)
 from tidgap.heuristics import HEURISTICS
-from tidgap.operators import equal_rows
+from tidgap.operators import breed, equal_rows
 from tidgap.oracle import Evaluation, evaluate
 from tidgap.plan import PLAN_FORMAT, Plan, check_plan
 from tidgap.polish import polish
@@ -111,8 +119,23 @@ def _seeds(
     return np.concatenate(seeds).astype(GENE)
 
 
+def _breeder(backend: str) -> Breeder:
+    """The fused CUDA breeding kernel for ``cuda``, else the ``xp`` operators."""
+    if backend == "cuda":
+        from tidgap.kernels.launcher import cuda_breed
+
+        return cuda_breed
+    return breed
+
+
 def _population(
-    seeds: np.ndarray, caps: Any, size: int, units: int, score: Callable, rng: CounterRng
+    seeds: np.ndarray,
+    caps: Any,
+    size: int,
+    units: int,
+    score: Callable,
+    rng: CounterRng,
+    breeder: Breeder,
 ) -> Chromosomes:
     """Seeds first (the best ``size`` if there are more), then random chromosomes, all in
     the array module of ``caps``."""
@@ -123,7 +146,7 @@ def _population(
     genes = xp.concatenate([xp.asarray(seeds), randoms])
     fitness = score(genes)
     keep = xp.argsort(fitness, kind="stable")[:size]
-    return Chromosomes(genes[keep], fitness[keep], caps, score)
+    return Chromosomes(genes[keep], fitness[keep], caps, score, breeder)
 
 
 def _polished(genes: Any, fitness: int, caps: np.ndarray, score: Callable, xp: ModuleType) -> Any:
@@ -178,7 +201,15 @@ def search(
         partitions = [getattr(plan, direction) for plan in heuristics.values()]
         seeds = _seeds(ticked, caps, width, partitions)
         sides.append(
-            _population(seeds, xp.asarray(caps), settings.population, ticked.num_units, score, rng)
+            _population(
+                seeds,
+                xp.asarray(caps),
+                settings.population,
+                ticked.num_units,
+                score,
+                rng,
+                _breeder(backend),
+            )
         )
     report = None
     if on_progress is not None:

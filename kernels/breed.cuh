@@ -1,0 +1,121 @@
+// breed.cuh: one child of a generation, as __host__ __device__ code.
+//
+// Computes child c of tidgap.operators.breed exactly: two tournaments over `fitness`,
+// crossover of whole stages, then at most one mutation of one stage, with the same draws.
+// `streams` holds the seven stream keys in draw order: tournament 1, tournament 2,
+// crossover (c * S + s), use-crossover (c), mutation operator (c), mutate-or-not (c),
+// mutation uniforms (c * 3 + j). Arrays (row-major): genes (P, S, K) int32 parents,
+// fitness (P,) int64, caps (S,) int64, child (S, K) int32 out. The mutation order is the
+// registry's: move, shift, split, merge, copy neighbour, equalise.
+#ifndef TIDGAP_BREED_CUH
+#define TIDGAP_BREED_CUH
+
+#include "random.cuh"
+
+__host__ __device__ inline long long tidgap_tournament(
+    tidgap_u64 stream, long long child, int size, const long long* fitness, long long population) {
+    long long best = -1;
+    for (int j = 0; j < size; ++j) {
+        long long entrant = tidgap_uniform_int(
+            tidgap_uniform(stream, child * size + j), 0, population);
+        if (best < 0 || fitness[entrant] < fitness[best]) best = entrant;
+    }
+    return best;
+}
+
+__host__ __device__ inline long long tidgap_min(long long a, long long b) { return a < b ? a : b; }
+__host__ __device__ inline long long tidgap_maxl(long long a, long long b) { return a > b ? a : b; }
+
+__host__ __device__ inline int tidgap_count(const int* row, int width) {
+    int count = 0;
+    while (count < width && row[count] > 0) ++count;
+    return count;
+}
+
+// Mutation `op` on one stage of `child` (S, K), with uniforms u0 (stage), u1, u2.
+__host__ __device__ inline void tidgap_mutate(
+    int op, double u0, double u1, double u2, int* child, int stages, int width,
+    const long long* caps) {
+    int stage = (int)tidgap_uniform_int(u0, 0, stages);
+    int* row = child + stage * width;
+    long long cap = caps[stage];
+    int count = tidgap_count(row, width);
+    if (op == 0 || op == 1 || op == 3) {  // boundary between k and k + 1
+        int k = (int)tidgap_uniform_int(u1, 0, tidgap_maxl(count - 1, 1));
+        long long left = row[k];
+        long long right = row[k + 1 < width ? k + 1 : width - 1];
+        long long total = left + right;
+        if (op == 3) {  // merge
+            if (count >= 2 && total <= cap) {
+                row[k] = (int)total;
+                for (int col = k + 1; col < width - 1; ++col) row[col] = row[col + 1];
+                row[width - 1] = 0;
+            }
+            return;
+        }
+        long long low = tidgap_maxl(1, total - cap);
+        long long high_raw = tidgap_min(cap, total - 1);
+        long long high = tidgap_maxl(high_raw, low);
+        long long new_left;
+        if (op == 1) {  // shift one unit
+            new_left = left + (u2 < 0.5 ? -1 : 1);
+            new_left = new_left < low ? low : (new_left > high ? high : new_left);
+        } else {  // move to a random feasible point
+            new_left = tidgap_uniform_int(u2, low, high + 1);
+        }
+        if (count >= 2 && high_raw >= low) {
+            row[k] = (int)new_left;
+            row[k + 1] = (int)(total - new_left);
+        }
+    } else if (op == 2) {  // split
+        int k = (int)tidgap_uniform_int(u1, 0, tidgap_maxl(count, 1));
+        long long size = row[k];
+        long long head = tidgap_uniform_int(u2, 1, tidgap_maxl(size, 2));
+        if (size >= 2 && count < width) {
+            for (int col = width - 1; col > k; --col) row[col] = row[col - 1];
+            row[k] = (int)head;
+            row[k + 1] = (int)(size - head);
+        }
+    } else if (op == 4) {  // copy a neighbouring stage
+        int neighbour = stage + (u1 < 0.5 ? -1 : 1);
+        neighbour = neighbour < 0 ? 0 : (neighbour > stages - 1 ? stages - 1 : neighbour);
+        const int* borrowed = child + neighbour * width;
+        long long largest = 0;
+        for (int col = 0; col < width; ++col) largest = tidgap_maxl(largest, borrowed[col]);
+        if (largest <= cap && neighbour != stage) {
+            for (int col = 0; col < width; ++col) row[col] = borrowed[col];
+        }
+    } else if (op == 5) {  // equalise
+        long long total = 0;
+        for (int col = 0; col < width; ++col) total += row[col];
+        long long fewest = (total + cap - 1) / cap;
+        long long m = tidgap_uniform_int(
+            u1, fewest, tidgap_maxl(fewest, tidgap_min(width, total)) + 1);
+        for (int col = 0; col < width; ++col) {
+            row[col] = col < m ? (int)(total / m + (col < total % m ? 1 : 0)) : 0;
+        }
+    }
+}
+
+__host__ __device__ inline void tidgap_breed_child(
+    long long c, const int* genes, const long long* fitness, long long population,
+    int stages, int width, const long long* caps, int tournament_size,
+    double crossover_rate, double mutation_rate, int num_mutations,
+    const tidgap_u64* streams, int* child) {
+    long long first = tidgap_tournament(streams[0], c, tournament_size, fitness, population);
+    long long second = tidgap_tournament(streams[1], c, tournament_size, fitness, population);
+    bool use_cross = tidgap_uniform(streams[3], c) < crossover_rate;
+    for (int s = 0; s < stages; ++s) {
+        bool take_first = tidgap_uniform(streams[2], c * stages + s) < 0.5;
+        long long parent = (use_cross && !take_first) ? second : first;
+        const int* source = genes + (parent * stages + s) * width;
+        for (int col = 0; col < width; ++col) child[s * width + col] = source[col];
+    }
+    int op = (int)tidgap_uniform_int(tidgap_uniform(streams[4], c), 0, num_mutations);
+    if (tidgap_uniform(streams[5], c) < mutation_rate) {
+        tidgap_mutate(op, tidgap_uniform(streams[6], c * 3), tidgap_uniform(streams[6], c * 3 + 1),
+                      tidgap_uniform(streams[6], c * 3 + 2), child, stages, width, caps);
+    }
+}
+
+#endif  // TIDGAP_BREED_CUH
