@@ -75,3 +75,12 @@ def test_console_script_runs() -> None:
     )
     assert result.returncode == 0
     assert "tidgap" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "script", ["bench/gpu_check.sh", "bench/fetch_device_wheels.sh", ".ci/run"]
+)
+def test_shell_scripts_parse(script: str) -> None:
+    """The scripts a GPU session or CI runs are at least valid bash here."""
+    result = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

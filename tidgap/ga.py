@@ -15,7 +15,7 @@ from typing import Any
 
 from tidgap.operators import breed, equal_rows, mutate
 from tidgap.rng import CounterRng
-from tidgap.xp import namespace
+from tidgap.xp import namespace, to_host
 
 #: ``(P, S, K)`` chromosomes -> ``(P,)`` int64 fitness in ticks (lower is better).
 Fitness = Callable[[Any], Any]
@@ -132,6 +132,13 @@ class Evolution:
     stop_reason: str
 
 
+def best_total(forward: Chromosomes, backward: Chromosomes) -> int:
+    """Least forward plus least backward fitness, in ticks: one device-to-host copy."""
+    xp = namespace(forward.fitness)
+    pair = xp.stack([forward.fitness.min(), backward.fitness.min()])
+    return int(to_host(pair).sum())
+
+
 def evolve(
     forward: Chromosomes,
     backward: Chromosomes,
@@ -143,12 +150,12 @@ def evolve(
     """Run DGAP on both directions in lockstep until ``stop`` says so."""
     evaluations = forward.genes.shape[0]
     generation = since_improvement = 0
-    best = forward.best()[1] + backward.best()[1]
+    best = best_total(forward, backward)
     while (reason := stop.reason(generation, since_improvement)) is None:
         evaluations += forward.step(settings, rng)
         backward.step(settings, rng)
         generation += 1
-        current = forward.best()[1] + backward.best()[1]
+        current = best_total(forward, backward)
         since_improvement = 0 if current < best else since_improvement + 1
         best = min(best, current)
         if on_progress is not None:

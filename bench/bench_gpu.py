@@ -1,0 +1,107 @@
+"""GPU throughput (skipped without a usable GPU): the evaluation kernel at several
+population sizes, one whole generation at ``P = 2**16``, and Numba beside them.
+
+Workload as in ``bench_evaluate.py``: ``S = 8``, ``B = 256``, unit 1, 12..20 microbatches
+per stage and direction, ``K = 32``; one evaluation is ``forward_end + backward_span``.
+Large populations repeat a 4096-individual base (the kernel's cost does not depend on
+which partitions it reads). Bandwidth share: the bytes an evaluation must read (its two
+chromosomes, ``2 * S * K * 4``) and write (two int64 results) per second, against the
+H200's 4.8 TB/s.
+
+Run on a GPU machine: ``pytest bench/bench_gpu.py --benchmark-only``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from bench_evaluate import POPULATION, STAGES, WIDTH, random_chromosomes, synthetic_problem
+
+from tidgap.backends import create_evaluator
+from tidgap.gpu import gpu_unusable_reason
+from tidgap.ticks import tick_problem
+
+REASON = gpu_unusable_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no usable GPU: {REASON}")
+
+SIZES = [2**16, 2**18, 2**20, 2**22]
+BYTES_PER_EVALUATION = 2 * STAGES * WIDTH * 4 + 2 * 8
+PEAK_BANDWIDTH = 4.8e12  # H200, bytes/s
+
+
+@pytest.fixture(scope="module")
+def base() -> tuple[Any, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(20240601)
+    ticked = tick_problem(synthetic_problem())
+    return ticked, random_chromosomes(rng, POPULATION), random_chromosomes(rng, POPULATION)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_cuda_evaluation(benchmark: Any, throughput: Any, base: Any, size: int) -> None:
+    import cupy
+
+    ticked, forward, backward = base
+    repeat = size // POPULATION
+    forward_dev = cupy.asarray(np.tile(forward, (repeat, 1, 1)))
+    backward_dev = cupy.asarray(np.tile(backward, (repeat, 1, 1)))
+    evaluator = create_evaluator(ticked, "cuda")
+
+    def run() -> tuple[Any, Any]:
+        result = evaluator.forward_end(forward_dev), evaluator.backward_span(backward_dev)
+        cupy.cuda.Device().synchronize()
+        return result
+
+    run()  # compile (or load the kernel cache)
+    benchmark.group = "cuda evaluate S=8 B=256"
+    got_forward, got_backward = benchmark(run)
+    numba = create_evaluator(ticked, "numba")
+    assert np.array_equal(got_forward.get()[:POPULATION], numba.forward_end(forward))
+    assert np.array_equal(got_backward.get()[:POPULATION], numba.backward_span(backward))
+    throughput(f"cuda P=2^{size.bit_length() - 1}", benchmark, size)
+    rate = size / benchmark.stats.stats.median if benchmark.stats else 0.0
+    benchmark.extra_info["bandwidth_share"] = rate * BYTES_PER_EVALUATION / PEAK_BANDWIDTH
+
+
+def test_numba_on_this_machine(benchmark: Any, throughput: Any, base: Any) -> None:
+    ticked, forward, backward = base
+    numba = create_evaluator(ticked, "numba")
+    numba.forward_end(forward)  # compile
+    benchmark.group = "cuda evaluate S=8 B=256"
+    benchmark(lambda: (numba.forward_end(forward), numba.backward_span(backward)))
+    throughput("numba", benchmark, POPULATION)
+
+
+def test_one_generation_at_65536(benchmark: Any, throughput: Any, base: Any) -> None:
+    """Selection to evaluation, both directions, on the device: ``Chromosomes.step`` x 2."""
+    import cupy
+
+    from tidgap.ga import Chromosomes, GeneticSettings
+    from tidgap.kernels.launcher import cuda_breed
+    from tidgap.rng import CounterRng
+
+    ticked, forward, backward = base
+    size = 2**16
+    evaluator = create_evaluator(ticked, "cuda")
+    settings = GeneticSettings(population=size)
+    sides = []
+    for genes, caps, score in (
+        (forward, ticked.forward_caps, evaluator.forward_end),
+        (backward, ticked.backward_caps, evaluator.backward_span),
+    ):
+        device_genes = cupy.asarray(np.tile(genes, (size // POPULATION, 1, 1)))
+        sides.append(
+            Chromosomes(device_genes, score(device_genes), cupy.asarray(caps), score, cuda_breed)
+        )
+    rng = CounterRng(0, cupy)
+
+    def generation() -> None:
+        for side in sides:
+            side.step(settings, rng)
+        cupy.cuda.Device().synchronize()
+
+    generation()
+    benchmark.group = "cuda generation P=2^16"
+    benchmark(generation)
+    throughput("cuda generation P=2^16", benchmark, size)

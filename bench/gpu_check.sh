@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One script for a GPU machine (CuPy, Numba, pytest preinstalled; no network), at most
+# 5 minutes: installs tidgap from this checkout without dependencies (pydantic comes from
+# wheels in .whl/, see bench/fetch_device_wheels.sh), runs the GPU tests, the GPU
+# benchmarks at several population sizes, and a --gpu and a --cpu search on every
+# built-in example, then prints a summary. Usage: bash bench/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+log=${OUT:-/tmp}/gpu_check.log
+exec > >(tee "$log") 2>&1
+
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 2
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
+  || python3 -m pip install -q --no-index --no-deps --no-build-isolation . || exit 2
+
+echo "== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import cupy, numba, numpy, sys; print('python', sys.version.split()[0], 'cupy', cupy.__version__, 'numba', numba.__version__, 'numpy', numpy.__version__)"
+python3 -c "from tidgap.gpu import gpu_unusable_reason as r; print('gpu usable:', r() or 'yes')"
+
+echo "== tests (GPU, kernels, backends)"
+timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py \
+  tests/test_backends.py
+tests_status=$?
+
+echo "== benchmarks"
+timeout 120 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchmark-only \
+  --benchmark-columns=median,iqr,rounds --benchmark-json="${OUT:-/tmp}/bench_gpu.json"
+bench_status=$?
+
+echo "== searches (seed 0, default stopping)"
+for example in $(python3 -c "from tidgap.examples import example_names; print(*example_names())"); do
+  for device in gpu cpu; do
+    timeout 40 tidgap search "example:$example" --seed 0 --"$device" --quiet
+  done
+done
+
+echo "== summary: tests exit $tests_status, benchmarks exit $bench_status (log: $log)"
