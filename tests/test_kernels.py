@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tidgap import Problem
+from tidgap import Problem, load_problem
 from tidgap.backends import create_evaluator
 from tidgap.kernels.source import KERNEL_DIR, kernel_source, scratch_width
 from tidgap.operators import MUTATIONS, breed
@@ -212,7 +212,7 @@ def host_breed_children(
     genes: np.ndarray,
     fitness: np.ndarray,
     caps: np.ndarray,
-    seed: int,
+    rng: CounterRng,
     children: int,
     crossover_rate: float,
     mutation_rate: float,
@@ -220,7 +220,6 @@ def host_breed_children(
 ) -> np.ndarray:
     """Call the host build like :func:`tidgap.kernels.launcher.cuda_breed` calls the GPU."""
     population, stages, width = genes.shape
-    rng = CounterRng(seed)
     streams = np.array([rng.stream() for _ in range(7)], dtype=np.uint64)
     out = np.zeros((children, stages, width), dtype=np.int32)
     kernel(
@@ -252,7 +251,7 @@ def test_host_breed_equals_the_xp_operators(host_breed: Any, seed: int) -> None:
     fitness = rng.integers(0, 50, size=300).astype(np.int64)  # ties on purpose
     settings = dict(children=290, crossover_rate=0.7, mutation_rate=0.95, tournament_size=3)
     expected = breed(genes, fitness, caps, CounterRng(seed), **settings)
-    got = host_breed_children(host_breed, genes, fitness, caps, seed, **settings)
+    got = host_breed_children(host_breed, genes, fitness, caps, CounterRng(seed), **settings)
     np.testing.assert_array_equal(got, expected)
     assert (got != genes[:290]).any()
 
@@ -264,7 +263,7 @@ def test_host_breed_exercises_every_mutation(host_breed: Any) -> None:
     genes = random_population(rng, caps, 20, size=400, width=12, max_count=10)
     fitness = np.arange(400, dtype=np.int64)
     settings = dict(children=400, crossover_rate=0.0, mutation_rate=1.0, tournament_size=1)
-    got = host_breed_children(host_breed, genes, fitness, caps, 3, **settings)
+    got = host_breed_children(host_breed, genes, fitness, caps, CounterRng(3), **settings)
     np.testing.assert_array_equal(got, breed(genes, fitness, caps, CounterRng(3), **settings))
     draws = CounterRng(3)
     for _ in range(4):
@@ -274,3 +273,39 @@ def test_host_breed_exercises_every_mutation(host_breed: Any) -> None:
     for index in range(len(MUTATIONS)):
         members = chosen == index
         assert (got[members] != parents[members]).any(), list(MUTATIONS)[index]
+
+
+def test_gpu_search_wiring_with_host_kernels(
+    monkeypatch: pytest.MonkeyPatch, host_kernel: Any, host_breed: Any
+) -> None:
+    """``search(backend="cuda")`` with the kernels' host builds standing in for the GPU
+    (and NumPy for CuPy) finds the same plan as the CPU search with the same seed."""
+    import tidgap.planner as planner
+
+    class HostKernelEvaluator:
+        backend = "cuda"
+
+        def __init__(self, ticked: TickedProblem):
+            self.ticked = ticked
+
+        def forward_end(self, genes: np.ndarray) -> np.ndarray:
+            return host_fitness(host_kernel, genes, self.ticked, backward=False)
+
+        def backward_span(self, genes: np.ndarray) -> np.ndarray:
+            return host_fitness(host_kernel, genes, self.ticked, backward=True)
+
+    def host_breeder(
+        genes: np.ndarray, fitness: np.ndarray, caps: np.ndarray, rng: CounterRng, *settings: Any
+    ) -> np.ndarray:
+        return host_breed_children(host_breed, genes, fitness, caps, rng, *settings)
+
+    cpu = planner.search(load_problem("example:vgg16"), seed=4, generations=12, population=96)
+    monkeypatch.setattr(planner, "backend_namespace", lambda backend: np)
+    monkeypatch.setattr(planner, "create_evaluator", lambda t, backend: HostKernelEvaluator(t))
+    monkeypatch.setattr(planner, "_breeder", lambda backend: host_breeder)
+    gpu = planner.search(
+        load_problem("example:vgg16"), seed=4, generations=12, population=96, backend="cuda"
+    )
+    assert gpu.backend == "cuda"
+    assert (gpu.plan.forward, gpu.plan.backward) == (cpu.plan.forward, cpu.plan.backward)
+    assert gpu.evaluations == cpu.evaluations
