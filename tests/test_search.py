@@ -118,3 +118,26 @@ def test_cli_search_on_bad_input_leaves_an_existing_out_untouched(tmp_path: Path
     assert list(tmp_path.iterdir()) == [bad, out] or sorted(tmp_path.iterdir()) == sorted(
         [bad, out]
     )
+
+
+def test_progress_line_rewrites_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from tidgap.planner import SearchProgress
+    from tidgap.progress import ProgressLine
+
+    line = ProgressLine("ms", refresh=1e9)
+    line(SearchProgress(3, 3000, 0.5, 95.0, 100.0))
+    line(SearchProgress(4, 4000, 1.0, 90.0, 100.0))
+    line.close()
+    err = capsys.readouterr().err
+    assert err.count("\r") == 2 and err.endswith("\n") and err.count("\n") == 1
+    last = err.split("\r")[-1]
+    assert "generation      4" in last and "4e+03 evaluations/s" in last
+    assert "best 90 ms" in last and "+11.11% vs GPipe" in last
+
+
+def test_progress_reaches_the_callback_every_generation() -> None:
+    seen = []
+    search(load_problem("example:tiny-2"), generations=7, population=16, on_progress=seen.append)
+    assert [p.generation for p in seen] == list(range(1, 8))
+    assert all(p.best_time <= p.gpipe_time * (1 + 1e-9) for p in seen)
+    assert seen[-1].evaluations > seen[0].evaluations
