@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from tidgap.atomic import write_text_atomically
 from tidgap.errors import InputError
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -94,21 +94,9 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def write_json_atomic(path: str | os.PathLike[str], document: Any) -> None:
-    """Write ``document`` as JSON to ``path`` so that readers never see half a file.
-
-    The JSON goes to a temporary file beside ``path``, which then replaces it; on any
-    failure ``path`` keeps its old content and the temporary file is removed.
-    """
-    target = Path(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=1, allow_nan=False)
-            handle.write("\n")
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """Write ``document`` as JSON to ``path`` atomically (:mod:`tidgap.atomic`): readers never
+    see half a file, and on failure ``path`` keeps its old content."""
+    write_text_atomically(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
 
 
 def require_writable(path: str | os.PathLike[str]) -> None:

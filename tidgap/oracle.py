@@ -75,33 +75,71 @@ def sweep(start: float, ready: list[float], sizes: list[int], compute: TimeFunct
     return ends
 
 
-def forward_pass(problem: Problem, forward: list[list[int]]) -> list[list[float]]:
-    """``F[s][k]`` for every stage ``s`` and ``k = 0..M_s`` (model.md, forward recurrence)."""
+@dataclass(frozen=True)
+class Recurrence:
+    """One direction of the model for every stage, as model.md names it.
+
+    ``ends[s][k]``: ``F[s][k]`` (forward) or ``G[s][k]`` (backward), ``k = 0..M_s``;
+    ``ready[s][k]``: ``R[s][k]`` or ``R'[s][k]`` (``ready[s][0]`` unused); ``arrivals[l][i]``:
+    on link ``l`` (``l -> l+1``), ``A[l][i]`` (forward, sender ``l``) or ``A'[l+1][i]``
+    (backward, sender ``l+1``), ``i = 0..`` the sender's count (``arrivals[l][0] = -inf``).
+    Operation ``k`` of stage ``s`` runs from ``max(ends[s][k-1], ready[s][k])`` to
+    ``ends[s][k]``; transfer ``i`` from ``max(sender end i, arrivals[l][i-1])`` to
+    ``arrivals[l][i]``. Times in the problem's unit.
+    """
+
+    ends: list[list[float]]
+    ready: list[list[float]]
+    arrivals: list[list[float]]
+
+
+def forward_recurrence(problem: Problem, forward: list[list[int]]) -> Recurrence:
+    """``F``, ``R`` and ``A`` for every stage and link (model.md, forward recurrence)."""
     F: list[list[float]] = []
+    R: list[list[float]] = []
+    A: list[list[float]] = []
     for s, stage in enumerate(problem.stages):
         if s == 0:
             ready = [0.0] * (len(forward[0]) + 1)
         else:
             upstream = send_times(F[s - 1], forward[s - 1], problem.links[s - 1].forward)
             ready = waits(forward[s], forward[s - 1], upstream)
+            A.append(upstream)
+        R.append(ready)
         F.append(sweep(0.0, ready, forward[s], stage.forward))
-    return F
+    return Recurrence(F, R, A)
 
 
-def backward_pass(
+def forward_pass(problem: Problem, forward: list[list[int]]) -> list[list[float]]:
+    """``F[s][k]`` for every stage ``s`` and ``k = 0..M_s`` (model.md, forward recurrence)."""
+    return forward_recurrence(problem, forward).ends
+
+
+def backward_recurrence(
     problem: Problem, backward: list[list[int]], forward_end: float
-) -> list[list[float]]:
-    """``G[s][k]`` for every stage ``s`` and ``k = 0..N_s`` (model.md, backward recurrence)."""
+) -> Recurrence:
+    """``G``, ``R'`` and ``A'`` for every stage and link (model.md, backward recurrence)."""
     S = problem.num_stages
     G: list[list[float]] = [[] for _ in range(S)]
+    R: list[list[float]] = [[] for _ in range(S)]
+    A: list[list[float]] = [[] for _ in range(S - 1)]
     for s in reversed(range(S)):
         if s == S - 1:
             ready = [0.0] * (len(backward[s]) + 1)
         else:
             downstream = send_times(G[s + 1], backward[s + 1], problem.links[s].backward)
             ready = waits(backward[s], backward[s + 1], downstream)
+            A[s] = downstream
+        R[s] = ready
         G[s] = sweep(forward_end, ready, backward[s], problem.stages[s].backward)
-    return G
+    return Recurrence(G, R, A)
+
+
+def backward_pass(
+    problem: Problem, backward: list[list[int]], forward_end: float
+) -> list[list[float]]:
+    """``G[s][k]`` for every stage ``s`` and ``k = 0..N_s`` (model.md, backward recurrence)."""
+    return backward_recurrence(problem, backward, forward_end).ends
 
 
 def evaluate(problem: Problem, plan: Plan) -> Evaluation:

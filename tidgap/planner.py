@@ -4,14 +4,14 @@ iteration time, and put the answer beside the baselines people use today."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from tidgap.backends import BACKENDS, create_evaluator, default_backend
+from tidgap.backends import BACKENDS, Evaluator, create_evaluator, default_backend
 from tidgap.encoding import GENE, decode_plan, encode_partitions
 from tidgap.ga import (
     Breeder,
@@ -63,6 +63,7 @@ class SearchResult:
     evaluations: int
     wall_time: float
     stop_reason: str
+    same_partition: bool = False
 
     @property
     def speedup_over_gpipe(self) -> float:
@@ -88,6 +89,7 @@ class SearchResult:
                 "evaluations": self.evaluations,
                 "wall_time": round(self.wall_time, 3),
                 "stop_reason": self.stop_reason,
+                "same_partition": self.same_partition,
             },
         }
 
@@ -108,8 +110,9 @@ def chromosome_width(problem: Problem, requested: int | None, counts_needed: lis
 def _seeds(
     ticked: TickedProblem, caps: np.ndarray, width: int, partitions: list[list[list[int]]]
 ) -> np.ndarray:
-    """Every equal partition that fits the caps (same on all stages) plus given partitions."""
-    units, stages = ticked.num_units, ticked.num_stages
+    """Every equal partition that fits the caps (same on all ``len(caps)`` rows) plus given
+    partitions (a size list per row)."""
+    units, stages = ticked.num_units, len(caps)
     counts = [m for m in range(1, width + 1) if -(-units // m) <= caps.min()]
     equal = equal_rows(units, np.asarray(counts, dtype=np.int64), width)
     seeds = [np.repeat(equal[:, None, :], stages, axis=1)]
@@ -117,6 +120,35 @@ def _seeds(
         if max(len(p) for p in partition) <= width:
             seeds.append(encode_partitions(partition, ticked.unit, width)[None])
     return np.concatenate(seeds).astype(GENE)
+
+
+def _directions(
+    ticked: TickedProblem, evaluator: Evaluator, same_partition: bool
+) -> list[tuple[np.ndarray, Callable, str]]:
+    """Per direction: caps ``(S,)`` in units, the score of ``(P, S, K)`` chromosomes, and the
+    plan's attribute. With ``same_partition``, one row per chromosome: caps ``(1,)``, the
+    least of any stage, and a score of ``(P, 1, K)`` whose row is broadcast to every stage."""
+    directions = [
+        (ticked.forward_caps, evaluator.forward_end, "forward"),
+        (ticked.backward_caps, evaluator.backward_span, "backward"),
+    ]
+    if not same_partition:
+        return directions
+    return [
+        (caps.min(keepdims=True), _shared(score, ticked.num_stages), direction)
+        for caps, score, direction in directions
+    ]
+
+
+def _shared(score: Callable, stages: int) -> Callable:
+    """``score`` of ``(P, 1, K)`` chromosomes: the one row broadcast to all ``stages``."""
+
+    def shared(genes: Any) -> Any:
+        xp = namespace(genes)
+        population, _, width = genes.shape
+        return score(xp.ascontiguousarray(xp.broadcast_to(genes, (population, stages, width))))
+
+    return shared
 
 
 def _breeder(backend: str) -> Breeder:
@@ -169,12 +201,19 @@ def search(
     backend: str = "auto",
     max_microbatches: int | None = None,
     on_progress: Callable[[SearchProgress], None] | None = None,
+    same_partition: bool = False,
+    initial_plans: Sequence[Plan] = (),
 ) -> SearchResult:
     """Search forward and backward partitions for ``problem`` with DGAP/TiDGAP.
 
     The same seed, backend, input and stopping rule give the same plan, except that a
     time limit may stop at a different generation on a busier machine. The result is
-    never worse than the best GPipe, local greedy or global DP plan (they seed the GA).
+    never worse than the best GPipe, local greedy or global DP plan (they seed the GA),
+    nor than any feasible plan in ``initial_plans`` that fits the search.
+
+    With ``same_partition``, every stage runs one shared partition per direction (what
+    runtimes with variable microbatch sizes but one partition can execute): a chromosome
+    is one row, ``(P, 1, K)``; seeds whose stages differ are left out.
     """
     if backend not in ("auto", *BACKENDS):
         raise ValueError(f"unknown backend {backend!r}")
@@ -194,11 +233,11 @@ def search(
     xp = backend_namespace(backend)
     rng = CounterRng(seed, xp)
     sides = []
-    for caps, score, direction in (
-        (ticked.forward_caps, evaluator.forward_end, "forward"),
-        (ticked.backward_caps, evaluator.backward_span, "backward"),
-    ):
-        partitions = [getattr(plan, direction) for plan in heuristics.values()]
+    directions = _directions(ticked, evaluator, same_partition)
+    for caps, score, direction in directions:
+        partitions = [getattr(plan, direction) for plan in (*heuristics.values(), *initial_plans)]
+        if same_partition:
+            partitions = [p[:1] for p in partitions if p.count(p[0]) == len(p)]
         seeds = _seeds(ticked, caps, width, partitions)
         sides.append(
             _population(
@@ -224,17 +263,14 @@ def search(
             )
 
     evolution = evolve(sides[0], sides[1], settings, stop, rng, report)
-    forward = _polished(
-        evolution.forward, evolution.forward_ticks, ticked.forward_caps, evaluator.forward_end, xp
-    )
+    (forward_caps, forward_score, _), (backward_caps, backward_score, _) = directions
+    forward = _polished(evolution.forward, evolution.forward_ticks, forward_caps, forward_score, xp)
     backward = _polished(
-        evolution.backward,
-        evolution.backward_ticks,
-        ticked.backward_caps,
-        evaluator.backward_span,
-        xp,
+        evolution.backward, evolution.backward_ticks, backward_caps, backward_score, xp
     )
     plan = decode_plan(forward, backward, problem)
+    if same_partition:
+        plan = Plan.of(plan.forward * problem.num_stages, plan.backward * problem.num_stages)
     check_plan(plan, problem)
     return SearchResult(
         problem=problem,
@@ -248,4 +284,5 @@ def search(
         evaluations=evolution.evaluations,
         wall_time=time.perf_counter() - stop.started,
         stop_reason=evolution.stop_reason,
+        same_partition=same_partition,
     )

@@ -86,8 +86,33 @@ def one_f_one_b_order(num_stages: int, s: int, m: int) -> list[tuple[str, int]]:
     return order
 
 
-def one_f_one_b(problem: Problem, m: int) -> float:
-    """Iteration time of 1F1B(m) (PipeDream-flush), by event-driven simulation.
+@dataclass(frozen=True)
+class Interval:
+    """One timed step of a simulated schedule, in the problem's time unit.
+
+    ``kind`` is ``"F"`` or ``"B"``: on a stage, a forward or backward; on link ``s -> s+1``,
+    activations sent ``s -> s+1`` or gradients sent ``s+1 -> s``. ``microbatch`` counts
+    from 0.
+    """
+
+    kind: str
+    microbatch: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """A simulated 1F1B(m): ``operations[s]`` in stage ``s``'s order, ``transfers[l]`` in
+    link ``l``'s send order (both directions), ``sizes`` the equal partition in samples."""
+
+    sizes: list[int]
+    operations: list[list[Interval]]
+    transfers: list[list[Interval]]
+
+
+def simulate_one_f_one_b(problem: Problem, m: int) -> Simulation:
+    """1F1B(m) (PipeDream-flush) by event-driven simulation: every operation and transfer.
 
     Each operation starts when its stage is free and its input has arrived; a stage's
     sends overlap its compute; each link direction carries one transfer at a time, in
@@ -103,6 +128,8 @@ def one_f_one_b(problem: Problem, m: int) -> float:
     gradient_at: list[dict[int, float]] = [{} for _ in range(S)]
     link_free_forward = [0.0] * max(S - 1, 0)
     link_free_backward = [0.0] * max(S - 1, 0)
+    operations: list[list[Interval]] = [[] for _ in range(S)]
+    transfers: list[list[Interval]] = [[] for _ in range(S - 1)]
 
     def input_arrival(s: int, op: str, j: int) -> float | None:
         if op == "F":
@@ -120,24 +147,41 @@ def one_f_one_b(problem: Problem, m: int) -> float:
                     break
                 stage = problem.stages[s]
                 compute = stage.forward if op == "F" else stage.backward
-                end = max(stage_free[s], arrival) + compute(sizes[j])
+                start = max(stage_free[s], arrival)
+                end = start + compute(sizes[j])
+                operations[s].append(Interval(op, j, start, end))
                 stage_free[s] = end
                 if op == "F":
                     forward_done[s][j] = end
                     if s < S - 1:
-                        sent = max(end, link_free_forward[s]) + problem.links[s].forward(sizes[j])
+                        begin = max(end, link_free_forward[s])
+                        sent = begin + problem.links[s].forward(sizes[j])
+                        transfers[s].append(Interval("F", j, begin, sent))
                         link_free_forward[s] = activation_at[s + 1][j] = sent
                 elif s > 0:
-                    sent = max(end, link_free_backward[s - 1]) + problem.links[s - 1].backward(
-                        sizes[j]
-                    )
+                    begin = max(end, link_free_backward[s - 1])
+                    sent = begin + problem.links[s - 1].backward(sizes[j])
+                    transfers[s - 1].append(Interval("B", j, begin, sent))
                     link_free_backward[s - 1] = gradient_at[s - 1][j] = sent
                 position[s] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:
             raise RuntimeError("1F1B simulation deadlocked; the operation order is inconsistent")
-    return max(stage_free[s] + problem.stages[s].tail for s in range(S))
+    return Simulation(sizes, operations, transfers)
+
+
+def finish_time(problem: Problem, simulation: Simulation) -> float:
+    """``max_s(end of stage s's last operation + tail_s)``: the iteration time."""
+    return max(
+        ops[-1].end + stage.tail
+        for ops, stage in zip(simulation.operations, problem.stages, strict=True)
+    )
+
+
+def one_f_one_b(problem: Problem, m: int) -> float:
+    """Iteration time of 1F1B(m), by :func:`simulate_one_f_one_b`."""
+    return finish_time(problem, simulate_one_f_one_b(problem, m))
 
 
 def pipedream(problem: Problem, m: int) -> float:
