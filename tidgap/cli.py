@@ -16,6 +16,7 @@ from tidgap import __version__
 from tidgap.atomic import write_text_atomically
 from tidgap.backends import BACKENDS, cpu_backend
 from tidgap.bound import lower_bound
+from tidgap.cli_profile import profile_command, synth_command
 from tidgap.compare import ComparisonRow, compare, format_table, rows_as_dicts
 from tidgap.errors import InputError
 from tidgap.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX, example_names, example_summary
@@ -585,6 +586,10 @@ def _export_same_partition(
         f"B {_compact(result.plan.backward[0])}"
     )
     click.echo(f"plan written to {out}")
+
+
+cli.add_command(profile_command)
+cli.add_command(synth_command)
 
 
 def main() -> None:

@@ -1,0 +1,169 @@
+"""Timing forward and backward passes of consecutive modules, as a training step runs them.
+
+Forward runs with autograd on (as in training, never under ``torch.no_grad()``); backward
+is ``y.backward(g)`` on the module's output ``y`` with a random gradient ``g`` of its
+shape. Each module is timed on its own stored input, the previous module's output
+(computed once, untimed), detached and (when floating point) requiring a gradient, as a
+pipeline stage receives it; the first module takes the model's input as is. So modules do
+not disturb each other's timings. Times are in ms, synchronised on CUDA: the median of
+``repeats`` rounds after ``warmup`` rounds, each round timing every module on every input
+once, so that a burst of load from other processes spreads over all the measurements
+instead of skewing a few.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tidgap.errors import InputError
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One module at one microbatch size: times in ms, output bytes per sample."""
+
+    forward_ms: float
+    backward_ms: float
+    output_bytes_per_sample: int
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(action: Callable[..., Any], device: torch.device, *arguments: Any) -> tuple[Any, float]:
+    """Run ``action(*arguments)`` once; return its result and its duration in ms."""
+    _synchronize(device)
+    start = time.perf_counter()
+    result = action(*arguments)
+    _synchronize(device)
+    return result, (time.perf_counter() - start) * 1e3
+
+
+def _check_output(name: str, output: object, size: int) -> Tensor:
+    """The module's output, if it is one tensor batched along dimension 0."""
+    if not isinstance(output, Tensor):
+        raise InputError(f"layer {name!r} returned a {type(output).__name__}, not one tensor")
+    if output.dim() == 0 or output.shape[0] != size:
+        raise InputError(
+            f"layer {name!r} returned shape {tuple(output.shape)}, "
+            f"whose first dimension is not the microbatch size {size}"
+        )
+    return output
+
+
+def _failed(name: str, size: int, error: RuntimeError) -> InputError:
+    """A layer's runtime error (a shape mismatch, say) as one line of bad input."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    return InputError(f"layer {name!r} failed on {size} samples: {lines[0]}")
+
+
+def time_module(
+    name: str, module: nn.Module, given: Tensor, device: torch.device, first: bool
+) -> Measurement:
+    """One forward and backward of ``module`` on ``given`` ``(b, ...)``; ``first``: ``given``
+    is the model's input (no gradient wanted), else a predecessor's output (gradient wanted
+    when floating point)."""
+    size = given.shape[0]
+    x = given.detach()
+    if not first and x.is_floating_point():
+        x.requires_grad_(True)
+    try:
+        output, forward_ms = _timed(module, device, x)
+        output = _check_output(name, output, size)
+        backward_ms = 0.0
+        if output.requires_grad:  # a parameter-free layer on the data has no backward
+            gradient = torch.randn_like(output)
+            _, backward_ms = _timed(output.backward, device, gradient)
+    except RuntimeError as error:
+        raise _failed(name, size, error) from None
+    return Measurement(forward_ms, backward_ms, output.numel() * output.element_size() // size)
+
+
+def chain_inputs(modules: Sequence[tuple[str, nn.Module]], first: Tensor) -> list[Tensor]:
+    """The input of each module when ``first`` goes through the chain (untimed, no autograd)."""
+    inputs = [first]
+    with torch.no_grad():
+        for name, module in modules[:-1]:
+            try:
+                output = module(inputs[-1])
+            except RuntimeError as error:
+                raise _failed(name, first.shape[0], error) from None
+            inputs.append(_check_output(name, output, first.shape[0]))
+    return inputs
+
+
+def measure(
+    modules: Sequence[tuple[str, nn.Module]],
+    inputs: Sequence[Tensor],
+    device: torch.device,
+    repeats: int,
+    warmup: int,
+    on_step: Callable[[str], None] = lambda label: None,
+) -> list[list[Measurement]]:
+    """Median timings ``[i][m]`` of module ``m`` of the chain fed ``inputs[i]``.
+
+    Each round times every module at every input, module by module.
+    ``on_step`` is told ``"NAME, b=SIZE, round R/N"`` after each timing.
+    """
+    fed = [chain_inputs(modules, first) for first in inputs]
+    rounds = warmup + repeats
+    kept: list[list[list[Measurement]]] = [[[] for _ in modules] for _ in inputs]
+    for round_ in range(rounds):
+        for m, (name, module) in enumerate(modules):
+            for i, chain in enumerate(fed):
+                timing = time_module(name, module, chain[m], device, m == 0)
+                if round_ >= warmup:
+                    kept[i][m].append(timing)
+                on_step(f"{name}, b={chain[m].shape[0]}, round {round_ + 1}/{rounds}")
+    return [
+        [
+            Measurement(
+                statistics.median(t.forward_ms for t in timings),
+                statistics.median(t.backward_ms for t in timings),
+                timings[-1].output_bytes_per_sample,
+            )
+            for timings in per_module
+        ]
+        for per_module in kept
+    ]
+
+
+def _cpu_seconds() -> tuple[float, float | None, float]:
+    """Now: wall clock, CPU seconds every process has been busy (Linux, else ``None``), and
+    CPU seconds of this process, all threads, in seconds."""
+    try:
+        fields = Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()
+        busy = sum(int(fields[i]) for i in (1, 2, 3, 6, 7, 8)) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        busy = None
+    own = os.times()
+    return time.perf_counter(), busy, own.user + own.system
+
+
+class OtherLoad:
+    """How many cores other processes kept busy, on average, since this was created.
+
+    Measured CPU times are inflated when other processes compete for the cores.
+    """
+
+    def __init__(self) -> None:
+        self._start = _cpu_seconds()
+
+    def cores(self) -> float | None:
+        """Average busy cores outside this process so far; ``None`` where unknown."""
+        wall, busy, own = _cpu_seconds()
+        wall0, busy0, own0 = self._start
+        if busy is None or busy0 is None or wall <= wall0:
+            return None
+        return max(0.0, (busy - busy0 - (own - own0)) / (wall - wall0))

@@ -1,0 +1,198 @@
+"""The models ``tidgap profile`` knows: ``vgg16``, ``gpt`` and ``module:attribute``.
+
+Each is a :class:`torch.nn.Sequential` whose top-level children are the layers that stage
+boundaries fall between, plus a maker of random inputs. Weights are random: timing needs
+no trained weights and nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional
+
+from tidgap.errors import InputError
+
+#: VGG16's convolutions: output channels, ``"M"`` for a 2x2 max-pool.
+VGG16_CFG: list[int | str] = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M"]
+VGG16_CFG += [512, 512, 512, "M", 512, 512, 512, "M"]
+
+
+@dataclass
+class Model:
+    """A model to profile.
+
+    ``layers``: the top-level children are the units a split works with;
+    ``make_input(b)``: a random input for ``b`` samples on ``device``;
+    ``config``: the hyperparameters, recorded in the problem's ``source``.
+    """
+
+    name: str
+    layers: nn.Sequential
+    make_input: Callable[[int, torch.device], Tensor]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def vgg16(image_size: int = 224, classes: int = 1000) -> Model:
+    """VGG16 (configuration D): 13 conv layers and 3 FC layers on ``(b, 3, H, H)`` images.
+
+    Layers: ``conv1_1`` .. ``conv5_3`` (conv + ReLU, + max-pool after the last of a block),
+    ``fc6`` (adaptive average pool to 7x7, flatten, linear, ReLU, dropout), ``fc7``,
+    ``fc8``, as torchvision builds it, so the classifier keeps its 25088 inputs.
+    """
+    if image_size < 32:
+        raise InputError(
+            f"must be at least 32 (five 2x2 pools), got {image_size}", source="--image-size"
+        )
+    children: OrderedDict[str, nn.Module] = OrderedDict()
+    channels, block, index = 3, 1, 0
+    for position, item in enumerate(VGG16_CFG):
+        if item == "M":
+            block, index = block + 1, 0
+            continue
+        index += 1
+        parts: list[nn.Module] = [
+            nn.Conv2d(channels, int(item), 3, padding=1),
+            nn.ReLU(inplace=True),
+        ]
+        if VGG16_CFG[position + 1] == "M":
+            parts.append(nn.MaxPool2d(2))
+        children[f"conv{block}_{index}"] = nn.Sequential(*parts)
+        channels = int(item)
+    children["fc6"] = nn.Sequential(
+        nn.AdaptiveAvgPool2d(7),
+        nn.Flatten(),
+        nn.Linear(512 * 7 * 7, 4096),
+        nn.ReLU(inplace=True),
+        nn.Dropout(),
+    )
+    children["fc7"] = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Dropout())
+    children["fc8"] = nn.Linear(4096, classes)
+
+    def make_input(size: int, device: torch.device) -> Tensor:
+        return torch.randn(size, 3, image_size, image_size, device=device)
+
+    config = {"image_size": image_size, "classes": classes}
+    return Model("vgg16", nn.Sequential(children), make_input, config)
+
+
+class Embedding(nn.Module):
+    """Token plus learned position embeddings: ``(b, L)`` int64 -> ``(b, L, h)``."""
+
+    def __init__(self, vocab: int, seq_len: int, hidden: int, dropout: float):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, hidden)
+        self.positions = nn.Embedding(seq_len, hidden)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        return self.dropout(self.tokens(tokens) + self.positions(positions))
+
+
+class Block(nn.Module):
+    """A pre-norm transformer decoder block: causal self-attention, then a 4h GELU MLP.
+
+    ``(b, L, h)`` -> ``(b, L, h)``.
+    """
+
+    def __init__(self, hidden: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+        self.mlp = nn.Sequential(
+            nn.Linear(hidden, 4 * hidden),
+            nn.GELU(),
+            nn.Linear(4 * hidden, hidden),
+            nn.Dropout(dropout),
+        )
+        self.residual_dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, length, hidden = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(hidden, dim=2)
+        q, k, v = (t.view(b, length, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        p = self.dropout if self.training else 0.0
+        attended = functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        attended = attended.transpose(1, 2).reshape(b, length, hidden)
+        x = x + self.residual_dropout(self.proj(attended))
+        return x + self.mlp(self.norm2(x))
+
+
+def gpt(
+    layers: int = 14,
+    hidden: int = 768,
+    heads: int | None = None,
+    seq_len: int = 512,
+    vocab: int = 40478,
+) -> Model:
+    """A GPT-style decoder on ``(b, L)`` token ids; logits ``(b, L, vocab)`` come out.
+
+    Layers: ``embed``, ``block0`` .. ``block{layers-1}``, ``head`` (final LayerNorm and
+    the untied vocabulary projection). The defaults are GPT-1 with 14 blocks (the paper's
+    GPT1-14): 768 hidden, 12 heads of 64, 512 positions, 40478 tokens, dropout 0.1.
+    """
+    heads = heads or max(1, hidden // 64)
+    if hidden % heads:
+        raise InputError(f"{heads} heads do not divide hidden size {hidden}", source="--heads")
+    children: OrderedDict[str, nn.Module] = OrderedDict(
+        embed=Embedding(vocab, seq_len, hidden, 0.1)
+    )
+    for i in range(layers):
+        children[f"block{i}"] = Block(hidden, heads, 0.1)
+    children["head"] = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, vocab, bias=False))
+
+    def make_input(size: int, device: torch.device) -> Tensor:
+        return torch.randint(0, vocab, (size, seq_len), device=device)
+
+    config = {"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len}
+    config["vocab"] = vocab
+    return Model("gpt", nn.Sequential(children), make_input, config)
+
+
+def from_reference(reference: str, input_shape: tuple[int, ...], vocab: int | None) -> Model:
+    """The ``torch.nn.Sequential`` named ``module:attribute`` (the attribute may be dotted).
+
+    Inputs have shape ``(b, *input_shape)``: random floats, or token ids below ``vocab``.
+    """
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise InputError("expected module:attribute", source=reference)
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except ImportError as error:
+        raise InputError(f"cannot import {module_name!r}: {error}", source=reference) from None
+    except AttributeError:
+        raise InputError(
+            f"{module_name!r} has no attribute {attribute!r}", source=reference
+        ) from None
+    if not isinstance(found, nn.Sequential):
+        raise InputError(
+            f"is a {type(found).__name__}, not a torch.nn.Sequential", source=reference
+        )
+    if len(found) == 0:
+        raise InputError("the Sequential has no layers", source=reference)
+
+    def make_input(size: int, device: torch.device) -> Tensor:
+        if vocab is None:
+            return torch.randn(size, *input_shape, device=device)
+        return torch.randint(0, vocab, (size, *input_shape), device=device)
+
+    config: dict[str, Any] = {"input_shape": list(input_shape)}
+    if vocab is not None:
+        config["vocab"] = vocab
+    return Model(reference, found, make_input, config)
+
+
+def parameter_count(model: Model) -> int:
+    """The number of trainable parameters (recorded in ``source``)."""
+    return sum(p.numel() for p in model.layers.parameters() if p.requires_grad)

@@ -1,0 +1,207 @@
+"""``tidgap profile`` end to end: split a model into stages, measure them, build the problem."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tidgap import __version__
+from tidgap.errors import InputError
+from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
+from tidgap.profiling.measure import Measurement, OtherLoad, measure
+from tidgap.profiling.models import Model, parameter_count
+from tidgap.profiling.split import balanced_split, groups, parse_split
+
+Step = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to profile. Sizes in samples, ``bandwidth`` in GB/s, ``latency`` in ms;
+    ``split`` is the ``--split`` text or ``None`` to balance; ``threads`` ``None`` keeps
+    PyTorch's default."""
+
+    name: str
+    stages: int
+    batch_size: int
+    unit: int
+    cap: int
+    split: str | None
+    device: str
+    repeats: int
+    warmup: int
+    threads: int | None
+    bandwidth: float
+    latency: float
+
+
+def torch_device(name: str) -> torch.device:
+    """``cpu`` or ``cuda``; CUDA that is not usable is an :class:`InputError` on ``--device``."""
+    if name == "cuda" and not torch.cuda.is_available():
+        reason = "no CUDA device found" if torch.version.cuda else "this PyTorch has no CUDA"
+        raise InputError(
+            f"CUDA is not usable: {reason} (torch {torch.__version__})", source="--device"
+        )
+    return torch.device(name)
+
+
+def machine(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model and core count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{os.cpu_count()}-core {model}"
+
+
+def balance(
+    model: Model, settings: Settings, device: torch.device, on_step: Step
+) -> tuple[list[int], Json]:
+    """Boundaries balancing per-layer forward+backward time at the cap, and how (``source``)."""
+    layers = list(model.layers.named_children())
+    first = model.make_input(settings.cap, device)
+    (measured,) = measure(layers, [first], device, settings.repeats, settings.warmup, on_step)
+    costs = [m.forward_ms + m.backward_ms for m in measured]
+    boundaries = balanced_split(costs, settings.stages)
+    return boundaries, {
+        "method": "balanced: consecutive layers, least largest stage sum of per-layer "
+        f"forward+backward medians measured at {settings.cap} samples",
+        "boundaries": boundaries,
+        "layer_ms": {name: rounded(cost) for (name, _), cost in zip(layers, costs, strict=True)},
+    }
+
+
+def stage_modules(model: Model, boundaries: list[int]) -> list[tuple[str, list[str], nn.Module]]:
+    """Per stage: its name (``first-last`` layer), its layer names, the layers as one module."""
+    children = list(model.layers.named_children())
+    stages = []
+    for layer_range in groups(len(children), boundaries):
+        names = [children[i][0] for i in layer_range]
+        label = names[0] if len(names) == 1 else f"{names[0]}-{names[-1]}"
+        stages.append((label, names, nn.Sequential(*(children[i][1] for i in layer_range))))
+    return stages
+
+
+def step_count(model: Model, settings: Settings) -> int:
+    """How many timings :func:`profile` makes: each round, every layer at the cap to
+    balance them (unless ``--split`` is given), then every stage at every size."""
+    balancing = len(model.layers) if settings.split is None else 0
+    sizes = measurement_sizes(settings.unit, settings.cap)
+    return (settings.warmup + settings.repeats) * (balancing + settings.stages * len(sizes))
+
+
+def measure_stages(
+    model: Model,
+    settings: Settings,
+    given: list[int] | None,
+    device: torch.device,
+    sizes: list[int],
+    on_step: Step,
+) -> tuple[list[str], list[list[Measurement]], Json]:
+    """Stage names, ``runs[i][s]`` (``sizes[i]``, stage ``s``) and how the split was chosen."""
+    if given is None:
+        boundaries, how = balance(model, settings, device, on_step)
+    else:
+        boundaries, how = given, {"method": "given by --split", "boundaries": given}
+    stages = stage_modules(model, boundaries)
+    how["stages"] = {label: layers for label, layers, _ in stages}
+    named = [(label, module) for label, _, module in stages]
+    inputs = [model.make_input(size, device) for size in sizes]
+    runs = measure(named, inputs, device, settings.repeats, settings.warmup, on_step)
+    return [label for label, _, _ in stages], runs, how
+
+
+def profile(
+    model: Model,
+    settings: Settings,
+    command: str,
+    on_step: Step = lambda label: None,
+) -> Json:
+    """Measure ``model`` cut into ``settings.stages`` stages: a ``tidgap.problem/1`` document.
+
+    ``on_step(label)`` follows each of the :func:`step_count` timings; ``command``
+    (the command line) is recorded in ``source``. Bad settings raise :class:`InputError`
+    before anything is measured. PyTorch's thread count is restored afterwards.
+    """
+    names = [name for name, _ in model.layers.named_children()]
+    if settings.stages > len(names):
+        raise InputError(
+            f"{settings.stages} stages need at least {settings.stages} layers, "
+            f"the model has {len(names)}",
+            source="--stages",
+        )
+    given = None if settings.split is None else parse_split(settings.split, names, settings.stages)
+    device = torch_device(settings.device)
+    sizes = measurement_sizes(settings.unit, settings.cap)
+    previous_threads = torch.get_num_threads()
+    try:
+        if settings.threads is not None:
+            torch.set_num_threads(settings.threads)
+        threads = torch.get_num_threads()
+        model.layers.to(device).train()
+        load = OtherLoad()
+        stage_names, runs, how = measure_stages(model, settings, given, device, sizes, on_step)
+        other_cores = load.cores()
+    finally:
+        torch.set_num_threads(previous_threads)
+    forward = [[run[s].forward_ms for run in runs] for s in range(settings.stages)]
+    backward = [[run[s].backward_ms for run in runs] for s in range(settings.stages)]
+    boundary_bytes = [m.output_bytes_per_sample for m in runs[-1][:-1]]
+    links = [link(b, settings.bandwidth, settings.latency) for b in boundary_bytes]
+    where = f"{device.type} ({machine(device)}, {threads} threads)"
+    config = ", ".join(f"{key} {value}" for key, value in model.config.items())
+    source = {
+        "description": f"{model.name} ({config}), {settings.stages} stages, batch "
+        f"{settings.batch_size}, unit {settings.unit}; measured on {where}",
+        "measured": True,
+        "generated_by": f"tidgap profile (tidgap {__version__})",
+        "command": command,
+        "model": {"name": model.name, "parameters": parameter_count(model), **model.config},
+        "device": device.type,
+        "machine": machine(device),
+        "threads": threads,
+        "other_processes_cores": None if other_cores is None else round(other_cores, 2),
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "date": datetime.date.today().isoformat(),
+        "split": how,
+        "timing": {
+            "sizes": sizes,
+            "statistic": f"median of {settings.repeats} rounds after {settings.warmup} warm-up "
+            "rounds; each round times every stage at every size once, each stage on its own "
+            "stored input",
+            "forward": "the stage's forward with autograd on, as in training",
+            "backward": "y.backward(g) on the stage output y, g a random gradient of y's shape",
+            "monotone": "times are the cumulative maximum over sizes (noisy medians may dip)",
+            "tail": "not measured (0)",
+        },
+        "links": {
+            "bytes_per_sample": boundary_bytes,
+            "bandwidth_GBps": settings.bandwidth,
+            "latency_ms": settings.latency,
+            "rule": "affine: latency + b * bytes_per_sample / bandwidth, the same both ways",
+        },
+    }
+    return problem_document(
+        settings.name,
+        settings.batch_size,
+        settings.unit,
+        settings.cap,
+        stage_names,
+        sizes,
+        forward,
+        backward,
+        links,
+        source,
+    )
