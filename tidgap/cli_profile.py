@@ -24,6 +24,8 @@ from tidgap.fileio import require_writable, write_json_atomic
 from tidgap.problem import Problem
 from tidgap.synth import SHAPES, synth_problem
 
+Command = Callable[..., Any]
+
 #: Link defaults: PCIe 3.0 x16-class bandwidth, a small per-transfer latency.
 DEFAULT_BANDWIDTH_GBPS = 10.0
 DEFAULT_LATENCY_MS = 0.05
@@ -132,31 +134,46 @@ def _progress(total: int, label: str, enabled: bool) -> Iterator[Callable[[str],
         yield lambda item: bar.update(1, item)
 
 
+def shape_options(batch_size: int) -> Callable[[Command], Command]:
+    """``--stages``, ``--batch-size`` (default ``batch_size``) and ``--unit``, shared by
+    ``profile`` and ``synth``."""
+    options = [
+        click.option(
+            "--stages",
+            "-s",
+            type=click.IntRange(min=1),
+            default=4,
+            show_default=True,
+            help="Pipeline stages.",
+        ),
+        click.option(
+            "--batch-size",
+            "-b",
+            type=click.IntRange(min=1),
+            default=batch_size,
+            show_default=True,
+            help="Mini-batch size in samples.",
+        ),
+        click.option(
+            "--unit",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Microbatch sizes are multiples of this.",
+        ),
+    ]
+
+    def decorate(command: Command) -> Command:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
 @click.command(name="profile")
 @click.argument("model", metavar="MODEL")
-@click.option(
-    "--stages",
-    "-s",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Pipeline stages.",
-)
-@click.option(
-    "--batch-size",
-    "-b",
-    type=click.IntRange(min=1),
-    default=32,
-    show_default=True,
-    help="Mini-batch size in samples.",
-)
-@click.option(
-    "--unit",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Microbatch sizes are multiples of this.",
-)
+@shape_options(batch_size=32)
 @click.option(
     "--max-microbatch",
     type=click.IntRange(min=1),
@@ -327,29 +344,7 @@ def profile_command(
     show_default=True,
     help="Random seed; the same seed gives the same file.",
 )
-@click.option(
-    "--stages",
-    "-s",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Pipeline stages.",
-)
-@click.option(
-    "--batch-size",
-    "-b",
-    type=click.IntRange(min=1),
-    default=64,
-    show_default=True,
-    help="Mini-batch size in samples.",
-)
-@click.option(
-    "--unit",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Microbatch sizes are multiples of this.",
-)
+@shape_options(batch_size=64)
 @click.option(
     "--heterogeneity",
     type=click.FloatRange(min=0, max=2),
