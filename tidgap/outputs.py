@@ -12,7 +12,9 @@ from typing import Any
 
 from tidgap.errors import InputError
 from tidgap.fileio import require_writable, write_json_atomic
-from tidgap.timeline import Timeline
+from tidgap.problem import Problem
+from tidgap.schedules import BaselineResult
+from tidgap.timeline import TIMED_SCHEDULES, Timeline, baseline_timeline
 
 
 def check_outputs(gantt: str | None, trace: str | None, *others: str | None) -> None:
@@ -58,3 +60,19 @@ def write_timelines(
         write_json(trace, trace_document(timelines, problem_name))
         written.append(f"trace written to {trace}")
     return written
+
+
+def write_comparison(
+    problem: Problem,
+    plans: list[Timeline],
+    baselines: dict[str, BaselineResult],
+    gantt: str | None,
+    trace: str | None,
+) -> list[str]:
+    """Picture and trace (where asked) of ``plans`` above the best GPipe and 1F1B."""
+    if gantt is None and trace is None:
+        return []
+    timelines = plans + [
+        baseline_timeline(problem, name, baselines[name].microbatches) for name in TIMED_SCHEDULES
+    ]
+    return write_timelines(timelines, gantt, trace, problem.name)
