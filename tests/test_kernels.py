@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tidgap.operators import MUTATIONS, breed
 from tidgap.rng import CounterRng, uniform_int
 from tidgap.ticks import TickedProblem, tick_problem
 
+from . import fake_cupy
 from .conftest import case_id, golden_cases
 from .populations import random_individuals, random_population, random_ticked
 
@@ -275,37 +277,64 @@ def test_host_breed_exercises_every_mutation(host_breed: Any) -> None:
         assert (got[members] != parents[members]).any(), list(MUTATIONS)[index]
 
 
-def test_gpu_search_wiring_with_host_kernels(
-    monkeypatch: pytest.MonkeyPatch, host_kernel: Any, host_breed: Any
-) -> None:
-    """``search(backend="cuda")`` with the kernels' host builds standing in for the GPU
-    (and NumPy for CuPy) finds the same plan as the CPU search with the same seed."""
-    import tidgap.planner as planner
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CuPy replaced by :mod:`tests.fake_cupy` (kernels compiled with g++, run on the CPU)."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not installed")
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy.module())
+    monkeypatch.delitem(sys.modules, "tidgap.kernels.launcher", raising=False)
+    from tidgap.kernels import launcher
 
-    class HostKernelEvaluator:
-        backend = "cuda"
+    launcher._kernel.cache_clear()
 
-        def __init__(self, ticked: TickedProblem):
-            self.ticked = ticked
 
-        def forward_end(self, genes: np.ndarray) -> np.ndarray:
-            return host_fitness(host_kernel, genes, self.ticked, backward=False)
+@pytest.mark.usefixtures("fake_gpu")
+def test_launchers_drive_the_kernels_with_the_right_arguments() -> None:
+    """The CUDA evaluator and breeder, through their launchers, equal the CPU code."""
+    from tidgap.kernels.launcher import CudaEvaluator, cuda_breed
 
-        def backward_span(self, genes: np.ndarray) -> np.ndarray:
-            return host_fitness(host_kernel, genes, self.ticked, backward=True)
-
-    def host_breeder(
-        genes: np.ndarray, fitness: np.ndarray, caps: np.ndarray, rng: CounterRng, *settings: Any
-    ) -> np.ndarray:
-        return host_breed_children(host_breed, genes, fitness, caps, rng, *settings)
-
-    cpu = planner.search(load_problem("example:vgg16"), seed=4, generations=12, population=96)
-    monkeypatch.setattr(planner, "backend_namespace", lambda backend: np)
-    monkeypatch.setattr(planner, "create_evaluator", lambda t, backend: HostKernelEvaluator(t))
-    monkeypatch.setattr(planner, "_breeder", lambda backend: host_breeder)
-    gpu = planner.search(
-        load_problem("example:vgg16"), seed=4, generations=12, population=96, backend="cuda"
+    case = golden_cases()[4]
+    ticked = tick_problem(Problem.from_dict(case["problem"]))
+    rng = np.random.default_rng(9)
+    population = random_individuals(rng, ticked, size=300, width=24)
+    cpu = create_evaluator(ticked, "numba")
+    gpu = CudaEvaluator(ticked)
+    np.testing.assert_array_equal(
+        gpu.forward_end(population.forward), cpu.forward_end(population.forward)
     )
+    np.testing.assert_array_equal(
+        gpu.backward_span(population.backward), cpu.backward_span(population.backward)
+    )
+    fitness = cpu.forward_end(population.forward)
+    settings = (290, 0.8, 0.9, 3)
+    expected = breed(population.forward, fitness, ticked.forward_caps, CounterRng(2), *settings)
+    got = cuda_breed(population.forward, fitness, ticked.forward_caps, CounterRng(2), *settings)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.usefixtures("fake_gpu")
+def test_gpu_search_matches_the_cpu_search() -> None:
+    """``search(backend="cuda")`` (launchers, device populations, fused breeding) finds the
+    same plan as the CPU search with the same seed."""
+    from tidgap.planner import search
+
+    problem = load_problem("example:vgg16")
+    cpu = search(problem, seed=4, generations=12, population=96, backend="numba")
+    gpu = search(problem, seed=4, generations=12, population=96, backend="cuda")
     assert gpu.backend == "cuda"
     assert (gpu.plan.forward, gpu.plan.backward) == (cpu.plan.forward, cpu.plan.backward)
     assert gpu.evaluations == cpu.evaluations
+
+
+@pytest.mark.usefixtures("fake_gpu")
+def test_cli_gpu_search_runs_the_kernels() -> None:
+    from click.testing import CliRunner
+
+    from tidgap.cli import cli
+
+    result = CliRunner().invoke(
+        cli, ["search", "example:tiny-2", "--gpu", "--generations", "5", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert '"backend": "cuda"' in result.stdout

@@ -1,0 +1,90 @@
+"""A stand-in for CuPy that runs tidgap's CUDA kernels on the CPU, for tests without a GPU.
+
+Arrays are NumPy arrays (every attribute not defined here is NumPy's); ``RawModule``
+compiles the very text NVRTC would get with g++ (``__global__`` dropped, one thread of
+one block, which a grid-stride kernel turns into the whole loop) and calls it through
+ctypes with the launcher's own arguments. So the launchers' argument order and types, the
+kernel sources and the GPU code paths of the search run here; CuPy's own behaviour does not.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import subprocess
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PRELUDE = r"""
+struct tidgap_fake_dim3 { unsigned int x, y, z; };
+static const tidgap_fake_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0};
+static const tidgap_fake_dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+#define __global__
+"""
+_BUILD = Path(tempfile.mkdtemp(prefix="fake_cupy_"))
+
+
+def _argument(value: Any) -> Any:
+    """A kernel argument as ctypes sees it: arrays by address, scalars by their C type."""
+    if isinstance(value, np.ndarray):
+        assert value.flags.c_contiguous, "kernel arguments must be contiguous"
+        return ctypes.c_void_p(value.ctypes.data)
+    converters = {np.int32: ctypes.c_int, np.int64: ctypes.c_longlong, np.float64: ctypes.c_double}
+    if type(value) not in converters:
+        raise TypeError(f"kernel argument of type {type(value).__name__}: pass a NumPy scalar")
+    return converters[type(value)](value)
+
+
+class RawKernel:
+    """A compiled kernel: ``kernel(grid, block, args)`` runs it once, serially."""
+
+    def __init__(self, function: Any):
+        self.function = function
+
+    def __call__(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple) -> None:
+        assert grid[0] >= 1 and block[0] >= 1
+        self.function(*[_argument(value) for value in args])
+
+
+class RawModule:
+    """Compiles ``code`` with g++ (options ``-D``/``-std`` passed through) on first use."""
+
+    def __init__(self, code: str, options: tuple[str, ...] = ()):
+        source = PRELUDE + code
+        digest = hashlib.sha1((source + repr(options)).encode()).hexdigest()[:16]
+        library = _BUILD / f"{digest}.so"
+        if not library.exists():
+            cpp = _BUILD / f"{digest}.cpp"
+            cpp.write_text(source)
+            subprocess.run(
+                ["g++", "-O1", "-shared", "-fPIC", *options, str(cpp), "-o", str(library)],
+                check=True,
+            )
+        self.library = ctypes.CDLL(str(library))
+
+    def get_function(self, name: str) -> RawKernel:
+        function = getattr(self.library, name)
+        function.restype = None
+        return RawKernel(function)
+
+
+def module() -> types.ModuleType:
+    """A fresh fake ``cupy`` module (put it in ``sys.modules["cupy"]``)."""
+    fake = types.ModuleType("cupy")
+    fake.RawModule = RawModule
+    fake.RawKernel = RawKernel
+    fake.ndarray = np.ndarray
+    fake.cuda = types.SimpleNamespace(
+        runtime=types.SimpleNamespace(
+            CUDARuntimeError=RuntimeError,
+            getDeviceCount=lambda: 1,
+            runtimeGetVersion=lambda: 13000,
+            driverGetVersion=lambda: 13000,
+        )
+    )
+    fake.__getattr__ = lambda name: getattr(np, name)
+    return fake
