@@ -20,7 +20,8 @@ import click
 from click.core import ParameterSource
 
 from tidgap.errors import InputError
-from tidgap.fileio import require_writable, write_json_atomic
+from tidgap.fileio import require_writable
+from tidgap.outputs import write_json
 from tidgap.problem import Problem
 from tidgap.synth import SHAPES, synth_problem
 
@@ -46,17 +47,10 @@ MODEL_OPTIONS = {
 }
 
 
-def _write(path: str, document: Any) -> None:
-    try:
-        write_json_atomic(path, document)
-    except OSError as error:
-        raise InputError(f"cannot write: {error.strerror or error}", source=path) from None
-
-
 def _emit(document: Any, out: str | None, as_json: bool) -> None:
     """Write ``document`` to ``out``; print it when there is no ``out`` or with ``--json``."""
     if out is not None:
-        _write(out, document)
+        write_json(out, document)
     if out is None or as_json:
         click.echo(json.dumps(document, indent=1, allow_nan=False))
 

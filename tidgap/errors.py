@@ -37,11 +37,6 @@ class InputError(ValueError):
             self.source = source
         return self
 
-    def prefixed(self, *outer: str | int) -> InputError:
-        """Return this error with ``outer`` prepended to its path."""
-        self.path = tuple(outer) + self.path
-        return self
-
     def __str__(self) -> str:
         parts = [p for p in (self.source, format_path(self.path)) if p]
         return ": ".join([*parts, self.message])

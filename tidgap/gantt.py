@@ -47,9 +47,14 @@ def check_picture_path(path: str) -> None:
         raise InputError(MISSING, source="--gantt") from None
 
 
+def _panel_inches(timeline: Timeline) -> float:
+    """Height in inches of one timeline's panel."""
+    return LANE_INCHES * timeline.num_stages + PANEL_EXTRA_INCHES
+
+
 def figure_size(timelines: list[Timeline]) -> tuple[float, float]:
     """``(width, height)`` in inches of the picture of ``timelines``."""
-    panels = sum(LANE_INCHES * t.num_stages + PANEL_EXTRA_INCHES for t in timelines)
+    panels = sum(_panel_inches(t) for t in timelines)
     return WIDTH_INCHES, round(panels + LEGEND_INCHES, 2)
 
 
@@ -153,7 +158,7 @@ def draw(timelines: list[Timeline], path: str | os.PathLike[str]) -> None:
 
     width, height = figure_size(timelines)
     figure = Figure(figsize=(width, height), dpi=DPI)
-    weights = [t.num_stages * LANE_INCHES + PANEL_EXTRA_INCHES for t in timelines]
+    weights = [_panel_inches(t) for t in timelines]
     axes = figure.subplots(len(timelines), 1, sharex=True, squeeze=False, height_ratios=weights)
     span = max(t.iteration_time for t in timelines) * 1.02 or 1.0
     top = 1 - LEGEND_INCHES / height

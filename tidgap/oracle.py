@@ -142,17 +142,25 @@ def backward_pass(
     return backward_recurrence(problem, backward, forward_end).ends
 
 
-def evaluate(problem: Problem, plan: Plan) -> Evaluation:
-    """Iteration time and end times of a feasible ``plan`` (see :func:`tidgap.plan.check_plan`)."""
-    F = forward_pass(problem, plan.forward)
-    forward_end = F[-1][-1]
-    G = backward_pass(problem, plan.backward, forward_end)
-    backward_ends = [g[-1] for g in G]
+def recurrences(problem: Problem, plan: Plan) -> tuple[Recurrence, Recurrence]:
+    """Both directions of a feasible ``plan``: the backward pass starts at ``forward_end``."""
+    forward = forward_recurrence(problem, plan.forward)
+    return forward, backward_recurrence(problem, plan.backward, forward.ends[-1][-1])
+
+
+def summarise(problem: Problem, forward: Recurrence, backward: Recurrence) -> Evaluation:
+    """End times and ``iteration_time = max_s(G[s][N_s] + tail_s)`` of the two directions."""
+    backward_ends = [g[-1] for g in backward.ends]
     tails = [stage.tail for stage in problem.stages]
     iteration = max(end + tail for end, tail in zip(backward_ends, tails, strict=True))
     return Evaluation(
         iteration_time=iteration,
-        forward_end=forward_end,
-        forward_ends=[f[-1] for f in F],
+        forward_end=forward.ends[-1][-1],
+        forward_ends=[f[-1] for f in forward.ends],
         backward_ends=backward_ends,
     )
+
+
+def evaluate(problem: Problem, plan: Plan) -> Evaluation:
+    """Iteration time and end times of a feasible ``plan`` (see :func:`tidgap.plan.check_plan`)."""
+    return summarise(problem, *recurrences(problem, plan))

@@ -96,13 +96,7 @@ class SearchResult:
 
 def chromosome_width(problem: Problem, requested: int | None, counts_needed: list[int]) -> int:
     """``K``: the most microbatches a stage may use in the search."""
-    fewest = max(
-        -(-problem.batch_size // problem.forward_cap(s)) for s in range(problem.num_stages)
-    )
-    fewest = max(
-        fewest,
-        *(-(-problem.batch_size // problem.backward_cap(s)) for s in range(problem.num_stages)),
-    )
+    fewest = -(-problem.batch_size // problem.common_cap())
     width = requested if requested is not None else max(DEFAULT_MAX_MICROBATCHES, *counts_needed)
     return min(problem.num_units, max(width, fewest))
 

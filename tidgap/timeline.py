@@ -1,8 +1,7 @@
 """Start and end of every operation of a schedule: compute steps, tails and link transfers.
 
 A :class:`Timeline` is what the pictures, traces, reports and exports draw from. It is read
-off the model's own recurrences (:func:`tidgap.oracle.forward_recurrence` and
-:func:`~tidgap.oracle.backward_recurrence` for a plan under the flush,
+off the model's own code (:func:`tidgap.oracle.recurrences` for a plan under the flush,
 :func:`tidgap.schedules.simulate_one_f_one_b` for 1F1B), never recomputed here.
 """
 
@@ -10,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidgap.oracle import Recurrence, backward_recurrence, forward_recurrence, prefix_sums
+from tidgap.oracle import prefix_sums, recurrences, summarise
 from tidgap.plan import Plan
 from tidgap.problem import Problem
 from tidgap.schedules import Interval, finish_time, gpipe_plan, simulate_one_f_one_b
@@ -99,9 +98,7 @@ def _tail(problem: Problem, s: int, end: float) -> list[Step]:
 
 def plan_timeline(problem: Problem, plan: Plan, label: str = "plan") -> Timeline:
     """Every step of a feasible ``plan`` under the flush model (model.md)."""
-    forward: Recurrence = forward_recurrence(problem, plan.forward)
-    forward_end = forward.ends[-1][-1]
-    backward = backward_recurrence(problem, plan.backward, forward_end)
+    forward, backward = recurrences(problem, plan)
     stages = []
     for s in range(problem.num_stages):
         steps = _computes("F", plan.forward[s], forward.ends[s], forward.ready[s])
@@ -112,9 +109,7 @@ def plan_timeline(problem: Problem, plan: Plan, label: str = "plan") -> Timeline
         + _sends("B", plan.backward[s + 1], backward.ends[s + 1], backward.arrivals[s])
         for s in range(problem.num_stages - 1)
     ]
-    iteration = max(
-        ends[-1] + stage.tail for ends, stage in zip(backward.ends, problem.stages, strict=True)
-    )
+    iteration = summarise(problem, forward, backward).iteration_time
     return Timeline(
         label, problem.time_unit, _names(problem), stages, links, iteration_time=iteration
     )
