@@ -124,7 +124,7 @@ def evaluate_command(
             f"take {' or '.join(TIMED_SCHEDULES)}",
             source="--schedule",
         )
-    check_outputs(gantt, trace)
+    check_outputs(gantt, trace, inputs={"PROBLEM": problem, "PLAN": plan_file})
     loaded = load_problem(problem)
     if schedule is not None:
         _evaluate_baseline(loaded, schedule, microbatches, gantt, trace, as_json)
@@ -209,7 +209,7 @@ def compare_command(
 
     --gantt draws PLAN above the best GPipe and the best 1F1B on one time axis.
     """
-    check_outputs(gantt, trace)
+    check_outputs(gantt, trace, inputs={"PROBLEM": problem, "PLAN": plan_file})
     loaded = load_problem(problem)
     plan = load_plan(plan_file, loaded) if plan_file is not None else None
     baselines = best_baselines(loaded)

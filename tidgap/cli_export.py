@@ -69,7 +69,8 @@ def export_command(
     if target != "same-partition" and (seed, generations, time_limit) != (None, None, None):
         raise click.UsageError("--seed, --generations and --time-limit go with --to same-partition")
     sidecar = str(microbatches_path(out)) if target == "pytorch-csv" else None
-    check_outputs(None, None, out, sidecar)
+    inputs = {"PROBLEM": problem, "PLAN": plan_file}
+    check_outputs(None, None, ("--out", out), ("--out's sidecar", sidecar), inputs=inputs)
     loaded = load_problem(problem)
     plan = load_plan(plan_file, loaded)
     if target == "json-schedule":

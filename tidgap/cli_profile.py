@@ -20,8 +20,7 @@ import click
 from click.core import ParameterSource
 
 from tidgap.errors import InputError
-from tidgap.fileio import require_writable
-from tidgap.outputs import write_json
+from tidgap.outputs import check_outputs, write_json
 from tidgap.problem import Problem
 from tidgap.synth import SHAPES, synth_problem
 
@@ -276,8 +275,7 @@ def profile_command(
     cap = min(max_microbatch or batch_size, batch_size)
     if cap % unit:
         raise InputError(f"{cap} is not a multiple of --unit {unit}", source="--max-microbatch")
-    if out is not None:
-        require_writable(out)
+    check_outputs(None, None, ("--out", out))
     built = _model(model, model_options)
     from tidgap.profiling.run import Settings, profile, step_count
 
@@ -401,9 +399,8 @@ def synth_command(
     if batch_size % unit:
         raise InputError(f"{batch_size} is not a multiple of --unit {unit}", source="--batch-size")
     if out_dir is None:
+        check_outputs(None, None, ("--out", out))
         document = synth_problem(seed, stages, batch_size, unit, heterogeneity, shape, name)
-        if out is not None:
-            require_writable(out)
         _emit(document, out, as_json)
         if out is not None and not (quiet or as_json):
             click.echo(f"wrote {out}")
@@ -413,10 +410,13 @@ def synth_command(
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise InputError(f"cannot create: {error.strerror or error}", source=out_dir) from None
-    for index in range(count):
-        document = synth_problem(seed + index, stages, batch_size, unit, heterogeneity, shape, name)
-        path = folder / f"{document['name']}.json"
-        require_writable(path)
-        _emit(document, str(path), as_json)
+    documents = [
+        synth_problem(seed + index, stages, batch_size, unit, heterogeneity, shape, name)
+        for index in range(count)
+    ]
+    paths = [str(folder / f"{document['name']}.json") for document in documents]
+    check_outputs(None, None, *[("--out-dir", path) for path in paths])
+    for document, path in zip(documents, paths, strict=True):
+        _emit(document, path, as_json)
         if not (quiet or as_json):
             click.echo(f"wrote {path}")

@@ -125,7 +125,7 @@ def search_command(
     """
     backend = _chosen_backend(backend, gpu, cpu)
     loaded = load_problem(problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE)
-    check_outputs(gantt, trace, out)
+    check_outputs(gantt, trace, ("--out", out), inputs={"PROBLEM": problem})
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
     show_progress = not (quiet or as_json) and sys.stderr.isatty()

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tidgap.atomic import write_text_atomically
+from tidgap.atomic import probe, write_text_atomically
 from tidgap.errors import InputError
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -94,18 +94,12 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def write_json_atomic(path: str | os.PathLike[str], document: Any) -> None:
-    """Write ``document`` as JSON to ``path`` atomically (:mod:`tidgap.atomic`): readers never
-    see half a file, and on failure ``path`` keeps its old content."""
+    """Write ``document`` as JSON to ``path`` with :mod:`tidgap.atomic`'s one writer: readers
+    never see half a file, and on failure ``path`` keeps its old content."""
     write_text_atomically(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
 
 
 def require_writable(path: str | os.PathLike[str]) -> None:
-    """Raise :class:`InputError` unless ``path`` can be (re)written: checked before work starts."""
-    target = Path(path)
-    folder = target.parent
-    if target.is_dir():
-        raise InputError("is a directory", source=str(path))
-    if not folder.is_dir():
-        raise InputError(f"folder {str(folder)!r} does not exist", source=str(path))
-    if not os.access(folder, os.W_OK):
-        raise InputError(f"folder {str(folder)!r} is not writable", source=str(path))
+    """Raise :class:`InputError` unless ``path`` can be (re)written: tried before work starts
+    (:func:`tidgap.atomic.probe`)."""
+    probe(path)

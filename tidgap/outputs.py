@@ -1,31 +1,59 @@
 """The files a command writes besides its text: pictures (``--gantt``), traces
-(``--trace``) and exports. Paths are checked before any long work; each file is written
-atomically, and a failure is bad input (one line, exit status 2), never a traceback.
+(``--trace``) and exports. Before any long work each path is checked (not an input, not
+another output, really writable); each file is written by :mod:`tidgap.atomic`, and a
+failure is bad input (one line, exit status 2), never a traceback.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from tidgap.atomic import Identity, identity
 from tidgap.errors import InputError
+from tidgap.examples import EXAMPLE_PREFIX
 from tidgap.fileio import require_writable, write_json_atomic
 from tidgap.problem import Problem
 from tidgap.schedules import BaselineResult
 from tidgap.timeline import TIMED_SCHEDULES, Timeline, baseline_timeline
 
+#: An output option and its path, like ``("--out", "plan.json")``; ``None``: not asked for.
+Output = tuple[str, str | os.PathLike[str] | None]
 
-def check_outputs(gantt: str | None, trace: str | None, *others: str | None) -> None:
-    """Raise :class:`InputError` if a picture, trace or other output cannot be written."""
+
+def check_outputs(
+    gantt: str | None,
+    trace: str | None,
+    *others: Output,
+    inputs: Mapping[str, str | os.PathLike[str] | None] | None = None,
+) -> None:
+    """Raise :class:`InputError`, before any long work, if an output is the same file as an
+    input or as another output (through symlinks and hard links), or cannot be written.
+
+    ``inputs`` maps an argument (``PROBLEM``, ``PLAN``) to its file; ``example:NAME`` and
+    ``None`` are not files. Streams (devices, FIFOs) may be named more than once.
+    """
     if gantt is not None:
         from tidgap.gantt import check_picture_path
 
         check_picture_path(gantt)
-    for path in (gantt, trace, *others):
-        if path is not None:
-            require_writable(path)
+    owners: dict[Identity, tuple[str, str]] = {}  # a file -> who has it, why not write it
+    for name, path in (inputs or {}).items():
+        key = None if path is None or str(path).startswith(EXAMPLE_PREFIX) else identity(path)
+        if key is not None:
+            owners.setdefault(key, (f"{name} {path}", "refusing to overwrite an input"))
+    for option, path in (("--gantt", gantt), ("--trace", trace), *others):
+        if path is None:
+            continue
+        key = identity(path)
+        if key in owners:
+            owner, reason = owners[key]
+            raise InputError(f"is the same file as {owner}; {reason}", source=option)
+        if key is not None:
+            owners[key] = (f"{option} {path}", "give each output its own file")
+        require_writable(path)
 
 
 @contextmanager
