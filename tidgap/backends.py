@@ -31,8 +31,9 @@ CHAIN_ENDS = {
 CPU_BACKENDS = ("numba", "numpy")
 BACKENDS = ("cuda", *CPU_BACKENDS)
 
-#: Individuals per call of a CPU ``chain_ends``: bounds the NumPy form's temporaries.
-CHUNK = 1 << 15
+#: Genes (individuals x stages x microbatches) per call of a CPU ``chain_ends``: bounds
+#: the NumPy form's temporaries (a few int64 arrays of this many entries).
+CHUNK_GENES = 1 << 22
 
 
 class Evaluator(Protocol):
@@ -63,12 +64,14 @@ class ChainEvaluator:
     chain_ends: ChainEnds
 
     def _ends(self, sizes: np.ndarray, compute: np.ndarray, transfer: np.ndarray) -> np.ndarray:
-        """``chain_ends`` over chunks of at most :data:`CHUNK` individuals."""
-        if len(sizes) <= CHUNK:
+        """``chain_ends`` over chunks of at most :data:`CHUNK_GENES` genes (one individual
+        at least)."""
+        chunk = max(1, CHUNK_GENES // max(sizes.shape[1] * sizes.shape[2], 1))
+        if len(sizes) <= chunk:
             return self.chain_ends(sizes, compute, transfer)
         parts = [
-            self.chain_ends(sizes[i : i + CHUNK], compute, transfer)
-            for i in range(0, len(sizes), CHUNK)
+            self.chain_ends(sizes[i : i + chunk], compute, transfer)
+            for i in range(0, len(sizes), chunk)
         ]
         return np.concatenate(parts)
 

@@ -5,6 +5,7 @@ Bad input or usage prints one line, ``tidgap: error: FILE: FIELD: reason``, and 
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,7 @@ from tidgap.cli_search import search_command
 from tidgap.compare import ComparisonRow, compare, format_table, rows_as_dicts
 from tidgap.errors import InputError
 from tidgap.examples import example_names, example_summary
+from tidgap.interrupts import exit_status
 from tidgap.oracle import evaluate
 from tidgap.outputs import check_outputs, write_comparison, write_timelines
 from tidgap.plan import load_plan
@@ -57,8 +59,9 @@ class TidgapGroup(click.Group):
             click.echo(f"tidgap: error: {error.format_message()}", err=True)
             sys.exit(error.exit_code)
         except click.Abort:
-            click.echo("tidgap: aborted", err=True)
-            sys.exit(1)
+            # Ctrl-C outside a search (a search stops at a generation boundary instead).
+            click.echo("\ntidgap: interrupted", err=True)
+            sys.exit(exit_status(signal.SIGINT))
         sys.exit(status if isinstance(status, int) else 0)
 
 

@@ -20,15 +20,32 @@ from tidgap.compare import compare, format_table
 from tidgap.errors import InputError
 from tidgap.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
 from tidgap.gpu import gpu_unusable_reason
+from tidgap.interrupts import exit_status, stop_on_signals
+from tidgap.memory import parse_size
 from tidgap.outputs import check_outputs, write_comparison, write_json
-from tidgap.planner import search
+from tidgap.planner import SearchResult, search
 from tidgap.problem import load_problem
 from tidgap.progress import ProgressLine
 from tidgap.report import report, summary
+from tidgap.search_summary import summary_lines
 from tidgap.timeline import plan_timeline
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
 DEFAULT_TIME_LIMIT = 10.0
+
+
+class MemorySize(click.ParamType):
+    """A byte count: ``8G``, ``512MiB``, ``1.5g`` or plain bytes."""
+
+    name = "SIZE"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
 
 
 def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
@@ -97,7 +114,17 @@ def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
     help="Give every stage the same partition (one per direction): plans that runtimes "
     "with variable microbatch sizes but one partition (Megatron, DynaPipe) run as is.",
 )
-@click.option("--out", type=click.Path(dir_okay=False), help="Write the plan (tidgap.plan/1) here.")
+@click.option(
+    "--max-memory",
+    type=MemorySize(),
+    help="Refuse a search whose estimated memory exceeds this (bytes, or 8G, 512MiB, ...; "
+    "default half the memory available when it starts).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="Write the plan (tidgap.plan/1) here; an interrupted search writes its best plan.",
+)
 @output_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress line, no table: the summary only.")
 @json_option
@@ -113,6 +140,7 @@ def search_command(
     gpu: bool,
     cpu: bool,
     same_partition: bool,
+    max_memory: int | None,
     out: str | None,
     gantt: str | None,
     trace: str | None,
@@ -121,7 +149,9 @@ def search_command(
 ) -> None:
     """Search per-stage forward and backward partitions with the least iteration time.
 
-    PROBLEM defaults to the built-in example gpt1-14.
+    PROBLEM defaults to the built-in example gpt1-14. Ctrl-C or SIGTERM stops at the next
+    generation, writes the best plan so far (--out) and exits 130 / 143; a second one
+    exits at once.
     """
     backend = _chosen_backend(backend, gpu, cpu)
     loaded = load_problem(problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE)
@@ -130,22 +160,43 @@ def search_command(
         time_limit = DEFAULT_TIME_LIMIT
     show_progress = not (quiet or as_json) and sys.stderr.isatty()
     progress = ProgressLine(loaded.time_unit) if show_progress else None
-    try:
-        result = search(
-            loaded,
-            seed=seed,
-            population=population,
-            generations=generations,
-            time_limit=time_limit,
-            stagnation=stagnation,
-            backend=backend,
-            max_microbatches=max_microbatches,
-            on_progress=progress,
-            same_partition=same_partition,
-        )
-    finally:
-        if progress is not None:
-            progress.close()
+    with stop_on_signals() as signals:
+        try:
+            result = search(
+                loaded,
+                seed=seed,
+                population=population,
+                generations=generations,
+                time_limit=time_limit,
+                stagnation=stagnation,
+                backend=backend,
+                max_microbatches=max_microbatches,
+                on_progress=progress,
+                same_partition=same_partition,
+                interrupted=signals.received,
+                on_phase=None if progress is None else progress.phase,
+                max_memory=max_memory,
+            )
+        except InputError as error:
+            raise error.within(problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE) from None
+        finally:
+            if progress is not None:
+                progress.close()
+        _report(result, out, gantt, trace, quiet, as_json)
+    if signals.signum is not None:
+        sys.exit(exit_status(signals.signum))
+
+
+def _report(
+    result: SearchResult,
+    out: str | None,
+    gantt: str | None,
+    trace: str | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Write the plan and pictures where asked and print the summary (or the JSON plan)."""
+    loaded = result.problem
     document = result.plan_document()
     if out is not None:
         write_json(out, document)
@@ -156,12 +207,10 @@ def search_command(
         return
     unit = loaded.time_unit
     click.echo(describe_problem(loaded))
-    click.echo(
-        f"best plan: iteration {result.evaluation.iteration_time:.6g} {unit}, "
-        f"{result.speedup_over_gpipe:.3f}x best GPipe "
-        f"({result.generations} generations, {result.evaluations} evaluations, "
-        f"{result.wall_time:.1f} s, {result.backend}, stopped on {result.stop_reason})"
-    )
+    if result.interrupted:
+        click.echo(f"interrupted ({result.stop_reason}): the best plan found so far")
+    for line in summary_lines(result):
+        click.echo(line)
     click.echo(f"  {summary(report(timeline, lower_bound(loaded)), unit)}")
     if quiet:
         return

@@ -100,19 +100,35 @@ class Progress:
 
 @dataclass
 class StopRule:
-    """Stop after ``generations``, after ``time_limit`` seconds, or after ``stagnation``
-    generations without improvement, whichever comes first (``None`` disables one)."""
+    """Stop after ``generations``, after ``time_limit`` seconds (counted from ``started``),
+    after ``stagnation`` generations without improvement, or when ``interrupted()`` names
+    a signal, whichever comes first (``None`` disables one)."""
 
     generations: int | None = None
     time_limit: float | None = None
     stagnation: int | None = 200
+    interrupted: Callable[[], str | None] | None = None
     started: float = field(default_factory=time.perf_counter)
+
+    def signal(self) -> str | None:
+        """The name of the signal that asked to stop, or ``None``."""
+        return None if self.interrupted is None else self.interrupted()
+
+    def out_of_time(self) -> bool:
+        """Whether the time limit has passed."""
+        return self.time_limit is not None and self.elapsed() >= self.time_limit
+
+    def elapsed(self) -> float:
+        """Seconds since ``started``."""
+        return time.perf_counter() - self.started
 
     def reason(self, generation: int, since_improvement: int) -> str | None:
         """Why to stop now, or ``None`` to go on."""
+        if (name := self.signal()) is not None:
+            return f"interrupt ({name})"
         if self.generations is not None and generation >= self.generations:
             return "generations"
-        if self.time_limit is not None and time.perf_counter() - self.started >= self.time_limit:
+        if self.out_of_time():
             return "time limit"
         if self.stagnation is not None and since_improvement >= self.stagnation:
             return "stagnation"
@@ -159,8 +175,7 @@ def evolve(
         since_improvement = 0 if current < best else since_improvement + 1
         best = min(best, current)
         if on_progress is not None:
-            elapsed = time.perf_counter() - stop.started
-            on_progress(Progress(generation, evaluations, elapsed, best))
+            on_progress(Progress(generation, evaluations, stop.elapsed(), best))
     (best_forward, forward_ticks), (best_backward, backward_ticks) = forward.best(), backward.best()
     return Evolution(
         best_forward, best_backward, forward_ticks, backward_ticks, generation, evaluations, reason

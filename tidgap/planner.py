@@ -4,8 +4,9 @@ iteration time, and put the answer beside the baselines people use today."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -23,6 +24,7 @@ from tidgap.ga import (
     random_chromosomes,
 )
 from tidgap.heuristics import HEURISTICS
+from tidgap.memory import SearchFootprint, default_budget, require_within, search_footprint
 from tidgap.operators import breed, equal_rows
 from tidgap.oracle import Evaluation, evaluate
 from tidgap.plan import PLAN_FORMAT, Plan, check_plan
@@ -35,6 +37,8 @@ from tidgap.xp import backend_namespace, namespace, to_host
 
 #: Default bound on microbatches per stage (raised when a baseline or the caps need more).
 DEFAULT_MAX_MICROBATCHES = 64
+#: Share of a time limit the GA leaves to the final polish.
+POLISH_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,12 @@ class SearchResult:
     wall_time: float
     stop_reason: str
     same_partition: bool = False
+    setup: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a signal stopped the search (the plan is the best found until then)."""
+        return self.stop_reason.startswith("interrupt")
 
     @property
     def speedup_over_gpipe(self) -> float:
@@ -90,6 +100,7 @@ class SearchResult:
                 "wall_time": round(self.wall_time, 3),
                 "stop_reason": self.stop_reason,
                 "same_partition": self.same_partition,
+                "setup_time": {phase: round(t, 3) for phase, t in self.setup.items()},
             },
         }
 
@@ -101,13 +112,28 @@ def chromosome_width(problem: Problem, requested: int | None, counts_needed: lis
     return min(problem.num_units, max(width, fewest))
 
 
+def equal_seed_counts(units: int, cap: int, width: int, most: int, wanted: list[int]) -> list[int]:
+    """Microbatch counts of the equal-partition seeds: every ``m`` in ``1..width`` whose
+    parts fit ``cap`` units, or, if there are more than ``most``, the ``wanted`` ones (the
+    baselines' best counts) and an even spread of the others, ``most`` in all."""
+    counts = list(range(-(-units // cap), width + 1))
+    if len(counts) <= most:
+        return counts
+    kept = {m for m in wanted if m in range(counts[0], width + 1)}
+    spread = np.linspace(0, len(counts) - 1, max(most - len(kept), 2)).round().astype(int)
+    return sorted(kept | {counts[i] for i in spread})
+
+
 def _seeds(
-    ticked: TickedProblem, caps: np.ndarray, width: int, partitions: list[list[list[int]]]
+    ticked: TickedProblem,
+    caps: np.ndarray,
+    width: int,
+    partitions: list[list[list[int]]],
+    counts: list[int],
 ) -> np.ndarray:
-    """Every equal partition that fits the caps (same on all ``len(caps)`` rows) plus given
-    partitions (a size list per row)."""
+    """The equal partitions into each of ``counts`` microbatches (same on all ``len(caps)``
+    rows) plus given partitions (a size list per row)."""
     units, stages = ticked.num_units, len(caps)
-    counts = [m for m in range(1, width + 1) if -(-units // m) <= caps.min()]
     equal = equal_rows(units, np.asarray(counts, dtype=np.int64), width)
     seeds = [np.repeat(equal[:, None, :], stages, axis=1)]
     for partition in partitions:
@@ -175,13 +201,61 @@ def _population(
     return Chromosomes(genes[keep], fitness[keep], caps, score, breeder)
 
 
-def _polished(genes: Any, fitness: int, caps: np.ndarray, score: Callable, xp: ModuleType) -> Any:
-    """:func:`polish` on the host, scoring neighbours with the backend's ``score``."""
+def _polished(
+    genes: Any,
+    fitness: int,
+    caps: np.ndarray,
+    score: Callable,
+    xp: ModuleType,
+    deadline: float | None,
+) -> Any:
+    """:func:`polish` on the host until ``deadline``, scoring neighbours with the backend's
+    ``score``."""
 
     def host_score(candidates: np.ndarray) -> np.ndarray:
         return to_host(score(xp.asarray(candidates)))
 
-    return polish(to_host(genes), fitness, caps, host_score)[0]
+    return polish(to_host(genes), fitness, caps, host_score, deadline)[0]
+
+
+class Phases:
+    """Times the setup phases of a search and reports each as it starts."""
+
+    def __init__(self, on_phase: Callable[[str], None] | None):
+        self.on_phase = on_phase
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        """Time the ``with`` block as phase ``name``."""
+        if self.on_phase is not None:
+            self.on_phase(name)
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+
+def _compile(evaluator: Evaluator, ticked: TickedProblem) -> None:
+    """Compile (or load from the disk cache) the backend's code on one tiny individual."""
+    genes = np.zeros((1, ticked.num_stages, 1), dtype=GENE)
+    genes[...] = ticked.num_units
+    xp = backend_namespace(evaluator.backend)
+    evaluator.forward_end(xp.asarray(genes))
+    evaluator.backward_span(xp.asarray(genes))
+
+
+def _require_memory(footprint: SearchFootprint, budget: int, budget_source: str) -> None:
+    """Raise :class:`InputError` naming the option (or field) that makes ``footprint`` too big."""
+    cause = footprint.largest_cause()
+    what, source, path = {
+        "population": ("the population", "--population", ()),
+        "seeds": ("the seed chromosomes", "--max-microbatches", ()),
+        "tables": ("the tick tables (stages x units)", None, ("batch_size",)),
+    }[cause]
+    what = f"this search ({what} above all)"
+    require_within(footprint.total, budget, what, budget_source, source, path)
 
 
 def search(
@@ -197,6 +271,9 @@ def search(
     on_progress: Callable[[SearchProgress], None] | None = None,
     same_partition: bool = False,
     initial_plans: Sequence[Plan] = (),
+    interrupted: Callable[[], str | None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+    max_memory: int | None = None,
 ) -> SearchResult:
     """Search forward and backward partitions for ``problem`` with DGAP/TiDGAP.
 
@@ -205,45 +282,76 @@ def search(
     never worse than the best GPipe, local greedy or global DP plan (they seed the GA),
     nor than any feasible plan in ``initial_plans`` that fits the search.
 
+    ``time_limit`` (seconds) covers the whole search after the backend's code is compiled
+    (a first run compiles Numba's loops into the disk cache; ``setup["compile"]`` says how
+    long it took): baselines, heuristics (skipped when the limit has passed), seeding, the
+    GA (which leaves a tenth of the limit) and the polish. ``interrupted()`` is polled at
+    every generation boundary: when it names a signal, the GA stops, the polish is skipped
+    and the best plan so far is returned (``stop_reason`` ``"interrupt (SIGINT)"``).
+    ``on_phase(name)`` is called as each setup phase starts. ``max_memory`` (bytes,
+    default half the available memory) bounds the estimated footprint
+    (:mod:`tidgap.memory`); a larger one raises :class:`InputError` before allocating.
+
     With ``same_partition``, every stage runs one shared partition per direction (what
     runtimes with variable microbatch sizes but one partition can execute): a chromosome
     is one row, ``(P, 1, K)``; seeds whose stages differ are left out.
     """
     if backend not in ("auto", *BACKENDS):
         raise ValueError(f"unknown backend {backend!r}")
-    stop = StopRule(generations, time_limit, stagnation)
+    started = time.perf_counter()
+    budget = default_budget() if max_memory is None else max_memory
+    budget_source = "half the available memory" if max_memory is None else "--max-memory"
+    population = max(population, 8)
+    S, U = problem.num_stages, problem.num_units
+    _require_memory(search_footprint(population, S, 1, U, 0), budget, budget_source)
+    phases = Phases(on_phase)
     backend = default_backend() if backend == "auto" else backend
-    ticked = tick_problem(problem)
-    evaluator = create_evaluator(ticked, backend)
-    baselines = best_baselines(problem)
-    heuristics = {name: build(problem) for name, build in HEURISTICS.items()}
+    with phases("compile"):
+        ticked = tick_problem(problem)
+        evaluator = create_evaluator(ticked, backend)
+        _compile(evaluator, ticked)
+    stop = StopRule(generations, time_limit, stagnation, interrupted)
+    with phases("baselines"):
+        baselines = best_baselines(problem)
+    heuristics: dict[str, Plan] = {}
+    with phases("heuristics"):
+        for name, build in HEURISTICS.items():
+            if not stop.out_of_time() and stop.signal() is None:
+                heuristics[name] = build(problem)
+    wanted = [b.microbatches for b in baselines.values() if b.schedule != "pipedream"]
     width = chromosome_width(
         problem,
         max_microbatches,
-        [b.microbatches for b in baselines.values()]
-        + [len(p) for plan in heuristics.values() for p in plan.forward + plan.backward],
+        wanted + [len(p) for plan in heuristics.values() for p in plan.forward + plan.backward],
     )
-    settings = GeneticSettings(population=max(population, 8))
+    rows = 1 if same_partition else S
+    counts = equal_seed_counts(U, problem.common_cap() // problem.unit, width, population, wanted)
+    seeds_count = len(counts) + len(heuristics) + len(initial_plans)
+    footprint = search_footprint(population, rows, width, U, seeds_count)
+    _require_memory(footprint, budget, budget_source)
+    settings = GeneticSettings(population=population)
     xp = backend_namespace(backend)
     rng = CounterRng(seed, xp)
     sides = []
     directions = _directions(ticked, evaluator, same_partition)
-    for caps, score, direction in directions:
-        partitions = [getattr(plan, direction) for plan in (*heuristics.values(), *initial_plans)]
-        if same_partition:
-            partitions = [p[:1] for p in partitions if p.count(p[0]) == len(p)]
-        seeds = _seeds(ticked, caps, width, partitions)
-        sides.append(
-            _population(
-                seeds,
-                xp.asarray(caps),
-                settings.population,
-                ticked.num_units,
-                score,
-                rng,
-                _breeder(backend),
+    with phases("seeding"):
+        for caps, score, direction in directions:
+            plans = (*heuristics.values(), *initial_plans)
+            partitions = [getattr(plan, direction) for plan in plans]
+            if same_partition:
+                partitions = [p[:1] for p in partitions if p.count(p[0]) == len(p)]
+            seeds = _seeds(ticked, caps, width, partitions, counts)
+            sides.append(
+                _population(
+                    seeds,
+                    xp.asarray(caps),
+                    settings.population,
+                    ticked.num_units,
+                    score,
+                    rng,
+                    _breeder(backend),
+                )
             )
-        )
     report = None
     if on_progress is not None:
         gpipe_time = baselines["gpipe"].iteration_time
@@ -256,12 +364,25 @@ def search(
                 )
             )
 
-    evolution = evolve(sides[0], sides[1], settings, stop, rng, report)
-    (forward_caps, forward_score, _), (backward_caps, backward_score, _) = directions
-    forward = _polished(evolution.forward, evolution.forward_ticks, forward_caps, forward_score, xp)
-    backward = _polished(
-        evolution.backward, evolution.backward_ticks, backward_caps, backward_score, xp
+    deadline = None if time_limit is None else stop.started + time_limit
+    evolving = StopRule(
+        generations,
+        None if time_limit is None else time_limit * (1 - POLISH_SHARE),
+        stagnation,
+        interrupted,
+        stop.started,
     )
+    evolution = evolve(sides[0], sides[1], settings, evolving, rng, report)
+    (forward_caps, forward_score, _), (backward_caps, backward_score, _) = directions
+    forward, backward = evolution.forward, evolution.backward
+    if not evolution.stop_reason.startswith("interrupt"):
+        with phases("polish"):
+            forward = _polished(
+                forward, evolution.forward_ticks, forward_caps, forward_score, xp, deadline
+            )
+            backward = _polished(
+                backward, evolution.backward_ticks, backward_caps, backward_score, xp, deadline
+            )
     plan = decode_plan(forward, backward, problem)
     if same_partition:
         plan = Plan.of(plan.forward * problem.num_stages, plan.backward * problem.num_stages)
@@ -276,7 +397,8 @@ def search(
         seed=seed,
         generations=evolution.generations,
         evaluations=evolution.evaluations,
-        wall_time=time.perf_counter() - stop.started,
+        wall_time=time.perf_counter() - started,
         stop_reason=evolution.stop_reason,
         same_partition=same_partition,
+        setup=phases.seconds,
     )

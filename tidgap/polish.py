@@ -1,18 +1,24 @@
 """A last deterministic local search around the GA's best chromosome.
 
 All neighbours of a chromosome (one unit shifted across a boundary, two neighbouring
-microbatches merged, a microbatch halved) are scored as one batch; the best improving
-one is taken, until none improves.
+microbatches merged, a microbatch halved) are scored in batches of at most
+``batch_bytes``; the best improving one (the first on ties) is taken, until none
+improves or the deadline passes (then the best improving neighbour scored so far, if
+any, is the last step).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
 
 #: ``(N, S, K)`` chromosomes -> ``(N,)`` fitness in ticks.
 Score = Callable[[np.ndarray], np.ndarray]
+
+#: Default size of one batch of candidate chromosomes, in bytes.
+BATCH_BYTES = 32 << 20
 
 
 def _rows_near(row: np.ndarray, cap: int) -> Iterator[np.ndarray]:
@@ -38,27 +44,42 @@ def _padded(sizes: list[int], width: int) -> np.ndarray:
     return row
 
 
-def neighbours(genes: np.ndarray, caps: np.ndarray) -> np.ndarray:
-    """``(N, S, K)``: every chromosome one step away from ``genes`` ``(S, K)``."""
-    found = []
+def neighbour_batches(genes: np.ndarray, caps: np.ndarray, batch: int) -> Iterator[np.ndarray]:
+    """Every chromosome one step away from ``genes`` ``(S, K)``, stage by stage, as
+    ``(n, S, K)`` arrays of at most ``batch`` chromosomes."""
+    found: list[np.ndarray] = []
     for s in range(genes.shape[0]):
         for row in _rows_near(genes[s], int(caps[s])):
             candidate = genes.copy()
             candidate[s] = row
             found.append(candidate)
-    return np.stack(found) if found else np.empty((0, *genes.shape), dtype=genes.dtype)
+            if len(found) == batch:
+                yield np.stack(found)
+                found = []
+    if found:
+        yield np.stack(found)
 
 
 def polish(
-    genes: np.ndarray, fitness: int, caps: np.ndarray, score: Score
+    genes: np.ndarray,
+    fitness: int,
+    caps: np.ndarray,
+    score: Score,
+    deadline: float | None = None,
+    batch_bytes: int = BATCH_BYTES,
 ) -> tuple[np.ndarray, int]:
-    """Steepest descent from ``genes`` ``(S, K)``; returns the local optimum and its fitness."""
+    """Steepest descent from ``genes`` ``(S, K)`` until a local optimum or ``deadline``
+    (a ``time.perf_counter()`` value); returns the chromosome reached and its fitness."""
+    batch = max(1, batch_bytes // max(genes.nbytes, 1))
     while True:
-        candidates = neighbours(genes, caps)
-        if len(candidates) == 0:
+        best, best_fitness = genes, fitness
+        for candidates in neighbour_batches(genes, caps, batch):
+            scores = np.asarray(score(candidates))
+            index = int(np.argmin(scores))
+            if scores[index] < best_fitness:
+                best, best_fitness = candidates[index], int(scores[index])
+            if deadline is not None and time.perf_counter() >= deadline:
+                return best, best_fitness
+        if best_fitness >= fitness:
             return genes, fitness
-        scores = np.asarray(score(candidates))
-        best = int(np.argmin(scores))
-        if scores[best] >= fitness:
-            return genes, fitness
-        genes, fitness = candidates[best], int(scores[best])
+        genes, fitness = best, best_fitness

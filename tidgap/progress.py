@@ -1,4 +1,5 @@
-"""The progress line ``tidgap search`` draws on a terminal, one refresh per generation."""
+"""The progress line ``tidgap search`` draws on a terminal: the setup phase, then one
+refresh per generation."""
 
 from __future__ import annotations
 
@@ -8,11 +9,21 @@ import click
 
 from tidgap.planner import SearchProgress
 
+#: What each setup phase of :func:`tidgap.search` is doing, as the progress line says it.
+PHASES = {
+    "compile": "compiling the evaluator (cached on disk after the first run)",
+    "baselines": "best GPipe, 1F1B and PipeDream over every microbatch count",
+    "heuristics": "local greedy and global DP plans",
+    "seeding": "seeding the populations",
+    "polish": "polishing the best plan",
+}
+
 
 class ProgressLine:
-    """Rewrites one stderr line: generation, evaluations/s, best time, gain over GPipe.
+    """Rewrites one stderr line: the setup phase, then generation, evaluations/s, best time,
+    gain over GPipe.
 
-    Redraws at most ``refresh`` times a second; :meth:`close` ends the line.
+    Redraws generations at most ``refresh`` times a second; :meth:`close` ends the line.
     """
 
     def __init__(self, time_unit: str, refresh: float = 10.0):
@@ -20,6 +31,16 @@ class ProgressLine:
         self.interval = 1.0 / refresh
         self.last_draw = 0.0
         self.drawn = False
+        self.started = time.perf_counter()
+
+    def _draw(self, line: str) -> None:
+        click.echo("\r" + line + "\x1b[K", nl=False, err=True)
+        self.drawn = True
+
+    def phase(self, name: str) -> None:
+        """Show that setup phase ``name`` (a key of :data:`PHASES`) has started."""
+        elapsed = time.perf_counter() - self.started
+        self._draw(f"setup: {PHASES.get(name, name)}  {elapsed:5.1f} s")
 
     def __call__(self, progress: SearchProgress) -> None:
         now = time.perf_counter()
@@ -29,13 +50,11 @@ class ProgressLine:
         best = progress.best_time
         rate = progress.evaluations / max(progress.elapsed, 1e-9)
         gain = 100.0 * (progress.gpipe_time / best - 1.0)
-        line = (
+        self._draw(
             f"generation {progress.generation:>6}  {rate:9.3g} evaluations/s  "
             f"best {best:.6g} {self.time_unit}  {gain:+.2f}% vs GPipe  "
-            f"{progress.elapsed:5.1f} s"
+            f"{now - self.started:5.1f} s"
         )
-        click.echo("\r" + line, nl=False, err=True)
-        self.drawn = True
 
     def close(self) -> None:
         """Finish the line so later output starts on a fresh one."""

@@ -1,0 +1,63 @@
+"""Ctrl-C and SIGTERM as requests to stop: the search ends at the next generation boundary
+and keeps its best plan; a second signal ends the process at once, without a traceback.
+
+The handlers only record the signal (no exception is raised inside compiled code, so a
+Numba call is never left with an exception set); the search polls :meth:`StopSignals.received`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+#: The signals that ask a search to stop, by name.
+STOP_SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+
+
+def exit_status(signum: int) -> int:
+    """The shell's status for a process ended by ``signum``: ``128 + signum`` (130, 143)."""
+    return 128 + signum
+
+
+class StopSignals:
+    """Records the first SIGINT / SIGTERM; on a second one, exits with its status at once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def received(self) -> str | None:
+        """The name of the signal received (``"SIGINT"``, ``"SIGTERM"``), or ``None``."""
+        return None if self.signum is None else STOP_SIGNALS[self.signum]
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        """Signal handler: remember the first signal; a second one ends the process."""
+        if self.signum is None:
+            self.signum = signum
+            return
+        sys.stderr.write(f"\ntidgap: {STOP_SIGNALS[signum]} again: stopped at once\n")
+        sys.stderr.flush()
+        os._exit(exit_status(signum))
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[StopSignals]:
+    """Install :class:`StopSignals` for SIGINT and SIGTERM; restore the old handlers after.
+
+    Outside the main thread (where Python cannot set handlers) nothing is installed and
+    the signals keep their usual effect.
+    """
+    signals = StopSignals()
+    try:
+        previous = {signum: signal.signal(signum, signals.handle) for signum in STOP_SIGNALS}
+    except ValueError:
+        yield signals
+        return
+    try:
+        yield signals
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
