@@ -284,6 +284,76 @@ def test_compare_text_table(tmp_path: Path) -> None:
     assert result.stderr == ""
 
 
+#: Seconds per time unit, for the table's samples/s (other units: samples per unit).
+SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _table_rows(stdout: str) -> tuple[list[str], list[list[str]]]:
+    """The comparison table in ``stdout``: header cells and row cells (cells are two or more
+    spaces apart; a cell holds single spaces at most)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("schedule "))
+    end = next(i for i, line in enumerate(lines) if i > start and line.startswith("lower bound"))
+    header, *rows = [re.split(r" {2,}", line.strip()) for line in lines[start:end]]
+    return header, rows
+
+
+def _decimals(cell: str) -> int:
+    """Digits after the decimal point of a table cell."""
+    return len(cell.partition(".")[2])
+
+
+def _significant_digits(cell: str) -> int:
+    """Significant digits of a table cell (``0.04808`` -> 4)."""
+    return len(cell.replace(".", "").lstrip("0"))
+
+
+def _precision_cases() -> list[Any]:
+    """Every example (times in ms), and a golden case with its times in s, us and cycles."""
+    return [
+        *(pytest.param(f"example:{name}", None, id=name) for name in example_names()),
+        *(pytest.param("linkheavy7", unit, id=f"linkheavy7-{unit}") for unit in ("s", "us", "cyc")),
+    ]
+
+
+@pytest.mark.parametrize(("source", "time_unit"), _precision_cases())
+def test_compare_table_precision(tmp_path: Path, source: str, time_unit: str | None) -> None:
+    """A column has one precision: 6 significant digits of its largest time, 5 of its largest
+    throughput; the cells are the ``--json`` values rounded; throughput is in samples/s for
+    us, ms and s; rows whose times differ by 0.1% or more show different throughputs."""
+    if time_unit is not None:
+        case = case_named(source)
+        case["problem"]["time_unit"] = time_unit
+        source, _ = _files(tmp_path, case)
+    result = run_cli("compare", source)
+    assert result.exit_code == 0, describe(result)
+    document = json_output(run_cli("compare", source, "--json"))
+    unit = document["time_unit"]
+    header, rows = _table_rows(result.stdout)
+    assert [row[0] for row in rows] == [entry["schedule"] for entry in document["rows"]]
+    rate = "samples/s" if unit in SECONDS else f"samples/{unit}"
+    assert header[2:4] == [f"iteration ({unit})", f"throughput ({rate})"]
+    seconds = SECONDS.get(unit, 1.0)
+    columns = (
+        (2, [entry["iteration_time"] for entry in document["rows"]], 6),
+        (3, [entry["throughput"] / seconds for entry in document["rows"]], 5),
+    )
+    for column, values, digits in columns:
+        cells = [row[column] for row in rows]
+        (places,) = {_decimals(cell) for cell in cells}
+        largest = max(cells, key=float)
+        assert _significant_digits(largest) == digits or (
+            places == 0 and _significant_digits(largest) > digits
+        ), cells
+        for cell, value in zip(cells, values, strict=True):
+            assert abs(float(cell) - value) <= 0.5 * 10.0**-places * (1 + 1e-9), (cell, value)
+    times = [entry["iteration_time"] for entry in document["rows"]]
+    for i, row in enumerate(rows):
+        for j, other in enumerate(rows):
+            if abs(times[i] / times[j] - 1) >= 1e-3:
+                assert row[3] != other[3], (row, other)
+
+
 # --- example:NAME ---------------------------------------------------------------------------------
 
 

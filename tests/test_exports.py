@@ -127,7 +127,9 @@ def _files(tmp_path: Path, name: str, index: int = 0) -> tuple[Path, Path, dict[
 @pytest.mark.parametrize("name", [case["problem"]["name"] for case in golden_cases()])
 def test_export_pytorch_csv(tmp_path: Path, name: str) -> None:
     """The CSV round-trips through the checker; the sidecar's microbatches cover the batch
-    and its predicted times are the model's, for the plan and for its lowering."""
+    and its predicted times are the model's, for the plan and for its lowering; stderr holds
+    one warning line, with both times and the ratio, iff the lowering is slower than the best
+    GPipe (files written and exit 0 either way)."""
     problem_path, plan_path, case = _files(tmp_path, name)
     out = tmp_path / "schedule.csv"
     result = run_cli(
@@ -150,6 +152,31 @@ def test_export_pytorch_csv(tmp_path: Path, name: str) -> None:
     assert sidecar["predicted"]["plan"] == evaluate(problem, plan).as_dict()
     assert sidecar["schedule_csv"] == "schedule.csv"
     assert f"{lowered.iteration_time:.6g}" in result.stdout
+    gpipe = case["best_baselines"]["gpipe"]
+    if lowered.iteration_time > gpipe["iteration_time"]:
+        (line,) = result.stderr.splitlines()
+        assert line.startswith("tidgap: warning: ") and "--to same-partition" in line
+        ratio = lowered.iteration_time / gpipe["iteration_time"]
+        for shown in (
+            f"{lowered.iteration_time:.6g} {problem.time_unit}",
+            f"{gpipe['iteration_time']:.6g} {problem.time_unit}",
+            f"{ratio:.2f}x",
+            f"({gpipe['microbatches']} microbatches)",
+        ):
+            assert shown in line, (shown, line)
+    else:
+        assert result.stderr == ""
+
+
+def test_some_golden_lowerings_warn_and_some_do_not() -> None:
+    """Both branches of :func:`test_export_pytorch_csv` are taken."""
+    slower = set()
+    for case in golden_cases():
+        problem = Problem.from_dict(case["problem"])
+        plan = Plan.of(case["plans"][0]["forward"], case["plans"][0]["backward"])
+        lowered = evaluate(problem, lowered_plan(plan)).iteration_time
+        slower.add(lowered > case["best_baselines"]["gpipe"]["iteration_time"])
+    assert slower == {True, False}
 
 
 # --- same-partition ------------------------------------------------------------------------------

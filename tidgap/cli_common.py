@@ -16,7 +16,9 @@ Command = Callable[..., Any]
 
 def problem_argument(required: bool = True) -> Callable[[Command], Command]:
     """The ``PROBLEM`` argument: a problem file, or ``example:NAME`` for a built-in one."""
-    return click.argument("problem", metavar="PROBLEM", required=required)
+    return click.argument(
+        "problem", metavar="PROBLEM" if required else "[PROBLEM]", required=required
+    )
 
 
 def json_option(command: Command) -> Command:

@@ -13,12 +13,14 @@ from tidgap.exports import (
     microbatches_path,
     pytorch_csv,
     schedule_document,
+    slower_than_gpipe_warning,
 )
 from tidgap.oracle import evaluate
 from tidgap.outputs import check_outputs, write_json, writing
 from tidgap.plan import Plan, load_plan
 from tidgap.planner import search
 from tidgap.problem import Problem, load_problem
+from tidgap.schedules import best_baselines
 from tidgap.timeline import plan_timeline
 
 EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
@@ -50,13 +52,14 @@ def export_command(
     """Write PLAN for other runtimes and tools.
 
     PROBLEM comes first, as in `tidgap evaluate`: a plan file names its problem but does
-    not hold it (the issue's `tidgap export PLAN --to ...` cannot work without it).
+    not hold it.
 
     \b
     pytorch-csv     the compute-only schedule CSV that torch.distributed.pipelining
                     loads (_load_csv; a row per rank, cells like 0F3, 1B0) for PLAN
                     lowered to one common partition, with OUT's .microbatches.json
-                    sidecar: every microbatch's samples and both predicted times
+                    sidecar: every microbatch's samples and both predicted times;
+                    warns when the lowered plan is slower than the best GPipe
     same-partition  the best plan whose partition is the same on every stage (the
                     search of `tidgap search --same-partition`, seeded with PLAN
                     lowered), which Megatron (variable sequence lengths) or DynaPipe
@@ -87,7 +90,8 @@ def export_command(
 
 
 def _export_pytorch_csv(problem: Problem, plan: Plan, out: str, sidecar: str) -> None:
-    """The CSV of PLAN lowered to its common refinement, and the sidecar beside it."""
+    """The CSV of PLAN lowered to its common refinement, and the sidecar beside it; a
+    warning on stderr when the lowered plan is slower than the best GPipe."""
     common = lowered_plan(plan)
     sizes = common.forward[0]
     evaluation = evaluate(problem, plan)
@@ -103,6 +107,9 @@ def _export_pytorch_csv(problem: Problem, plan: Plan, out: str, sidecar: str) ->
         f"({lowered.iteration_time / evaluation.iteration_time - 1:+.2%})"
     )
     click.echo(f"schedule written to {out}, microbatches to {sidecar}")
+    warning = slower_than_gpipe_warning(lowered, best_baselines(problem)["gpipe"], unit)
+    if warning is not None:
+        click.echo(warning, err=True)
 
 
 def _export_same_partition(

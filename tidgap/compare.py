@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from tidgap.heuristics import HEURISTICS
@@ -9,6 +11,11 @@ from tidgap.oracle import evaluate
 from tidgap.plan import Plan
 from tidgap.problem import Problem
 from tidgap.schedules import BaselineResult, best_baselines
+from tidgap.trace import MICROSECONDS
+
+#: Significant digits of the largest value in the table's time and throughput columns.
+TIME_DIGITS = 6
+THROUGHPUT_DIGITS = 5
 
 
 @dataclass(frozen=True)
@@ -69,24 +76,47 @@ def rows_as_dicts(rows: list[ComparisonRow]) -> list[dict[str, object]]:
     return [asdict(row) for row in rows]
 
 
+def decimals(values: Sequence[float], significant: int) -> int:
+    """Decimal places that give the largest of ``values`` ``significant`` significant
+    digits (at least 0), so that a column shares one precision."""
+    largest = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    if largest == 0:
+        return significant - 1
+    return max(0, significant - 1 - math.floor(math.log10(largest)))
+
+
+def throughput_scale(time_unit: str) -> tuple[float, str]:
+    """Factor from samples per ``time_unit`` to the table's throughput unit, and its name:
+    samples/s for ``us``, ``ms`` and ``s``, else samples per ``time_unit`` (factor 1)."""
+    if time_unit in MICROSECONDS:
+        return 1e6 / MICROSECONDS[time_unit], "samples/s"
+    return 1.0, f"samples/{time_unit}"
+
+
 def format_table(rows: list[ComparisonRow], time_unit: str) -> str:
-    """A fixed-width text table of ``rows`` with a header line."""
+    """A fixed-width text table of ``rows`` with a header line: iteration times in
+    ``time_unit`` and throughputs (see :func:`throughput_scale`), each column at one
+    precision (:data:`TIME_DIGITS`, :data:`THROUGHPUT_DIGITS` on its largest value)."""
+    scale, rate = throughput_scale(time_unit)
+    times = [row.iteration_time for row in rows]
+    rates = [row.throughput * scale for row in rows]
+    time_places, rate_places = decimals(times, TIME_DIGITS), decimals(rates, THROUGHPUT_DIGITS)
     header = (
         "schedule",
         "microbatches",
         f"iteration ({time_unit})",
-        f"throughput (samples/{time_unit})",
+        f"throughput ({rate})",
         "vs GPipe",
     )
     body = [
         (
             row.schedule,
             row.microbatches,
-            f"{row.iteration_time:.4f}",
-            f"{row.throughput:.4f}",
+            f"{time:.{time_places}f}",
+            f"{throughput:.{rate_places}f}",
             f"{row.speedup:.3f}x",
         )
-        for row in rows
+        for row, time, throughput in zip(rows, times, rates, strict=True)
     ]
     widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
     lines = []

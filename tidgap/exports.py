@@ -19,6 +19,7 @@ from typing import Any
 from tidgap.oracle import Evaluation, prefix_sums
 from tidgap.plan import Plan
 from tidgap.problem import Problem
+from tidgap.schedules import BaselineResult
 from tidgap.timeline import Step, Timeline
 
 SCHEDULE_FORMAT = "tidgap.schedule/1"
@@ -90,6 +91,23 @@ def microbatches_document(
         ],
         "predicted": {"plan": plan_evaluation.as_dict(), "lowered": lowered_evaluation.as_dict()},
     }
+
+
+def slower_than_gpipe_warning(
+    lowered: Evaluation, gpipe: BaselineResult, time_unit: str
+) -> str | None:
+    """The one-line warning when ``lowered`` (the plan as ``pytorch-csv`` runs it) takes
+    longer than the best GPipe ``gpipe``, both in ``time_unit``; ``None`` otherwise."""
+    if lowered.iteration_time <= gpipe.iteration_time:
+        return None
+    ratio = lowered.iteration_time / gpipe.iteration_time
+    return (
+        f"tidgap: warning: lowered to one partition the plan takes "
+        f"{lowered.iteration_time:.6g} {time_unit}, {ratio:.2f}x ({ratio - 1:+.2%}) the best "
+        f"GPipe's {gpipe.iteration_time:.6g} {time_unit} ({gpipe.microbatches} microbatches); "
+        "--to same-partition searches the best plan that shares one partition "
+        "(never slower than GPipe)"
+    )
 
 
 def _step(step: Step, op: str) -> dict[str, Any]:
