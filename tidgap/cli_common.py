@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from tidgap.problem import Problem
+from tidgap.text import printable
 
 Command = Callable[..., Any]
 
@@ -32,10 +33,11 @@ def echo_json(document: object) -> None:
 
 
 def describe_problem(problem: Problem) -> str:
-    """``name: S stage(s), batch_size B, unit U``."""
+    """``name: S stage(s), batch_size B, unit U``, the name's non-printable characters
+    escaped (:func:`tidgap.text.printable`)."""
     return (
-        f"{problem.name}: {problem.num_stages} stage(s), batch_size {problem.batch_size}, "
-        f"unit {problem.unit}"
+        f"{printable(str(problem.name))}: {problem.num_stages} stage(s), "
+        f"batch_size {problem.batch_size}, unit {problem.unit}"
     )
 
 

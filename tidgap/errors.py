@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+
+from tidgap.text import printable
 
 JsonPath = Sequence[str | int]
 
 
 def format_path(path: JsonPath) -> str:
-    """Render ``("stages", 2, "forward")`` as ``stages[2].forward``."""
+    """Render ``("stages", 2, "forward")`` as ``stages[2].forward``; a key that is not an
+    identifier is quoted, as in ``source["a b"]`` or ``[""]``."""
     text = ""
     for part in path:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif not part.isidentifier():
+            text += f"[{json.dumps(part, ensure_ascii=False)}]"
         else:
-            text += f".{part}" if text else str(part)
+            text += f".{part}" if text else part
     return text
 
 
@@ -22,7 +28,9 @@ class InputError(ValueError):
     """Bad input: a file (or option) that cannot be used as given.
 
     ``source`` names the file or option, ``path`` the field inside it; ``str()``
-    is the one line the command line prints after ``tidgap: error:``.
+    is the one line the command line prints after ``tidgap: error:``, with every
+    non-printable character escaped (:func:`tidgap.text.printable`), so that a value or
+    key quoted from a file can neither break the line nor reach the terminal raw.
     """
 
     def __init__(self, message: str, path: JsonPath = (), source: str | None = None):
@@ -39,4 +47,4 @@ class InputError(ValueError):
 
     def __str__(self) -> str:
         parts = [p for p in (self.source, format_path(self.path)) if p]
-        return ": ".join([*parts, self.message])
+        return printable(": ".join([*parts, self.message]))

@@ -116,13 +116,17 @@ def _panel(ax: Any, timeline: Timeline, span: float, width_pixels: float) -> Non
         va="bottom",
         ha="left" if end < 0.85 * span else "right",
     )
-    ax.set_yticks(range(timeline.num_stages), timeline.stage_names, fontsize=FONT_SIZE + 1)
+    # Names come from the problem file: drawn as they are, never parsed as $math$.
+    ax.set_yticks(
+        range(timeline.num_stages), timeline.stage_names, fontsize=FONT_SIZE + 1, parse_math=False
+    )
     ax.set_ylim(timeline.num_stages - 0.5, -0.6)
     bubble = report(timeline, None).overall_bubble
     ax.set_title(
         f"{timeline.label}: iteration {end:.6g} {timeline.time_unit}, bubble {bubble:.1%}",
         loc="left",
         fontsize=FONT_SIZE + 2,
+        parse_math=False,
     )
     ax.grid(axis="x", linewidth=0.3, alpha=0.6)
     ax.set_axisbelow(True)
@@ -167,7 +171,9 @@ def draw(timelines: list[Timeline], path: str | os.PathLike[str]) -> None:
     for ax, timeline in zip(axes[:, 0], timelines, strict=True):
         _panel(ax, timeline, span, width_pixels)
     axes[-1, 0].set_xlim(0, span)
-    axes[-1, 0].set_xlabel(f"time ({timelines[0].time_unit})", fontsize=FONT_SIZE + 1)
+    axes[-1, 0].set_xlabel(
+        f"time ({timelines[0].time_unit})", fontsize=FONT_SIZE + 1, parse_math=False
+    )
     for ax in axes[:, 0]:
         ax.tick_params(axis="x", labelsize=FONT_SIZE + 1)
     _legend(figure)

@@ -1,0 +1,17 @@
+"""Text from input files made safe to print: no control characters reach the terminal."""
+
+from __future__ import annotations
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character written as its ``repr`` escape.
+
+    Control characters (ESC ``\\x1b``, ``\\r``, ``\\n``, ``\\t``, DEL ``\\x7f``, the C1
+    controls ``\\x80``-``\\x9f``), format characters such as the bidi overrides
+    ``\\u202e``, separators other than the space, and lone surrogates become escapes like
+    ``\\x1b`` or ``\\u202e`` (what :meth:`str.isprintable` rejects); everything else,
+    backslashes and non-ASCII letters included, is kept as is.
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
