@@ -54,7 +54,7 @@ def fake_cupy(
 @pytest.mark.parametrize(
     ("module", "expected"),
     [
-        (None, "CuPy is not installed (pip install 'tidgap[cuda12]' or 'tidgap[cuda13]')"),
+        (None, "CuPy is not installed (pip install cupy-cuda12x or cupy-cuda13x, for your CUDA major)"),
         (
             fake_cupy(error="cudaErrorNoDevice: no CUDA-capable device is detected"),
             "no CUDA device found",

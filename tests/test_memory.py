@@ -105,3 +105,14 @@ def test_a_huge_batch_names_the_problem_field(tmp_path: Path) -> None:
 def test_the_library_raises_input_error() -> None:
     with pytest.raises(InputError, match="--population"):
         search(load_problem("example:tiny-2"), population=10**9, max_memory=10**9)
+
+
+def test_the_gpu_budget_is_the_lesser_of_host_and_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tidgap.memory as memory
+
+    monkeypatch.setattr(memory, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(memory, "device_free_memory", lambda: 4_000)
+    assert memory.default_budget("cuda") == 2_000
+    assert memory.default_budget("numba") == 5_000
+    monkeypatch.setattr(memory, "device_free_memory", lambda: None)
+    assert memory.default_budget("cuda") == 5_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-INSTALL_HINT = "pip install 'tidgap[cuda12]' or 'tidgap[cuda13]'"
+INSTALL_HINT = "pip install cupy-cuda12x or cupy-cuda13x, for your CUDA major"
 
 
 def gpu_unusable_reason() -> str | None:
@@ -40,3 +40,12 @@ def gpu_unusable_reason() -> str | None:
 def _version(encoded: int) -> str:
     """CUDA's ``1000 * major + 10 * minor`` as ``major.minor``."""
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
+
+
+def device_free_memory() -> int | None:
+    """Free bytes on the current CUDA device, or ``None`` where CuPy cannot say."""
+    try:
+        cupy = importlib.import_module("cupy")
+        return int(cupy.cuda.runtime.memGetInfo()[0])
+    except Exception:  # no CuPy, no device, or a stand-in without memGetInfo
+        return None

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tidgap.backends import CHUNK_GENES
 from tidgap.errors import InputError
+from tidgap.gpu import device_free_memory
 from tidgap.polish import BATCH_BYTES
 
 #: Bytes per gene of one direction's population at the peak of a generation: the genes,
@@ -79,9 +80,12 @@ def available_memory() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def default_budget() -> int:
-    """Half of :func:`available_memory`."""
-    return available_memory() // 2
+def default_budget(backend: str) -> int:
+    """Half of :func:`available_memory`; for ``cuda``, half of the least of it and the
+    free device memory (the populations and tables live there)."""
+    available = available_memory()
+    device = device_free_memory() if backend == "cuda" else None
+    return (available if device is None else min(available, device)) // 2
 
 
 def parse_size(text: str) -> int:

@@ -299,13 +299,13 @@ def search(
     if backend not in ("auto", *BACKENDS):
         raise ValueError(f"unknown backend {backend!r}")
     started = time.perf_counter()
-    budget = default_budget() if max_memory is None else max_memory
+    backend = default_backend() if backend == "auto" else backend
+    budget = default_budget(backend) if max_memory is None else max_memory
     budget_source = "half the available memory" if max_memory is None else "--max-memory"
     population = max(population, 8)
     S, U = problem.num_stages, problem.num_units
     _require_memory(search_footprint(population, S, 1, U, 0), budget, budget_source)
     phases = Phases(on_phase)
-    backend = default_backend() if backend == "auto" else backend
     with phases("compile"):
         ticked = tick_problem(problem)
         evaluator = create_evaluator(ticked, backend)
