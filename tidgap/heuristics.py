@@ -15,33 +15,30 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from tidgap.plan import Plan
 from tidgap.problem import Problem
 from tidgap.schedules import equal_partition
 from tidgap.timefn import TimeFunction
 
 
-def local_estimate(problem: Problem, s: int, m: int) -> float:
-    """``(m + S - 1) * (Tf_s(b) + Tb_s(b))``, ``b`` the largest of ``m`` equal microbatches.
-
-    GPipe's iteration time if every stage were stage ``s`` and links were free.
-    """
-    largest = max(equal_partition(problem, m))
-    stage = problem.stages[s]
-    return (m + problem.num_stages - 1) * (stage.forward(largest) + stage.backward(largest))
-
-
 def local_microbatches(problem: Problem, s: int) -> int:
-    """``m_s``: the count in ``1..U`` with the least :func:`local_estimate` (ties: smaller).
+    """``m_s``: the count in ``1..U`` with the least estimate ``(m + S - 1) * (Tf_s(b) +
+    Tb_s(b))``, ``b = ceil(U / m) * unit`` the largest of ``m`` equal microbatches (ties:
+    the smaller ``m``): GPipe's iteration time if every stage were stage ``s`` and links
+    were free.
 
     Only counts whose equal partition respects stage ``s``'s own forward and backward caps
-    compete; ``m = U`` (one unit each) always does.
+    compete; ``m = U`` (one unit each) always does. Vectorised over ``m``: ``O(U)``.
     """
+    U, S, stage = problem.num_units, problem.num_stages, problem.stages[s]
     cap = min(problem.forward_cap(s), problem.backward_cap(s))
-    feasible = [
-        m for m in range(1, problem.num_units + 1) if max(equal_partition(problem, m)) <= cap
-    ]
-    return min(feasible, key=lambda m: (local_estimate(problem, s, m), m))
+    counts = np.arange(1, U + 1, dtype=np.int64)
+    largest = -(-U // counts) * problem.unit
+    counts, largest = counts[largest <= cap], largest[largest <= cap]
+    estimates = (counts + S - 1) * (stage.forward.at(largest) + stage.backward.at(largest))
+    return int(counts[np.argmin(estimates)])
 
 
 def local_greedy(problem: Problem) -> Plan:
@@ -137,6 +134,9 @@ def chain_dp(chain: Chain, unit: int, num_units: int) -> list[int]:
     every ``j`` in ``1..min(u, cap / unit)``, starting at time 0; the result is read back
     from ``best[num_units]``. Greedy: one state per ``u``, so not always the optimum over
     common partitions. Time ``O(U * cap / unit * P)``.
+
+    The plain-Python reference; :func:`global_dp` runs :func:`compiled_chain_dps`, which
+    returns the same partition.
     """
     most = min(chain.cap // unit, num_units)
     sizes = range(1, most + 1)
@@ -155,6 +155,23 @@ def chain_dp(chain: Chain, unit: int, num_units: int) -> list[int]:
     return partition[::-1]
 
 
+def compiled_chain_dps(chains: list[Chain], unit: int, num_units: int) -> list[list[int]]:
+    """:func:`chain_dp` of each chain, compiled and in parallel
+    (:func:`tidgap.fallback_cpu.setup_loops.chain_dps`): the same float operations in the
+    same order, so the same partitions (sizes in samples)."""
+    from tidgap.fallback_cpu.setup_loops import chain_dps
+
+    def tables(functions: tuple[TimeFunction, ...], sizes: np.ndarray) -> np.ndarray:
+        return np.array([f.at(sizes) for f in functions]).reshape(len(functions), len(sizes))
+
+    sizes = [unit * np.arange(1, min(c.cap // unit, num_units) + 1) for c in chains]
+    compute = [tables(c.compute, b) for c, b in zip(chains, sizes, strict=True)]
+    links = [tables(c.links, b) for c, b in zip(chains, sizes, strict=True)]
+    tails = [np.asarray(c.tails, dtype=np.float64) for c in chains]
+    parts = chain_dps(compute, links, tails, num_units)
+    return [[part * unit for part in partition] for partition in parts]
+
+
 def global_dp(problem: Problem) -> Plan:
     """Every stage runs the :func:`chain_dp` partition of each direction.
 
@@ -163,8 +180,8 @@ def global_dp(problem: Problem) -> Plan:
     the flush allows (model.md), so the forward and backward partitions may differ.
     """
     S, unit, U = problem.num_stages, problem.unit, problem.num_units
-    forward = chain_dp(forward_chain(problem), unit, U)
-    backward = chain_dp(backward_chain(problem), unit, U)
+    chains = [forward_chain(problem), backward_chain(problem)]
+    forward, backward = compiled_chain_dps(chains, unit, U)
     return Plan.of([forward] * S, [backward] * S)
 
 

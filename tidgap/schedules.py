@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from tidgap.errors import InputError
 from tidgap.oracle import evaluate
 from tidgap.plan import Plan
 from tidgap.problem import Problem
+from tidgap.timefn import TimeFunction
 
 SCHEDULES = ("gpipe", "1f1b", "pipedream")
 
@@ -32,16 +35,23 @@ def equal_partition(problem: Problem, m: int) -> list[int]:
     return [(q + 1) * problem.unit] * r + [q * problem.unit] * (m - r)
 
 
+def largest_microbatch(problem: Problem, m: int) -> int:
+    """The largest of ``m`` equal microbatches, ``ceil(U / m) * unit`` samples (``m >= 1``)."""
+    return -(-problem.num_units // m) * problem.unit
+
+
 def is_feasible(problem: Problem, m: int) -> bool:
     """Whether ``m`` equal microbatches exist and respect every cap, forward and backward."""
-    if not 1 <= m <= problem.num_units:
-        return False
-    return max(equal_partition(problem, m)) <= problem.common_cap()
+    return 1 <= m <= problem.num_units and largest_microbatch(problem, m) <= problem.common_cap()
 
 
 def feasible_microbatch_counts(problem: Problem) -> list[int]:
-    """Every ``m`` in ``1..U`` whose equal partition respects every cap, ascending."""
-    return [m for m in range(1, problem.num_units + 1) if is_feasible(problem, m)]
+    """Every ``m`` in ``1..U`` whose equal partition respects every cap, ascending.
+
+    The largest microbatch only shrinks as ``m`` grows, so they form a range up to ``U``.
+    """
+    units, cap = problem.num_units, problem.common_cap() // problem.unit
+    return list(range(-(-units // cap), units + 1))
 
 
 def require_feasible(problem: Problem, m: int) -> None:
@@ -52,7 +62,7 @@ def require_feasible(problem: Problem, m: int) -> None:
             f"unit {problem.unit})",
             source="--microbatches",
         )
-    largest = max(equal_partition(problem, m))
+    largest = largest_microbatch(problem, m)
     if largest > problem.common_cap():
         raise InputError(
             f"{m} microbatches of up to {largest} samples break a cap "
@@ -210,13 +220,43 @@ def baseline(problem: Problem, schedule: str, m: int) -> BaselineResult:
     return BaselineResult(schedule, m, BASELINES[schedule](problem, m))
 
 
+def baseline_times(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """Every feasible count ``ms`` (``(M,)``, ascending) and the iteration time of each
+    schedule of :data:`SCHEDULES` with each count, ``(3, M)`` float64 in the problem's unit.
+
+    Compiled and batched over ``m``, equal bit for bit to :data:`BASELINES`' functions.
+    """
+    from tidgap.fallback_cpu.setup_loops import baseline_times as compiled
+
+    U, unit = problem.num_units, problem.unit
+    ms = np.asarray(feasible_microbatch_counts(problem), dtype=np.int64)
+    small = U // ms
+    sizes = np.stack([np.where(U % ms > 0, small + 1, small), small]) * unit  # (2, M)
+
+    def times(functions: list[TimeFunction]) -> np.ndarray:
+        """``(2, len(functions), M)``: each function of the large and the small size."""
+        return np.array([[f.at(row) for f in functions] for row in sizes]).reshape(
+            2, len(functions), len(ms)
+        )
+
+    stages, links = problem.stages, problem.links
+    table = compiled(
+        ms,
+        times([stage.forward for stage in stages]),
+        times([stage.backward for stage in stages]),
+        times([link.forward for link in links]),
+        times([link.backward for link in links]),
+        np.asarray([stage.tail for stage in stages], dtype=np.float64),
+        U,
+    )
+    return ms, table
+
+
 def best_baselines(problem: Problem) -> dict[str, BaselineResult]:
     """For each schedule, the feasible ``m`` with the least iteration time (ties: smallest m)."""
+    ms, table = baseline_times(problem)
     best: dict[str, BaselineResult] = {}
-    counts = feasible_microbatch_counts(problem)
-    for schedule, run in BASELINES.items():
-        for m in counts:
-            time = run(problem, m)
-            if schedule not in best or time < best[schedule].iteration_time:
-                best[schedule] = BaselineResult(schedule, m, time)
+    for schedule, row in zip(SCHEDULES, table, strict=True):
+        i = int(np.argmin(row))
+        best[schedule] = BaselineResult(schedule, int(ms[i]), float(row[i]))
     return best

@@ -53,10 +53,11 @@ class TickedProblem:
         return ticks * self.tick
 
 
-def _tabulate(function: TimeFunction, unit: int, cap_units: int, num_units: int) -> list[float]:
+def _tabulate(function: TimeFunction, unit: int, cap_units: int, num_units: int) -> np.ndarray:
     """``[0, t(unit), t(2 unit), ..., t(cap)]`` padded with zeros to ``U + 1`` entries."""
-    values = [0.0] + [function(u * unit) for u in range(1, cap_units + 1)]
-    return values + [0.0] * (num_units + 1 - len(values))
+    values = np.zeros(num_units + 1)
+    values[1 : cap_units + 1] = function.at(unit * np.arange(1, cap_units + 1, dtype=np.int64))
+    return values
 
 
 def choose_tick(upper_bound: float) -> float:
@@ -88,10 +89,10 @@ def tick_problem(problem: Problem) -> TickedProblem:
     tails = [stage.tail for stage in problem.stages]
     # Any plan's iteration time is at most the sum of every operation and transfer it
     # can contain (each has at most U microbatches per stage and direction).
-    bound = sum(tails) + sum(U * max(row) for rows in tables.values() for row in rows)
+    bound = sum(tails) + sum(U * float(row.max()) for rows in tables.values() for row in rows)
     tick = choose_tick(bound)
 
-    def in_ticks(rows: list[list[float]]) -> np.ndarray:
+    def in_ticks(rows: list[np.ndarray]) -> np.ndarray:
         array = np.rint(np.asarray(rows, dtype=np.float64).reshape(len(rows), U + 1) / tick)
         return array.astype(np.int64)
 
