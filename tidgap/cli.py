@@ -15,6 +15,7 @@ import click
 from tidgap import __version__
 from tidgap.bound import lower_bound
 from tidgap.cli_common import (
+    about_problem,
     describe_problem,
     echo_json,
     json_option,
@@ -215,7 +216,8 @@ def compare_command(
     check_outputs(gantt, trace, inputs={"PROBLEM": problem, "PLAN": plan_file})
     loaded = load_problem(problem)
     plan = load_plan(plan_file, loaded) if plan_file is not None else None
-    baselines = best_baselines(loaded)
+    with about_problem(problem):
+        baselines = best_baselines(loaded)
     rows = compare(loaded, plan, baselines=baselines)
     bound = lower_bound(loaded)
     plans = [plan_timeline(loaded, plan)] if plan is not None else []

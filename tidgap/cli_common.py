@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 
+from tidgap.errors import InputError
 from tidgap.problem import Problem
 from tidgap.text import printable
 
@@ -20,6 +22,16 @@ def problem_argument(required: bool = True) -> Callable[[Command], Command]:
     return click.argument(
         "problem", metavar="PROBLEM" if required else "[PROBLEM]", required=required
     )
+
+
+@contextmanager
+def about_problem(spec: str) -> Iterator[None]:
+    """Attribute an :class:`InputError` without a source to the PROBLEM ``spec`` (a problem
+    too large to plan names the file and its ``batch_size``)."""
+    try:
+        yield
+    except InputError as error:
+        raise error.within(spec) from None
 
 
 def json_option(command: Command) -> Command:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tidgap.atomic import write_text_atomically
-from tidgap.cli_common import compact_sizes, problem_argument
+from tidgap.cli_common import about_problem, compact_sizes, problem_argument
 from tidgap.cli_search import DEFAULT_TIME_LIMIT
 from tidgap.exports import (
     lowered_plan,
@@ -76,6 +76,21 @@ def export_command(
     check_outputs(None, None, ("--out", out), ("--out's sidecar", sidecar), inputs=inputs)
     loaded = load_problem(problem)
     plan = load_plan(plan_file, loaded)
+    with about_problem(problem):
+        _export(target, loaded, plan, out, sidecar, seed, generations, time_limit)
+
+
+def _export(
+    target: str,
+    loaded: Problem,
+    plan: Plan,
+    out: str,
+    sidecar: str | None,
+    seed: int | None,
+    generations: int | None,
+    time_limit: float | None,
+) -> None:
+    """Write ``plan`` as ``target`` to ``out`` (and ``sidecar``)."""
     if target == "json-schedule":
         timeline = plan_timeline(loaded, plan)
         write_json(out, schedule_document(loaded, timeline))
@@ -96,10 +111,11 @@ def _export_pytorch_csv(problem: Problem, plan: Plan, out: str, sidecar: str) ->
     sizes = common.forward[0]
     evaluation = evaluate(problem, plan)
     lowered = evaluate(problem, common)
+    unit = problem.time_unit
+    warning = slower_than_gpipe_warning(lowered, best_baselines(problem)["gpipe"], unit)
     with writing(out):
         write_text_atomically(out, pytorch_csv(problem.num_stages, len(sizes)))
     write_json(sidecar, microbatches_document(problem, sizes, evaluation, lowered, out))
-    unit = problem.time_unit
     click.echo(
         f"lowered to one partition of {len(sizes)} microbatches (every stage's boundaries): "
         f"iteration {lowered.iteration_time:.6g} {unit}, plan "
@@ -107,7 +123,6 @@ def _export_pytorch_csv(problem: Problem, plan: Plan, out: str, sidecar: str) ->
         f"({lowered.iteration_time / evaluation.iteration_time - 1:+.2%})"
     )
     click.echo(f"schedule written to {out}, microbatches to {sidecar}")
-    warning = slower_than_gpipe_warning(lowered, best_baselines(problem)["gpipe"], unit)
     if warning is not None:
         click.echo(warning, err=True)
 

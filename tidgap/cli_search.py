@@ -9,6 +9,7 @@ import click
 from tidgap.backends import BACKENDS, cpu_backend
 from tidgap.bound import lower_bound
 from tidgap.cli_common import (
+    about_problem,
     compact_sizes,
     describe_problem,
     echo_json,
@@ -162,23 +163,22 @@ def search_command(
     progress = ProgressLine(loaded.time_unit) if show_progress else None
     with stop_on_signals() as signals:
         try:
-            result = search(
-                loaded,
-                seed=seed,
-                population=population,
-                generations=generations,
-                time_limit=time_limit,
-                stagnation=stagnation,
-                backend=backend,
-                max_microbatches=max_microbatches,
-                on_progress=progress,
-                same_partition=same_partition,
-                interrupted=signals.received,
-                on_phase=None if progress is None else progress.phase,
-                max_memory=max_memory,
-            )
-        except InputError as error:
-            raise error.within(problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE) from None
+            with about_problem(problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE):
+                result = search(
+                    loaded,
+                    seed=seed,
+                    population=population,
+                    generations=generations,
+                    time_limit=time_limit,
+                    stagnation=stagnation,
+                    backend=backend,
+                    max_microbatches=max_microbatches,
+                    on_progress=progress,
+                    same_partition=same_partition,
+                    interrupted=signals.received,
+                    on_phase=None if progress is None else progress.phase,
+                    max_memory=max_memory,
+                )
         finally:
             if progress is not None:
                 progress.close()

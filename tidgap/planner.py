@@ -31,7 +31,7 @@ from tidgap.plan import PLAN_FORMAT, Plan, check_plan
 from tidgap.polish import polish
 from tidgap.problem import Problem
 from tidgap.rng import CounterRng
-from tidgap.schedules import BaselineResult, best_baselines
+from tidgap.schedules import BaselineResult, best_baselines, require_tractable
 from tidgap.ticks import TickedProblem, tick_problem
 from tidgap.xp import backend_namespace, namespace, to_host
 
@@ -238,7 +238,11 @@ class Phases:
 
 
 def _compile(evaluator: Evaluator, ticked: TickedProblem) -> None:
-    """Compile (or load from the disk cache) the backend's code on one tiny individual."""
+    """Compile (or load from the disk cache) the setup's loops and the backend's code, on
+    tiny inputs."""
+    from tidgap.fallback_cpu.setup_loops import warm_up
+
+    warm_up()
     genes = np.zeros((1, ticked.num_stages, 1), dtype=GENE)
     genes[...] = ticked.num_units
     xp = backend_namespace(evaluator.backend)
@@ -305,6 +309,7 @@ def search(
     population = max(population, 8)
     S, U = problem.num_stages, problem.num_units
     _require_memory(search_footprint(population, S, 1, U, 0), budget, budget_source)
+    require_tractable(problem)
     phases = Phases(on_phase)
     with phases("compile"):
         ticked = tick_problem(problem)

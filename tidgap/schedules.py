@@ -18,6 +18,8 @@ from tidgap.problem import Problem
 from tidgap.timefn import TimeFunction
 
 SCHEDULES = ("gpipe", "1f1b", "pipedream")
+#: Most recurrence steps :func:`best_baselines` takes on (about 20 s on 2 cores).
+MAX_BASELINE_STEPS = 2 * 10**10
 
 
 @dataclass(frozen=True)
@@ -252,8 +254,33 @@ def baseline_times(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     return ms, table
 
 
+def baseline_steps(problem: Problem) -> int:
+    """Recurrence steps of :func:`baseline_times`: ``S`` times the sum of every feasible
+    count (each count ``m`` costs ``m`` steps per stage)."""
+    first = -(-problem.num_units // (problem.common_cap() // problem.unit))
+    last = problem.num_units
+    return problem.num_stages * (last * (last + 1) - first * (first - 1)) // 2
+
+
+def require_tractable(problem: Problem) -> None:
+    """Raise :class:`InputError` on ``batch_size`` if the best baselines over every feasible
+    count would take more than :data:`MAX_BASELINE_STEPS` steps (tens of seconds)."""
+    steps = baseline_steps(problem)
+    if steps > MAX_BASELINE_STEPS:
+        raise InputError(
+            f"{problem.num_units} units on {problem.num_stages} stage(s): the best baselines "
+            f"over every microbatch count need about {steps:.2g} steps, more than the "
+            f"{MAX_BASELINE_STEPS:.0g} tidgap runs; use a coarser unit",
+            ("batch_size",),
+        )
+
+
 def best_baselines(problem: Problem) -> dict[str, BaselineResult]:
-    """For each schedule, the feasible ``m`` with the least iteration time (ties: smallest m)."""
+    """For each schedule, the feasible ``m`` with the least iteration time (ties: smallest m).
+
+    Refuses (:func:`require_tractable`) problems with too many units to try every ``m``.
+    """
+    require_tractable(problem)
     ms, table = baseline_times(problem)
     best: dict[str, BaselineResult] = {}
     for schedule, row in zip(SCHEDULES, table, strict=True):

@@ -40,7 +40,8 @@ def summary_lines(result: SearchResult) -> list[str]:
     return [
         f"best plan: iteration {plan_time:.6g} {unit}, {result.speedup_over_gpipe:.3f}x best "
         f"GPipe ({result.generations} generations, {result.evaluations} evaluations, "
-        f"{result.wall_time:.1f} s of which setup {setup:.1f} s, {result.backend}, "
+        f"{result.wall_time:.1f} s of which setup {setup:.1f} s (compile "
+        f"{result.setup.get('compile', 0.0):.1f} s), {result.backend}, "
         f"stopped on {result.stop_reason})",
         f"  {verdict(plan_time, best_rival(result.baselines), unit)}",
     ]
