@@ -54,7 +54,10 @@ def fake_cupy(
 @pytest.mark.parametrize(
     ("module", "expected"),
     [
-        (None, "CuPy is not installed (pip install cupy-cuda12x or cupy-cuda13x, for your CUDA major)"),
+        (
+            None,
+            "CuPy is not installed (pip install cupy-cuda12x or cupy-cuda13x, for your CUDA major)",
+        ),
         (
             fake_cupy(error="cudaErrorNoDevice: no CUDA-capable device is detected"),
             "no CUDA device found",

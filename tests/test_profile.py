@@ -1,6 +1,6 @@
 """``tidgap profile``: tiny models measured end to end on the CPU, split validation, no torch.
 
-Tests that measure need PyTorch (``pip install 'tidgap[profile]'``) and skip without it;
+Tests that measure need PyTorch (``pip install torch``) and skip without it;
 the split planner, the document builder and the missing-PyTorch message are tested always.
 """
 
@@ -33,9 +33,7 @@ MLP_LAYERS = ["0", "1", "2", "3", "4", "5"]
 @pytest.fixture(scope="module")
 def torch() -> Any:
     """PyTorch, or a skip saying how to install it."""
-    return pytest.importorskip(
-        "torch", reason="PyTorch is not installed (pip install 'tidgap[profile]')"
-    )
+    return pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
 
 
 def run(*args: str) -> Result:
@@ -95,7 +93,7 @@ def test_profile_without_torch_says_how_to_install(
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
     out = tmp_path / "p.json"
     line = error_line(run("profile", "gpt", "--out", str(out)))
-    assert "PyTorch is not installed" in line and "pip install 'tidgap[profile]'" in line
+    assert "PyTorch is not installed" in line and "pip install torch" in line
     assert not out.exists()
 
 

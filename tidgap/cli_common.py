@@ -64,7 +64,7 @@ def output_options(command: Command) -> Command:
         "--gantt",
         type=click.Path(dir_okay=False),
         help="Draw the timeline to FILE.png or FILE.svg (compare, search: above the best "
-        "GPipe and 1F1B); needs matplotlib (tidgap[plot]).",
+        "GPipe and 1F1B); needs matplotlib (the plot extra).",
     )(command)
 
 

@@ -31,7 +31,7 @@ DEFAULT_BANDWIDTH_GBPS = 10.0
 DEFAULT_LATENCY_MS = 0.05
 #: Warn when other processes kept more cores than this busy while measuring.
 BUSY_CORES = 0.25
-INSTALL_HINT = "PyTorch is not installed; install it with: pip install 'tidgap[profile]'"
+INSTALL_HINT = "PyTorch is not installed; install it with: pip install torch"
 
 #: Model options, and the models they apply to.
 MODEL_OPTIONS = {
@@ -268,7 +268,7 @@ def profile_command(
     module:attribute (its top-level children are the layers; the current folder is
     importable). Each stage's forward and backward times are measured at microbatch sizes
     unit*2^k and the cap, the activation bytes crossing each boundary give the links.
-    Needs PyTorch: pip install 'tidgap[profile]'.
+    Needs PyTorch: pip install torch.
     """
     if batch_size % unit:
         raise InputError(f"{batch_size} is not a multiple of --unit {unit}", source="--batch-size")

@@ -1,4 +1,4 @@
-"""Timeline pictures (PNG or SVG) with matplotlib, the optional extra ``tidgap[plot]``.
+"""Timeline pictures (PNG or SVG) with matplotlib, the optional extra ``plot``.
 
 One panel per timeline, all on the same time axis: a lane per stage (forwards and
 backwards in two colours, the tail in grey, microbatch sizes written where they fit), a
@@ -18,7 +18,7 @@ from tidgap.report import report
 from tidgap.timeline import Step, Timeline
 
 FORMATS = (".png", ".svg")
-MISSING = "matplotlib is not installed (pip install 'tidgap[plot]')"
+MISSING = "matplotlib is not installed (pip install matplotlib)"
 COLOURS = {"F": "#4c72b0", "B": "#dd8452", "T": "#8c8c8c", "end": "#c44e52"}
 LINK_COLOURS = {"F": "#55a868", "B": "#8172b3"}
 #: Figure width and dots per inch; heights follow the number of panels and stages.
