@@ -1,0 +1,117 @@
+"""The Numba backend on a loaded machine: 0, 1 or 2 other processes keep a core busy.
+
+Busy processes are ``python -c`` loops started by the ``busy`` fixture, always stopped after
+the test, and each stops itself after :data:`BUSY_LIMIT_S` seconds anyway.
+
+- ``test_evaluate_loaded``: ``bench_evaluate``'s Numba case (``S = 8``, ``B = 256``, ``P =
+  4096``) in this process, under tidgap's threading default (``tidgap.fallback_cpu``); the
+  summary table lists it as ``numba+Nbusy``.
+- ``test_search_loaded``: wall time of ``tidgap search example:vgg16 --seed 0 --generations
+  200 --cpu --quiet`` in a fresh process (startup included): with tidgap's default
+  (``default``, a 1000-round spin), with ``OMP_WAIT_POLICY=PASSIVE`` (``passive``) and with
+  libgomp's own default restored by ``GOMP_SPINCOUNT=300000`` (``spin``, tidgap before).
+
+Run: ``pytest bench/bench_loaded.py --benchmark-only`` (about 2-5 minutes on 2 cores, most of it
+in the ``spin`` cases under load).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from bench_evaluate import POPULATION, evaluate_population, random_chromosomes, synthetic_problem
+
+from tidgap.backends import create_evaluator
+from tidgap.encoding import Population
+from tidgap.fallback_cpu import USER_SETTINGS
+from tidgap.ticks import tick_problem
+
+#: Seconds after which a busy process stops itself, should the fixture never stop it.
+BUSY_LIMIT_S = 600
+
+#: Seconds one search may take before the test fails.
+SEARCH_LIMIT_S = 120
+
+#: The timed command, run with this interpreter.
+SEARCH = [sys.executable, "-m", "tidgap", "search", "example:vgg16", "--seed", "0"]
+SEARCH += ["--generations", "200", "--cpu", "--quiet"]
+
+#: Threading variables per search case; the rest of the environment is passed on.
+POLICIES = {
+    "default": {},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "spin": {"GOMP_SPINCOUNT": "300000"},
+}
+
+
+@pytest.fixture(params=[0, 1, 2], ids=lambda count: f"{count}busy")
+def busy(request: pytest.FixtureRequest) -> Iterator[int]:
+    """Start ``request.param`` processes that each keep one core busy; stop them after."""
+    loop = f"import time\nend = time.monotonic() + {BUSY_LIMIT_S}\n"
+    loop += "while time.monotonic() < end: pass"
+    processes = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(request.param)]
+    try:
+        time.sleep(0.2)  # let them reach their loop
+        yield request.param
+    finally:
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def workload() -> tuple[Any, Population]:
+    """``bench_evaluate``'s Numba evaluator and population, compiled (or loaded) once."""
+    rng = np.random.default_rng(20240601)
+    population = Population(
+        random_chromosomes(rng, POPULATION), random_chromosomes(rng, POPULATION)
+    )
+    evaluator = create_evaluator(tick_problem(synthetic_problem()), "numba")
+    evaluate_population(evaluator, population)
+    return evaluator, population
+
+
+def test_evaluate_loaded(benchmark: Any, throughput: Any, workload: Any, busy: int) -> None:
+    import numba
+
+    evaluator, population = workload
+    benchmark.group = "evaluate S=8 B=256 P=4096, loaded"
+    benchmark.extra_info.update(
+        busy=busy,
+        threads=numba.get_num_threads(),
+        layer=numba.threading_layer(),
+        **{name: os.environ.get(name) for name in USER_SETTINGS},
+    )
+    forward, backward = benchmark(evaluate_population, evaluator, population)
+    assert forward.shape == backward.shape == (population.size,)
+    throughput(f"numba+{busy}busy", benchmark, population.size)
+
+
+@pytest.fixture(scope="module")
+def compiled() -> None:
+    """One unloaded search first, so that no timed one compiles Numba's cache."""
+    subprocess.run(SEARCH, capture_output=True, timeout=600, check=True)
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_search_loaded(benchmark: Any, compiled: None, busy: int, policy: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in USER_SETTINGS}
+    env.update(POLICIES[policy])
+    benchmark.group = "tidgap search vgg16 200 generations, loaded"
+    benchmark.extra_info.update(busy=busy, policy=policy)
+
+    def search() -> str:
+        return subprocess.run(
+            SEARCH, env=env, capture_output=True, text=True, timeout=SEARCH_LIMIT_S, check=True
+        ).stdout
+
+    output = benchmark.pedantic(search, rounds=3, iterations=1)
+    assert "200 generations" in output
