@@ -283,7 +283,7 @@ def test_batch_size_over_the_limit_is_bad_input(tmp_path: Path) -> None:
     assert_rejected(path, "batch_size", f"must be <= {MAX_SAMPLES}")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(st.data())
 def test_iteration_bounds_hold_for_every_plan_and_baseline(data: st.DataObject) -> None:
     problem = data.draw(problems())
@@ -296,7 +296,7 @@ def test_iteration_bounds_hold_for_every_plan_and_baseline(data: st.DataObject) 
         assert least * (1 - 1e-12) <= time <= longest * (1 + 1e-12) + 1e-300
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
 @given(data=st.data(), unit=st.integers(1, 4))
 def test_time_range_is_the_exact_extremes_over_the_sizes_asked_for(
     data: st.DataObject, unit: int
