@@ -72,3 +72,15 @@ def test_polish_stops_at_its_deadline() -> None:
         genes, start, ticked.forward_caps, counted, time.perf_counter(), genes.nbytes * 3
     )
     assert calls == [3] and fitness <= start
+
+
+def test_the_progress_line_names_each_phase(capsys) -> None:
+    from tidgap.progress import ProgressLine
+
+    line = ProgressLine("ms")
+    line.phase("baselines")
+    line.phase("polish")
+    line.close()
+    drawn = [part for part in capsys.readouterr().err.split("\r") if part]
+    assert drawn[0].startswith("setup: best GPipe, 1F1B and PipeDream over every microbatch")
+    assert drawn[1].startswith("polishing the best plan")

@@ -43,7 +43,8 @@ POLISH_SHARE = 0.1
 
 @dataclass(frozen=True)
 class SearchProgress:
-    """After each generation: effort so far and the best iteration time (problem's unit)."""
+    """After each generation: effort so far (``elapsed`` seconds since the GA started, after
+    the setup) and the best iteration time (problem's unit)."""
 
     generation: int
     evaluations: int

@@ -9,12 +9,12 @@ import click
 
 from tidgap.planner import SearchProgress
 
-#: What each setup phase of :func:`tidgap.search` is doing, as the progress line says it.
+#: What each phase of :func:`tidgap.search` besides the GA is doing, as the line says it.
 PHASES = {
-    "compile": "compiling the evaluator (cached on disk after the first run)",
-    "baselines": "best GPipe, 1F1B and PipeDream over every microbatch count",
-    "heuristics": "local greedy and global DP plans",
-    "seeding": "seeding the populations",
+    "compile": "setup: compiling (cached on disk after the first run)",
+    "baselines": "setup: best GPipe, 1F1B and PipeDream over every microbatch count",
+    "heuristics": "setup: local greedy and global DP plans",
+    "seeding": "setup: seeding the populations",
     "polish": "polishing the best plan",
 }
 
@@ -40,7 +40,7 @@ class ProgressLine:
     def phase(self, name: str) -> None:
         """Show that setup phase ``name`` (a key of :data:`PHASES`) has started."""
         elapsed = time.perf_counter() - self.started
-        self._draw(f"setup: {PHASES.get(name, name)}  {elapsed:5.1f} s")
+        self._draw(f"{PHASES.get(name, name)}  {elapsed:5.1f} s")
 
     def __call__(self, progress: SearchProgress) -> None:
         now = time.perf_counter()
