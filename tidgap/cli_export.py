@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from tidgap.atomic import write_text_atomically
@@ -15,6 +17,7 @@ from tidgap.exports import (
     schedule_document,
     slower_than_gpipe_warning,
 )
+from tidgap.interrupts import exit_status, stop_on_signals
 from tidgap.oracle import evaluate
 from tidgap.outputs import check_outputs, write_json, writing
 from tidgap.plan import Plan, load_plan
@@ -138,23 +141,28 @@ def _export_same_partition(
     """The same-partition search, seeded with PLAN lowered; writes a tidgap.plan/1."""
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
-    result = search(
-        problem,
-        seed=0 if seed is None else seed,
-        generations=generations,
-        time_limit=time_limit,
-        same_partition=True,
-        initial_plans=[lowered_plan(plan)],
-    )
-    write_json(out, result.plan_document())
+    with stop_on_signals() as signals:
+        result = search(
+            problem,
+            seed=0 if seed is None else seed,
+            generations=generations,
+            time_limit=time_limit,
+            same_partition=True,
+            initial_plans=[lowered_plan(plan)],
+            interrupted=signals.received,
+        )
+        write_json(out, result.plan_document())
     unit = problem.time_unit
     click.echo(
         f"same-partition plan: iteration {result.evaluation.iteration_time:.6g} {unit}, "
         f"plan {evaluate(problem, plan).iteration_time:.6g} {unit}, best GPipe "
         f"{result.baselines['gpipe'].iteration_time:.6g} {unit}"
+        + (f" (interrupted: {result.stop_reason})" if result.interrupted else "")
     )
     click.echo(
         f"  every stage: F {compact_sizes(result.plan.forward[0])} | "
         f"B {compact_sizes(result.plan.backward[0])}"
     )
     click.echo(f"plan written to {out}")
+    if signals.signum is not None:
+        sys.exit(exit_status(signals.signum))
