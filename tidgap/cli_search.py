@@ -208,7 +208,7 @@ def _report(
     unit = loaded.time_unit
     click.echo(describe_problem(loaded))
     if result.interrupted:
-        click.echo(f"interrupted ({result.stop_reason}): the best plan found so far")
+        click.echo(f"interrupted by {result.stop_reason}: the best plan found so far")
     for line in summary_lines(result):
         click.echo(line)
     click.echo(f"  {summary(report(timeline, lower_bound(loaded)), unit)}")

@@ -126,7 +126,7 @@ class StopRule:
     def reason(self, generation: int, since_improvement: int) -> str | None:
         """Why to stop now, or ``None`` to go on."""
         if (name := self.signal()) is not None:
-            return f"interrupt ({name})"
+            return name
         if self.generations is not None and generation >= self.generations:
             return "generations"
         if self.out_of_time():

@@ -24,6 +24,7 @@ from tidgap.ga import (
     random_chromosomes,
 )
 from tidgap.heuristics import HEURISTICS
+from tidgap.interrupts import STOP_SIGNALS
 from tidgap.memory import SearchFootprint, default_budget, require_within, search_footprint
 from tidgap.operators import breed, equal_rows
 from tidgap.oracle import Evaluation, evaluate
@@ -74,7 +75,7 @@ class SearchResult:
     @property
     def interrupted(self) -> bool:
         """Whether a signal stopped the search (the plan is the best found until then)."""
-        return self.stop_reason.startswith("interrupt")
+        return self.stop_reason in STOP_SIGNALS.values()
 
     @property
     def speedup_over_gpipe(self) -> float:
@@ -292,7 +293,7 @@ def search(
     long it took): baselines, heuristics (skipped when the limit has passed), seeding, the
     GA (which leaves a tenth of the limit) and the polish. ``interrupted()`` is polled at
     every generation boundary: when it names a signal, the GA stops, the polish is skipped
-    and the best plan so far is returned (``stop_reason`` ``"interrupt (SIGINT)"``).
+    and the best plan so far is returned (``stop_reason`` is its name, ``"SIGINT"``).
     ``on_phase(name)`` is called as each setup phase starts. ``max_memory`` (bytes,
     default half the available memory) bounds the estimated footprint
     (:mod:`tidgap.memory`); a larger one raises :class:`InputError` before allocating.
@@ -381,7 +382,7 @@ def search(
     evolution = evolve(sides[0], sides[1], settings, evolving, rng, report)
     (forward_caps, forward_score, _), (backward_caps, backward_score, _) = directions
     forward, backward = evolution.forward, evolution.backward
-    if not evolution.stop_reason.startswith("interrupt"):
+    if evolution.stop_reason not in STOP_SIGNALS.values():
         with phases("polish"):
             forward = _polished(
                 forward, evolution.forward_ticks, forward_caps, forward_score, xp, deadline
