@@ -127,3 +127,31 @@ def test_stop_rule_names_the_signal_first() -> None:
     rule = StopRule(generations=0, interrupted=lambda: "SIGTERM")
     assert rule.reason(5, 0) == "SIGTERM"
     assert StopRule(generations=0).reason(5, 0) == "generations"
+
+
+def test_export_same_partition_keeps_its_best_plan_on_a_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextlib import contextmanager
+
+    from click.testing import CliRunner
+
+    import tidgap.cli_export as cli_export
+    from tidgap.cli import cli
+
+    @contextmanager
+    def already_signalled():
+        signals = StopSignals()
+        signals.signum = signal.SIGTERM
+        yield signals
+
+    monkeypatch.setattr(cli_export, "stop_on_signals", already_signalled)
+    plan = tmp_path / "plan.json"
+    search_args = ["search", "example:tiny-2", "--generations", "5", "--out", str(plan), "-q"]
+    assert CliRunner().invoke(cli, search_args).exit_code == 0
+    out = tmp_path / "same.json"
+    args = ["export", "example:tiny-2", str(plan), "--to", "same-partition", "--out", str(out)]
+    result = CliRunner().invoke(cli, [*args, "--generations", "100000000"])
+    assert result.exit_code == 143, result.output
+    assert "(interrupted: SIGTERM)" in result.stdout
+    assert json.loads(out.read_text())["search"]["stop_reason"] == "SIGTERM"
