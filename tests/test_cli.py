@@ -34,7 +34,7 @@ from .cli_helpers import (
 
 REL = 1e-9
 SCHEDULES = ("gpipe", "1f1b", "pipedream")
-EVALUATION_KEYS = ("iteration_time", "forward_end", "forward_ends", "backward_ends")
+EVALUATION_KEYS = ("iteration_time", "forward_end", "forward_ends", "backward_ends", "peak_held")
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from tidgap import Plan, Problem, best_baselines, check_plan, evaluate, feasible_microbatch_counts
-from tidgap.schedules import BASELINES
+from tidgap.held import one_f_one_b_peak_held
+from tidgap.schedules import BASELINES, equal_partition
 
 from .conftest import case_id, golden_cases
 
@@ -26,6 +27,9 @@ def test_every_plan_matches_expected(golden_case: dict[str, Any]) -> None:
         assert got["forward_end"] == pytest.approx(expected["forward_end"], rel=REL)
         assert got["forward_ends"] == pytest.approx(expected["forward_ends"], rel=REL)
         assert got["backward_ends"] == pytest.approx(expected["backward_ends"], rel=REL)
+        assert got["peak_held"] == expected["peak_held"]
+        for key in ("peak_memory", "over_memory_limit"):
+            assert got.get(key) == expected.get(key), key
 
 
 def test_every_baseline_per_microbatch_count(golden_case: dict[str, Any]) -> None:
@@ -44,6 +48,9 @@ def test_best_baselines(golden_case: dict[str, Any]) -> None:
     for schedule, expected in golden_case["best_baselines"].items():
         assert best[schedule].microbatches == expected["microbatches"], schedule
         assert best[schedule].iteration_time == pytest.approx(expected["iteration_time"], rel=REL)
+    one_f_one_b = golden_case["best_baselines"]["1f1b"]
+    sizes = equal_partition(problem, one_f_one_b["microbatches"])
+    assert one_f_one_b_peak_held(problem, sizes) == one_f_one_b["peak_held"]
 
 
 TINY_CASES = [case for case in golden_cases() if "optimum" in case]

@@ -189,9 +189,12 @@ def _inputs(tmp_path: Any, name: str) -> tuple[str, str]:
 def test_evaluate_json_keeps_its_contract(tmp_path: Any) -> None:
     """``evaluate --json`` prints exactly the object of docs/formats.md; the figures are in
     the text output (``--json`` output must equal a search's ``predicted``)."""
+    keys = {"iteration_time", "forward_end", "forward_ends", "backward_ends", "peak_held"}
     problem, plan = _inputs(tmp_path, "med7_1")
+    assert set(json_output(run_cli("evaluate", problem, plan, "--json"))) == keys
+    problem, plan = _inputs(tmp_path, "med7_1_mem")
     document = json_output(run_cli("evaluate", problem, plan, "--json"))
-    assert set(document) == {"iteration_time", "forward_end", "forward_ends", "backward_ends"}
+    assert set(document) == keys | {"peak_memory", "over_memory_limit"}
 
 
 def _figures(text: str) -> tuple[list[float], float, float | None, float | None]:

@@ -28,6 +28,7 @@ from tidgap.cli_search import search_command
 from tidgap.compare import ComparisonRow, compare, format_table, rows_as_dicts
 from tidgap.errors import InputError
 from tidgap.examples import example_names, example_summary
+from tidgap.held import BASELINE_PEAK_HELD, peak_memory
 from tidgap.interrupts import exit_status
 from tidgap.oracle import evaluate
 from tidgap.outputs import check_outputs, write_comparison, write_timelines
@@ -38,6 +39,7 @@ from tidgap.schedules import (
     SCHEDULES,
     baseline,
     best_baselines,
+    equal_partition,
     require_feasible,
 )
 from tidgap.timeline import TIMED_SCHEDULES, Timeline, baseline_timeline, plan_timeline
@@ -153,6 +155,13 @@ def evaluate_command(
             f"{evaluation.forward_ends[s]:.6g}, backwards {plan.backward[s]} end "
             f"{evaluation.backward_ends[s]:.6g}, tail {loaded.stages[s].tail:g}"
         )
+    click.echo(f"  peak held (samples per stage): {evaluation.peak_held}")
+    if evaluation.peak_memory is not None:
+        over = evaluation.over_memory_limit
+        click.echo(
+            f"  peak memory (bytes per stage): {[f'{b:.4g}' for b in evaluation.peak_memory]}; "
+            + (f"over the memory limit on stage(s) {over}" if over else "within every limit")
+        )
     figures = report(timeline, lower_bound(loaded))
     for line in format_report(figures, timeline.stage_names, unit) + written:
         click.echo(line)
@@ -171,21 +180,28 @@ def _evaluate_baseline(
     time, timeline = _baseline_run(problem, schedule, m)
     written = [] if timeline is None else write_timelines([timeline], gantt, trace, problem.name)
     throughput = problem.batch_size / time
+    document: dict[str, Any] = {
+        "schedule": schedule,
+        "microbatches": m,
+        "iteration_time": time,
+        "throughput": throughput,
+    }
+    if schedule in BASELINE_PEAK_HELD:
+        held = BASELINE_PEAK_HELD[schedule](problem, equal_partition(problem, m))
+        document["peak_held"] = held
+        memory = peak_memory(problem, held)
+        if memory is not None:
+            document["peak_memory"], document["over_memory_limit"] = memory
     if as_json:
-        echo_json(
-            {
-                "schedule": schedule,
-                "microbatches": m,
-                "iteration_time": time,
-                "throughput": throughput,
-            }
-        )
+        echo_json(document)
         return
     click.echo(describe_problem(problem))
     click.echo(
         f"{schedule}({m}): iteration {time:.6g} {problem.time_unit}, throughput "
         f"{throughput:.6g} samples/{problem.time_unit}"
     )
+    if "peak_held" in document:
+        click.echo(f"  peak held (samples per stage): {document['peak_held']}")
     if timeline is not None:
         bound = lower_bound(problem) if schedule == "gpipe" else None
         figures = report(timeline, bound)

@@ -11,6 +11,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import accumulate
 
+from tidgap.held import flush_peak_held, peak_memory
 from tidgap.plan import Plan
 from tidgap.problem import Problem
 from tidgap.timefn import TimeFunction
@@ -18,25 +19,36 @@ from tidgap.timefn import TimeFunction
 
 @dataclass(frozen=True)
 class Evaluation:
-    """End times of a plan, in the problem's time unit.
+    """End times of a plan, in the problem's time unit, and what its stages hold.
 
     ``forward_ends[s]`` / ``backward_ends[s]`` end stage ``s``'s last forward / backward
-    (before its tail); ``iteration_time = max_s(backward_ends[s] + tail_s)``.
+    (before its tail); ``iteration_time = max_s(backward_ends[s] + tail_s)``;
+    ``peak_held[s]`` in samples, ``peak_memory[s]`` in bytes and ``over_memory_limit``
+    (stage indices) where the problem gives ``activation_bytes``.
     """
 
     iteration_time: float
     forward_end: float
     forward_ends: list[float]
     backward_ends: list[float]
+    peak_held: list[int]
+    peak_memory: list[float] | None = None
+    over_memory_limit: list[int] | None = None
 
     def as_dict(self) -> dict[str, object]:
-        """The ``tidgap evaluate --json`` object."""
-        return {
+        """The ``tidgap evaluate --json`` object (the memory keys where the problem gives
+        ``activation_bytes``)."""
+        document: dict[str, object] = {
             "iteration_time": self.iteration_time,
             "forward_end": self.forward_end,
             "forward_ends": list(self.forward_ends),
             "backward_ends": list(self.backward_ends),
+            "peak_held": list(self.peak_held),
         }
+        if self.peak_memory is not None:
+            document["peak_memory"] = list(self.peak_memory)
+            document["over_memory_limit"] = list(self.over_memory_limit or [])
+        return document
 
 
 def prefix_sums(sizes: list[int]) -> list[int]:
@@ -153,11 +165,16 @@ def summarise(problem: Problem, forward: Recurrence, backward: Recurrence) -> Ev
     backward_ends = [g[-1] for g in backward.ends]
     tails = [stage.tail for stage in problem.stages]
     iteration = max(end + tail for end, tail in zip(backward_ends, tails, strict=True))
+    held = flush_peak_held(problem)
+    memory, over = peak_memory(problem, held) or (None, None)
     return Evaluation(
         iteration_time=iteration,
         forward_end=forward.ends[-1][-1],
         forward_ends=[f[-1] for f in forward.ends],
         backward_ends=backward_ends,
+        peak_held=held,
+        peak_memory=memory,
+        over_memory_limit=over,
     )
 
 

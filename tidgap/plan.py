@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tidgap.errors import InputError
 from tidgap.fileio import parse_model, read_json
@@ -33,6 +33,20 @@ class Plan(StrictModel):
     predicted: Any = None
     baselines: Any = None
     search: Any = None
+    order: Any = None
+    windows: Any = None
+
+    @model_validator(mode="after")
+    def _flush_only(self) -> Plan:
+        """Ordered plans (formats.md: ``order`` / ``windows``) are part of the contract but
+        not evaluated yet: refused as bad input naming the field, never taken as flush."""
+        for key in ("order", "windows"):
+            if getattr(self, key) is not None:
+                raise InputError(
+                    "ordered plans are not supported yet: tidgap evaluates flush plans only",
+                    (key,),
+                )
+        return self
 
     @classmethod
     def from_dict(cls, data: Any) -> Plan:

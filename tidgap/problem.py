@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from tidgap.errors import InputError
 from tidgap.fileio import parse_model, read_json
 from tidgap.text import printable
-from tidgap.timefn import Duration, Samples, StrictModel, TimeFunction
+from tidgap.timefn import Bytes, Duration, PositiveBytes, Samples, StrictModel, TimeFunction
 
 PROBLEM_FORMAT = "tidgap.problem/1"
 #: The largest sample count in a problem (``batch_size``, caps, table sizes): sizes are
@@ -29,7 +29,9 @@ JsonPath = tuple[str | int, ...]
 
 
 class Stage(StrictModel):
-    """One pipeline stage: compute times per microbatch size, caps in samples, tail time."""
+    """One pipeline stage: compute times per microbatch size, caps in samples, tail time;
+    optionally the bytes it holds per sample between forward and backward, and a limit on
+    them (bytes)."""
 
     name: str | None = None
     forward: TimeFunction
@@ -37,6 +39,8 @@ class Stage(StrictModel):
     max_microbatch: Samples | None = None
     max_microbatch_backward: Samples | None = None
     tail: Duration = 0.0
+    activation_bytes: Bytes | None = None
+    memory_limit: PositiveBytes | None = None
 
 
 class Link(StrictModel):
@@ -161,9 +165,31 @@ class Problem(StrictModel):
                 f"found {len(self.links)}",
                 ("links",),
             )
+        self._check_memory_fields()
         self._check_coverage()
         self._check_time_scale()
         return self
+
+    def _check_memory_fields(self) -> None:
+        """``activation_bytes`` on every stage or on none; ``memory_limit`` only with it."""
+        given = [stage.activation_bytes is not None for stage in self.stages]
+        for s, stage in enumerate(self.stages):
+            if any(given) and not given[s]:
+                first = given.index(True)
+                raise InputError(
+                    f"missing: activation_bytes goes on every stage or on none "
+                    f"(stage {first} has it)",
+                    ("stages", s, "activation_bytes"),
+                )
+            if stage.memory_limit is not None and not given[s]:
+                raise InputError(
+                    "needs activation_bytes (on every stage)", ("stages", s, "memory_limit")
+                )
+
+    @property
+    def has_memory(self) -> bool:
+        """Whether the stages give ``activation_bytes`` (then peak memory is in bytes)."""
+        return self.stages[0].activation_bytes is not None
 
     def _check_sample_counts(self) -> None:
         """``batch_size``, the caps and the table sizes are at most :data:`MAX_SAMPLES`."""

@@ -13,6 +13,10 @@ from tidgap.errors import InputError
 
 #: A duration in the problem's time unit: finite and non-negative.
 Duration = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: A byte count (finite, non-negative; may be fractional, as a profile's mean).
+Bytes = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: A memory limit in bytes: finite and positive.
+PositiveBytes = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 #: A positive sample count (a JSON integer; ``12.0`` and booleans are rejected).
 Samples = Annotated[int, Field(gt=0)]
 
