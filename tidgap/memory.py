@@ -102,12 +102,14 @@ def parse_size(text: str) -> int:
 
 
 def format_bytes(count: float) -> str:
-    """``1.2 GB``-style, powers of 1000."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(count) < 1000 or unit == "TB":
-            return f"{count:.3g} {unit}" if unit != "B" else f"{int(count)} B"
+    """``1.2 GB``-style, powers of 1000 (at most TB)."""
+    if count < 1000:
+        return f"{int(count)} B"
+    for unit in ("kB", "MB", "GB"):
         count /= 1000
-    raise AssertionError("unreachable")
+        if count < 1000:
+            return f"{count:.3g} {unit}"
+    return f"{count / 1000:.3g} TB"
 
 
 def require_within(

@@ -317,7 +317,8 @@ def search(
         ticked = tick_problem(problem)
         evaluator = create_evaluator(ticked, backend)
         _compile(evaluator, ticked)
-    stop = StopRule(generations, time_limit, stagnation, interrupted)
+    ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE)
+    stop = StopRule(generations, ga_limit, stagnation, interrupted)
     with phases("baselines"):
         baselines = best_baselines(problem)
     heuristics: dict[str, Plan] = {}
@@ -325,29 +326,31 @@ def search(
         for name, build in HEURISTICS.items():
             if not stop.out_of_time() and stop.signal() is None:
                 heuristics[name] = build(problem)
-    wanted = [b.microbatches for b in baselines.values() if b.schedule != "pipedream"]
+    wanted = [b.microbatches for b in baselines.values()]
     width = chromosome_width(
         problem,
         max_microbatches,
         wanted + [len(p) for plan in heuristics.values() for p in plan.forward + plan.backward],
     )
-    rows = 1 if same_partition else S
-    counts = equal_seed_counts(U, problem.common_cap() // problem.unit, width, population, wanted)
-    seeds_count = len(counts) + len(heuristics) + len(initial_plans)
-    footprint = search_footprint(population, rows, width, U, seeds_count)
+    directions = _directions(ticked, evaluator, same_partition)
+    counts = [
+        equal_seed_counts(U, int(caps.min()), width, population, wanted)
+        for caps, _, _ in directions
+    ]
+    seeds_count = max(map(len, counts)) + len(heuristics) + len(initial_plans)
+    footprint = search_footprint(population, len(directions[0][0]), width, U, seeds_count)
     _require_memory(footprint, budget, budget_source)
     settings = GeneticSettings(population=population)
     xp = backend_namespace(backend)
     rng = CounterRng(seed, xp)
     sides = []
-    directions = _directions(ticked, evaluator, same_partition)
     with phases("seeding"):
-        for caps, score, direction in directions:
+        for (caps, score, direction), direction_counts in zip(directions, counts, strict=True):
             plans = (*heuristics.values(), *initial_plans)
             partitions = [getattr(plan, direction) for plan in plans]
             if same_partition:
                 partitions = [p[:1] for p in partitions if p.count(p[0]) == len(p)]
-            seeds = _seeds(ticked, caps, width, partitions, counts)
+            seeds = _seeds(ticked, caps, width, partitions, direction_counts)
             sides.append(
                 _population(
                     seeds,
@@ -372,14 +375,7 @@ def search(
             )
 
     deadline = None if time_limit is None else stop.started + time_limit
-    evolving = StopRule(
-        generations,
-        None if time_limit is None else time_limit * (1 - POLISH_SHARE),
-        stagnation,
-        interrupted,
-        stop.started,
-    )
-    evolution = evolve(sides[0], sides[1], settings, evolving, rng, report)
+    evolution = evolve(sides[0], sides[1], settings, stop, rng, report)
     (forward_caps, forward_score, _), (backward_caps, backward_score, _) = directions
     forward, backward = evolution.forward, evolution.backward
     if evolution.stop_reason not in STOP_SIGNALS.values():
