@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from tidgap.atomic import write_text_atomically
@@ -17,7 +15,7 @@ from tidgap.exports import (
     schedule_document,
     slower_than_gpipe_warning,
 )
-from tidgap.interrupts import exit_status, stop_on_signals
+from tidgap.interrupts import stop_on_signals
 from tidgap.oracle import evaluate
 from tidgap.outputs import check_outputs, write_json, writing
 from tidgap.plan import Plan, load_plan
@@ -164,5 +162,4 @@ def _export_same_partition(
         f"B {compact_sizes(result.plan.backward[0])}"
     )
     click.echo(f"plan written to {out}")
-    if signals.signum is not None:
-        sys.exit(exit_status(signals.signum))
+    signals.exit_if_received()

@@ -21,7 +21,7 @@ from tidgap.compare import compare, format_table
 from tidgap.errors import InputError
 from tidgap.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
 from tidgap.gpu import gpu_unusable_reason
-from tidgap.interrupts import exit_status, stop_on_signals
+from tidgap.interrupts import stop_on_signals
 from tidgap.memory import parse_size
 from tidgap.outputs import check_outputs, write_comparison, write_json
 from tidgap.planner import SearchResult, search
@@ -155,7 +155,8 @@ def search_command(
     exits at once.
     """
     backend = _chosen_backend(backend, gpu, cpu)
-    loaded = load_problem(problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE)
+    spec = problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE
+    loaded = load_problem(spec)
     check_outputs(gantt, trace, ("--out", out), inputs={"PROBLEM": problem})
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
@@ -163,7 +164,7 @@ def search_command(
     progress = ProgressLine(loaded.time_unit) if show_progress else None
     with stop_on_signals() as signals:
         try:
-            with about_problem(problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE):
+            with about_problem(spec):
                 result = search(
                     loaded,
                     seed=seed,
@@ -183,8 +184,7 @@ def search_command(
             if progress is not None:
                 progress.close()
         _report(result, out, gantt, trace, quiet, as_json)
-    if signals.signum is not None:
-        sys.exit(exit_status(signals.signum))
+    signals.exit_if_received()
 
 
 def _report(

@@ -33,6 +33,11 @@ class StopSignals:
         """The name of the signal received (``"SIGINT"``, ``"SIGTERM"``), or ``None``."""
         return None if self.signum is None else STOP_SIGNALS[self.signum]
 
+    def exit_if_received(self) -> None:
+        """End the process with the received signal's status (130, 143), if there was one."""
+        if self.signum is not None:
+            sys.exit(exit_status(self.signum))
+
     def handle(self, signum: int, frame: FrameType | None) -> None:
         """Signal handler: remember the first signal; a second one ends the process."""
         if self.signum is None:
