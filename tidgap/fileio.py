@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tidgap.atomic import probe, write_text_atomically
+from tidgap.atomic import write_text_atomically
 from tidgap.errors import InputError
 from tidgap.text import printable
 
@@ -209,9 +209,3 @@ def write_json_atomic(path: str | os.PathLike[str], document: Any) -> None:
     """Write ``document`` as JSON to ``path`` with :mod:`tidgap.atomic`'s one writer: readers
     never see half a file, and on failure ``path`` keeps its old content."""
     write_text_atomically(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
-
-
-def require_writable(path: str | os.PathLike[str]) -> None:
-    """Raise :class:`InputError` unless ``path`` can be (re)written: tried before work starts
-    (:func:`tidgap.atomic.probe`)."""
-    probe(path)

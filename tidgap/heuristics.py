@@ -19,7 +19,7 @@ import numpy as np
 
 from tidgap.plan import Plan
 from tidgap.problem import Problem
-from tidgap.schedules import equal_partition
+from tidgap.schedules import equal_partition, largest_microbatch
 from tidgap.timefn import TimeFunction
 
 
@@ -35,8 +35,9 @@ def local_microbatches(problem: Problem, s: int) -> int:
     U, S, stage = problem.num_units, problem.num_stages, problem.stages[s]
     cap = min(problem.forward_cap(s), problem.backward_cap(s))
     counts = np.arange(1, U + 1, dtype=np.int64)
-    largest = -(-U // counts) * problem.unit
-    counts, largest = counts[largest <= cap], largest[largest <= cap]
+    largest = largest_microbatch(problem, counts)
+    keep = largest <= cap
+    counts, largest = counts[keep], largest[keep]
     estimates = (counts + S - 1) * (stage.forward.at(largest) + stage.backward.at(largest))
     return int(counts[np.argmin(estimates)])
 

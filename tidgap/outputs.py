@@ -11,10 +11,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tidgap.atomic import Identity, identity
+from tidgap.atomic import Identity, identity, probe
 from tidgap.errors import InputError
 from tidgap.examples import EXAMPLE_PREFIX
-from tidgap.fileio import require_writable, write_json_atomic
+from tidgap.fileio import write_json_atomic
 from tidgap.problem import Problem
 from tidgap.schedules import BaselineResult
 from tidgap.timeline import TIMED_SCHEDULES, Timeline, baseline_timeline
@@ -53,7 +53,7 @@ def check_outputs(
             raise InputError(f"is the same file as {owner}; {reason}", source=option)
         if key is not None:
             owners[key] = (f"{option} {path}", "give each output its own file")
-        require_writable(path)
+        probe(path)
 
 
 @contextmanager

@@ -37,14 +37,15 @@ def equal_partition(problem: Problem, m: int) -> list[int]:
     return [(q + 1) * problem.unit] * r + [q * problem.unit] * (m - r)
 
 
-def largest_microbatch(problem: Problem, m: int) -> int:
-    """The largest of ``m`` equal microbatches, ``ceil(U / m) * unit`` samples (``m >= 1``)."""
+def largest_microbatch(problem: Problem, m: int | np.ndarray) -> int | np.ndarray:
+    """The largest of ``m`` equal microbatches, ``ceil(U / m) * unit`` samples (``m >= 1``;
+    element-wise for an array of counts)."""
     return -(-problem.num_units // m) * problem.unit
 
 
-def is_feasible(problem: Problem, m: int) -> bool:
-    """Whether ``m`` equal microbatches exist and respect every cap, forward and backward."""
-    return 1 <= m <= problem.num_units and largest_microbatch(problem, m) <= problem.common_cap()
+def least_feasible_count(problem: Problem) -> int:
+    """The fewest equal microbatches that respect every cap: ``ceil(U / (cap / unit))``."""
+    return -(-problem.num_units // (problem.common_cap() // problem.unit))
 
 
 def feasible_microbatch_counts(problem: Problem) -> list[int]:
@@ -52,8 +53,7 @@ def feasible_microbatch_counts(problem: Problem) -> list[int]:
 
     The largest microbatch only shrinks as ``m`` grows, so they form a range up to ``U``.
     """
-    units, cap = problem.num_units, problem.common_cap() // problem.unit
-    return list(range(-(-units // cap), units + 1))
+    return list(range(least_feasible_count(problem), problem.num_units + 1))
 
 
 def require_feasible(problem: Problem, m: int) -> None:
@@ -232,8 +232,7 @@ def baseline_times(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
 
     U, unit = problem.num_units, problem.unit
     ms = np.asarray(feasible_microbatch_counts(problem), dtype=np.int64)
-    small = U // ms
-    sizes = np.stack([np.where(U % ms > 0, small + 1, small), small]) * unit  # (2, M)
+    sizes = np.stack([largest_microbatch(problem, ms), U // ms * unit])  # (2, M)
 
     def times(functions: list[TimeFunction]) -> np.ndarray:
         """``(2, len(functions), M)``: each function of the large and the small size."""
@@ -257,7 +256,7 @@ def baseline_times(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
 def baseline_steps(problem: Problem) -> int:
     """Recurrence steps of :func:`baseline_times`: ``S`` times the sum of every feasible
     count (each count ``m`` costs ``m`` steps per stage)."""
-    first = -(-problem.num_units // (problem.common_cap() // problem.unit))
+    first = least_feasible_count(problem)
     last = problem.num_units
     return problem.num_stages * (last * (last + 1) - first * (first - 1)) // 2
 
