@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from tidgap import Link, Problem, Stage, affine, evaluate
-from tidgap.backends import Evaluator, create_evaluator
-from tidgap.encoding import Population, decode_plan
-from tidgap.ticks import TickedProblem, tick_problem
+from tidgap.backends.evaluator import Evaluator, create_evaluator
+from tidgap.backends.ticks import TickedProblem, tick_problem
+from tidgap.optimize.genome import Population, decode_plan
 
 STAGES, BATCH, WIDTH, POPULATION, ORACLE_SLICE = 8, 256, 32, 4096, 64
 COUNTS = (12, 20)  # microbatches per stage and direction, inclusive

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from bench_evaluate import POPULATION, STAGES, WIDTH, random_chromosomes, synthetic_problem
 
-from tidgap.backends import create_evaluator
-from tidgap.gpu import gpu_unusable_reason
-from tidgap.ticks import tick_problem
+from tidgap.backends.evaluator import create_evaluator
+from tidgap.backends.gpu import gpu_unusable_reason
+from tidgap.backends.ticks import tick_problem
 
 REASON = gpu_unusable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no usable GPU: {REASON}")
@@ -77,9 +77,9 @@ def test_one_generation_at_65536(benchmark: Any, throughput: Any, base: Any) -> 
     """Selection to evaluation, both directions, on the device: ``Chromosomes.step`` x 2."""
     import cupy
 
-    from tidgap.ga import Chromosomes, GeneticSettings
     from tidgap.kernels.launcher import cuda_breed
-    from tidgap.rng import CounterRng
+    from tidgap.optimize.ga import Chromosomes, GeneticSettings
+    from tidgap.optimize.rng import CounterRng
 
     ticked, forward, backward = base
     size = 2**16

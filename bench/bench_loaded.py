@@ -28,10 +28,10 @@ import numpy as np
 import pytest
 from bench_evaluate import POPULATION, evaluate_population, random_chromosomes, synthetic_problem
 
-from tidgap.backends import create_evaluator
-from tidgap.encoding import Population
+from tidgap.backends.evaluator import create_evaluator
+from tidgap.backends.ticks import tick_problem
 from tidgap.fallback_cpu import USER_SETTINGS
-from tidgap.ticks import tick_problem
+from tidgap.optimize.genome import Population
 
 #: Seconds after which a busy process stops itself, should the fixture never stop it.
 BUSY_LIMIT_S = 600

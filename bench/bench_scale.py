@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tidgap.planner import search
-from tidgap.problem import Problem
-from tidgap.synth import synth_problem
+from tidgap.model.problem import Problem
+from tidgap.optimize.driver import search
+from tidgap.profiling.synth import synth_problem
 
 #: (stages, units, shape, target seconds for a 20 s time limit).
 WORKLOADS = [(32, 1024, "affine", 25.0), (64, 4096, "table", 60.0)]

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from tidgap.bound import lower_bound
+from tidgap.analysis.bound import lower_bound
+from tidgap.backends.ticks import tick_problem
 from tidgap.fallback_cpu.setup_loops import warm_up
-from tidgap.heuristics import HEURISTICS
-from tidgap.problem import Problem
-from tidgap.schedules import best_baselines
-from tidgap.synth import synth_problem
-from tidgap.ticks import tick_problem
+from tidgap.model.problem import Problem
+from tidgap.optimize.heuristics import HEURISTICS
+from tidgap.profiling.synth import synth_problem
+from tidgap.schedules.baselines import best_baselines
 
 SIZES = [(32, 1024), (64, 4096)]
 

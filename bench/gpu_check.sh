@@ -19,7 +19,7 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
 echo "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import cupy, numba, numpy, sys; print('python', sys.version.split()[0], 'cupy', cupy.__version__, 'numba', numba.__version__, 'numpy', numpy.__version__)"
-python3 -c "from tidgap.gpu import gpu_unusable_reason as r; print('gpu usable:', r() or 'yes')"
+python3 -c "from tidgap.backends.gpu import gpu_unusable_reason as r; print('gpu usable:', r() or 'yes')"
 
 echo "== tests (GPU, kernels, backends)"
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py \
@@ -32,7 +32,7 @@ timeout 120 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchm
 bench_status=$?
 
 echo "== searches (seed 0, default stopping)"
-for example in $(python3 -c "from tidgap.examples import example_names; print(*example_names())"); do
+for example in $(python3 -c "from tidgap.model.examples import example_names; print(*example_names())"); do
   for device in gpu cpu; do
     timeout 40 tidgap search "example:$example" --seed 0 --"$device" --quiet
   done

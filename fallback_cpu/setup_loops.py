@@ -5,12 +5,12 @@ operations on the same operands, so the results are bit-identical (``max(a, b)``
 written ``b if b > a else a``, Python's ``max``):
 
 - :func:`baseline_times`: GPipe(m), 1F1B(m) and PipeDream(m) for every feasible ``m`` at
-  once (references :func:`tidgap.schedules.gpipe`, :func:`~tidgap.schedules.one_f_one_b`,
-  :func:`~tidgap.schedules.pipedream`);
+  once (references :func:`tidgap.schedules.baselines.gpipe`,
+  :func:`~tidgap.schedules.baselines.one_f_one_b`, :func:`~tidgap.schedules.baselines.pipedream`);
 - :func:`chain_dps`: the global DP of each direction (reference
-  :func:`tidgap.heuristics.chain_dp`);
+  :func:`tidgap.optimize.heuristics.chain_dp`);
 - :func:`least_total`: ``W(U)`` of the lower bound (reference: the DP in
-  :mod:`tidgap.bound`).
+  :mod:`tidgap.analysis.bound`).
 
 **Lanes.** Baselines run up to :data:`LANES` consecutive microbatch counts side by side,
 the lane innermost so the loops vectorise (every hot loop runs all ``LANES`` lanes; unused
@@ -364,7 +364,7 @@ def chain_dps(
 
     Chain ``c``: ``compute[c][p, j-1]`` / ``links[c][p, j-1]`` is position ``p``'s compute /
     transfer time of a microbatch of ``j`` units (``(P, J_c)`` / ``(P-1, J_c)``, ``J_c`` its
-    cap in units); ``tails[c]`` ``(P,)``. Equal to :func:`tidgap.heuristics.chain_dp`'s
+    cap in units); ``tails[c]`` ``(P,)``. Equal to :func:`tidgap.optimize.heuristics.chain_dp`'s
     partitions, bit for bit.
     """
     P = compute[0].shape[0]

@@ -1,7 +1,7 @@
 // breed.cu: the offspring of one generation in one launch (selection, crossover, mutation).
 //
 // Computes children[c] = tidgap_breed_child(c, ...) (breed.cuh), equal to
-// tidgap.operators.breed with the same seven draws, so a GPU search and a CPU search with
+// tidgap.optimize.operators.breed with the same seven draws, so a GPU search and a CPU search with
 // the same seed breed the same children.
 // Thread-to-work mapping: one thread per child c = blockIdx.x * blockDim.x + threadIdx.x
 // (grid-stride loop); the thread copies its parents' stages into its child row block and

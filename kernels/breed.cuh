@@ -1,6 +1,6 @@
 // breed.cuh: one child of a generation, as __host__ __device__ code.
 //
-// Computes child c of tidgap.operators.breed exactly: two tournaments over `fitness`,
+// Computes child c of tidgap.optimize.operators.breed exactly: two tournaments over `fitness`,
 // crossover of whole stages, then at most one mutation of one stage, with the same draws.
 // `streams` holds the seven stream keys in draw order: tournament 1, tournament 2,
 // crossover (c * S + s), use-crossover (c), mutation operator (c), mutate-or-not (c),

@@ -3,7 +3,8 @@
 Each module's text is its ``.cu`` file with the local headers inlined
 (:func:`tidgap.kernels.source.kernel_source`); CuPy caches the compiled binary per source
 and options, in memory and in ``~/.cupy/kernel_cache``. Importing this module imports
-CuPy: only :mod:`tidgap.backends` and :mod:`tidgap.planner` do, for the CUDA backend.
+CuPy: only :mod:`tidgap.backends.evaluator` and :mod:`tidgap.optimize.driver` do, for the CUDA
+backend.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import functools
 import cupy
 import numpy as np
 
+from tidgap.backends.ticks import TickedProblem
 from tidgap.kernels.source import kernel_source, scratch_width
-from tidgap.operators import MUTATIONS
-from tidgap.rng import CounterRng
-from tidgap.ticks import TickedProblem
+from tidgap.optimize.operators import MUTATIONS
+from tidgap.optimize.rng import CounterRng
 
 THREADS_PER_BLOCK = 128
-#: Draws :func:`tidgap.operators.breed` makes per generation, in order.
+#: Draws :func:`tidgap.optimize.operators.breed` makes per generation, in order.
 BREED_DRAWS = 7
 
 
@@ -74,7 +75,7 @@ class CudaEvaluator:
         if population == 0:
             return fitness
         compute, transfer, tails = tables
-        kernel = _kernel("evaluate.cu", "tidgap_evaluate", scratch_width(width))
+        kernel = _kernel("flush_evaluate.cu", "tidgap_evaluate", scratch_width(width))
         kernel(
             _grid(population),
             (THREADS_PER_BLOCK,),
@@ -104,7 +105,8 @@ def cuda_breed(
     mutation_rate: float,
     tournament_size: int,
 ) -> cupy.ndarray:
-    """:func:`tidgap.operators.breed` in one kernel launch: the same draws, the same children.
+    """:func:`tidgap.optimize.operators.breed` in one kernel launch: the same draws, the same
+    children.
 
     ``genes`` ``(P, S, K)`` int32, ``fitness`` ``(P,)`` int64, ``caps`` ``(S,)``; returns
     ``(children, S, K)`` int32 on the device.

@@ -1,4 +1,4 @@
-// random.cuh: the counter-based generator of tidgap/rng.py, as __host__ __device__ code.
+// random.cuh: the counter-based generator of tidgap/optimize/rng.py, as __host__ __device__ code.
 //
 // Element i of a stream is splitmix64(stream + i); a uniform double is its top 53 bits
 // times 2^-53; uniform_int(u, low, high) = low + min(floor(u * (high - low)), high-low-1).

@@ -5,14 +5,14 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from tidgap.errors import InputError
-from tidgap.examples import example_names
-from tidgap.heuristics import global_dp, local_greedy
-from tidgap.oracle import Evaluation, evaluate
-from tidgap.plan import Plan, check_plan, load_plan
-from tidgap.planner import SearchResult, search
-from tidgap.problem import Link, Problem, Stage, load_problem
-from tidgap.schedules import (
+from tidgap.model.errors import InputError
+from tidgap.model.examples import example_names
+from tidgap.model.plan import Plan, check_plan, load_plan
+from tidgap.model.problem import Link, Problem, Stage, load_problem
+from tidgap.model.timefn import TimeFunction, affine, table
+from tidgap.optimize.driver import SearchResult, search
+from tidgap.optimize.heuristics import global_dp, local_greedy
+from tidgap.schedules.baselines import (
     BaselineResult,
     baseline,
     best_baselines,
@@ -23,7 +23,7 @@ from tidgap.schedules import (
     one_f_one_b,
     pipedream,
 )
-from tidgap.timefn import TimeFunction, affine, table
+from tidgap.schedules.flush import Evaluation, evaluate
 
 try:
     __version__ = version("tidgap")

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tidgap.cli_profile import profile_command
-from tidgap.synth import synth_problem
+from tidgap.cli.profile import profile_command
+from tidgap.profiling.synth import synth_problem
 
 OUT = Path(__file__).resolve().parent.parent / "tidgap" / "data" / "examples"
 Json = dict[str, Any]

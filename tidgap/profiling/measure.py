@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tidgap.errors import InputError
+from tidgap.model.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
-from tidgap.errors import InputError
+from tidgap.model.errors import InputError
 
 #: VGG16's convolutions: output channels, ``"M"`` for a 2x2 max-pool.
 VGG16_CFG: list[int | str] = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M"]

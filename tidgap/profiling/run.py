@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from tidgap import __version__
-from tidgap.errors import InputError
+from tidgap.model.errors import InputError
 from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
 from tidgap.profiling.measure import Measurement, OtherLoad, measure
 from tidgap.profiling.models import Model, parameter_count

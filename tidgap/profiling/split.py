@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tidgap.errors import InputError
+from tidgap.model.errors import InputError
 
 SOURCE = "--split"
 

@@ -1,0 +1,46 @@
+"""The search summary names the best baseline overall and says plainly when it is faster."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from tidgap.analysis.search_summary import best_rival, verdict
+from tidgap.cli import cli
+from tidgap.schedules.baselines import BaselineResult
+
+
+def _baselines(gpipe: float, one_f_one_b: float) -> dict[str, BaselineResult]:
+    return {
+        "gpipe": BaselineResult("gpipe", 4, gpipe),
+        "1f1b": BaselineResult("1f1b", 6, one_f_one_b),
+        "pipedream": BaselineResult("pipedream", 1, 1.0),
+    }
+
+
+def test_the_rival_is_the_faster_synchronous_baseline() -> None:
+    assert best_rival(_baselines(10.0, 9.0)).schedule == "1f1b"
+    assert best_rival(_baselines(9.0, 10.0)).schedule == "gpipe"
+    assert best_rival(_baselines(9.0, 9.0)).schedule == "gpipe"
+
+
+def test_a_faster_baseline_is_said_plainly() -> None:
+    line = verdict(10.0, BaselineResult("1f1b", 6, 8.0), "ms")
+    assert line.startswith("best baseline: 1F1B(6) 8 ms, 25.00% FASTER than this plan")
+
+
+def test_a_slower_baseline_gives_the_plan_s_gain() -> None:
+    line = verdict(8.0, BaselineResult("gpipe", 4, 10.0), "ms")
+    assert line == "best baseline: GPipe(4) 10 ms, this plan is 1.250x faster (25.00%)"
+
+
+def test_search_on_tiny_2_says_1f1b_is_faster() -> None:
+    result = CliRunner().invoke(cli, ["search", "example:tiny-2", "--generations", "50"])
+    assert result.exit_code == 0, result.output
+    assert "best baseline: 1F1B(" in result.stdout and "FASTER than this plan" in result.stdout
+
+
+def test_search_on_vgg16_says_the_plan_wins() -> None:
+    args = ["search", "example:vgg16", "--generations", "30", "--quiet"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "best baseline: GPipe(" in result.stdout and "this plan is" in result.stdout

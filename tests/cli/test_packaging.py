@@ -1,0 +1,86 @@
+"""The package as users install it: wheel contents, lazy backends, console script."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """A wheel built from this checkout (offline, no dependencies)."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+    )
+    (path,) = out.glob("tidgap-*.whl")
+    return zipfile.ZipFile(path)
+
+
+@pytest.fixture(scope="module")
+def wheel_names(wheel: zipfile.ZipFile) -> list[str]:
+    """File names inside the wheel."""
+    return wheel.namelist()
+
+
+def test_wheel_puts_backends_inside_the_tidgap_namespace(wheel_names: list[str]) -> None:
+    assert "tidgap/kernels/__init__.py" in wheel_names
+    assert "tidgap/fallback_cpu/__init__.py" in wheel_names
+    tops = {name.split("/")[0] for name in wheel_names}
+    assert not tops & {"kernels", "fallback_cpu", "tests", "bench"}, tops
+
+
+def test_wheel_ships_the_builtin_examples(wheel_names: list[str]) -> None:
+    from tidgap.model.examples import example_names
+
+    shipped = {Path(n).stem for n in wheel_names if n.startswith("tidgap/data/examples/")}
+    assert len(example_names()) >= 3
+    assert set(example_names()) <= shipped
+
+
+def test_wheel_declares_the_console_script(wheel: zipfile.ZipFile) -> None:
+    (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    assert "tidgap = tidgap.cli:main" in wheel.read(entry_points).decode()
+
+
+def test_import_tidgap_loads_neither_cupy_nor_numba() -> None:
+    code = "import sys, tidgap; print(sorted(m for m in ('cupy', 'numba') if m in sys.modules))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_console_script_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tidgap", "--version"], capture_output=True, text=True
+    )
+    assert result.returncode == 0
+    assert "tidgap" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "script", ["bench/gpu_check.sh", "bench/fetch_device_wheels.sh", ".ci/run"]
+)
+def test_shell_scripts_parse(script: str) -> None:
+    """The scripts a GPU session or CI runs are at least valid bash here."""
+    result = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,106 @@
+"""The problem's memory fields (formats.md): accepted, reported by evaluate, bad input named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cli_helpers import case_named, json_output, plan_document, run_cli
+
+MEM_CASES = ["tiny7_1_mem", "med7_1_mem"]
+
+
+def _write(tmp_path: Path, document: dict[str, Any], name: str = "problem.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", MEM_CASES)
+def test_evaluate_reports_peak_memory_and_the_stages_over_it(tmp_path: Path, name: str) -> None:
+    case = case_named(name)
+    problem = _write(tmp_path, case["problem"])
+    plan = _write(tmp_path, plan_document(case), "plan.json")
+    expected = case["plans"][0]["expected"]
+    document = json_output(run_cli("evaluate", problem, plan, "--json"))
+    assert document["peak_held"] == expected["peak_held"]
+    assert document["peak_memory"] == pytest.approx(expected["peak_memory"])
+    assert document["over_memory_limit"] == expected["over_memory_limit"]
+    text = run_cli("evaluate", problem, plan).stdout
+    assert f"over the memory limit on stage(s) {expected['over_memory_limit']}" in text
+
+
+@pytest.mark.parametrize("name", [*MEM_CASES, "med7_1"])
+def test_evaluate_1f1b_reports_what_it_holds(tmp_path: Path, name: str) -> None:
+    case = case_named(name)
+    best = case["best_baselines"]["1f1b"]
+    args = ["--schedule", "1f1b", "--microbatches", str(best["microbatches"]), "--json"]
+    document = json_output(run_cli("evaluate", _write(tmp_path, case["problem"]), *args))
+    assert document["peak_held"] == best["peak_held"]
+    assert ("peak_memory" in document) == name.endswith("_mem")
+
+
+def _broken(edit: str) -> dict[str, Any]:
+    problem = case_named("tiny7_1_mem")["problem"]
+    stages = problem["stages"]
+    if edit == "some stages only":
+        del stages[1]["activation_bytes"]
+    elif edit == "limit without bytes":
+        for stage in stages:
+            stage.pop("activation_bytes")
+    elif edit == "negative bytes":
+        stages[1]["activation_bytes"] = -1
+    elif edit == "zero limit":
+        stages[0]["memory_limit"] = 0
+    elif edit == "string bytes":
+        stages[0]["activation_bytes"] = "4096"
+    return problem
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "words"),
+    [
+        ("some stages only", "stages[1].activation_bytes", "every stage or on none"),
+        ("limit without bytes", "stages[0].memory_limit", "needs activation_bytes"),
+        ("negative bytes", "stages[1].activation_bytes", "must be >= 0"),
+        ("zero limit", "stages[0].memory_limit", "must be > 0"),
+        ("string bytes", "stages[0].activation_bytes", "must be a number"),
+    ],
+)
+def test_bad_memory_fields_are_named(tmp_path: Path, edit: str, field: str, words: str) -> None:
+    path = _write(tmp_path, _broken(edit))
+    result = run_cli("compare", path)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"tidgap: error: {path}: {field}: ")
+    assert words in result.stderr and result.stderr.count("\n") == 1
+
+
+def _ordered_entries() -> list[Any]:
+    from tests.support.cli_helpers import golden_cases
+
+    return [
+        pytest.param(case["problem"]["name"], i, id=f"{case['problem']['name']}-ordered{i}")
+        for case in golden_cases()
+        for i in range(len(case.get("ordered_plans", [])))
+    ]
+
+
+@pytest.mark.parametrize(("name", "index"), _ordered_entries())
+def test_ordered_plans_are_refused_in_one_line_not_taken_as_flush(
+    tmp_path: Path, name: str, index: int
+) -> None:
+    case = case_named(name)
+    entry = case["ordered_plans"][index]
+    key = "order" if "order" in entry else "windows"
+    plan = {"format": "tidgap.plan/1", "forward": entry["forward"], "backward": entry["backward"]}
+    plan[key] = entry[key]
+    path = _write(tmp_path, plan, "plan.json")
+    result = run_cli("evaluate", _write(tmp_path, case["problem"]), path)
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"tidgap: error: {path}: {key}: ordered plans are not supported yet: tidgap evaluates "
+        "flush plans only\n"
+    )

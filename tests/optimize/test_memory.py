@@ -1,0 +1,118 @@
+"""The memory guard: estimates above what a search really allocates, refusals before
+anything large is allocated, one line naming the option and the estimate."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tidgap.cli import cli
+from tidgap.model.errors import InputError
+from tidgap.model.problem import Problem, load_problem
+from tidgap.optimize.driver import chromosome_width, search
+from tidgap.optimize.memory import (
+    BASELINE_BYTES,
+    format_bytes,
+    parse_size,
+    search_footprint,
+)
+from tidgap.profiling.synth import synth_problem
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1000", 1000), ("8G", 8 * 10**9), ("512MiB", 512 * 2**20), ("1.5k", 1500), ("2 GB", 2e9)],
+)
+def test_sizes_parse(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1G", "8X", "1e9"])
+def test_bad_sizes_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_bytes_format_readably() -> None:
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(51.2e9) == "51.2 GB"
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_the_estimate_covers_the_measured_peak(backend: str) -> None:
+    problem = Problem.from_dict(synth_problem(seed=3, stages=6, batch_size=192))
+    population, width = 2048, 96
+    search(problem, generations=1, population=16, backend=backend, max_microbatches=width)
+    tracemalloc.start()
+    try:
+        search(
+            problem, generations=4, population=population, backend=backend, max_microbatches=width
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert chromosome_width(problem, width, []) == width
+    estimate = search_footprint(population, problem.num_stages, width, problem.num_units, 200)
+    assert estimate.total - BASELINE_BYTES >= peak
+
+
+def test_a_huge_population_is_refused_before_allocating() -> None:
+    tracemalloc.start()
+    try:
+        result = CliRunner().invoke(cli, ["search", "example:tiny-2", "--population", "100000000"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tidgap: error: --population: ")
+    assert "GB" in lines[0] and "--max-memory" in lines[0]
+    assert peak < 200 << 20
+
+
+def test_a_trillion_individuals_is_one_line() -> None:
+    result = CliRunner().invoke(cli, ["search", "--population", "1000000000000"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "--population" in result.stderr
+
+
+def test_max_memory_lowers_the_budget() -> None:
+    args = ["search", "example:tiny-2", "--generations", "2", "--quiet"]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    result = CliRunner().invoke(cli, [*args, "--max-memory", "1M"])
+    assert result.exit_code == 2
+    assert "memory budget 1 MB (--max-memory" in result.stderr
+
+
+def test_a_bad_max_memory_is_bad_usage() -> None:
+    result = CliRunner().invoke(cli, ["search", "--max-memory", "plenty"])
+    assert result.exit_code == 2 and "--max-memory" in result.stderr
+
+
+def test_a_huge_batch_names_the_problem_field(tmp_path: Path) -> None:
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(synth_problem(seed=1, stages=4, batch_size=10**9)))
+    result = CliRunner().invoke(cli, ["search", str(path), "--quiet"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"tidgap: error: {path}: batch_size: this search (the tick")
+    assert result.stderr.count("\n") == 1
+
+
+def test_the_library_raises_input_error() -> None:
+    with pytest.raises(InputError, match="--population"):
+        search(load_problem("example:tiny-2"), population=10**9, max_memory=10**9)
+
+
+def test_the_gpu_budget_is_the_lesser_of_host_and_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tidgap.optimize.memory as memory
+
+    monkeypatch.setattr(memory, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(memory, "device_free_memory", lambda: 4_000)
+    assert memory.default_budget("cuda") == 2_000
+    assert memory.default_budget("numba") == 5_000
+    monkeypatch.setattr(memory, "device_free_memory", lambda: None)
+    assert memory.default_budget("cuda") == 5_000

@@ -1,0 +1,142 @@
+"""The search: optimum on tiny golden cases, never worse than GPipe, reproducible."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tests.conftest import case_id, golden_cases
+from tidgap import Plan, Problem, check_plan, evaluate, load_problem
+from tidgap.cli import cli
+from tidgap.model.examples import example_names
+from tidgap.optimize.driver import search
+
+TINY = [case for case in golden_cases() if "optimum" in case]
+
+
+@pytest.mark.parametrize("case", TINY, ids=case_id)
+def test_default_search_finds_the_proven_optimum(case: dict[str, Any]) -> None:
+    problem = Problem.from_dict(case["problem"])
+    result = search(problem, time_limit=10)
+    assert result.evaluation.iteration_time == pytest.approx(
+        case["optimum"]["iteration_time"], rel=1e-9
+    )
+
+
+@pytest.mark.parametrize("case", golden_cases(), ids=case_id)
+def test_never_worse_than_the_best_gpipe(case: dict[str, Any]) -> None:
+    problem = Problem.from_dict(case["problem"])
+    result = search(problem, generations=5, population=64)
+    check_plan(result.plan, problem)
+    gpipe = case["best_baselines"]["gpipe"]["iteration_time"]
+    assert result.evaluation.iteration_time <= gpipe * (1 + 1e-9)
+    assert result.evaluation == evaluate(problem, result.plan)
+
+
+def test_same_seed_same_plan_across_runs_and_backends() -> None:
+    problem = load_problem("example:hetero-8")
+    runs = [
+        search(problem, seed=3, generations=15, population=128, backend=backend)
+        for backend in ("numpy", "numpy", "numba")
+    ]
+    plans = [(r.plan.forward, r.plan.backward) for r in runs]
+    assert plans[0] == plans[1] == plans[2]
+
+
+def test_plan_document_round_trips(tmp_path: Path) -> None:
+    problem = load_problem("example:tiny-2")
+    result = search(problem, generations=3, population=32)
+    document = result.plan_document()
+    assert set(document) >= {"format", "forward", "backward", "predicted", "baselines", "search"}
+    assert document["search"]["generations"] == 3
+    plan = Plan.from_dict(json.loads(json.dumps(document)))
+    assert evaluate(problem, plan).iteration_time == document["predicted"]["iteration_time"]
+
+
+@pytest.mark.parametrize("name", example_names())
+def test_cli_search_on_every_example_writes_a_plan_evaluate_accepts(
+    name: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "plan.json"
+    runner = CliRunner()
+    result = runner.invoke(
+        cli,
+        [
+            "search",
+            f"example:{name}",
+            "--generations",
+            "3",
+            "--population",
+            "32",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "gpipe" in result.stdout and "global DP" in result.stdout
+    written = json.loads(out.read_text())
+    evaluated = runner.invoke(cli, ["evaluate", f"example:{name}", str(out), "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert json.loads(evaluated.stdout) == written["predicted"]
+
+
+def test_cli_search_without_problem_uses_the_default_example() -> None:
+    result = CliRunner().invoke(cli, ["search", "--generations", "1", "--population", "16", "-q"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("gpt1-14:")
+
+
+def test_cli_search_json_is_one_plan_document() -> None:
+    result = CliRunner().invoke(
+        cli, ["search", "example:tiny-2", "--generations", "2", "--population", "16", "--json"]
+    )
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["format"] == "tidgap.plan/1"
+
+
+def test_cli_search_refuses_an_unwritable_out_before_searching(tmp_path: Path) -> None:
+    out = tmp_path / "missing" / "plan.json"
+    result = CliRunner().invoke(cli, ["search", "example:tiny-2", "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and str(out) in result.stderr
+    assert not out.parent.exists()
+
+
+def test_cli_search_on_bad_input_leaves_an_existing_out_untouched(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    out.write_text("precious")
+    bad = tmp_path / "problem.json"
+    bad.write_text('{"format": "tidgap.problem/1", "batch_size": 0, "stages": []}')
+    result = CliRunner().invoke(cli, ["search", str(bad), "--out", str(out)])
+    assert result.exit_code == 2
+    assert out.read_text() == "precious"
+    assert list(tmp_path.iterdir()) == [bad, out] or sorted(tmp_path.iterdir()) == sorted(
+        [bad, out]
+    )
+
+
+def test_progress_line_rewrites_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from tidgap.cli.progress import ProgressLine
+    from tidgap.optimize.driver import SearchProgress
+
+    line = ProgressLine("ms", refresh=1e9)
+    line(SearchProgress(3, 3000, 0.5, 95.0, 100.0))
+    line(SearchProgress(4, 4000, 1.0, 90.0, 100.0))
+    line.close()
+    err = capsys.readouterr().err
+    assert err.count("\r") == 2 and err.endswith("\n") and err.count("\n") == 1
+    last = err.split("\r")[-1]
+    assert "generation      4" in last and "4e+03 evaluations/s" in last
+    assert "best 90 ms" in last and "+11.11% vs GPipe" in last
+
+
+def test_progress_reaches_the_callback_every_generation() -> None:
+    seen = []
+    search(load_problem("example:tiny-2"), generations=7, population=16, on_progress=seen.append)
+    assert [p.generation for p in seen] == list(range(1, 8))
+    assert all(p.best_time <= p.gpipe_time * (1 + 1e-9) for p in seen)
+    assert seen[-1].evaluations > seen[0].evaluations

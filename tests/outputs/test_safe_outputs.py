@@ -1,0 +1,395 @@
+"""Outputs are written safely (``docs/outputs.md``, Writing files): devices and FIFOs in
+place, symlinks through, hard links, mode and owner kept; an output that is an input, or
+another output, and a path that cannot be written are refused before any work.
+
+Device nodes are private ones made in a temporary folder (``mknod``, as root); the
+system's ``/dev`` is never touched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import Result
+
+import tidgap.cli.export
+import tidgap.cli.search
+from tests.support.cli_helpers import (
+    case_named,
+    crashed,
+    describe,
+    plan_document,
+    run_cli,
+    write_json,
+)
+from tidgap.model.errors import InputError
+from tidgap.outputs.atomic import probe, replace_atomically
+
+CASE = "tiny7_1"  # two stages: every command here runs in well under a second
+QUICK_SEARCH = ("--generations", "1", "--population", "8", "--seed", "3")
+NULL, FULL = os.makedev(1, 3), os.makedev(1, 7)  # what /dev/null and /dev/full are
+PIPE_BYTES = 1 << 20  # a FIFO's buffer in the tests: far more than any file written here
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    """A golden problem and plan 0 of it, as files in ``tmp_path``."""
+    case = case_named(CASE)
+    problem = write_json(tmp_path / "problem.json", case["problem"])
+    return problem, write_json(tmp_path / "plan.json", plan_document(case))
+
+
+@pytest.fixture
+def no_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make any search fail loudly: the commands must refuse before they start one."""
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the search ran")
+
+    monkeypatch.setattr(tidgap.cli.search, "search", refuse)
+    monkeypatch.setattr(tidgap.cli.export, "search", refuse)
+
+
+@pytest.fixture
+def umask() -> Iterator[Callable[[int], None]]:
+    """Set the process umask for one test."""
+    old = os.umask(0o022)
+    os.umask(old)
+    yield os.umask
+    os.umask(old)
+
+
+def device(path: Path, number: int) -> Path:
+    """A private character device node ``number`` at ``path``; skip where mknod is refused."""
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, number)
+    except PermissionError:
+        pytest.skip("mknod is not permitted here (not root); the FIFO tests cover streams")
+    return path
+
+
+def error_line(result: Result) -> str:
+    """The one ``tidgap: error:`` line of a command that exited 2 without output."""
+    assert not crashed(result), describe(result)
+    assert result.exit_code == 2, describe(result)
+    assert result.stdout == "", describe(result)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tidgap: error: "), describe(result)
+    return lines[0]
+
+
+EXPORT = ("export", "PROBLEM", "PLAN", "--to")
+#: One command line per way of writing a file; the words PROBLEM, PLAN and OUT stand for files.
+COMMANDS = {
+    "search --out": ("search", "PROBLEM", *QUICK_SEARCH, "--out", "OUT"),
+    "search --trace": ("search", "PROBLEM", *QUICK_SEARCH, "--trace", "OUT"),
+    "evaluate --trace": ("evaluate", "PROBLEM", "PLAN", "--trace", "OUT"),
+    "export --out": (*EXPORT, "json-schedule", "--out", "OUT"),
+    "synth --out": ("synth", "--stages", "2", "--out", "OUT"),
+}
+
+
+def run_filled(words: tuple[str, ...], inputs: tuple[Path, Path], out: str | Path) -> Result:
+    """Run the command line ``words`` with PROBLEM, PLAN and OUT replaced by the files."""
+    files = {"PROBLEM": str(inputs[0]), "PLAN": str(inputs[1]), "OUT": str(out)}
+    return run_cli(*(files.get(word, word) for word in words))
+
+
+def others(folder: Path, *keep: Path) -> list[str]:
+    """Names in ``folder`` besides ``keep``: a temporary file left behind shows here."""
+    return sorted(p.name for p in folder.iterdir() if p not in keep)
+
+
+# --- streams: written in place, never replaced ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_device_stays_a_device(tmp_path: Path, inputs: tuple[Path, Path], name: str) -> None:
+    """``--out /dev/null`` (here a private node like it) is written, not replaced by a file."""
+    node = device(tmp_path / "null", NULL)
+    before = set(tmp_path.iterdir())
+    result = run_filled(COMMANDS[name], inputs, node)
+    assert result.exit_code == 0, describe(result)
+    assert stat.S_ISCHR(node.lstat().st_mode) and node.lstat().st_rdev == NULL
+    assert set(tmp_path.iterdir()) == before
+
+
+def test_a_full_device_is_one_line_and_stays_a_device(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    """Like ``/dev/full``: the write fails (disk full), one line, exit 2, node untouched."""
+    node = device(tmp_path / "full", FULL)
+    line = error_line(run_filled(COMMANDS["synth --out"], inputs, node))
+    assert line == f"tidgap: error: {node}: cannot write: No space left on device"
+    assert stat.S_ISCHR(node.lstat().st_mode) and node.lstat().st_rdev == FULL
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_fifo_gets_the_content(tmp_path: Path, inputs: tuple[Path, Path], name: str) -> None:
+    """A FIFO (with a reader) receives the whole document and stays a FIFO."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    fcntl.fcntl(reader, fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # holds all the command writes
+    try:
+        result = run_filled(COMMANDS[name], inputs, fifo)
+        received = os.read(reader, PIPE_BYTES)
+    finally:
+        os.close(reader)
+    assert result.exit_code == 0, describe(result)
+    document = json.loads(received)
+    assert isinstance(document, dict) and document
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_a_fifo_without_a_reader_passes_the_probe_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    probe(fifo)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+# --- regular files: links, mode and owner kept ----------------------------------------------------
+
+
+def synth_to(out: Path, seed: int = 0) -> dict[str, Any]:
+    """Run ``tidgap synth --out OUT`` and return the problem it wrote."""
+    result = run_cli("synth", "--stages", "2", "--seed", str(seed), "--out", str(out))
+    assert result.exit_code == 0, describe(result)
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert document["name"] == f"synth-{seed}"
+    return document
+
+
+def test_a_symlink_stays_a_symlink(tmp_path: Path) -> None:
+    """The link is followed: its target (in another folder) gets the content."""
+    target = tmp_path / "real" / "problem.json"
+    target.parent.mkdir()
+    target.write_text("old", encoding="utf-8")
+    (tmp_path / "links").mkdir()
+    link = tmp_path / "links" / "out.json"
+    link.symlink_to(Path("..") / "real" / "problem.json")
+    synth_to(link, seed=4)
+    assert link.is_symlink() and os.readlink(link) == str(Path("..") / "real" / "problem.json")
+    assert json.loads(target.read_text(encoding="utf-8"))["name"] == "synth-4"
+    assert others(tmp_path / "real", target) == [] and others(tmp_path / "links", link) == []
+
+
+def test_a_dangling_symlink_creates_its_target(tmp_path: Path) -> None:
+    link = tmp_path / "out.json"
+    link.symlink_to("made.json")
+    synth_to(link)
+    assert link.is_symlink() and (tmp_path / "made.json").is_file()
+
+
+def test_hard_links_survive(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text("old", encoding="utf-8")
+    os.link(first, second)
+    document = synth_to(first, seed=2)
+    assert first.stat().st_ino == second.stat().st_ino and first.stat().st_nlink == 2
+    assert json.loads(second.read_text(encoding="utf-8")) == document
+    assert others(tmp_path, first, second) == []
+
+
+def test_a_longer_old_file_is_cut_to_the_new_content(tmp_path: Path) -> None:
+    """Written in place (a hard link), the file ends where the new content does."""
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text("x" * 100_000, encoding="utf-8")
+    os.link(first, second)
+    document = synth_to(first)
+    assert json.loads(second.read_text(encoding="utf-8")) == document
+
+
+def test_a_hard_linked_file_keeps_its_content_when_writing_fails(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.png", tmp_path / "b.png"
+    first.write_bytes(b"old")
+    os.link(first, second)
+
+    def fail(temporary: Path) -> None:
+        assert temporary.suffix == ".png"
+        temporary.write_bytes(b"half")
+        raise RuntimeError("renderer failed")
+
+    with pytest.raises(RuntimeError):
+        replace_atomically(second, fail)
+    assert first.read_bytes() == b"old" and first.stat().st_nlink == 2
+    assert others(tmp_path, first, second) == []
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o604], ids=oct)
+def test_the_mode_is_kept(tmp_path: Path, mode: int) -> None:
+    out = tmp_path / "p.json"
+    out.write_text("old", encoding="utf-8")
+    out.chmod(mode)
+    synth_to(out)
+    assert stat.S_IMODE(out.stat().st_mode) == mode
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002], ids=oct)
+def test_a_new_file_follows_the_umask(
+    tmp_path: Path, umask: Callable[[int], None], mask: int
+) -> None:
+    out = tmp_path / "p.json"
+    umask(mask)
+    synth_to(out)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask
+
+
+def test_the_owner_is_kept(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    out = tmp_path / "p.json"
+    out.write_text("old", encoding="utf-8")
+    os.chown(out, 4321, 5432)
+    synth_to(out)
+    assert (out.stat().st_uid, out.stat().st_gid) == (4321, 5432)
+
+
+def test_a_picture_goes_through_a_hard_link(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    """Writers that need a path with the suffix (matplotlib) work when written in place."""
+    pytest.importorskip("matplotlib")
+    picture, other = tmp_path / "plan.png", tmp_path / "other.png"
+    picture.write_bytes(b"old")
+    os.link(picture, other)
+    problem, plan = inputs
+    result = run_cli("evaluate", str(problem), str(plan), "--gantt", str(picture))
+    assert result.exit_code == 0, describe(result)
+    assert other.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+# --- an output that is an input, or another output ------------------------------------------------
+
+
+def _same_file(kind: str, original: Path) -> Path:
+    """A path naming ``original``: itself, a symlink to it or a hard link to it."""
+    if kind == "itself":
+        return original
+    alias = original.with_name(f"{kind}-{original.name}")
+    if kind == "symlink":
+        alias.symlink_to(original.name)
+    else:
+        os.link(original, alias)
+    return alias
+
+
+@pytest.mark.parametrize("kind", ["itself", "symlink", "hardlink"])
+@pytest.mark.parametrize(
+    ("words", "option", "argument"),
+    [
+        (("search", "PROBLEM", "--out", "OUT"), "--out", "PROBLEM"),
+        (("search", "PROBLEM", "--trace", "OUT"), "--trace", "PROBLEM"),
+        ((*EXPORT, "json-schedule", "--out", "OUT"), "--out", "PLAN"),
+        ((*EXPORT, "same-partition", "--out", "OUT"), "--out", "PROBLEM"),
+        (("compare", "PROBLEM", "PLAN", "--trace", "OUT"), "--trace", "PLAN"),
+        (("evaluate", "PROBLEM", "PLAN", "--trace", "OUT"), "--trace", "PROBLEM"),
+    ],
+    ids=["search-out", "search-trace", "export-plan", "export-problem", "compare", "evaluate"],
+)
+def test_an_input_is_never_overwritten(
+    inputs: tuple[Path, Path],
+    no_search: None,
+    kind: str,
+    words: tuple[str, ...],
+    option: str,
+    argument: str,
+) -> None:
+    original = inputs[0] if argument == "PROBLEM" else inputs[1]
+    before = original.read_bytes()
+    line = error_line(run_filled(words, inputs, _same_file(kind, original)))
+    assert line == (
+        f"tidgap: error: {option}: is the same file as {argument} {original}; "
+        "refusing to overwrite an input"
+    )
+    assert original.read_bytes() == before
+
+
+def test_the_export_sidecar_is_never_an_input(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    problem, plan = inputs
+    sidecar = tmp_path / "schedule.microbatches.json"
+    os.link(plan, sidecar)
+    before = plan.read_bytes()
+    out = tmp_path / "schedule.csv"
+    line = error_line(
+        run_cli("export", str(problem), str(sidecar), "--to", "pytorch-csv", "--out", str(out))
+    )
+    assert line.startswith(f"tidgap: error: --out's sidecar: is the same file as PLAN {sidecar};")
+    assert plan.read_bytes() == before and not out.exists()
+
+
+def test_two_outputs_are_never_one_file(tmp_path: Path, no_search: None) -> None:
+    picture = tmp_path / "run.png"
+    link = tmp_path / "trace.json"
+    link.symlink_to(picture.name)
+    args = ("search", "example:gpt1-14", "--gantt", str(picture), "--trace", str(link))
+    line = error_line(run_cli(*args))
+    assert line == (
+        f"tidgap: error: --trace: is the same file as --gantt {picture}; "
+        "give each output its own file"
+    )
+    assert not picture.exists()
+
+
+def test_two_outputs_may_be_one_stream(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    """Writing a device twice overwrites nothing, so it is allowed."""
+    node = device(tmp_path / "null", NULL)
+    problem, plan = inputs
+    args = ("search", str(problem), *QUICK_SEARCH, "--out", str(node), "--trace", str(node))
+    result = run_cli(*args)
+    assert result.exit_code == 0, describe(result)
+
+
+def test_an_example_problem_is_not_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``example:NAME`` names a built-in problem, not the file of that name here."""
+    monkeypatch.chdir(tmp_path)
+    name = "example:gpt1-14"
+    result = run_cli("search", name, *QUICK_SEARCH, "--out", name)
+    assert result.exit_code == 0, describe(result)
+    assert json.loads((tmp_path / name).read_text(encoding="utf-8"))["format"] == "tidgap.plan/1"
+
+
+# --- unwritable paths, found before the search ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (lambda tmp: "/proc/tidgap-cannot-be-made.json", "folder '/proc' is not writable"),
+        (lambda tmp: f"{tmp}/plan.json/x.json", "is not a folder"),
+        (lambda tmp: f"{tmp}/missing/x.json", "does not exist"),
+        (lambda tmp: f"{tmp}/new-folder/", "names a folder"),
+        (lambda tmp: str(tmp), "is a directory"),
+    ],
+    ids=["proc", "under-a-file", "missing-folder", "trailing-slash", "folder"],
+)
+@pytest.mark.parametrize("option", ["--out", "--trace"])
+def test_an_unwritable_path_is_found_before_the_search(
+    inputs: tuple[Path, Path],
+    no_search: None,
+    path: Callable[[Path], str],
+    expected: str,
+    option: str,
+) -> None:
+    folder = inputs[0].parent
+    before = sorted(folder.iterdir())
+    out = path(folder)
+    line = error_line(run_cli("search", str(inputs[0]), "--generations", "1000000000", option, out))
+    assert expected in line, line
+    assert sorted(folder.iterdir()) == before
+
+
+def test_probe_leaves_nothing_behind(tmp_path: Path) -> None:
+    probe(tmp_path / "new.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_probe_refuses_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is a directory"):
+        probe(tmp_path)

@@ -1,0 +1,130 @@
+"""Chrome traces: valid JSON with the documented fields, real durations in microseconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.support.cli_helpers import case_named, describe, plan_document, run_cli, write_json
+from tests.support.strategies import plans, problems
+from tidgap import Problem, load_problem
+from tidgap.outputs.trace import link_track, stage_track, trace_document
+from tidgap.schedules.timeline import Timeline, baseline_timeline, plan_timeline
+
+PROPERTY = settings(max_examples=80, deadline=None, derandomize=True, database=None)
+
+
+def check_trace(document: dict[str, Any], timelines: list[Timeline], scale: float) -> None:
+    """The documented fields; on each stage track the durations add up to the stage's busy
+    time; every track an event uses is named."""
+    text = json.dumps(document, allow_nan=False)  # strict JSON: no NaN or Infinity
+    assert json.loads(text) == document
+    assert document["displayTimeUnit"] in ("ms", "ns")
+    events = document["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    named = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert list(processes.values()) == [t.label for t in timelines]
+    for event in complete:
+        assert {"name", "cat", "pid", "tid", "ts", "dur", "args"} <= set(event)
+        assert event["dur"] >= 0 and event["ts"] >= 0
+        assert (event["pid"], event["tid"]) in named
+        if event["cat"] != "tail":
+            first, last = event["args"]["samples"]
+            assert 1 <= first <= last
+            assert event["args"]["size"] == last - first + 1
+    for pid, timeline in enumerate(timelines, start=1):
+        for s in range(timeline.num_stages):
+            durations = [
+                e["dur"] for e in complete if e["pid"] == pid and e["tid"] == stage_track(s)
+            ]
+            assert sum(durations) == pytest.approx(timeline.busy(s) * scale, rel=1e-9, abs=1e-6)
+            assert len(durations) == len(timeline.stages[s])
+        for link, steps in enumerate(timeline.links):
+            tracks = {link_track(link, "F"), link_track(link, "B")}
+            sent = [e for e in complete if e["pid"] == pid and e["tid"] in tracks]
+            assert len(sent) == len(steps)
+
+
+@PROPERTY
+@given(problem=problems(), data=st.data())
+def test_trace_of_a_plan(problem: Problem, data: st.DataObject) -> None:
+    timeline = plan_timeline(problem, data.draw(plans(problem)))
+    check_trace(trace_document([timeline], problem.name), [timeline], 1e3)
+
+
+@pytest.mark.parametrize(
+    ("unit", "scale", "noted"),
+    [("us", 1, False), ("ms", 1e3, False), ("s", 1e6, False), ("cycles", 1e3, True)],
+)
+def test_time_units(unit: str, scale: float, noted: bool) -> None:
+    """us, ms and s convert exactly; any other unit is shown as ms and the trace says so."""
+    data = case_named("tiny7_1")["problem"] | {"time_unit": unit}
+    problem = Problem.from_dict(data)
+    timelines = [baseline_timeline(problem, "gpipe", 2), baseline_timeline(problem, "1f1b", 2)]
+    document = trace_document(timelines, problem.name)
+    check_trace(document, timelines, scale)
+    assert document["otherData"]["microseconds_per_unit"] == scale
+    assert ("note" in document["otherData"]) == noted
+    first = next(e for e in document["traceEvents"] if e["ph"] == "X")
+    step = timelines[0].stages[0][0]
+    assert first["ts"] == step.start * scale and first["dur"] == pytest.approx(
+        step.duration * scale
+    )
+
+
+def test_one_f_one_b_sends_both_ways_on_separate_tracks() -> None:
+    """1F1B sends activations and gradients over a link at once: they get two tracks, so
+    events on one track never overlap."""
+    problem = load_problem("example:hetero-8")
+    timeline = baseline_timeline(problem, "1f1b", 16)
+    events = [e for e in trace_document([timeline], None)["traceEvents"] if e["ph"] == "X"]
+    by_track: dict[int, list[dict[str, Any]]] = {}
+    for event in events:
+        by_track.setdefault(event["tid"], []).append(event)
+    for track in by_track.values():
+        track.sort(key=lambda e: e["ts"])
+        for before, after in zip(track, track[1:], strict=False):
+            assert after["ts"] >= before["ts"] + before["dur"] - 1e-6
+
+
+@pytest.mark.parametrize("command", ["evaluate", "compare", "search"])
+def test_trace_option(tmp_path: Path, command: str) -> None:
+    case = case_named("med7_1")
+    problem = write_json(tmp_path / "problem.json", case["problem"])
+    plan = write_json(tmp_path / "plan.json", plan_document(case))
+    trace = tmp_path / "trace.json"
+    args = {
+        "evaluate": ["evaluate", str(problem), str(plan)],
+        "compare": ["compare", str(problem), str(plan)],
+        "search": ["search", str(problem), "--generations", "2", "--population", "16", "-q"],
+    }[command]
+    result = run_cli(*args, "--trace", str(trace))
+    assert result.exit_code == 0, describe(result)
+    document = json.loads(trace.read_text(encoding="utf-8"))
+    processes = [e["args"]["name"] for e in document["traceEvents"] if e["name"] == "process_name"]
+    if command == "evaluate":
+        assert processes == ["plan"]
+    else:
+        assert [name.split("(")[0] for name in processes] == [
+            "plan" if command == "compare" else "tidgap",
+            "GPipe",
+            "1F1B",
+        ]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_unwritable_trace_is_bad_input(tmp_path: Path) -> None:
+    case = case_named("med7_1")
+    problem = write_json(tmp_path / "problem.json", case["problem"])
+    plan = write_json(tmp_path / "plan.json", plan_document(case))
+    result = run_cli(
+        "evaluate", str(problem), str(plan), "--trace", str(tmp_path / "no" / "t.json")
+    )
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.startswith("tidgap: error: ") and len(result.stderr.splitlines()) == 1

@@ -1,0 +1,293 @@
+"""``tidgap profile``: tiny models measured end to end on the CPU, split validation, no torch.
+
+Tests that measure need PyTorch (``pip install torch``) and skip without it;
+the split planner, the document builder and the missing-PyTorch message are tested always.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tidgap.cli import TidgapGroup, cli
+from tidgap.cli.profile import profile_command, synth_command
+from tidgap.model.problem import Problem
+from tidgap.profiling.build import measurement_sizes, non_decreasing
+from tidgap.profiling.split import balanced_split, parse_split
+
+ROOT = Path(__file__).resolve().parents[2]
+MLP = ["tests.support.tiny_models:MLP", "--input-shape", "16"]
+FAST = ["--repeats", "2", "--warmup", "1"]
+TINY_GPT = ["gpt", "--layers", "2", "--hidden", "32", "--seq-len", "8", "--vocab", "50"]
+MLP_LAYERS = ["0", "1", "2", "3", "4", "5"]
+
+
+@pytest.fixture(scope="module")
+def torch() -> Any:
+    """PyTorch, or a skip saying how to install it."""
+    return pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+
+
+def run(*args: str) -> Result:
+    """``tidgap ARGS`` in-process, with ``profile`` and ``synth`` registered."""
+    group = TidgapGroup(
+        name="tidgap", commands={**cli.commands, "profile": profile_command, "synth": synth_command}
+    )
+    return CliRunner().invoke(group, list(args), prog_name="tidgap")
+
+
+def error_line(result: Result) -> str:
+    """The one line a failed command printed on stderr (exit 2, nothing on stdout)."""
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tidgap: error: "), lines[0]
+    assert result.stdout == ""
+    return lines[0]
+
+
+def profiled(tmp_path: Path, *args: str) -> tuple[Problem, dict[str, Any]]:
+    """Run ``tidgap profile ARGS --out FILE``; the problem as loaded, and as written."""
+    out = tmp_path / "profiled.json"
+    result = run("profile", *args, *FAST, "--out", str(out))
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    document = json.loads(out.read_text(encoding="utf-8"))
+    return Problem.from_dict(document), document
+
+
+def assert_tables_measured(problem: Problem, sizes: list[int]) -> None:
+    """Every stage time is a non-decreasing table at exactly ``sizes``."""
+    for stage in problem.stages:
+        for function in (stage.forward, stage.backward):
+            assert function.table is not None
+            assert function.table.sizes == sizes
+            times = function.table.times
+            assert all(t >= 0 for t in times)
+            assert all(a <= b for a, b in itertools.pairwise(times)), times
+
+
+# --- without PyTorch --------------------------------------------------------------------------
+
+
+def test_import_tidgap_does_not_import_torch() -> None:
+    code = (
+        "import sys, tidgap, tidgap.cli, tidgap.cli.profile, tidgap.profiling.synth, "
+        "tidgap.profiling, tidgap.profiling.build, tidgap.profiling.split; "
+        "print('torch' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+def test_profile_without_torch_says_how_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
+    out = tmp_path / "p.json"
+    line = error_line(run("profile", "gpt", "--out", str(out)))
+    assert "PyTorch is not installed" in line and "pip install torch" in line
+    assert not out.exists()
+
+
+def test_measurement_sizes_are_powers_of_two_times_unit_then_the_cap() -> None:
+    assert measurement_sizes(1, 16) == [1, 2, 4, 8, 16]
+    assert measurement_sizes(4, 48) == [4, 8, 16, 32, 48]
+    assert measurement_sizes(3, 3) == [3]
+    assert non_decreasing([3.0, 2.0, 4.0, 3.5]) == [3.0, 3.0, 4.0, 4.0]
+
+
+def test_balanced_split_minimises_the_largest_stage() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        costs = [rng.choice([0.0, rng.uniform(0, 10)]) for _ in range(rng.randint(1, 8))]
+        stages = rng.randint(1, len(costs))
+        got = balanced_split(costs, stages)
+        assert len(got) == stages - 1 and got == sorted(set(got))
+        assert all(1 <= b < len(costs) for b in got)
+
+        def largest(bounds: tuple[int, ...] | list[int], costs: list[float] = costs) -> float:
+            edges = [0, *bounds, len(costs)]
+            return max(sum(costs[a:b]) for a, b in itertools.pairwise(edges))
+
+        best = min(largest(c) for c in itertools.combinations(range(1, len(costs)), stages - 1))
+        assert largest(got) == pytest.approx(best)
+
+
+def test_parse_split_takes_indices_and_names() -> None:
+    names = ["embed", "block0", "block1", "head"]
+    assert parse_split("1, block1 ,3", names, 4) == [1, 2, 3]
+    assert parse_split("", names, 1) == []
+
+
+# --- measuring tiny models --------------------------------------------------------------------
+
+
+def test_profile_mlp_end_to_end(torch: Any, tmp_path: Path) -> None:
+    problem, document = profiled(
+        tmp_path, *MLP, "--stages", "3", "--batch-size", "12", "--unit", "3"
+    )
+    assert problem.num_stages == 3 and len(problem.links) == 2
+    assert (problem.batch_size, problem.unit, problem.name) == (12, 3, "profiled")
+    assert_tables_measured(problem, [3, 6, 12])
+    assert all(stage.max_microbatch is None for stage in problem.stages)
+    source = document["source"]
+    assert source["measured"] is True and source["device"] == "cpu"
+    assert source["versions"]["torch"] == torch.__version__
+    assert source["threads"] == torch.get_num_threads()
+    assert source["split"]["method"].startswith("balanced")
+    assert list(source["split"]["layer_ms"]) == MLP_LAYERS
+    bounds = source["split"]["boundaries"]
+    assert [name for names in source["split"]["stages"].values() for name in names] == MLP_LAYERS
+    widths = [32, 32, 32, 16, 16]  # floats leaving layers 0..4
+    assert source["links"]["bytes_per_sample"] == [4 * widths[b - 1] for b in bounds]
+    for link, sent in zip(problem.links, source["links"]["bytes_per_sample"], strict=True):
+        assert link.forward.affine is not None and link.forward == link.backward
+        assert link.forward.affine.base == 0.05
+        assert link.forward.affine.per_sample == pytest.approx(sent / 10e9 * 1e3, rel=1e-4)
+
+
+def test_profiled_problem_is_searched(torch: Any, tmp_path: Path) -> None:
+    profiled(tmp_path, *MLP, "--stages", "2", "--batch-size", "8")
+    result = run(
+        "search", str(tmp_path / "profiled.json"), "--generations", "2", "--population", "16",
+        "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["format"] == "tidgap.plan/1"
+
+
+def test_profile_tiny_gpt_with_split_and_cap(torch: Any, tmp_path: Path) -> None:
+    problem, document = profiled(
+        tmp_path, *TINY_GPT, "--stages", "2", "--batch-size", "8", "--split", "block1",
+        "--max-microbatch", "4", "--bandwidth", "2", "--latency", "0.5", "--name", "g",
+    )  # fmt: skip
+    assert [problem.stage_name(s) for s in range(2)] == ["embed-block0", "block1-head"]
+    assert problem.name == "g" and problem.batch_size == 8
+    assert all(stage.max_microbatch == 4 for stage in problem.stages)
+    assert_tables_measured(problem, [1, 2, 4])
+    source = document["source"]
+    assert source["split"] == {
+        "method": "given by --split",
+        "boundaries": [2],
+        "stages": {"embed-block0": ["embed", "block0"], "block1-head": ["block1", "head"]},
+    }
+    assert source["links"]["bytes_per_sample"] == [8 * 32 * 4]  # seq_len x hidden floats
+    affine = problem.links[0].forward.affine
+    assert (affine.base, affine.per_sample) == (0.5, pytest.approx(1024 / 2e9 * 1e3))
+    assert source["model"]["layers"] == 2 and source["model"]["seq_len"] == 8
+
+
+def test_profile_prints_the_problem_without_out(torch: Any) -> None:
+    result = run("profile", *MLP, *FAST, "--stages", "1", "--batch-size", "2")
+    assert result.exit_code == 0, result.stderr
+    problem = Problem.from_dict(json.loads(result.stdout))
+    assert problem.num_stages == 1 and problem.links == []
+    assert_tables_measured(problem, [1, 2])
+
+
+# --- bad input: exit 2, one line, nothing measured or written ------------------------------------
+
+
+@pytest.fixture
+def no_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if anything gets measured."""
+    import tidgap.profiling.run
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("measured despite bad input")
+
+    monkeypatch.setattr(tidgap.profiling.run, "measure", refuse)
+
+
+@pytest.mark.parametrize(
+    ("split", "reason"),
+    [
+        ("3,2", "strictly increasing"),
+        ("2,2", "strictly increasing"),
+        ("0,3", "out of range"),
+        ("2,6", "out of range"),
+        ("-1,3", "out of range"),
+        ("2", "need 2 boundaries"),
+        ("1,2,3", "need 2 boundaries"),
+        ("", "need 2 boundaries"),
+        ("a,3", "neither a layer index nor a layer name"),
+        ("1.5,3", "neither a layer index nor a layer name"),
+    ],
+)
+def test_bad_split_exits_2_naming_split(
+    torch: Any, tmp_path: Path, no_measuring: None, split: str, reason: str
+) -> None:
+    out = tmp_path / "p.json"
+    result = run("profile", *MLP, "--stages", "3", "--split", split, "--out", str(out))
+    line = error_line(result)
+    assert line.startswith("tidgap: error: --split: "), line
+    assert reason in line, line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((*MLP, "--stages", "7"), "--stages: 7 stages need at least 7 layers"),
+        (
+            ("tests.support.tiny_models:NOT_SEQUENTIAL", "--input-shape", "4"),
+            "not a torch.nn.Sequential",
+        ),
+        (("tests.support.tiny_models:NOPE", "--input-shape", "4"), "has no attribute 'NOPE'"),
+        (("tests.no_such_module:M", "--input-shape", "4"), "cannot import"),
+        (("resnet50",), "expected gpt, vgg16 or module:attribute"),
+        (("tests.support.tiny_models:MLP",), "--input-shape is required"),
+        ((MLP[0], "--input-shape", "3,x"), "--input-shape: expected positive integers"),
+        (("gpt", "--image-size", "64"), "--image-size applies to vgg16"),
+        (("vgg16", "--image-size", "16"), "--image-size: must be at least 32"),
+        ((*TINY_GPT, "--heads", "3"), "--heads: 3 heads do not divide hidden size 32"),
+        ((*MLP, "--batch-size", "10", "--unit", "4"), "--batch-size: 10 is not a multiple"),
+        ((*MLP, "--batch-size", "8", "--max-microbatch", "6", "--unit", "4"), "--max-microbatch"),
+    ],
+)
+def test_bad_profile_input_exits_2(
+    torch: Any, tmp_path: Path, no_measuring: None, args: tuple[str, ...], expected: str
+) -> None:
+    out = tmp_path / "p.json"
+    line = error_line(run("profile", *args, "--out", str(out)))
+    assert expected in line, line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("UNBATCHED", "layer '1' returned shape (32,), whose first dimension is not the"),
+        ("MISMATCHED", "layer '1' failed on 4 samples: mat1 and mat2 shapes cannot be"),
+    ],
+)
+def test_bad_layer_exits_2(torch: Any, tmp_path: Path, model: str, expected: str) -> None:
+    out = tmp_path / "p.json"
+    args = (f"tests.support.tiny_models:{model}", "--input-shape", "16", "--stages", "2")
+    line = error_line(run("profile", *args, "--batch-size", "4", "--out", str(out)))
+    assert f"tidgap: error: tests.support.tiny_models:{model}: {expected}" in line, line
+    assert not out.exists()
+
+
+def test_unwritable_out_fails_before_measuring(
+    torch: Any, tmp_path: Path, no_measuring: None
+) -> None:
+    out = tmp_path / "missing" / "p.json"
+    line = error_line(run("profile", *MLP, "--out", str(out)))
+    assert str(out) in line and "does not exist" in line
+
+
+def test_cuda_without_a_device_exits_2(torch: Any, tmp_path: Path, no_measuring: None) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is available here")
+    line = error_line(run("profile", *MLP, "--device", "cuda", "--out", str(tmp_path / "p.json")))
+    assert line.startswith("tidgap: error: --device: CUDA is not usable"), line

@@ -1,0 +1,294 @@
+"""The setup's fast paths against their plain-Python references, bit for bit: vectorised time
+functions, batched baselines, compiled global DP, tick tables, and the lower bound's exact
+and relaxed totals (tidgap.fallback_cpu.setup_loops)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.support.strategies import plans, problems, time_functions
+from tidgap import Link, Problem, Stage, affine, best_baselines, equal_partition, evaluate
+from tidgap.analysis import bound as bound_module
+from tidgap.analysis.bound import (
+    candidate_sizes,
+    least_total,
+    lower_bound,
+    relaxed_total,
+    step_times,
+)
+from tidgap.backends.ticks import choose_tick, tick_problem
+from tidgap.fallback_cpu.setup_loops import warm_up
+from tidgap.model.timefn import TimeFunction, table
+from tidgap.optimize.heuristics import (
+    backward_chain,
+    chain_dp,
+    compiled_chain_dps,
+    forward_chain,
+    local_microbatches,
+)
+from tidgap.profiling.synth import synth_problem
+from tidgap.schedules.baselines import BASELINES, SCHEDULES, baseline_times, gpipe_plan
+
+PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
+
+#: Synthetic problems whose counts fill several lane blocks, with counts below ``S - 1`` (one
+#: block each), remainders, a unit above 1 and a cap (so the counts start above 1).
+SYNTH = [
+    dict(seed=1, stages=20, batch_size=50, unit=1, shape="table"),
+    dict(seed=2, stages=9, batch_size=300, unit=3, shape="saturating"),
+    dict(seed=3, stages=33, batch_size=40, unit=2, shape="affine"),
+    dict(seed=4, stages=5, batch_size=200, unit=1, shape="table", cap=60),
+]
+
+
+def synth(seed: int, stages: int, batch_size: int, unit: int, shape: str, cap: int = 0) -> Problem:
+    """A ``tidgap synth`` problem, every stage capped at ``cap`` samples when ``cap`` > 0."""
+    data = synth_problem(seed, stages, batch_size, unit, heterogeneity=0.7, shape=shape)
+    if cap:
+        for stage in data["stages"]:
+            stage["max_microbatch"] = cap
+    return Problem.from_dict(data)
+
+
+def golden_and_synth() -> list[Problem]:
+    from tests.conftest import golden_cases
+
+    cases = [Problem.from_dict(case["problem"]) for case in golden_cases()]
+    return cases + [synth(**spec) for spec in SYNTH]
+
+
+PROBLEMS = golden_and_synth()
+
+
+def at_most(value: float, bound: float) -> bool:
+    """``value <= bound`` up to rounding."""
+    return value <= bound or math.isclose(value, bound, rel_tol=1e-12, abs_tol=1e-12)
+
+
+def test_warm_up_compiles_everything() -> None:
+    warm_up()
+
+
+# --- TimeFunction.at -------------------------------------------------------------------
+
+
+@PROPERTY
+@given(data=st.data(), unit=st.integers(1, 3), largest=st.integers(1, 40))
+def test_at_is_the_call_bit_for_bit(data: st.DataObject, unit: int, largest: int) -> None:
+    function = data.draw(time_functions(unit, largest))
+    sizes = np.arange(unit, largest + 1)
+    values = function.at(sizes)
+    assert values.dtype == np.float64 and values.shape == sizes.shape
+    assert [float(v) for v in values] == [function(int(b)) for b in sizes]
+    assert function.at(sizes.reshape(1, -1)).shape == (1, len(sizes))
+
+
+def test_at_refuses_sizes_outside_the_table_like_call() -> None:
+    function = table([2, 4], [1.0, 3.0])
+    with pytest.raises(ValueError) as called:
+        function(5)
+    with pytest.raises(ValueError) as batched:
+        function.at(np.array([2, 3, 5]))
+    assert str(batched.value) == str(called.value)
+    with pytest.raises(ValueError):
+        function.at(np.array([1]))
+
+
+# --- baselines -------------------------------------------------------------------------
+
+
+def check_baselines(problem: Problem) -> None:
+    """Every schedule with every feasible count equals its reference exactly; the best of
+    each is the least time with the smallest count."""
+    ms, times = baseline_times(problem)
+    assert times.shape == (len(SCHEDULES), len(ms))
+    for row, schedule in zip(times, SCHEDULES, strict=True):
+        expected = [BASELINES[schedule](problem, int(m)) for m in ms]
+        assert row.tolist() == expected, schedule
+    best = best_baselines(problem)
+    for row, schedule in zip(times, SCHEDULES, strict=True):
+        least = min(row)
+        assert best[schedule].iteration_time == least
+        assert best[schedule].microbatches == ms[row.tolist().index(least)]
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
+def test_baselines_equal_the_references(problem: Problem) -> None:
+    check_baselines(problem)
+
+
+@PROPERTY
+@given(problem=problems(max_stages=12))
+def test_baselines_equal_the_references_on_random_problems(problem: Problem) -> None:
+    check_baselines(problem)
+
+
+def test_ties_go_to_the_fewest_microbatches() -> None:
+    """Free stages and links: every count takes 0, so the best of each schedule is ``m = 1``;
+    with one constant-time stage, GPipe(m) is ``2m`` and ``m = 1`` wins alone."""
+    free = affine(0, 0)
+    stages = [Stage(forward=free, backward=free)] * 3
+    tie = Problem(batch_size=6, stages=stages, links=[Link(forward=free, backward=free)] * 2)
+    assert {r.microbatches for r in best_baselines(tie).values()} == {1}
+    constant = Problem(batch_size=6, stages=[Stage(forward=affine(1, 0), backward=affine(1, 0))])
+    assert best_baselines(constant)["gpipe"].iteration_time == 2.0
+
+
+# --- heuristics ------------------------------------------------------------------------
+
+
+def reference_local_microbatches(problem: Problem, s: int) -> int:
+    """The estimate of :func:`local_microbatches` per count, on built partitions."""
+    stage, cap = problem.stages[s], min(problem.forward_cap(s), problem.backward_cap(s))
+
+    def estimate(m: int) -> float:
+        largest = max(equal_partition(problem, m))
+        return (m + problem.num_stages - 1) * (stage.forward(largest) + stage.backward(largest))
+
+    counts = [m for m in range(1, problem.num_units + 1) if max(equal_partition(problem, m)) <= cap]
+    return min(counts, key=lambda m: (estimate(m), m))
+
+
+def check_heuristics(problem: Problem) -> None:
+    unit, units = problem.unit, problem.num_units
+    chains = [forward_chain(problem), backward_chain(problem)]
+    assert compiled_chain_dps(chains, unit, units) == [chain_dp(c, unit, units) for c in chains]
+    for s in range(problem.num_stages):
+        assert local_microbatches(problem, s) == reference_local_microbatches(problem, s)
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
+def test_heuristics_equal_the_references(problem: Problem) -> None:
+    check_heuristics(problem)
+
+
+@PROPERTY
+@given(problem=problems(max_stages=6))
+def test_heuristics_equal_the_references_on_random_problems(problem: Problem) -> None:
+    check_heuristics(problem)
+
+
+# --- tick tables -----------------------------------------------------------------------
+
+
+def reference_tables(problem: Problem) -> tuple[float, list[list[float]]]:
+    """The tick and the four tables, one ``TimeFunction`` call per size, in float."""
+    S, U, unit = problem.num_stages, problem.num_units, problem.unit
+
+    def row(function: TimeFunction, cap: int) -> list[float]:
+        values = [0.0] + [function(u * unit) for u in range(1, cap // unit + 1)]
+        return values + [0.0] * (U + 1 - len(values))
+
+    fcap, bcap = problem.forward_cap, problem.backward_cap
+    rows = [row(stage.forward, fcap(s)) for s, stage in enumerate(problem.stages)]
+    rows += [row(stage.backward, bcap(s)) for s, stage in enumerate(problem.stages)]
+    rows += [row(link.forward, fcap(s)) for s, link in enumerate(problem.links)]
+    rows += [row(link.backward, bcap(s + 1)) for s, link in enumerate(problem.links)]
+    upper = sum(stage.tail for stage in problem.stages) + sum(U * max(r) for r in rows)
+    assert len(rows) == 4 * S - 2
+    return choose_tick(upper), rows
+
+
+def check_ticks(problem: Problem) -> None:
+    ticked = tick_problem(problem)
+    tick, rows = reference_tables(problem)
+    assert ticked.tick == tick
+    got = np.concatenate(
+        [
+            ticked.forward_compute,
+            ticked.backward_compute,
+            ticked.forward_transfer,
+            ticked.backward_transfer,
+        ]
+    )
+    expected = np.rint(np.asarray(rows) / tick).astype(np.int64)
+    assert got.dtype == np.int64 and np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
+def test_tick_tables_equal_the_per_size_reference(problem: Problem) -> None:
+    check_ticks(problem)
+
+
+@PROPERTY
+@given(problem=problems())
+def test_tick_tables_equal_the_per_size_reference_on_random_problems(problem: Problem) -> None:
+    check_ticks(problem)
+
+
+# --- the lower bound -------------------------------------------------------------------
+
+
+@PROPERTY
+@given(data=st.data(), unit=st.integers(1, 4), cap_units=st.integers(1, 30))
+def test_candidates_hold_the_least_step_exactly(
+    data: st.DataObject, unit: int, cap_units: int
+) -> None:
+    """The least ``t(j unit)`` over the candidates is the least over every ``j``, exactly, and
+    the least ``t_j / j`` agrees up to rounding."""
+    cap = cap_units * unit
+    function = data.draw(time_functions(unit, cap))
+    sizes = candidate_sizes(function, unit, cap)
+    assert ((sizes % unit == 0) & (sizes >= unit) & (sizes <= cap)).all()
+    everything = step_times(function, unit, cap)
+    assert function.at(sizes).min() == everything.min()
+    ratios = everything / np.arange(1, cap_units + 1)
+    least = (function.at(sizes) / (sizes // unit)).min()
+    assert math.isclose(least, ratios.min(), rel_tol=1e-12, abs_tol=1e-15)
+
+
+@PROPERTY
+@given(data=st.data(), unit=st.integers(1, 3), cap_units=st.integers(1, 12))
+def test_relaxed_total_never_exceeds_the_exact_one(
+    data: st.DataObject, unit: int, cap_units: int
+) -> None:
+    units = data.draw(st.integers(cap_units, 40))
+    cap = cap_units * unit
+    function = data.draw(time_functions(unit, cap))
+    exact = least_total(step_times(function, unit, cap), units)
+    assert at_most(relaxed_total(function, unit, cap, units), exact)
+
+
+def test_relaxed_total_is_tight_for_a_linear_function() -> None:
+    """``t(b) = b``: every partition costs ``B``; so does the relaxation."""
+    assert relaxed_total(affine(0, 1), 2, 6, 9) == least_total(np.array([2.0, 4.0, 6.0]), 9) == 18
+
+
+@pytest.fixture
+def relaxed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every resource's total by the relaxation."""
+    monkeypatch.setattr(bound_module, "EXACT_CELLS", 0)
+
+
+@PROPERTY
+@given(problem=problems(), data=st.data())
+def test_relaxed_bound_is_below_the_exact_bound_and_every_plan(
+    problem: Problem, data: st.DataObject
+) -> None:
+    exact = lower_bound(problem)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bound_module, "EXACT_CELLS", 0)
+        loose = lower_bound(problem)
+    assert loose >= 0 and at_most(loose, exact)
+    assert at_most(loose, evaluate(problem, data.draw(plans(problem))).iteration_time)
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
+def test_relaxed_bound_is_below_gpipe(problem: Problem, relaxed: None) -> None:
+    gpipe = best_baselines(problem)["gpipe"].iteration_time
+    assert lower_bound(problem) > 0 and at_most(lower_bound(problem), gpipe)
+
+
+@pytest.mark.parametrize("shape", ["affine", "saturating", "table"])
+def test_bound_of_a_billion_units_needs_no_table_of_them(shape: str) -> None:
+    """``B = 10**9`` in units of 1: the bound takes the relaxation (a table of every size or
+    the DP would need gigabytes) and stays below GPipe(4)."""
+    problem = Problem.from_dict(synth_problem(5, 3, 10**9, shape=shape))
+    assert problem.num_units * problem.common_cap() > bound_module.EXACT_CELLS
+    bound = lower_bound(problem)
+    assert bound > 0 and at_most(bound, evaluate(problem, gpipe_plan(problem, 4)).iteration_time)

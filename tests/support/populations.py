@@ -1,0 +1,88 @@
+"""Random feasible populations and random tick tables, for backend and kernel tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tidgap.backends.ticks import TickedProblem
+from tidgap.optimize.genome import Population
+
+
+def random_partition(rng: np.random.Generator, total: int, cap: int, count: int) -> np.ndarray:
+    """An ordered partition of ``total`` into ``count`` positive parts of at most ``cap``."""
+    assert -(-total // cap) <= count <= total
+    parts = np.ones(count, dtype=np.int64) + rng.multinomial(total - count, [1 / count] * count)
+    while (parts > cap).any():  # move the excess of over-full parts to parts with room
+        over = int(np.argmax(parts))
+        room = np.flatnonzero(parts < cap)
+        target = room[rng.integers(len(room))]
+        moved = min(parts[over] - cap, cap - parts[target])
+        parts[over] -= moved
+        parts[target] += moved
+    assert parts.sum() == total and parts.min() >= 1 and parts.max() <= cap
+    return parts
+
+
+def random_population(
+    rng: np.random.Generator,
+    caps: np.ndarray,
+    num_units: int,
+    size: int,
+    width: int,
+    max_count: int | None = None,
+) -> np.ndarray:
+    """``(size, S, width)`` int32: per row a random microbatch count, then a random partition.
+
+    Counts run from the fewest the cap allows to ``max_count`` (default: all units, capped
+    by ``width``), so rows of one individual have different lengths; zeros pad each row.
+    """
+    stages = len(caps)
+    genes = np.zeros((size, stages, width), dtype=np.int32)
+    highest = min(num_units, width, max_count or num_units)
+    for p in range(size):
+        for s in range(stages):
+            fewest = -(-num_units // int(caps[s]))
+            assert fewest <= width, f"stage {s} needs {fewest} microbatches, wider than {width}"
+            count = int(rng.integers(fewest, max(fewest, highest) + 1))
+            parts = random_partition(rng, num_units, int(caps[s]), count)
+            genes[p, s, :count] = parts
+    return genes
+
+
+def random_ticked(rng: np.random.Generator, stages: int, num_units: int, top: int) -> TickedProblem:
+    """Random tick tables (entry 0 is 0, entries past a cap are 0) with values up to ``top``."""
+    smallest = -(-num_units // 40)  # at most 40 microbatches per row
+    fcaps = rng.integers(smallest, num_units + 1, size=stages)
+    bcaps = rng.integers(smallest, num_units + 1, size=stages)
+
+    def tables(rows: int, caps: np.ndarray) -> np.ndarray:
+        values = rng.integers(0, top + 1, size=(rows, num_units + 1), dtype=np.int64)
+        values[:, 0] = 0
+        values[rng.random(values.shape) < 0.1] = 0  # some free operations and links
+        for r in range(rows):
+            values[r, caps[r] + 1 :] = 0
+        return values
+
+    return TickedProblem(
+        tick=1.0,
+        num_units=num_units,
+        unit=1,
+        forward_compute=tables(stages, fcaps),
+        backward_compute=tables(stages, bcaps),
+        forward_transfer=tables(stages - 1, fcaps[:-1]),
+        backward_transfer=tables(stages - 1, bcaps[1:]),
+        tails=rng.integers(0, top + 1, size=stages),
+        forward_caps=fcaps.astype(np.int64),
+        backward_caps=bcaps.astype(np.int64),
+    )
+
+
+def random_individuals(
+    rng: np.random.Generator, ticked: TickedProblem, size: int, width: int, max_count: int = 40
+) -> Population:
+    """Forward and backward chromosomes within the ticked problem's caps."""
+    U = ticked.num_units
+    return Population(
+        random_population(rng, ticked.forward_caps, U, size, width, max_count),
+        random_population(rng, ticked.backward_caps, U, size, width, max_count),
+    )

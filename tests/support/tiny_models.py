@@ -1,0 +1,30 @@
+"""Tiny PyTorch models for the profiling tests, importable as ``tests.support.tiny_models:NAME``.
+
+Importing this module needs PyTorch; the tests import it only after ``importorskip``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+
+#: Six layers on ``(b, 16)`` float inputs; the boundaries carry 32, 32, 32, 16, 16 floats.
+MLP = nn.Sequential(
+    nn.Linear(16, 32),
+    nn.ReLU(),
+    nn.Linear(32, 32),
+    nn.Linear(32, 16),
+    nn.ReLU(),
+    nn.Linear(16, 4),
+)
+
+#: Not a Sequential: ``tidgap profile`` must refuse it.
+NOT_SEQUENTIAL = nn.Linear(4, 4)
+
+#: A Sequential whose output is not batched along dimension 0.
+UNBATCHED = nn.Sequential(nn.Linear(16, 8), nn.Flatten(0))
+
+#: A Sequential whose second layer does not take the first one's output.
+MISMATCHED = nn.Sequential(nn.Linear(16, 8), nn.Linear(4, 2))

@@ -1,0 +1,127 @@
+"""Side-by-side comparison of a plan with the best baselines, and its text rendering."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.optimize.heuristics import HEURISTICS
+from tidgap.outputs.trace import MICROSECONDS
+from tidgap.schedules.baselines import BaselineResult, best_baselines
+from tidgap.schedules.flush import evaluate
+
+#: Significant digits of the largest value in the table's time and throughput columns.
+TIME_DIGITS = 6
+THROUGHPUT_DIGITS = 5
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One schedule: its microbatch count(s), iteration time, throughput, speedup over GPipe.
+
+    ``throughput`` is in samples per time unit; ``speedup`` is best GPipe time / this time.
+    """
+
+    schedule: str
+    microbatches: str
+    iteration_time: float
+    throughput: float
+    speedup: float
+
+
+def microbatch_summary(plan: Plan) -> str:
+    """Range of per-stage microbatch counts, e.g. ``F 4-6 / B 3``."""
+
+    def span(partitions: list[list[int]]) -> str:
+        counts = [len(p) for p in partitions]
+        low, high = min(counts), max(counts)
+        return str(low) if low == high else f"{low}-{high}"
+
+    return f"F {span(plan.forward)} / B {span(plan.backward)}"
+
+
+def compare(
+    problem: Problem,
+    plan: Plan | None = None,
+    label: str = "plan",
+    *,
+    baselines: dict[str, BaselineResult] | None = None,
+    heuristics: dict[str, Plan] | None = None,
+) -> list[ComparisonRow]:
+    """Rows for ``plan`` (if given, first), the best GPipe, 1F1B and PipeDream, and the
+    local greedy and global DP plans. Pass ``baselines`` / ``heuristics`` already
+    computed to save the work."""
+    best = best_baselines(problem) if baselines is None else baselines
+    if heuristics is None:
+        heuristics = {name: build(problem) for name, build in HEURISTICS.items()}
+    reference = best["gpipe"].iteration_time
+    entries: list[tuple[str, str, float]] = []
+    if plan is not None:
+        entries.append((label, microbatch_summary(plan), evaluate(problem, plan).iteration_time))
+    for name, result in best.items():
+        entries.append((name, str(result.microbatches), result.iteration_time))
+    for name, other in heuristics.items():
+        entries.append((name, microbatch_summary(other), evaluate(problem, other).iteration_time))
+    return [
+        ComparisonRow(name, count, time, problem.batch_size / time, reference / time)
+        for name, count, time in entries
+    ]
+
+
+def rows_as_dicts(rows: list[ComparisonRow]) -> list[dict[str, object]]:
+    """The rows as plain dictionaries (``tidgap compare --json``)."""
+    return [asdict(row) for row in rows]
+
+
+def decimals(values: Sequence[float], significant: int) -> int:
+    """Decimal places that give the largest of ``values`` ``significant`` significant
+    digits (at least 0), so that a column shares one precision."""
+    largest = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    if largest == 0:
+        return significant - 1
+    return max(0, significant - 1 - math.floor(math.log10(largest)))
+
+
+def throughput_scale(time_unit: str) -> tuple[float, str]:
+    """Factor from samples per ``time_unit`` to the table's throughput unit, and its name:
+    samples/s for ``us``, ``ms`` and ``s``, else samples per ``time_unit`` (factor 1)."""
+    if time_unit in MICROSECONDS:
+        return 1e6 / MICROSECONDS[time_unit], "samples/s"
+    return 1.0, f"samples/{time_unit}"
+
+
+def format_table(rows: list[ComparisonRow], time_unit: str) -> str:
+    """A fixed-width text table of ``rows`` with a header line: iteration times in
+    ``time_unit`` and throughputs (see :func:`throughput_scale`), each column at one
+    precision (:data:`TIME_DIGITS`, :data:`THROUGHPUT_DIGITS` on its largest value)."""
+    scale, rate = throughput_scale(time_unit)
+    times = [row.iteration_time for row in rows]
+    rates = [row.throughput * scale for row in rows]
+    time_places, rate_places = decimals(times, TIME_DIGITS), decimals(rates, THROUGHPUT_DIGITS)
+    header = (
+        "schedule",
+        "microbatches",
+        f"iteration ({time_unit})",
+        f"throughput ({rate})",
+        "vs GPipe",
+    )
+    body = [
+        (
+            row.schedule,
+            row.microbatches,
+            f"{time:.{time_places}f}",
+            f"{throughput:.{rate_places}f}",
+            f"{row.speedup:.3f}x",
+        )
+        for row, time, throughput in zip(rows, times, rates, strict=True)
+    ]
+    widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
+    lines = []
+    for line in (header, *body):
+        cells = [line[0].ljust(widths[0]), line[1].ljust(widths[1])]
+        cells += [cell.rjust(width) for cell, width in zip(line[2:], widths[2:], strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

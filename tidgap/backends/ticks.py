@@ -1,0 +1,110 @@
+"""Integer ticks: every time function tabulated per size, in a tick chosen from the problem.
+
+Fast backends compute in int64 ticks, so max and + are exact and every evaluation
+order (NumPy, Numba, CUDA) gives the same answer. The tick is a power of two in the
+problem's time unit, chosen so that no iteration time exceeds ``2**50`` ticks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tidgap.model.problem import Problem
+from tidgap.model.timefn import TimeFunction
+
+#: No iteration time may exceed this many ticks (far from int64's 2**63, exact as float64).
+TICK_BUDGET = 2**50
+
+
+@dataclass(frozen=True)
+class TickedProblem:
+    """A problem tabulated in ticks, indexed by microbatch size in units (``0..U``).
+
+    Every table has entry 0 equal to 0 (an empty microbatch is free); entries above a
+    stage's cap are 0 too and are never used by feasible individuals.
+
+    - ``forward_compute``, ``backward_compute``: ``(S, U+1)`` int64, ``Tf_s``, ``Tb_s``;
+    - ``forward_transfer``, ``backward_transfer``: ``(S-1, U+1)`` int64, ``Cf_s``, ``Cb_s``
+      (``Cb_s`` indexed by the sender's size, stage ``s+1``);
+    - ``tails``: ``(S,)`` int64; ``forward_caps``, ``backward_caps``: ``(S,)`` int64 in units.
+    """
+
+    tick: float
+    num_units: int
+    unit: int
+    forward_compute: np.ndarray
+    backward_compute: np.ndarray
+    forward_transfer: np.ndarray
+    backward_transfer: np.ndarray
+    tails: np.ndarray
+    forward_caps: np.ndarray
+    backward_caps: np.ndarray
+
+    @property
+    def num_stages(self) -> int:
+        """``S``."""
+        return len(self.tails)
+
+    def to_time(self, ticks: np.ndarray | int) -> np.ndarray | float:
+        """Ticks back to the problem's time unit (exact: the tick is a power of two)."""
+        return ticks * self.tick
+
+
+def _tabulate(function: TimeFunction, unit: int, cap_units: int, num_units: int) -> np.ndarray:
+    """``[0, t(unit), t(2 unit), ..., t(cap)]`` padded with zeros to ``U + 1`` entries."""
+    values = np.zeros(num_units + 1)
+    values[1 : cap_units + 1] = function.at(unit * np.arange(1, cap_units + 1, dtype=np.int64))
+    return values
+
+
+def choose_tick(upper_bound: float) -> float:
+    """The smallest power of two ``tick`` with ``upper_bound / tick <= TICK_BUDGET``."""
+    if upper_bound <= 0:
+        return 1.0
+    return 2.0 ** math.ceil(math.log2(upper_bound / TICK_BUDGET))
+
+
+def tick_problem(problem: Problem) -> TickedProblem:
+    """Tabulate ``problem`` in integer ticks (see the module docstring)."""
+    S, U, unit = problem.num_stages, problem.num_units, problem.unit
+    fcaps = [problem.forward_cap(s) // unit for s in range(S)]
+    bcaps = [problem.backward_cap(s) // unit for s in range(S)]
+    tables = {
+        "forward_compute": [
+            _tabulate(st.forward, unit, fcaps[s], U) for s, st in enumerate(problem.stages)
+        ],
+        "backward_compute": [
+            _tabulate(st.backward, unit, bcaps[s], U) for s, st in enumerate(problem.stages)
+        ],
+        "forward_transfer": [
+            _tabulate(ln.forward, unit, fcaps[s], U) for s, ln in enumerate(problem.links)
+        ],
+        "backward_transfer": [
+            _tabulate(ln.backward, unit, bcaps[s + 1], U) for s, ln in enumerate(problem.links)
+        ],
+    }
+    tails = [stage.tail for stage in problem.stages]
+    # Any plan's iteration time is at most the sum of every operation and transfer it
+    # can contain (each has at most U microbatches per stage and direction).
+    bound = sum(tails) + sum(U * float(row.max()) for rows in tables.values() for row in rows)
+    tick = choose_tick(bound)
+
+    def in_ticks(rows: list[np.ndarray]) -> np.ndarray:
+        array = np.rint(np.asarray(rows, dtype=np.float64).reshape(len(rows), U + 1) / tick)
+        return array.astype(np.int64)
+
+    return TickedProblem(
+        tick=tick,
+        num_units=U,
+        unit=unit,
+        forward_compute=in_ticks(tables["forward_compute"]),
+        backward_compute=in_ticks(tables["backward_compute"]),
+        forward_transfer=in_ticks(tables["forward_transfer"]),
+        backward_transfer=in_ticks(tables["backward_transfer"]),
+        tails=np.rint(np.asarray(tails) / tick).astype(np.int64),
+        forward_caps=np.asarray(fcaps, dtype=np.int64),
+        backward_caps=np.asarray(bcaps, dtype=np.int64),
+    )

@@ -1,0 +1,165 @@
+"""``tidgap export``: a plan for PyTorch, for same-partition runtimes, or as a schedule."""
+
+from __future__ import annotations
+
+import click
+
+from tidgap.cli.options import about_problem, compact_sizes, problem_argument
+from tidgap.cli.search import DEFAULT_TIME_LIMIT
+from tidgap.model.plan import Plan, load_plan
+from tidgap.model.problem import Problem, load_problem
+from tidgap.optimize.driver import search
+from tidgap.optimize.interrupts import stop_on_signals
+from tidgap.outputs.atomic import write_text_atomically
+from tidgap.outputs.exports import (
+    lowered_plan,
+    microbatches_document,
+    microbatches_path,
+    pytorch_csv,
+    schedule_document,
+    slower_than_gpipe_warning,
+)
+from tidgap.outputs.files import check_outputs, write_json, writing
+from tidgap.schedules.baselines import best_baselines
+from tidgap.schedules.flush import evaluate
+from tidgap.schedules.timeline import plan_timeline
+
+EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
+
+
+@click.command(name="export")
+@problem_argument()
+@click.argument("plan_file", metavar="PLAN")
+@click.option("--to", "target", type=click.Choice(EXPORTS), help="What to write (see above).")
+@click.option("--out", type=click.Path(dir_okay=False), required=True, help="Write it here.")
+@click.option("--seed", type=int, help="same-partition: random seed (default 0).")
+@click.option(
+    "--generations", type=click.IntRange(min=0), help="same-partition: stop after G generations."
+)
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0),
+    help="same-partition: stop after this many seconds (default 10 unless --generations).",
+)
+def export_command(
+    problem: str,
+    plan_file: str,
+    target: str | None,
+    out: str,
+    seed: int | None,
+    generations: int | None,
+    time_limit: float | None,
+) -> None:
+    """Write PLAN for other runtimes and tools.
+
+    PROBLEM comes first, as in `tidgap evaluate`: a plan file names its problem but does
+    not hold it.
+
+    \b
+    pytorch-csv     the compute-only schedule CSV that torch.distributed.pipelining
+                    loads (_load_csv; a row per rank, cells like 0F3, 1B0) for PLAN
+                    lowered to one common partition, with OUT's .microbatches.json
+                    sidecar: every microbatch's samples and both predicted times;
+                    warns when the lowered plan is slower than the best GPipe
+    same-partition  the best plan whose partition is the same on every stage (the
+                    search of `tidgap search --same-partition`, seeded with PLAN
+                    lowered), which Megatron (variable sequence lengths) or DynaPipe
+                    can run as is; writes a tidgap.plan/1
+    json-schedule   tidgap.schedule/1: per stage, the ordered operations with start
+                    and end times, sample ranges and the transfers it sends
+    """
+    if target is None:
+        raise click.UsageError(f"missing option --to ({', '.join(EXPORTS)})")
+    if target != "same-partition" and (seed, generations, time_limit) != (None, None, None):
+        raise click.UsageError("--seed, --generations and --time-limit go with --to same-partition")
+    sidecar = str(microbatches_path(out)) if target == "pytorch-csv" else None
+    inputs = {"PROBLEM": problem, "PLAN": plan_file}
+    check_outputs(None, None, ("--out", out), ("--out's sidecar", sidecar), inputs=inputs)
+    loaded = load_problem(problem)
+    plan = load_plan(plan_file, loaded)
+    with about_problem(problem):
+        _export(target, loaded, plan, out, sidecar, seed, generations, time_limit)
+
+
+def _export(
+    target: str,
+    loaded: Problem,
+    plan: Plan,
+    out: str,
+    sidecar: str | None,
+    seed: int | None,
+    generations: int | None,
+    time_limit: float | None,
+) -> None:
+    """Write ``plan`` as ``target`` to ``out`` (and ``sidecar``)."""
+    if target == "json-schedule":
+        timeline = plan_timeline(loaded, plan)
+        write_json(out, schedule_document(loaded, timeline))
+        click.echo(
+            f"schedule of the plan (iteration {timeline.iteration_time:.6g} "
+            f"{loaded.time_unit}) written to {out}"
+        )
+    elif target == "pytorch-csv":
+        _export_pytorch_csv(loaded, plan, out, sidecar)
+    else:
+        _export_same_partition(loaded, plan, out, seed, generations, time_limit)
+
+
+def _export_pytorch_csv(problem: Problem, plan: Plan, out: str, sidecar: str) -> None:
+    """The CSV of PLAN lowered to its common refinement, and the sidecar beside it; a
+    warning on stderr when the lowered plan is slower than the best GPipe."""
+    common = lowered_plan(plan)
+    sizes = common.forward[0]
+    evaluation = evaluate(problem, plan)
+    lowered = evaluate(problem, common)
+    unit = problem.time_unit
+    warning = slower_than_gpipe_warning(lowered, best_baselines(problem)["gpipe"], unit)
+    with writing(out):
+        write_text_atomically(out, pytorch_csv(problem.num_stages, len(sizes)))
+    write_json(sidecar, microbatches_document(problem, sizes, evaluation, lowered, out))
+    click.echo(
+        f"lowered to one partition of {len(sizes)} microbatches (every stage's boundaries): "
+        f"iteration {lowered.iteration_time:.6g} {unit}, plan "
+        f"{evaluation.iteration_time:.6g} {unit} "
+        f"({lowered.iteration_time / evaluation.iteration_time - 1:+.2%})"
+    )
+    click.echo(f"schedule written to {out}, microbatches to {sidecar}")
+    if warning is not None:
+        click.echo(warning, err=True)
+
+
+def _export_same_partition(
+    problem: Problem,
+    plan: Plan,
+    out: str,
+    seed: int | None,
+    generations: int | None,
+    time_limit: float | None,
+) -> None:
+    """The same-partition search, seeded with PLAN lowered; writes a tidgap.plan/1."""
+    if time_limit is None and generations is None:
+        time_limit = DEFAULT_TIME_LIMIT
+    with stop_on_signals() as signals:
+        result = search(
+            problem,
+            seed=0 if seed is None else seed,
+            generations=generations,
+            time_limit=time_limit,
+            same_partition=True,
+            initial_plans=[lowered_plan(plan)],
+            interrupted=signals.received,
+        )
+        write_json(out, result.plan_document())
+    unit = problem.time_unit
+    click.echo(
+        f"same-partition plan: iteration {result.evaluation.iteration_time:.6g} {unit}, "
+        f"plan {evaluate(problem, plan).iteration_time:.6g} {unit}, best GPipe "
+        f"{result.baselines['gpipe'].iteration_time:.6g} {unit}"
+        + (f" (interrupted: {result.stop_reason})" if result.interrupted else "")
+    )
+    click.echo(
+        f"  every stage: F {compact_sizes(result.plan.forward[0])} | "
+        f"B {compact_sizes(result.plan.backward[0])}"
+    )
+    click.echo(f"plan written to {out}")
+    signals.exit_if_received()

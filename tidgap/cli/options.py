@@ -1,0 +1,79 @@
+"""What the ``tidgap`` commands share: the PROBLEM argument, ``--json``, ``--gantt`` and
+``--trace``, and how they print."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from tidgap.model.errors import InputError
+from tidgap.model.problem import Problem
+from tidgap.model.text import printable
+
+Command = Callable[..., Any]
+
+
+def problem_argument(required: bool = True) -> Callable[[Command], Command]:
+    """The ``PROBLEM`` argument: a problem file, or ``example:NAME`` for a built-in one."""
+    return click.argument(
+        "problem", metavar="PROBLEM" if required else "[PROBLEM]", required=required
+    )
+
+
+@contextmanager
+def about_problem(spec: str) -> Iterator[None]:
+    """Attribute an :class:`InputError` without a source to the PROBLEM ``spec`` (a problem
+    too large to plan names the file and its ``batch_size``)."""
+    try:
+        yield
+    except InputError as error:
+        raise error.within(spec) from None
+
+
+def json_option(command: Command) -> Command:
+    """``--json``: print one JSON object instead of text."""
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(command)
+
+
+def echo_json(document: object) -> None:
+    """Print ``document`` as one line of JSON (no NaN or infinity)."""
+    click.echo(json.dumps(document, allow_nan=False))
+
+
+def describe_problem(problem: Problem) -> str:
+    """``name: S stage(s), batch_size B, unit U``, the name's non-printable characters
+    escaped (:func:`tidgap.model.text.printable`)."""
+    return (
+        f"{printable(str(problem.name))}: {problem.num_stages} stage(s), "
+        f"batch_size {problem.batch_size}, unit {problem.unit}"
+    )
+
+
+def output_options(command: Command) -> Command:
+    """``--gantt FILE.png|.svg`` and ``--trace FILE.json``: picture and trace of the run."""
+    command = click.option(
+        "--trace",
+        type=click.Path(dir_okay=False),
+        help="Write a Chrome trace (Perfetto, chrome://tracing): a track per stage and link.",
+    )(command)
+    return click.option(
+        "--gantt",
+        type=click.Path(dir_okay=False),
+        help="Draw the timeline to FILE.png or FILE.svg (compare, search: above the best "
+        "GPipe and 1F1B); needs matplotlib (the plot extra).",
+    )(command)
+
+
+def compact_sizes(sizes: list[int]) -> str:
+    """``[8, 8, 8, 16]`` -> ``8x3 16``: runs of equal sizes collapsed."""
+    runs: list[list[int]] = []
+    for size in sizes:
+        if runs and runs[-1][0] == size:
+            runs[-1][1] += 1
+        else:
+            runs.append([size, 1])
+    return " ".join(f"{size}x{count}" if count > 1 else str(size) for size, count in runs)

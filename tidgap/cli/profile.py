@@ -1,0 +1,422 @@
+"""``tidgap profile`` (measure a PyTorch model into a problem) and ``tidgap synth``.
+
+Neither imports PyTorch until ``tidgap profile`` runs. Bad input raises
+:class:`~tidgap.model.errors.InputError`, which the ``tidgap`` group prints as one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from tidgap.model.errors import InputError
+from tidgap.model.problem import Problem
+from tidgap.outputs.files import check_outputs, write_json
+from tidgap.profiling.synth import SHAPES, synth_problem
+
+Command = Callable[..., Any]
+
+#: Link defaults: PCIe 3.0 x16-class bandwidth, a small per-transfer latency.
+DEFAULT_BANDWIDTH_GBPS = 10.0
+DEFAULT_LATENCY_MS = 0.05
+#: Warn when other processes kept more cores than this busy while measuring.
+BUSY_CORES = 0.25
+INSTALL_HINT = "PyTorch is not installed; install it with: pip install torch"
+
+#: Model options, and the models they apply to.
+MODEL_OPTIONS = {
+    "layers": ("gpt",),
+    "hidden": ("gpt",),
+    "heads": ("gpt",),
+    "seq_len": ("gpt",),
+    "vocab": ("gpt", "module:attribute"),
+    "image_size": ("vgg16",),
+    "classes": ("vgg16",),
+    "input_shape": ("module:attribute",),
+}
+
+
+def _emit(document: Any, out: str | None, as_json: bool) -> None:
+    """Write ``document`` to ``out``; print it when there is no ``out`` or with ``--json``."""
+    if out is not None:
+        write_json(out, document)
+    if out is None or as_json:
+        click.echo(json.dumps(document, indent=1, allow_nan=False))
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    """``3,32,32`` (or ``3x32x32``) -> ``(3, 32, 32)``: positive integers."""
+    try:
+        shape = tuple(int(part) for part in text.replace("x", ",").split(","))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise InputError(
+            f"expected positive integers like 3,32,32, got {text!r}", source="--input-shape"
+        )
+    return shape
+
+
+def _require_torch() -> None:
+    """Exit 2 with one line saying how to install PyTorch when it is missing."""
+    try:
+        importlib.import_module("torch")
+    except ImportError:
+        raise InputError(INSTALL_HINT, source="profile") from None
+
+
+def _model(reference: str, options: dict[str, Any]) -> Any:
+    """Build the model named ``gpt``, ``vgg16`` or ``module:attribute`` (imports PyTorch)."""
+    kind = reference if reference in ("gpt", "vgg16") else "module:attribute"
+    if kind == "module:attribute" and ":" not in reference:
+        raise InputError("expected gpt, vgg16 or module:attribute", source=reference)
+    for key, kinds in MODEL_OPTIONS.items():
+        if options.get(key) is not None and kind not in kinds:
+            option = "--" + key.replace("_", "-")
+            raise click.UsageError(f"{option} applies to {' and '.join(kinds)} models only")
+    given = {key: value for key, value in options.items() if value is not None}
+    if kind == "module:attribute" and "input_shape" not in given:
+        raise click.UsageError("--input-shape is required for a module:attribute model")
+    shape = _shape(given.pop("input_shape")) if kind == "module:attribute" else ()
+    _require_torch()
+    from tidgap.profiling import models
+
+    if kind == "gpt":
+        return models.gpt(**given)
+    if kind == "vgg16":
+        return models.vgg16(**given)
+    if os.getcwd() not in sys.path:  # module:attribute may name a module here, as python -m
+        sys.path.insert(0, os.getcwd())
+    return models.from_reference(reference, shape, given.get("vocab"))
+
+
+def _command_line(context: click.Context) -> str:
+    """The ``tidgap profile`` command line as given (for ``source``), output flags aside."""
+    words = ["tidgap", "profile"]
+    for parameter in context.command.params:
+        name, value = parameter.name, context.params.get(parameter.name)
+        given = context.get_parameter_source(name) == ParameterSource.COMMANDLINE
+        if isinstance(parameter, click.Argument):
+            words.append(str(value))
+        elif given and name not in ("quiet", "as_json"):
+            words.append(parameter.opts[0])
+            if not getattr(parameter, "is_flag", False):
+                words.append(str(value))
+    return shlex.join(words)
+
+
+@contextlib.contextmanager
+def _progress(total: int, label: str, enabled: bool) -> Iterator[Callable[[str], None]]:
+    """A step callback drawing a progress bar on stderr when ``enabled``."""
+    if not enabled:
+        yield lambda item: None
+        return
+    with click.progressbar(
+        length=total, label=label, file=sys.stderr, item_show_func=lambda item: item
+    ) as bar:
+        yield lambda item: bar.update(1, item)
+
+
+def shape_options(batch_size: int) -> Callable[[Command], Command]:
+    """``--stages``, ``--batch-size`` (default ``batch_size``) and ``--unit``, shared by
+    ``profile`` and ``synth``."""
+    options = [
+        click.option(
+            "--stages",
+            "-s",
+            type=click.IntRange(min=1),
+            default=4,
+            show_default=True,
+            help="Pipeline stages.",
+        ),
+        click.option(
+            "--batch-size",
+            "-b",
+            type=click.IntRange(min=1),
+            default=batch_size,
+            show_default=True,
+            help="Mini-batch size in samples.",
+        ),
+        click.option(
+            "--unit",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Microbatch sizes are multiples of this.",
+        ),
+    ]
+
+    def decorate(command: Command) -> Command:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+@click.command(name="profile")
+@click.argument("model", metavar="MODEL")
+@shape_options(batch_size=32)
+@click.option(
+    "--max-microbatch",
+    type=click.IntRange(min=1),
+    help="Largest microbatch (a memory cap, a multiple of --unit); default --batch-size.",
+)
+@click.option(
+    "--split",
+    metavar="B1,B2,..",
+    help="Stage boundaries: the first layer (index or name) of stages 1..S-1. "
+    "Default: balanced by measured per-layer time.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="Where to measure.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Timed rounds, each timing every stage at every size once; medians are kept.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Untimed rounds before them.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    help="torch.set_num_threads (default: PyTorch's choice); recorded in source.",
+)
+@click.option(
+    "--bandwidth",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_BANDWIDTH_GBPS,
+    show_default=True,
+    help="Link bandwidth in GB/s (1e9 bytes/s), both ways.",
+)
+@click.option(
+    "--latency",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_LATENCY_MS,
+    show_default=True,
+    help="Link latency per transfer in ms.",
+)
+@click.option("--name", help="Problem name (default: the output file's stem, else the model).")
+@click.option("--layers", type=click.IntRange(min=1), help="gpt: transformer blocks [14].")
+@click.option("--hidden", type=click.IntRange(min=1), help="gpt: hidden size [768].")
+@click.option("--heads", type=click.IntRange(min=1), help="gpt: attention heads [hidden/64].")
+@click.option("--seq-len", type=click.IntRange(min=1), help="gpt: tokens per sample [512].")
+@click.option(
+    "--vocab",
+    type=click.IntRange(min=1),
+    help="gpt: vocabulary [40478]; module:attribute: feed token ids below this "
+    "instead of random floats.",
+)
+@click.option("--image-size", type=click.IntRange(min=1), help="vgg16: image side in pixels [224].")
+@click.option("--classes", type=click.IntRange(min=1), help="vgg16: classes [1000].")
+@click.option(
+    "--input-shape", metavar="D1,D2,..", help="module:attribute: the shape of one input sample."
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="Write the problem (tidgap.problem/1) here; without it, print it.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no per-stage lines.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the problem as JSON (also with --out)."
+)
+def profile_command(
+    model: str,
+    stages: int,
+    batch_size: int,
+    unit: int,
+    max_microbatch: int | None,
+    split: str | None,
+    device: str,
+    repeats: int,
+    warmup: int,
+    threads: int | None,
+    bandwidth: float,
+    latency: float,
+    name: str | None,
+    out: str | None,
+    quiet: bool,
+    as_json: bool,
+    **model_options: Any,
+) -> None:
+    """Measure a PyTorch MODEL split into stages; write a tidgap.problem/1 file.
+
+    MODEL is gpt (a GPT-style decoder), vgg16, or a torch.nn.Sequential given as
+    module:attribute (its top-level children are the layers; the current folder is
+    importable). Each stage's forward and backward times are measured at microbatch sizes
+    unit*2^k and the cap, the activation bytes crossing each boundary give the links.
+    Needs PyTorch: pip install torch.
+    """
+    if batch_size % unit:
+        raise InputError(f"{batch_size} is not a multiple of --unit {unit}", source="--batch-size")
+    cap = min(max_microbatch or batch_size, batch_size)
+    if cap % unit:
+        raise InputError(f"{cap} is not a multiple of --unit {unit}", source="--max-microbatch")
+    check_outputs(None, None, ("--out", out))
+    built = _model(model, model_options)
+    from tidgap.profiling.run import Settings, profile, step_count
+
+    settings = Settings(
+        name=name or (Path(out).stem if out else built.name),
+        stages=stages,
+        batch_size=batch_size,
+        unit=unit,
+        cap=cap,
+        split=split,
+        device=device,
+        repeats=repeats,
+        warmup=warmup,
+        threads=threads,
+        bandwidth=bandwidth,
+        latency=latency,
+    )
+    command = _command_line(click.get_current_context())
+    show = not (quiet or as_json) and sys.stderr.isatty()
+    try:
+        with _progress(step_count(built, settings), f"profiling {built.name}", show) as step:
+            document = profile(built, settings, command, step)
+    except InputError as error:
+        raise error.within(model) from None
+    loaded = Problem.from_dict(document)
+    other = document["source"]["other_processes_cores"]
+    if other is not None and other > BUSY_CORES:
+        click.echo(
+            f"tidgap: warning: other processes kept {other:g} cores busy on average while "
+            "measuring, so the times may be inflated (source.other_processes_cores)",
+            err=True,
+        )
+    _emit(document, out, as_json)
+    if out is None or as_json:
+        return
+    source = document["source"]
+    click.echo(
+        f"{loaded.name}: {loaded.num_stages} stage(s), batch_size {batch_size}, unit {unit}, "
+        f"measured on {source['machine']} ({device}, {source['threads']} threads)"
+    )
+    if not quiet:
+        for s, stage in enumerate(loaded.stages):
+            f, b = stage.forward, stage.backward
+            sent = source["links"]["bytes_per_sample"]
+            link = f", sends {sent[s]} B/sample" if s < len(sent) else ""
+            click.echo(
+                f"  {loaded.stage_name(s)}: F {f(unit):.4g}..{f(cap):.4g} ms, "
+                f"B {b(unit):.4g}..{b(cap):.4g} ms at {unit}..{cap} samples{link}"
+            )
+    click.echo(f"problem written to {out}")
+
+
+@click.command(name="synth")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed; the same seed gives the same file.",
+)
+@shape_options(batch_size=64)
+@click.option(
+    "--heterogeneity",
+    type=click.FloatRange(min=0, max=2),
+    default=0.5,
+    show_default=True,
+    help="Spread between stages: each parameter is the reference's times "
+    "exp(H * N(0,1)); 0 makes every stage alike.",
+)
+@click.option(
+    "--shape",
+    type=click.Choice(SHAPES),
+    default="affine",
+    show_default=True,
+    help="Time functions: affine; saturating (flat up to a knee, then linear); "
+    "table (measured-like).",
+)
+@click.option("--name", help="Problem name (default synth-SEED).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="Write the problem here; without --out or --out-dir, print it.",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With --out-dir: how many problems, seeds SEED..SEED+COUNT-1.",
+)
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False),
+    help="Write COUNT problems here as synth-SEED.json (created if missing).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Do not list the files written.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the problem as JSON (also with --out)."
+)
+def synth_command(
+    seed: int,
+    stages: int,
+    batch_size: int,
+    unit: int,
+    heterogeneity: float,
+    shape: str,
+    name: str | None,
+    out: str | None,
+    count: int,
+    out_dir: str | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Random simulated networks (the paper's simulation networks), reproducible by seed."""
+    if out is not None and out_dir is not None:
+        raise click.UsageError("give --out or --out-dir, not both")
+    if count > 1 and out_dir is None:
+        raise click.UsageError("--count needs --out-dir")
+    if count > 1 and (name is not None or as_json):
+        raise click.UsageError("--name and --json are for one problem, not --count > 1")
+    if batch_size % unit:
+        raise InputError(f"{batch_size} is not a multiple of --unit {unit}", source="--batch-size")
+    if out_dir is None:
+        check_outputs(None, None, ("--out", out))
+        document = synth_problem(seed, stages, batch_size, unit, heterogeneity, shape, name)
+        _emit(document, out, as_json)
+        if out is not None and not (quiet or as_json):
+            click.echo(f"wrote {out}")
+        return
+    folder = Path(out_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"cannot create: {error.strerror or error}", source=out_dir) from None
+    documents = [
+        synth_problem(seed + index, stages, batch_size, unit, heterogeneity, shape, name)
+        for index in range(count)
+    ]
+    paths = [str(folder / f"{document['name']}.json") for document in documents]
+    check_outputs(None, None, *[("--out-dir", path) for path in paths])
+    for document, path in zip(documents, paths, strict=True):
+        _emit(document, path, as_json)
+        if not (quiet or as_json):
+            click.echo(f"wrote {path}")

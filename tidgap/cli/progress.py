@@ -1,0 +1,62 @@
+"""The progress line ``tidgap search`` draws on a terminal: the setup phase, then one
+refresh per generation."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from tidgap.optimize.driver import SearchProgress
+
+#: What each phase of :func:`tidgap.search` besides the GA is doing, as the line says it.
+PHASES = {
+    "compile": "setup: compiling (cached on disk after the first run)",
+    "baselines": "setup: best GPipe, 1F1B and PipeDream over every microbatch count",
+    "heuristics": "setup: local greedy and global DP plans",
+    "seeding": "setup: seeding the populations",
+    "polish": "polishing the best plan",
+}
+
+
+class ProgressLine:
+    """Rewrites one stderr line: the setup phase, then generation, evaluations/s, best time,
+    gain over GPipe.
+
+    Redraws generations at most ``refresh`` times a second; :meth:`close` ends the line.
+    """
+
+    def __init__(self, time_unit: str, refresh: float = 10.0):
+        self.time_unit = time_unit
+        self.interval = 1.0 / refresh
+        self.last_draw = 0.0
+        self.drawn = False
+        self.started = time.perf_counter()
+
+    def _draw(self, line: str) -> None:
+        click.echo("\r" + line + "\x1b[K", nl=False, err=True)
+        self.drawn = True
+
+    def phase(self, name: str) -> None:
+        """Show that setup phase ``name`` (a key of :data:`PHASES`) has started."""
+        elapsed = time.perf_counter() - self.started
+        self._draw(f"{PHASES.get(name, name)}  {elapsed:5.1f} s")
+
+    def __call__(self, progress: SearchProgress) -> None:
+        now = time.perf_counter()
+        if now - self.last_draw < self.interval:
+            return
+        self.last_draw = now
+        best = progress.best_time
+        rate = progress.evaluations / max(progress.elapsed, 1e-9)
+        gain = 100.0 * (progress.gpipe_time / best - 1.0)
+        self._draw(
+            f"generation {progress.generation:>6}  {rate:9.3g} evaluations/s  "
+            f"best {best:.6g} {self.time_unit}  {gain:+.2f}% vs GPipe  "
+            f"{now - self.started:5.1f} s"
+        )
+
+    def close(self) -> None:
+        """Finish the line so later output starts on a fresh one."""
+        if self.drawn:
+            click.echo("", err=True)

@@ -1,0 +1,233 @@
+"""``tidgap search``: the search command, its options and its summary."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tidgap.analysis.bound import lower_bound
+from tidgap.analysis.compare import compare, format_table
+from tidgap.analysis.report import report, summary
+from tidgap.analysis.search_summary import summary_lines
+from tidgap.backends.evaluator import BACKENDS, cpu_backend
+from tidgap.backends.gpu import gpu_unusable_reason
+from tidgap.cli.options import (
+    about_problem,
+    compact_sizes,
+    describe_problem,
+    echo_json,
+    json_option,
+    output_options,
+    problem_argument,
+)
+from tidgap.cli.progress import ProgressLine
+from tidgap.model.errors import InputError
+from tidgap.model.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
+from tidgap.model.problem import load_problem
+from tidgap.optimize.driver import SearchResult, search
+from tidgap.optimize.interrupts import stop_on_signals
+from tidgap.optimize.memory import parse_size
+from tidgap.outputs.files import check_outputs, write_comparison, write_json
+from tidgap.schedules.timeline import plan_timeline
+
+#: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
+DEFAULT_TIME_LIMIT = 10.0
+
+
+class MemorySize(click.ParamType):
+    """A byte count: ``8G``, ``512MiB``, ``1.5g`` or plain bytes."""
+
+    name = "SIZE"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
+    """The backend named by ``--backend``, ``--gpu`` or ``--cpu``; bad usage exits 2."""
+    if sum([gpu, cpu, backend != "auto"]) > 1:
+        raise click.UsageError("give one of --backend, --gpu and --cpu")
+    if gpu or backend == "cuda":
+        reason = gpu_unusable_reason()
+        if reason is not None:
+            raise InputError(f"no usable GPU: {reason}", source="--gpu" if gpu else "--backend")
+        return "cuda"
+    if cpu:
+        return cpu_backend()
+    return backend
+
+
+@click.command(name="search")
+@problem_argument(required=False)
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option(
+    "--generations",
+    type=click.IntRange(min=0),
+    help="Stop after this many generations. With a seed, gives the same plan every run.",
+)
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0),
+    help="Stop after this many seconds (default 10 unless --generations is given). "
+    "A time limit may stop at a different generation on a busier machine, so the plan "
+    "can differ between runs; use --generations for reproducible plans.",
+)
+@click.option(
+    "--stagnation",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Stop after this many generations without improvement.",
+)
+@click.option(
+    "--population",
+    type=click.IntRange(min=8),
+    default=512,
+    show_default=True,
+    help="Individuals per generation.",
+)
+@click.option(
+    "--max-microbatches",
+    type=click.IntRange(min=1),
+    help="Most microbatches per stage and direction (default 64, raised if a baseline "
+    "or the caps need more; at most batch_size/unit).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", *BACKENDS]),
+    default="auto",
+    show_default=True,
+    help="Evaluation backend; auto picks the GPU when usable, else numba, else numpy.",
+)
+@click.option(
+    "--gpu", is_flag=True, help="Use the CUDA backend; exit 2 saying why if no GPU is usable."
+)
+@click.option("--cpu", is_flag=True, help="Use the fastest CPU backend (numba, else numpy).")
+@click.option(
+    "--same-partition",
+    is_flag=True,
+    help="Give every stage the same partition (one per direction): plans that runtimes "
+    "with variable microbatch sizes but one partition (Megatron, DynaPipe) run as is.",
+)
+@click.option(
+    "--max-memory",
+    type=MemorySize(),
+    help="Refuse a search whose estimated memory exceeds this (bytes, or 8G, 512MiB, ...; "
+    "default half the memory available when it starts).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="Write the plan (tidgap.plan/1) here; an interrupted search writes its best plan.",
+)
+@output_options
+@click.option("--quiet", "-q", is_flag=True, help="No progress line, no table: the summary only.")
+@json_option
+def search_command(
+    problem: str | None,
+    seed: int,
+    generations: int | None,
+    time_limit: float | None,
+    stagnation: int,
+    population: int,
+    max_microbatches: int | None,
+    backend: str,
+    gpu: bool,
+    cpu: bool,
+    same_partition: bool,
+    max_memory: int | None,
+    out: str | None,
+    gantt: str | None,
+    trace: str | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Search per-stage forward and backward partitions with the least iteration time.
+
+    PROBLEM defaults to the built-in example gpt1-14. Ctrl-C or SIGTERM stops at the next
+    generation, writes the best plan so far (--out) and exits 130 / 143; a second one
+    exits at once.
+    """
+    backend = _chosen_backend(backend, gpu, cpu)
+    spec = problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE
+    loaded = load_problem(spec)
+    check_outputs(gantt, trace, ("--out", out), inputs={"PROBLEM": problem})
+    if time_limit is None and generations is None:
+        time_limit = DEFAULT_TIME_LIMIT
+    show_progress = not (quiet or as_json) and sys.stderr.isatty()
+    progress = ProgressLine(loaded.time_unit) if show_progress else None
+    with stop_on_signals() as signals:
+        try:
+            with about_problem(spec):
+                result = search(
+                    loaded,
+                    seed=seed,
+                    population=population,
+                    generations=generations,
+                    time_limit=time_limit,
+                    stagnation=stagnation,
+                    backend=backend,
+                    max_microbatches=max_microbatches,
+                    on_progress=progress,
+                    same_partition=same_partition,
+                    interrupted=signals.received,
+                    on_phase=None if progress is None else progress.phase,
+                    max_memory=max_memory,
+                )
+        finally:
+            if progress is not None:
+                progress.close()
+        _report(result, out, gantt, trace, quiet, as_json)
+    signals.exit_if_received()
+
+
+def _report(
+    result: SearchResult,
+    out: str | None,
+    gantt: str | None,
+    trace: str | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Write the plan and pictures where asked and print the summary (or the JSON plan)."""
+    loaded = result.problem
+    document = result.plan_document()
+    if out is not None:
+        write_json(out, document)
+    timeline = plan_timeline(loaded, result.plan, label="tidgap")
+    written = write_comparison(loaded, [timeline], result.baselines, gantt, trace)
+    if as_json:
+        echo_json(document)
+        return
+    unit = loaded.time_unit
+    click.echo(describe_problem(loaded))
+    if result.interrupted:
+        click.echo(f"interrupted by {result.stop_reason}: the best plan found so far")
+    for line in summary_lines(result):
+        click.echo(line)
+    click.echo(f"  {summary(report(timeline, lower_bound(loaded)), unit)}")
+    if quiet:
+        return
+    for s in range(loaded.num_stages):
+        click.echo(
+            f"  {loaded.stage_name(s)}: F {compact_sizes(result.plan.forward[s])} | "
+            f"B {compact_sizes(result.plan.backward[s])}"
+        )
+    rows = compare(
+        loaded,
+        result.plan,
+        label="tidgap",
+        baselines=result.baselines,
+        heuristics=result.heuristics,
+    )
+    click.echo(format_table(rows, unit))
+    if out is not None:
+        click.echo(f"plan written to {out}")
+    for line in written:
+        click.echo(line)

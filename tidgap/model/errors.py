@@ -1,0 +1,50 @@
+"""One error type for bad input: it names the file and the field as a JSON path."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from tidgap.model.text import printable
+
+JsonPath = Sequence[str | int]
+
+
+def format_path(path: JsonPath) -> str:
+    """Render ``("stages", 2, "forward")`` as ``stages[2].forward``; a key that is not an
+    identifier is quoted, as in ``source["a b"]`` or ``[""]``."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif not part.isidentifier():
+            text += f"[{json.dumps(part, ensure_ascii=False)}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+class InputError(ValueError):
+    """Bad input: a file (or option) that cannot be used as given.
+
+    ``source`` names the file or option, ``path`` the field inside it; ``str()``
+    is the one line the command line prints after ``tidgap: error:``, with every
+    non-printable character escaped (:func:`tidgap.model.text.printable`), so that a value or
+    key quoted from a file can neither break the line nor reach the terminal raw.
+    """
+
+    def __init__(self, message: str, path: JsonPath = (), source: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.path = tuple(path)
+        self.source = source
+
+    def within(self, source: str) -> InputError:
+        """Return this error attributed to ``source`` unless it already names one."""
+        if self.source is None:
+            self.source = source
+        return self
+
+    def __str__(self) -> str:
+        parts = [p for p in (self.source, format_path(self.path)) if p]
+        return printable(": ".join([*parts, self.message]))

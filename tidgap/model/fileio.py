@@ -1,0 +1,211 @@
+"""Reading and writing tidgap's JSON files: strict parsing, one-line errors, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from tidgap.model.errors import InputError
+from tidgap.model.text import printable
+from tidgap.outputs.atomic import write_text_atomically
+
+Model = TypeVar("Model", bound=BaseModel)
+
+_MESSAGES = {
+    "missing": "required field is missing",
+    "extra_forbidden": "unknown key",
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "finite_number": "must be a finite number",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "model_type": "must be an object",
+    "dict_type": "must be an object",
+    "too_short": "must not be empty",
+}
+
+
+def _describe(value: Any) -> str:
+    """A short JSON rendering of an offending value for error messages, at most 40
+    characters, with non-printable characters escaped (:func:`tidgap.model.text.printable`)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    text = printable(text)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def input_error_from(error: ValidationError) -> InputError:
+    """The first problem pydantic found, as an :class:`InputError` with its JSON path."""
+    first = error.errors()[0]
+    path = tuple(first["loc"])
+    inner = first.get("ctx", {}).get("error")
+    if isinstance(inner, InputError):
+        return InputError(inner.message, path + inner.path)
+    kind = first["type"]
+    if kind in ("greater_than", "greater_than_equal"):
+        op = ">" if kind == "greater_than" else ">="
+        bound = next(iter(first["ctx"].values()))
+        return InputError(f"must be {op} {bound} (got {_describe(first['input'])})", path)
+    if kind in _MESSAGES:
+        message = _MESSAGES[kind]
+        if kind not in ("missing", "extra_forbidden", "too_short"):
+            message += f" (got {_describe(first['input'])})"
+        return InputError(message, path)
+    return InputError(first["msg"][0].lower() + first["msg"][1:], path)
+
+
+def parse_model(model: type[Model], data: Any, format_tag: str) -> Model:
+    """Validate a decoded JSON document as ``model``; raise :class:`InputError` if it is bad.
+
+    The document must be an object whose ``format`` is ``format_tag``.
+    """
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object at the top level")
+    if "format" not in data:
+        raise InputError(f"required field is missing (expected {format_tag!r})", ("format",))
+    if data["format"] != format_tag:
+        raise InputError(
+            f"unknown format {_describe(data['format'])}, expected {format_tag!r}", ("format",)
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise input_error_from(error) from None
+
+
+#: Deepest nesting of arrays and objects in a file, counting the top level as 1 (anywhere,
+#: ``source`` included).
+MAX_DEPTH = 64
+#: Most digits of a JSON integer, anywhere in a file.
+MAX_INTEGER_DIGITS = 100
+
+
+@dataclass(frozen=True)
+class _Unusable:
+    """A JSON number that no command can use, kept as this marker until its path is known."""
+
+    reason: str
+
+
+def _integer(literal: str) -> int | _Unusable:
+    """``parse_int``: the integer, or a marker if it has more than MAX_INTEGER_DIGITS digits
+    (which also keeps Python's own limit on converting long integers from raising)."""
+    digits = len(literal.lstrip("-"))
+    if digits > MAX_INTEGER_DIGITS:
+        return _Unusable(f"integer with {digits} digits (at most {MAX_INTEGER_DIGITS})")
+    return int(literal)
+
+
+def _number(literal: str) -> float | _Unusable:
+    """``parse_float``: the number, or a marker if it is too large for a float (``1e400``)."""
+    value = float(literal)
+    if math.isfinite(value):
+        return value
+    shown = literal if len(literal) <= 20 else literal[:17] + "..."
+    return _Unusable(f"must be a finite number (got {shown}, out of range)")
+
+
+def _constant(name: str) -> _Unusable:
+    """``parse_constant``: ``NaN``, ``Infinity`` and ``-Infinity`` are never accepted."""
+    return _Unusable(f"must be a finite number (got {name})")
+
+
+def _lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate in ``text`` (JSON's ``\\ud800`` escape), if any."""
+    if text.isascii():
+        return None
+    return next((ch for ch in text if "\ud800" <= ch <= "\udfff"), None)
+
+
+def _check_values(document: Any) -> None:
+    """Raise :class:`InputError` at the first value, in file order, that no command can
+    use: nesting deeper than :data:`MAX_DEPTH`, an integer longer than
+    :data:`MAX_INTEGER_DIGITS` digits, a number that is not finite, or a string or key
+    holding a lone surrogate (not Unicode text: it cannot be printed or written)."""
+    stack: list[tuple[Any, tuple[str | int, ...], int]] = [(document, (), 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, _Unusable):
+            raise InputError(value.reason, path)
+        if isinstance(value, str):
+            surrogate = _lone_surrogate(value)
+            if surrogate is not None:
+                raise InputError(f"string holds a lone surrogate {surrogate!r}", path)
+        if not isinstance(value, (dict, list)):
+            continue
+        if depth > MAX_DEPTH:
+            raise InputError(f"nested deeper than {MAX_DEPTH} levels", path)
+        items = list(value.items() if isinstance(value, dict) else enumerate(value))
+        for key, _ in items:
+            surrogate = _lone_surrogate(key) if isinstance(key, str) else None
+            if surrogate is not None:
+                raise InputError(f"key holds a lone surrogate {surrogate!r}", (*path, key))
+        stack.extend((item, (*path, key), depth + 1) for key, item in reversed(items))
+
+
+#: A JSON string (skipped) or a bracket, and how a bracket changes the nesting depth.
+_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _too_deep_at(text: str) -> tuple[int, int]:
+    """Line and column (1-based) of the bracket that opens level ``MAX_DEPTH + 1`` in JSON
+    text too deep for the parser; ``(1, 1)`` if there is none."""
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        depth += _STEP.get(match.group(), 0)
+        if depth > MAX_DEPTH:
+            start = match.start()
+            return text.count("\n", 0, start) + 1, start - text.rfind("\n", 0, start)
+    return 1, 1
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Decode a JSON file. A file that cannot be read, is not UTF-8, is not JSON or holds a
+    value no command can use (see :func:`_check_values`) raises :class:`InputError`."""
+    source = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read file: {error.strerror or error}", source=source) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(
+            f"not UTF-8 text (byte {error.start}: {error.reason})", source=source
+        ) from None
+    try:
+        document = json.loads(
+            text, parse_int=_integer, parse_float=_number, parse_constant=_constant
+        )
+    except json.JSONDecodeError as error:
+        raise InputError(
+            f"not valid JSON (line {error.lineno}, column {error.colno}): {error.msg}",
+            source=source,
+        ) from None
+    except RecursionError:
+        line, column = _too_deep_at(text)
+        raise InputError(
+            f"nested deeper than {MAX_DEPTH} levels (line {line}, column {column})",
+            source=source,
+        ) from None
+    try:
+        _check_values(document)
+    except InputError as error:
+        raise error.within(source) from None
+    return document
+
+
+def write_json_atomic(path: str | os.PathLike[str], document: Any) -> None:
+    """Write ``document`` as JSON to ``path`` with :mod:`tidgap.outputs.atomic`'s one writer:
+    readers never see half a file, and on failure ``path`` keeps its old content."""
+    write_text_atomically(path, json.dumps(document, indent=1, allow_nan=False) + "\n")

@@ -1,0 +1,295 @@
+"""The problem: stages, links, batch size and caps (``tidgap.problem/1``), validated on load."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from tidgap.model.errors import InputError
+from tidgap.model.fileio import parse_model, read_json
+from tidgap.model.text import printable
+from tidgap.model.timefn import Bytes, Duration, PositiveBytes, Samples, StrictModel, TimeFunction
+
+PROBLEM_FORMAT = "tidgap.problem/1"
+#: The largest sample count in a problem (``batch_size``, caps, table sizes): sizes are
+#: int32 or int64 in the array code.
+MAX_SAMPLES = 2**31 - 1
+#: Every time value, and the longest iteration any plan could take (the sum over every
+#: stage and link of ``U`` times the largest value of each time function, plus the tails),
+#: must be below this, in the problem's time unit: sums and ratios stay finite.
+MAX_TIME = 1e300
+#: The shortest iteration a problem file may allow, in its time unit (see
+#: :func:`check_takes_time`): throughputs and speedups stay finite.
+MIN_ITERATION = 1e-6
+
+JsonPath = tuple[str | int, ...]
+
+
+class Stage(StrictModel):
+    """One pipeline stage: compute times per microbatch size, caps in samples, tail time;
+    optionally the bytes it holds per sample between forward and backward, and a limit on
+    them (bytes)."""
+
+    name: str | None = None
+    forward: TimeFunction
+    backward: TimeFunction
+    max_microbatch: Samples | None = None
+    max_microbatch_backward: Samples | None = None
+    tail: Duration = 0.0
+    activation_bytes: Bytes | None = None
+    memory_limit: PositiveBytes | None = None
+
+
+class Link(StrictModel):
+    """The link ``s -> s+1``: activation transfer (forward) and gradient transfer (backward)."""
+
+    forward: TimeFunction
+    backward: TimeFunction
+
+
+class Problem(StrictModel):
+    """A pipeline to plan. Build it with :func:`load_problem` or :meth:`Problem.from_dict`."""
+
+    format: Literal["tidgap.problem/1"] = PROBLEM_FORMAT
+    name: str | None = None
+    batch_size: Samples
+    unit: Samples = 1
+    time_unit: str = "ms"
+    stages: Annotated[list[Stage], Field(min_length=1)]
+    links: list[Link] = []
+    source: Any = None
+
+    @classmethod
+    def from_dict(cls, data: Any, default_name: str | None = None) -> Problem:
+        """Validate a decoded ``tidgap.problem/1`` document; raise :class:`InputError`."""
+        problem = parse_model(cls, data, PROBLEM_FORMAT)
+        if problem.name is None and default_name is not None:
+            problem = problem.model_copy(update={"name": default_name})
+        return problem
+
+    @property
+    def num_stages(self) -> int:
+        """``S``."""
+        return len(self.stages)
+
+    @property
+    def num_units(self) -> int:
+        """``U = batch_size / unit``, the number of partition units."""
+        return self.batch_size // self.unit
+
+    def stage_name(self, s: int) -> str:
+        """Display name of stage ``s``, non-printable characters escaped
+        (:func:`tidgap.model.text.printable`)."""
+        return printable(self.stages[s].name or f"s{s}")
+
+    def forward_cap(self, s: int) -> int:
+        """``fcap_s``: the largest forward microbatch of stage ``s``, in samples."""
+        cap = self.stages[s].max_microbatch
+        return self.batch_size if cap is None else min(cap, self.batch_size)
+
+    def backward_cap(self, s: int) -> int:
+        """``bcap_s``: the largest backward microbatch of stage ``s``, in samples."""
+        cap = self.stages[s].max_microbatch_backward
+        return self.forward_cap(s) if cap is None else min(cap, self.batch_size)
+
+    def common_cap(self) -> int:
+        """The largest microbatch that every stage accepts in both directions, in samples."""
+        return min(min(self.forward_cap(s), self.backward_cap(s)) for s in range(self.num_stages))
+
+    def time_functions(self) -> list[tuple[JsonPath, TimeFunction, int]]:
+        """Every time function with its JSON path and the largest size it can be asked for
+        (model.md, Inputs): ``Tf_s``, ``Tb_s`` per stage, then ``Cf_s``, ``Cb_s`` per link."""
+        functions: list[tuple[JsonPath, TimeFunction, int]] = []
+        for s, stage in enumerate(self.stages):
+            functions.append((("stages", s, "forward"), stage.forward, self.forward_cap(s)))
+            functions.append((("stages", s, "backward"), stage.backward, self.backward_cap(s)))
+        for s, link in enumerate(self.links):
+            functions.append((("links", s, "forward"), link.forward, self.forward_cap(s)))
+            functions.append((("links", s, "backward"), link.backward, self.backward_cap(s + 1)))
+        return functions
+
+    def longest_iteration_parts(self) -> list[tuple[JsonPath, float]]:
+        """An upper bound on the iteration time of every plan and baseline, as its parts
+        with their JSON paths: each stage's tail, and ``U`` times the largest value of each
+        time function (a stage or link runs at most ``U`` microbatches per direction)."""
+        parts: list[tuple[JsonPath, float]] = [
+            (("stages", s, "tail"), stage.tail) for s, stage in enumerate(self.stages)
+        ]
+        parts += [
+            (path, self.num_units * time_range(function, self.unit, largest)[1])
+            for path, function, largest in self.time_functions()
+        ]
+        return parts
+
+    def least_iteration(self) -> float:
+        """A lower bound on the iteration time of every plan and baseline.
+
+        Any schedule runs on each stage at least one forward, one backward and the tail,
+        and sends at least one microbatch each way over each link, so its iteration takes
+        at least the largest of ``tail_s + least Tf_s + least Tb_s`` and of each link's
+        least ``Cf_s`` and least ``Cb_s`` (least over the sizes each can be asked for).
+        """
+        least = {
+            path: time_range(function, self.unit, largest)[0]
+            for path, function, largest in self.time_functions()
+        }
+        stages = [
+            stage.tail + least[("stages", s, "forward")] + least[("stages", s, "backward")]
+            for s, stage in enumerate(self.stages)
+        ]
+        return max(stages + [time for path, time in least.items() if path[0] == "links"])
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Problem:
+        self._check_sample_counts()
+        if not self.time_unit.isprintable():
+            raise InputError(f"must be printable text (got {self.time_unit!r})", ("time_unit",))
+        if self.batch_size % self.unit:
+            raise InputError(
+                f"{self.batch_size} is not a multiple of unit {self.unit}", ("batch_size",)
+            )
+        for s, stage in enumerate(self.stages):
+            for key in ("max_microbatch", "max_microbatch_backward"):
+                cap = getattr(stage, key)
+                if cap is not None and cap % self.unit:
+                    raise InputError(
+                        f"{cap} is not a multiple of unit {self.unit}", ("stages", s, key)
+                    )
+        expected_links = self.num_stages - 1
+        if len(self.links) != expected_links:
+            raise InputError(
+                f"{self.num_stages} stage(s) need {expected_links} link(s), "
+                f"found {len(self.links)}",
+                ("links",),
+            )
+        self._check_memory_fields()
+        self._check_coverage()
+        self._check_time_scale()
+        return self
+
+    def _check_memory_fields(self) -> None:
+        """``activation_bytes`` on every stage or on none; ``memory_limit`` only with it."""
+        given = [stage.activation_bytes is not None for stage in self.stages]
+        for s, stage in enumerate(self.stages):
+            if any(given) and not given[s]:
+                first = given.index(True)
+                raise InputError(
+                    f"missing: activation_bytes goes on every stage or on none "
+                    f"(stage {first} has it)",
+                    ("stages", s, "activation_bytes"),
+                )
+            if stage.memory_limit is not None and not given[s]:
+                raise InputError(
+                    "needs activation_bytes (on every stage)", ("stages", s, "memory_limit")
+                )
+
+    @property
+    def has_memory(self) -> bool:
+        """Whether the stages give ``activation_bytes`` (then peak memory is in bytes)."""
+        return self.stages[0].activation_bytes is not None
+
+    def _check_sample_counts(self) -> None:
+        """``batch_size``, the caps and the table sizes are at most :data:`MAX_SAMPLES`."""
+        counts: list[tuple[JsonPath, int | None]] = [(("batch_size",), self.batch_size)]
+        for s, stage in enumerate(self.stages):
+            for key in ("max_microbatch", "max_microbatch_backward"):
+                counts.append((("stages", s, key), getattr(stage, key)))
+        owners = [("stages", s, stage) for s, stage in enumerate(self.stages)]
+        owners += [("links", s, link) for s, link in enumerate(self.links)]
+        for group, s, owner in owners:
+            for key in ("forward", "backward"):
+                function = getattr(owner, key)
+                if function.table is not None:
+                    counts += [
+                        ((group, s, key, "table", "sizes", i), size)
+                        for i, size in enumerate(function.table.sizes)
+                    ]
+        for path, count in counts:
+            if count is not None and count > MAX_SAMPLES:
+                raise InputError(f"must be <= {MAX_SAMPLES} (got {count})", path)
+
+    def _check_coverage(self) -> None:
+        """Every table covers the sizes its function can be asked for (model.md, Inputs)."""
+        for path, function, largest in self.time_functions():
+            if not function.covers(self.unit, largest):
+                low, high = function.domain
+                raise InputError(
+                    f"table covers sizes {low:g}..{high:g} but sizes {self.unit}..{largest} "
+                    "can be asked for",
+                    (*path, "table", "sizes"),
+                )
+
+    def _check_time_scale(self) -> None:
+        """Every time value, and the longest iteration any plan could take, is below
+        :data:`MAX_TIME` (then no sum, bound or tick computed from the problem overflows)."""
+        values: list[tuple[JsonPath, float]] = [
+            (("stages", s, "tail"), stage.tail) for s, stage in enumerate(self.stages)
+        ]
+        for path, function, _ in self.time_functions():
+            if function.affine is not None:
+                values += [
+                    ((*path, "affine", key), getattr(function.affine, key))
+                    for key in ("base", "per_sample")
+                ]
+            else:
+                values += [
+                    ((*path, "table", "times", i), t) for i, t in enumerate(function.table.times)
+                ]
+        for path, value in values:
+            if value >= MAX_TIME:
+                raise InputError(f"must be < {MAX_TIME:g} (got {value:g})", path)
+        parts = self.longest_iteration_parts()
+        if sum(value for _, value in parts) >= MAX_TIME:
+            path = max(parts, key=lambda part: part[1])[0]
+            raise InputError(
+                f"times too large: an iteration could take longer than {MAX_TIME:g} "
+                f"{self.time_unit}",
+                path,
+            )
+
+
+def time_range(function: TimeFunction, unit: int, largest: int) -> tuple[float, float]:
+    """The least and the largest time of ``function`` over the sizes ``unit, 2 unit, ...,
+    largest`` (samples; the table must cover them). Exact, in ``O(points)`` evaluations: a
+    table is linear between its points, so both extremes lie at an end or at a multiple of
+    ``unit`` next to a point."""
+    sizes = {unit, largest}
+    if function.table is not None:
+        for point in function.table.sizes:
+            if unit <= point <= largest:
+                below = point // unit * unit
+                sizes |= {below, min(below + unit, largest)}
+    times = [function(size) for size in sizes]
+    return min(times), max(times)
+
+
+def check_takes_time(problem: Problem) -> None:
+    """Raise :class:`InputError` unless every plan and baseline of ``problem`` takes at
+    least :data:`MIN_ITERATION` (:meth:`Problem.least_iteration`), so that throughputs and
+    speedups are finite."""
+    if problem.least_iteration() < MIN_ITERATION:
+        raise InputError(
+            f"every plan could take less than {MIN_ITERATION:g} {problem.time_unit}: "
+            "no stage or link takes that long at every size",
+            ("stages",),
+        )
+
+
+def load_problem(spec: str | os.PathLike[str]) -> Problem:
+    """Load a problem from a file path, or a built-in one named ``example:NAME``."""
+    from tidgap.model.examples import EXAMPLE_PREFIX, example_path
+
+    shown = str(spec)
+    try:
+        if shown.startswith(EXAMPLE_PREFIX):
+            path = example_path(shown[len(EXAMPLE_PREFIX) :])
+        else:
+            path = Path(spec)
+        problem = Problem.from_dict(read_json(path), default_name=path.stem)
+        check_takes_time(problem)
+        return problem
+    except InputError as error:
+        raise error.within(shown) from None

@@ -1,0 +1,132 @@
+"""The memory guard: estimate what a search will allocate before it does, and refuse with
+one line when the estimate exceeds a budget (default: half the memory available now).
+
+The estimate counts what grows with the options and the problem: the two populations
+``(P, S, K)`` int32 with the breeding temporaries, the seeds, the tick tables ``(S, U+1)``
+int64 and the evaluation temporaries. The factors are measured peaks of a search
+(``tests/test_memory.py`` checks that the estimate stays above the measured peak).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidgap.backends.evaluator import CHUNK_GENES
+from tidgap.backends.gpu import device_free_memory
+from tidgap.model.errors import InputError
+from tidgap.optimize.polish import BATCH_BYTES
+
+#: Bytes per gene of one direction's population at the peak of a generation: the genes,
+#: the offspring, the parents' copies, the crossover result, the concatenation and the
+#: evaluation's temporaries (measured: 6 to 7.3, NumPy and Numba backends; doubled).
+BYTES_PER_GENE = 16
+#: Tick tables: four ``(S, U+1)`` int64 tables (compute and transfer, both directions),
+#: plus the float64 tabulation they are made from.
+TABLE_BYTES_PER_ENTRY = 4 * 8 * 2
+#: The polish's batches of candidates and their evaluation, and the evaluation chunks of
+#: the NumPy backend.
+WORKSPACE_BYTES = 4 * BATCH_BYTES + 4 * 8 * CHUNK_GENES
+#: What every search needs besides (interpreter, NumPy, Numba, the problem).
+BASELINE_BYTES = 64 << 20
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+@dataclass(frozen=True)
+class SearchFootprint:
+    """Estimated peak bytes of a search, by what they grow with."""
+
+    population: int
+    seeds: int
+    tables: int
+
+    @property
+    def total(self) -> int:
+        """All of it, plus the fixed :data:`WORKSPACE_BYTES` and :data:`BASELINE_BYTES`."""
+        return BASELINE_BYTES + WORKSPACE_BYTES + self.population + self.seeds + self.tables
+
+    def largest_cause(self) -> str:
+        """``"population"``, ``"seeds"`` or ``"tables"``: what weighs most."""
+        parts = {"population": self.population, "seeds": self.seeds, "tables": self.tables}
+        return max(parts, key=parts.__getitem__)
+
+
+def search_footprint(
+    population: int, stages: int, width: int, units: int, seeds: int
+) -> SearchFootprint:
+    """The estimate for ``population`` individuals of ``(stages, width)`` genes per
+    direction, ``seeds`` seed chromosomes and ``units`` partition units."""
+    genes = stages * width
+    return SearchFootprint(
+        population=2 * population * genes * BYTES_PER_GENE,
+        seeds=2 * seeds * genes * 4,
+        tables=stages * (units + 1) * TABLE_BYTES_PER_ENTRY,
+    )
+
+
+def available_memory() -> int:
+    """Bytes of memory available now: ``MemAvailable`` of ``/proc/meminfo`` where there is
+    one, else the free physical pages."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def default_budget(backend: str) -> int:
+    """Half of :func:`available_memory`; for ``cuda``, half of the least of it and the
+    free device memory (the populations and tables live there)."""
+    available = available_memory()
+    device = device_free_memory() if backend == "cuda" else None
+    return (available if device is None else min(available, device)) // 2
+
+
+def parse_size(text: str) -> int:
+    """``"8G"``, ``"512MiB"``, ``"1.5g"``, ``"1000000"`` -> bytes (``k``/``m``/``g``/``t``
+    are powers of 1000, with ``i`` of 1024); raise ``ValueError`` on anything else."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (examples: 8G, 512MiB, 1000000)")
+    number, suffix = float(match.group(1)), (match.group(2) or "").lower()
+    prefix = suffix[:1] if suffix[:1] in "kmgt" else ""
+    binary = "i" in suffix and prefix
+    scale = 1024 ** ("kmgt".index(prefix) + 1) if binary else _SCALE[prefix]
+    return int(number * scale)
+
+
+def format_bytes(count: float) -> str:
+    """``1.2 GB``-style, powers of 1000 (at most TB)."""
+    if count < 1000:
+        return f"{int(count)} B"
+    for unit in ("kB", "MB", "GB"):
+        count /= 1000
+        if count < 1000:
+            return f"{count:.3g} {unit}"
+    return f"{count / 1000:.3g} TB"
+
+
+def require_within(
+    estimate: int,
+    budget: int,
+    what: str,
+    budget_source: str,
+    source: str | None = None,
+    path: tuple[str, ...] = (),
+) -> None:
+    """Raise :class:`InputError` on ``source`` / ``path`` if ``estimate`` bytes exceed
+    ``budget``; ``what`` says what the estimate is of, ``budget_source`` where the budget
+    comes from."""
+    if estimate > budget:
+        raise InputError(
+            f"{what} needs about {format_bytes(estimate)}, more than the memory budget "
+            f"{format_bytes(budget)} ({budget_source}; --max-memory to change it)",
+            path,
+            source,
+        )

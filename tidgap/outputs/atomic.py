@@ -1,0 +1,207 @@
+"""The one writer of every file tidgap writes (plans, problems, pictures, CSV, traces).
+
+Readers never see half a file and nothing already at the path is harmed
+(``docs/outputs.md``, Writing files): a regular file is replaced atomically, keeping its
+mode and owner; a symlink is written through to the file it names; a file with several
+hard links, a device or a FIFO is written in place once the content is complete.
+:func:`probe` finds, before any long work, a path that cannot be written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidgap.model.errors import InputError
+
+#: One file, for :func:`identity`: (device, inode) of an existing regular file, or the
+#: resolved path of one not made yet.
+Identity = tuple[int, int] | str
+
+
+@dataclass(frozen=True)
+class Destination:
+    """How a path is written: ``target`` is replaced by a file made beside it, or, with
+    ``in_place``, opened and written over; ``status`` is what is there now (``None``: nothing).
+    """
+
+    target: Path
+    status: os.stat_result | None
+    in_place: bool
+
+
+def destination(path: str | os.PathLike[str]) -> Destination:
+    """Where and how :func:`replace_atomically` writes ``path``.
+
+    A device, FIFO or file with several hard links is written in place at ``path`` (the
+    ``/dev/stdout`` kind of link is followed by the kernel); anything else is replaced at
+    the end of its symlinks. Raises :class:`OSError` (a symlink loop, say).
+    """
+    try:
+        status: os.stat_result | None = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        status = None
+    if status is not None and (not stat.S_ISREG(status.st_mode) or status.st_nlink > 1):
+        return Destination(Path(path), status, in_place=True)
+    return Destination(Path(os.path.realpath(path)), status, in_place=False)
+
+
+def identity(path: str | os.PathLike[str]) -> Identity | None:
+    """What makes two paths one file, or ``None`` for a stream (device, FIFO, socket) or a
+    folder: writing a stream overwrites nothing. Through symlinks and hard links."""
+    try:
+        status = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return os.path.realpath(path)
+    except OSError:
+        return None
+    return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+def _open_for_writing(path: Path, flags: int = 0) -> int:
+    """A descriptor open for writing on ``path``, never truncated, never a controlling tty."""
+    return os.open(path, os.O_WRONLY | os.O_NOCTTY | flags)
+
+
+def probe(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`InputError` (naming ``path``) unless :func:`replace_atomically` can
+    write it: really tried, since ``os.access`` says yes to root on read-only mounts.
+
+    A path written in place is opened for writing (not truncated; a FIFO without a reader
+    yet is fine); for one replaced, a file is made and removed in its folder.
+    """
+    shown = str(path)
+    if shown.endswith(os.sep):
+        raise InputError("names a folder (ends in /), not a file", source=shown)
+    try:
+        where = destination(path)
+    except OSError as error:
+        raise InputError(f"cannot write: {_reason(error)}", source=shown) from None
+    if where.status is not None and stat.S_ISDIR(where.status.st_mode):
+        raise InputError("is a directory", source=shown)
+    if where.status is not None and where.in_place:
+        try:
+            os.close(_open_for_writing(where.target, os.O_NONBLOCK))
+        except OSError as error:
+            if not (stat.S_ISFIFO(where.status.st_mode) and error.errno == errno.ENXIO):
+                message = f"cannot open for writing: {_reason(error)}"
+                raise InputError(message, source=shown) from None
+        return
+    folder = where.target.parent
+    if not folder.exists():
+        raise InputError(f"folder {str(folder)!r} does not exist", source=shown)
+    if not folder.is_dir():
+        raise InputError(f"{str(folder)!r} is not a folder", source=shown)
+    try:
+        descriptor, name = tempfile.mkstemp(prefix=".tidgap-probe.", dir=folder)
+        os.close(descriptor)
+        os.unlink(name)
+    except OSError as error:
+        message = f"folder {str(folder)!r} is not writable: {_reason(error)}"
+        raise InputError(message, source=shown) from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _settle(temporary: Path, status: os.stat_result | None) -> None:
+    """Flush ``temporary`` to disk and give it the owner and mode of the file it replaces
+    (owner only where permitted), or a new file's ``0o666`` less the umask."""
+    descriptor = os.open(temporary, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    if status is None:
+        temporary.chmod(0o666 & ~_umask())
+        return
+    made = temporary.stat()
+    if (made.st_uid, made.st_gid) != (status.st_uid, status.st_gid):
+        try:
+            os.chown(temporary, status.st_uid, status.st_gid)
+        except PermissionError:
+            with contextlib.suppress(PermissionError):
+                os.chown(temporary, -1, status.st_gid)
+    temporary.chmod(stat.S_IMODE(status.st_mode))  # after chown, which may clear set-id bits
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush the rename in ``folder`` to disk where the system allows it."""
+    with contextlib.suppress(OSError):
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def _write_in_place(content: Path, where: Destination) -> None:
+    """Copy the finished ``content`` over ``where.target`` without replacing it.
+
+    A regular file gets its space reserved first (a full disk fails before a byte
+    changes), is cut to the new size after and flushed; a device or FIFO is just written.
+    """
+    assert where.status is not None
+    regular = stat.S_ISREG(where.status.st_mode)
+    size = content.stat().st_size
+    with os.fdopen(_open_for_writing(where.target), "wb") as writer:
+        if regular and size and hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(writer.fileno(), 0, size)
+            except OSError as error:
+                if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+        with content.open("rb") as reader:
+            shutil.copyfileobj(reader, writer)
+        writer.flush()
+        if regular:
+            os.ftruncate(writer.fileno(), size)
+            os.fsync(writer.fileno())
+
+
+def replace_atomically(path: str | os.PathLike[str], produce: Callable[[Path], None]) -> None:
+    """Call ``produce(temporary)`` to make the file, then put it at ``path`` (see the module).
+
+    The temporary file keeps ``path``'s suffix, so writers that infer the format from it
+    work. On any failure ``path`` keeps its old content and the temporary file is removed
+    (in place, only a failure while copying the finished file can leave part of it).
+    """
+    where = destination(path)
+    suffix = Path(path).suffix
+    if where.in_place:
+        with tempfile.TemporaryDirectory(prefix="tidgap-") as folder:
+            content = Path(folder) / f"content{suffix}"
+            produce(content)
+            _write_in_place(content, where)
+        return
+    target = where.target
+    descriptor, name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=suffix, dir=target.parent)
+    os.close(descriptor)
+    temporary = Path(name)
+    try:
+        produce(temporary)
+        _settle(temporary, where.status)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _sync_folder(target.parent)
+
+
+def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    replace_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))

@@ -1,0 +1,181 @@
+"""Timeline pictures (PNG or SVG) with matplotlib, the optional extra ``plot``.
+
+One panel per timeline, all on the same time axis: a lane per stage (forwards and
+backwards in two colours, the tail in grey, microbatch sizes written where they fit), a
+thin lane between neighbouring stages for the link transfers (activations above,
+gradients below), and a dashed line at the end of the iteration.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tidgap.analysis.report import report
+from tidgap.model.errors import InputError
+from tidgap.outputs.atomic import replace_atomically
+from tidgap.schedules.timeline import Step, Timeline
+
+FORMATS = (".png", ".svg")
+MISSING = "matplotlib is not installed (pip install matplotlib)"
+COLOURS = {"F": "#4c72b0", "B": "#dd8452", "T": "#8c8c8c", "end": "#c44e52"}
+LINK_COLOURS = {"F": "#55a868", "B": "#8172b3"}
+#: Figure width and dots per inch; heights follow the number of panels and stages.
+WIDTH_INCHES = 12.0
+DPI = 100
+LANE_INCHES = 0.42
+PANEL_EXTRA_INCHES = 0.65
+LEGEND_INCHES = 0.55
+FONT_SIZE = 7.0
+STAGE_HEIGHT = 0.62
+LINK_HEIGHT = 0.14
+
+
+def check_picture_path(path: str) -> None:
+    """Raise :class:`InputError` (on ``--gantt``) unless ``path`` ends in .png or .svg and
+    matplotlib can be imported: checked before any long work."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        shown = suffix or "none"
+        raise InputError(
+            f"{path}: unsupported picture format ({shown}); use .png or .svg", source="--gantt"
+        )
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError(MISSING, source="--gantt") from None
+
+
+def _panel_inches(timeline: Timeline) -> float:
+    """Height in inches of one timeline's panel."""
+    return LANE_INCHES * timeline.num_stages + PANEL_EXTRA_INCHES
+
+
+def figure_size(timelines: list[Timeline]) -> tuple[float, float]:
+    """``(width, height)`` in inches of the picture of ``timelines``."""
+    panels = sum(_panel_inches(t) for t in timelines)
+    return WIDTH_INCHES, round(panels + LEGEND_INCHES, 2)
+
+
+def pixel_size(timelines: list[Timeline]) -> tuple[int, int]:
+    """``(width, height)`` in pixels of the PNG picture of ``timelines``."""
+    width, height = figure_size(timelines)
+    return round(width * DPI), round(height * DPI)
+
+
+def _bars(
+    ax: Any, steps: list[Step], y: float, height: float, colours: dict[str, str], edge: str | None
+) -> None:
+    """One horizontal bar per step, centred on ``y``, outlined in ``edge`` (``None``: its own
+    colour, so that even the shortest step shows as a line)."""
+    for kind, colour in colours.items():
+        chosen = [step for step in steps if step.kind == kind]
+        if chosen:
+            ax.barh(
+                [y] * len(chosen),
+                [step.duration for step in chosen],
+                left=[step.start for step in chosen],
+                height=height,
+                color=colour,
+                edgecolor=edge or colour,
+                linewidth=0.4 if edge else 0.7,
+            )
+
+
+def _labels(ax: Any, steps: list[Step], y: float, units_per_pixel: float) -> None:
+    """The microbatch size inside each compute bar wide enough to hold it."""
+    char_pixels = FONT_SIZE * 0.62 * DPI / 72
+    for step in steps:
+        if step.samples is None:
+            continue
+        text = str(step.size)
+        if step.duration / units_per_pixel >= (len(text) + 1) * char_pixels:
+            middle = (step.start + step.end) / 2
+            ax.text(middle, y, text, ha="center", va="center", fontsize=FONT_SIZE, color="white")
+
+
+def _panel(ax: Any, timeline: Timeline, span: float, width_pixels: float) -> None:
+    """Draw ``timeline`` on ``ax``: stage ``s`` is lane ``s`` from the top."""
+    units_per_pixel = span / width_pixels
+    for s, steps in enumerate(timeline.stages):
+        _bars(ax, steps, s, STAGE_HEIGHT, COLOURS, "white")
+        _labels(ax, steps, s, units_per_pixel)
+    for link, steps in enumerate(timeline.links):
+        for kind, offset in (("F", -LINK_HEIGHT / 2), ("B", LINK_HEIGHT / 2)):
+            chosen = [step for step in steps if step.kind == kind]
+            _bars(ax, chosen, link + 0.5 + offset, LINK_HEIGHT, {kind: LINK_COLOURS[kind]}, None)
+    end = timeline.iteration_time
+    ax.axvline(end, color=COLOURS["end"], linestyle="--", linewidth=1.1)
+    ax.text(
+        end,
+        -0.55,
+        f" end {end:.6g}",
+        color=COLOURS["end"],
+        fontsize=FONT_SIZE + 0.5,
+        va="bottom",
+        ha="left" if end < 0.85 * span else "right",
+    )
+    # Names come from the problem file: drawn as they are, never parsed as $math$.
+    ax.set_yticks(
+        range(timeline.num_stages), timeline.stage_names, fontsize=FONT_SIZE + 1, parse_math=False
+    )
+    ax.set_ylim(timeline.num_stages - 0.5, -0.6)
+    bubble = report(timeline, None).overall_bubble
+    ax.set_title(
+        f"{timeline.label}: iteration {end:.6g} {timeline.time_unit}, bubble {bubble:.1%}",
+        loc="left",
+        fontsize=FONT_SIZE + 2,
+        parse_math=False,
+    )
+    ax.grid(axis="x", linewidth=0.3, alpha=0.6)
+    ax.set_axisbelow(True)
+
+
+def _legend(figure: Any) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(color=COLOURS["F"], label="forward"),
+        Patch(color=COLOURS["B"], label="backward"),
+        Patch(color=COLOURS["T"], label="tail"),
+        Patch(color=LINK_COLOURS["F"], label="activations sent (link)"),
+        Patch(color=LINK_COLOURS["B"], label="gradients sent (link)"),
+        Line2D([], [], color=COLOURS["end"], linestyle="--", label="iteration end"),
+    ]
+    figure.legend(
+        handles=handles,
+        loc="upper center",
+        ncol=len(handles),
+        fontsize=FONT_SIZE + 1,
+        frameon=False,
+    )
+
+
+def draw(timelines: list[Timeline], path: str | os.PathLike[str]) -> None:
+    """Write the picture of ``timelines`` (top to bottom, one time axis) to ``path``.
+
+    The format follows the suffix (.png or .svg); the file is replaced atomically.
+    """
+    from matplotlib.figure import Figure
+
+    width, height = figure_size(timelines)
+    figure = Figure(figsize=(width, height), dpi=DPI)
+    weights = [_panel_inches(t) for t in timelines]
+    axes = figure.subplots(len(timelines), 1, sharex=True, squeeze=False, height_ratios=weights)
+    span = max(t.iteration_time for t in timelines) * 1.02 or 1.0
+    top = 1 - LEGEND_INCHES / height
+    figure.subplots_adjust(left=0.1, right=0.98, top=top, bottom=0.55 / height, hspace=0.4)
+    width_pixels = width * DPI * (0.98 - 0.1)
+    for ax, timeline in zip(axes[:, 0], timelines, strict=True):
+        _panel(ax, timeline, span, width_pixels)
+    axes[-1, 0].set_xlim(0, span)
+    axes[-1, 0].set_xlabel(
+        f"time ({timelines[0].time_unit})", fontsize=FONT_SIZE + 1, parse_math=False
+    )
+    for ax in axes[:, 0]:
+        ax.tick_params(axis="x", labelsize=FONT_SIZE + 1)
+    _legend(figure)
+    suffix = Path(path).suffix.lower().lstrip(".")
+    replace_atomically(path, lambda temporary: figure.savefig(temporary, format=suffix, dpi=DPI))

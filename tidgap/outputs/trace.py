@@ -1,0 +1,106 @@
+"""Timelines as a Chrome trace (JSON object format): opens in Perfetto and chrome://tracing.
+
+Each timeline is a process; each stage a track (thread), and each link two tracks, one per
+direction (1F1B may send both ways at once). Steps are complete events (``"ph": "X"``)
+with ``ts`` and ``dur`` in microseconds; metadata events (``"ph": "M"``) name and order the
+processes and tracks. See ``docs/outputs.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidgap.schedules.timeline import Step, Timeline
+
+#: Microseconds per time unit, for the units a trace can show exactly.
+MICROSECONDS = {"us": 1.0, "ms": 1e3, "s": 1e6}
+#: Tracks per stage: the stage, then its link to the next stage in each direction.
+TRACKS_PER_STAGE = 3
+KIND_NAMES = {"F": "forward", "B": "backward", "T": "tail"}
+
+
+def microseconds_per_unit(time_unit: str) -> tuple[float, str | None]:
+    """The scale to microseconds of ``time_unit`` and, if it is not known, a note saying
+    that it was read as milliseconds."""
+    if time_unit in MICROSECONDS:
+        return MICROSECONDS[time_unit], None
+    return 1e3, f"time unit {time_unit!r} is not us, ms or s: shown as if it were ms"
+
+
+def stage_track(s: int) -> int:
+    """Track (``tid``) of stage ``s``."""
+    return TRACKS_PER_STAGE * s
+
+
+def link_track(link: int, kind: str) -> int:
+    """Track of link ``link -> link+1``: ``"F"`` activations, ``"B"`` gradients."""
+    return TRACKS_PER_STAGE * link + (1 if kind == "F" else 2)
+
+
+def _event(step: Step, pid: int, tid: int, name: str, category: str, scale: float) -> dict:
+    args: dict[str, Any] = {"start": step.start, "end": step.end}
+    if step.samples is not None:
+        args |= {"microbatch": step.microbatch, "samples": list(step.samples), "size": step.size}
+    return {
+        "ph": "X",
+        "name": name,
+        "cat": category,
+        "pid": pid,
+        "tid": tid,
+        "ts": step.start * scale,
+        "dur": step.duration * scale,
+        "args": args,
+    }
+
+
+def _metadata(kind: str, pid: int, tid: int | None, **args: Any) -> dict:
+    event: dict[str, Any] = {"ph": "M", "name": kind, "pid": pid, "args": args}
+    if tid is not None:
+        event["tid"] = tid
+    return event
+
+
+def _process_events(timeline: Timeline, pid: int, scale: float) -> list[dict]:
+    """Metadata and steps of one timeline, as process ``pid``."""
+    events = [
+        _metadata("process_name", pid, None, name=timeline.label),
+        _metadata("process_sort_index", pid, None, sort_index=pid),
+    ]
+    for s, name in enumerate(timeline.stage_names):
+        tid = stage_track(s)
+        events.append(_metadata("thread_name", pid, tid, name=f"stage {s}: {name}"))
+        events.append(_metadata("thread_sort_index", pid, tid, sort_index=tid))
+        for step in timeline.stages[s]:
+            label = "tail" if step.kind == "T" else f"{step.kind}{step.microbatch}"
+            events.append(_event(step, pid, tid, label, KIND_NAMES[step.kind], scale))
+    for link, steps in enumerate(timeline.links):
+        for kind, title in (("F", "activations"), ("B", "gradients")):
+            tid = link_track(link, kind)
+            ends = (link, link + 1) if kind == "F" else (link + 1, link)
+            track = f"link {ends[0]}->{ends[1]} {title}"
+            events.append(_metadata("thread_name", pid, tid, name=track))
+            events.append(_metadata("thread_sort_index", pid, tid, sort_index=tid))
+        for step in steps:
+            name = f"send {step.kind}{step.microbatch}"
+            tid = link_track(link, step.kind)
+            events.append(_event(step, pid, tid, name, "transfer", scale))
+    return events
+
+
+def trace_document(timelines: list[Timeline], problem_name: str | None) -> dict[str, Any]:
+    """The trace of ``timelines`` (one process each, in order); all share one time unit."""
+    time_unit = timelines[0].time_unit
+    scale, note = microseconds_per_unit(time_unit)
+    events: list[dict] = []
+    for pid, timeline in enumerate(timelines, start=1):
+        events += _process_events(timeline, pid, scale)
+    other: dict[str, Any] = {
+        "generator": "tidgap",
+        "problem": problem_name,
+        "time_unit": time_unit,
+        "microseconds_per_unit": scale,
+        "iteration_times": {t.label: t.iteration_time for t in timelines},
+    }
+    if note is not None:
+        other["note"] = note
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}

@@ -1,0 +1,288 @@
+"""The baselines people run today: GPipe(m), 1F1B(m), asynchronous PipeDream, best of each.
+
+All use one equal partition of the batch on every stage, in both directions
+(``docs/model.md``, Baselines).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tidgap.model.errors import InputError
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.model.timefn import TimeFunction
+from tidgap.schedules.flush import evaluate
+
+SCHEDULES = ("gpipe", "1f1b", "pipedream")
+#: Most recurrence steps :func:`best_baselines` takes on (about 20 s on 2 cores).
+MAX_BASELINE_STEPS = 2 * 10**10
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """A baseline schedule with ``microbatches`` equal microbatches and its iteration time."""
+
+    schedule: str
+    microbatches: int
+    iteration_time: float
+
+
+def equal_partition(problem: Problem, m: int) -> list[int]:
+    """``m`` sizes in samples: ``U = q*m + r``; the first ``r`` get ``q+1`` units, others ``q``."""
+    q, r = divmod(problem.num_units, m)
+    return [(q + 1) * problem.unit] * r + [q * problem.unit] * (m - r)
+
+
+def largest_microbatch(problem: Problem, m: int | np.ndarray) -> int | np.ndarray:
+    """The largest of ``m`` equal microbatches, ``ceil(U / m) * unit`` samples (``m >= 1``;
+    element-wise for an array of counts)."""
+    return -(-problem.num_units // m) * problem.unit
+
+
+def least_feasible_count(problem: Problem) -> int:
+    """The fewest equal microbatches that respect every cap: ``ceil(U / (cap / unit))``."""
+    return -(-problem.num_units // (problem.common_cap() // problem.unit))
+
+
+def feasible_microbatch_counts(problem: Problem) -> list[int]:
+    """Every ``m`` in ``1..U`` whose equal partition respects every cap, ascending.
+
+    The largest microbatch only shrinks as ``m`` grows, so they form a range up to ``U``.
+    """
+    return list(range(least_feasible_count(problem), problem.num_units + 1))
+
+
+def require_feasible(problem: Problem, m: int) -> None:
+    """Raise :class:`InputError` (on ``--microbatches``) if ``m`` is not a feasible count."""
+    if not 1 <= m <= problem.num_units:
+        raise InputError(
+            f"{m} is outside 1..{problem.num_units} (batch_size {problem.batch_size}, "
+            f"unit {problem.unit})",
+            source="--microbatches",
+        )
+    largest = largest_microbatch(problem, m)
+    if largest > problem.common_cap():
+        raise InputError(
+            f"{m} microbatches of up to {largest} samples break a cap "
+            f"(every stage accepts at most {problem.common_cap()})",
+            source="--microbatches",
+        )
+
+
+def gpipe_plan(problem: Problem, m: int) -> Plan:
+    """GPipe(m) written as a UMPIPE plan: the same equal partition everywhere."""
+    sizes = equal_partition(problem, m)
+    return Plan.of([sizes] * problem.num_stages, [sizes] * problem.num_stages)
+
+
+def gpipe(problem: Problem, m: int) -> float:
+    """Iteration time of GPipe(m): the flush recurrences on the equal partition."""
+    return evaluate(problem, gpipe_plan(problem, m)).iteration_time
+
+
+def one_f_one_b_order(num_stages: int, s: int, m: int) -> list[tuple[str, int]]:
+    """Stage ``s``'s operations under 1F1B: ``("F", j)`` / ``("B", j)``, ``j = 0..m-1``.
+
+    ``w = min(S-s-1, m)`` warm-up forwards, then one forward and one backward in turn
+    until the forwards are done, then the remaining backwards.
+    """
+    warmup = min(num_stages - s - 1, m)
+    order = [("F", j) for j in range(warmup)]
+    for j in range(m - warmup):
+        order += [("F", warmup + j), ("B", j)]
+    order += [("B", j) for j in range(m - warmup, m)]
+    return order
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One timed step of a simulated schedule, in the problem's time unit.
+
+    ``kind`` is ``"F"`` or ``"B"``: on a stage, a forward or backward; on link ``s -> s+1``,
+    activations sent ``s -> s+1`` or gradients sent ``s+1 -> s``. ``microbatch`` counts
+    from 0.
+    """
+
+    kind: str
+    microbatch: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """A simulated 1F1B(m): ``operations[s]`` in stage ``s``'s order, ``transfers[l]`` in
+    link ``l``'s send order (both directions), ``sizes`` the equal partition in samples."""
+
+    sizes: list[int]
+    operations: list[list[Interval]]
+    transfers: list[list[Interval]]
+
+
+def simulate_one_f_one_b(problem: Problem, m: int) -> Simulation:
+    """1F1B(m) (PipeDream-flush) by event-driven simulation: every operation and transfer.
+
+    Each operation starts when its stage is free and its input has arrived; a stage's
+    sends overlap its compute; each link direction carries one transfer at a time, in
+    send order.
+    """
+    S = problem.num_stages
+    sizes = equal_partition(problem, m)
+    orders = [one_f_one_b_order(S, s, m) for s in range(S)]
+    position = [0] * S
+    stage_free = [0.0] * S
+    forward_done: list[dict[int, float]] = [{} for _ in range(S)]
+    activation_at: list[dict[int, float]] = [{} for _ in range(S)]
+    gradient_at: list[dict[int, float]] = [{} for _ in range(S)]
+    link_free_forward = [0.0] * max(S - 1, 0)
+    link_free_backward = [0.0] * max(S - 1, 0)
+    operations: list[list[Interval]] = [[] for _ in range(S)]
+    transfers: list[list[Interval]] = [[] for _ in range(S - 1)]
+
+    def input_arrival(s: int, op: str, j: int) -> float | None:
+        if op == "F":
+            return 0.0 if s == 0 else activation_at[s].get(j)
+        return forward_done[s].get(j) if s == S - 1 else gradient_at[s].get(j)
+
+    remaining = S * 2 * m
+    while remaining:
+        progressed = False
+        for s in range(S):
+            while position[s] < len(orders[s]):
+                op, j = orders[s][position[s]]
+                arrival = input_arrival(s, op, j)
+                if arrival is None:
+                    break
+                stage = problem.stages[s]
+                compute = stage.forward if op == "F" else stage.backward
+                start = max(stage_free[s], arrival)
+                end = start + compute(sizes[j])
+                operations[s].append(Interval(op, j, start, end))
+                stage_free[s] = end
+                if op == "F":
+                    forward_done[s][j] = end
+                    if s < S - 1:
+                        begin = max(end, link_free_forward[s])
+                        sent = begin + problem.links[s].forward(sizes[j])
+                        transfers[s].append(Interval("F", j, begin, sent))
+                        link_free_forward[s] = activation_at[s + 1][j] = sent
+                elif s > 0:
+                    begin = max(end, link_free_backward[s - 1])
+                    sent = begin + problem.links[s - 1].backward(sizes[j])
+                    transfers[s - 1].append(Interval("B", j, begin, sent))
+                    link_free_backward[s - 1] = gradient_at[s - 1][j] = sent
+                position[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError("1F1B simulation deadlocked; the operation order is inconsistent")
+    return Simulation(sizes, operations, transfers)
+
+
+def finish_time(problem: Problem, simulation: Simulation) -> float:
+    """``max_s(end of stage s's last operation + tail_s)``: the iteration time."""
+    return max(
+        ops[-1].end + stage.tail
+        for ops, stage in zip(simulation.operations, problem.stages, strict=True)
+    )
+
+
+def one_f_one_b(problem: Problem, m: int) -> float:
+    """Iteration time of 1F1B(m), by :func:`simulate_one_f_one_b`."""
+    return finish_time(problem, simulate_one_f_one_b(problem, m))
+
+
+def pipedream(problem: Problem, m: int) -> float:
+    """Time per mini-batch of asynchronous PipeDream in steady state: the busiest resource."""
+    sizes = equal_partition(problem, m)
+    busiest = max(
+        sum(stage.forward(b) + stage.backward(b) for b in sizes) + stage.tail
+        for stage in problem.stages
+    )
+    for link in problem.links:
+        busiest = max(busiest, sum(link.forward(b) for b in sizes))
+        busiest = max(busiest, sum(link.backward(b) for b in sizes))
+    return busiest
+
+
+BASELINES: dict[str, Callable[[Problem, int], float]] = {
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+    "pipedream": pipedream,
+}
+
+
+def baseline(problem: Problem, schedule: str, m: int) -> BaselineResult:
+    """``schedule`` with ``m`` microbatches; ``m`` must be feasible (:func:`require_feasible`)."""
+    require_feasible(problem, m)
+    return BaselineResult(schedule, m, BASELINES[schedule](problem, m))
+
+
+def baseline_times(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """Every feasible count ``ms`` (``(M,)``, ascending) and the iteration time of each
+    schedule of :data:`SCHEDULES` with each count, ``(3, M)`` float64 in the problem's unit.
+
+    Compiled and batched over ``m``, equal bit for bit to :data:`BASELINES`' functions.
+    """
+    from tidgap.fallback_cpu.setup_loops import baseline_times as compiled
+
+    U, unit = problem.num_units, problem.unit
+    ms = np.asarray(feasible_microbatch_counts(problem), dtype=np.int64)
+    sizes = np.stack([largest_microbatch(problem, ms), U // ms * unit])  # (2, M)
+
+    def times(functions: list[TimeFunction]) -> np.ndarray:
+        """``(2, len(functions), M)``: each function of the large and the small size."""
+        return np.array([[f.at(row) for f in functions] for row in sizes]).reshape(
+            2, len(functions), len(ms)
+        )
+
+    stages, links = problem.stages, problem.links
+    table = compiled(
+        ms,
+        times([stage.forward for stage in stages]),
+        times([stage.backward for stage in stages]),
+        times([link.forward for link in links]),
+        times([link.backward for link in links]),
+        np.asarray([stage.tail for stage in stages], dtype=np.float64),
+        U,
+    )
+    return ms, table
+
+
+def baseline_steps(problem: Problem) -> int:
+    """Recurrence steps of :func:`baseline_times`: ``S`` times the sum of every feasible
+    count (each count ``m`` costs ``m`` steps per stage)."""
+    first = least_feasible_count(problem)
+    last = problem.num_units
+    return problem.num_stages * (last * (last + 1) - first * (first - 1)) // 2
+
+
+def require_tractable(problem: Problem) -> None:
+    """Raise :class:`InputError` on ``batch_size`` if the best baselines over every feasible
+    count would take more than :data:`MAX_BASELINE_STEPS` steps (tens of seconds)."""
+    steps = baseline_steps(problem)
+    if steps > MAX_BASELINE_STEPS:
+        raise InputError(
+            f"{problem.num_units} units on {problem.num_stages} stage(s): the best baselines "
+            f"over every microbatch count need about {steps:.2g} steps, more than the "
+            f"{MAX_BASELINE_STEPS:.0g} tidgap runs; use a coarser unit",
+            ("batch_size",),
+        )
+
+
+def best_baselines(problem: Problem) -> dict[str, BaselineResult]:
+    """For each schedule, the feasible ``m`` with the least iteration time (ties: smallest m).
+
+    Refuses (:func:`require_tractable`) problems with too many units to try every ``m``.
+    """
+    require_tractable(problem)
+    ms, table = baseline_times(problem)
+    best: dict[str, BaselineResult] = {}
+    for schedule, row in zip(SCHEDULES, table, strict=True):
+        i = int(np.argmin(row))
+        best[schedule] = BaselineResult(schedule, int(ms[i]), float(row[i]))
+    return best

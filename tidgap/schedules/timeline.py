@@ -1,0 +1,152 @@
+"""Start and end of every operation of a schedule: compute steps, tails and link transfers.
+
+A :class:`Timeline` is what the pictures, traces, reports and exports draw from. It is read
+off the model's own code (:func:`tidgap.schedules.flush.recurrences` for a plan under the flush,
+:func:`tidgap.schedules.baselines.simulate_one_f_one_b` for 1F1B), never recomputed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.schedules.baselines import Interval, finish_time, gpipe_plan, simulate_one_f_one_b
+from tidgap.schedules.flush import prefix_sums, recurrences, summarise
+
+#: Schedules with a timeline (PipeDream is a steady-state bound: it has none).
+TIMED_SCHEDULES = ("gpipe", "1f1b")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One timed step, in the problem's time unit.
+
+    On a stage: ``kind`` ``"F"`` (forward), ``"B"`` (backward) or ``"T"`` (the tail). On link
+    ``l`` (``l -> l+1``): ``"F"`` sends activations ``l -> l+1``, ``"B"`` gradients
+    ``l+1 -> l``. ``microbatch`` counts from 0 within its stage and direction (the sender's
+    for a transfer); ``samples`` is ``(first, last)``, 1-based and inclusive. A tail has
+    neither.
+    """
+
+    kind: str
+    microbatch: int | None
+    samples: tuple[int, int] | None
+    start: float
+    end: float
+
+    @property
+    def size(self) -> int:
+        """Samples in the microbatch (0 for a tail)."""
+        return 0 if self.samples is None else self.samples[1] - self.samples[0] + 1
+
+    @property
+    def duration(self) -> float:
+        """``end - start``."""
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A schedule's steps: ``stages[s]`` in execution order (the tail last), ``links[l]``
+    the transfers over link ``l -> l+1`` in both directions; ``label`` names the schedule."""
+
+    label: str
+    time_unit: str
+    stage_names: list[str]
+    stages: list[list[Step]]
+    links: list[list[Step]]
+    iteration_time: float
+
+    @property
+    def num_stages(self) -> int:
+        """``S``."""
+        return len(self.stages)
+
+    def busy(self, s: int) -> float:
+        """Time stage ``s`` computes: its forwards, backwards and tail."""
+        return sum(step.duration for step in self.stages[s])
+
+
+def _samples(sizes: list[int]) -> list[tuple[int, int]]:
+    """``(first, last)`` sample of each microbatch, 1-based inclusive."""
+    prefix = prefix_sums(sizes)
+    return [(prefix[k] + 1, prefix[k + 1]) for k in range(len(sizes))]
+
+
+def _computes(kind: str, sizes: list[int], ends: list[float], ready: list[float]) -> list[Step]:
+    """Operation ``k`` runs from ``max(E[k-1], R[k])`` to ``E[k]`` (model.md recurrences)."""
+    return [
+        Step(kind, k - 1, samples, max(ends[k - 1], ready[k]), ends[k])
+        for k, samples in enumerate(_samples(sizes), start=1)
+    ]
+
+
+def _sends(kind: str, sizes: list[int], ends: list[float], arrivals: list[float]) -> list[Step]:
+    """Transfer ``i`` runs from ``max(E[i], A[i-1])`` to ``A[i]`` (``A[0] = -inf``)."""
+    return [
+        Step(kind, i - 1, samples, max(ends[i], arrivals[i - 1]), arrivals[i])
+        for i, samples in enumerate(_samples(sizes), start=1)
+    ]
+
+
+def _tail(problem: Problem, s: int, end: float) -> list[Step]:
+    """The tail of stage ``s`` after its last operation ends at ``end`` (none if zero)."""
+    tail = problem.stages[s].tail
+    return [Step("T", None, None, end, end + tail)] if tail > 0 else []
+
+
+def plan_timeline(problem: Problem, plan: Plan, label: str = "plan") -> Timeline:
+    """Every step of a feasible ``plan`` under the flush model (model.md)."""
+    forward, backward = recurrences(problem, plan)
+    stages = []
+    for s in range(problem.num_stages):
+        steps = _computes("F", plan.forward[s], forward.ends[s], forward.ready[s])
+        steps += _computes("B", plan.backward[s], backward.ends[s], backward.ready[s])
+        stages.append(steps + _tail(problem, s, backward.ends[s][-1]))
+    links = [
+        _sends("F", plan.forward[s], forward.ends[s], forward.arrivals[s])
+        + _sends("B", plan.backward[s + 1], backward.ends[s + 1], backward.arrivals[s])
+        for s in range(problem.num_stages - 1)
+    ]
+    iteration = summarise(problem, forward, backward).iteration_time
+    return Timeline(
+        label, problem.time_unit, _names(problem), stages, links, iteration_time=iteration
+    )
+
+
+def one_f_one_b_timeline(problem: Problem, m: int) -> Timeline:
+    """Every step of 1F1B(m), from the simulation that :func:`tidgap.one_f_one_b` runs."""
+    simulation = simulate_one_f_one_b(problem, m)
+    samples = _samples(simulation.sizes)
+
+    def step(interval: Interval) -> Step:
+        j = interval.microbatch
+        return Step(interval.kind, j, samples[j], interval.start, interval.end)
+
+    stages = [
+        [step(op) for op in ops] + _tail(problem, s, ops[-1].end)
+        for s, ops in enumerate(simulation.operations)
+    ]
+    links = [[step(t) for t in transfers] for transfers in simulation.transfers]
+    return Timeline(
+        f"1F1B({m})",
+        problem.time_unit,
+        _names(problem),
+        stages,
+        links,
+        iteration_time=finish_time(problem, simulation),
+    )
+
+
+def baseline_timeline(problem: Problem, schedule: str, m: int) -> Timeline:
+    """The timeline of GPipe(m) or 1F1B(m) (``schedule`` in :data:`TIMED_SCHEDULES`)."""
+    if schedule == "gpipe":
+        return plan_timeline(problem, gpipe_plan(problem, m), label=f"GPipe({m})")
+    if schedule == "1f1b":
+        return one_f_one_b_timeline(problem, m)
+    raise ValueError(f"{schedule} has no timeline; timed schedules: {', '.join(TIMED_SCHEDULES)}")
+
+
+def _names(problem: Problem) -> list[str]:
+    return [problem.stage_name(s) for s in range(problem.num_stages)]
