@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from tidgap.cli import TidgapGroup, cli
+from tidgap.cli import cli
+from tidgap.cli.main import TidgapGroup
 from tidgap.cli.profile import profile_command, synth_command
 from tidgap.model.problem import Problem
 from tidgap.profiling.build import measurement_sizes, non_decreasing

@@ -11,7 +11,8 @@ from click.testing import CliRunner, Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidgap.cli import TidgapGroup, cli
+from tidgap.cli import cli
+from tidgap.cli.main import TidgapGroup
 from tidgap.cli.profile import profile_command, synth_command
 from tidgap.model.problem import Problem
 from tidgap.profiling.build import measurement_sizes

@@ -19,12 +19,11 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from tidgap.cli.options import Command
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.outputs.files import check_outputs, write_json
 from tidgap.profiling.synth import SHAPES, synth_problem
-
-Command = Callable[..., Any]
 
 #: Link defaults: PCIe 3.0 x16-class bandwidth, a small per-transfer latency.
 DEFAULT_BANDWIDTH_GBPS = 10.0

@@ -1,0 +1,67 @@
+"""``tidgap compare``: a plan against the best of each baseline."""
+
+from __future__ import annotations
+
+import click
+
+from tidgap.analysis.bound import lower_bound
+from tidgap.analysis.compare import ComparisonRow, compare, format_table, rows_as_dicts
+from tidgap.cli.options import (
+    about_problem,
+    describe_problem,
+    echo_json,
+    json_option,
+    output_options,
+    problem_argument,
+)
+from tidgap.model.plan import load_plan
+from tidgap.model.problem import load_problem
+from tidgap.outputs.files import check_outputs, write_comparison
+from tidgap.schedules.baselines import (
+    best_baselines,
+)
+from tidgap.schedules.timeline import plan_timeline
+
+
+def _bound_line(bound: float, rows: list[ComparisonRow], unit: str) -> str:
+    """How far each schedule with a flush is above the lower bound."""
+    flush = [row for row in rows if row.schedule not in ("1f1b", "pipedream")]
+    gaps = ", ".join(f"{row.schedule} +{row.iteration_time / bound - 1:.2%}" for row in flush)
+    return f"lower bound for any flush plan: {bound:.6g} {unit} ({gaps})"
+
+
+@click.command(name="compare")
+@problem_argument()
+@click.argument("plan_file", metavar="[PLAN]", required=False)
+@output_options
+@json_option
+def compare_command(
+    problem: str, plan_file: str | None, gantt: str | None, trace: str | None, as_json: bool
+) -> None:
+    """PLAN (if given) against the best GPipe, 1F1B and PipeDream over every microbatch count.
+
+    --gantt draws PLAN above the best GPipe and the best 1F1B on one time axis.
+    """
+    check_outputs(gantt, trace, inputs={"PROBLEM": problem, "PLAN": plan_file})
+    loaded = load_problem(problem)
+    plan = load_plan(plan_file, loaded) if plan_file is not None else None
+    with about_problem(problem):
+        baselines = best_baselines(loaded)
+    rows = compare(loaded, plan, baselines=baselines)
+    bound = lower_bound(loaded)
+    plans = [plan_timeline(loaded, plan)] if plan is not None else []
+    written = write_comparison(loaded, plans, baselines, gantt, trace)
+    if as_json:
+        echo_json(
+            {
+                "problem": loaded.name,
+                "time_unit": loaded.time_unit,
+                "rows": rows_as_dicts(rows),
+                "lower_bound": bound,
+            }
+        )
+        return
+    click.echo(describe_problem(loaded))
+    click.echo(format_table(rows, loaded.time_unit))
+    for line in [_bound_line(bound, rows, loaded.time_unit), *written]:
+        click.echo(line)

@@ -1,0 +1,51 @@
+"""The ``tidgap`` click group: one-line errors with exit status 2, and the version option.
+
+Bad input or usage prints one line, ``tidgap: error: FILE: FIELD: reason``, and exits 2.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+import click
+
+from tidgap import __version__
+from tidgap.model.errors import InputError
+from tidgap.optimize.interrupts import exit_status
+
+
+class TidgapGroup(click.Group):
+    """A click group whose errors are one line on stderr with exit status 2."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        try:
+            status = super().main(*args, standalone_mode=False, **kwargs)
+        except InputError as error:
+            _fail(str(error))
+        except click.UsageError as error:
+            context = f"{error.ctx.info_name}: " if error.ctx and error.ctx.parent else ""
+            _fail(f"{context}{error.format_message()}")
+        except click.ClickException as error:
+            click.echo(f"tidgap: error: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except click.Abort:
+            # Ctrl-C outside a search (a search stops at a generation boundary instead).
+            click.echo("\ntidgap: interrupted", err=True)
+            sys.exit(exit_status(signal.SIGINT))
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"tidgap: error: {message}", err=True)
+    sys.exit(2)
+
+
+@click.group(cls=TidgapGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tidgap")
+def cli() -> None:
+    """Plan pipeline-parallel training with unequal, per-stage microbatch partitions.
+
+    PROBLEM is a tidgap.problem/1 file or example:NAME (see `tidgap examples`).
+    """
