@@ -14,16 +14,18 @@ from tidgap.optimize.driver import SearchResult, search
 from tidgap.optimize.heuristics import global_dp, local_greedy
 from tidgap.schedules.baselines import (
     BaselineResult,
-    baseline,
     best_baselines,
     equal_partition,
     feasible_microbatch_counts,
     gpipe,
     gpipe_plan,
     one_f_one_b,
+    one_f_one_b_plan,
     pipedream,
 )
-from tidgap.schedules.flush import Evaluation, evaluate
+from tidgap.schedules.evaluation import Evaluation
+from tidgap.schedules.families import SCHEDULES, Family, baseline, evaluate
+from tidgap.schedules.ir import Action, Order
 
 try:
     __version__ = version("tidgap")
@@ -31,6 +33,10 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "Action",
+    "Family",
+    "Order",
+    "SCHEDULES",
     "BaselineResult",
     "Evaluation",
     "InputError",
@@ -55,6 +61,7 @@ __all__ = [
     "load_problem",
     "local_greedy",
     "one_f_one_b",
+    "one_f_one_b_plan",
     "pipedream",
     "search",
     "table",

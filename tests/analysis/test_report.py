@@ -19,8 +19,8 @@ from tidgap import Plan, Problem, best_baselines, evaluate, gpipe_plan, load_pro
 from tidgap.analysis.bound import least_total, lower_bound
 from tidgap.analysis.report import report
 from tidgap.model.examples import example_names
+from tidgap.schedules.families import plan_timeline
 from tidgap.schedules.flush import backward_pass, forward_pass
-from tidgap.schedules.timeline import plan_timeline
 
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
 TINY = [case for case in golden_cases() if "optimum" in case]

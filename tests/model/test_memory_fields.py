@@ -76,31 +76,3 @@ def test_bad_memory_fields_are_named(tmp_path: Path, edit: str, field: str, word
     assert result.exit_code == 2
     assert result.stderr.startswith(f"tidgap: error: {path}: {field}: ")
     assert words in result.stderr and result.stderr.count("\n") == 1
-
-
-def _ordered_entries() -> list[Any]:
-    from tests.support.cli_helpers import golden_cases
-
-    return [
-        pytest.param(case["problem"]["name"], i, id=f"{case['problem']['name']}-ordered{i}")
-        for case in golden_cases()
-        for i in range(len(case.get("ordered_plans", [])))
-    ]
-
-
-@pytest.mark.parametrize(("name", "index"), _ordered_entries())
-def test_ordered_plans_are_refused_in_one_line_not_taken_as_flush(
-    tmp_path: Path, name: str, index: int
-) -> None:
-    case = case_named(name)
-    entry = case["ordered_plans"][index]
-    key = "order" if "order" in entry else "windows"
-    plan = {"format": "tidgap.plan/1", "forward": entry["forward"], "backward": entry["backward"]}
-    plan[key] = entry[key]
-    path = _write(tmp_path, plan, "plan.json")
-    result = run_cli("evaluate", _write(tmp_path, case["problem"]), path)
-    assert result.exit_code == 2
-    assert result.stderr == (
-        f"tidgap: error: {path}: {key}: ordered plans are not supported yet: tidgap evaluates "
-        "flush plans only\n"
-    )

@@ -25,8 +25,8 @@ from tests.support.strategies import plans, problems
 from tidgap import Plan, Problem, check_plan, evaluate, load_plan
 from tidgap.optimize.driver import search
 from tidgap.outputs.exports import common_refinement, lowered_plan, pytorch_csv, schedule_document
-from tidgap.schedules.flush import prefix_sums
-from tidgap.schedules.timeline import plan_timeline
+from tidgap.schedules.families import plan_timeline
+from tidgap.schedules.ir import prefix_sums
 
 PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=None)
 #: ``torch.distributed.pipelining.schedules._action_regex``: ``[stage][type][microbatch]``.

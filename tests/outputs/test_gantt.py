@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from tests.support.cli_helpers import case_named, describe, plan_document, run_cli, write_json
 from tests.support.strategies import plans, problems
 from tidgap import Problem, gpipe_plan, load_problem
-from tidgap.schedules.timeline import Timeline, baseline_timeline, plan_timeline
+from tidgap.schedules.families import baseline_timeline, plan_timeline
+from tidgap.schedules.timeline import Timeline
 
 pytest.importorskip("matplotlib", reason="pictures need the optional extra plot (matplotlib)")
 

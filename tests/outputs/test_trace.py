@@ -14,7 +14,8 @@ from tests.support.cli_helpers import case_named, describe, plan_document, run_c
 from tests.support.strategies import plans, problems
 from tidgap import Problem, load_problem
 from tidgap.outputs.trace import link_track, stage_track, trace_document
-from tidgap.schedules.timeline import Timeline, baseline_timeline, plan_timeline
+from tidgap.schedules.families import baseline_timeline, plan_timeline
+from tidgap.schedules.timeline import Timeline
 
 PROPERTY = settings(max_examples=80, deadline=None, derandomize=True, database=None)
 

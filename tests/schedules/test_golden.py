@@ -8,8 +8,7 @@ import pytest
 
 from tests.conftest import case_id, golden_cases
 from tidgap import Plan, Problem, best_baselines, check_plan, evaluate, feasible_microbatch_counts
-from tidgap.schedules.baselines import BASELINES, equal_partition
-from tidgap.schedules.held import one_f_one_b_peak_held
+from tidgap.schedules.families import SCHEDULES, baseline_evaluation
 
 REL = 1e-9
 
@@ -37,7 +36,7 @@ def test_every_baseline_per_microbatch_count(golden_case: dict[str, Any]) -> Non
     assert sorted(map(int, expected)) == feasible_microbatch_counts(problem)
     for m, values in expected.items():
         for schedule, value in values.items():
-            got = BASELINES[schedule](problem, int(m))
+            got = SCHEDULES[schedule].time(problem, int(m))
             assert got == pytest.approx(value, rel=REL), (schedule, m)
 
 
@@ -48,8 +47,8 @@ def test_best_baselines(golden_case: dict[str, Any]) -> None:
         assert best[schedule].microbatches == expected["microbatches"], schedule
         assert best[schedule].iteration_time == pytest.approx(expected["iteration_time"], rel=REL)
     one_f_one_b = golden_case["best_baselines"]["1f1b"]
-    sizes = equal_partition(problem, one_f_one_b["microbatches"])
-    assert one_f_one_b_peak_held(problem, sizes) == one_f_one_b["peak_held"]
+    evaluation = baseline_evaluation(problem, "1f1b", one_f_one_b["microbatches"])
+    assert evaluation.peak_held == one_f_one_b["peak_held"]
 
 
 TINY_CASES = [case for case in golden_cases() if "optimum" in case]

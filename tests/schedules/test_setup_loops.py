@@ -32,7 +32,8 @@ from tidgap.optimize.heuristics import (
     local_microbatches,
 )
 from tidgap.profiling.synth import synth_problem
-from tidgap.schedules.baselines import BASELINES, SCHEDULES, baseline_times, gpipe_plan
+from tidgap.schedules.baselines import BASELINE_ROWS, baseline_times, gpipe_plan
+from tidgap.schedules.families import BASELINE_NAMES, SCHEDULES
 
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
 
@@ -106,12 +107,13 @@ def check_baselines(problem: Problem) -> None:
     """Every schedule with every feasible count equals its reference exactly; the best of
     each is the least time with the smallest count."""
     ms, times = baseline_times(problem)
-    assert times.shape == (len(SCHEDULES), len(ms))
-    for row, schedule in zip(times, SCHEDULES, strict=True):
-        expected = [BASELINES[schedule](problem, int(m)) for m in ms]
+    assert times.shape == (len(BASELINE_ROWS), len(ms))
+    assert set(BASELINE_ROWS) == set(BASELINE_NAMES)
+    for row, schedule in zip(times, BASELINE_ROWS, strict=True):
+        expected = [SCHEDULES[schedule].time(problem, int(m)) for m in ms]
         assert row.tolist() == expected, schedule
     best = best_baselines(problem)
-    for row, schedule in zip(times, SCHEDULES, strict=True):
+    for row, schedule in zip(times, BASELINE_ROWS, strict=True):
         least = min(row)
         assert best[schedule].iteration_time == least
         assert best[schedule].microbatches == ms[row.tolist().index(least)]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from tidgap import Link, Plan, Problem, Stage, TimeFunction, affine, table
+from tidgap import Link, Order, Plan, Problem, Stage, TimeFunction, affine, table
+from tidgap.schedules.ir import repair
 
 #: A duration: finite, non-negative, small enough that sums stay well inside float precision.
 TIMES = st.floats(min_value=0.0, max_value=10.0, allow_subnormal=False)
@@ -119,3 +120,22 @@ def raised(draw: st.DrawFn, problem: Problem) -> Problem:
         for i in draw(st.sets(st.integers(0, len(times) - 1), min_size=1)):
             times[i] += delta
     return Problem.from_dict(data)
+
+
+@st.composite
+def orders(draw: st.DrawFn, plan: Plan) -> Order:
+    """Any order with the plan's counts (rule ``count`` holds; rules 1 and 2 may break): per
+    stage, a random interleaving of ``M_s`` ``F``s and ``N_s`` ``B``s."""
+    letters = []
+    for forward, backward in zip(plan.forward, plan.backward, strict=True):
+        ops = ["F"] * len(forward) + ["B"] * len(backward)
+        letters.append("".join(draw(st.permutations(ops))))
+    return Order.of(letters)
+
+
+@st.composite
+def ordered_plans(draw: st.DrawFn, problem: Problem) -> Plan:
+    """A feasible ordered plan: a random plan and a random order, repaired to validity."""
+    plan = draw(plans(problem))
+    order = repair(draw(orders(plan)), plan.forward, plan.backward)
+    return Plan.of(plan.forward, plan.backward, order=list(order.stages))

@@ -11,7 +11,7 @@ from tidgap.model.problem import Problem
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.outputs.trace import MICROSECONDS
 from tidgap.schedules.baselines import BaselineResult, best_baselines
-from tidgap.schedules.flush import evaluate
+from tidgap.schedules.families import evaluate
 
 #: Significant digits of the largest value in the table's time and throughput columns.
 TIME_DIGITS = 6

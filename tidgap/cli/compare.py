@@ -20,7 +20,7 @@ from tidgap.outputs.files import check_outputs, write_comparison
 from tidgap.schedules.baselines import (
     best_baselines,
 )
-from tidgap.schedules.timeline import plan_timeline
+from tidgap.schedules.families import plan_timeline
 
 
 def _bound_line(bound: float, rows: list[ComparisonRow], unit: str) -> str:

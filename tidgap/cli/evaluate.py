@@ -1,4 +1,5 @@
-"""``tidgap evaluate``: the time of a plan file or of a baseline, with its report."""
+"""``tidgap evaluate``: the time of a plan file (flush or ordered) or of a baseline, with
+its report and memory."""
 
 from __future__ import annotations
 
@@ -19,25 +20,30 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import load_plan
 from tidgap.model.problem import Problem, load_problem
 from tidgap.outputs.files import check_outputs, write_timelines
-from tidgap.schedules.baselines import (
+from tidgap.schedules.baselines import require_feasible
+from tidgap.schedules.evaluation import Evaluation
+from tidgap.schedules.families import (
+    BASELINE_NAMES,
     SCHEDULES,
-    baseline,
-    equal_partition,
-    require_feasible,
+    baseline_evaluation,
+    baseline_timeline,
+    evaluate,
+    family_of,
+    plan_timeline,
 )
-from tidgap.schedules.flush import evaluate
-from tidgap.schedules.held import BASELINE_PEAK_HELD, peak_memory
-from tidgap.schedules.timeline import TIMED_SCHEDULES, Timeline, baseline_timeline, plan_timeline
 
 
-def _baseline_run(problem: Problem, schedule: str, m: int) -> tuple[float, Timeline | None]:
-    """The iteration time of ``schedule`` with ``m`` microbatches and, if it has one, its
-    timeline (one evaluation gives both)."""
-    require_feasible(problem, m)
-    if schedule in TIMED_SCHEDULES:
-        timeline = baseline_timeline(problem, schedule, m)
-        return timeline.iteration_time, timeline
-    return baseline(problem, schedule, m).iteration_time, None
+def memory_lines(evaluation: Evaluation) -> list[str]:
+    """``peak held`` per stage (samples) and, where the problem gives ``activation_bytes``,
+    ``peak memory`` (bytes) with the stages over their limit."""
+    lines = [f"  peak held (samples per stage): {evaluation.peak_held}"]
+    if evaluation.peak_memory is not None:
+        over = evaluation.over_memory_limit
+        lines.append(
+            f"  peak memory (bytes per stage): {[f'{b:.4g}' for b in evaluation.peak_memory]}; "
+            + (f"over the memory limit on stage(s) {over}" if over else "within every limit")
+        )
+    return lines
 
 
 @click.command(name="evaluate")
@@ -45,7 +51,7 @@ def _baseline_run(problem: Problem, schedule: str, m: int) -> tuple[float, Timel
 @click.argument("plan_file", metavar="[PLAN]", required=False)
 @click.option(
     "--schedule",
-    type=click.Choice(SCHEDULES),
+    type=click.Choice(BASELINE_NAMES),
     help="Evaluate a baseline schedule instead of a plan file.",
 )
 @click.option(
@@ -63,7 +69,7 @@ def evaluate_command(
     as_json: bool,
 ) -> None:
     """Iteration time of PLAN, or of a baseline with --schedule and --microbatches, with
-    per-stage busy time, bubbles and the lower bound for any flush plan."""
+    per-stage busy time, bubbles, peak memory and the lower bound for any flush plan."""
     if plan_file is not None and schedule is not None:
         raise click.UsageError("give PLAN or --schedule, not both")
     if schedule is None and microbatches is not None:
@@ -72,10 +78,11 @@ def evaluate_command(
         raise click.UsageError("give PLAN, or --schedule with --microbatches")
     if schedule is not None and microbatches is None:
         raise click.UsageError("--schedule requires --microbatches")
-    if schedule is not None and schedule not in TIMED_SCHEDULES and (gantt or trace):
+    if schedule is not None and not SCHEDULES[schedule].has_timeline and (gantt or trace):
+        timed = [name for name in BASELINE_NAMES if SCHEDULES[name].has_timeline]
         raise InputError(
             f"{schedule} is a steady-state bound without a timeline; --gantt and --trace "
-            f"take {' or '.join(TIMED_SCHEDULES)}",
+            f"take {' or '.join(timed)}",
             source="--schedule",
         )
     check_outputs(gantt, trace, inputs={"PROBLEM": problem, "PLAN": plan_file})
@@ -84,6 +91,7 @@ def evaluate_command(
         _evaluate_baseline(loaded, schedule, microbatches, gantt, trace, as_json)
         return
     plan = load_plan(plan_file, loaded)
+    family = family_of(plan)
     evaluation = evaluate(loaded, plan)
     timeline = plan_timeline(loaded, plan)
     written = write_timelines([timeline], gantt, trace, loaded.name)
@@ -97,21 +105,18 @@ def evaluate_command(
         f"{loaded.batch_size / evaluation.iteration_time:.6g} samples/{unit}, "
         f"forwards end at {evaluation.forward_end:.6g} {unit}"
     )
+    order = plan.stage_order()
     for s in range(loaded.num_stages):
+        ordered = f", order {order.stages[s]}" if plan.order or plan.windows else ""
         click.echo(
             f"  {loaded.stage_name(s)}: forwards {plan.forward[s]} end "
             f"{evaluation.forward_ends[s]:.6g}, backwards {plan.backward[s]} end "
-            f"{evaluation.backward_ends[s]:.6g}, tail {loaded.stages[s].tail:g}"
+            f"{evaluation.backward_ends[s]:.6g}, tail {loaded.stages[s].tail:g}{ordered}"
         )
-    click.echo(f"  peak held (samples per stage): {evaluation.peak_held}")
-    if evaluation.peak_memory is not None:
-        over = evaluation.over_memory_limit
-        click.echo(
-            f"  peak memory (bytes per stage): {[f'{b:.4g}' for b in evaluation.peak_memory]}; "
-            + (f"over the memory limit on stage(s) {over}" if over else "within every limit")
-        )
-    figures = report(timeline, lower_bound(loaded))
-    for line in format_report(figures, timeline.stage_names, unit) + written:
+    bound = lower_bound(loaded) if family.has_flush else None
+    figures = report(timeline, bound)
+    lines = memory_lines(evaluation) + format_report(figures, timeline.stage_names, unit)
+    for line in lines + written:
         click.echo(line)
 
 
@@ -123,9 +128,13 @@ def _evaluate_baseline(
     trace: str | None,
     as_json: bool,
 ) -> None:
-    """``evaluate --schedule``: the baseline's time and, if it has a timeline, its report
-    (with the lower bound for GPipe, a flush plan; 1F1B has no flush)."""
-    time, timeline = _baseline_run(problem, schedule, m)
+    """``evaluate --schedule``: the baseline's time, what it holds and, if it has a
+    timeline, its report (with the lower bound where the flush bound holds)."""
+    require_feasible(problem, m)
+    family = SCHEDULES[schedule]
+    evaluation = baseline_evaluation(problem, schedule, m)
+    time = family.time(problem, m) if evaluation is None else evaluation.iteration_time
+    timeline = baseline_timeline(problem, schedule, m) if family.has_timeline else None
     written = [] if timeline is None else write_timelines([timeline], gantt, trace, problem.name)
     throughput = problem.batch_size / time
     document: dict[str, Any] = {
@@ -134,12 +143,9 @@ def _evaluate_baseline(
         "iteration_time": time,
         "throughput": throughput,
     }
-    if schedule in BASELINE_PEAK_HELD:
-        held = BASELINE_PEAK_HELD[schedule](problem, equal_partition(problem, m))
-        document["peak_held"] = held
-        memory = peak_memory(problem, held)
-        if memory is not None:
-            document["peak_memory"], document["over_memory_limit"] = memory
+    if evaluation is not None:
+        memory = evaluation.as_dict()
+        document.update({key: memory[key] for key in memory if key not in document})
     if as_json:
         echo_json(document)
         return
@@ -148,11 +154,10 @@ def _evaluate_baseline(
         f"{schedule}({m}): iteration {time:.6g} {problem.time_unit}, throughput "
         f"{throughput:.6g} samples/{problem.time_unit}"
     )
-    if "peak_held" in document:
-        click.echo(f"  peak held (samples per stage): {document['peak_held']}")
+    lines = [] if evaluation is None else memory_lines(evaluation)
     if timeline is not None:
-        bound = lower_bound(problem) if schedule == "gpipe" else None
+        bound = lower_bound(problem) if family.has_flush else None
         figures = report(timeline, bound)
-        written = format_report(figures, timeline.stage_names, problem.time_unit) + written
-    for line in written:
+        lines += format_report(figures, timeline.stage_names, problem.time_unit)
+    for line in lines + written:
         click.echo(line)

@@ -21,8 +21,7 @@ from tidgap.outputs.exports import (
 )
 from tidgap.outputs.files import check_outputs, write_json, writing
 from tidgap.schedules.baselines import best_baselines
-from tidgap.schedules.flush import evaluate
-from tidgap.schedules.timeline import plan_timeline
+from tidgap.schedules.families import evaluate, plan_timeline
 
 EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
 

@@ -29,7 +29,7 @@ from tidgap.optimize.driver import SearchResult, search
 from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.memory import parse_size
 from tidgap.outputs.files import check_outputs, write_comparison, write_json
-from tidgap.schedules.timeline import plan_timeline
+from tidgap.schedules.families import plan_timeline
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
 DEFAULT_TIME_LIMIT = 10.0

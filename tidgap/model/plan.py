@@ -1,4 +1,5 @@
-"""A plan (``tidgap.plan/1``): per stage, the forward and backward microbatch sizes in order."""
+"""A plan (``tidgap.plan/1``): per stage, the forward and backward microbatch sizes in order,
+and for an ordered plan the order of its forwards and backwards (``order`` or ``windows``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.fileio import parse_model, read_json
 from tidgap.model.problem import Problem
 from tidgap.model.timefn import Samples, StrictModel
+from tidgap.schedules.ir import Order, first_violation, flush_order, window_order
 
 PLAN_FORMAT = "tidgap.plan/1"
 
@@ -33,19 +35,14 @@ class Plan(StrictModel):
     predicted: Any = None
     baselines: Any = None
     search: Any = None
-    order: Any = None
-    windows: Any = None
+    order: list[str] | None = None
+    windows: list[Samples] | None = None
 
     @model_validator(mode="after")
-    def _flush_only(self) -> Plan:
-        """Ordered plans (formats.md: ``order`` / ``windows``) are part of the contract but
-        not evaluated yet: refused as bad input naming the field, never taken as flush."""
-        for key in ("order", "windows"):
-            if getattr(self, key) is not None:
-                raise InputError(
-                    "ordered plans are not supported yet: tidgap evaluates flush plans only",
-                    (key,),
-                )
+    def _one_way_to_order(self) -> Plan:
+        """``order`` and ``windows`` both say how each stage orders its work: at most one."""
+        if self.order is not None and self.windows is not None:
+            raise InputError("give order or windows, not both", ("windows",))
         return self
 
     @classmethod
@@ -54,9 +51,30 @@ class Plan(StrictModel):
         return parse_model(cls, data, PLAN_FORMAT)
 
     @classmethod
-    def of(cls, forward: list[list[int]], backward: list[list[int]]) -> Plan:
-        """A plan from per-stage size lists (shape only; see :func:`check_plan`)."""
-        return cls(forward=[list(p) for p in forward], backward=[list(p) for p in backward])
+    def of(
+        cls,
+        forward: list[list[int]],
+        backward: list[list[int]],
+        order: list[str] | None = None,
+        windows: list[int] | None = None,
+    ) -> Plan:
+        """A plan from per-stage size lists and, for an ordered plan, per-stage letters or
+        windows (shape only; see :func:`check_plan`)."""
+        return cls(
+            forward=[list(p) for p in forward],
+            backward=[list(p) for p in backward],
+            order=None if order is None else list(order),
+            windows=None if windows is None else list(windows),
+        )
+
+    def stage_order(self) -> Order:
+        """Each stage's letters: the given ``order``, the one ``windows`` stand for, or the
+        flush order ``F^M B^N`` (model.md, Ordered plans)."""
+        if self.order is not None:
+            return Order.of(self.order)
+        if self.windows is not None:
+            return window_order(self.forward, self.backward, self.windows)
+        return flush_order(self.forward, self.backward)
 
 
 def check_plan(plan: Plan, problem: Problem) -> None:
@@ -86,6 +104,21 @@ def check_plan(plan: Plan, problem: Problem) -> None:
                 raise InputError(
                     f"sizes sum to {total}, batch_size is {problem.batch_size}", (direction, s)
                 )
+    check_order(plan, stages)
+
+
+def check_order(plan: Plan, stages: int) -> None:
+    """Raise :class:`InputError` on ``order[s]`` / ``windows[s]`` unless the plan's order is
+    valid (model.md: rules ``count``, 1 and 2, the first broken one reported)."""
+    key = "order" if plan.order is not None else "windows"
+    given = getattr(plan, key)
+    if given is None:
+        return
+    if len(given) != stages:
+        raise InputError(f"has {len(given)} stage(s), the problem has {stages}", (key,))
+    violation = first_violation(plan.stage_order(), plan.forward, plan.backward)
+    if violation is not None:
+        raise InputError(violation.message(), (key, violation.stage))
 
 
 def load_plan(path: str | os.PathLike[str], problem: Problem) -> Plan:

@@ -19,7 +19,8 @@ from typing import Any
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.schedules.baselines import BaselineResult
-from tidgap.schedules.flush import Evaluation, prefix_sums
+from tidgap.schedules.evaluation import Evaluation
+from tidgap.schedules.ir import prefix_sums
 from tidgap.schedules.timeline import Step, Timeline
 
 SCHEDULE_FORMAT = "tidgap.schedule/1"

@@ -6,7 +6,6 @@ All use one equal partition of the batch on every stage, in both directions
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,8 +15,11 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.timefn import TimeFunction
 from tidgap.schedules.flush import evaluate
+from tidgap.schedules.ir import Order, one_f_one_b_order
+from tidgap.schedules.simulate import evaluate_order
 
-SCHEDULES = ("gpipe", "1f1b", "pipedream")
+#: The baselines in the row order of the compiled table (:func:`baseline_times`).
+BASELINE_ROWS = ("gpipe", "1f1b", "pipedream")
 #: Most recurrence steps :func:`best_baselines` takes on (about 20 s on 2 cores).
 MAX_BASELINE_STEPS = 2 * 10**10
 
@@ -84,116 +86,18 @@ def gpipe(problem: Problem, m: int) -> float:
     return evaluate(problem, gpipe_plan(problem, m)).iteration_time
 
 
-def one_f_one_b_order(num_stages: int, s: int, m: int) -> list[tuple[str, int]]:
-    """Stage ``s``'s operations under 1F1B: ``("F", j)`` / ``("B", j)``, ``j = 0..m-1``.
-
-    ``w = min(S-s-1, m)`` warm-up forwards, then one forward and one backward in turn
-    until the forwards are done, then the remaining backwards.
-    """
-    warmup = min(num_stages - s - 1, m)
-    order = [("F", j) for j in range(warmup)]
-    for j in range(m - warmup):
-        order += [("F", warmup + j), ("B", j)]
-    order += [("B", j) for j in range(m - warmup, m)]
-    return order
-
-
-@dataclass(frozen=True)
-class Interval:
-    """One timed step of a simulated schedule, in the problem's time unit.
-
-    ``kind`` is ``"F"`` or ``"B"``: on a stage, a forward or backward; on link ``s -> s+1``,
-    activations sent ``s -> s+1`` or gradients sent ``s+1 -> s``. ``microbatch`` counts
-    from 0.
-    """
-
-    kind: str
-    microbatch: int
-    start: float
-    end: float
-
-
-@dataclass(frozen=True)
-class Simulation:
-    """A simulated 1F1B(m): ``operations[s]`` in stage ``s``'s order, ``transfers[l]`` in
-    link ``l``'s send order (both directions), ``sizes`` the equal partition in samples."""
-
-    sizes: list[int]
-    operations: list[list[Interval]]
-    transfers: list[list[Interval]]
-
-
-def simulate_one_f_one_b(problem: Problem, m: int) -> Simulation:
-    """1F1B(m) (PipeDream-flush) by event-driven simulation: every operation and transfer.
-
-    Each operation starts when its stage is free and its input has arrived; a stage's
-    sends overlap its compute; each link direction carries one transfer at a time, in
-    send order.
-    """
-    S = problem.num_stages
+def one_f_one_b_plan(problem: Problem, m: int) -> Plan:
+    """1F1B(m) written as an ordered plan: the equal partition everywhere, each stage in
+    its 1F1B order (:func:`tidgap.schedules.ir.one_f_one_b_order`)."""
     sizes = equal_partition(problem, m)
-    orders = [one_f_one_b_order(S, s, m) for s in range(S)]
-    position = [0] * S
-    stage_free = [0.0] * S
-    forward_done: list[dict[int, float]] = [{} for _ in range(S)]
-    activation_at: list[dict[int, float]] = [{} for _ in range(S)]
-    gradient_at: list[dict[int, float]] = [{} for _ in range(S)]
-    link_free_forward = [0.0] * max(S - 1, 0)
-    link_free_backward = [0.0] * max(S - 1, 0)
-    operations: list[list[Interval]] = [[] for _ in range(S)]
-    transfers: list[list[Interval]] = [[] for _ in range(S - 1)]
-
-    def input_arrival(s: int, op: str, j: int) -> float | None:
-        if op == "F":
-            return 0.0 if s == 0 else activation_at[s].get(j)
-        return forward_done[s].get(j) if s == S - 1 else gradient_at[s].get(j)
-
-    remaining = S * 2 * m
-    while remaining:
-        progressed = False
-        for s in range(S):
-            while position[s] < len(orders[s]):
-                op, j = orders[s][position[s]]
-                arrival = input_arrival(s, op, j)
-                if arrival is None:
-                    break
-                stage = problem.stages[s]
-                compute = stage.forward if op == "F" else stage.backward
-                start = max(stage_free[s], arrival)
-                end = start + compute(sizes[j])
-                operations[s].append(Interval(op, j, start, end))
-                stage_free[s] = end
-                if op == "F":
-                    forward_done[s][j] = end
-                    if s < S - 1:
-                        begin = max(end, link_free_forward[s])
-                        sent = begin + problem.links[s].forward(sizes[j])
-                        transfers[s].append(Interval("F", j, begin, sent))
-                        link_free_forward[s] = activation_at[s + 1][j] = sent
-                elif s > 0:
-                    begin = max(end, link_free_backward[s - 1])
-                    sent = begin + problem.links[s - 1].backward(sizes[j])
-                    transfers[s - 1].append(Interval("B", j, begin, sent))
-                    link_free_backward[s - 1] = gradient_at[s - 1][j] = sent
-                position[s] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise RuntimeError("1F1B simulation deadlocked; the operation order is inconsistent")
-    return Simulation(sizes, operations, transfers)
-
-
-def finish_time(problem: Problem, simulation: Simulation) -> float:
-    """``max_s(end of stage s's last operation + tail_s)``: the iteration time."""
-    return max(
-        ops[-1].end + stage.tail
-        for ops, stage in zip(simulation.operations, problem.stages, strict=True)
-    )
+    S = problem.num_stages
+    return Plan.of([sizes] * S, [sizes] * S, order=list(one_f_one_b_order(S, m).stages))
 
 
 def one_f_one_b(problem: Problem, m: int) -> float:
-    """Iteration time of 1F1B(m), by :func:`simulate_one_f_one_b`."""
-    return finish_time(problem, simulate_one_f_one_b(problem, m))
+    """Iteration time of 1F1B(m): the event simulator on the 1F1B order."""
+    plan = one_f_one_b_plan(problem, m)
+    return evaluate_order(problem, plan.forward, plan.backward, Order.of(plan.order)).iteration_time
 
 
 def pipedream(problem: Problem, m: int) -> float:
@@ -209,24 +113,12 @@ def pipedream(problem: Problem, m: int) -> float:
     return busiest
 
 
-BASELINES: dict[str, Callable[[Problem, int], float]] = {
-    "gpipe": gpipe,
-    "1f1b": one_f_one_b,
-    "pipedream": pipedream,
-}
-
-
-def baseline(problem: Problem, schedule: str, m: int) -> BaselineResult:
-    """``schedule`` with ``m`` microbatches; ``m`` must be feasible (:func:`require_feasible`)."""
-    require_feasible(problem, m)
-    return BaselineResult(schedule, m, BASELINES[schedule](problem, m))
-
-
 def baseline_times(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     """Every feasible count ``ms`` (``(M,)``, ascending) and the iteration time of each
-    schedule of :data:`SCHEDULES` with each count, ``(3, M)`` float64 in the problem's unit.
+    baseline of :data:`BASELINE_ROWS` with each count, ``(3, M)`` float64 in the problem's unit.
 
-    Compiled and batched over ``m``, equal bit for bit to :data:`BASELINES`' functions.
+    Compiled and batched over ``m``, equal bit for bit to the baselines' own functions
+    (:func:`gpipe`, :func:`one_f_one_b`, :func:`pipedream`).
     """
     from tidgap.fallback_cpu.setup_loops import baseline_times as compiled
 
@@ -282,7 +174,7 @@ def best_baselines(problem: Problem) -> dict[str, BaselineResult]:
     require_tractable(problem)
     ms, table = baseline_times(problem)
     best: dict[str, BaselineResult] = {}
-    for schedule, row in zip(SCHEDULES, table, strict=True):
+    for schedule, row in zip(BASELINE_ROWS, table, strict=True):
         i = int(np.argmin(row))
         best[schedule] = BaselineResult(schedule, int(ms[i]), float(row[i]))
     return best

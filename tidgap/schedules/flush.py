@@ -9,51 +9,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import accumulate
 
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.timefn import TimeFunction
-from tidgap.schedules.held import flush_peak_held, peak_memory
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """End times of a plan, in the problem's time unit, and what its stages hold.
-
-    ``forward_ends[s]`` / ``backward_ends[s]`` end stage ``s``'s last forward / backward
-    (before its tail); ``iteration_time = max_s(backward_ends[s] + tail_s)``;
-    ``peak_held[s]`` in samples, ``peak_memory[s]`` in bytes and ``over_memory_limit``
-    (stage indices) where the problem gives ``activation_bytes``.
-    """
-
-    iteration_time: float
-    forward_end: float
-    forward_ends: list[float]
-    backward_ends: list[float]
-    peak_held: list[int]
-    peak_memory: list[float] | None = None
-    over_memory_limit: list[int] | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        """The ``tidgap evaluate --json`` object (the memory keys where the problem gives
-        ``activation_bytes``)."""
-        document: dict[str, object] = {
-            "iteration_time": self.iteration_time,
-            "forward_end": self.forward_end,
-            "forward_ends": list(self.forward_ends),
-            "backward_ends": list(self.backward_ends),
-            "peak_held": list(self.peak_held),
-        }
-        if self.peak_memory is not None:
-            document["peak_memory"] = list(self.peak_memory)
-            document["over_memory_limit"] = list(self.over_memory_limit or [])
-        return document
-
-
-def prefix_sums(sizes: list[int]) -> list[int]:
-    """``P[0] = 0, P[k] = sizes[0] + ... + sizes[k-1]``."""
-    return [0, *accumulate(sizes)]
+from tidgap.schedules.evaluation import Evaluation
+from tidgap.schedules.held import flush_peak_held
+from tidgap.schedules.ir import prefix_sums
 
 
 def send_times(ends: list[float], sizes: list[int], transfer: TimeFunction) -> list[float]:
@@ -161,20 +123,13 @@ def recurrences(problem: Problem, plan: Plan) -> tuple[Recurrence, Recurrence]:
 
 
 def summarise(problem: Problem, forward: Recurrence, backward: Recurrence) -> Evaluation:
-    """End times and ``iteration_time = max_s(G[s][N_s] + tail_s)`` of the two directions."""
-    backward_ends = [g[-1] for g in backward.ends]
-    tails = [stage.tail for stage in problem.stages]
-    iteration = max(end + tail for end, tail in zip(backward_ends, tails, strict=True))
-    held = flush_peak_held(problem)
-    memory, over = peak_memory(problem, held) or (None, None)
-    return Evaluation(
-        iteration_time=iteration,
-        forward_end=forward.ends[-1][-1],
-        forward_ends=[f[-1] for f in forward.ends],
-        backward_ends=backward_ends,
-        peak_held=held,
-        peak_memory=memory,
-        over_memory_limit=over,
+    """End times and ``iteration_time = max_s(G[s][N_s] + tail_s)`` of the two directions;
+    every stage holds the whole batch (``peak_held = B``)."""
+    return Evaluation.of(
+        problem,
+        [f[-1] for f in forward.ends],
+        [g[-1] for g in backward.ends],
+        flush_peak_held(problem),
     )
 
 

@@ -3,21 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from tidgap.model.problem import Problem
 
 
 def flush_peak_held(problem: Problem) -> list[int]:
     """``peak_held`` of any flush plan: every stage holds the whole batch (``B`` samples)."""
     return [problem.batch_size] * problem.num_stages
-
-
-def one_f_one_b_peak_held(problem: Problem, sizes: list[int]) -> list[int]:
-    """``peak_held`` of 1F1B on the equal partition ``sizes`` (samples): stage ``s`` holds
-    its first ``min(S-s, m)`` microbatches."""
-    S = problem.num_stages
-    return [sum(sizes[: min(S - s, len(sizes))]) for s in range(S)]
 
 
 def peak_memory(problem: Problem, peak_held: list[int]) -> tuple[list[float], list[int]] | None:
@@ -34,11 +25,3 @@ def peak_memory(problem: Problem, peak_held: list[int]) -> tuple[list[float], li
         if stage.memory_limit is not None and used > stage.memory_limit
     ]
     return memory, over
-
-
-#: ``peak_held`` of each synchronous baseline on its equal partition ``sizes`` (samples);
-#: asynchronous PipeDream (a steady-state bound) has none.
-BASELINE_PEAK_HELD: dict[str, Callable[[Problem, list[int]], list[int]]] = {
-    "gpipe": lambda problem, sizes: flush_peak_held(problem),
-    "1f1b": one_f_one_b_peak_held,
-}

@@ -2,7 +2,7 @@
 
 A :class:`Timeline` is what the pictures, traces, reports and exports draw from. It is read
 off the model's own code (:func:`tidgap.schedules.flush.recurrences` for a plan under the flush,
-:func:`tidgap.schedules.baselines.simulate_one_f_one_b` for 1F1B), never recomputed here.
+:func:`tidgap.schedules.simulate.order_timeline` for any other order), never recomputed here.
 """
 
 from __future__ import annotations
@@ -11,11 +11,8 @@ from dataclasses import dataclass
 
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.schedules.baselines import Interval, finish_time, gpipe_plan, simulate_one_f_one_b
-from tidgap.schedules.flush import prefix_sums, recurrences, summarise
-
-#: Schedules with a timeline (PipeDream is a steady-state bound: it has none).
-TIMED_SCHEDULES = ("gpipe", "1f1b")
+from tidgap.schedules.flush import recurrences, summarise
+from tidgap.schedules.ir import prefix_sums
 
 
 @dataclass(frozen=True)
@@ -90,20 +87,20 @@ def _sends(kind: str, sizes: list[int], ends: list[float], arrivals: list[float]
     ]
 
 
-def _tail(problem: Problem, s: int, end: float) -> list[Step]:
+def tail_steps(problem: Problem, s: int, end: float) -> list[Step]:
     """The tail of stage ``s`` after its last operation ends at ``end`` (none if zero)."""
     tail = problem.stages[s].tail
     return [Step("T", None, None, end, end + tail)] if tail > 0 else []
 
 
-def plan_timeline(problem: Problem, plan: Plan, label: str = "plan") -> Timeline:
+def flush_timeline(problem: Problem, plan: Plan, label: str = "plan") -> Timeline:
     """Every step of a feasible ``plan`` under the flush model (model.md)."""
     forward, backward = recurrences(problem, plan)
     stages = []
     for s in range(problem.num_stages):
         steps = _computes("F", plan.forward[s], forward.ends[s], forward.ready[s])
         steps += _computes("B", plan.backward[s], backward.ends[s], backward.ready[s])
-        stages.append(steps + _tail(problem, s, backward.ends[s][-1]))
+        stages.append(steps + tail_steps(problem, s, backward.ends[s][-1]))
     links = [
         _sends("F", plan.forward[s], forward.ends[s], forward.arrivals[s])
         + _sends("B", plan.backward[s + 1], backward.ends[s + 1], backward.arrivals[s])
@@ -111,42 +108,10 @@ def plan_timeline(problem: Problem, plan: Plan, label: str = "plan") -> Timeline
     ]
     iteration = summarise(problem, forward, backward).iteration_time
     return Timeline(
-        label, problem.time_unit, _names(problem), stages, links, iteration_time=iteration
+        label, problem.time_unit, stage_names(problem), stages, links, iteration_time=iteration
     )
 
 
-def one_f_one_b_timeline(problem: Problem, m: int) -> Timeline:
-    """Every step of 1F1B(m), from the simulation that :func:`tidgap.one_f_one_b` runs."""
-    simulation = simulate_one_f_one_b(problem, m)
-    samples = _samples(simulation.sizes)
-
-    def step(interval: Interval) -> Step:
-        j = interval.microbatch
-        return Step(interval.kind, j, samples[j], interval.start, interval.end)
-
-    stages = [
-        [step(op) for op in ops] + _tail(problem, s, ops[-1].end)
-        for s, ops in enumerate(simulation.operations)
-    ]
-    links = [[step(t) for t in transfers] for transfers in simulation.transfers]
-    return Timeline(
-        f"1F1B({m})",
-        problem.time_unit,
-        _names(problem),
-        stages,
-        links,
-        iteration_time=finish_time(problem, simulation),
-    )
-
-
-def baseline_timeline(problem: Problem, schedule: str, m: int) -> Timeline:
-    """The timeline of GPipe(m) or 1F1B(m) (``schedule`` in :data:`TIMED_SCHEDULES`)."""
-    if schedule == "gpipe":
-        return plan_timeline(problem, gpipe_plan(problem, m), label=f"GPipe({m})")
-    if schedule == "1f1b":
-        return one_f_one_b_timeline(problem, m)
-    raise ValueError(f"{schedule} has no timeline; timed schedules: {', '.join(TIMED_SCHEDULES)}")
-
-
-def _names(problem: Problem) -> list[str]:
+def stage_names(problem: Problem) -> list[str]:
+    """Every stage's display name, in order."""
     return [problem.stage_name(s) for s in range(problem.num_stages)]

@@ -1,0 +1,56 @@
+"""Bad input in a plan's ``order`` and ``windows`` (formats.md): one line naming the field,
+exit status 2, nothing evaluated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cli_helpers import case_named, plan_document, run_cli, write_json
+
+CASE = "tiny7_0"
+
+
+def _flush_letters() -> list[str]:
+    plan = case_named(CASE)["plans"][0]
+    pairs = zip(plan["forward"], plan["backward"], strict=True)
+    return ["F" * len(f) + "B" * len(b) for f, b in pairs]
+
+
+def _with(**fields: Any) -> dict[str, Any]:
+    return plan_document(case_named(CASE), **fields)
+
+
+def _lower_first(letters: list[str]) -> list[str]:
+    return [letters[0].lower(), *letters[1:]]
+
+
+BAD = [
+    (_with(windows=[0, 5, 5, 5]), "windows[0]", "must be > 0"),
+    (_with(windows=[-3, 5, 5, 5]), "windows[0]", "must be > 0"),
+    (_with(windows=[2.5, 5, 5, 5]), "windows[0]", "integer"),
+    (_with(windows=[True, 5, 5, 5]), "windows[0]", "integer"),
+    (_with(windows=[5, 5]), "windows", "has 2 stage(s), the problem has 4"),
+    (_with(order=_flush_letters()[:3]), "order", "has 3 stage(s), the problem has 4"),
+    (_with(order=["FxB", *_flush_letters()[1:]]), "order[0]", "letters other than F and B: 'x'"),
+    (_with(order=_lower_first(_flush_letters())), "order[0]", "letters other than F and B"),
+    (_with(order=[_flush_letters()[0] + "F", *_flush_letters()[1:]]), "order[0]", "rule count"),
+    (_with(order=[7, *_flush_letters()[1:]]), "order[0]", "string"),
+    (_with(order="FFBB"), "order", "list"),
+    (_with(order=_flush_letters(), windows=[5, 5, 5, 5]), "windows", "give order or windows"),
+]
+
+
+@pytest.mark.parametrize(("document", "field", "words"), BAD, ids=[b[1] + ":" + b[2] for b in BAD])
+def test_bad_order_fields_are_one_line_naming_the_field(
+    tmp_path: Path, document: dict[str, Any], field: str, words: str
+) -> None:
+    problem = write_json(tmp_path / "problem.json", case_named(CASE)["problem"])
+    plan = write_json(tmp_path / "plan.json", document)
+    result = run_cli("evaluate", str(problem), str(plan))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"tidgap: error: {plan}: {field}: "), result.stderr
+    assert words in result.stderr and result.stderr.count("\n") == 1, result.stderr

@@ -1,0 +1,162 @@
+"""One event simulator, in plain Python, for any order (model.md, "Ordered plans", Timing).
+
+The reference for every ordered plan and for 1F1B(m): unequal per-stage partitions,
+re-chunking between stages (an operation waits for the sender's microbatch that holds its
+last sample), one transfer at a time per link direction in send order, compute overlapping
+the stage's own sends, tails. Stages are swept in turn, each running operations until one
+waits for an input not yet computed, until all are done; an order that cannot finish
+raises :class:`Deadlock`. Indices follow the spec: microbatches count from ``k = 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tidgap.model.problem import Problem
+from tidgap.schedules.evaluation import Evaluation
+from tidgap.schedules.ir import Order, holder, peak_held, prefix_sums
+from tidgap.schedules.timeline import Step, Timeline, stage_names, tail_steps
+
+
+class Deadlock(RuntimeError):
+    """The order cannot finish: every unfinished stage waits for an input never produced."""
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """Every operation and transfer of one order, in the problem's time unit.
+
+    ``forward_ends[s][k]`` / ``backward_ends[s][k]``: ``EF`` / ``EB`` of stage ``s``,
+    ``k = 1..`` (index 0 holds 0.0); ``stages[s]``: its compute steps in its order (no
+    tail); ``links[l]``: link ``l -> l+1``'s transfers, both directions, as they are sent.
+    """
+
+    forward_ends: list[list[float]]
+    backward_ends: list[list[float]]
+    stages: list[list[Step]]
+    links: list[list[Step]]
+
+
+def simulate(
+    problem: Problem,
+    forward: Sequence[Sequence[int]],
+    backward: Sequence[Sequence[int]],
+    order: Order,
+) -> Simulation:
+    """Time ``order`` over the sizes ``forward[s]`` / ``backward[s]`` (samples).
+
+    Forward ``k`` of ``s`` starts at ``max(free_s, A[s-1][i])``; backward ``k`` at
+    ``max(free_s, EF[s][i_own], A'[s+1][i])``; ``A[s][k] = max(EF[s][k], A[s][k-1]) +
+    Cf_s(f[s][k])`` and ``A'[s][k] = max(EB[s][k], A'[s][k-1]) + Cb_{s-1}(c[s][k])``.
+    """
+    S = problem.num_stages
+    P = [prefix_sums(sizes) for sizes in forward]
+    Q = [prefix_sums(sizes) for sizes in backward]
+    EF: list[list[float]] = [[0.0] for _ in range(S)]
+    EB: list[list[float]] = [[0.0] for _ in range(S)]
+    activations: list[list[float]] = [[-math.inf] for _ in range(S)]  # A[s], sent s -> s+1
+    gradients: list[list[float]] = [[-math.inf] for _ in range(S)]  # A'[s], sent s -> s-1
+    steps: list[list[Step]] = [[] for _ in range(S)]
+    links: list[list[Step]] = [[] for _ in range(S - 1)]
+    position, free = [0] * S, [0.0] * S
+
+    def ready(s: int, op: str) -> float | None:
+        """When stage ``s``'s next ``op`` may start, or ``None`` while an input is missing."""
+        if op == "F":
+            k = len(EF[s])
+            if s == 0:
+                return free[s]
+            i = holder(P[s - 1], P[s][k])
+            return max(free[s], activations[s - 1][i]) if i < len(EF[s - 1]) else None
+        k = len(EB[s])
+        own = holder(P[s], Q[s][k])
+        if own >= len(EF[s]):
+            return None
+        if s == S - 1:
+            return max(free[s], EF[s][own], 0.0)
+        i = holder(Q[s + 1], Q[s][k])
+        return max(free[s], EF[s][own], gradients[s + 1][i]) if i < len(EB[s + 1]) else None
+
+    def run(s: int, op: str, start: float) -> None:
+        """Run stage ``s``'s next ``op`` from ``start`` and send its output."""
+        stage = problem.stages[s]
+        ends, prefix, compute = (
+            (EF[s], P[s], stage.forward) if op == "F" else (EB[s], Q[s], stage.backward)
+        )
+        k = len(ends)
+        size = prefix[k] - prefix[k - 1]
+        samples = (prefix[k - 1] + 1, prefix[k])
+        end = start + compute(size)
+        ends.append(end)
+        steps[s].append(Step(op, k - 1, samples, start, end))
+        free[s] = end
+        if op == "F" and s < S - 1:
+            sent = activations[s]
+            begin = max(end, sent[-1])
+            sent.append(begin + problem.links[s].forward(size))
+            links[s].append(Step("F", k - 1, samples, begin, sent[-1]))
+        elif op == "B" and s > 0:
+            sent = gradients[s]
+            begin = max(end, sent[-1])
+            sent.append(begin + problem.links[s - 1].backward(size))
+            links[s - 1].append(Step("B", k - 1, samples, begin, sent[-1]))
+
+    remaining = sum(len(letters) for letters in order.stages)
+    while remaining:
+        progressed = False
+        for s, letters in enumerate(order.stages):
+            while position[s] < len(letters):
+                start = ready(s, letters[position[s]])
+                if start is None:
+                    break
+                run(s, letters[position[s]], start)
+                position[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            waiting = [
+                f"stage {s} at position {position[s]}"
+                for s in range(S)
+                if position[s] < len(order.stages[s])
+            ]
+            raise Deadlock(f"the order cannot finish: {', '.join(waiting)} wait forever")
+    return Simulation(EF, EB, steps, links)
+
+
+def evaluate_order(
+    problem: Problem,
+    forward: Sequence[Sequence[int]],
+    backward: Sequence[Sequence[int]],
+    order: Order,
+) -> Evaluation:
+    """End times, ``iteration_time = max_s(EB[s][N_s] + tail_s)`` and ``peak_held`` of a
+    valid ``order`` over the sizes ``forward`` / ``backward`` (samples)."""
+    simulation = simulate(problem, forward, backward, order)
+    return Evaluation.of(
+        problem,
+        [ends[-1] for ends in simulation.forward_ends],
+        [ends[-1] for ends in simulation.backward_ends],
+        peak_held(order, forward, backward),
+    )
+
+
+def order_timeline(
+    problem: Problem,
+    forward: Sequence[Sequence[int]],
+    backward: Sequence[Sequence[int]],
+    order: Order,
+    label: str,
+) -> Timeline:
+    """Every step of a valid ``order``, each stage's tail after its last backward."""
+    simulation = simulate(problem, forward, backward, order)
+    stages = [
+        steps + tail_steps(problem, s, steps[-1].end) for s, steps in enumerate(simulation.stages)
+    ]
+    tails = [stage.tail for stage in problem.stages]
+    ends = [ends[-1] for ends in simulation.backward_ends]
+    iteration = max(end + tail for end, tail in zip(ends, tails, strict=True))
+    return Timeline(
+        label, problem.time_unit, stage_names(problem), stages, simulation.links, iteration
+    )
