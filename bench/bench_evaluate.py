@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tidgap import Link, Problem, Stage, affine, evaluate
-from tidgap.backends.evaluator import Evaluator, create_evaluator
+from tidgap.backends.evaluator import SeparableEvaluator, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.optimize.genome import Population, decode_plan
 
@@ -64,7 +64,7 @@ def workload() -> tuple[Problem, TickedProblem, Population]:
     return problem, tick_problem(problem), population
 
 
-def evaluate_population(evaluator: Evaluator, population: Population) -> tuple[Any, Any]:
+def evaluate_population(evaluator: SeparableEvaluator, population: Population) -> tuple[Any, Any]:
     return evaluator.forward_end(population.forward), evaluator.backward_span(population.backward)
 
 
@@ -72,7 +72,7 @@ def evaluate_population(evaluator: Evaluator, population: Population) -> tuple[A
 def reference(workload: tuple[Problem, TickedProblem, Population]) -> tuple[Any, Any]:
     """NumPy's results, to check every backend's output outside the timed part."""
     _, ticked, population = workload
-    return evaluate_population(create_evaluator(ticked, "numpy"), population)
+    return evaluate_population(create_evaluator(ticked, "flush", "numpy"), population)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
@@ -80,7 +80,7 @@ def test_backend(
     benchmark: Any, throughput: Any, workload: Any, reference: Any, backend: str
 ) -> None:
     _, ticked, population = workload
-    evaluator = create_evaluator(ticked, backend)
+    evaluator = create_evaluator(ticked, "flush", backend)
     evaluate_population(evaluator, population)  # warm-up: Numba compiles (or loads its cache)
     benchmark.group = "evaluate S=8 B=256 P=4096"
     if backend == "numba":

@@ -46,7 +46,7 @@ def test_cuda_evaluation(benchmark: Any, throughput: Any, base: Any, size: int) 
     repeat = size // POPULATION
     forward_dev = cupy.asarray(np.tile(forward, (repeat, 1, 1)))
     backward_dev = cupy.asarray(np.tile(backward, (repeat, 1, 1)))
-    evaluator = create_evaluator(ticked, "cuda")
+    evaluator = create_evaluator(ticked, "flush", "cuda")
 
     def run() -> tuple[Any, Any]:
         result = evaluator.forward_end(forward_dev), evaluator.backward_span(backward_dev)
@@ -56,7 +56,7 @@ def test_cuda_evaluation(benchmark: Any, throughput: Any, base: Any, size: int) 
     run()  # compile (or load the kernel cache)
     benchmark.group = "cuda evaluate S=8 B=256"
     got_forward, got_backward = benchmark(run)
-    numba = create_evaluator(ticked, "numba")
+    numba = create_evaluator(ticked, "flush", "numba")
     assert np.array_equal(got_forward.get()[:POPULATION], numba.forward_end(forward))
     assert np.array_equal(got_backward.get()[:POPULATION], numba.backward_span(backward))
     throughput(f"cuda P=2^{size.bit_length() - 1}", benchmark, size)
@@ -66,7 +66,7 @@ def test_cuda_evaluation(benchmark: Any, throughput: Any, base: Any, size: int) 
 
 def test_numba_on_this_machine(benchmark: Any, throughput: Any, base: Any) -> None:
     ticked, forward, backward = base
-    numba = create_evaluator(ticked, "numba")
+    numba = create_evaluator(ticked, "flush", "numba")
     numba.forward_end(forward)  # compile
     benchmark.group = "cuda evaluate S=8 B=256"
     benchmark(lambda: (numba.forward_end(forward), numba.backward_span(backward)))
@@ -83,7 +83,7 @@ def test_one_generation_at_65536(benchmark: Any, throughput: Any, base: Any) -> 
 
     ticked, forward, backward = base
     size = 2**16
-    evaluator = create_evaluator(ticked, "cuda")
+    evaluator = create_evaluator(ticked, "flush", "cuda")
     settings = GeneticSettings(population=size)
     sides = []
     for genes, caps, score in (

@@ -74,7 +74,7 @@ def workload() -> tuple[Any, Population]:
     population = Population(
         random_chromosomes(rng, POPULATION), random_chromosomes(rng, POPULATION)
     )
-    evaluator = create_evaluator(tick_problem(synthetic_problem()), "numba")
+    evaluator = create_evaluator(tick_problem(synthetic_problem()), "flush", "numba")
     evaluate_population(evaluator, population)
     return evaluator, population
 

@@ -3,8 +3,8 @@
 Each module's text is its ``.cu`` file with the local headers inlined
 (:func:`tidgap.kernels.source.kernel_source`); CuPy caches the compiled binary per source
 and options, in memory and in ``~/.cupy/kernel_cache``. Importing this module imports
-CuPy: only :mod:`tidgap.backends.evaluator` and :mod:`tidgap.optimize.driver` do, for the CUDA
-backend.
+CuPy: the ``cuda`` record of :data:`tidgap.backends.BACKENDS` names its evaluator and breeder,
+loaded when that backend is chosen.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import functools
 import cupy
 import numpy as np
 
+from tidgap.backends.evaluator import SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
 from tidgap.kernels.source import kernel_source, scratch_width
 from tidgap.optimize.operators import MUTATIONS
@@ -38,13 +39,12 @@ def _grid(count: int) -> tuple[int]:
     return (max(1, min(-(-count // THREADS_PER_BLOCK), 65535 * 32)),)
 
 
-class CudaEvaluator:
-    """Scores ``(P, S, K)`` int32 device chromosomes; results are ``(P,)`` int64 device ticks.
+class CudaEvaluator(SeparableEvaluator):
+    """The flush on the GPU: scores ``(P, S, K)`` int32 device chromosomes; results are
+    ``(P,)`` int64 device ticks.
 
     The tables of both directions are uploaded once, in chain order.
     """
-
-    backend = "cuda"
 
     def __init__(self, ticked: TickedProblem):
         self.ticked = ticked

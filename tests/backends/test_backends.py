@@ -21,20 +21,17 @@ from tests.support.populations import (
     random_ticked,
 )
 from tidgap import Plan, Problem, check_plan
-from tidgap.backends.evaluator import (
-    CPU_BACKENDS,
-    create_evaluator,
-    iteration_time,
-    load_chain_ends,
-)
+from tidgap.backends import BACKENDS
+from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
+from tidgap.fallback_cpu.flush_numba import chain_ends as numba_chain_ends
+from tidgap.fallback_cpu.flush_numpy import chain_ends as numpy_chain_ends
 from tidgap.optimize.genome import Population, decode_plan, encode_plan
 from tidgap.schedules.flush import evaluate
 
 REL = 1e-6
 CASES = golden_cases()
-numpy_chain_ends = load_chain_ends("numpy")
-numba_chain_ends = load_chain_ends("numba")
+CPU_BACKENDS = [name for name, record in BACKENDS.items() if record.device == "cpu"]
 
 
 def ticked_case(case: dict[str, Any]) -> tuple[Problem, TickedProblem]:
@@ -61,7 +58,7 @@ def test_random_populations_are_feasible_and_ragged() -> None:
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_golden_plans(golden_case: dict[str, Any], backend: str) -> None:
     problem, ticked = ticked_case(golden_case)
-    evaluator = create_evaluator(ticked, backend)
+    evaluator = create_evaluator(ticked, "flush", backend)
     entries = golden_case["plans"]
     assert entries
     encoded = [
@@ -74,7 +71,7 @@ def test_golden_plans(golden_case: dict[str, Any], backend: str) -> None:
     batches.append((np.stack([f for f, _ in encoded]), np.stack([b for _, b in encoded]), expected))
     for forwards, backwards, wanted in batches:
         population = Population(forwards, backwards)
-        times = ticked.to_time(iteration_time(evaluator, population))
+        times = ticked.to_time(evaluator.score(population))
         forward = ticked.to_time(evaluator.forward_end(population.forward))
         assert times.shape == forward.shape == (len(wanted),)
         for p, values in enumerate(wanted):
@@ -86,7 +83,7 @@ def test_golden_plans(golden_case: dict[str, Any], backend: str) -> None:
 def test_golden_per_stage_ends(golden_case: dict[str, Any], backend: str) -> None:
     """Every stage's forward end and backward end, not only the last ones."""
     problem, ticked = ticked_case(golden_case)
-    chain_ends = load_chain_ends(backend)
+    chain_ends = create_evaluator(ticked, "flush", backend).chain_ends
     for entry in golden_case["plans"]:
         plan = Plan.of(entry["forward"], entry["backward"])
         forward, backward = encode_plan(plan, problem, problem.num_units + 3)
@@ -114,16 +111,14 @@ def assert_backends_agree(ticked: TickedProblem, population: Population) -> None
         got = numba_chain_ends(genes, compute, transfer)
         assert got.dtype == np.int64 and got.shape == expected.shape == genes.shape[:2]
         assert np.array_equal(got, expected)
-    numpy_eval = create_evaluator(ticked, "numpy")
-    numba_eval = create_evaluator(ticked, "numba")
+    numpy_eval = create_evaluator(ticked, "flush", "numpy")
+    numba_eval = create_evaluator(ticked, "flush", "numba")
     forward = numba_eval.forward_end(population.forward)
     backward = numba_eval.backward_span(population.backward)
     assert forward.dtype == backward.dtype == np.int64
     assert np.array_equal(forward, numpy_eval.forward_end(population.forward))
     assert np.array_equal(backward, numpy_eval.backward_span(population.backward))
-    assert np.array_equal(
-        iteration_time(numba_eval, population), iteration_time(numpy_eval, population)
-    )
+    assert np.array_equal(numba_eval.score(population), numpy_eval.score(population))
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
@@ -214,8 +209,8 @@ def test_backends_match_oracle_on_random_individuals(
     rng = np.random.default_rng(zlib.crc32(f"{case_id(golden_case)}/{backend}".encode()))
     width = min(problem.num_units, 30) + 4
     population = random_individuals(rng, ticked, 25, width, max_count=30)
-    evaluator = create_evaluator(ticked, backend)
-    times = ticked.to_time(iteration_time(evaluator, population))
+    evaluator = create_evaluator(ticked, "flush", backend)
+    times = ticked.to_time(evaluator.score(population))
     forward = ticked.to_time(evaluator.forward_end(population.forward))
     stage_ends = ticked.to_time(
         evaluator.chain_ends(population.forward, ticked.forward_compute, ticked.forward_transfer)
@@ -235,7 +230,7 @@ def test_numba_is_imported_only_by_its_backend() -> None:
 
     code = (
         "import sys, tidgap, tidgap.backends.evaluator, tidgap.fallback_cpu.flush_numpy;"
-        "assert 'numba' not in sys.modules;"
+        "assert 'numba' not in sys.modules and 'cupy' not in sys.modules;"
         "import tidgap.fallback_cpu.flush_numba; assert 'numba' in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

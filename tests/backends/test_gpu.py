@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from tests.conftest import case_id, golden_cases
 from tests.support.populations import random_individuals
 from tidgap import Problem, load_problem
-from tidgap.backends.evaluator import create_evaluator, default_backend
+from tidgap.backends import default_backend
+from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.gpu import gpu_unusable_reason
 from tidgap.backends.ticks import tick_problem
 from tidgap.cli import cli
@@ -112,7 +113,10 @@ def test_cuda_equals_numba_exactly(case: dict[str, Any]) -> None:
     population = random_individuals(
         np.random.default_rng(1), ticked, size=500, width=min(ticked.num_units, 40)
     )
-    cuda, numba = create_evaluator(ticked, "cuda"), create_evaluator(ticked, "numba")
+    cuda, numba = (
+        create_evaluator(ticked, "flush", "cuda"),
+        create_evaluator(ticked, "flush", "numba"),
+    )
     forward, backward = cupy.asarray(population.forward), cupy.asarray(population.backward)
     np.testing.assert_array_equal(
         cuda.forward_end(forward).get(), numba.forward_end(population.forward)
@@ -130,9 +134,9 @@ def test_cuda_handles_wide_chromosomes_and_large_populations() -> None:
     rng = np.random.default_rng(2)
     population = random_individuals(rng, ticked, size=4096, width=32)
     tiled = np.tile(population.forward, (64, 1, 1))  # 262144 individuals
-    cuda = create_evaluator(ticked, "cuda")
+    cuda = create_evaluator(ticked, "flush", "cuda")
     got = cuda.forward_end(cupy.asarray(tiled)).get()
-    expected = create_evaluator(ticked, "numba").forward_end(population.forward)
+    expected = create_evaluator(ticked, "flush", "numba").forward_end(population.forward)
     np.testing.assert_array_equal(got, np.tile(expected, 64))
 
 

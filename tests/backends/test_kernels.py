@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import numpy as np
 import pytest
 
 from tests.conftest import case_id, golden_cases
-from tests.support import fake_cupy
 from tests.support.populations import random_individuals, random_population, random_ticked
 from tidgap import Problem, load_problem
 from tidgap.backends.evaluator import create_evaluator
@@ -156,7 +154,7 @@ def host_fitness(
 def assert_kernel_matches_cpu(
     kernel: Any, ticked: TickedProblem, forward: Any, backward: Any
 ) -> None:
-    reference = create_evaluator(ticked, "numpy")
+    reference = create_evaluator(ticked, "flush", "numpy")
     np.testing.assert_array_equal(
         host_fitness(kernel, forward, ticked, backward=False), reference.forward_end(forward)
     )
@@ -276,18 +274,6 @@ def test_host_breed_exercises_every_mutation(host_breed: Any) -> None:
         assert (got[members] != parents[members]).any(), list(MUTATIONS)[index]
 
 
-@pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CuPy replaced by :mod:`tests.fake_cupy` (kernels compiled with g++, run on the CPU)."""
-    if shutil.which("g++") is None:
-        pytest.skip("g++ is not installed")
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy.module())
-    monkeypatch.delitem(sys.modules, "tidgap.kernels.launcher", raising=False)
-    from tidgap.kernels import launcher
-
-    launcher._kernel.cache_clear()
-
-
 @pytest.mark.usefixtures("fake_gpu")
 def test_launchers_drive_the_kernels_with_the_right_arguments() -> None:
     """The CUDA evaluator and breeder, through their launchers, equal the CPU code."""
@@ -297,7 +283,7 @@ def test_launchers_drive_the_kernels_with_the_right_arguments() -> None:
     ticked = tick_problem(Problem.from_dict(case["problem"]))
     rng = np.random.default_rng(9)
     population = random_individuals(rng, ticked, size=300, width=24)
-    cpu = create_evaluator(ticked, "numba")
+    cpu = create_evaluator(ticked, "flush", "numba")
     gpu = CudaEvaluator(ticked)
     np.testing.assert_array_equal(
         gpu.forward_end(population.forward), cpu.forward_end(population.forward)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tidgap.backends import BACKENDS
 from tidgap.cli import cli
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem
@@ -111,8 +113,7 @@ def test_the_gpu_budget_is_the_lesser_of_host_and_device(monkeypatch: pytest.Mon
     import tidgap.optimize.memory as memory
 
     monkeypatch.setattr(memory, "available_memory", lambda: 10_000)
-    monkeypatch.setattr(memory, "device_free_memory", lambda: 4_000)
-    assert memory.default_budget("cuda") == 2_000
-    assert memory.default_budget("numba") == 5_000
-    monkeypatch.setattr(memory, "device_free_memory", lambda: None)
-    assert memory.default_budget("cuda") == 5_000
+    gpu = replace(BACKENDS["cuda"], free_memory=lambda: 4_000)
+    assert memory.default_budget(gpu) == 2_000
+    assert memory.default_budget(BACKENDS["numba"]) == 5_000
+    assert memory.default_budget(replace(gpu, free_memory=lambda: None)) == 5_000

@@ -42,7 +42,7 @@ def test_many_equal_seeds_are_spread_and_keep_the_baselines() -> None:
 
 def _score(problem_name: str):
     ticked = tick_problem(load_problem(problem_name))
-    evaluator = create_evaluator(ticked, "numpy")
+    evaluator = create_evaluator(ticked, "flush", "numpy")
     return ticked, evaluator.forward_end
 
 

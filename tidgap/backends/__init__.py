@@ -1,1 +1,144 @@
-"""backends"""
+"""The evaluation backends: ``BACKENDS``, name -> :class:`Backend` record, in order of
+preference (the first usable one is the default).
+
+A record names its code as ``"module:attribute"`` strings, imported on first use, so
+``import tidgap`` imports neither CuPy nor Numba. No module outside this package tests a
+backend by its name: what differs between backends is a field here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from tidgap.backends.gpu import device_free_memory, gpu_unusable_reason
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend: where its populations live and which code evaluates and breeds them.
+
+    - ``title``: its name in messages ("no usable GPU: ...");
+    - ``device``: ``"gpu"`` or ``"cpu"``, what ``--gpu`` / ``--cpu`` choose among;
+    - ``namespace()``: the array module of its populations (NumPy or CuPy), imported lazily;
+    - ``unusable_reason()``: ``None`` when it runs here, else one line saying why not;
+    - ``evaluators``: schedule family (``"flush"``, ``"windowed"``) -> ``"module:factory"``,
+      ``factory(ticked) -> Evaluator``;
+    - ``breeder``: ``"module:function"`` of a fused breeding kernel with the signature of
+      :func:`tidgap.optimize.operators.breed`, or ``None`` for those operators over ``xp``;
+    - ``free_memory()``: free bytes of the device memory its populations live in, ``None``
+      where it cannot say; the field is ``None`` for backends in host memory.
+    """
+
+    name: str
+    title: str
+    device: str
+    namespace: Callable[[], ModuleType]
+    unusable_reason: Callable[[], str | None]
+    evaluators: Mapping[str, str]
+    breeder: str | None = None
+    free_memory: Callable[[], int | None] | None = None
+
+
+class UnusableBackend(RuntimeError):
+    """A backend that cannot run here; the message is one line saying why."""
+
+
+def load(spec: str) -> Any:
+    """The attribute named by ``"module:attribute"``, importing the module."""
+    module, attribute = spec.split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _numpy() -> ModuleType:
+    """NumPy, the array module of the CPU backends."""
+    return np
+
+
+def _cupy() -> ModuleType:
+    """CuPy, imported now."""
+    return importlib.import_module("cupy")
+
+
+def _always_usable() -> None:
+    """NumPy is a dependency of tidgap: always usable."""
+    return None
+
+
+def numba_unusable_reason() -> str | None:
+    """``None`` when Numba imports, else one line saying why not."""
+    try:
+        importlib.import_module("numba")
+    except ImportError as error:
+        return f"Numba does not import ({error})"
+    return None
+
+
+BACKENDS: dict[str, Backend] = {
+    record.name: record
+    for record in (
+        Backend(
+            name="cuda",
+            title="GPU",
+            device="gpu",
+            namespace=_cupy,
+            unusable_reason=gpu_unusable_reason,
+            evaluators={"flush": "tidgap.kernels.launcher:CudaEvaluator"},
+            breeder="tidgap.kernels.launcher:cuda_breed",
+            free_memory=device_free_memory,
+        ),
+        Backend(
+            name="numba",
+            title="Numba",
+            device="cpu",
+            namespace=_numpy,
+            unusable_reason=numba_unusable_reason,
+            evaluators={"flush": "tidgap.backends.evaluator:flush_numba"},
+        ),
+        Backend(
+            name="numpy",
+            title="NumPy",
+            device="cpu",
+            namespace=_numpy,
+            unusable_reason=_always_usable,
+            evaluators={"flush": "tidgap.backends.evaluator:flush_numpy"},
+        ),
+    )
+}
+
+
+def get_backend(name: str) -> Backend:
+    """The record of ``name``; ``ValueError`` naming the known ones otherwise."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
+    return BACKENDS[name]
+
+
+def require_usable(record: Backend) -> Backend:
+    """``record`` if it runs here; else :class:`UnusableBackend` saying why."""
+    reason = record.unusable_reason()
+    if reason is not None:
+        raise UnusableBackend(f"no usable {record.title}: {reason}")
+    return record
+
+
+def first_usable(device: str | None = None) -> Backend:
+    """The first usable backend of the registry (among those on ``device`` when given);
+    :class:`UnusableBackend` with the first one's reason when none is."""
+    candidates = [r for r in BACKENDS.values() if device is None or r.device == device]
+    if not candidates:
+        raise ValueError(f"no backend runs on {device!r}")
+    for record in candidates:
+        if record.unusable_reason() is None:
+            return record
+    return require_usable(candidates[0])
+
+
+def default_backend() -> str:
+    """The name of the first usable backend, in the registry's order of preference."""
+    return first_usable().name

@@ -1,35 +1,27 @@
-"""The registry of batched evaluators, imported lazily so ``import tidgap`` stays light.
+"""The evaluator seam: ``score(population) -> (P,) int64 ticks`` for a schedule family on a
+backend, and the CPU evaluators of the flush.
 
-Every backend computes the same thing, exactly, in integer ticks: for a population,
-each individual's ``forward_end`` (from its forward chromosome) and ``backward_span``
-(from its backward chromosome); ``iteration_time = forward_end + backward_span``
-(model.md, separability). CPU backends take and return NumPy arrays, the CUDA backend
-CuPy arrays.
+Every backend computes the same thing, exactly, in integer ticks. A separable family (the
+flush) also offers both halves of the iteration time, each from one chromosome:
+``forward_end`` and ``backward_span``, with ``score = forward_end + backward_span``
+(model.md, separability); the dual GA selects on each half. CPU backends take and return
+NumPy arrays, the CUDA backend CuPy arrays.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from tidgap.backends.gpu import gpu_unusable_reason
+from tidgap.backends import BACKENDS, get_backend, load, require_usable
 from tidgap.backends.ticks import TickedProblem
 from tidgap.optimize.genome import Population
 
 #: ``chain_ends(sizes (P, S, K), compute (S, U+1), transfer (S-1, U+1)) -> (P, S)`` ticks.
 ChainEnds = Callable[[Any, Any, Any], Any]
-
-#: CPU backend name -> ``module:function`` of its ``chain_ends``; loaded on first use.
-CHAIN_ENDS = {
-    "numpy": "tidgap.fallback_cpu.flush_numpy:chain_ends",
-    "numba": "tidgap.fallback_cpu.flush_numba:chain_ends",
-}
-CPU_BACKENDS = ("numba", "numpy")
-BACKENDS = ("cuda", *CPU_BACKENDS)
 
 #: Genes (individuals x stages x microbatches) per call of a CPU ``chain_ends``: bounds
 #: the NumPy form's temporaries (a few int64 arrays of this many entries).
@@ -37,10 +29,16 @@ CHUNK_GENES = 1 << 22
 
 
 class Evaluator(Protocol):
-    """What the search needs of a backend: both halves of the iteration time, in ticks."""
+    """What a search needs of a backend for one schedule family: each plan's time."""
 
     ticked: TickedProblem
-    backend: str
+
+    def score(self, population: Population) -> Any:
+        """``(P,)`` int64 iteration times in ticks, in the population's array module."""
+
+
+class SeparableEvaluator(Evaluator, Protocol):
+    """An evaluator of a separable family: both halves, each from its own chromosome."""
 
     def forward_end(self, genes: Any) -> Any:
         """``(P, S, K)`` forward chromosomes -> ``(P,)`` end of the last stage's forwards."""
@@ -48,19 +46,16 @@ class Evaluator(Protocol):
     def backward_span(self, genes: Any) -> Any:
         """``(P, S, K)`` backward chromosomes -> ``(P,)`` ``max_s(G[s][N_s] + tail_s)``."""
 
-
-def load_chain_ends(backend: str) -> ChainEnds:
-    """Import and return the ``chain_ends`` of CPU backend ``backend``."""
-    module, function = CHAIN_ENDS[backend].split(":")
-    return getattr(importlib.import_module(module), function)
+    def score(self, population: Population) -> Any:
+        """``(P,)`` ticks: ``forward_end(forward) + backward_span(backward)``."""
+        return self.forward_end(population.forward) + self.backward_span(population.backward)
 
 
 @dataclass(frozen=True)
-class ChainEvaluator:
-    """A CPU evaluator built on one ``chain_ends`` (NumPy matrix form or Numba loops)."""
+class ChainEvaluator(SeparableEvaluator):
+    """The flush on the CPU, built on one ``chain_ends`` (NumPy matrix form or Numba loops)."""
 
     ticked: TickedProblem
-    backend: str
     chain_ends: ChainEnds
 
     def _ends(self, sizes: np.ndarray, compute: np.ndarray, transfer: np.ndarray) -> np.ndarray:
@@ -93,34 +88,38 @@ class ChainEvaluator:
         return (ends[:, ::-1] + t.tails).max(axis=1)
 
 
-def create_evaluator(ticked: TickedProblem, backend: str) -> Evaluator:
-    """An evaluator for ``ticked`` on ``backend`` (``cuda``, ``numba`` or ``numpy``)."""
-    if backend == "cuda":
-        reason = gpu_unusable_reason()
-        if reason is not None:
-            raise RuntimeError(f"the CUDA backend is not usable: {reason}")
-        from tidgap.kernels.launcher import CudaEvaluator
+def flush_numpy(ticked: TickedProblem) -> ChainEvaluator:
+    """The flush in TiDGAP's matrix form (:mod:`tidgap.fallback_cpu.flush_numpy`)."""
+    from tidgap.fallback_cpu.flush_numpy import chain_ends
 
-        return CudaEvaluator(ticked)
-    if backend not in CHAIN_ENDS:
-        raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
-    return ChainEvaluator(ticked, backend, load_chain_ends(backend))
+    return ChainEvaluator(ticked, chain_ends)
 
 
-def iteration_time(evaluator: Evaluator, population: Population) -> Any:
-    """``(P,)`` iteration times in ticks: ``forward_end + backward_span``."""
-    return evaluator.forward_end(population.forward) + evaluator.backward_span(population.backward)
+def flush_numba(ticked: TickedProblem) -> ChainEvaluator:
+    """The flush as parallel compiled loops (:mod:`tidgap.fallback_cpu.flush_numba`)."""
+    from tidgap.fallback_cpu.flush_numba import chain_ends
+
+    return ChainEvaluator(ticked, chain_ends)
 
 
-def cpu_backend() -> str:
-    """Numba when it imports, else NumPy."""
-    try:
-        importlib.import_module("numba")
-    except ImportError:
-        return "numpy"
-    return "numba"
+def missing_evaluator(family: str, backend: str) -> str:
+    """One line: ``family`` has no evaluator on ``backend``, and which pairs exist."""
+    families: dict[str, list[str]] = {}
+    for record in BACKENDS.values():
+        for name in record.evaluators:
+            families.setdefault(name, []).append(record.name)
+    pairs = "; ".join(f"{name} ({', '.join(names)})" for name, names in families.items())
+    return f"{family} has no {backend} evaluator; evaluators exist for: {pairs}"
 
 
-def default_backend() -> str:
-    """The GPU when usable, else the fastest CPU backend."""
-    return "cuda" if gpu_unusable_reason() is None else cpu_backend()
+def create_evaluator(ticked: TickedProblem, family: str, backend: str) -> Evaluator:
+    """The evaluator of schedule ``family`` for ``ticked`` on ``backend``.
+
+    ``ValueError`` for an unknown backend or a missing (family, backend) pair,
+    :class:`tidgap.backends.UnusableBackend` for a backend that cannot run here.
+    """
+    record = get_backend(backend)
+    if family not in record.evaluators:
+        raise ValueError(missing_evaluator(family, backend))
+    require_usable(record)
+    return load(record.evaluators[family])(ticked)

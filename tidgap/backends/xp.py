@@ -16,15 +16,6 @@ def namespace(array: Any) -> ModuleType:
     return np
 
 
-def backend_namespace(backend: str) -> ModuleType:
-    """The array module a backend's populations live in: CuPy for ``cuda``, else NumPy."""
-    if backend == "cuda":
-        import cupy
-
-        return cupy
-    return np
-
-
 def to_host(array: Any) -> np.ndarray:
     """A NumPy copy (or view) of a NumPy or CuPy array."""
     return array.get() if hasattr(array, "get") else np.asarray(array)

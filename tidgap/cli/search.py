@@ -10,8 +10,7 @@ from tidgap.analysis.bound import lower_bound
 from tidgap.analysis.compare import compare, format_table
 from tidgap.analysis.report import report, summary
 from tidgap.analysis.search_summary import summary_lines
-from tidgap.backends.evaluator import BACKENDS, cpu_backend
-from tidgap.backends.gpu import gpu_unusable_reason
+from tidgap.backends import BACKENDS, UnusableBackend, first_usable, get_backend, require_usable
 from tidgap.cli.options import (
     about_problem,
     compact_sizes,
@@ -50,16 +49,18 @@ class MemorySize(click.ParamType):
 
 
 def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
-    """The backend named by ``--backend``, ``--gpu`` or ``--cpu``; bad usage exits 2."""
+    """The backend named by ``--backend``, or the first usable one on the device of ``--gpu``
+    or ``--cpu`` (``auto`` if none is given); bad usage exits 2, an unusable backend too."""
     if sum([gpu, cpu, backend != "auto"]) > 1:
         raise click.UsageError("give one of --backend, --gpu and --cpu")
-    if gpu or backend == "cuda":
-        reason = gpu_unusable_reason()
-        if reason is not None:
-            raise InputError(f"no usable GPU: {reason}", source="--gpu" if gpu else "--backend")
-        return "cuda"
-    if cpu:
-        return cpu_backend()
+    source = "--gpu" if gpu else "--cpu" if cpu else "--backend"
+    try:
+        if gpu or cpu:
+            return first_usable("gpu" if gpu else "cpu").name
+        if backend != "auto":
+            return require_usable(get_backend(backend)).name
+    except UnusableBackend as error:
+        raise InputError(str(error), source=source) from None
     return backend
 
 

@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from tidgap.backends.evaluator import BACKENDS, Evaluator, create_evaluator, default_backend
+from tidgap.backends import BACKENDS, Backend, default_backend, load
+from tidgap.backends.evaluator import SeparableEvaluator, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
-from tidgap.backends.xp import backend_namespace, namespace, to_host
+from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import PLAN_FORMAT, Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.ga import (
@@ -145,7 +146,7 @@ def _seeds(
 
 
 def _directions(
-    ticked: TickedProblem, evaluator: Evaluator, same_partition: bool
+    ticked: TickedProblem, evaluator: SeparableEvaluator, same_partition: bool
 ) -> list[tuple[np.ndarray, Callable, str]]:
     """Per direction: caps ``(S,)`` in units, the score of ``(P, S, K)`` chromosomes, and the
     plan's attribute. With ``same_partition``, one row per chromosome: caps ``(1,)``, the
@@ -173,13 +174,9 @@ def _shared(score: Callable, stages: int) -> Callable:
     return shared
 
 
-def _breeder(backend: str) -> Breeder:
-    """The fused CUDA breeding kernel for ``cuda``, else the ``xp`` operators."""
-    if backend == "cuda":
-        from tidgap.kernels.launcher import cuda_breed
-
-        return cuda_breed
-    return breed
+def _breeder(record: Backend) -> Breeder:
+    """The backend's fused breeding kernel if it has one, else the ``xp`` operators."""
+    return breed if record.breeder is None else load(record.breeder)
 
 
 def _population(
@@ -239,15 +236,14 @@ class Phases:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
 
 
-def _compile(evaluator: Evaluator, ticked: TickedProblem) -> None:
+def _compile(evaluator: SeparableEvaluator, ticked: TickedProblem, xp: ModuleType) -> None:
     """Compile (or load from the disk cache) the setup's loops and the backend's code, on
-    tiny inputs."""
+    tiny inputs in ``xp``."""
     from tidgap.fallback_cpu.setup_loops import warm_up
 
     warm_up()
     genes = np.zeros((1, ticked.num_stages, 1), dtype=GENE)
     genes[...] = ticked.num_units
-    xp = backend_namespace(evaluator.backend)
     evaluator.forward_end(xp.asarray(genes))
     evaluator.backward_span(xp.asarray(genes))
 
@@ -306,7 +302,8 @@ def search(
         raise ValueError(f"unknown backend {backend!r}")
     started = time.perf_counter()
     backend = default_backend() if backend == "auto" else backend
-    budget = default_budget(backend) if max_memory is None else max_memory
+    record = BACKENDS[backend]
+    budget = default_budget(record) if max_memory is None else max_memory
     budget_source = "half the available memory" if max_memory is None else "--max-memory"
     population = max(population, 8)
     S, U = problem.num_stages, problem.num_units
@@ -315,8 +312,10 @@ def search(
     phases = Phases(on_phase)
     with phases("compile"):
         ticked = tick_problem(problem)
-        evaluator = create_evaluator(ticked, backend)
-        _compile(evaluator, ticked)
+        # The flush is separable: its evaluators offer forward_end and backward_span.
+        evaluator = cast(SeparableEvaluator, create_evaluator(ticked, "flush", backend))
+        xp = record.namespace()
+        _compile(evaluator, ticked, xp)
     ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE)
     stop = StopRule(generations, ga_limit, stagnation, interrupted)
     with phases("baselines"):
@@ -341,7 +340,6 @@ def search(
     footprint = search_footprint(population, len(directions[0][0]), width, U, seeds_count)
     _require_memory(footprint, budget, budget_source)
     settings = GeneticSettings(population=population)
-    xp = backend_namespace(backend)
     rng = CounterRng(seed, xp)
     sides = []
     with phases("seeding"):
@@ -359,7 +357,7 @@ def search(
                     ticked.num_units,
                     score,
                     rng,
-                    _breeder(backend),
+                    _breeder(record),
                 )
             )
     report = None

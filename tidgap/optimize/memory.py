@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidgap.backends import Backend
 from tidgap.backends.evaluator import CHUNK_GENES
-from tidgap.backends.gpu import device_free_memory
 from tidgap.model.errors import InputError
 from tidgap.optimize.polish import BATCH_BYTES
 
@@ -80,11 +80,11 @@ def available_memory() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def default_budget(backend: str) -> int:
-    """Half of :func:`available_memory`; for ``cuda``, half of the least of it and the
-    free device memory (the populations and tables live there)."""
+def default_budget(backend: Backend) -> int:
+    """Half of :func:`available_memory`; for a backend whose populations and tables live in
+    device memory, half of the least of it and the device's free memory."""
     available = available_memory()
-    device = device_free_memory() if backend == "cuda" else None
+    device = None if backend.free_memory is None else backend.free_memory()
     return (available if device is None else min(available, device)) // 2
 
 
