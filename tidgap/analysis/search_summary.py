@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from tidgap.optimize.driver import SearchResult
 from tidgap.schedules.baselines import BaselineResult
+from tidgap.schedules.families import BASELINE_NAMES, SCHEDULES, baseline_label
 
-#: Display names of the synchronous baselines a plan competes with (asynchronous PipeDream
-#: is a steady-state throughput bound, not a schedule to run instead).
-RIVALS = {"gpipe": "GPipe", "1f1b": "1F1B"}
+#: The baselines a plan competes with: those with a timeline (asynchronous PipeDream is a
+#: steady-state throughput bound, not a schedule to run instead).
+RIVALS = tuple(name for name in BASELINE_NAMES if SCHEDULES[name].has_timeline)
 
 
 def best_rival(baselines: dict[str, BaselineResult]) -> BaselineResult:
@@ -18,7 +19,7 @@ def best_rival(baselines: dict[str, BaselineResult]) -> BaselineResult:
 
 def verdict(plan_time: float, rival: BaselineResult, unit: str) -> str:
     """``best baseline: 1F1B(9) 7617 ms, 0.60% faster than this plan`` or ``... slower``."""
-    name = f"{RIVALS[rival.schedule]}({rival.microbatches})"
+    name = baseline_label(rival.schedule, rival.microbatches)
     ratio = rival.iteration_time / plan_time
     if ratio < 1:
         how = (
