@@ -1,8 +1,9 @@
-"""The CPU backends (NumPy matrix form, Numba loops) against the golden values, each other,
-and the float oracle.
+"""The CPU backends' ``chain_ends`` (NumPy matrix form, Numba loops), every stage's ends,
+against the golden values, each other and the float oracle; the Numba wrapper's input checks.
 
-The two backends compute in int64 ticks and must agree exactly; against the float
-references (golden values, oracle) they agree up to the tick rounding (rel 1e-6).
+The two compute in int64 ticks and must agree exactly; against the float references
+(golden values, oracle) they agree up to the tick rounding (rel 1e-6). Every evaluator's
+``score`` and halves are checked in ``test_contract.py``.
 """
 
 from __future__ import annotations
@@ -56,30 +57,6 @@ def test_random_populations_are_feasible_and_ragged() -> None:
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_golden_plans(golden_case: dict[str, Any], backend: str) -> None:
-    problem, ticked = ticked_case(golden_case)
-    evaluator = create_evaluator(ticked, "flush", backend)
-    entries = golden_case["plans"]
-    assert entries
-    encoded = [
-        encode_plan(Plan.of(entry["forward"], entry["backward"]), problem, problem.num_units)
-        for entry in entries
-    ]
-    expected = [entry["expected"] for entry in entries]
-    # Each plan alone (P = 1), then all plans as one population.
-    batches = [(f[None], b[None], [e]) for (f, b), e in zip(encoded, expected, strict=True)]
-    batches.append((np.stack([f for f, _ in encoded]), np.stack([b for _, b in encoded]), expected))
-    for forwards, backwards, wanted in batches:
-        population = Population(forwards, backwards)
-        times = ticked.to_time(evaluator.score(population))
-        forward = ticked.to_time(evaluator.forward_end(population.forward))
-        assert times.shape == forward.shape == (len(wanted),)
-        for p, values in enumerate(wanted):
-            assert times[p] == pytest.approx(values["iteration_time"], rel=REL)
-            assert forward[p] == pytest.approx(values["forward_end"], rel=REL)
-
-
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_golden_per_stage_ends(golden_case: dict[str, Any], backend: str) -> None:
     """Every stage's forward end and backward end, not only the last ones."""
     problem, ticked = ticked_case(golden_case)
@@ -102,7 +79,7 @@ def test_golden_per_stage_ends(golden_case: dict[str, Any], backend: str) -> Non
 # --- (b) NumPy and Numba agree exactly ----------------------------------------------------
 
 
-def assert_backends_agree(ticked: TickedProblem, population: Population) -> None:
+def assert_chain_ends_agree(ticked: TickedProblem, population: Population) -> None:
     for genes, compute, transfer in (
         (population.forward, ticked.forward_compute, ticked.forward_transfer),
         (population.backward, ticked.backward_compute, ticked.backward_transfer),
@@ -111,27 +88,19 @@ def assert_backends_agree(ticked: TickedProblem, population: Population) -> None
         got = numba_chain_ends(genes, compute, transfer)
         assert got.dtype == np.int64 and got.shape == expected.shape == genes.shape[:2]
         assert np.array_equal(got, expected)
-    numpy_eval = create_evaluator(ticked, "flush", "numpy")
-    numba_eval = create_evaluator(ticked, "flush", "numba")
-    forward = numba_eval.forward_end(population.forward)
-    backward = numba_eval.backward_span(population.backward)
-    assert forward.dtype == backward.dtype == np.int64
-    assert np.array_equal(forward, numpy_eval.forward_end(population.forward))
-    assert np.array_equal(backward, numpy_eval.backward_span(population.backward))
-    assert np.array_equal(numba_eval.score(population), numpy_eval.score(population))
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_backends_agree_on_golden_problems(case: dict[str, Any]) -> None:
+def test_chain_ends_agree_on_golden_problems(case: dict[str, Any]) -> None:
     _, ticked = ticked_case(case)
     rng = np.random.default_rng(zlib.crc32(case_id(case).encode()))
     U = ticked.num_units
     for size, width in ((1, min(U, 40)), (97, min(U, 40) + 5), (300, min(U, 40) + 60)):
-        assert_backends_agree(ticked, random_individuals(rng, ticked, size, width))
+        assert_chain_ends_agree(ticked, random_individuals(rng, ticked, size, width))
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_backends_agree_on_large_random_tables(seed: int) -> None:
+def test_chain_ends_agree_on_large_random_tables(seed: int) -> None:
     """Values up to 2**40 ticks exercise int64; S = 1 (no links) and P = 1 included."""
     rng = np.random.default_rng(1000 + seed)
     stages = 1 if seed < 3 else int(rng.integers(2, 9))
@@ -140,7 +109,7 @@ def test_backends_agree_on_large_random_tables(seed: int) -> None:
     size = 1 if seed % 4 == 0 else int(rng.integers(2, 400))
     width = min(num_units, 40) + int(rng.integers(0, 100))  # often far wider than needed
     population = random_individuals(rng, ticked, size, width)
-    assert_backends_agree(ticked, population)
+    assert_chain_ends_agree(ticked, population)
     if stages == 1:
         assert ticked.forward_transfer.shape == (0, num_units + 1)
     big = numba_chain_ends(population.forward, ticked.forward_compute, ticked.forward_transfer)
@@ -202,7 +171,7 @@ def test_numba_rejects_invalid_individuals() -> None:
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_backends_match_oracle_on_random_individuals(
+def test_stage_ends_match_oracle_on_random_individuals(
     golden_case: dict[str, Any], backend: str
 ) -> None:
     problem, ticked = ticked_case(golden_case)
@@ -210,8 +179,6 @@ def test_backends_match_oracle_on_random_individuals(
     width = min(problem.num_units, 30) + 4
     population = random_individuals(rng, ticked, 25, width, max_count=30)
     evaluator = create_evaluator(ticked, "flush", backend)
-    times = ticked.to_time(evaluator.score(population))
-    forward = ticked.to_time(evaluator.forward_end(population.forward))
     stage_ends = ticked.to_time(
         evaluator.chain_ends(population.forward, ticked.forward_compute, ticked.forward_transfer)
     )
@@ -219,8 +186,6 @@ def test_backends_match_oracle_on_random_individuals(
         plan = decode_plan(population.forward[p], population.backward[p], problem)
         check_plan(plan, problem)
         expected = evaluate(problem, plan)
-        assert times[p] == pytest.approx(expected.iteration_time, rel=REL)
-        assert forward[p] == pytest.approx(expected.forward_end, rel=REL)
         assert stage_ends[p] == pytest.approx(expected.forward_ends, rel=REL)
 
 

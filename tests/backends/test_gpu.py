@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import case_id, golden_cases
 from tests.support.populations import random_individuals
-from tidgap import Problem, load_problem
+from tidgap import load_problem
 from tidgap.backends import default_backend
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.gpu import gpu_unusable_reason
@@ -102,28 +100,6 @@ def test_gpu_and_cpu_together_is_bad_usage() -> None:
 
 
 # --- on a GPU --------------------------------------------------------------------------
-
-
-@needs_gpu
-@pytest.mark.parametrize("case", golden_cases(), ids=case_id)
-def test_cuda_equals_numba_exactly(case: dict[str, Any]) -> None:
-    import cupy
-
-    ticked = tick_problem(Problem.from_dict(case["problem"]))
-    population = random_individuals(
-        np.random.default_rng(1), ticked, size=500, width=min(ticked.num_units, 40)
-    )
-    cuda, numba = (
-        create_evaluator(ticked, "flush", "cuda"),
-        create_evaluator(ticked, "flush", "numba"),
-    )
-    forward, backward = cupy.asarray(population.forward), cupy.asarray(population.backward)
-    np.testing.assert_array_equal(
-        cuda.forward_end(forward).get(), numba.forward_end(population.forward)
-    )
-    np.testing.assert_array_equal(
-        cuda.backward_span(backward).get(), numba.backward_span(population.backward)
-    )
 
 
 @needs_gpu
