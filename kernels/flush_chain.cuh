@@ -17,7 +17,7 @@
 // `reversed` reads gene row S-1-j at chain position j. Scratch: four arrays of K
 // entries (two stages' end times and prefix sums, ping-ponged).
 // The same code is compiled by NVRTC for the GPU (flush_evaluate.cu) and by the host compiler
-// for tests (tests/native/chain_host.cpp), so a wrong kernel fails CI without a GPU.
+// for tests (tests/support/native/chain_host.cpp), so a wrong kernel fails CI without a GPU.
 #ifndef TIDGAP_CHAIN_CUH
 #define TIDGAP_CHAIN_CUH
 
