@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,22 +25,12 @@ from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import to_host
 from tidgap.optimize.genome import Population, decode_plan, encode_plan
-from tidgap.schedules import flush
+from tidgap.schedules.families import SCHEDULES
 
 REL = 1e-6
 CASES = golden_cases()
 
 
-@dataclass(frozen=True)
-class Reference:
-    """A family's reference evaluation and whether its evaluators offer both halves."""
-
-    evaluate: Callable[[Problem, Plan], Any]
-    separable: bool
-
-
-#: Family -> its reference: what every backend's evaluator of the family must equal.
-REFERENCES = {"flush": Reference(flush.evaluate, separable=True)}
 FAMILIES = list(dict.fromkeys(f for record in BACKENDS.values() for f in record.evaluators))
 PAIRS = [(name, f) for name, record in BACKENDS.items() for f in record.evaluators]
 
@@ -51,7 +40,9 @@ def pair_id(pair: tuple[str, str]) -> str:
 
 
 def test_every_family_with_an_evaluator_has_a_reference() -> None:
-    assert PAIRS and set(FAMILIES) <= set(REFERENCES)
+    assert PAIRS
+    for family in FAMILIES:
+        assert SCHEDULES[family].evaluate is not None, family
 
 
 @dataclass(frozen=True)
@@ -84,7 +75,7 @@ def scored_case(index: int, family: str) -> Scored:
         check_plan(plan, problem)
     encoded = [encode_plan(plan, problem, width) for plan in plans]
     population = Population(np.stack([f for f, _ in encoded]), np.stack([b for _, b in encoded]))
-    expected = [REFERENCES[family].evaluate(problem, plan) for plan in plans]
+    expected = [SCHEDULES[family].evaluate(problem, plan) for plan in plans]
     return Scored(problem, ticked, population, expected)
 
 
@@ -112,7 +103,7 @@ def test_score_equals_the_reference(
         record, Population(case.population.forward[:1], case.population.backward[:1])
     )
     assert np.array_equal(to_host(evaluator.score(single)), ticks[:1])
-    if REFERENCES[family].separable:
+    if SCHEDULES[family].separable:
         forward = to_host(evaluator.forward_end(population.forward))
         backward = to_host(evaluator.backward_span(population.backward))
         assert np.array_equal(forward + backward, ticks)
@@ -138,7 +129,7 @@ def assert_backends_agree(
         evaluator = create_evaluator(ticked, family, name)
         on = on_backend(BACKENDS[name], population)
         result = [to_host(evaluator.score(on))]
-        if REFERENCES[family].separable:
+        if SCHEDULES[family].separable:
             result.append(to_host(evaluator.forward_end(on.forward)))
             result.append(to_host(evaluator.backward_span(on.backward)))
         results[name] = result
