@@ -22,8 +22,7 @@ python3 -c "import cupy, numba, numpy, sys; print('python', sys.version.split()[
 python3 -c "from tidgap.backends.gpu import gpu_unusable_reason as r; print('gpu usable:', r() or 'yes')"
 
 echo "== tests (GPU, kernels, backends)"
-timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py \
-  tests/test_backends.py
+timeout 120 python3 -m pytest -q -p no:cacheprovider tests/backends
 tests_status=$?
 
 echo "== benchmarks"

@@ -4,7 +4,7 @@ one line when the estimate exceeds a budget (default: half the memory available 
 The estimate counts what grows with the options and the problem: the two populations
 ``(P, S, K)`` int32 with the breeding temporaries, the seeds, the tick tables ``(S, U+1)``
 int64 and the evaluation temporaries. The factors are measured peaks of a search
-(``tests/test_memory.py`` checks that the estimate stays above the measured peak).
+(``tests/optimize/test_memory.py`` checks that the estimate stays above the measured peak).
 """
 
 from __future__ import annotations
