@@ -21,12 +21,26 @@ from tests.support.cli_helpers import (
     run_cli,
     write_json,
 )
-from tests.support.strategies import plans, problems
+from tests.support.golden_ordered import (
+    ordered_document,
+    ordered_entry,
+    ordered_params,
+    ordered_plan,
+)
+from tests.support.strategies import ordered_plans, plans, problems
 from tidgap import Plan, Problem, check_plan, evaluate, load_plan
+from tidgap.analysis.search_summary import best_rival
 from tidgap.optimize.driver import search
-from tidgap.outputs.exports import common_refinement, lowered_plan, pytorch_csv, schedule_document
-from tidgap.schedules.families import plan_timeline
-from tidgap.schedules.ir import prefix_sums
+from tidgap.outputs.exports import (
+    common_refinement,
+    lowered_order,
+    lowered_plan,
+    pytorch_csv,
+    schedule_document,
+)
+from tidgap.schedules.baselines import best_baselines
+from tidgap.schedules.families import SCHEDULES, plan_timeline
+from tidgap.schedules.ir import flush_order, holder, one_f_one_b_order, prefix_sums
 
 PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=None)
 #: ``torch.distributed.pipelining.schedules._action_regex``: ``[stage][type][microbatch]``.
@@ -107,9 +121,70 @@ def test_common_refinement_example() -> None:
 
 @pytest.mark.parametrize(("stages", "count"), [(1, 1), (2, 3), (4, 8), (8, 5)])
 def test_csv_passes_pytorchs_rules(stages: int, count: int) -> None:
-    actions = load_compute_only_csv(pytorch_csv(stages, count), stages, count)
-    assert actions[0][:2] == [(0, "F", 0), (0, "F", 1)] or count == 1
-    assert [cell for row in actions.values() for cell in row if cell[0] != row[0][0]] == []
+    sizes = [[1] * count] * stages
+    for order in (flush_order(sizes, sizes), one_f_one_b_order(stages, count)):
+        actions = load_compute_only_csv(pytorch_csv(order), stages, count)
+        assert actions[0][:2] == [(0, "F", 0), (0, "F", 1)] or count == 1
+        assert [cell for row in actions.values() for cell in row if cell[0] != row[0][0]] == []
+
+
+def test_flush_csv_is_every_forward_then_every_backward() -> None:
+    """A flush plan's CSV: row ``s`` holds ``sF0 .. sF{n-1}`` then ``sB0 .. sB{n-1}``."""
+    sizes = [[2, 1, 3]] * 2
+    assert pytorch_csv(flush_order(sizes, sizes)) == (
+        "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1F1,1F2,1B0,1B1,1B2\n"
+    )
+
+
+def _coarse_letters(plan: Plan, lowered: Plan, s: int) -> str:
+    """Stage ``s``'s lowered order read back on ``plan``'s own microbatches: each run of
+    parts of one microbatch of ``plan`` counted once (the part's last sample says which)."""
+    letters, last = [], None
+    for action in lowered.stage_order().actions(s):
+        sizes, own = (
+            (lowered.forward[s], plan.forward[s])
+            if action.op == "F"
+            else (lowered.backward[s], plan.backward[s])
+        )
+        sample = prefix_sums(sizes)[action.microbatch + 1]
+        coarse = (action.op, holder(prefix_sums(own), sample))
+        if coarse != last:
+            letters.append(action.op)
+        last = coarse
+    return "".join(letters)
+
+
+@PROPERTY
+@given(problem=problems(), data=st.data())
+def test_lowering_keeps_the_order_and_stays_valid(problem: Problem, data: st.DataObject) -> None:
+    """Each microbatch of an ordered plan becomes consecutive parts in its place: read back,
+    the order is the plan's; the lowered plan passes every rule (never needs a repair) and
+    its CSV passes PyTorch's checks."""
+    plan = data.draw(ordered_plans(problem))
+    lowered = lowered_plan(plan)
+    check_plan(lowered, problem)
+    sizes = common_refinement(plan)
+    assert lowered.forward == lowered.backward == [sizes] * problem.num_stages
+    assert lowered.order == list(lowered_order(plan, sizes).stages)
+    for s in range(problem.num_stages):
+        assert _coarse_letters(plan, lowered, s) == plan.order[s]
+    load_compute_only_csv(pytorch_csv(lowered.stage_order()), problem.num_stages, len(sizes))
+
+
+@PROPERTY
+@given(problem=problems(), data=st.data())
+def test_a_flush_plan_lowers_to_a_flush_plan(problem: Problem, data: st.DataObject) -> None:
+    plan = data.draw(plans(problem))
+    lowered = lowered_plan(plan)
+    assert lowered.order is None and lowered.windows is None
+    assert lowered.stage_order() == lowered_order(plan, common_refinement(plan))
+
+
+def test_lowered_order_example() -> None:
+    """Stage 0 runs ``F1 B1 F2 B2`` on ``[4, 4]``; the refinement ``[2, 2, 2, 2]`` (stage 1's
+    cuts) makes each of its microbatches two parts."""
+    plan = Plan.of([[4, 4], [2, 2, 2, 2]], [[4, 4], [2, 2, 2, 2]], order=["FBFB", "FBFBFBFB"])
+    assert lowered_order(plan, [2, 2, 2, 2]).stages == ("FFBBFFBB", "FBFBFBFB")
 
 
 def test_the_checker_can_fail() -> None:
@@ -185,7 +260,96 @@ def test_some_golden_lowerings_warn_and_some_do_not() -> None:
     assert slower == {True, False}
 
 
+def _ordered_files(tmp_path: Path, name: str, index: int) -> tuple[Path, Path, Plan, Problem]:
+    case = case_named(name)
+    entry = ordered_entry(name, index)
+    problem = write_json(tmp_path / "problem.json", case["problem"])
+    plan = write_json(tmp_path / "plan.json", ordered_document(entry))
+    return problem, plan, ordered_plan(entry), Problem.from_dict(case["problem"])
+
+
+#: A few ordered plans of each shape (order, windows at index 5, the best 1F1B at 6), with
+#: and without memory, with 1F1B and with GPipe (tiny7_1) the faster baseline.
+ORDERED_EXPORTS = [
+    p
+    for p in ordered_params(("tiny7_0", "tiny7_1", "med7_1_mem", "onestage7", "bwdcaps7"))
+    if p.values[1] in (0, 3, 5, 6)
+]
+
+
+def test_ordered_lowerings_warn_against_either_baseline_or_not_at_all() -> None:
+    """The branches of :func:`test_export_pytorch_csv_of_an_ordered_plan` are all taken:
+    a warning against 1F1B, one against GPipe, and none."""
+    seen = set()
+    for param in ORDERED_EXPORTS:
+        name, index = param.values
+        plan = ordered_plan(ordered_entry(name, index))
+        problem = Problem.from_dict(case_named(name)["problem"])
+        rival = best_rival(best_baselines(problem))
+        slower = evaluate(problem, lowered_plan(plan)).iteration_time > rival.iteration_time
+        seen.add(rival.schedule if slower else None)
+    assert seen == {"gpipe", "1f1b", None}
+
+
+@pytest.mark.parametrize(("name", "index"), ORDERED_EXPORTS)
+def test_export_pytorch_csv_of_an_ordered_plan(tmp_path: Path, name: str, index: int) -> None:
+    """The CSV is the lowered order's actions (passing PyTorch's checks); the sidecar's
+    times are the model's, for the plan and for the lowered plan, both shown on stdout;
+    stderr warns iff the lowered plan is slower than the best of GPipe and 1F1B."""
+    problem_path, plan_path, plan, problem = _ordered_files(tmp_path, name, index)
+    out = tmp_path / "schedule.csv"
+    result = run_cli(
+        "export", str(problem_path), str(plan_path), "--to", "pytorch-csv", "--out", str(out)
+    )
+    assert result.exit_code == 0, describe(result)
+    lowered = lowered_plan(plan)
+    count = len(lowered.forward[0])
+    actions = load_compute_only_csv(out.read_text(encoding="utf-8"), problem.num_stages, count)
+    for s in range(problem.num_stages):
+        assert [f"{a}{k}{m}" for a, k, m in actions[s]] == [
+            str(action) for action in lowered.stage_order().actions(s)
+        ]
+        assert _coarse_letters(plan, lowered, s) == plan.stage_order().stages[s]
+    sidecar = json.loads((tmp_path / "schedule.microbatches.json").read_text(encoding="utf-8"))
+    lowered_time = evaluate(problem, lowered)
+    assert sidecar["predicted"]["lowered"] == lowered_time.as_dict()
+    assert sidecar["predicted"]["plan"] == evaluate(problem, plan).as_dict()
+    assert [entry["size"] for entry in sidecar["microbatches"]] == lowered.forward[0]
+    assert "in the plan's order" in result.stdout
+    for time in (lowered_time.iteration_time, evaluate(problem, plan).iteration_time):
+        assert f"{time:.6g} {problem.time_unit}" in result.stdout
+    rival = best_rival(best_baselines(problem))
+    if lowered_time.iteration_time > rival.iteration_time:
+        (line,) = result.stderr.splitlines()
+        label = SCHEDULES[rival.schedule].label
+        assert line.startswith("tidgap: warning: ")
+        assert f"the best {label}'s {rival.iteration_time:.6g}" in line
+        assert f"Schedule{label} runs it as is" in line and "same-partition" not in line
+    else:
+        assert result.stderr == ""
+
+
 # --- same-partition ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("index", "key"), [(0, "order"), (5, "windows")])
+def test_export_same_partition_refuses_an_ordered_plan(
+    tmp_path: Path, index: int, key: str
+) -> None:
+    """The same-partition search is of flush plans: an ordered plan is refused in one line
+    naming its order (or windows), before any search, and nothing is written."""
+    problem_path, plan_path, _, _ = _ordered_files(tmp_path, "med7_1", index)
+    out = tmp_path / "same.json"
+    result = run_cli(
+        "export", str(problem_path), str(plan_path), "--to", "same-partition", "--out", str(out)
+    )
+    assert result.exit_code == 2, describe(result)
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"tidgap: error: {plan_path}: {key}: --to same-partition searches flush plans, and "
+        "this plan has an order; --to pytorch-csv keeps the order on one partition\n"
+    )
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("case", golden_cases(), ids=lambda case: case["problem"]["name"])
@@ -308,8 +472,32 @@ def test_export_json_schedule(tmp_path: Path, name: str) -> None:
     assert document == json.loads(
         json.dumps(schedule_document(problem, plan_timeline(problem, plan)))
     )
+    _check_schedule_stages(document, plan, problem)
+
+
+@pytest.mark.parametrize(("name", "index"), ORDERED_EXPORTS)
+def test_export_json_schedule_of_an_ordered_plan(tmp_path: Path, name: str, index: int) -> None:
+    """An ordered plan's schedule: each stage's order is the plan's, its operations run in
+    that order, at the simulator's times."""
+    problem_path, plan_path, plan, problem = _ordered_files(tmp_path, name, index)
+    out = tmp_path / "schedule.json"
+    result = run_cli(
+        "export", str(problem_path), str(plan_path), "--to", "json-schedule", "--out", str(out)
+    )
+    assert result.exit_code == 0, describe(result)
+    document = json.loads(out.read_text(encoding="utf-8"))
+    expected = ordered_entry(name, index)["expected"]["iteration_time"]
+    assert document["iteration_time"] == pytest.approx(expected, rel=1e-9)
+    _check_schedule_stages(document, plan, problem)
+
+
+def _check_schedule_stages(document: dict[str, Any], plan: Plan, problem: Problem) -> None:
+    """Per stage: the order's letters, operations in that order without overlap, their
+    sizes the plan's, and the sends of each direction."""
     for s, stage in enumerate(document["stages"]):
         ops = stage["operations"]
+        assert stage["order"] == plan.stage_order().stages[s]
+        assert "".join(op["op"][0].upper() for op in ops if op["op"] != "tail") == stage["order"]
         assert [op["size"] for op in ops if op["op"] == "forward"] == plan.forward[s]
         assert [op["size"] for op in ops if op["op"] == "backward"] == plan.backward[s]
         for before, after in zip(ops, ops[1:], strict=False):

@@ -11,14 +11,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.cli_helpers import case_named, describe, plan_document, run_cli, write_json
-from tests.support.strategies import plans, problems
+from tests.support.golden_ordered import ordered_document, ordered_entry, ordered_plan
+from tests.support.strategies import ordered_plans, plans, problems
 from tidgap import Problem, gpipe_plan, load_problem
 from tidgap.schedules.families import baseline_timeline, plan_timeline
 from tidgap.schedules.timeline import Timeline
 
 pytest.importorskip("matplotlib", reason="pictures need the optional extra plot (matplotlib)")
 
-from tidgap.outputs.gantt import draw, pixel_size  # noqa: E402  (after the skip: needs matplotlib)
+from tidgap.outputs.gantt import (  # noqa: E402  (after the skip: needs matplotlib)
+    HELD_COLOUR,
+    STAGE_HEIGHT,
+    _panel,
+    draw,
+    pixel_size,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -92,6 +99,42 @@ def test_gantt_option(tmp_path: Path, args: list[str], panels: int) -> None:
     assert png_size(picture) == expected
 
 
+@pytest.mark.parametrize("index", [0, 5, 7])
+def test_gantt_of_an_ordered_plan(tmp_path: Path, index: int) -> None:
+    """An ordered plan (order or windows) draws from its own timeline, above the baselines."""
+    case = case_named("med7_1_mem")
+    problem = write_json(tmp_path / "problem.json", case["problem"])
+    plan = write_json(tmp_path / "plan.json", ordered_document(ordered_entry("med7_1_mem", index)))
+    for command, panels in (("evaluate", 1), ("compare", 3)):
+        picture = tmp_path / f"{command}.svg"
+        result = run_cli(command, str(problem), str(plan), "--gantt", str(picture))
+        assert result.exit_code == 0, describe(result)
+        text = picture.read_text(encoding="utf-8")
+        assert text.count("peak held ") == panels, command
+
+
+@pytest.mark.parametrize("index", [0, 3, 5])
+def test_held_lines_follow_the_timeline(index: int) -> None:
+    """A step line per stage lane: from the bars' bottom (nothing held) toward their top
+    (the whole batch), at the points of ``Timeline.held``."""
+    from matplotlib.figure import Figure
+
+    case = case_named("med7_1")
+    problem = Problem.from_dict(case["problem"])
+    timeline = plan_timeline(problem, ordered_plan(ordered_entry("med7_1", index)))
+    ax = Figure().subplots()
+    _panel(ax, timeline, timeline.iteration_time, 1000.0)
+    lines = [line for line in ax.get_lines() if line.get_color() == HELD_COLOUR]
+    assert len(lines) == problem.num_stages
+    for s, line in enumerate(lines):
+        points = timeline.held(s)
+        assert list(line.get_xdata()) == [time for time, _ in points]
+        held = [
+            (s + STAGE_HEIGHT / 2 - y) / STAGE_HEIGHT * problem.batch_size for y in line.get_ydata()
+        ]
+        assert held == pytest.approx([h for _, h in points])
+
+
 @pytest.mark.parametrize("name", ["out.jpg", "out", "out.PDF"])
 def test_unsupported_format_is_bad_input(tmp_path: Path, name: str) -> None:
     problem, plan = _inputs(tmp_path)
@@ -132,9 +175,10 @@ def test_any_plan_draws(
 ) -> None:
     """Any small problem draws, including one stage, free links and an all-zero timeline."""
     timeline = plan_timeline(problem, data.draw(plans(problem)))
+    ordered = plan_timeline(problem, data.draw(ordered_plans(problem)), label="ordered")
     path = tmp_path_factory.mktemp("draw") / "plan.png"
-    draw([timeline], path)
-    assert png_size(path) == pixel_size([timeline])
+    draw([timeline, ordered], path)
+    assert png_size(path) == pixel_size([timeline, ordered])
 
 
 def test_failed_write_keeps_the_old_file(tmp_path: Path) -> None:

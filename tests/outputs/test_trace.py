@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.cli_helpers import case_named, describe, plan_document, run_cli, write_json
-from tests.support.strategies import plans, problems
+from tests.support.strategies import ordered_plans, plans, problems
 from tidgap import Problem, load_problem
-from tidgap.outputs.trace import link_track, stage_track, trace_document
+from tidgap.outputs.trace import held_counter, link_track, stage_track, trace_document
 from tidgap.schedules.families import baseline_timeline, plan_timeline
 from tidgap.schedules.timeline import Timeline
 
@@ -50,6 +50,22 @@ def check_trace(document: dict[str, Any], timelines: list[Timeline], scale: floa
             tracks = {link_track(link, "F"), link_track(link, "B")}
             sent = [e for e in complete if e["pid"] == pid and e["tid"] in tracks]
             assert len(sent) == len(steps)
+    check_counters(document, timelines, scale)
+
+
+def check_counters(document: dict[str, Any], timelines: list[Timeline], scale: float) -> None:
+    """Each stage of each process has a counter of held samples, in time order, with a value
+    at every change of :meth:`Timeline.held` and no other counter."""
+    counters = [e for e in document["traceEvents"] if e["ph"] == "C"]
+    expected = 0
+    for pid, timeline in enumerate(timelines, start=1):
+        for s in range(timeline.num_stages):
+            mine = [e for e in counters if e["pid"] == pid and e["name"] == held_counter(s)]
+            assert [(e["ts"], e["args"]) for e in mine] == [
+                (time * scale, {"samples": held}) for time, held in timeline.held(s)
+            ]
+            expected += len(mine)
+    assert len(counters) == expected
 
 
 @PROPERTY
@@ -57,6 +73,30 @@ def check_trace(document: dict[str, Any], timelines: list[Timeline], scale: floa
 def test_trace_of_a_plan(problem: Problem, data: st.DataObject) -> None:
     timeline = plan_timeline(problem, data.draw(plans(problem)))
     check_trace(trace_document([timeline], problem.name), [timeline], 1e3)
+
+
+@PROPERTY
+@given(problem=problems(), data=st.data())
+def test_trace_of_an_ordered_plan(problem: Problem, data: st.DataObject) -> None:
+    timeline = plan_timeline(problem, data.draw(ordered_plans(problem)))
+    check_trace(trace_document([timeline], problem.name), [timeline], 1e3)
+
+
+def test_counters_show_one_f_one_b_holding_less_than_gpipe() -> None:
+    """On gpt1-14 with 8 microbatches, GPipe's counters reach the batch on every stage,
+    1F1B's the ``min(S-s, m)`` microbatches model.md gives."""
+    problem = load_problem("example:gpt1-14")
+    timelines = [baseline_timeline(problem, "gpipe", 8), baseline_timeline(problem, "1f1b", 8)]
+    events = [e for e in trace_document(timelines, None)["traceEvents"] if e["ph"] == "C"]
+    S, per = problem.num_stages, problem.batch_size // 8
+    for pid, peaks in ((1, [problem.batch_size] * S), (2, [per * (S - s) for s in range(S)])):
+        for s, peak in enumerate(peaks):
+            values = [
+                e["args"]["samples"]
+                for e in events
+                if (e["pid"], e["name"]) == (pid, held_counter(s))
+            ]
+            assert max(values) == peak and values[-1] == 0
 
 
 @pytest.mark.parametrize(

@@ -9,27 +9,39 @@ from dataclasses import asdict, dataclass
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.heuristics import HEURISTICS
+from tidgap.optimize.memory import format_bytes
 from tidgap.outputs.trace import MICROSECONDS
 from tidgap.schedules.baselines import BaselineResult, best_baselines
-from tidgap.schedules.families import evaluate
+from tidgap.schedules.evaluation import Evaluation
+from tidgap.schedules.families import baseline_evaluation, evaluate, family_of
 
 #: Significant digits of the largest value in the table's time and throughput columns.
 TIME_DIGITS = 6
 THROUGHPUT_DIGITS = 5
+#: What the table shows for a figure a schedule does not have (PipeDream, a bound).
+MISSING = "-"
 
 
 @dataclass(frozen=True)
 class ComparisonRow:
-    """One schedule: its microbatch count(s), iteration time, throughput, speedup over GPipe.
+    """One schedule: its family (a key of :data:`tidgap.schedules.families.SCHEDULES`),
+    microbatch count(s), iteration time, throughput, speedup over GPipe, and memory.
 
-    ``throughput`` is in samples per time unit; ``speedup`` is best GPipe time / this time.
+    ``throughput`` is in samples per time unit; ``speedup`` is best GPipe time / this time;
+    ``peak_held[s]`` in samples, ``peak_memory[s]`` in bytes and ``over_memory_limit``
+    (stage indices) as ``evaluate`` gives them: ``None`` for PipeDream (a bound, no steps),
+    and the last two ``None`` without ``activation_bytes``.
     """
 
     schedule: str
+    family: str
     microbatches: str
     iteration_time: float
     throughput: float
     speedup: float
+    peak_held: list[int] | None
+    peak_memory: list[float] | None
+    over_memory_limit: list[int] | None
 
 
 def microbatch_summary(plan: Plan) -> str:
@@ -43,6 +55,17 @@ def microbatch_summary(plan: Plan) -> str:
     return f"F {span(plan.forward)} / B {span(plan.backward)}"
 
 
+#: What a row is built from: schedule, family, microbatches, iteration time, evaluation.
+Entry = tuple[str, str, str, float, Evaluation | None]
+
+
+def _plan_entry(problem: Problem, name: str, plan: Plan) -> Entry:
+    """The entry of a plan's row (flush or ordered)."""
+    evaluation = evaluate(problem, plan)
+    summary = microbatch_summary(plan)
+    return name, family_of(plan).name, summary, evaluation.iteration_time, evaluation
+
+
 def compare(
     problem: Problem,
     plan: Plan | None = None,
@@ -51,23 +74,33 @@ def compare(
     baselines: dict[str, BaselineResult] | None = None,
     heuristics: dict[str, Plan] | None = None,
 ) -> list[ComparisonRow]:
-    """Rows for ``plan`` (if given, first), the best GPipe, 1F1B and PipeDream, and the
-    local greedy and global DP plans. Pass ``baselines`` / ``heuristics`` already
-    computed to save the work."""
+    """Rows for ``plan`` (if given, first, flush or ordered), the best GPipe, 1F1B and
+    PipeDream, and the local greedy and global DP plans, each with its memory. Pass
+    ``baselines`` / ``heuristics`` already computed to save the work."""
     best = best_baselines(problem) if baselines is None else baselines
     if heuristics is None:
         heuristics = {name: build(problem) for name, build in HEURISTICS.items()}
     reference = best["gpipe"].iteration_time
-    entries: list[tuple[str, str, float]] = []
+    entries: list[Entry] = []
     if plan is not None:
-        entries.append((label, microbatch_summary(plan), evaluate(problem, plan).iteration_time))
+        entries.append(_plan_entry(problem, label, plan))
     for name, result in best.items():
-        entries.append((name, str(result.microbatches), result.iteration_time))
-    for name, other in heuristics.items():
-        entries.append((name, microbatch_summary(other), evaluate(problem, other).iteration_time))
+        evaluation = baseline_evaluation(problem, name, result.microbatches)
+        entries.append((name, name, str(result.microbatches), result.iteration_time, evaluation))
+    entries += [_plan_entry(problem, name, other) for name, other in heuristics.items()]
     return [
-        ComparisonRow(name, count, time, problem.batch_size / time, reference / time)
-        for name, count, time in entries
+        ComparisonRow(
+            name,
+            family,
+            count,
+            time,
+            problem.batch_size / time,
+            reference / time,
+            None if evaluation is None else evaluation.peak_held,
+            None if evaluation is None else evaluation.peak_memory,
+            None if evaluation is None else evaluation.over_memory_limit,
+        )
+        for name, family, count, time, evaluation in entries
     ]
 
 
@@ -93,20 +126,36 @@ def throughput_scale(time_unit: str) -> tuple[float, str]:
     return 1.0, f"samples/{time_unit}"
 
 
+def memory_cells(row: ComparisonRow) -> tuple[str, str]:
+    """The table's ``peak held`` (the most samples any stage holds) and ``peak memory``
+    (the most bytes, ``over`` when a stage is above its limit) cells of ``row``; ``-``
+    where it has none."""
+    held = MISSING if row.peak_held is None else str(max(row.peak_held))
+    if row.peak_memory is None:
+        return held, MISSING
+    over = " over" if row.over_memory_limit else ""
+    return held, format_bytes(max(row.peak_memory)) + over
+
+
 def format_table(rows: list[ComparisonRow], time_unit: str) -> str:
     """A fixed-width text table of ``rows`` with a header line: iteration times in
     ``time_unit`` and throughputs (see :func:`throughput_scale`), each column at one
-    precision (:data:`TIME_DIGITS`, :data:`THROUGHPUT_DIGITS` on its largest value)."""
+    precision (:data:`TIME_DIGITS`, :data:`THROUGHPUT_DIGITS` on its largest value), then
+    the peak held samples and, where the problem gives ``activation_bytes``, the peak
+    memory (:func:`memory_cells`)."""
     scale, rate = throughput_scale(time_unit)
     times = [row.iteration_time for row in rows]
     rates = [row.throughput * scale for row in rows]
     time_places, rate_places = decimals(times, TIME_DIGITS), decimals(rates, THROUGHPUT_DIGITS)
+    with_bytes = any(row.peak_memory is not None for row in rows)
+    memory_header = ("peak held", "peak memory")[: 2 if with_bytes else 1]
     header = (
         "schedule",
         "microbatches",
         f"iteration ({time_unit})",
         f"throughput ({rate})",
         "vs GPipe",
+        *memory_header,
     )
     body = [
         (
@@ -115,6 +164,7 @@ def format_table(rows: list[ComparisonRow], time_unit: str) -> str:
             f"{time:.{time_places}f}",
             f"{throughput:.{rate_places}f}",
             f"{row.speedup:.3f}x",
+            *memory_cells(row)[: len(memory_header)],
         )
         for row, time, throughput in zip(rows, times, rates, strict=True)
     ]

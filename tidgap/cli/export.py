@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import click
 
+from tidgap.analysis.search_summary import best_rival
 from tidgap.cli.options import about_problem, compact_sizes, problem_argument
 from tidgap.cli.search import DEFAULT_TIME_LIMIT
+from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.outputs.atomic import write_text_atomically
 from tidgap.outputs.exports import (
+    SAME_PARTITION_ADVICE,
     lowered_plan,
     microbatches_document,
     microbatches_path,
     pytorch_csv,
+    runtime_advice,
     schedule_document,
-    slower_than_gpipe_warning,
+    slower_than_rival_warning,
 )
 from tidgap.outputs.files import check_outputs, write_json, writing
-from tidgap.schedules.baselines import best_baselines
-from tidgap.schedules.families import evaluate, plan_timeline
+from tidgap.schedules.baselines import BaselineResult, best_baselines
+from tidgap.schedules.families import evaluate, family_of, plan_timeline
 
 EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
 
@@ -57,15 +61,19 @@ def export_command(
     \b
     pytorch-csv     the compute-only schedule CSV that torch.distributed.pipelining
                     loads (_load_csv; a row per rank, cells like 0F3, 1B0) for PLAN
-                    lowered to one common partition, with OUT's .microbatches.json
-                    sidecar: every microbatch's samples and both predicted times;
-                    warns when the lowered plan is slower than the best GPipe
-    same-partition  the best plan whose partition is the same on every stage (the
-                    search of `tidgap search --same-partition`, seeded with PLAN
-                    lowered), which Megatron (variable sequence lengths) or DynaPipe
-                    can run as is; writes a tidgap.plan/1
-    json-schedule   tidgap.schedule/1: per stage, the ordered operations with start
-                    and end times, sample ranges and the transfers it sends
+                    lowered to one common partition (an ordered plan keeps its
+                    order), with OUT's .microbatches.json sidecar: every
+                    microbatch's samples and both predicted times; warns when the
+                    lowered plan is slower than the best GPipe (an ordered plan:
+                    the best of GPipe and 1F1B)
+    same-partition  the best flush plan whose partition is the same on every stage
+                    (the search of `tidgap search --same-partition`, seeded with
+                    PLAN lowered), which Megatron (variable sequence lengths) or
+                    DynaPipe can run as is; writes a tidgap.plan/1; refuses an
+                    ordered plan
+    json-schedule   tidgap.schedule/1: per stage, its order and the operations in
+                    it with start and end times, sample ranges and the transfers it
+                    sends
     """
     if target is None:
         raise click.UsageError(f"missing option --to ({', '.join(EXPORTS)})")
@@ -76,8 +84,33 @@ def export_command(
     check_outputs(None, None, ("--out", out), ("--out's sidecar", sidecar), inputs=inputs)
     loaded = load_problem(problem)
     plan = load_plan(plan_file, loaded)
+    if target == "same-partition":
+        require_flush(plan, plan_file)
     with about_problem(problem):
         _export(target, loaded, plan, out, sidecar, seed, generations, time_limit)
+
+
+def require_flush(plan: Plan, plan_file: str) -> None:
+    """Raise :class:`InputError` on ``order`` / ``windows`` if ``plan`` is an ordered plan:
+    the same-partition search searches flush plans only."""
+    if family_of(plan).has_flush:
+        return
+    key = "order" if plan.order is not None else "windows"
+    raise InputError(
+        "--to same-partition searches flush plans, and this plan has an order; "
+        "--to pytorch-csv keeps the order on one partition",
+        (key,),
+        source=plan_file,
+    )
+
+
+def _rival(plan: Plan, baselines: dict[str, BaselineResult]) -> tuple[BaselineResult, str]:
+    """What a lowered ``plan`` is measured against, and the advice if it is slower: for a
+    flush plan the best GPipe, for an ordered plan the best of GPipe and 1F1B."""
+    if family_of(plan).has_flush:
+        return baselines["gpipe"], SAME_PARTITION_ADVICE
+    rival = best_rival(baselines)
+    return rival, runtime_advice(rival)
 
 
 def _export(
@@ -105,19 +138,23 @@ def _export(
 
 
 def _export_pytorch_csv(problem: Problem, plan: Plan, out: str, sidecar: str) -> None:
-    """The CSV of PLAN lowered to its common refinement, and the sidecar beside it; a
-    warning on stderr when the lowered plan is slower than the best GPipe."""
+    """The CSV of PLAN lowered to its common refinement (in its order), and the sidecar
+    beside it; a warning on stderr when the lowered plan is slower than its rival
+    (:func:`_rival`)."""
     common = lowered_plan(plan)
     sizes = common.forward[0]
     evaluation = evaluate(problem, plan)
     lowered = evaluate(problem, common)
     unit = problem.time_unit
-    warning = slower_than_gpipe_warning(lowered, best_baselines(problem)["gpipe"], unit)
+    rival, advice = _rival(plan, best_baselines(problem))
+    warning = slower_than_rival_warning(lowered, rival, advice, unit)
     with writing(out):
-        write_text_atomically(out, pytorch_csv(problem.num_stages, len(sizes)))
+        write_text_atomically(out, pytorch_csv(common.stage_order()))
     write_json(sidecar, microbatches_document(problem, sizes, evaluation, lowered, out))
+    kept = "" if family_of(plan).has_flush else ", in the plan's order"
     click.echo(
-        f"lowered to one partition of {len(sizes)} microbatches (every stage's boundaries): "
+        f"lowered to one partition of {len(sizes)} microbatches (every stage's boundaries"
+        f"{kept}): "
         f"iteration {lowered.iteration_time:.6g} {unit}, plan "
         f"{evaluation.iteration_time:.6g} {unit} "
         f"({lowered.iteration_time / evaluation.iteration_time - 1:+.2%})"

@@ -5,7 +5,8 @@ Runtimes today run one partition on every stage: PyTorch's ``torch.distributed.p
 numbers microbatches globally (``1B3`` is stage 1's backward of microbatch 3, the same
 samples as its forward ``1F3``). A plan whose stages split the batch differently becomes,
 there, its *common refinement*: a boundary wherever any stage, in either direction, has
-one. ``docs/outputs.md`` describes the files.
+one; an ordered plan keeps its order there, each of its microbatches run as the consecutive
+parts that refine it. ``docs/outputs.md`` describes the files.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.schedules.baselines import BaselineResult
 from tidgap.schedules.evaluation import Evaluation
-from tidgap.schedules.ir import prefix_sums
+from tidgap.schedules.families import SCHEDULES, family_of
+from tidgap.schedules.ir import Order, prefix_sums
 from tidgap.schedules.timeline import Step, Timeline
 
 SCHEDULE_FORMAT = "tidgap.schedule/1"
@@ -37,26 +39,53 @@ def common_refinement(plan: Plan) -> list[int]:
     return [high - low for low, high in pairwise(cuts)]
 
 
+def _parts(sizes: list[int], cuts: dict[int, int]) -> list[int]:
+    """How many parts of the refinement each microbatch of ``sizes`` holds (``cuts`` maps
+    each of the refinement's prefix sums to its index)."""
+    return [cuts[high] - cuts[low] for low, high in pairwise(prefix_sums(sizes))]
+
+
+def lowered_order(plan: Plan, sizes: list[int]) -> Order:
+    """``plan``'s order on the refinement ``sizes``: each forward (backward) becomes the
+    consecutive forwards (backwards) of its parts.
+
+    It is valid whenever the plan's order is (model.md's rules), so it needs no repair:
+    the parts of backward ``k`` follow every forward that preceded it, and with one
+    partition everywhere the part a stage waits for on ``s+1`` lies in a backward of
+    ``s+1`` no later than the one backward ``k`` waited for (rules 1 and 2 carry over)."""
+    cuts = {cut: i for i, cut in enumerate(prefix_sums(sizes))}
+    letters = []
+    for s, stage in enumerate(plan.stage_order().stages):
+        parts = {
+            "F": iter(_parts(plan.forward[s], cuts)),
+            "B": iter(_parts(plan.backward[s], cuts)),
+        }
+        letters.append("".join(op * next(parts[op]) for op in stage))
+    return Order.of(letters)
+
+
 def lowered_plan(plan: Plan) -> Plan:
-    """``plan`` with :func:`common_refinement` on every stage, both ways."""
+    """``plan`` with :func:`common_refinement` on every stage, both ways; an ordered plan
+    keeps its order (:func:`lowered_order`), a flush plan stays a flush plan."""
     sizes = common_refinement(plan)
     stages = len(plan.forward)
-    return Plan.of([sizes] * stages, [sizes] * stages)
+    if family_of(plan).has_flush:
+        return Plan.of([sizes] * stages, [sizes] * stages)
+    order = lowered_order(plan, sizes)
+    return Plan.of([sizes] * stages, [sizes] * stages, order=list(order.stages))
 
 
-def pytorch_rows(num_stages: int, count: int) -> list[list[str]]:
-    """Row ``s`` (rank ``s`` runs stage ``s``): ``sF0 .. sF{n-1}`` then ``sB0 .. sB{n-1}``,
-    the flush order of the model."""
-    return [
-        [f"{s}F{j}" for j in range(count)] + [f"{s}B{j}" for j in range(count)]
-        for s in range(num_stages)
-    ]
+def pytorch_rows(order: Order) -> list[list[str]]:
+    """Row ``s`` (rank ``s`` runs stage ``s``): stage ``s``'s actions in ``order``, ``sF0``
+    .. and ``sB0`` .. (a flush plan: ``sF0 .. sF{n-1}`` then ``sB0 .. sB{n-1}``)."""
+    return [[str(action) for action in order.actions(s)] for s in range(len(order.stages))]
 
 
-def pytorch_csv(num_stages: int, count: int) -> str:
-    """The compute-only schedule CSV that ``PipelineScheduleMulti._load_csv`` reads."""
+def pytorch_csv(order: Order) -> str:
+    """The compute-only schedule CSV that ``PipelineScheduleMulti._load_csv`` reads, for an
+    order over one common partition."""
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows(pytorch_rows(num_stages, count))
+    csv.writer(buffer, lineterminator="\n").writerows(pytorch_rows(order))
     return buffer.getvalue()
 
 
@@ -94,20 +123,32 @@ def microbatches_document(
     }
 
 
-def slower_than_gpipe_warning(
-    lowered: Evaluation, gpipe: BaselineResult, time_unit: str
+#: The advice when a flush plan, lowered, is slower than the best GPipe.
+SAME_PARTITION_ADVICE = (
+    "--to same-partition searches the best plan that shares one partition (never slower than GPipe)"
+)
+
+
+def runtime_advice(rival: BaselineResult) -> str:
+    """The advice when an ordered plan, lowered, is slower than the baseline ``rival``
+    (GPipe or 1F1B): PyTorch runs that one as is."""
+    return f"torch.distributed.pipelining's Schedule{SCHEDULES[rival.schedule].label} runs it as is"
+
+
+def slower_than_rival_warning(
+    lowered: Evaluation, rival: BaselineResult, advice: str, time_unit: str
 ) -> str | None:
     """The one-line warning when ``lowered`` (the plan as ``pytorch-csv`` runs it) takes
-    longer than the best GPipe ``gpipe``, both in ``time_unit``; ``None`` otherwise."""
-    if lowered.iteration_time <= gpipe.iteration_time:
+    longer than the best baseline ``rival``, both in ``time_unit``, ending with ``advice``;
+    ``None`` otherwise."""
+    if lowered.iteration_time <= rival.iteration_time:
         return None
-    ratio = lowered.iteration_time / gpipe.iteration_time
+    ratio = lowered.iteration_time / rival.iteration_time
     return (
         f"tidgap: warning: lowered to one partition the plan takes "
         f"{lowered.iteration_time:.6g} {time_unit}, {ratio:.2f}x ({ratio - 1:+.2%}) the best "
-        f"GPipe's {gpipe.iteration_time:.6g} {time_unit} ({gpipe.microbatches} microbatches); "
-        "--to same-partition searches the best plan that shares one partition "
-        "(never slower than GPipe)"
+        f"{SCHEDULES[rival.schedule].label}'s {rival.iteration_time:.6g} {time_unit} "
+        f"({rival.microbatches} microbatches); {advice}"
     )
 
 
@@ -130,8 +171,14 @@ def _sends(timeline: Timeline, s: int) -> list[dict[str, Any]]:
     return [{"to": to, **_step(step, SENDS[step.kind])} for to, step in sends]
 
 
+def stage_letters(steps: list[Step]) -> str:
+    """A stage's order, ``F`` and ``B`` as it runs them (model.md, Ordered plans)."""
+    return "".join(step.kind for step in steps if step.kind in ("F", "B"))
+
+
 def schedule_document(problem: Problem, timeline: Timeline) -> dict[str, Any]:
-    """``tidgap.schedule/1``: per stage, the ordered operations and sends with their times."""
+    """``tidgap.schedule/1``: per stage, its order's letters and the ordered operations and
+    sends with their times."""
     return {
         "format": SCHEDULE_FORMAT,
         "problem": problem.name,
@@ -142,6 +189,7 @@ def schedule_document(problem: Problem, timeline: Timeline) -> dict[str, Any]:
             {
                 "stage": s,
                 "name": timeline.stage_names[s],
+                "order": stage_letters(timeline.stages[s]),
                 "operations": [_step(step, OPERATIONS[step.kind]) for step in timeline.stages[s]],
                 "sends": _sends(timeline, s),
             }

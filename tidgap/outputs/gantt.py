@@ -3,7 +3,9 @@
 One panel per timeline, all on the same time axis: a lane per stage (forwards and
 backwards in two colours, the tail in grey, microbatch sizes written where they fit), a
 thin lane between neighbouring stages for the link transfers (activations above,
-gradients below), and a dashed line at the end of the iteration.
+gradients below), a thin step line across each stage's lane for the samples it holds
+(:meth:`tidgap.schedules.timeline.Timeline.held`: the lane's bottom is none, its top the
+whole batch), and a dashed line at the end of the iteration.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ FORMATS = (".png", ".svg")
 MISSING = "matplotlib is not installed (pip install matplotlib)"
 COLOURS = {"F": "#4c72b0", "B": "#dd8452", "T": "#8c8c8c", "end": "#c44e52"}
 LINK_COLOURS = {"F": "#55a868", "B": "#8172b3"}
+HELD_COLOUR = "#222222"
 #: Figure width and dots per inch; heights follow the number of panels and stages.
 WIDTH_INCHES = 12.0
 DPI = 100
@@ -95,12 +98,28 @@ def _labels(ax: Any, steps: list[Step], y: float, units_per_pixel: float) -> Non
             ax.text(middle, y, text, ha="center", va="center", fontsize=FONT_SIZE, color="white")
 
 
+def batch_size(timeline: Timeline) -> int:
+    """Samples in the batch: the sizes of stage 0's forwards."""
+    return sum(step.size for step in timeline.stages[0] if step.kind == "F")
+
+
+def _held(ax: Any, timeline: Timeline, s: int, batch: int) -> None:
+    """Stage ``s``'s held samples as a step line over its lane: none at the bottom of the
+    bars, ``batch`` at their top."""
+    points = timeline.held(s)
+    heights = [s + STAGE_HEIGHT * (0.5 - held / max(batch, 1)) for _, held in points]
+    times = [time for time, _ in points]
+    ax.step(times, heights, where="post", color=HELD_COLOUR, linewidth=0.9)
+
+
 def _panel(ax: Any, timeline: Timeline, span: float, width_pixels: float) -> None:
     """Draw ``timeline`` on ``ax``: stage ``s`` is lane ``s`` from the top."""
     units_per_pixel = span / width_pixels
+    batch = batch_size(timeline)
     for s, steps in enumerate(timeline.stages):
         _bars(ax, steps, s, STAGE_HEIGHT, COLOURS, "white")
         _labels(ax, steps, s, units_per_pixel)
+        _held(ax, timeline, s, batch)
     for link, steps in enumerate(timeline.links):
         for kind, offset in (("F", -LINK_HEIGHT / 2), ("B", LINK_HEIGHT / 2)):
             chosen = [step for step in steps if step.kind == kind]
@@ -122,8 +141,10 @@ def _panel(ax: Any, timeline: Timeline, span: float, width_pixels: float) -> Non
     )
     ax.set_ylim(timeline.num_stages - 0.5, -0.6)
     bubble = report(timeline, None).overall_bubble
+    peak = max(held for s in range(timeline.num_stages) for _, held in timeline.held(s))
     ax.set_title(
-        f"{timeline.label}: iteration {end:.6g} {timeline.time_unit}, bubble {bubble:.1%}",
+        f"{timeline.label}: iteration {end:.6g} {timeline.time_unit}, bubble {bubble:.1%}, "
+        f"peak held {peak} of {batch} samples",
         loc="left",
         fontsize=FONT_SIZE + 2,
         parse_math=False,
@@ -142,6 +163,7 @@ def _legend(figure: Any) -> None:
         Patch(color=COLOURS["T"], label="tail"),
         Patch(color=LINK_COLOURS["F"], label="activations sent (link)"),
         Patch(color=LINK_COLOURS["B"], label="gradients sent (link)"),
+        Line2D([], [], color=HELD_COLOUR, linewidth=0.9, label="samples held (lane = batch)"),
         Line2D([], [], color=COLOURS["end"], linestyle="--", label="iteration end"),
     ]
     figure.legend(

@@ -2,8 +2,9 @@
 
 Each timeline is a process; each stage a track (thread), and each link two tracks, one per
 direction (1F1B may send both ways at once). Steps are complete events (``"ph": "X"``)
-with ``ts`` and ``dur`` in microseconds; metadata events (``"ph": "M"``) name and order the
-processes and tracks. See ``docs/outputs.md``.
+with ``ts`` and ``dur`` in microseconds; counter events (``"ph": "C"``) give the samples each
+stage holds (:meth:`tidgap.schedules.timeline.Timeline.held`); metadata events (``"ph": "M"``)
+name and order the processes and tracks. See ``docs/outputs.md``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,26 @@ def _event(step: Step, pid: int, tid: int, name: str, category: str, scale: floa
     }
 
 
+def held_counter(s: int) -> str:
+    """Name of stage ``s``'s counter of held samples (Perfetto shows ``stage 0 held samples``)."""
+    return f"stage {s} held"
+
+
+def _counters(timeline: Timeline, s: int, pid: int, scale: float) -> list[dict]:
+    """Stage ``s``'s held samples as counter events: one at 0, then one per forward or
+    backward end (``args.samples``: what it holds from then on)."""
+    return [
+        {
+            "ph": "C",
+            "name": held_counter(s),
+            "pid": pid,
+            "ts": time * scale,
+            "args": {"samples": held},
+        }
+        for time, held in timeline.held(s)
+    ]
+
+
 def _metadata(kind: str, pid: int, tid: int | None, **args: Any) -> dict:
     event: dict[str, Any] = {"ph": "M", "name": kind, "pid": pid, "args": args}
     if tid is not None:
@@ -73,6 +94,7 @@ def _process_events(timeline: Timeline, pid: int, scale: float) -> list[dict]:
         for step in timeline.stages[s]:
             label = "tail" if step.kind == "T" else f"{step.kind}{step.microbatch}"
             events.append(_event(step, pid, tid, label, KIND_NAMES[step.kind], scale))
+        events += _counters(timeline, s, pid, scale)
     for link, steps in enumerate(timeline.links):
         for kind, title in (("F", "activations"), ("B", "gradients")):
             tid = link_track(link, kind)

@@ -64,6 +64,18 @@ class Timeline:
         """Time stage ``s`` computes: its forwards, backwards and tail."""
         return sum(step.duration for step in self.stages[s])
 
+    def held(self, s: int) -> list[tuple[float, int]]:
+        """The samples stage ``s`` holds over time (model.md, Memory), as ``(time, held)``
+        points from ``(0.0, 0)``: each forward adds its size at its end, each backward
+        removes its size at its end, in the stage's order (one point per step, the tail
+        none). Its maximum is the stage's ``peak_held``."""
+        points, held = [(0.0, 0)], 0
+        for step in self.stages[s]:
+            if step.kind in ("F", "B"):
+                held += step.size if step.kind == "F" else -step.size
+                points.append((step.end, held))
+        return points
+
 
 def _samples(sizes: list[int]) -> list[tuple[int, int]]:
     """``(first, last)`` sample of each microbatch, 1-based inclusive."""
