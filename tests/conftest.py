@@ -18,6 +18,22 @@ def golden_cases() -> list[dict[str, Any]]:
     return document["cases"]
 
 
+def flush_searchable_cases() -> list[dict[str, Any]]:
+    """The golden cases some flush plan fits: the ``_mem`` cases' stage 0 cannot hold the
+    batch, so a flush search refuses them (tests/model/test_memory_fields.py checks it)."""
+    from tidgap import InputError, Problem
+    from tidgap.schedules.held import require_flush_fits
+
+    cases = []
+    for case in golden_cases():
+        try:
+            require_flush_fits(Problem.from_dict(case["problem"]))
+        except InputError:
+            continue
+        cases.append(case)
+    return cases
+
+
 def case_id(case: dict[str, Any]) -> str:
     """The problem name, for test ids."""
     return case["problem"]["name"]

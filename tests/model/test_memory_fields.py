@@ -76,3 +76,29 @@ def test_bad_memory_fields_are_named(tmp_path: Path, edit: str, field: str, word
     assert result.exit_code == 2
     assert result.stderr.startswith(f"tidgap: error: {path}: {field}: ")
     assert words in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", MEM_CASES)
+def test_search_refuses_a_problem_no_flush_plan_fits_and_writes_nothing(
+    tmp_path: Path, name: str
+) -> None:
+    """The ``_mem`` cases' stage 0 cannot hold the whole batch: a flush search must not
+    return a plan over the limit (model.md, Memory)."""
+    problem = _write(tmp_path, case_named(name)["problem"])
+    out = tmp_path / "plan.json"
+    result = run_cli("search", problem, "--generations", "3", "--out", str(out))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"tidgap: error: {problem}: stages[0].memory_limit: ")
+    assert "no flush plan fits" in result.stderr and result.stderr.count("\n") == 1
+    assert not out.exists()
+
+
+def test_search_within_a_generous_memory_limit_returns_a_plan_within_it(tmp_path: Path) -> None:
+    document = case_named("tiny7_1_mem")["problem"]
+    stages = document["stages"]
+    stages[0]["memory_limit"] = stages[0]["activation_bytes"] * document["batch_size"]
+    problem = _write(tmp_path, document)
+    out = tmp_path / "plan.json"
+    assert run_cli("search", problem, "--generations", "3", "--out", str(out)).exit_code == 0
+    evaluated = json_output(run_cli("evaluate", problem, str(out), "--json"))
+    assert evaluated["over_memory_limit"] == []

@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import case_id, golden_cases
+from tests.conftest import case_id, flush_searchable_cases
 from tidgap import Plan, Problem, check_plan, evaluate, load_problem
 from tidgap.cli import cli
 from tidgap.model.examples import example_names
 from tidgap.optimize.driver import search
 
-TINY = [case for case in golden_cases() if "optimum" in case]
+SEARCHABLE = flush_searchable_cases()
+TINY = [case for case in SEARCHABLE if "optimum" in case]
 
 
 @pytest.mark.parametrize("case", TINY, ids=case_id)
@@ -27,7 +28,7 @@ def test_default_search_finds_the_proven_optimum(case: dict[str, Any]) -> None:
     )
 
 
-@pytest.mark.parametrize("case", golden_cases(), ids=case_id)
+@pytest.mark.parametrize("case", SEARCHABLE, ids=case_id)
 def test_never_worse_than_the_best_gpipe(case: dict[str, Any]) -> None:
     problem = Problem.from_dict(case["problem"])
     result = search(problem, generations=5, population=64)

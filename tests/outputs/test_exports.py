@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import case_id, flush_searchable_cases
 from tests.support.cli_helpers import (
     case_named,
     describe,
@@ -352,7 +353,7 @@ def test_export_same_partition_refuses_an_ordered_plan(
     assert not out.exists()
 
 
-@pytest.mark.parametrize("case", golden_cases(), ids=lambda case: case["problem"]["name"])
+@pytest.mark.parametrize("case", flush_searchable_cases(), ids=case_id)
 def test_same_partition_search(case: dict[str, Any]) -> None:
     """Every stage gets the one partition per direction; never worse than the best GPipe
     (an equal partition is a common one) nor than the seeded lowering."""

@@ -36,6 +36,7 @@ from tidgap.optimize.polish import polish
 from tidgap.optimize.rng import CounterRng
 from tidgap.schedules.baselines import BaselineResult, best_baselines, require_tractable
 from tidgap.schedules.flush import Evaluation, evaluate
+from tidgap.schedules.held import require_flush_fits
 
 #: Default bound on microbatches per stage (raised when a baseline or the caps need more).
 DEFAULT_MAX_MICROBATCHES = 64
@@ -309,6 +310,7 @@ def search(
     S, U = problem.num_stages, problem.num_units
     _require_memory(search_footprint(population, S, 1, U, 0), budget, budget_source)
     require_tractable(problem)
+    require_flush_fits(problem)
     phases = Phases(on_phase)
     with phases("compile"):
         ticked = tick_problem(problem)

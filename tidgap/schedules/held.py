@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 
 
@@ -25,3 +26,21 @@ def peak_memory(problem: Problem, peak_held: list[int]) -> tuple[list[float], li
         if stage.memory_limit is not None and used > stage.memory_limit
     ]
     return memory, over
+
+
+def require_flush_fits(problem: Problem) -> None:
+    """Raise :class:`InputError` on ``stages[s].memory_limit`` if a flush plan, which holds
+    the whole batch on every stage, is over some stage's limit: then no flush plan is
+    within it, and a search of flush plans must not return one (model.md, Memory)."""
+    memory = peak_memory(problem, flush_peak_held(problem))
+    if memory is None or not memory[1]:
+        return
+    s = memory[1][0]
+    limit = problem.stages[s].memory_limit
+    raise InputError(
+        f"every flush plan holds the whole batch ({problem.batch_size} samples, "
+        f"{memory[0][s]:.4g} bytes) on stage {s}, above its memory_limit {limit:.4g}, so no "
+        "flush plan fits (an ordered plan, which starts backwards early, can: evaluate one "
+        "with order or windows)",
+        ("stages", s, "memory_limit"),
+    )
