@@ -57,6 +57,12 @@ def _broken(edit: str) -> dict[str, Any]:
         stages[0]["memory_limit"] = 0
     elif edit == "string bytes":
         stages[0]["activation_bytes"] = "4096"
+    elif edit == "overflowing bytes":
+        stages[1]["activation_bytes"] = 1e308
+    elif edit == "infinite limit":
+        stages[0]["memory_limit"] = float("inf")
+    elif edit == "nan bytes":
+        stages[0]["activation_bytes"] = float("nan")
     return problem
 
 
@@ -68,6 +74,9 @@ def _broken(edit: str) -> dict[str, Any]:
         ("negative bytes", "stages[1].activation_bytes", "must be >= 0"),
         ("zero limit", "stages[0].memory_limit", "must be > 0"),
         ("string bytes", "stages[0].activation_bytes", "must be a number"),
+        ("overflowing bytes", "stages[1].activation_bytes", "exceeds 1e+300 bytes"),
+        ("infinite limit", "stages[0].memory_limit", "Infinity"),
+        ("nan bytes", "stages[0].activation_bytes", "NaN"),
     ],
 )
 def test_bad_memory_fields_are_named(tmp_path: Path, edit: str, field: str, words: str) -> None:

@@ -40,7 +40,21 @@ BAD = [
     (_with(order=[7, *_flush_letters()[1:]]), "order[0]", "string"),
     (_with(order="FFBB"), "order", "list"),
     (_with(order=_flush_letters(), windows=[5, 5, 5, 5]), "windows", "give order or windows"),
+    (_with(order=None), "order", "is null; leave it out for a flush plan"),
+    (_with(windows=None), "windows", "is null"),
 ]
+
+
+def test_sizes_are_checked_before_the_order(tmp_path: Path) -> None:
+    """A plan with bad sizes and both order and windows reports the sizes (input-rules.md:
+    the order is checked after the sizes)."""
+    document = _with(order=_flush_letters(), windows=[5, 5, 5, 5])
+    document["forward"][1][0] += 2  # a multiple of unit, but the sum is off
+    problem = write_json(tmp_path / "problem.json", case_named(CASE)["problem"])
+    plan = write_json(tmp_path / "plan.json", document)
+    result = run_cli("evaluate", str(problem), str(plan))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"tidgap: error: {plan}: forward[1]: "), result.stderr
 
 
 @pytest.mark.parametrize(("document", "field", "words"), BAD, ids=[b[1] + ":" + b[2] for b in BAD])

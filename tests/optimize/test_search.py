@@ -141,3 +141,10 @@ def test_progress_reaches_the_callback_every_generation() -> None:
     assert [p.generation for p in seen] == list(range(1, 8))
     assert all(p.best_time <= p.gpipe_time * (1 + 1e-9) for p in seen)
     assert seen[-1].evaluations > seen[0].evaluations
+
+
+def test_an_ordered_initial_plan_is_refused_not_taken_as_its_partitions() -> None:
+    problem = load_problem("example:tiny-2")
+    ordered = Plan.of([[4, 4]] * 2, [[4, 4]] * 2, order=["FFBB", "FBFB"])
+    with pytest.raises(ValueError, match=r"initial_plans\[1\] has an order"):
+        search(problem, generations=1, initial_plans=[Plan.of([[8]] * 2, [[8]] * 2), ordered])

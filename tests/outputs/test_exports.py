@@ -40,7 +40,7 @@ from tidgap.outputs.exports import (
     schedule_document,
 )
 from tidgap.schedules.baselines import best_baselines
-from tidgap.schedules.families import SCHEDULES, plan_timeline
+from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
 from tidgap.schedules.ir import flush_order, holder, one_f_one_b_order, prefix_sums
 
 PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=None)
@@ -166,7 +166,7 @@ def test_lowering_keeps_the_order_and_stays_valid(problem: Problem, data: st.Dat
     check_plan(lowered, problem)
     sizes = common_refinement(plan)
     assert lowered.forward == lowered.backward == [sizes] * problem.num_stages
-    assert lowered.order == list(lowered_order(plan, sizes).stages)
+    assert lowered.stage_order() == lowered_order(plan, sizes)
     for s in range(problem.num_stages):
         assert _coarse_letters(plan, lowered, s) == plan.order[s]
     load_compute_only_csv(pytorch_csv(lowered.stage_order()), problem.num_stages, len(sizes))
@@ -271,10 +271,13 @@ def _ordered_files(tmp_path: Path, name: str, index: int) -> tuple[Path, Path, P
 
 #: A few ordered plans of each shape (order, windows at index 5, the best 1F1B at 6), with
 #: and without memory, with 1F1B and with GPipe (tiny7_1) the faster baseline.
+#: Golden ordered plans whose order is not the flush order (the flush order written out is a
+#: flush plan, exported as one).
 ORDERED_EXPORTS = [
     p
     for p in ordered_params(("tiny7_0", "tiny7_1", "med7_1_mem", "onestage7", "bwdcaps7"))
     if p.values[1] in (0, 3, 5, 6)
+    and not family_of(ordered_plan(ordered_entry(*p.values))).has_flush
 ]
 
 

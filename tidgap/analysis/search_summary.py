@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from tidgap.optimize.driver import SearchResult
 from tidgap.schedules.baselines import BaselineResult
-from tidgap.schedules.families import BASELINE_NAMES, SCHEDULES, baseline_label
-
-#: The baselines a plan competes with: those with a timeline (asynchronous PipeDream is a
-#: steady-state throughput bound, not a schedule to run instead).
-RIVALS = tuple(name for name in BASELINE_NAMES if SCHEDULES[name].has_timeline)
+from tidgap.schedules.families import TIMED_BASELINES, baseline_label
 
 
 def best_rival(baselines: dict[str, BaselineResult]) -> BaselineResult:
     """The fastest of the best GPipe and the best 1F1B (GPipe on a tie)."""
-    return min((baselines[name] for name in RIVALS), key=lambda b: b.iteration_time)
+    return min((baselines[name] for name in TIMED_BASELINES), key=lambda b: b.iteration_time)
 
 
 def verdict(plan_time: float, rival: BaselineResult, unit: str) -> str:

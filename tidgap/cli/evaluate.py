@@ -25,6 +25,7 @@ from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import (
     BASELINE_NAMES,
     SCHEDULES,
+    TIMED_BASELINES,
     baseline_evaluation,
     baseline_timeline,
     evaluate,
@@ -79,10 +80,9 @@ def evaluate_command(
     if schedule is not None and microbatches is None:
         raise click.UsageError("--schedule requires --microbatches")
     if schedule is not None and not SCHEDULES[schedule].has_timeline and (gantt or trace):
-        timed = [name for name in BASELINE_NAMES if SCHEDULES[name].has_timeline]
         raise InputError(
             f"{schedule} is a steady-state bound without a timeline; --gantt and --trace "
-            f"take {' or '.join(timed)}",
+            f"take {' or '.join(TIMED_BASELINES)}",
             source="--schedule",
         )
     check_outputs(gantt, trace, inputs={"PROBLEM": problem, "PLAN": plan_file})

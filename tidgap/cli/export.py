@@ -95,11 +95,10 @@ def require_flush(plan: Plan, plan_file: str) -> None:
     the same-partition search searches flush plans only."""
     if family_of(plan).has_flush:
         return
-    key = "order" if plan.order is not None else "windows"
     raise InputError(
         "--to same-partition searches flush plans, and this plan has an order; "
         "--to pytorch-csv keeps the order on one partition",
-        (key,),
+        (plan.order_field,),
         source=plan_file,
     )
 

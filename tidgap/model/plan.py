@@ -17,6 +17,8 @@ from tidgap.model.timefn import Samples, StrictModel
 from tidgap.schedules.ir import Order, first_violation, flush_order, window_order
 
 PLAN_FORMAT = "tidgap.plan/1"
+#: The fields that give an ordered plan's order: at most one of them.
+ORDER_FIELDS = ("order", "windows")
 
 Partition = Annotated[list[Samples], Field(min_length=1)]
 
@@ -38,12 +40,22 @@ class Plan(StrictModel):
     order: list[str] | None = None
     windows: list[Samples] | None = None
 
-    @model_validator(mode="after")
-    def _one_way_to_order(self) -> Plan:
-        """``order`` and ``windows`` both say how each stage orders its work: at most one."""
-        if self.order is not None and self.windows is not None:
-            raise InputError("give order or windows, not both", ("windows",))
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _no_null_order(cls, data: Any) -> Any:
+        """A flush plan leaves ``order`` and ``windows`` out: an explicit ``null`` is
+        refused, not taken as a flush plan."""
+        if isinstance(data, dict):
+            for key in ORDER_FIELDS:
+                if key in data and data[key] is None:
+                    raise InputError("is null; leave it out for a flush plan", (key,))
+        return data
+
+    @property
+    def order_field(self) -> str | None:
+        """``"order"`` or ``"windows"``: the field that gives the plan's order, ``None`` for
+        a flush plan (``order`` when both are given)."""
+        return next((key for key in ORDER_FIELDS if getattr(self, key) is not None), None)
 
     @classmethod
     def from_dict(cls, data: Any) -> Plan:
@@ -60,11 +72,11 @@ class Plan(StrictModel):
     ) -> Plan:
         """A plan from per-stage size lists and, for an ordered plan, per-stage letters or
         windows (shape only; see :func:`check_plan`)."""
+        given = {"order": order, "windows": windows}
         return cls(
             forward=[list(p) for p in forward],
             backward=[list(p) for p in backward],
-            order=None if order is None else list(order),
-            windows=None if windows is None else list(windows),
+            **{key: list(value) for key, value in given.items() if value is not None},
         )
 
     def stage_order(self) -> Order:
@@ -110,10 +122,12 @@ def check_plan(plan: Plan, problem: Problem) -> None:
 def check_order(plan: Plan, stages: int) -> None:
     """Raise :class:`InputError` on ``order[s]`` / ``windows[s]`` unless the plan's order is
     valid (model.md: rules ``count``, 1 and 2, the first broken one reported)."""
-    key = "order" if plan.order is not None else "windows"
-    given = getattr(plan, key)
-    if given is None:
+    key = plan.order_field
+    if key is None:
         return
+    if plan.order is not None and plan.windows is not None:
+        raise InputError("give order or windows, not both", ("windows",))
+    given = getattr(plan, key)
     if len(given) != stages:
         raise InputError(f"has {len(given)} stage(s), the problem has {stages}", (key,))
     violation = first_violation(plan.stage_order(), plan.forward, plan.backward)

@@ -24,6 +24,9 @@ MAX_TIME = 1e300
 #: The shortest iteration a problem file may allow, in its time unit (see
 #: :func:`check_takes_time`): throughputs and speedups stay finite.
 MIN_ITERATION = 1e-6
+#: The most bytes a stage may hold, ``batch_size * activation_bytes``: memory figures and
+#: their sums stay finite.
+MAX_BYTES = 1e300
 
 JsonPath = tuple[str | int, ...]
 
@@ -184,6 +187,12 @@ class Problem(StrictModel):
             if stage.memory_limit is not None and not given[s]:
                 raise InputError(
                     "needs activation_bytes (on every stage)", ("stages", s, "memory_limit")
+                )
+            if given[s] and stage.activation_bytes * self.batch_size > MAX_BYTES:
+                raise InputError(
+                    f"{stage.activation_bytes:g} bytes per sample times batch_size "
+                    f"{self.batch_size} exceeds {MAX_BYTES:g} bytes",
+                    ("stages", s, "activation_bytes"),
                 )
 
     @property

@@ -35,7 +35,9 @@ from tidgap.optimize.operators import breed, equal_rows
 from tidgap.optimize.polish import polish
 from tidgap.optimize.rng import CounterRng
 from tidgap.schedules.baselines import BaselineResult, best_baselines, require_tractable
-from tidgap.schedules.flush import Evaluation, evaluate
+from tidgap.schedules.evaluation import Evaluation
+from tidgap.schedules.families import family_of
+from tidgap.schedules.flush import evaluate
 from tidgap.schedules.held import require_flush_fits
 
 #: Default bound on microbatches per stage (raised when a baseline or the caps need more).
@@ -299,6 +301,12 @@ def search(
     runtimes with variable microbatch sizes but one partition can execute): a chromosome
     is one row, ``(P, 1, K)``; seeds whose stages differ are left out.
     """
+    for i, plan in enumerate(initial_plans):
+        if not family_of(plan).separable:
+            raise ValueError(
+                f"initial_plans[{i}] has an order that is not the flush order; the search "
+                "searches flush plans and would drop it (give its partitions alone)"
+            )
     if backend not in ("auto", *BACKENDS):
         raise ValueError(f"unknown backend {backend!r}")
     started = time.perf_counter()

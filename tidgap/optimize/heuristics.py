@@ -6,7 +6,7 @@
   microbatch by microbatch, keeping a single best pipeline state per number of units sent.
 
 Both return feasible plans (``docs/model.md``, A plan); evaluate them with
-:func:`tidgap.schedules.flush.evaluate`.
+:func:`tidgap.evaluate` (flush plans: the recurrences).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from tidgap.model.fileio import write_json_atomic
 from tidgap.model.problem import Problem
 from tidgap.outputs.atomic import Identity, identity, probe
 from tidgap.schedules.baselines import BaselineResult
-from tidgap.schedules.families import SCHEDULES, baseline_timeline
+from tidgap.schedules.families import TIMED_BASELINES, baseline_timeline
 from tidgap.schedules.timeline import Timeline
 
 #: An output option and its path, like ``("--out", "plan.json")``; ``None``: not asked for.
@@ -102,8 +102,6 @@ def write_comparison(
     if gantt is None and trace is None:
         return []
     timelines = plans + [
-        baseline_timeline(problem, name, baselines[name].microbatches)
-        for name, family in SCHEDULES.items()
-        if family.is_baseline and family.has_timeline
+        baseline_timeline(problem, name, baselines[name].microbatches) for name in TIMED_BASELINES
     ]
     return write_timelines(timelines, gantt, trace, problem.name)

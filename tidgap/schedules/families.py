@@ -17,7 +17,7 @@ from tidgap.model.problem import Problem
 from tidgap.schedules import baselines, flush
 from tidgap.schedules.baselines import BaselineResult, require_feasible
 from tidgap.schedules.evaluation import Evaluation
-from tidgap.schedules.ir import Order
+from tidgap.schedules.ir import Order, flush_order
 from tidgap.schedules.simulate import evaluate_order, order_timeline
 from tidgap.schedules.timeline import Timeline, flush_timeline
 
@@ -37,8 +37,9 @@ class Family:
     """A schedule family and what the rest of tidgap needs to know of it.
 
     ``genes``: what a search varies per stage; ``separable``: ``iteration = forward_end +
-    backward_span`` holds, so the dual GA applies; ``has_flush``: the flush lower bound
-    (:mod:`tidgap.analysis.bound`) holds for it; ``evaluate`` / ``timeline`` / ``order``:
+    backward_span`` holds, so the dual GA applies; ``has_flush``: every stage runs all its
+    forwards before its first backward, so the flush lower bound (:mod:`tidgap.analysis.bound`)
+    holds; ``evaluate`` / ``timeline`` / ``order``:
     the reference evaluation, every step, and the per-stage order of a plan of this family
     (``None`` for PipeDream, a steady-state bound); ``baseline``: for a baseline, its plan
     with ``m`` equal microbatches (``None`` for PipeDream and for searched families);
@@ -130,12 +131,19 @@ SCHEDULES: dict[str, Family] = {
 
 #: The baselines, in the order tables list them.
 BASELINE_NAMES = tuple(name for name, family in SCHEDULES.items() if family.is_baseline)
+#: The baselines with a timeline: the schedules people run (asynchronous PipeDream is a
+#: steady-state bound).
+TIMED_BASELINES = tuple(name for name in BASELINE_NAMES if SCHEDULES[name].has_timeline)
 
 
 def family_of(plan: Plan) -> Family:
-    """The family of a plan file: ``windowed`` with ``order`` or ``windows``, else ``flush``."""
-    ordered = plan.order is not None or plan.windows is not None
-    return SCHEDULES["windowed" if ordered else "flush"]
+    """The family of a plan file: ``flush`` without ``order`` and ``windows`` or when they
+    give the flush order (every stage's forwards first: the recurrences and the flush lower
+    bound apply), else ``windowed``."""
+    flush = plan.order_field is None or plan.stage_order() == flush_order(
+        plan.forward, plan.backward
+    )
+    return SCHEDULES["flush" if flush else "windowed"]
 
 
 def evaluate(problem: Problem, plan: Plan) -> Evaluation:
@@ -149,11 +157,6 @@ def plan_timeline(problem: Problem, plan: Plan, label: str = "plan") -> Timeline
     return family_of(plan).timeline(problem, plan, label)
 
 
-def baseline_plan(problem: Problem, name: str, m: int) -> Plan:
-    """The plan of baseline ``name`` with ``m`` equal microbatches (GPipe or 1F1B)."""
-    return SCHEDULES[name].baseline(problem, m)
-
-
 def baseline_label(name: str, m: int) -> str:
     """``GPipe(8)``, ``1F1B(4)``: how pictures and tables name a baseline run."""
     return f"{SCHEDULES[name].label}({m})"
@@ -163,8 +166,7 @@ def baseline_timeline(problem: Problem, name: str, m: int) -> Timeline:
     """Every step of GPipe(m) or 1F1B(m) (a baseline with a timeline)."""
     family = SCHEDULES[name]
     if family.timeline is None or family.baseline is None:
-        timed = [n for n, f in SCHEDULES.items() if f.is_baseline and f.has_timeline]
-        raise ValueError(f"{name} has no timeline; timed baselines: {', '.join(timed)}")
+        raise ValueError(f"{name} has no timeline; timed baselines: {', '.join(TIMED_BASELINES)}")
     return family.timeline(problem, family.baseline(problem, m), baseline_label(name, m))
 
 
