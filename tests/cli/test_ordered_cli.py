@@ -16,31 +16,16 @@ from tests.support.cli_helpers import (
     run_cli,
     write_json,
 )
+from tests.support.golden_ordered import ordered_document, ordered_params
 
 REL = 1e-9
 
 
-def _entries(key: str) -> list[Any]:
-    return [
-        pytest.param(case["problem"]["name"], i, id=f"{case['problem']['name']}-{key}{i}")
-        for case in golden_cases()
-        for i in range(len(case.get(key, [])))
-    ]
-
-
 def _plan_file(tmp_path: Path, entry: dict[str, Any]) -> str:
-    document = {
-        "format": "tidgap.plan/1",
-        "forward": entry["forward"],
-        "backward": entry["backward"],
-    }
-    for key in ("order", "windows"):
-        if key in entry:
-            document[key] = entry[key]
-    return str(write_json(tmp_path / "plan.json", document))
+    return str(write_json(tmp_path / "plan.json", ordered_document(entry)))
 
 
-@pytest.mark.parametrize(("name", "index"), _entries("ordered_plans"))
+@pytest.mark.parametrize(("name", "index"), ordered_params())
 def test_evaluate_json_gives_every_golden_ordered_value(
     tmp_path: Path, name: str, index: int
 ) -> None:
@@ -56,7 +41,7 @@ def test_evaluate_json_gives_every_golden_ordered_value(
         assert got.get(key) == pytest.approx(expected.get(key)), key
 
 
-@pytest.mark.parametrize(("name", "index"), _entries("invalid_orders"))
+@pytest.mark.parametrize(("name", "index"), ordered_params(key="invalid_orders"))
 def test_evaluate_refuses_every_golden_invalid_order_in_one_line(
     tmp_path: Path, name: str, index: int
 ) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.golden_ordered import ordered_plan
 from tidgap import Plan, Problem
 from tidgap.analysis.bound import lower_bound
 from tidgap.schedules.baselines import feasible_microbatch_counts
@@ -106,12 +107,7 @@ def test_the_flush_order_written_out_is_a_flush_plan(golden_case: dict[str, Any]
         assert family_of(plan) is SCHEDULES["flush"]
         assert evaluate(problem, plan).iteration_time >= lower_bound(problem) * (1 - 1e-12)
     for ordered in golden_case["ordered_plans"]:
-        plan = Plan.of(
-            ordered["forward"],
-            ordered["backward"],
-            order=ordered.get("order"),
-            windows=ordered.get("windows"),
-        )
+        plan = ordered_plan(ordered)
         is_flush = plan.stage_order() == flush_order(plan.forward, plan.backward)
         assert family_of(plan).name == ("flush" if is_flush else "windowed")
         assert family_of(plan).separable == is_flush

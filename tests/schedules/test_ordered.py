@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.golden_ordered import ordered_plan
 from tests.support.strategies import ordered_plans, orders, plans, problems, raised
 from tidgap import InputError, Order, Plan, Problem, check_plan, evaluate
 from tidgap.schedules.baselines import (
@@ -33,17 +34,11 @@ PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=
 FIELDS = ("iteration_time", "forward_end", "forward_ends", "backward_ends")
 
 
-def _plan(entry: dict[str, Any]) -> Plan:
-    return Plan.of(
-        entry["forward"], entry["backward"], order=entry.get("order"), windows=entry.get("windows")
-    )
-
-
 def test_every_ordered_plan_matches_expected(golden_case: dict[str, Any]) -> None:
     problem = Problem.from_dict(golden_case["problem"])
     assert golden_case["ordered_plans"], "a golden case without ordered plans tests nothing"
     for entry in golden_case["ordered_plans"]:
-        plan = _plan(entry)
+        plan = ordered_plan(entry)
         check_plan(plan, problem)
         if "windows" in entry:
             assert list(plan.stage_order().stages) == entry["order_expanded"]
@@ -61,7 +56,7 @@ def test_every_invalid_order_is_refused_naming_stage_position_and_rule(
 ) -> None:
     problem = Problem.from_dict(golden_case["problem"])
     for entry in golden_case.get("invalid_orders", []):
-        plan = _plan(entry)
+        plan = ordered_plan(entry)
         error = entry["error"]
         key = "order" if "order" in entry else "windows"
         with pytest.raises(InputError) as raised_error:
