@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.cli_helpers import crashed, describe, golden_cases, plan_document, run_cli
+from tests.support.golden_ordered import ordered_document
 from tidgap.model.examples import example_names, example_path
 
 Document = Any
@@ -60,7 +61,8 @@ SEARCH = ("--generations", "1", "--population", "8", "--backend", "numpy", "--qu
 
 
 def _bases() -> list[tuple[Document, Document | None]]:
-    """(problem, plan or None): every built-in example alone, every golden case with a plan."""
+    """(problem, plan or None): every built-in example alone, every golden case with each
+    flush plan, with two ordered plans and with an invalid order."""
     examples = [
         (json.loads(example_path(name).read_text(encoding="utf-8")), None)
         for name in example_names()
@@ -70,7 +72,12 @@ def _bases() -> list[tuple[Document, Document | None]]:
         for case in golden_cases()
         for index in range(len(case["plans"]))
     ]
-    return examples + golden
+    ordered = [
+        (case["problem"] | {"format": "tidgap.problem/1"}, ordered_document(entry))
+        for case in golden_cases()
+        for entry in case.get("ordered_plans", [])[:2] + case.get("invalid_orders", [])[:1]
+    ]
+    return examples + golden + ordered
 
 
 BASES = _bases()
