@@ -32,6 +32,12 @@ __host__ __device__ inline int tidgap_count(const int* row, int width) {
     return count;
 }
 
+// The mutations' numbers, their positions in tidgap.optimize.operators.MUTATIONS, come as
+// -DTIDGAP_OP_<NAME>=i from tidgap.kernels.source.operation_defines().
+#ifndef TIDGAP_OP_EQUALISE_STAGE
+#error "compile with tidgap.kernels.source.operation_defines() (-DTIDGAP_OP_<NAME>=i)"
+#endif
+
 // Mutation `op` on one stage of `child` (S, K), with uniforms u0 (stage), u1, u2.
 __host__ __device__ inline void tidgap_mutate(
     int op, double u0, double u1, double u2, int* child, int stages, int width,
@@ -40,12 +46,13 @@ __host__ __device__ inline void tidgap_mutate(
     int* row = child + stage * width;
     long long cap = caps[stage];
     int count = tidgap_count(row, width);
-    if (op == 0 || op == 1 || op == 3) {  // boundary between k and k + 1
+    if (op == TIDGAP_OP_MOVE_BOUNDARY || op == TIDGAP_OP_SHIFT_BOUNDARY ||
+        op == TIDGAP_OP_MERGE_MICROBATCHES) {  // boundary between k and k + 1
         int k = (int)tidgap_uniform_int(u1, 0, tidgap_maxl(count - 1, 1));
         long long left = row[k];
         long long right = row[k + 1 < width ? k + 1 : width - 1];
         long long total = left + right;
-        if (op == 3) {  // merge
+        if (op == TIDGAP_OP_MERGE_MICROBATCHES) {
             if (count >= 2 && total <= cap) {
                 row[k] = (int)total;
                 for (int col = k + 1; col < width - 1; ++col) row[col] = row[col + 1];
@@ -57,7 +64,7 @@ __host__ __device__ inline void tidgap_mutate(
         long long high_raw = tidgap_min(cap, total - 1);
         long long high = tidgap_maxl(high_raw, low);
         long long new_left;
-        if (op == 1) {  // shift one unit
+        if (op == TIDGAP_OP_SHIFT_BOUNDARY) {  // one unit
             new_left = left + (u2 < 0.5 ? -1 : 1);
             new_left = new_left < low ? low : (new_left > high ? high : new_left);
         } else {  // move to a random feasible point
@@ -67,7 +74,7 @@ __host__ __device__ inline void tidgap_mutate(
             row[k] = (int)new_left;
             row[k + 1] = (int)(total - new_left);
         }
-    } else if (op == 2) {  // split
+    } else if (op == TIDGAP_OP_SPLIT_MICROBATCH) {
         int k = (int)tidgap_uniform_int(u1, 0, tidgap_maxl(count, 1));
         long long size = row[k];
         long long head = tidgap_uniform_int(u2, 1, tidgap_maxl(size, 2));
@@ -76,7 +83,7 @@ __host__ __device__ inline void tidgap_mutate(
             row[k] = (int)head;
             row[k + 1] = (int)(size - head);
         }
-    } else if (op == 4) {  // copy a neighbouring stage
+    } else if (op == TIDGAP_OP_COPY_NEIGHBOUR) {
         int neighbour = stage + (u1 < 0.5 ? -1 : 1);
         neighbour = neighbour < 0 ? 0 : (neighbour > stages - 1 ? stages - 1 : neighbour);
         const int* borrowed = child + neighbour * width;
@@ -85,7 +92,7 @@ __host__ __device__ inline void tidgap_mutate(
         if (largest <= cap && neighbour != stage) {
             for (int col = 0; col < width; ++col) row[col] = borrowed[col];
         }
-    } else if (op == 5) {  // equalise
+    } else if (op == TIDGAP_OP_EQUALISE_STAGE) {
         long long total = 0;
         for (int col = 0; col < width; ++col) total += row[col];
         long long fewest = (total + cap - 1) / cap;

@@ -16,7 +16,7 @@ import numpy as np
 
 from tidgap.backends.evaluator import SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
-from tidgap.kernels.source import kernel_source, scratch_width
+from tidgap.kernels.source import kernel_source, operation_defines, scratch_width
 from tidgap.optimize.operators import MUTATIONS
 from tidgap.optimize.rng import CounterRng
 
@@ -29,7 +29,8 @@ BREED_DRAWS = 7
 def _kernel(source: str, function: str, max_width: int) -> cupy.RawKernel:
     """``function`` of ``kernels/source``, compiled with ``TIDGAP_MAX_K = max_width``."""
     module = cupy.RawModule(
-        code=kernel_source(source), options=("-std=c++17", f"-DTIDGAP_MAX_K={max_width}")
+        code=kernel_source(source),
+        options=("-std=c++17", f"-DTIDGAP_MAX_K={max_width}", *operation_defines()),
     )
     return module.get_function(function)
 

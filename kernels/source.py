@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tidgap.optimize.operators import MUTATIONS
+
 KERNEL_DIR = Path(__file__).resolve().parent
 _LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"$', re.MULTILINE)
 
@@ -24,3 +26,10 @@ def scratch_width(width: int) -> int:
     """The compile-time scratch size (``TIDGAP_MAX_K``) for chromosomes of ``width``:
     a power of two, at least 16."""
     return max(16, 1 << (max(width, 1) - 1).bit_length())
+
+
+def operation_defines() -> tuple[str, ...]:
+    """``-DTIDGAP_OP_<NAME>=i`` for each mutation of :data:`tidgap.optimize.operators.MUTATIONS`,
+    ``i`` its position in the registry: the numbering the CPU operators draw from, which
+    ``breed.cuh`` tests by name. Every compile of the kernels passes them."""
+    return tuple(f"-DTIDGAP_OP_{name.upper()}={i}" for i, name in enumerate(MUTATIONS))

@@ -4,6 +4,7 @@ compiled for the host, equals the CPU backends exactly."""
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,7 +18,7 @@ from tests.support.populations import random_individuals, random_population, ran
 from tidgap import Problem, load_problem
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
-from tidgap.kernels.source import KERNEL_DIR, kernel_source, scratch_width
+from tidgap.kernels.source import KERNEL_DIR, kernel_source, operation_defines, scratch_width
 from tidgap.optimize.operators import MUTATIONS, breed
 from tidgap.optimize.rng import CounterRng, uniform_int
 
@@ -43,6 +44,7 @@ def test_kernel_source_compiles_with_nvcc(
             f"-arch={arch}",
             "-std=c++17",
             f"-DTIDGAP_MAX_K={max_width}",
+            *operation_defines(),
             "-c",
             str(source),
             "-o",
@@ -68,6 +70,7 @@ def test_every_cu_file_compiles(tmp_path: Path) -> None:
                     "-std=c++17",
                     "-I",
                     str(KERNEL_DIR),
+                    *operation_defines(),
                     "-c",
                     str(source),
                     "-o",
@@ -80,7 +83,8 @@ def test_every_cu_file_compiles(tmp_path: Path) -> None:
 
 
 def build_host(tmp_path_factory: pytest.TempPathFactory, name: str, function: str) -> Any:
-    """``function`` from ``tests/native/NAME.cpp`` (kernel headers included), built with g++."""
+    """``function`` from ``tests/support/native/NAME.cpp`` (kernel headers included), built
+    with g++."""
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed")
     library = tmp_path_factory.mktemp("native") / f"{name}.so"
@@ -95,6 +99,7 @@ def build_host(tmp_path_factory: pytest.TempPathFactory, name: str, function: st
             "-fPIC",
             "-I",
             str(KERNEL_DIR),
+            *operation_defines(),
             str(NATIVE / f"{name}.cpp"),
             "-o",
             str(library),
@@ -316,3 +321,13 @@ def test_cli_gpu_search_runs_the_kernels() -> None:
     )
     assert result.exit_code == 0, result.output
     assert '"backend": "cuda"' in result.stdout
+
+
+def test_every_mutation_has_a_named_branch_in_the_breeding_kernel() -> None:
+    """``breed.cuh`` tests each registry mutation by its ``TIDGAP_OP_<NAME>`` and no bare
+    number (the EvoX pairing of an operator and its kernel, by name)."""
+    header = (KERNEL_DIR / "breed.cuh").read_text(encoding="utf-8")
+    for name in MUTATIONS:
+        assert f"op == TIDGAP_OP_{name.upper()}" in header, name
+    assert not re.search(r"op == \d", header)
+    assert operation_defines()[0] == f"-DTIDGAP_OP_{next(iter(MUTATIONS)).upper()}=0"
