@@ -48,6 +48,17 @@ def test_wheel_puts_backends_inside_the_tidgap_namespace(wheel_names: list[str])
     assert not tops & {"kernels", "fallback_cpu", "tests", "bench"}, tops
 
 
+def test_wheel_ships_every_subpackage_and_kernel_source(wheel_names: list[str]) -> None:
+    """Each folder of ``tidgap/`` with an ``__init__.py`` (``pyproject.toml`` lists them one by
+    one) and every CUDA source is in the wheel: an installed tidgap imports all of itself."""
+    packages = sorted(init.parent for init in (ROOT / "tidgap").rglob("__init__.py"))
+    assert len(packages) >= 9
+    for package in packages:
+        assert f"{package.relative_to(ROOT).as_posix()}/__init__.py" in wheel_names, package
+    for source in [*(ROOT / "kernels").glob("*.cu"), *(ROOT / "kernels").glob("*.cuh")]:
+        assert f"tidgap/kernels/{source.name}" in wheel_names, source.name
+
+
 def test_wheel_ships_the_builtin_examples(wheel_names: list[str]) -> None:
     from tidgap.model.examples import example_names
 
