@@ -148,3 +148,14 @@ def test_an_ordered_initial_plan_is_refused_not_taken_as_its_partitions() -> Non
     ordered = Plan.of([[4, 4]] * 2, [[4, 4]] * 2, order=["FFBB", "FBFB"])
     with pytest.raises(ValueError, match=r"initial_plans\[1\] has an order"):
         search(problem, generations=1, initial_plans=[Plan.of([[8]] * 2, [[8]] * 2), ordered])
+
+
+def test_the_searched_family_is_separable_and_its_reference_gives_the_result() -> None:
+    """The dual GA needs ``iteration = forward_end + backward_span``; the result's evaluation
+    is the searched family's reference."""
+    from tidgap.optimize.driver import SEARCHED
+
+    assert SEARCHED.separable and SEARCHED.has_flush
+    problem = load_problem("example:tiny-2")
+    result = search(problem, generations=2)
+    assert result.evaluation == SEARCHED.evaluate(problem, result.plan)

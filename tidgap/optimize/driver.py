@@ -36,14 +36,17 @@ from tidgap.optimize.polish import polish
 from tidgap.optimize.rng import CounterRng
 from tidgap.schedules.baselines import BaselineResult, best_baselines, require_tractable
 from tidgap.schedules.evaluation import Evaluation
-from tidgap.schedules.families import family_of
-from tidgap.schedules.flush import evaluate
+from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.held import require_flush_fits
 
 #: Default bound on microbatches per stage (raised when a baseline or the caps need more).
 DEFAULT_MAX_MICROBATCHES = 64
 #: Share of a time limit the GA leaves to the final polish.
 POLISH_SHARE = 0.1
+
+#: The family :func:`search` searches: flush plans, separable (``iteration = forward_end +
+#: backward_span``), so DGAP evolves the two chromosomes side by side.
+SEARCHED = SCHEDULES["flush"]
 
 
 @dataclass(frozen=True)
@@ -322,8 +325,8 @@ def search(
     phases = Phases(on_phase)
     with phases("compile"):
         ticked = tick_problem(problem)
-        # The flush is separable: its evaluators offer forward_end and backward_span.
-        evaluator = cast(SeparableEvaluator, create_evaluator(ticked, "flush", backend))
+        # The family searched is separable: its evaluators offer both halves (the dual GA).
+        evaluator = cast(SeparableEvaluator, create_evaluator(ticked, SEARCHED.name, backend))
         xp = record.namespace()
         _compile(evaluator, ticked, xp)
     ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE)
@@ -401,7 +404,7 @@ def search(
     return SearchResult(
         problem=problem,
         plan=plan,
-        evaluation=evaluate(problem, plan),
+        evaluation=SEARCHED.evaluate(problem, plan),
         baselines=baselines,
         heuristics=heuristics,
         backend=backend,
