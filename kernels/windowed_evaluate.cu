@@ -1,0 +1,46 @@
+// windowed_evaluate.cu: iteration time and peak held samples of every individual of a
+// population of ordered plans (forward and backward partitions plus each stage's order).
+//
+// Computes fitness[p] = tidgap_ordered_fitness(...) (windowed_sim.cuh) in integer ticks, and
+// peak_held[p, s] in units, exactly as the CPU backends do; an order that breaks rule
+// `count` or cannot finish scores TIDGAP_INVALID.
+// Thread-to-work mapping: one thread per individual p = blockIdx.x * blockDim.x +
+// threadIdx.x (grid-stride loop); each thread runs its individual's event loop
+// sequentially with its scratch in local memory (6 (TIDGAP_MAX_K + 1) int64 and
+// TIDGAP_CURSORS int per stage, TIDGAP_MAX_S stages, set at compile time by the launcher
+// to powers of two >= K and >= S).
+// Arguments, in order:
+//   forward, backward (P, S, K) int32, order (P, S, 2K) int8, fitness (P,) int64 out,
+//   peak_held (P, S) int64 out, population P, stages S, width K, forward_compute and
+//   backward_compute (S, T) int64, forward_transfer and backward_transfer (S-1, T) int64,
+//   tails (S,) int64, T.
+#include "windowed_sim.cuh"
+
+#ifndef TIDGAP_MAX_K
+#define TIDGAP_MAX_K 64
+#endif
+#ifndef TIDGAP_MAX_S
+#define TIDGAP_MAX_S 16
+#endif
+
+extern "C" __global__ void tidgap_windowed_evaluate(
+    const int* __restrict__ forward, const int* __restrict__ backward,
+    const signed char* __restrict__ order, tidgap_i64* __restrict__ fitness,
+    tidgap_i64* __restrict__ peak_held, long long population, int stages, int width,
+    const tidgap_i64* __restrict__ forward_compute,
+    const tidgap_i64* __restrict__ backward_compute,
+    const tidgap_i64* __restrict__ forward_transfer,
+    const tidgap_i64* __restrict__ backward_transfer, const tidgap_i64* __restrict__ tails,
+    int table_width) {
+    tidgap_i64 scratch[TIDGAP_MAX_S * 6 * (TIDGAP_MAX_K + 1)];
+    int cursors[TIDGAP_MAX_S * TIDGAP_CURSORS];
+    const long long genes = (long long)stages * width;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < population;
+         p += step) {
+        fitness[p] = tidgap_ordered_fitness(
+            forward + p * genes, backward + p * genes, order + p * 2 * genes, stages, width,
+            forward_compute, backward_compute, forward_transfer, backward_transfer, tails,
+            table_width, scratch, cursors, peak_held + p * stages);
+    }
+}

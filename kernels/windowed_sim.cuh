@@ -1,0 +1,158 @@
+// windowed_sim.cuh: one individual's ordered plan, timed by an event loop, as
+// __host__ __device__ code.
+//
+// Computes docs/model.md "Ordered plans", Timing and Memory, for ONE individual in integer
+// ticks, exactly as tidgap/schedules/simulate.py does in floats:
+//   forward k of s:  start = max(free_s, A[s-1][i]), i = the upstream microbatch holding
+//                    its last sample (A[-1] = 0: stage 0 waits for nothing)
+//                    EF[s][k] = start + Tf_s(f), A[s][k] = max(EF[s][k], A[s][k-1]) + Cf_s(f)
+//   backward k of s: start = max(free_s, EF[s][i_own], A'[s+1][i]) (no A' on the last stage)
+//                    EB[s][k] = start + Tb_s(c), A'[s][k] = max(EB[s][k], A'[s][k-1]) + Cb_{s-1}(c)
+// sweeping the stages until none can run its next op, and returns
+//   max_s (EB[s][N_s] + tail_s), and peak_held[s] = the most P[s][k] - Q[s][j] after a forward
+// (units), or TIDGAP_INVALID (peak_held all 0) when the order breaks rule `count` or cannot
+// finish (rules 1 or 2 broken: a deadlock). Arrays (row-major; int64 ticks, int32 sizes in
+// units, int8 ops):
+//   forward, backward (S, K)  sizes, zeros after each row's last
+//   order             (S, 2K) ops per stage: 0 forward, 1 backward, -1 after the last
+//   forward_compute, backward_compute (S, T); forward_transfer, backward_transfer (S-1, T),
+//   backward_transfer[l] indexed by the sender's (stage l+1) size; tails (S,); T = U + 1
+//   scratch           (S, 6 (K+1)) int64: P, Q, EF, EB, A, A' per stage; cursors (S, 5) int32
+// The same code is compiled by NVRTC for the GPU (windowed_evaluate.cu) and by the host
+// compiler for tests (tests/support/native/windowed_host.cpp).
+#ifndef TIDGAP_WINDOWED_SIM_CUH
+#define TIDGAP_WINDOWED_SIM_CUH
+
+#include "flush_chain.cuh"
+
+// An iteration time no valid plan reaches (2^61): what an order that cannot run scores.
+#define TIDGAP_INVALID (((tidgap_i64)1) << 61)
+#define TIDGAP_NEVER (-(((tidgap_i64)1) << 62))
+
+// min{i : prefix[i] >= sample} over prefix[0..count] (non-decreasing, prefix[count] = total).
+__host__ __device__ inline int tidgap_holder(const tidgap_i64* prefix, int count,
+                                             tidgap_i64 sample) {
+    int low = 0, high = count;
+    while (low < high) {
+        int middle = (low + high) / 2;
+        if (prefix[middle] >= sample) high = middle; else low = middle + 1;
+    }
+    return low;
+}
+
+// Cursors per stage (5 ints): ops done, forwards done, backwards done, M_s, N_s.
+#define TIDGAP_CURSORS 5
+
+__host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
+    const int* forward, const int* backward, const signed char* order, int stages, int width,
+    const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
+    const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
+    const tidgap_i64* tails, int table_width, tidgap_i64* scratch, int* cursors,
+    tidgap_i64* peak_held) {
+    const int row = width + 1;
+    const int ops = 2 * width;
+#define TIDGAP_ROW(s, which) (scratch + ((s) * 6 + (which)) * row)  // P Q EF EB A A'
+    for (int s = 0; s < stages; ++s) {
+        tidgap_i64* P = TIDGAP_ROW(s, 0);
+        tidgap_i64* Q = TIDGAP_ROW(s, 1);
+        int m = 0, n = 0;
+        P[0] = 0;
+        Q[0] = 0;
+        for (int k = 0; k < width; ++k) {
+            int f = forward[s * width + k], c = backward[s * width + k];
+            if (f > 0) { P[m + 1] = P[m] + f; ++m; }
+            if (c > 0) { Q[n + 1] = Q[n] + c; ++n; }
+        }
+        int fs = 0, bs = 0, j = 0;
+        for (; j < ops && order[s * ops + j] >= 0; ++j) {
+            if (order[s * ops + j] == 0) ++fs; else if (order[s * ops + j] == 1) ++bs; else fs = -1;
+        }
+        for (; j < ops; ++j) {
+            if (order[s * ops + j] != -1) fs = -1;  // an op after the padding
+        }
+        if (fs != m || bs != n) {  // rule count
+            for (int t = 0; t < stages; ++t) peak_held[t] = 0;
+            return TIDGAP_INVALID;
+        }
+        TIDGAP_ROW(s, 2)[0] = 0;
+        TIDGAP_ROW(s, 3)[0] = 0;
+        TIDGAP_ROW(s, 4)[0] = TIDGAP_NEVER;
+        TIDGAP_ROW(s, 5)[0] = TIDGAP_NEVER;
+        int* cursor = cursors + s * TIDGAP_CURSORS;
+        cursor[0] = cursor[1] = cursor[2] = 0;
+        cursor[3] = m;
+        cursor[4] = n;
+        peak_held[s] = 0;
+    }
+    int progressed = 1;
+    while (progressed) {
+        progressed = 0;
+        for (int s = 0; s < stages; ++s) {
+            tidgap_i64* P = TIDGAP_ROW(s, 0);
+            tidgap_i64* Q = TIDGAP_ROW(s, 1);
+            tidgap_i64* EF = TIDGAP_ROW(s, 2);
+            tidgap_i64* EB = TIDGAP_ROW(s, 3);
+            int* cursor = cursors + s * TIDGAP_CURSORS;
+            const int length = cursor[3] + cursor[4];
+            while (cursor[0] < length) {
+                const signed char op = order[s * ops + cursor[0]];
+                const int nf = cursor[1], nb = cursor[2];
+                tidgap_i64 start = 0;  // the stage is free when its previous op ends
+                if (cursor[0] > 0) start = order[s * ops + cursor[0] - 1] == 0 ? EF[nf] : EB[nb];
+                if (op == 0) {
+                    const int k = nf + 1;
+                    if (s > 0) {
+                        const int* up = cursors + (s - 1) * TIDGAP_CURSORS;
+                        const int i = tidgap_holder(TIDGAP_ROW(s - 1, 0), up[3], P[k]);
+                        if (i > up[1]) break;  // its activations are not sent yet
+                        start = tidgap_max(start, TIDGAP_ROW(s - 1, 4)[i]);
+                    }
+                    const int size = forward[s * width + nf];
+                    const tidgap_i64 end = start + forward_compute[s * table_width + size];
+                    EF[k] = end;
+                    if (s < stages - 1) {
+                        tidgap_i64* A = TIDGAP_ROW(s, 4);
+                        A[k] = tidgap_max(end, A[k - 1]) + forward_transfer[s * table_width + size];
+                    }
+                    peak_held[s] = tidgap_max(peak_held[s], P[k] - Q[nb]);
+                    cursor[1] = k;
+                } else {
+                    const int k = nb + 1;
+                    const int own = tidgap_holder(P, cursor[3], Q[k]);
+                    if (own > nf) break;  // its own forward has not run
+                    start = tidgap_max(start, EF[own]);
+                    if (s < stages - 1) {
+                        const int* down = cursors + (s + 1) * TIDGAP_CURSORS;
+                        const int i = tidgap_holder(TIDGAP_ROW(s + 1, 1), down[4], Q[k]);
+                        if (i > down[2]) break;  // its gradient is not sent yet
+                        start = tidgap_max(start, TIDGAP_ROW(s + 1, 5)[i]);
+                    }
+                    const int size = backward[s * width + nb];
+                    const tidgap_i64 end = start + backward_compute[s * table_width + size];
+                    EB[k] = end;
+                    if (s > 0) {
+                        tidgap_i64* G = TIDGAP_ROW(s, 5);
+                        G[k] = tidgap_max(end, G[k - 1]) +
+                               backward_transfer[(s - 1) * table_width + size];
+                    }
+                    cursor[2] = k;
+                }
+                cursor[0] += 1;
+                progressed = 1;
+            }
+        }
+    }
+    tidgap_i64 iteration = 0;
+    for (int s = 0; s < stages; ++s) {
+        const int* cursor = cursors + s * TIDGAP_CURSORS;
+        if (cursor[0] < cursor[3] + cursor[4]) {  // a deadlock: rule 1 or 2 broken
+            for (int t = 0; t < stages; ++t) peak_held[t] = 0;
+            return TIDGAP_INVALID;
+        }
+        iteration = tidgap_max(iteration, TIDGAP_ROW(s, 3)[cursor[2]] + tails[s]);
+    }
+#undef TIDGAP_ROW
+    return iteration;
+}
+
+#endif

@@ -1,0 +1,23 @@
+// Host build of kernels/windowed_sim.cuh for tests: the GPU kernel's per-individual event
+// loop, called through ctypes. Arguments as in kernels/windowed_evaluate.cu; scratch here.
+#include <cstddef>
+#include <vector>
+
+#include "windowed_sim.cuh"
+
+extern "C" void tidgap_windowed_host(
+    const int* forward, const int* backward, const signed char* order, tidgap_i64* fitness,
+    tidgap_i64* peak_held, long long population, int stages, int width,
+    const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
+    const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
+    const tidgap_i64* tails, int table_width) {
+    std::vector<tidgap_i64> scratch(6 * static_cast<std::size_t>(stages) * (width + 1));
+    std::vector<int> cursors(TIDGAP_CURSORS * static_cast<std::size_t>(stages));
+    const long long genes = static_cast<long long>(stages) * width;
+    for (long long p = 0; p < population; ++p) {
+        fitness[p] = tidgap_ordered_fitness(
+            forward + p * genes, backward + p * genes, order + p * 2 * genes, stages, width,
+            forward_compute, backward_compute, forward_transfer, backward_transfer, tails,
+            table_width, scratch.data(), cursors.data(), peak_held + p * stages);
+    }
+}
