@@ -3,7 +3,10 @@ the family's reference on the golden cases and random plans, and the backends of
 equal each other exactly, in ticks.
 
 Against the float reference the ticks agree up to the tick rounding (rel 1e-6); between
-backends they are equal. A GPU backend runs on the fake CuPy where no GPU is usable.
+backends they are equal. A family without the flush (ordered plans) is scored on explicit
+orders (``Population.order``): its evaluators also give ``peak_held``, equal to the
+reference's exactly, and an order that cannot finish scores ``INVALID`` on every backend. A
+GPU backend runs on the fake CuPy where no GPU is usable.
 """
 
 from __future__ import annotations
@@ -18,14 +21,27 @@ import pytest
 
 from tests.conftest import case_id, golden_cases
 from tests.support.backends import run_here, runnable
-from tests.support.populations import random_individuals, random_ticked
+from tests.support.golden_ordered import ordered_plan
+from tests.support.populations import random_individuals, random_orders, random_ticked
 from tidgap import Plan, Problem, check_plan
 from tidgap.backends import BACKENDS, Backend, UnusableBackend
-from tidgap.backends.evaluator import create_evaluator
+from tidgap.backends.evaluator import INVALID, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import to_host
-from tidgap.optimize.genome import Population, decode_plan, encode_plan
+from tidgap.optimize.genome import (
+    BACKWARD_OP,
+    FORWARD_OP,
+    NO_OP,
+    Population,
+    decode_order,
+    decode_partitions,
+    decode_plan,
+    encode_order,
+    encode_plan,
+)
+from tidgap.schedules.baselines import feasible_microbatch_counts, one_f_one_b_plan
 from tidgap.schedules.families import SCHEDULES
+from tidgap.schedules.ir import first_violation
 
 REL = 1e-6
 CASES = golden_cases()
@@ -37,6 +53,11 @@ PAIRS = [(name, f) for name, record in BACKENDS.items() for f in record.evaluato
 
 def pair_id(pair: tuple[str, str]) -> str:
     return "-".join(pair)
+
+
+def is_ordered(family: str) -> bool:
+    """Whether ``family``'s plans carry an order (populations with order genes)."""
+    return not SCHEDULES[family].has_flush
 
 
 def test_every_family_with_an_evaluator_has_a_reference() -> None:
@@ -56,25 +77,51 @@ class Scored:
     expected: list[Any]
 
 
+def golden_plans(case: dict[str, Any], problem: Problem, ordered: bool) -> list[Plan]:
+    """The golden plans of ``case``: its ordered plans, and 1F1B(m) for up to six feasible
+    ``m``, when ``ordered``; its flush plans otherwise."""
+    if not ordered:
+        return [Plan.of(entry["forward"], entry["backward"]) for entry in case["plans"]]
+    counts = feasible_microbatch_counts(problem)
+    chosen = sorted({counts[0], counts[-1], *counts[:: max(1, len(counts) // 4)]})
+    return [ordered_plan(entry) for entry in case["ordered_plans"]] + [
+        one_f_one_b_plan(problem, m) for m in chosen
+    ]
+
+
 @functools.cache
 def scored_case(index: int, family: str) -> Scored:
-    """Golden case ``index``: its plans and 20 random feasible ones, with ``family``'s
-    reference evaluation of each."""
+    """Golden case ``index``: its plans (see :func:`golden_plans`) and 20 random feasible
+    ones (with repaired random orders for an ordered family), with ``family``'s reference
+    evaluation of each."""
     case = CASES[index]
     problem = Problem.from_dict(case["problem"])
     ticked = tick_problem(problem)
-    golden = [Plan.of(entry["forward"], entry["backward"]) for entry in case["plans"]]
+    ordered = is_ordered(family)
+    golden = golden_plans(case, problem, ordered)
     width = max(min(problem.num_units, 30) + 4, *(len(p) for g in golden for p in g.forward))
     width = max(width, *(len(p) for g in golden for p in g.backward))
     rng = np.random.default_rng(zlib.crc32(case_id(case).encode()))
     randoms = random_individuals(rng, ticked, 20, width, max_count=30)
+    if ordered:
+        randoms = random_orders(rng, randoms, repaired=1.0, broken=0.0)
     plans = golden + [
-        decode_plan(randoms.forward[p], randoms.backward[p], problem) for p in range(20)
+        decode_plan(
+            randoms.forward[p],
+            randoms.backward[p],
+            problem,
+            None if randoms.order is None else randoms.order[p],
+        )
+        for p in range(20)
     ]
     for plan in plans:
         check_plan(plan, problem)
     encoded = [encode_plan(plan, problem, width) for plan in plans]
-    population = Population(np.stack([f for f, _ in encoded]), np.stack([b for _, b in encoded]))
+    population = Population(
+        np.stack([f for f, _ in encoded]),
+        np.stack([b for _, b in encoded]),
+        np.stack([encode_order(plan, width) for plan in plans]) if ordered else None,
+    )
     expected = [SCHEDULES[family].evaluate(problem, plan) for plan in plans]
     return Scored(problem, ticked, population, expected)
 
@@ -82,7 +129,14 @@ def scored_case(index: int, family: str) -> Scored:
 def on_backend(record: Backend, population: Population) -> Population:
     """``population`` in the backend's array module."""
     xp = record.namespace()
-    return Population(xp.asarray(population.forward), xp.asarray(population.backward))
+    order = None if population.order is None else xp.asarray(population.order)
+    return Population(xp.asarray(population.forward), xp.asarray(population.backward), order)
+
+
+def first(population: Population) -> Population:
+    """The population of its first individual."""
+    order = None if population.order is None else population.order[:1]
+    return Population(population.forward[:1], population.backward[:1], order)
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[case_id(c) for c in CASES])
@@ -99,10 +153,12 @@ def test_score_equals_the_reference(
     assert ticks.dtype == np.int64 and ticks.shape == (population.size,)
     wanted = [e.iteration_time for e in case.expected]
     assert case.ticked.to_time(ticks) == pytest.approx(wanted, rel=REL)
-    single = on_backend(
-        record, Population(case.population.forward[:1], case.population.backward[:1])
-    )
+    single = on_backend(record, first(case.population))
     assert np.array_equal(to_host(evaluator.score(single)), ticks[:1])
+    if is_ordered(family):
+        held = to_host(evaluator.peak_held(population))
+        assert held.dtype == np.int64
+        assert held.tolist() == [e.peak_held for e in case.expected]
     if SCHEDULES[family].separable:
         forward = to_host(evaluator.forward_end(population.forward))
         backward = to_host(evaluator.backward_span(population.backward))
@@ -129,6 +185,8 @@ def assert_backends_agree(
         evaluator = create_evaluator(ticked, family, name)
         on = on_backend(BACKENDS[name], population)
         result = [to_host(evaluator.score(on))]
+        if is_ordered(family):
+            result.append(to_host(evaluator.peak_held(on)))
         if SCHEDULES[family].separable:
             result.append(to_host(evaluator.forward_end(on.forward)))
             result.append(to_host(evaluator.backward_span(on.backward)))
@@ -151,6 +209,8 @@ def test_backends_agree_on_golden_problems(
     width = min(ticked.num_units, 40)
     for size, extra in ((1, 0), (97, 5), (300, 60)):
         population = random_individuals(rng, ticked, size, width + extra)
+        if is_ordered(family):
+            population = random_orders(rng, population)
         assert_backends_agree(names, family, ticked, population)
 
 
@@ -167,6 +227,45 @@ def test_backends_agree_on_large_random_tables(
     ticked = random_ticked(rng, stages, num_units, top=2**40)
     size = 1 if seed % 3 == 0 else int(rng.integers(2, 200))
     population = random_individuals(rng, ticked, size, min(num_units, 40) + 7)
+    if is_ordered(family):
+        population = random_orders(rng, population)
+    assert_backends_agree(names, family, ticked, population)
+
+
+def valid_order(population: Population, p: int) -> bool:
+    """Whether individual ``p``'s order genes are codes 0 / 1 then padding, and its letters
+    pass rules ``count``, 1 and 2 (:func:`tidgap.schedules.ir.first_violation`)."""
+    codes = population.order[p]
+    ops = codes != NO_OP
+    if not np.isin(codes, (FORWARD_OP, BACKWARD_OP, NO_OP)).all():
+        return False
+    if (ops != (np.arange(codes.shape[1]) < ops.sum(axis=1, keepdims=True))).any():
+        return False
+    forward = decode_partitions(population.forward[p], 1)
+    backward = decode_partitions(population.backward[p], 1)
+    return first_violation(decode_order(codes), forward, backward) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("family", [f for f in FAMILIES if is_ordered(f)])
+def test_backends_agree_and_an_order_that_cannot_finish_is_invalid(
+    family: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random interleavings, most of them deadlocks: ``INVALID`` (``peak_held`` 0) exactly
+    where the order breaks rule ``count``, 1 or 2, on every backend."""
+    names = [n for n, r in BACKENDS.items() if family in r.evaluators and runnable(n, monkeypatch)]
+    rng = np.random.default_rng(3000 + seed)
+    stages, num_units = int(rng.integers(1, 6)), int(rng.integers(1, 24))
+    ticked = random_ticked(rng, stages, num_units, top=2**20)
+    population = random_orders(rng, random_individuals(rng, ticked, 150, num_units + 3), 0.3, 0.2)
+    broken = np.array([not valid_order(population, p) for p in range(population.size)])
+    assert broken.any() and not broken.all()
+    for name in names:
+        evaluator = create_evaluator(ticked, family, name)
+        on = on_backend(BACKENDS[name], population)
+        ticks, held = to_host(evaluator.score(on)), to_host(evaluator.peak_held(on))
+        assert np.array_equal(ticks == INVALID, broken), name
+        assert (held[broken] == 0).all() and (held[~broken] > 0).all()
     assert_backends_agree(names, family, ticked, population)
 
 
@@ -178,6 +277,8 @@ def test_a_missing_pair_is_one_line_naming_the_pairs_that_exist(
 ) -> None:
     ticked = scored_case(0, "flush").ticked
     monkeypatch.setitem(BACKENDS, "numpy", replace(BACKENDS["numpy"], evaluators={}))
+    flush_only = {"flush": BACKENDS["numba"].evaluators["flush"]}
+    monkeypatch.setitem(BACKENDS, "numba", replace(BACKENDS["numba"], evaluators=flush_only))
     late = replace(BACKENDS["numpy"], name="late", evaluators={"windowed": "no.such:module"})
     monkeypatch.setitem(BACKENDS, "late", late)
     expected = {

@@ -1,11 +1,16 @@
-"""Random feasible populations and random tick tables, for backend and kernel tests."""
+"""Random feasible populations (with random orders, valid or not) and random tick tables, for
+backend and kernel tests."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from tidgap import Order, Plan
 from tidgap.backends.ticks import TickedProblem
-from tidgap.optimize.genome import Population
+from tidgap.optimize.genome import FORWARD_OP, NO_OP, ORDER_GENE, Population, encode_order
+from tidgap.schedules.ir import repair
 
 
 def random_partition(rng: np.random.Generator, total: int, cap: int, count: int) -> np.ndarray:
@@ -86,3 +91,29 @@ def random_individuals(
         random_population(rng, ticked.forward_caps, U, size, width, max_count),
         random_population(rng, ticked.backward_caps, U, size, width, max_count),
     )
+
+
+def random_orders(
+    rng: np.random.Generator, population: Population, repaired: float = 0.5, broken: float = 0.1
+) -> Population:
+    """``population`` with ``(P, S, 2K)`` order genes: per stage a random interleaving of its
+    ``M_s`` forwards and ``N_s`` backwards (rules 1 and 2 may break: deadlocks), repaired to
+    validity (:func:`tidgap.schedules.ir.repair`) for a fraction ``repaired`` of the
+    individuals, and for a fraction ``broken`` one code changed so rule ``count`` breaks."""
+    count, stages, width = population.forward.shape
+    genes = np.full((count, stages, 2 * width), NO_OP, dtype=ORDER_GENE)
+    for p in range(count):
+        forward = [[int(u) for u in row if u] for row in population.forward[p]]
+        backward = [[int(u) for u in row if u] for row in population.backward[p]]
+        letters = []
+        for f, b in zip(forward, backward, strict=True):
+            ops = np.array(["F"] * len(f) + ["B"] * len(b))
+            letters.append("".join(rng.permutation(ops)))
+        order = Order.of(letters)
+        if rng.random() < repaired:
+            order = repair(order, forward, backward)
+        genes[p] = encode_order(Plan.of(forward, backward, order=list(order.stages)), width)
+        if rng.random() < broken:
+            s = int(rng.integers(stages))
+            genes[p, s, int(rng.integers(2 * width))] = rng.choice([NO_OP, FORWARD_OP, 2])
+    return replace(population, order=genes)

@@ -98,7 +98,10 @@ BACKENDS: dict[str, Backend] = {
             device="cpu",
             namespace=_numpy,
             unusable_reason=numba_unusable_reason,
-            evaluators={"flush": "tidgap.backends.evaluator:flush_numba"},
+            evaluators={
+                "flush": "tidgap.backends.evaluator:flush_numba",
+                "windowed": "tidgap.backends.evaluator:windowed_numba",
+            },
         ),
         Backend(
             name="numpy",
@@ -106,7 +109,10 @@ BACKENDS: dict[str, Backend] = {
             device="cpu",
             namespace=_numpy,
             unusable_reason=_always_usable,
-            evaluators={"flush": "tidgap.backends.evaluator:flush_numpy"},
+            evaluators={
+                "flush": "tidgap.backends.evaluator:flush_numpy",
+                "windowed": "tidgap.backends.evaluator:windowed_numpy",
+            },
         ),
     )
 }

@@ -6,6 +6,10 @@ flush) also offers both halves of the iteration time, each from one chromosome:
 ``forward_end`` and ``backward_span``, with ``score = forward_end + backward_span``
 (model.md, separability); the dual GA selects on each half. CPU backends take and return
 NumPy arrays, the CUDA backend CuPy arrays.
+
+An ordered family (``windowed``) is scored on explicit orders (``Population.order``, any
+order gene lowered to them first): :class:`OrderedEvaluator` gives ``score`` and
+``peak_held``; an individual whose order cannot finish scores :data:`INVALID`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,15 @@ ChainEnds = Callable[[Any, Any, Any], Any]
 #: Genes (individuals x stages x microbatches) per call of a CPU ``chain_ends``: bounds
 #: the NumPy form's temporaries (a few int64 arrays of this many entries).
 CHUNK_GENES = 1 << 22
+
+#: The score of an individual whose order cannot finish (it breaks rule ``count``, 1 or 2:
+#: model.md, Ordered plans); far above any iteration time (at most ``2**50`` ticks).
+INVALID = np.iinfo(np.int64).max // 4
+
+#: ``ordered_ends(forward (P, S, K), backward (P, S, K), order (P, S, L), ticked) ->
+#: (iteration (P,) ticks, peak_held (P, S) samples)``, :data:`INVALID` / 0 where the order
+#: cannot finish.
+OrderedEnds = Callable[[np.ndarray, np.ndarray, np.ndarray, TickedProblem], Any]
 
 
 class Evaluator(Protocol):
@@ -100,6 +113,59 @@ def flush_numba(ticked: TickedProblem) -> ChainEvaluator:
     from tidgap.fallback_cpu.flush_numba import chain_ends
 
     return ChainEvaluator(ticked, chain_ends)
+
+
+def not_partitions(individual: int, num_units: int) -> str:
+    """The ``ValueError`` text for an individual whose sizes are not partitions of ``U``."""
+    return (
+        f"individual {individual} is not a plan: sizes must lie in 0..{num_units}, zeros only "
+        f"after a row's microbatches, and every row must sum to {num_units} units"
+    )
+
+
+@dataclass(frozen=True)
+class OrderedEvaluator(Evaluator):
+    """Ordered plans on the CPU, built on one ``ordered_ends`` (Numba loops or NumPy rounds).
+
+    ``population.order`` must be given; sizes that are not partitions of ``U`` raise
+    ``ValueError`` (:func:`not_partitions`), orders that cannot finish score :data:`INVALID`.
+    """
+
+    ticked: TickedProblem
+    ordered_ends: OrderedEnds
+
+    def evaluate(self, population: Population) -> tuple[np.ndarray, np.ndarray]:
+        """``(P,)`` int64 iteration ticks ``max_s(EB[s][N_s] + tail_s)`` and ``(P, S)``
+        int64 ``peak_held`` in samples."""
+        if population.order is None:
+            raise ValueError("an ordered evaluator needs the population's order genes")
+        return self.ordered_ends(
+            population.forward, population.backward, population.order, self.ticked
+        )
+
+    def score(self, population: Population) -> np.ndarray:
+        """``(P,)`` int64 iteration ticks, :data:`INVALID` where the order cannot finish."""
+        return self.evaluate(population)[0]
+
+    def peak_held(self, population: Population) -> np.ndarray:
+        """``(P, S)`` int64 samples held at most per stage (model.md, Memory); 0 where the
+        order cannot finish."""
+        return self.evaluate(population)[1]
+
+
+def windowed_numpy(ticked: TickedProblem) -> OrderedEvaluator:
+    """Ordered plans in vectorised rounds (:mod:`tidgap.fallback_cpu.windowed_numpy`)."""
+    from tidgap.fallback_cpu.windowed_numpy import ordered_ends
+
+    return OrderedEvaluator(ticked, ordered_ends)
+
+
+def windowed_numba(ticked: TickedProblem) -> OrderedEvaluator:
+    """Ordered plans as one compiled event loop per individual
+    (:mod:`tidgap.fallback_cpu.windowed_numba`)."""
+    from tidgap.fallback_cpu.windowed_numba import ordered_ends
+
+    return OrderedEvaluator(ticked, ordered_ends)
 
 
 def missing_evaluator(family: str, backend: str) -> str:

@@ -3,6 +3,9 @@
 A chromosome is ``(S, K)`` microbatch sizes in units, stage by stage, each row's
 microbatches first and zeros after (``K`` is the most microbatches a stage may use).
 A population is ``forward`` and ``backward`` chromosomes stacked: ``(P, S, K)`` each.
+An ordered population also carries each stage's explicit order: ``(P, S, L)`` int8 op
+codes, :data:`FORWARD_OP` / :data:`BACKWARD_OP` in the stage's order, then
+:data:`NO_OP` after its ``M_s + N_s`` ops (``L = 2K`` when written by :func:`encode_order`).
 The same arrays live on NumPy or CuPy (``xp``) unchanged.
 """
 
@@ -15,17 +18,25 @@ import numpy as np
 
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
+from tidgap.schedules.ir import Order
 
 #: Integer type of the chromosomes (sizes in units; the unit count fits comfortably).
 GENE = np.int32
+#: Integer type of the order genes, and its three codes: a forward, a backward, padding.
+ORDER_GENE = np.int8
+FORWARD_OP, BACKWARD_OP, NO_OP = 0, 1, -1
+_CODES = {"F": FORWARD_OP, "B": BACKWARD_OP}
+_LETTERS = {code: letter for letter, code in _CODES.items()}
 
 
 @dataclass(frozen=True)
 class Population:
-    """Dual chromosomes: ``forward`` and ``backward``, ``(P, S, K)`` sizes in units."""
+    """Dual chromosomes: ``forward`` and ``backward``, ``(P, S, K)`` sizes in units, and for
+    ordered plans ``order``, ``(P, S, L)`` op codes (``None`` for flush populations)."""
 
     forward: Any
     backward: Any
+    order: Any = None
 
     @property
     def size(self) -> int:
@@ -57,8 +68,30 @@ def encode_plan(plan: Plan, problem: Problem, width: int) -> tuple[np.ndarray, n
     )
 
 
-def decode_plan(forward: Any, backward: Any, problem: Problem) -> Plan:
-    """The plan of one individual's ``(S, K)`` forward and backward chromosomes."""
+def encode_order(plan: Plan, width: int) -> np.ndarray:
+    """A plan's order (``plan.stage_order()``) as ``(S, 2 * width)`` op codes, padded with
+    :data:`NO_OP`; ``width`` is the chromosomes' ``K``."""
+    stages = plan.stage_order().stages
+    genes = np.full((len(stages), 2 * width), NO_OP, dtype=ORDER_GENE)
+    for s, letters in enumerate(stages):
+        if len(letters) > 2 * width:
+            raise ValueError(f"stage {s} has {len(letters)} operations, more than {2 * width}")
+        genes[s, : len(letters)] = [_CODES[letter] for letter in letters]
+    return genes
+
+
+def decode_order(genes: Any) -> Order:
+    """``(S, L)`` op codes (NumPy or CuPy) -> the order's letters, padding dropped."""
+    rows = np.asarray(genes.get() if hasattr(genes, "get") else genes)
+    return Order.of(["".join(_LETTERS[int(code)] for code in row if code != NO_OP) for row in rows])
+
+
+def decode_plan(forward: Any, backward: Any, problem: Problem, order: Any = None) -> Plan:
+    """The plan of one individual's ``(S, K)`` forward and backward chromosomes and, for an
+    ordered plan, its ``(S, L)`` order genes."""
+    letters = None if order is None else list(decode_order(order).stages)
     return Plan.of(
-        decode_partitions(forward, problem.unit), decode_partitions(backward, problem.unit)
+        decode_partitions(forward, problem.unit),
+        decode_partitions(backward, problem.unit),
+        order=letters,
     )

@@ -1,0 +1,95 @@
+"""The ordered-plan evaluators beyond the contract: order genes, golden invalid orders, and
+what they refuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.support.backends import run_here
+from tests.support.cli_helpers import case_named
+from tests.support.golden_ordered import ordered_entry, ordered_params, ordered_plan
+from tests.support.populations import random_individuals, random_orders
+from tidgap import Plan, Problem
+from tidgap.backends import BACKENDS
+from tidgap.backends.evaluator import INVALID, create_evaluator
+from tidgap.backends.ticks import tick_problem
+from tidgap.optimize.genome import (
+    NO_OP,
+    Population,
+    decode_order,
+    decode_plan,
+    encode_order,
+    encode_plan,
+)
+
+FAMILY = "windowed"
+NAMES = [name for name, record in BACKENDS.items() if FAMILY in record.evaluators]
+
+
+def widest(plan: Plan) -> int:
+    """The most microbatches of any stage and direction of ``plan``."""
+    return max(len(sizes) for sizes in plan.forward + plan.backward)
+
+
+def entry_population(name: str, entry: dict, width: int) -> tuple[Problem, Population]:
+    """A golden (ordered or invalid) entry as a population of one."""
+    problem = Problem.from_dict(case_named(name)["problem"])
+    plan = ordered_plan(entry)
+    forward, backward = encode_plan(plan, problem, width)
+    return problem, Population(forward[None], backward[None], encode_order(plan, width)[None])
+
+
+@pytest.mark.parametrize(("name", "index"), ordered_params())
+def test_order_genes_round_trip(name: str, index: int) -> None:
+    plan = ordered_plan(ordered_entry(name, index))
+    width = widest(plan) + 1
+    problem, population = entry_population(name, ordered_entry(name, index), width)
+    assert population.order.shape == (1, problem.num_stages, 2 * width)
+    assert population.order.dtype == np.int8
+    assert decode_order(population.order[0]) == plan.stage_order()
+    decoded = decode_plan(
+        population.forward[0], population.backward[0], problem, population.order[0]
+    )
+    assert decoded.stage_order() == plan.stage_order() and decoded.forward == plan.forward
+    assert (population.order[0, :, -1] == NO_OP).all()
+
+
+def test_an_order_wider_than_its_genes_is_refused() -> None:
+    plan = ordered_plan(ordered_entry("tiny7_0", 0))
+    with pytest.raises(ValueError, match="more than 8$"):
+        encode_order(plan, 4)
+
+
+@pytest.mark.parametrize("backend", NAMES)
+@pytest.mark.parametrize(("name", "index"), ordered_params(key="invalid_orders"))
+def test_golden_invalid_orders_score_invalid(
+    backend: str, name: str, index: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_here(backend, monkeypatch)
+    entry = case_named(name)["invalid_orders"][index]
+    problem, population = entry_population(name, entry, widest(ordered_plan(entry)) + 1)
+    evaluator = create_evaluator(tick_problem(problem), FAMILY, backend)
+    assert evaluator.score(population).tolist() == [INVALID]
+    assert evaluator.peak_held(population).tolist() == [[0] * problem.num_stages]
+
+
+@pytest.mark.parametrize("backend", NAMES)
+def test_sizes_that_are_not_partitions_are_refused(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_here(backend, monkeypatch)
+    problem = Problem.from_dict(case_named("tiny7_0")["problem"])
+    ticked = tick_problem(problem)
+    rng = np.random.default_rng(7)
+    population = random_orders(rng, random_individuals(rng, ticked, 5, 8), repaired=1.0)
+    evaluator = create_evaluator(ticked, FAMILY, backend)
+    assert (evaluator.score(population) < INVALID).all()
+    # a row summing to more than U, a size after the padding, a negative size
+    for position, delta in ((0, 1), (7, 1), (0, -int(population.forward[3, 1, 0]) - 1)):
+        forward = population.forward.copy()
+        forward[3, 1, position] += delta
+        with pytest.raises(ValueError, match=r"^individual 3 is not a plan: .* sum to 5 units$"):
+            evaluator.score(Population(forward, population.backward, population.order))
+    with pytest.raises(ValueError, match="needs the population's order genes"):
+        evaluator.score(Population(population.forward, population.backward))
