@@ -10,8 +10,8 @@
 // TIDGAP_CURSORS int per stage, TIDGAP_MAX_S stages, set at compile time by the launcher
 // to powers of two >= K and >= S).
 // Arguments, in order:
-//   forward, backward (P, S, K) int32, order (P, S, 2K) int8, fitness (P,) int64 out,
-//   peak_held (P, S) int64 out, population P, stages S, width K, forward_compute and
+//   forward, backward (P, S, K) int32, order (P, S, L) int8, fitness (P,) int64 out,
+//   peak_held (P, S) int64 out, population P, stages S, width K, length L, forward_compute and
 //   backward_compute (S, T) int64, forward_transfer and backward_transfer (S-1, T) int64,
 //   tails (S,) int64, T.
 #include "windowed_sim.cuh"
@@ -27,6 +27,7 @@ extern "C" __global__ void tidgap_windowed_evaluate(
     const int* __restrict__ forward, const int* __restrict__ backward,
     const signed char* __restrict__ order, tidgap_i64* __restrict__ fitness,
     tidgap_i64* __restrict__ peak_held, long long population, int stages, int width,
+    int length,
     const tidgap_i64* __restrict__ forward_compute,
     const tidgap_i64* __restrict__ backward_compute,
     const tidgap_i64* __restrict__ forward_transfer,
@@ -39,7 +40,7 @@ extern "C" __global__ void tidgap_windowed_evaluate(
     for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < population;
          p += step) {
         fitness[p] = tidgap_ordered_fitness(
-            forward + p * genes, backward + p * genes, order + p * 2 * genes, stages, width,
+            forward + p * genes, backward + p * genes, order + p * stages * length, stages, width, length,
             forward_compute, backward_compute, forward_transfer, backward_transfer, tails,
             table_width, scratch, cursors, peak_held + p * stages);
     }

@@ -14,7 +14,7 @@
 // finish (rules 1 or 2 broken: a deadlock). Arrays (row-major; int64 ticks, int32 sizes in
 // units, int8 ops):
 //   forward, backward (S, K)  sizes, zeros after each row's last
-//   order             (S, 2K) ops per stage: 0 forward, 1 backward, -1 after the last
+//   order             (S, L)  ops per stage: 0 forward, 1 backward, -1 after the last
 //   forward_compute, backward_compute (S, T); forward_transfer, backward_transfer (S-1, T),
 //   backward_transfer[l] indexed by the sender's (stage l+1) size; tails (S,); T = U + 1
 //   scratch           (S, 6 (K+1)) int64: P, Q, EF, EB, A, A' per stage; cursors (S, 5) int32
@@ -25,8 +25,9 @@
 
 #include "flush_chain.cuh"
 
-// An iteration time no valid plan reaches (2^61): what an order that cannot run scores.
-#define TIDGAP_INVALID (((tidgap_i64)1) << 61)
+// An iteration time no valid plan reaches (2^61 - 1, tidgap.backends.evaluator.INVALID):
+// what an order that cannot run scores.
+#define TIDGAP_INVALID ((((tidgap_i64)1) << 61) - 1)  // numpy.iinfo(int64).max // 4
 #define TIDGAP_NEVER (-(((tidgap_i64)1) << 62))
 
 // min{i : prefix[i] >= sample} over prefix[0..count] (non-decreasing, prefix[count] = total).
@@ -45,12 +46,12 @@ __host__ __device__ inline int tidgap_holder(const tidgap_i64* prefix, int count
 
 __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
     const int* forward, const int* backward, const signed char* order, int stages, int width,
-    const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
+    int length, const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
     const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
     const tidgap_i64* tails, int table_width, tidgap_i64* scratch, int* cursors,
     tidgap_i64* peak_held) {
     const int row = width + 1;
-    const int ops = 2 * width;
+    const int ops = length;
 #define TIDGAP_ROW(s, which) (scratch + ((s) * 6 + (which)) * row)  // P Q EF EB A A'
     for (int s = 0; s < stages; ++s) {
         tidgap_i64* P = TIDGAP_ROW(s, 0);

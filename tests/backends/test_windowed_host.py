@@ -19,13 +19,13 @@ from tests.conftest import golden_cases
 from tests.support.golden_ordered import ordered_plan
 from tests.support.strategies import ordered_plans, orders, plans, problems
 from tidgap import Order, Plan, Problem, evaluate
+from tidgap.backends.evaluator import INVALID
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.kernels.source import KERNEL_DIR, operation_defines
 from tidgap.optimize.genome import encode_plan
 from tidgap.schedules.ir import first_violation
 
 NATIVE = Path(__file__).parents[1] / "support" / "native"
-INVALID = 1 << 61
 PROPERTY = settings(max_examples=80, deadline=None, derandomize=True, database=None)
 
 
@@ -97,6 +97,7 @@ def run(
         ctypes.c_longlong(population),
         ctypes.c_int(stages),
         ctypes.c_int(width),
+        ctypes.c_int(codes.shape[2]),
         *(ctypes.c_void_p(t.ctypes.data) for t in tables),
         ctypes.c_int(ticked.forward_compute.shape[1]),
     )

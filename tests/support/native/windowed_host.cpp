@@ -7,7 +7,7 @@
 
 extern "C" void tidgap_windowed_host(
     const int* forward, const int* backward, const signed char* order, tidgap_i64* fitness,
-    tidgap_i64* peak_held, long long population, int stages, int width,
+    tidgap_i64* peak_held, long long population, int stages, int width, int length,
     const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
     const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
     const tidgap_i64* tails, int table_width) {
@@ -16,7 +16,8 @@ extern "C" void tidgap_windowed_host(
     const long long genes = static_cast<long long>(stages) * width;
     for (long long p = 0; p < population; ++p) {
         fitness[p] = tidgap_ordered_fitness(
-            forward + p * genes, backward + p * genes, order + p * 2 * genes, stages, width,
+            forward + p * genes, backward + p * genes, order + p * stages * length, stages, width,
+            length,
             forward_compute, backward_compute, forward_transfer, backward_transfer, tails,
             table_width, scratch.data(), cursors.data(), peak_held + p * stages);
     }
