@@ -21,8 +21,9 @@ scores ``INVALID`` with ``peak_held`` 0. Sizes that are not partitions of ``U`` 
 
 Parallel mapping: ``prange`` over chunks of individuals (a few per thread); each chunk
 allocates its scratch once: ``(S, K+1)`` int64 prefix sums, end times, arrivals and the
-holder indices (``i`` and ``own`` above, found by two-pointer walks), and ``(S,)`` int64
-counters. Numba is imported only when this module is (``import tidgap`` does not import
+holder indices (``i`` and ``own`` above, each counted without branches: a walk mispredicts
+on random partitions), and ``(S,)`` int64 counters; ``peak_held`` is a branch-free pass over
+the order. Numba is imported only when this module is (``import tidgap`` does not import
 it).
 """
 
@@ -61,13 +62,16 @@ def _prefix(row, prefix, num_units):  # pragma: no cover - compiled
 
 
 @njit(cache=True, boundscheck=False, nogil=True)
-def _holders(rows, queries, count, out):  # pragma: no cover - compiled
-    """``out[k] = min{i : rows[i] >= queries[k]}`` for ``k = 1..count`` (both rows grow)."""
-    i = 1
+def _holders(rows, length, queries, count, out):  # pragma: no cover - compiled
+    """``out[k] = min{i : rows[i] >= queries[k]}`` for ``k = 1..count``, over ``rows[0..length]``
+    (non-decreasing, ``rows[0] = 0`` below every query): the number of entries below the
+    query, counted without branches (a walk mispredicts, or waits on each load)."""
     for k in range(1, count + 1):
-        while rows[i] < queries[k]:
-            i += 1
-        out[k] = i
+        q = queries[k]
+        below = 0
+        for i in range(length + 1):
+            below += rows[i] < q
+        out[k] = below
 
 
 @njit(parallel=True, cache=True, boundscheck=False, nogil=True)
@@ -131,10 +135,10 @@ def _ordered_kernel(
                 continue
             for s in range(stages):
                 if s > 0:
-                    _holders(pf[s - 1], pf[s], m[s], upstream[s])
-                _holders(pf[s], qb[s], n[s], own[s])
+                    _holders(pf[s - 1], m[s - 1], pf[s], m[s], upstream[s])
+                _holders(pf[s], m[s], qb[s], n[s], own[s])
                 if s < last:
-                    _holders(qb[s + 1], qb[s], n[s], downstream[s])
+                    _holders(qb[s + 1], n[s + 1], qb[s], n[s], downstream[s])
                 nf[s] = 0
                 nb[s] = 0
                 position[s] = 0
@@ -184,15 +188,16 @@ def _ordered_kernel(
             best = np.int64(0)
             for s in range(stages):
                 best = max(best, eb[s, n[s]] + tails[s])
+                # Held after each op; after a backward it is below its value after the
+                # last forward, so the most over all ops is the most over the forwards.
                 i = 0
                 j = 0
                 peak = np.int64(0)
                 for position_ in range(m[s] + n[s]):
-                    if order[p, s, position_] == FORWARD_OP:
-                        i += 1
-                        peak = max(peak, pf[s, i] - qb[s, j])
-                    else:
-                        j += 1
+                    forward_op = order[p, s, position_] == FORWARD_OP
+                    i += forward_op
+                    j += 1 - forward_op
+                    peak = max(peak, pf[s, i] - qb[s, j])
                 peaks[p, s] = peak * unit
             ticks[p] = best
     return ticks, peaks, bad.max()

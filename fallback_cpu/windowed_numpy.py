@@ -1,16 +1,18 @@
 """Ordered plans in NumPy: the event simulation of model.md (Ordered plans, Timing),
 vectorised over the population.
 
-Stages are swept in turn, as in the reference simulator; at stage ``s`` every individual
-whose next op there has its inputs runs it, at once, and those that ran try their next op,
-until none at ``s`` can. A sweep in which no individual progresses ends the simulation;
-individuals with ops left (a deadlock) or whose order breaks rule ``count`` score
-:data:`~tidgap.backends.evaluator.INVALID`. All arithmetic is int64 ``max`` and ``+`` on
-ticks, so the results equal :mod:`tidgap.fallback_cpu.windowed_numba`'s exactly.
+Stages are swept in turn, down then up (forwards flow down, gradients up); at stage ``s``
+every individual whose next op there has its inputs runs it, at once, and those that ran
+try their next op, until none at ``s`` can. A sweep in which no individual progresses ends
+the simulation; individuals with ops left (a deadlock) or whose order breaks rule
+``count`` score :data:`~tidgap.backends.evaluator.INVALID`. All arithmetic is int64
+``max`` and ``+`` on ticks, so the results equal
+:mod:`tidgap.fallback_cpu.windowed_numba`'s exactly.
 
-Arrays per individual and stage (``K`` the chromosomes' width, 1-based microbatches):
-``ends`` and ``sent`` ``(P, S, K+1)`` (``EF``/``EB`` and the arrivals ``A``/``A'`` on the
-link, index 0 unused / 0), ``done``, ``position``, ``free`` ``(P, S)``.
+State (``K`` the chromosomes' width, 1-based microbatches), stage-major so that one
+stage's rows gather by flat index: ``ends`` and ``sent`` ``(S, P * (K+1))`` (``EF``/``EB``
+and the arrivals ``A``/``A'`` on the link, index 0 unused / 0), ``done``, ``position``,
+``free`` ``(S, P)``.
 """
 
 from __future__ import annotations
@@ -81,67 +83,80 @@ def peaks(order: np.ndarray, P: np.ndarray, Q: np.ndarray) -> np.ndarray:
     return np.where(is_forward, held, 0).max(axis=2, initial=0)
 
 
+def stage_major(array: np.ndarray) -> np.ndarray:
+    """``(P, S, W)`` -> ``(S, P * W)``: row ``s`` holds stage ``s`` of every individual,
+    entry ``p * W + w`` (flat indices gather faster than multi-axis ones)."""
+    count, stages, width = array.shape
+    return np.ascontiguousarray(array.transpose(1, 0, 2)).reshape(stages, count * width)
+
+
 @dataclass
 class _Run:
-    """The simulation state of a population (see the module docstring)."""
+    """The simulation state of a population (see the module docstring), stage-major: row
+    ``s`` of a table holds stage ``s``, entry ``p * W + k`` (``W`` its width) or ``p``."""
 
     ticked: TickedProblem
-    sizes: tuple[np.ndarray, np.ndarray]  # forward, backward sizes (P, S, K) int64
-    order: np.ndarray  # (P, S, L) int8
-    length: np.ndarray  # (P, S) M_s + N_s
-    upstream: np.ndarray  # (P, S, Kf+1): forward k of s waits for A[s-1][upstream]
-    own: np.ndarray  # (P, S, Kb+1): backward k of s waits for EF[s][own]
-    downstream: np.ndarray  # (P, S, Kb+1): backward k of s waits for A'[s+1][downstream]
-    ends: tuple[np.ndarray, np.ndarray]  # EF, EB
-    sent: tuple[np.ndarray, np.ndarray]  # A, A'
-    done: tuple[np.ndarray, np.ndarray]  # forwards, backwards done (P, S)
-    position: np.ndarray  # (P, S)
-    free: np.ndarray  # (P, S)
+    sizes: tuple[np.ndarray, np.ndarray]  # forward, backward sizes (S, P*K) int64
+    order: np.ndarray  # (S, P*L) int8
+    widths: tuple[int, int, int]  # K_f + 1, K_b + 1, L
+    length: np.ndarray  # (S, P) M_s + N_s
+    upstream: np.ndarray  # (S, P*(Kf+1)): forward k of s waits for A[s-1][upstream]
+    own: np.ndarray  # (S, P*(Kb+1)): backward k of s waits for EF[s][own]
+    downstream: np.ndarray  # (S, P*(Kb+1)): backward k of s waits for A'[s+1][downstream]
+    ends: tuple[np.ndarray, np.ndarray]  # EF (S, P*(Kf+1)), EB (S, P*(Kb+1))
+    sent: tuple[np.ndarray, np.ndarray]  # A, A', as EF, EB
+    done: tuple[np.ndarray, np.ndarray]  # forwards, backwards done (S, P)
+    position: np.ndarray  # (S, P)
+    free: np.ndarray  # (S, P)
 
     def forward(self, who: np.ndarray, s: int) -> np.ndarray:
         """Run forward ``k`` of stage ``s`` for the individuals ``who`` whose input is
         there; returns those."""
-        t, last = self.ticked, self.ticked.num_stages - 1
-        k = self.done[0][who, s] + 1
-        start = self.free[who, s]
+        t, last, width = self.ticked, self.ticked.num_stages - 1, self.widths[0]
+        k = self.done[0][s, who] + 1
         if s > 0:
-            i = self.upstream[who, s, k]
-            ready = self.done[0][who, s - 1] >= i
-            who, k, i, start = who[ready], k[ready], i[ready], start[ready]
-            start = np.maximum(start, self.sent[0][who, s - 1, i])
-        size = self.sizes[0][who, s, k - 1]
+            i = self.upstream[s, who * width + k]
+            ready = self.done[0][s - 1, who] >= i
+            who, k, i = who[ready], k[ready], i[ready]
+        at = who * width + k
+        start = self.free[s, who]
+        if s > 0:
+            start = np.maximum(start, self.sent[0][s - 1, who * width + i])
+        size = self.sizes[0][s, at - who - 1]
         end = start + t.forward_compute[s][size]
-        self.ends[0][who, s, k] = end
+        self.ends[0][s, at] = end
         if s < last:
-            previous = self.sent[0][who, s, k - 1]
-            self.sent[0][who, s, k] = np.maximum(end, previous) + t.forward_transfer[s][size]
-        self.done[0][who, s] = k
-        self.free[who, s] = end
+            previous = self.sent[0][s, at - 1]
+            self.sent[0][s, at] = np.maximum(end, previous) + t.forward_transfer[s][size]
+        self.done[0][s, who] = k
+        self.free[s, who] = end
         return who
 
     def backward(self, who: np.ndarray, s: int) -> np.ndarray:
         """Run backward ``k`` of stage ``s`` for the individuals ``who`` whose inputs are
         there; returns those."""
         t, last = self.ticked, self.ticked.num_stages - 1
-        k = self.done[1][who, s] + 1
-        own = self.own[who, s, k]
-        ready = self.done[0][who, s] >= own
+        width_f, width = self.widths[0], self.widths[1]
+        k = self.done[1][s, who] + 1
+        at = who * width + k
+        own = self.own[s, at]
+        ready = self.done[0][s, who] >= own
         if s < last:
-            i = self.downstream[who, s, k]
-            ready &= self.done[1][who, s + 1] >= i
+            i = self.downstream[s, at]
+            ready &= self.done[1][s + 1, who] >= i
             i = i[ready]
-        who, k, own = who[ready], k[ready], own[ready]
-        start = np.maximum(self.free[who, s], self.ends[0][who, s, own])
+        who, k, at, own = who[ready], k[ready], at[ready], own[ready]
+        start = np.maximum(self.free[s, who], self.ends[0][s, who * width_f + own])
         if s < last:
-            start = np.maximum(start, self.sent[1][who, s + 1, i])
-        size = self.sizes[1][who, s, k - 1]
+            start = np.maximum(start, self.sent[1][s + 1, who * width + i])
+        size = self.sizes[1][s, at - who - 1]
         end = start + t.backward_compute[s][size]
-        self.ends[1][who, s, k] = end
+        self.ends[1][s, at] = end
         if s > 0:
-            previous = self.sent[1][who, s, k - 1]
-            self.sent[1][who, s, k] = np.maximum(end, previous) + t.backward_transfer[s - 1][size]
-        self.done[1][who, s] = k
-        self.free[who, s] = end
+            previous = self.sent[1][s, at - 1]
+            self.sent[1][s, at] = np.maximum(end, previous) + t.backward_transfer[s - 1][size]
+        self.done[1][s, who] = k
+        self.free[s, who] = end
         return who
 
     def stage(self, who: np.ndarray, s: int) -> bool:
@@ -149,14 +164,14 @@ class _Run:
         ran."""
         progressed = False
         while True:
-            who = who[self.position[who, s] < self.length[who, s]]
-            op = self.order[who, s, self.position[who, s]]
+            who = who[self.position[s, who] < self.length[s, who]]
+            op = self.order[s, who * self.widths[2] + self.position[s, who]]
             ran = np.concatenate(
                 (self.forward(who[op == FORWARD_OP], s), self.backward(who[op == BACKWARD_OP], s))
             )
             if not len(ran):
                 return progressed
-            self.position[ran, s] += 1
+            self.position[s, ran] += 1
             progressed = True
             who = ran
 
@@ -168,6 +183,7 @@ def ordered_ends(
 
     ``forward`` / ``backward``: ``(P, S, K)`` sizes in units; ``order``: ``(P, S, L)`` op
     codes. :data:`~tidgap.backends.evaluator.INVALID` and 0 where the order cannot finish.
+    Sweeps run the stages down, then up (forwards flow down, gradients up).
     """
     forward, backward, order = np.asarray(forward), np.asarray(backward), np.asarray(order)
     count, stages = forward.shape[:2]
@@ -176,25 +192,34 @@ def ordered_ends(
     forwards = np.count_nonzero(forward, axis=2)
     backwards = np.count_nonzero(backward, axis=2)
     valid = counts_hold(order, forwards, backwards)
+    zeros = np.zeros((stages, count), np.int64)
     run = _Run(
         ticked=ticked,
-        sizes=(forward.astype(np.int64), backward.astype(np.int64)),
-        order=order,
-        length=forwards + backwards,
-        upstream=np.concatenate((np.zeros_like(P[:, :1]), holders(P[:, :-1], P[:, 1:])), axis=1),
-        own=holders(P, Q),
-        downstream=np.concatenate((holders(Q[:, 1:], Q[:, :-1]), np.zeros_like(Q[:, :1])), axis=1),
-        ends=(np.zeros_like(P), np.zeros_like(Q)),
-        sent=(np.zeros_like(P), np.zeros_like(Q)),
-        done=(np.zeros((count, stages), np.int64), np.zeros((count, stages), np.int64)),
-        position=np.zeros((count, stages), np.int64),
-        free=np.zeros((count, stages), np.int64),
+        sizes=(stage_major(forward.astype(np.int64)), stage_major(backward.astype(np.int64))),
+        order=stage_major(order.astype(np.int8)),
+        widths=(P.shape[2], Q.shape[2], order.shape[2]),
+        length=(forwards + backwards).T.copy(),
+        upstream=stage_major(
+            np.concatenate((np.zeros_like(P[:, :1]), holders(P[:, :-1], P[:, 1:])), axis=1)
+        ),
+        own=stage_major(holders(P, Q)),
+        downstream=stage_major(
+            np.concatenate((holders(Q[:, 1:], Q[:, :-1]), np.zeros_like(Q[:, :1])), axis=1)
+        ),
+        ends=(stage_major(np.zeros_like(P)), stage_major(np.zeros_like(Q))),
+        sent=(stage_major(np.zeros_like(P)), stage_major(np.zeros_like(Q))),
+        done=(zeros.copy(), zeros.copy()),
+        position=zeros.copy(),
+        free=zeros.copy(),
     )
     everyone = np.flatnonzero(valid)
-    while any([run.stage(everyone, s) for s in range(stages)]):
+    sweep = [*range(stages), *reversed(range(stages))]
+    while any([run.stage(everyone, s) for s in sweep]):
         pass
-    finished = valid & (run.position == run.length).all(axis=1)
-    last = np.take_along_axis(run.ends[1], backwards[..., None], axis=2)[..., 0]
+    finished = valid & (run.position == run.length).all(axis=0)
+    last = np.take_along_axis(
+        run.ends[1].reshape(stages, count, -1), backwards.T[..., None], axis=2
+    )[..., 0].T
     ticks = np.where(finished, (last + ticked.tails).max(axis=1, initial=0), INVALID)
     held = np.where(finished[:, None], peaks(order, P, Q) * ticked.unit, 0)
     return ticks.astype(np.int64), held.astype(np.int64)
