@@ -193,21 +193,19 @@ def ordered_ends(
     backwards = np.count_nonzero(backward, axis=2)
     valid = counts_hold(order, forwards, backwards)
     zeros = np.zeros((stages, count), np.int64)
+    Ps, Qs = (np.ascontiguousarray(x.transpose(1, 0, 2)) for x in (P, Q))  # (S, P, K+1)
+    none = np.zeros((1, *Ps.shape[1:]), np.int64), np.zeros((1, *Qs.shape[1:]), np.int64)
     run = _Run(
         ticked=ticked,
         sizes=(stage_major(forward.astype(np.int64)), stage_major(backward.astype(np.int64))),
         order=stage_major(order.astype(np.int8)),
         widths=(P.shape[2], Q.shape[2], order.shape[2]),
         length=(forwards + backwards).T.copy(),
-        upstream=stage_major(
-            np.concatenate((np.zeros_like(P[:, :1]), holders(P[:, :-1], P[:, 1:])), axis=1)
-        ),
-        own=stage_major(holders(P, Q)),
-        downstream=stage_major(
-            np.concatenate((holders(Q[:, 1:], Q[:, :-1]), np.zeros_like(Q[:, :1])), axis=1)
-        ),
-        ends=(stage_major(np.zeros_like(P)), stage_major(np.zeros_like(Q))),
-        sent=(stage_major(np.zeros_like(P)), stage_major(np.zeros_like(Q))),
+        upstream=np.concatenate((none[0], holders(Ps[:-1], Ps[1:]))).reshape(stages, -1),
+        own=holders(Ps, Qs).reshape(stages, -1),
+        downstream=np.concatenate((holders(Qs[1:], Qs[:-1]), none[1])).reshape(stages, -1),
+        ends=(np.zeros_like(Ps).reshape(stages, -1), np.zeros_like(Qs).reshape(stages, -1)),
+        sent=(np.zeros_like(Ps).reshape(stages, -1), np.zeros_like(Qs).reshape(stages, -1)),
         done=(zeros.copy(), zeros.copy()),
         position=zeros.copy(),
         free=zeros.copy(),
