@@ -47,14 +47,12 @@ def prefix_sums(sizes: np.ndarray, num_units: int) -> np.ndarray:
 
 
 def holders(rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """``(P, S', K+1)`` non-decreasing ``rows`` and ``(P, S', J)`` ``queries`` ->
-    ``min{i : rows[p, s, i] >= queries[p, s, j]}`` per row, ``(P, S', J)``."""
-    count, stages = rows.shape[:2]
-    if stages == 0:
+    """``(A, B, K+1)`` non-decreasing ``rows`` and ``(A, B, J)`` ``queries`` ->
+    ``min{i : rows[a, b, i] >= queries[a, b, j]}`` per row, ``(A, B, J)``."""
+    count = rows.shape[0] * rows.shape[1]
+    if count == 0:
         return np.zeros(queries.shape, dtype=np.int64)
-    flat = batched_searchsorted(
-        rows.reshape(count * stages, -1), queries.reshape(count * stages, -1)
-    )
+    flat = batched_searchsorted(rows.reshape(count, -1), queries.reshape(count, -1))
     return flat.reshape(queries.shape)
 
 
