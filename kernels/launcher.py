@@ -14,7 +14,7 @@ import functools
 import cupy
 import numpy as np
 
-from tidgap.backends.evaluator import SeparableEvaluator
+from tidgap.backends.evaluator import OrderedEvaluator, SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
 from tidgap.kernels.source import kernel_source, operation_defines, scratch_width
 from tidgap.optimize.operators import MUTATIONS
@@ -26,11 +26,13 @@ BREED_DRAWS = 7
 
 
 @functools.cache
-def _kernel(source: str, function: str, max_width: int) -> cupy.RawKernel:
-    """``function`` of ``kernels/source``, compiled with ``TIDGAP_MAX_K = max_width``."""
+def _kernel(source: str, function: str, max_width: int, max_stages: int = 0) -> cupy.RawKernel:
+    """``function`` of ``kernels/source``, compiled with ``TIDGAP_MAX_K = max_width`` (and
+    ``TIDGAP_MAX_S = max_stages`` when given)."""
+    stages = (f"-DTIDGAP_MAX_S={max_stages}",) if max_stages else ()
     module = cupy.RawModule(
         code=kernel_source(source),
-        options=("-std=c++17", f"-DTIDGAP_MAX_K={max_width}", *operation_defines()),
+        options=("-std=c++17", f"-DTIDGAP_MAX_K={max_width}", *stages, *operation_defines()),
     )
     return module.get_function(function)
 
@@ -94,6 +96,70 @@ class CudaEvaluator(SeparableEvaluator):
             ),
         )
         return fitness
+
+
+class CudaOrderedEnds:
+    """``ordered_ends`` on the GPU for :class:`tidgap.backends.evaluator.OrderedEvaluator`:
+    one thread per individual runs ``windowed_sim.cuh``'s event loop. Takes ``(P, S, K)``
+    int32 forward and backward sizes and ``(P, S, L)`` int8 order genes (device or host) and
+    returns ``(P,)`` int64 iteration ticks and ``(P, S)`` int64 peak held samples, on the
+    device. Sizes are not checked (the CPU twins refuse non-partitions); the tables are
+    uploaded once."""
+
+    def __init__(self, ticked: TickedProblem):
+        tables = (
+            ticked.forward_compute,
+            ticked.backward_compute,
+            ticked.forward_transfer,
+            ticked.backward_transfer,
+            ticked.tails,
+        )
+        self.tables = tuple(cupy.asarray(np.ascontiguousarray(table)) for table in tables)
+
+    def __call__(
+        self,
+        forward: cupy.ndarray,
+        backward: cupy.ndarray,
+        order: cupy.ndarray,
+        ticked: TickedProblem,
+    ) -> tuple[cupy.ndarray, cupy.ndarray]:
+        forward = cupy.ascontiguousarray(cupy.asarray(forward), dtype=cupy.int32)
+        backward = cupy.ascontiguousarray(cupy.asarray(backward), dtype=cupy.int32)
+        order = cupy.ascontiguousarray(cupy.asarray(order), dtype=cupy.int8)
+        population, stages, width = forward.shape
+        fitness = cupy.empty(population, dtype=cupy.int64)
+        held = cupy.zeros((population, stages), dtype=cupy.int64)
+        if population == 0:
+            return fitness, held
+        kernel = _kernel(
+            "windowed_evaluate.cu",
+            "tidgap_windowed_evaluate",
+            scratch_width(width),
+            scratch_width(stages),
+        )
+        kernel(
+            _grid(population),
+            (THREADS_PER_BLOCK,),
+            (
+                forward,
+                backward,
+                order,
+                fitness,
+                held,
+                np.int64(population),
+                np.int32(stages),
+                np.int32(width),
+                np.int32(order.shape[2]),
+                *self.tables,
+                np.int32(self.tables[0].shape[1]),
+            ),
+        )
+        return fitness, held * ticked.unit
+
+
+def windowed_cuda(ticked: TickedProblem) -> OrderedEvaluator:
+    """Ordered plans on the GPU (:class:`CudaOrderedEnds`)."""
+    return OrderedEvaluator(ticked, CudaOrderedEnds(ticked))
 
 
 def cuda_breed(

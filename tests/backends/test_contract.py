@@ -277,8 +277,9 @@ def test_a_missing_pair_is_one_line_naming_the_pairs_that_exist(
 ) -> None:
     ticked = scored_case(0, "flush").ticked
     monkeypatch.setitem(BACKENDS, "numpy", replace(BACKENDS["numpy"], evaluators={}))
-    flush_only = {"flush": BACKENDS["numba"].evaluators["flush"]}
-    monkeypatch.setitem(BACKENDS, "numba", replace(BACKENDS["numba"], evaluators=flush_only))
+    for name in ("cuda", "numba"):
+        flush_only = {"flush": BACKENDS[name].evaluators["flush"]}
+        monkeypatch.setitem(BACKENDS, name, replace(BACKENDS[name], evaluators=flush_only))
     late = replace(BACKENDS["numpy"], name="late", evaluators={"windowed": "no.such:module"})
     monkeypatch.setitem(BACKENDS, "late", late)
     expected = {

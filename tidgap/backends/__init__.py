@@ -88,7 +88,10 @@ BACKENDS: dict[str, Backend] = {
             device="gpu",
             namespace=_cupy,
             unusable_reason=gpu_unusable_reason,
-            evaluators={"flush": "tidgap.kernels.launcher:CudaEvaluator"},
+            evaluators={
+                "flush": "tidgap.kernels.launcher:CudaEvaluator",
+                "windowed": "tidgap.kernels.launcher:windowed_cuda",
+            },
             breeder="tidgap.kernels.launcher:cuda_breed",
             free_memory=device_free_memory,
         ),
