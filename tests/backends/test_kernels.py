@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import case_id, golden_cases
+from tests.support.host_build import build_host
 from tests.support.populations import random_individuals, random_population, random_ticked
 from tidgap import Problem, load_problem
 from tidgap.backends.evaluator import create_evaluator
@@ -22,7 +23,6 @@ from tidgap.kernels.source import KERNEL_DIR, kernel_source, operation_defines, 
 from tidgap.optimize.operators import MUTATIONS, breed
 from tidgap.optimize.rng import CounterRng, uniform_int
 
-NATIVE = Path(__file__).parents[1] / "support" / "native"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
@@ -80,35 +80,6 @@ def test_every_cu_file_compiles(tmp_path: Path) -> None:
                 text=True,
             )
             assert result.returncode == 0, (source.name, arch, result.stderr)
-
-
-def build_host(tmp_path_factory: pytest.TempPathFactory, name: str, function: str) -> Any:
-    """``function`` from ``tests/support/native/NAME.cpp`` (kernel headers included), built
-    with g++."""
-    if shutil.which("g++") is None:
-        pytest.skip("g++ is not installed")
-    library = tmp_path_factory.mktemp("native") / f"{name}.so"
-    subprocess.run(
-        [
-            "g++",
-            "-O2",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-shared",
-            "-fPIC",
-            "-I",
-            str(KERNEL_DIR),
-            *operation_defines(),
-            str(NATIVE / f"{name}.cpp"),
-            "-o",
-            str(library),
-        ],
-        check=True,
-    )
-    host_function = getattr(ctypes.CDLL(str(library)), function)
-    host_function.restype = None
-    return host_function
 
 
 @pytest.fixture(scope="module")

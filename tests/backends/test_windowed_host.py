@@ -5,9 +5,6 @@ with g++: equal to the reference simulator on every golden ordered plan and on r
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,45 +14,21 @@ from hypothesis import strategies as st
 
 from tests.conftest import golden_cases
 from tests.support.golden_ordered import ordered_plan
+from tests.support.host_build import build_host
 from tests.support.strategies import ordered_plans, orders, plans, problems
 from tidgap import Order, Plan, Problem, evaluate
 from tidgap.backends.evaluator import INVALID
 from tidgap.backends.ticks import TickedProblem, tick_problem
-from tidgap.kernels.source import KERNEL_DIR, operation_defines
 from tidgap.optimize.genome import encode_plan
 from tidgap.schedules.ir import first_violation
 
-NATIVE = Path(__file__).parents[1] / "support" / "native"
 PROPERTY = settings(max_examples=80, deadline=None, derandomize=True, database=None)
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``tidgap_windowed_host`` from ``tests/support/native/windowed_host.cpp``."""
-    if shutil.which("g++") is None:
-        pytest.skip("g++ is not installed")
-    library = tmp_path_factory.mktemp("native") / "windowed_host.so"
-    subprocess.run(
-        [
-            "g++",
-            "-O2",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-shared",
-            "-fPIC",
-            "-I",
-            str(KERNEL_DIR),
-            *operation_defines(),
-            str(NATIVE / "windowed_host.cpp"),
-            "-o",
-            str(library),
-        ],
-        check=True,
-    )
-    function = ctypes.CDLL(str(library)).tidgap_windowed_host
-    function.restype = None
-    return function
+    return build_host(tmp_path_factory, "windowed_host", "tidgap_windowed_host")
 
 
 def order_codes(order: Order, width: int) -> np.ndarray:
