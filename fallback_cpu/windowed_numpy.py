@@ -1,59 +1,67 @@
 """Ordered plans in NumPy: the event simulation of model.md (Ordered plans, Timing),
-vectorised over the population.
+vectorised over the population and the stages at once.
 
-Stages are swept in turn, down then up (forwards flow down, gradients up); at stage ``s``
-every individual whose next op there has its inputs runs it, at once, and those that ran
-try their next op, until none at ``s`` can. A sweep in which no individual progresses ends
-the simulation; individuals with ops left (a deadlock) or whose order breaks rule
-``count`` score :data:`~tidgap.backends.evaluator.INVALID`. All arithmetic is int64
-``max`` and ``+`` on ticks, so the results equal
-:mod:`tidgap.fallback_cpu.windowed_numba`'s exactly.
+A *pair* is one stage of one individual. Each round, every pair whose next op has its
+inputs runs it, all at once (an op's end depends only on its inputs, not on when it is
+simulated, so rounds give the sweeps' results); a round in which no pair can run ends the
+simulation. Individuals with ops left (a deadlock) or whose order breaks rule ``count``
+score :data:`~tidgap.backends.evaluator.INVALID`. All arithmetic is int64 ``max`` and
+``+`` on ticks, so the results equal :mod:`tidgap.fallback_cpu.windowed_numba`'s exactly.
 
-State (``K`` the chromosomes' width, 1-based microbatches), stage-major so that one
-stage's rows gather by flat index: ``ends`` and ``sent`` ``(S, P * (K+1))`` (``EF``/``EB``
-and the arrivals ``A``/``A'`` on the link, index 0 unused / 0), ``done``, ``position``,
-``free`` ``(S, P)``.
+State, flat over pairs ``q = (s + 1) * P + p`` (stages ``-1`` and ``S`` are zero padding,
+so the first and last stages need no branches), ``W = (K_f + 1) + (K_b + 1)`` slots per
+pair, slot ``t * (K_f + 1) + k`` for the ``k``-th (1-based) op of type ``t`` (0 forward,
+1 backward): ``times`` ``(N, 2W)``, ends ``EF | EB`` then arrivals on the link ``A | A'``
+(slot 0 of each: 0); ``done`` ``(2, N)`` ops of each type done; ``position``, ``free``
+``(N,)``. Static, ``(N, W)``: the two waits' holder indices and each op's row in the
+duration tables.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from tidgap.backends.evaluator import INVALID, not_partitions
 from tidgap.backends.ticks import TickedProblem
-from tidgap.fallback_cpu.flush_numpy import batched_searchsorted
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP
 
 
-def prefix_sums(sizes: np.ndarray, num_units: int) -> np.ndarray:
-    """``(P, S, K)`` sizes in units -> ``(P, S, K+1)`` prefix sums; ``ValueError`` unless
-    every row is a partition of ``num_units`` (sizes in ``0..U``, zeros only at the end)."""
-    sizes = sizes.astype(np.int64)
+def prefix_sums(sizes: np.ndarray, num_units: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(P, S, K)`` int64 sizes in units -> ``(P, S, K+1)`` prefix sums and ``(P, S)``
+    microbatch counts; ``ValueError`` unless every row is a partition of ``num_units``
+    (sizes in ``0..U``, zeros only at the end: the first ``count`` sum to ``U``)."""
     prefix = np.zeros((*sizes.shape[:2], sizes.shape[2] + 1), dtype=np.int64)
     np.cumsum(sizes, axis=2, out=prefix[:, :, 1:])
     used = np.count_nonzero(sizes, axis=2)
-    leading = np.arange(sizes.shape[2]) < used[..., None]
+    leading = np.take_along_axis(prefix, used[..., None], axis=2)[..., 0]
     bad = (
-        (sizes < 0).any(axis=2)
-        | (sizes > num_units).any(axis=2)
-        | ((sizes > 0) != leading).any(axis=2)
+        (sizes.view(np.uint64) > num_units).any(axis=2)  # negatives read as too large
         | (prefix[:, :, -1] != num_units)
+        | (leading != num_units)
     ).any(axis=1)
     if bad.any():
         raise ValueError(not_partitions(int(np.argmax(bad)), num_units))
-    return prefix
+    return prefix, used
 
 
-def holders(rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """``(A, B, K+1)`` non-decreasing ``rows`` and ``(A, B, J)`` ``queries`` ->
-    ``min{i : rows[a, b, i] >= queries[a, b, j]}`` per row, ``(A, B, J)``."""
-    count = rows.shape[0] * rows.shape[1]
-    if count == 0:
-        return np.zeros(queries.shape, dtype=np.int64)
-    flat = batched_searchsorted(rows.reshape(count, -1), queries.reshape(count, -1))
-    return flat.reshape(queries.shape)
+def unit_holders(sizes: np.ndarray, num_units: int) -> np.ndarray:
+    """``(..., K)`` partitions of ``U = num_units`` -> ``(..., U+1)``: entry ``v`` is
+    ``min{i : prefix[i] >= v}`` (the microbatch holding unit ``v``; 0 for ``v = 0``), one
+    ``repeat`` of the microbatch indices by their sizes."""
+    width = sizes.shape[-1]
+    dtype = np.int8 if width < 127 else np.int64
+    counts = np.ones((*sizes.shape[:-1], width + 1), dtype=np.int64)
+    counts[..., 1:] = sizes
+    indices = np.broadcast_to(np.arange(width + 1, dtype=dtype), counts.shape)
+    return np.repeat(indices.ravel(), counts.ravel()).reshape(*sizes.shape[:-1], num_units + 1)
+
+
+def holders(table: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """``(A, B, U+1)`` :func:`unit_holders` and ``(A, B, J)`` prefix sums ->
+    ``min{i : prefix[a, b, i] >= queries[a, b, j]}``, ``(A, B, J)`` (``table``'s dtype)."""
+    rows = np.arange(table.shape[0] * table.shape[1], dtype=np.int64).reshape(table.shape[:2])
+    flat = rows[..., None] * table.shape[2] + queries
+    return table.ravel()[flat]
 
 
 def counts_hold(order: np.ndarray, forwards: np.ndarray, backwards: np.ndarray) -> np.ndarray:
@@ -70,108 +78,146 @@ def counts_hold(order: np.ndarray, forwards: np.ndarray, backwards: np.ndarray) 
 
 def peaks(order: np.ndarray, P: np.ndarray, Q: np.ndarray) -> np.ndarray:
     """``(P, S)`` units held at most after any forward: ``P[s][i] - Q[s][j]`` with ``i``
-    forwards done and ``j`` backwards before it (model.md, Memory)."""
+    forwards done and ``j`` backwards before it (model.md, Memory); flat gathers."""
     is_forward = order == FORWARD_OP
-    i = np.cumsum(is_forward, axis=2)
-    j = np.cumsum(order == BACKWARD_OP, axis=2)
-    width_p, width_q = P.shape[2] - 1, Q.shape[2] - 1
-    held = np.take_along_axis(P, np.minimum(i, width_p), axis=2) - np.take_along_axis(
-        Q, np.minimum(j, width_q), axis=2
-    )
+    i = np.minimum(np.cumsum(is_forward, axis=2), P.shape[2] - 1)
+    j = np.minimum(np.cumsum(order == BACKWARD_OP, axis=2), Q.shape[2] - 1)
+    rows = np.arange(order.shape[0] * order.shape[1], dtype=np.int64).reshape(*order.shape[:2], 1)
+    held = P.ravel()[rows * P.shape[2] + i] - Q.ravel()[rows * Q.shape[2] + j]
     return np.where(is_forward, held, 0).max(axis=2, initial=0)
 
 
-def stage_major(array: np.ndarray) -> np.ndarray:
-    """``(P, S, W)`` -> ``(S, P * W)``: row ``s`` holds stage ``s`` of every individual,
-    entry ``p * W + w`` (flat indices gather faster than multi-axis ones)."""
-    count, stages, width = array.shape
-    return np.ascontiguousarray(array.transpose(1, 0, 2)).reshape(stages, count * width)
+def padded(stages: np.ndarray, below: int, above: int) -> np.ndarray:
+    """``(S', P, ...)`` -> ``(below + S' + above, P, ...)`` with zero stages around it."""
+    out = np.zeros((below + len(stages) + above, *stages.shape[1:]), dtype=stages.dtype)
+    out[below : below + len(stages)] = stages
+    return out
 
 
-@dataclass
-class _Run:
-    """The simulation state of a population (see the module docstring), stage-major: row
-    ``s`` of a table holds stage ``s``, entry ``p * W + k`` (``W`` its width) or ``p``."""
+def slot_tables(
+    forward: np.ndarray, backward: np.ndarray, P: np.ndarray, Q: np.ndarray, U: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per slot, ``(S+2, P, W)`` each: the holder indices of the first and second waits
+    (a forward ``k`` of ``s`` waits for ``A[s-1][i]``, a backward for ``EF[s][own]`` and
+    ``A'[s+1][i]``; 0 where there is no wait, its slot 0 being 0), and the op's entry
+    ``(t S + s)(U+1) + size`` in the flat duration tables of :func:`cost_tables`."""
+    count, stages, _ = forward.shape
+    width_f = P.shape[2]
+    Ps, Qs = P.transpose(1, 0, 2), Q.transpose(1, 0, 2)  # (S, P, K+1)
+    Hf = unit_holders(forward.transpose(1, 0, 2), U)
+    shape = (stages + 2, count, width_f + Q.shape[2])
+    first, second = np.zeros(shape, dtype=Hf.dtype), np.zeros(shape, dtype=Hf.dtype)
+    cost = np.zeros(shape, dtype=np.int32 if 2 * stages * (U + 1) < 2**31 else np.int64)
+    first[2 : stages + 1, :, :width_f] = holders(Hf[:-1], Ps[1:])
+    first[1 : stages + 1, :, width_f:] = holders(Hf, Qs)
+    second[1:stages, :, width_f:] = holders(
+        unit_holders(backward[:, 1:].transpose(1, 0, 2), U), Qs[:-1]
+    )
+    base = np.arange(stages, dtype=np.int64)[:, None, None] * (U + 1)
+    cost[1 : stages + 1, :, 1:width_f] = forward.transpose(1, 0, 2) + base
+    cost[1 : stages + 1, :, width_f + 1 :] = backward.transpose(1, 0, 2) + (base + stages * (U + 1))
+    return first, second, cost
 
-    ticked: TickedProblem
-    sizes: tuple[np.ndarray, np.ndarray]  # forward, backward sizes (S, P*K) int64
-    order: np.ndarray  # (S, P*L) int8
-    widths: tuple[int, int, int]  # K_f + 1, K_b + 1, L
-    length: np.ndarray  # (S, P) M_s + N_s
-    upstream: np.ndarray  # (S, P*(Kf+1)): forward k of s waits for A[s-1][upstream]
-    own: np.ndarray  # (S, P*(Kb+1)): backward k of s waits for EF[s][own]
-    downstream: np.ndarray  # (S, P*(Kb+1)): backward k of s waits for A'[s+1][downstream]
-    ends: tuple[np.ndarray, np.ndarray]  # EF (S, P*(Kf+1)), EB (S, P*(Kb+1))
-    sent: tuple[np.ndarray, np.ndarray]  # A, A', as EF, EB
-    done: tuple[np.ndarray, np.ndarray]  # forwards, backwards done (S, P)
-    position: np.ndarray  # (S, P)
-    free: np.ndarray  # (S, P)
 
-    def forward(self, who: np.ndarray, s: int) -> np.ndarray:
-        """Run forward ``k`` of stage ``s`` for the individuals ``who`` whose input is
-        there; returns those."""
-        t, last, width = self.ticked, self.ticked.num_stages - 1, self.widths[0]
-        k = self.done[0][s, who] + 1
-        if s > 0:
-            i = self.upstream[s, who * width + k]
-            ready = self.done[0][s - 1, who] >= i
-            who, k, i = who[ready], k[ready], i[ready]
-        at = who * width + k
-        start = self.free[s, who]
-        if s > 0:
-            start = np.maximum(start, self.sent[0][s - 1, who * width + i])
-        size = self.sizes[0][s, at - who - 1]
-        end = start + t.forward_compute[s][size]
-        self.ends[0][s, at] = end
-        if s < last:
-            previous = self.sent[0][s, at - 1]
-            self.sent[0][s, at] = np.maximum(end, previous) + t.forward_transfer[s][size]
-        self.done[0][s, who] = k
-        self.free[s, who] = end
-        return who
+def cost_tables(ticked: TickedProblem) -> tuple[np.ndarray, np.ndarray]:
+    """Flat ``(2S (U+1),)`` compute and link ticks: forwards then backwards per stage;
+    the link of the last stage's forwards and the first stage's backwards is 0."""
+    none = np.zeros((1, ticked.num_units + 1), dtype=np.int64)
+    transfer_f = np.asarray(ticked.forward_transfer, dtype=np.int64).reshape(-1, none.shape[1])
+    transfer_b = np.asarray(ticked.backward_transfer, dtype=np.int64).reshape(-1, none.shape[1])
+    compute = np.concatenate((ticked.forward_compute, ticked.backward_compute))
+    transfer = np.concatenate((transfer_f, none, none, transfer_b))
+    return compute.astype(np.int64).ravel(), transfer.ravel()
 
-    def backward(self, who: np.ndarray, s: int) -> np.ndarray:
-        """Run backward ``k`` of stage ``s`` for the individuals ``who`` whose inputs are
-        there; returns those."""
-        t, last = self.ticked, self.ticked.num_stages - 1
-        width_f, width = self.widths[0], self.widths[1]
-        k = self.done[1][s, who] + 1
-        at = who * width + k
-        own = self.own[s, at]
-        ready = self.done[0][s, who] >= own
-        if s < last:
-            i = self.downstream[s, at]
-            ready &= self.done[1][s + 1, who] >= i
-            i = i[ready]
-        who, k, at, own = who[ready], k[ready], at[ready], own[ready]
-        start = np.maximum(self.free[s, who], self.ends[0][s, who * width_f + own])
-        if s < last:
-            start = np.maximum(start, self.sent[1][s + 1, who * width + i])
-        size = self.sizes[1][s, at - who - 1]
-        end = start + t.backward_compute[s][size]
-        self.ends[1][s, at] = end
-        if s > 0:
-            previous = self.sent[1][s, at - 1]
-            self.sent[1][s, at] = np.maximum(end, previous) + t.backward_transfer[s - 1][size]
-        self.done[1][s, who] = k
-        self.free[s, who] = end
-        return who
 
-    def stage(self, who: np.ndarray, s: int) -> bool:
-        """Stage ``s`` of the individuals ``who`` runs ops until each waits; whether any
-        ran."""
-        progressed = False
-        while True:
-            who = who[self.position[s, who] < self.length[s, who]]
-            op = self.order[s, who * self.widths[2] + self.position[s, who]]
-            ran = np.concatenate(
-                (self.forward(who[op == FORWARD_OP], s), self.backward(who[op == BACKWARD_OP], s))
-            )
-            if not len(ran):
-                return progressed
-            self.position[s, ran] += 1
-            progressed = True
-            who = ran
+class _Rounds:
+    """The state of :func:`simulate` (see the module docstring), flat."""
+
+    def __init__(
+        self,
+        order: np.ndarray,
+        length: np.ndarray,
+        first: np.ndarray,
+        second: np.ndarray,
+        rows: np.ndarray,
+        widths: tuple[int, int],
+        ticked: TickedProblem,
+    ) -> None:
+        self.count, self.L = order.shape
+        self.width_f, self.W = widths
+        self.population = self.count // (ticked.num_stages + 2)
+        self.compute, self.transfer = cost_tables(ticked)
+        self.first, self.second, self.rows = first.ravel(), second.ravel(), rows.ravel()
+        self.order, self.length = order.ravel(), length
+        self.times = np.zeros(self.count * 2 * self.W, dtype=np.int64)
+        self.done = np.zeros(2 * self.count, dtype=np.int64)
+        self.position = np.zeros(self.count, dtype=np.int64)
+        self.free = np.zeros(self.count, dtype=np.int64)
+
+    def next_op(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The next op of the pairs ``q``: its type ``t``, number ``k`` and slot index
+        ``at`` into the ``(N, W)`` tables."""
+        t = self.order[q * self.L + self.position[q]].astype(np.int64)
+        k = self.done[t * self.count + q] + 1
+        return t, k, q * self.W + t * self.width_f + k
+
+    def waits(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What the next op of the pairs ``q`` waits for: the index into ``done`` of the
+        forwards its first wait counts, and the two counts it needs."""
+        t, _, at = self.next_op(q)
+        return q - self.population * (1 - t), self.first[at], self.second[at]
+
+    def run(self, q: np.ndarray, counted: np.ndarray, h1: np.ndarray, h2: np.ndarray) -> None:
+        """Run the next op of the pairs ``q`` (their inputs are there); ``counted``,
+        ``h1``, ``h2`` as :meth:`waits` gives them."""
+        t, k, at = self.next_op(q)
+        W, times = self.W, self.times
+        start = np.maximum(self.free[q], times[counted * 2 * W + W * (1 - t) + h1])
+        start = np.maximum(start, times[(q + self.population) * 2 * W + W + self.width_f + h2])
+        cost = self.rows[at]
+        end = start + self.compute[cost]
+        slot = at + q * W
+        times[slot] = end
+        times[slot + W] = np.maximum(end, times[slot + W - 1]) + self.transfer[cost]
+        self.done[t * self.count + q] = k
+        self.free[q] = end
+        self.position[q] += 1
+
+
+def simulate(
+    order: np.ndarray,
+    length: np.ndarray,
+    first: np.ndarray,
+    second: np.ndarray,
+    rows: np.ndarray,
+    widths: tuple[int, int],
+    ticked: TickedProblem,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run rounds until none can; returns ``times`` ``(N, 2W)`` and ``position`` ``(N,)``.
+
+    ``order`` ``(N, L)`` op codes, ``length`` ``(N,)`` ops per pair (0: nothing to run),
+    ``first`` / ``second`` / ``rows`` ``(N, W)`` as :func:`waits` and :func:`cost_rows`.
+    The waits of the active pairs are kept beside them, renewed only for pairs that ran."""
+    state = _Rounds(order, length, first, second, rows, widths, ticked)
+    active = np.flatnonzero(length)
+    below = state.count + active + state.population  # backwards done one stage below
+    counted, h1, h2 = state.waits(active)
+    done = state.done
+    while len(active):
+        ready = np.flatnonzero((done[counted] >= h1) & (done[below] >= h2))
+        if not len(ready):
+            break
+        q = active[ready]
+        state.run(q, counted[ready], h1[ready], h2[ready])
+        more = state.position[q] < length[q]
+        if more.all():
+            counted[ready], h1[ready], h2[ready] = state.waits(q)
+            continue
+        ready = ready[more]
+        counted[ready], h1[ready], h2[ready] = state.waits(q[more])
+        keep = state.position[active] < length[active]
+        active, below, counted, h1, h2 = (x[keep] for x in (active, below, counted, h1, h2))
+    return state.times.reshape(state.count, 2 * state.W), state.position
 
 
 def ordered_ends(
@@ -181,41 +227,27 @@ def ordered_ends(
 
     ``forward`` / ``backward``: ``(P, S, K)`` sizes in units; ``order``: ``(P, S, L)`` op
     codes. :data:`~tidgap.backends.evaluator.INVALID` and 0 where the order cannot finish.
-    Sweeps run the stages down, then up (forwards flow down, gradients up).
     """
-    forward, backward, order = np.asarray(forward), np.asarray(backward), np.asarray(order)
+    forward, backward = np.asarray(forward, dtype=np.int64), np.asarray(backward, dtype=np.int64)
+    order = np.asarray(order)
     count, stages = forward.shape[:2]
     U = ticked.num_units
-    P, Q = prefix_sums(forward, U), prefix_sums(backward, U)
-    forwards = np.count_nonzero(forward, axis=2)
-    backwards = np.count_nonzero(backward, axis=2)
+    (P, forwards), (Q, backwards) = prefix_sums(forward, U), prefix_sums(backward, U)
     valid = counts_hold(order, forwards, backwards)
-    zeros = np.zeros((stages, count), np.int64)
-    Ps, Qs = (np.ascontiguousarray(x.transpose(1, 0, 2)) for x in (P, Q))  # (S, P, K+1)
-    none = np.zeros((1, *Ps.shape[1:]), np.int64), np.zeros((1, *Qs.shape[1:]), np.int64)
-    run = _Run(
-        ticked=ticked,
-        sizes=(stage_major(forward.astype(np.int64)), stage_major(backward.astype(np.int64))),
-        order=stage_major(order.astype(np.int8)),
-        widths=(P.shape[2], Q.shape[2], order.shape[2]),
-        length=(forwards + backwards).T.copy(),
-        upstream=np.concatenate((none[0], holders(Ps[:-1], Ps[1:]))).reshape(stages, -1),
-        own=holders(Ps, Qs).reshape(stages, -1),
-        downstream=np.concatenate((holders(Qs[1:], Qs[:-1]), none[1])).reshape(stages, -1),
-        ends=(np.zeros_like(Ps).reshape(stages, -1), np.zeros_like(Qs).reshape(stages, -1)),
-        sent=(np.zeros_like(Ps).reshape(stages, -1), np.zeros_like(Qs).reshape(stages, -1)),
-        done=(zeros.copy(), zeros.copy()),
-        position=zeros.copy(),
-        free=zeros.copy(),
+    length = np.where(valid[:, None], forwards + backwards, 0).T  # (S, P)
+    tables = slot_tables(forward, backward, P, Q, U)
+    width_f, width = P.shape[2], tables[0].shape[2]
+    times, position = simulate(
+        padded(order.transpose(1, 0, 2), 1, 1).reshape(-1, order.shape[2]),
+        padded(length, 1, 1).ravel(),
+        *(table.reshape(-1, width) for table in tables),
+        (width_f, width),
+        ticked,
     )
-    everyone = np.flatnonzero(valid)
-    sweep = [*range(stages), *reversed(range(stages))]
-    while any([run.stage(everyone, s) for s in sweep]):
-        pass
-    finished = valid & (run.position == run.length).all(axis=0)
-    last = np.take_along_axis(
-        run.ends[1].reshape(stages, count, -1), backwards.T[..., None], axis=2
-    )[..., 0].T
+    real = slice(count, (stages + 1) * count)
+    finished = valid & (position[real] == length.ravel()).reshape(stages, count).all(axis=0)
+    ends = times[real, width_f:width].reshape(stages, count, -1)
+    last = np.take_along_axis(ends, backwards.T[..., None], axis=2)[..., 0].T
     ticks = np.where(finished, (last + ticked.tails).max(axis=1, initial=0), INVALID)
     held = np.where(finished[:, None], peaks(order, P, Q) * ticked.unit, 0)
     return ticks.astype(np.int64), held.astype(np.int64)
