@@ -78,13 +78,21 @@ def counts_hold(order: np.ndarray, forwards: np.ndarray, backwards: np.ndarray) 
 
 def peaks(order: np.ndarray, P: np.ndarray, Q: np.ndarray) -> np.ndarray:
     """``(P, S)`` units held at most after any forward: ``P[s][i] - Q[s][j]`` with ``i``
-    forwards done and ``j`` backwards before it (model.md, Memory); flat gathers."""
-    is_forward = order == FORWARD_OP
-    i = np.minimum(np.cumsum(is_forward, axis=2), P.shape[2] - 1)
-    j = np.minimum(np.cumsum(order == BACKWARD_OP, axis=2), Q.shape[2] - 1)
-    rows = np.arange(order.shape[0] * order.shape[1], dtype=np.int64).reshape(*order.shape[:2], 1)
-    held = P.ravel()[rows * P.shape[2] + i] - Q.ravel()[rows * Q.shape[2] + j]
-    return np.where(is_forward, held, 0).max(axis=2, initial=0)
+    forwards done and ``j`` backwards before it (model.md, Memory), over the forwards only
+    (flat: ``i`` is a forward's rank in its row, ``j`` its position + 1 - ``i``)."""
+    rows, L = order.shape[0] * order.shape[1], order.shape[2]
+    is_forward = order.reshape(rows, L) == FORWARD_OP
+    forwards = np.count_nonzero(is_forward, axis=1)
+    at = np.flatnonzero(is_forward)
+    row = at // L
+    i = np.arange(1, len(at) + 1) - (np.cumsum(forwards) - forwards)[row]
+    j = at - row * L + 1 - i
+    width_p, width_q = P.shape[2], Q.shape[2]
+    held = P.ravel()[row * width_p + np.minimum(i, width_p - 1)]
+    held -= Q.ravel()[row * width_q + np.minimum(j, width_q - 1)]
+    out = np.zeros(rows, dtype=np.int64)
+    np.maximum.at(out, row, held)
+    return out.reshape(order.shape[:2])
 
 
 def padded(stages: np.ndarray, below: int, above: int) -> np.ndarray:
@@ -154,23 +162,25 @@ class _Rounds:
         self.position = np.zeros(self.count, dtype=np.int64)
         self.free = np.zeros(self.count, dtype=np.int64)
 
-    def next_op(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The next op of the pairs ``q``: its type ``t``, number ``k`` and slot index
-        ``at`` into the ``(N, W)`` tables."""
+    def next_ops(self, q: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The next op of the pairs ``q``: its type ``t``, slot index ``at`` into the
+        ``(N, W)`` tables, the index into ``done`` of the forwards its first wait counts,
+        and the two counts it waits for."""
         t = self.order[q * self.L + self.position[q]].astype(np.int64)
-        k = self.done[t * self.count + q] + 1
-        return t, k, q * self.W + t * self.width_f + k
+        at = q * self.W + t * self.width_f + self.done[t * self.count + q] + 1
+        return t, at, q - self.population * (1 - t), self.first[at], self.second[at]
 
-    def waits(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What the next op of the pairs ``q`` waits for: the index into ``done`` of the
-        forwards its first wait counts, and the two counts it needs."""
-        t, _, at = self.next_op(q)
-        return q - self.population * (1 - t), self.first[at], self.second[at]
-
-    def run(self, q: np.ndarray, counted: np.ndarray, h1: np.ndarray, h2: np.ndarray) -> None:
-        """Run the next op of the pairs ``q`` (their inputs are there); ``counted``,
-        ``h1``, ``h2`` as :meth:`waits` gives them."""
-        t, k, at = self.next_op(q)
+    def run(
+        self,
+        q: np.ndarray,
+        t: np.ndarray,
+        at: np.ndarray,
+        counted: np.ndarray,
+        h1: np.ndarray,
+        h2: np.ndarray,
+    ) -> None:
+        """Run the next op of the pairs ``q`` (their inputs are there), as
+        :meth:`next_ops` gives it."""
         W, times = self.W, self.times
         start = np.maximum(self.free[q], times[counted * 2 * W + W * (1 - t) + h1])
         start = np.maximum(start, times[(q + self.population) * 2 * W + W + self.width_f + h2])
@@ -179,7 +189,7 @@ class _Rounds:
         slot = at + q * W
         times[slot] = end
         times[slot + W] = np.maximum(end, times[slot + W - 1]) + self.transfer[cost]
-        self.done[t * self.count + q] = k
+        self.done[t * self.count + q] += 1
         self.free[q] = end
         self.position[q] += 1
 
@@ -196,27 +206,29 @@ def simulate(
     """Run rounds until none can; returns ``times`` ``(N, 2W)`` and ``position`` ``(N,)``.
 
     ``order`` ``(N, L)`` op codes, ``length`` ``(N,)`` ops per pair (0: nothing to run),
-    ``first`` / ``second`` / ``rows`` ``(N, W)`` as :func:`waits` and :func:`cost_rows`.
-    The waits of the active pairs are kept beside them, renewed only for pairs that ran."""
+    ``first`` / ``second`` / ``rows`` ``(N, W)`` as :func:`slot_tables` gives them. The
+    next op of each active pair is kept beside it, renewed only for pairs that ran."""
     state = _Rounds(order, length, first, second, rows, widths, ticked)
     active = np.flatnonzero(length)
     below = state.count + active + state.population  # backwards done one stage below
-    counted, h1, h2 = state.waits(active)
+    ops = list(state.next_ops(active))
     done = state.done
     while len(active):
+        t, at, counted, h1, h2 = ops
         ready = np.flatnonzero((done[counted] >= h1) & (done[below] >= h2))
         if not len(ready):
             break
         q = active[ready]
-        state.run(q, counted[ready], h1[ready], h2[ready])
+        state.run(q, *(x[ready] for x in ops))
         more = state.position[q] < length[q]
-        if more.all():
-            counted[ready], h1[ready], h2[ready] = state.waits(q)
-            continue
-        ready = ready[more]
-        counted[ready], h1[ready], h2[ready] = state.waits(q[more])
-        keep = state.position[active] < length[active]
-        active, below, counted, h1, h2 = (x[keep] for x in (active, below, counted, h1, h2))
+        if not more.all():
+            ready, q = ready[more], q[more]
+        for x, renewed in zip(ops, state.next_ops(q), strict=True):
+            x[ready] = renewed
+        if len(q) < len(more):
+            keep = state.position[active] < length[active]
+            active, below = active[keep], below[keep]
+            ops = [x[keep] for x in ops]
     return state.times.reshape(state.count, 2 * state.W), state.position
 
 
