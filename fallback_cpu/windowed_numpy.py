@@ -212,8 +212,10 @@ def simulate(
     active = np.flatnonzero(length)
     below = state.count + active + state.population  # backwards done one stage below
     ops = list(state.next_ops(active))
+    never = np.iinfo(ops[3].dtype).max  # the first wait of a finished pair: above any count
+    finished = 0  # finished pairs still among the active ones
     done = state.done
-    while len(active):
+    while len(active) > finished:
         t, at, counted, h1, h2 = ops
         ready = np.flatnonzero((done[counted] >= h1) & (done[below] >= h2))
         if not len(ready):
@@ -222,13 +224,16 @@ def simulate(
         state.run(q, *(x[ready] for x in ops))
         more = state.position[q] < length[q]
         if not more.all():
+            h1[ready[~more]] = never
+            finished += len(q) - np.count_nonzero(more)
             ready, q = ready[more], q[more]
         for x, renewed in zip(ops, state.next_ops(q), strict=True):
             x[ready] = renewed
-        if len(q) < len(more):
+        if 4 * finished > len(active):
             keep = state.position[active] < length[active]
             active, below = active[keep], below[keep]
             ops = [x[keep] for x in ops]
+            finished = 0
     return state.times.reshape(state.count, 2 * state.W), state.position
 
 
