@@ -182,8 +182,9 @@ class _Rounds:
         """Run the next op of the pairs ``q`` (their inputs are there), as
         :meth:`next_ops` gives it."""
         W, times = self.W, self.times
-        start = np.maximum(self.free[q], times[counted * 2 * W + W * (1 - t) + h1])
-        start = np.maximum(start, times[(q + self.population) * 2 * W + W + self.width_f + h2])
+        start = np.maximum(self.free[q], times[counted * (2 * W) + W * (1 - t) + h1])
+        below = (2 * W) * self.population + W + self.width_f  # A'[s+1][0] from pair s
+        start = np.maximum(start, times[q * (2 * W) + below + h2])
         cost = self.rows[at]
         end = start + self.compute[cost]
         slot = at + q * W
@@ -203,7 +204,8 @@ def simulate(
     widths: tuple[int, int],
     ticked: TickedProblem,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run rounds until none can; returns ``times`` ``(N, 2W)`` and ``position`` ``(N,)``.
+    """Run rounds until none can; returns each pair's ``free`` (the end of its last op
+    run) and ``position`` (ops run), ``(N,)`` each.
 
     ``order`` ``(N, L)`` op codes, ``length`` ``(N,)`` ops per pair (0: nothing to run),
     ``first`` / ``second`` / ``rows`` ``(N, W)`` as :func:`slot_tables` gives them. The
@@ -234,7 +236,7 @@ def simulate(
             active, below = active[keep], below[keep]
             ops = [x[keep] for x in ops]
             finished = 0
-    return state.times.reshape(state.count, 2 * state.W), state.position
+    return state.free, state.position
 
 
 def ordered_ends(
@@ -254,7 +256,7 @@ def ordered_ends(
     length = np.where(valid[:, None], forwards + backwards, 0).T  # (S, P)
     tables = slot_tables(forward, backward, P, Q, U)
     width_f, width = P.shape[2], tables[0].shape[2]
-    times, position = simulate(
+    free, position = simulate(
         padded(order.transpose(1, 0, 2), 1, 1).reshape(-1, order.shape[2]),
         padded(length, 1, 1).ravel(),
         *(table.reshape(-1, width) for table in tables),
@@ -263,8 +265,8 @@ def ordered_ends(
     )
     real = slice(count, (stages + 1) * count)
     finished = valid & (position[real] == length.ravel()).reshape(stages, count).all(axis=0)
-    ends = times[real, width_f:width].reshape(stages, count, -1)
-    last = np.take_along_axis(ends, backwards.T[..., None], axis=2)[..., 0].T
+    # A finished stage's last op is its last backward (it waits for every forward).
+    last = free[real].reshape(stages, count).T
     ticks = np.where(finished, (last + ticked.tails).max(axis=1, initial=0), INVALID)
     held = np.where(finished[:, None], peaks(order, P, Q) * ticked.unit, 0)
     return ticks.astype(np.int64), held.astype(np.int64)
