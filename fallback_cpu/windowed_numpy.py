@@ -12,9 +12,11 @@ State, flat over pairs ``q = (s + 1) * P + p`` (stages ``-1`` and ``S`` are zero
 so the first and last stages need no branches), ``W = (K_f + 1) + (K_b + 1)`` slots per
 pair, slot ``t * (K_f + 1) + k`` for the ``k``-th (1-based) op of type ``t`` (0 forward,
 1 backward): ``times`` ``(N, 2W)``, ends ``EF | EB`` then arrivals on the link ``A | A'``
-(slot 0 of each: 0); ``done`` ``(2, N)`` ops of each type done; ``position``, ``free``
-``(N,)``. Static, ``(N, W)``: the two waits' holder indices and each op's row in the
-duration tables.
+(slot 0 of each: 0; ``EB`` is written, never read: a finished stage's last backward ends
+at its ``free``); ``done`` ``(2, N)`` ops of each type done; ``position``, ``free``
+``(N,)``. Static, ``(N, W)``: the two waits' holder indices and each op's entry in the
+duration tables. The active pairs' next ops (:meth:`_Rounds.next_ops`) are kept beside
+them, so a round checks its waits with two small gathers.
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ class _Rounds:
         self.population = self.count // (ticked.num_stages + 2)
         self.compute, self.transfer = cost_tables(ticked)
         self.first, self.second, self.rows = first.ravel(), second.ravel(), rows.ravel()
-        self.order, self.length = order.ravel(), length
+        self.order = order.ravel()
         self.times = np.zeros(self.count * 2 * self.W, dtype=np.int64)
         self.done = np.zeros(2 * self.count, dtype=np.int64)
         self.position = np.zeros(self.count, dtype=np.int64)
