@@ -1,5 +1,7 @@
 """GPU throughput (skipped without a usable GPU): the evaluation kernel at several
-population sizes, one whole generation at ``P = 2**16``, and Numba beside them.
+population sizes, one whole generation at ``P = 2**16``, and Numba beside them; the
+ordered-plan kernel (``windowed_evaluate.cu``) at several sizes on ``bench_windowed``'s
+population (issue 11's target: >= 2e8 evaluations/s at ``P >= 2**20`` on an H200).
 
 Workload as in ``bench_evaluate.py``: ``S = 8``, ``B = 256``, unit 1, 12..20 microbatches
 per stage and direction, ``K = 32``; one evaluation is ``forward_end + backward_span``.
@@ -18,10 +20,13 @@ from typing import Any
 import numpy as np
 import pytest
 from bench_evaluate import POPULATION, STAGES, WIDTH, random_chromosomes, synthetic_problem
+from bench_windowed import ordered_population
 
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.gpu import gpu_unusable_reason
 from tidgap.backends.ticks import tick_problem
+from tidgap.backends.xp import to_host
+from tidgap.optimize.genome import Population
 
 REASON = gpu_unusable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no usable GPU: {REASON}")
@@ -105,3 +110,31 @@ def test_one_generation_at_65536(benchmark: Any, throughput: Any, base: Any) -> 
     benchmark.group = "cuda generation P=2^16"
     benchmark(generation)
     throughput("cuda generation P=2^16", benchmark, size)
+
+
+@pytest.mark.parametrize("size", SIZES[:3])
+def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int) -> None:
+    """Ordered plans: ``score`` of every individual, equal to Numba on the base population."""
+    import cupy
+
+    problem = synthetic_problem()
+    ticked = tick_problem(problem)
+    base = ordered_population(np.random.default_rng(20240601), problem)
+    repeat = size // POPULATION
+    population = Population(
+        *(cupy.asarray(np.tile(genes, (repeat, 1, 1))) for genes in (base.forward, base.backward)),
+        order=cupy.asarray(np.tile(base.order, (repeat, 1, 1))),
+    )
+    evaluator = create_evaluator(ticked, "windowed", "cuda")
+
+    def run() -> Any:
+        result = evaluator.score(population)
+        cupy.cuda.Device().synchronize()
+        return result
+
+    run()  # compile (or load the kernel cache)
+    benchmark.group = "cuda ordered evaluate S=8 B=256"
+    got = benchmark(run)
+    numba = create_evaluator(ticked, "windowed", "numba")
+    assert np.array_equal(to_host(got)[:POPULATION], numba.score(base))
+    throughput(f"cuda windowed P=2^{size.bit_length() - 1}", benchmark, size)
