@@ -146,7 +146,6 @@ class _Rounds:
     def __init__(
         self,
         order: np.ndarray,
-        length: np.ndarray,
         first: np.ndarray,
         second: np.ndarray,
         rows: np.ndarray,
@@ -212,7 +211,7 @@ def simulate(
     ``order`` ``(N, L)`` op codes, ``length`` ``(N,)`` ops per pair (0: nothing to run),
     ``first`` / ``second`` / ``rows`` ``(N, W)`` as :func:`slot_tables` gives them. The
     next op of each active pair is kept beside it, renewed only for pairs that ran."""
-    state = _Rounds(order, length, first, second, rows, widths, ticked)
+    state = _Rounds(order, first, second, rows, widths, ticked)
     active = np.flatnonzero(length)
     below = state.count + active + state.population  # backwards done one stage below
     ops = list(state.next_ops(active))

@@ -107,7 +107,7 @@ def evaluate_command(
     )
     order = plan.stage_order()
     for s in range(loaded.num_stages):
-        ordered = f", order {order.stages[s]}" if plan.order or plan.windows else ""
+        ordered = "" if plan.order_field is None else f", order {order.stages[s]}"
         click.echo(
             f"  {loaded.stage_name(s)}: forwards {plan.forward[s]} end "
             f"{evaluation.forward_ends[s]:.6g}, backwards {plan.backward[s]} end "

@@ -15,7 +15,7 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.timefn import TimeFunction
 from tidgap.schedules.flush import evaluate
-from tidgap.schedules.ir import Order, one_f_one_b_order
+from tidgap.schedules.ir import one_f_one_b_order
 from tidgap.schedules.simulate import evaluate_order
 
 #: The baselines in the row order of the compiled table (:func:`baseline_times`).
@@ -97,7 +97,7 @@ def one_f_one_b_plan(problem: Problem, m: int) -> Plan:
 def one_f_one_b(problem: Problem, m: int) -> float:
     """Iteration time of 1F1B(m): the event simulator on the 1F1B order."""
     plan = one_f_one_b_plan(problem, m)
-    return evaluate_order(problem, plan.forward, plan.backward, Order.of(plan.order)).iteration_time
+    return evaluate_order(problem, plan.forward, plan.backward, plan.stage_order()).iteration_time
 
 
 def pipedream(problem: Problem, m: int) -> float:

@@ -8,6 +8,13 @@ from tidgap.model.problem import Problem
 from tidgap.schedules.held import peak_memory
 
 
+def iteration_time(problem: Problem, backward_ends: list[float]) -> float:
+    """``max_s(backward_ends[s] + tail_s)`` (the problem's unit): a stage's last op is a
+    backward, its tail runs after it."""
+    tails = [stage.tail for stage in problem.stages]
+    return max(end + tail for end, tail in zip(backward_ends, tails, strict=True))
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """End times of a plan, in the problem's time unit, and what its stages hold.
@@ -52,11 +59,9 @@ class Evaluation:
         """The evaluation of per-stage end times (the problem's unit) and ``peak_held``
         (samples): ``iteration_time = max_s(backward_ends[s] + tail_s)``, and memory
         where the problem gives ``activation_bytes``."""
-        tails = [stage.tail for stage in problem.stages]
-        iteration = max(end + tail for end, tail in zip(backward_ends, tails, strict=True))
         memory, over = peak_memory(problem, peak_held) or (None, None)
         return cls(
-            iteration_time=iteration,
+            iteration_time=iteration_time(problem, backward_ends),
             forward_end=forward_ends[-1],
             forward_ends=list(forward_ends),
             backward_ends=list(backward_ends),

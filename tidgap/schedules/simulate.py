@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tidgap.model.problem import Problem
-from tidgap.schedules.evaluation import Evaluation
+from tidgap.schedules.evaluation import Evaluation, iteration_time
 from tidgap.schedules.ir import Order, holder, peak_held, prefix_sums
 from tidgap.schedules.timeline import Step, Timeline, stage_names, tail_steps
 
@@ -154,9 +154,7 @@ def order_timeline(
     stages = [
         steps + tail_steps(problem, s, steps[-1].end) for s, steps in enumerate(simulation.stages)
     ]
-    tails = [stage.tail for stage in problem.stages]
-    ends = [ends[-1] for ends in simulation.backward_ends]
-    iteration = max(end + tail for end, tail in zip(ends, tails, strict=True))
+    iteration = iteration_time(problem, [ends[-1] for ends in simulation.backward_ends])
     return Timeline(
         label, problem.time_unit, stage_names(problem), stages, simulation.links, iteration
     )

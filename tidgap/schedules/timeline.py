@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.schedules.flush import recurrences, summarise
+from tidgap.schedules.evaluation import iteration_time
+from tidgap.schedules.flush import recurrences
 from tidgap.schedules.ir import prefix_sums
 
 
@@ -118,7 +119,7 @@ def flush_timeline(problem: Problem, plan: Plan, label: str = "plan") -> Timelin
         + _sends("B", plan.backward[s + 1], backward.ends[s + 1], backward.arrivals[s])
         for s in range(problem.num_stages - 1)
     ]
-    iteration = summarise(problem, forward, backward).iteration_time
+    iteration = iteration_time(problem, [ends[-1] for ends in backward.ends])
     return Timeline(
         label, problem.time_unit, stage_names(problem), stages, links, iteration_time=iteration
     )
