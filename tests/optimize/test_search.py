@@ -153,7 +153,7 @@ def test_an_ordered_initial_plan_is_refused_not_taken_as_its_partitions() -> Non
 def test_the_searched_family_is_separable_and_its_reference_gives_the_result() -> None:
     """The dual GA needs ``iteration = forward_end + backward_span``; the result's evaluation
     is the searched family's reference."""
-    from tidgap.optimize.driver import SEARCHED
+    from tidgap.optimize.flush_driver import SEARCHED
 
     assert SEARCHED.separable and SEARCHED.has_flush
     problem = load_problem("example:tiny-2")

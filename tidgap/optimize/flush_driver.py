@@ -1,0 +1,301 @@
+"""The flush search: DGAP on flush plans (separable, so the forward and backward
+chromosomes evolve side by side), seeded with equal partitions and the heuristics, then
+polished."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, cast
+
+import numpy as np
+
+from tidgap.backends import BACKENDS, Backend, default_backend, load
+from tidgap.backends.evaluator import SeparableEvaluator, create_evaluator
+from tidgap.backends.ticks import TickedProblem, tick_problem
+from tidgap.backends.xp import namespace, to_host
+from tidgap.model.plan import Plan, check_plan
+from tidgap.model.problem import Problem
+from tidgap.optimize.ga import (
+    Breeder,
+    Chromosomes,
+    GeneticSettings,
+    Progress,
+    StopRule,
+    evolve,
+    random_chromosomes,
+)
+from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
+from tidgap.optimize.heuristics import HEURISTICS
+from tidgap.optimize.interrupts import STOP_SIGNALS
+from tidgap.optimize.memory import default_budget, search_footprint
+from tidgap.optimize.operators import breed, equal_rows
+from tidgap.optimize.polish import polish
+from tidgap.optimize.preparation import Phases, chromosome_width, equal_seed_counts, require_memory
+from tidgap.optimize.results import SearchProgress, SearchResult
+from tidgap.optimize.rng import CounterRng
+from tidgap.schedules.baselines import best_baselines, require_tractable
+from tidgap.schedules.families import SCHEDULES, family_of
+from tidgap.schedules.held import require_flush_fits
+
+#: Share of a time limit the GA leaves to the final polish.
+POLISH_SHARE = 0.1
+
+#: The family :func:`search` searches: flush plans, separable (``iteration = forward_end +
+#: backward_span``), so DGAP evolves the two chromosomes side by side.
+SEARCHED = SCHEDULES["flush"]
+
+
+def _seeds(
+    ticked: TickedProblem,
+    caps: np.ndarray,
+    width: int,
+    partitions: list[list[list[int]]],
+    counts: list[int],
+) -> np.ndarray:
+    """The equal partitions into each of ``counts`` microbatches (same on all ``len(caps)``
+    rows) plus given partitions (a size list per row)."""
+    units, stages = ticked.num_units, len(caps)
+    equal = equal_rows(units, np.asarray(counts, dtype=np.int64), width)
+    seeds = [np.repeat(equal[:, None, :], stages, axis=1)]
+    for partition in partitions:
+        if max(len(p) for p in partition) <= width:
+            seeds.append(encode_partitions(partition, ticked.unit, width)[None])
+    return np.concatenate(seeds).astype(GENE)
+
+
+def _directions(
+    ticked: TickedProblem, evaluator: SeparableEvaluator, same_partition: bool
+) -> list[tuple[np.ndarray, Callable, str]]:
+    """Per direction: caps ``(S,)`` in units, the score of ``(P, S, K)`` chromosomes, and the
+    plan's attribute. With ``same_partition``, one row per chromosome: caps ``(1,)``, the
+    least of any stage, and a score of ``(P, 1, K)`` whose row is broadcast to every stage."""
+    directions = [
+        (ticked.forward_caps, evaluator.forward_end, "forward"),
+        (ticked.backward_caps, evaluator.backward_span, "backward"),
+    ]
+    if not same_partition:
+        return directions
+    return [
+        (caps.min(keepdims=True), _shared(score, ticked.num_stages), direction)
+        for caps, score, direction in directions
+    ]
+
+
+def _shared(score: Callable, stages: int) -> Callable:
+    """``score`` of ``(P, 1, K)`` chromosomes: the one row broadcast to all ``stages``."""
+
+    def shared(genes: Any) -> Any:
+        xp = namespace(genes)
+        population, _, width = genes.shape
+        return score(xp.ascontiguousarray(xp.broadcast_to(genes, (population, stages, width))))
+
+    return shared
+
+
+def _breeder(record: Backend) -> Breeder:
+    """The backend's fused breeding kernel if it has one, else the ``xp`` operators."""
+    return breed if record.breeder is None else load(record.breeder)
+
+
+def _population(
+    seeds: np.ndarray,
+    caps: Any,
+    size: int,
+    units: int,
+    score: Callable,
+    rng: CounterRng,
+    breeder: Breeder,
+) -> Chromosomes:
+    """Seeds first (the best ``size`` if there are more), then random chromosomes, all in
+    the array module of ``caps``."""
+    xp = namespace(caps)
+    _, stages, width = seeds.shape
+    fill = max(size - len(seeds), 0)
+    randoms = random_chromosomes(fill, stages, width, units, caps, rng)
+    genes = xp.concatenate([xp.asarray(seeds), randoms])
+    fitness = score(genes)
+    keep = xp.argsort(fitness, kind="stable")[:size]
+    return Chromosomes(genes[keep], fitness[keep], caps, score, breeder)
+
+
+def _polished(
+    genes: Any,
+    fitness: int,
+    caps: np.ndarray,
+    score: Callable,
+    xp: ModuleType,
+    deadline: float | None,
+) -> Any:
+    """:func:`polish` on the host until ``deadline``, scoring neighbours with the backend's
+    ``score``."""
+
+    def host_score(candidates: np.ndarray) -> np.ndarray:
+        return to_host(score(xp.asarray(candidates)))
+
+    return polish(to_host(genes), fitness, caps, host_score, deadline)[0]
+
+
+def _compile(evaluator: SeparableEvaluator, ticked: TickedProblem, xp: ModuleType) -> None:
+    """Compile (or load from the disk cache) the setup's loops and the backend's code, on
+    tiny inputs in ``xp``."""
+    from tidgap.fallback_cpu.setup_loops import warm_up
+
+    warm_up()
+    genes = np.zeros((1, ticked.num_stages, 1), dtype=GENE)
+    genes[...] = ticked.num_units
+    evaluator.forward_end(xp.asarray(genes))
+    evaluator.backward_span(xp.asarray(genes))
+
+
+def flush_search(
+    problem: Problem,
+    *,
+    seed: int = 0,
+    population: int = 512,
+    generations: int | None = None,
+    time_limit: float | None = None,
+    stagnation: int | None = 200,
+    backend: str = "auto",
+    max_microbatches: int | None = None,
+    on_progress: Callable[[SearchProgress], None] | None = None,
+    same_partition: bool = False,
+    initial_plans: Sequence[Plan] = (),
+    interrupted: Callable[[], str | None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+    max_memory: int | None = None,
+) -> SearchResult:
+    """Search forward and backward partitions for ``problem`` with DGAP/TiDGAP.
+
+    The same seed, backend, input and stopping rule give the same plan, except that a
+    time limit may stop at a different generation on a busier machine. The result is
+    never worse than the best GPipe, local greedy or global DP plan (they seed the GA),
+    nor than any feasible plan in ``initial_plans`` that fits the search.
+
+    ``time_limit`` (seconds) covers the whole search after the backend's code is compiled
+    (a first run compiles Numba's loops into the disk cache; ``setup["compile"]`` says how
+    long it took): baselines, heuristics (skipped when the limit has passed), seeding, the
+    GA (which leaves a tenth of the limit) and the polish. ``interrupted()`` is polled at
+    every generation boundary: when it names a signal, the GA stops, the polish is skipped
+    and the best plan so far is returned (``stop_reason`` is its name, ``"SIGINT"``).
+    ``on_phase(name)`` is called as each setup phase starts. ``max_memory`` (bytes,
+    default half the available memory) bounds the estimated footprint
+    (:mod:`tidgap.optimize.memory`); a larger one raises :class:`InputError` before allocating.
+
+    With ``same_partition``, every stage runs one shared partition per direction (what
+    runtimes with variable microbatch sizes but one partition can execute): a chromosome
+    is one row, ``(P, 1, K)``; seeds whose stages differ are left out.
+    """
+    for i, plan in enumerate(initial_plans):
+        if not family_of(plan).separable:
+            raise ValueError(
+                f"initial_plans[{i}] has an order that is not the flush order; the search "
+                "searches flush plans and would drop it (give its partitions alone)"
+            )
+    if backend not in ("auto", *BACKENDS):
+        raise ValueError(f"unknown backend {backend!r}")
+    started = time.perf_counter()
+    backend = default_backend() if backend == "auto" else backend
+    record = BACKENDS[backend]
+    budget = default_budget(record) if max_memory is None else max_memory
+    budget_source = "half the available memory" if max_memory is None else "--max-memory"
+    population = max(population, 8)
+    S, U = problem.num_stages, problem.num_units
+    require_memory(search_footprint(population, S, 1, U, 0), budget, budget_source)
+    require_tractable(problem)
+    require_flush_fits(problem)
+    phases = Phases(on_phase)
+    with phases("compile"):
+        ticked = tick_problem(problem)
+        # The family searched is separable: its evaluators offer both halves (the dual GA).
+        evaluator = cast(SeparableEvaluator, create_evaluator(ticked, SEARCHED.name, backend))
+        xp = record.namespace()
+        _compile(evaluator, ticked, xp)
+    ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE)
+    stop = StopRule(generations, ga_limit, stagnation, interrupted)
+    with phases("baselines"):
+        baselines = best_baselines(problem)
+    heuristics: dict[str, Plan] = {}
+    with phases("heuristics"):
+        for name, build in HEURISTICS.items():
+            if not stop.out_of_time() and stop.signal() is None:
+                heuristics[name] = build(problem)
+    wanted = [b.microbatches for b in baselines.values()]
+    width = chromosome_width(
+        problem,
+        max_microbatches,
+        wanted + [len(p) for plan in heuristics.values() for p in plan.forward + plan.backward],
+    )
+    directions = _directions(ticked, evaluator, same_partition)
+    counts = [
+        equal_seed_counts(U, int(caps.min()), width, population, wanted)
+        for caps, _, _ in directions
+    ]
+    seeds_count = max(map(len, counts)) + len(heuristics) + len(initial_plans)
+    footprint = search_footprint(population, len(directions[0][0]), width, U, seeds_count)
+    require_memory(footprint, budget, budget_source)
+    settings = GeneticSettings(population=population)
+    rng = CounterRng(seed, xp)
+    sides = []
+    with phases("seeding"):
+        for (caps, score, direction), direction_counts in zip(directions, counts, strict=True):
+            plans = (*heuristics.values(), *initial_plans)
+            partitions = [getattr(plan, direction) for plan in plans]
+            if same_partition:
+                partitions = [p[:1] for p in partitions if p.count(p[0]) == len(p)]
+            seeds = _seeds(ticked, caps, width, partitions, direction_counts)
+            sides.append(
+                _population(
+                    seeds,
+                    xp.asarray(caps),
+                    settings.population,
+                    ticked.num_units,
+                    score,
+                    rng,
+                    _breeder(record),
+                )
+            )
+    report = None
+    if on_progress is not None:
+        gpipe_time = baselines["gpipe"].iteration_time
+
+        def report(progress: Progress) -> None:
+            best = float(ticked.to_time(progress.best_ticks))
+            on_progress(
+                SearchProgress(
+                    progress.generation, progress.evaluations, progress.elapsed, best, gpipe_time
+                )
+            )
+
+    deadline = None if time_limit is None else stop.started + time_limit
+    evolution = evolve(sides[0], sides[1], settings, stop, rng, report)
+    (forward_caps, forward_score, _), (backward_caps, backward_score, _) = directions
+    forward, backward = evolution.forward, evolution.backward
+    if evolution.stop_reason not in STOP_SIGNALS.values():
+        with phases("polish"):
+            forward = _polished(
+                forward, evolution.forward_ticks, forward_caps, forward_score, xp, deadline
+            )
+            backward = _polished(
+                backward, evolution.backward_ticks, backward_caps, backward_score, xp, deadline
+            )
+    plan = decode_plan(forward, backward, problem)
+    if same_partition:
+        plan = Plan.of(plan.forward * problem.num_stages, plan.backward * problem.num_stages)
+    check_plan(plan, problem)
+    return SearchResult(
+        problem=problem,
+        plan=plan,
+        evaluation=SEARCHED.evaluate(problem, plan),
+        baselines=baselines,
+        heuristics=heuristics,
+        backend=backend,
+        seed=seed,
+        generations=evolution.generations,
+        evaluations=evolution.evaluations,
+        wall_time=time.perf_counter() - started,
+        stop_reason=evolution.stop_reason,
+        same_partition=same_partition,
+        setup=phases.seconds,
+    )
