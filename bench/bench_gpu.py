@@ -1,7 +1,9 @@
 """GPU throughput (skipped without a usable GPU): the evaluation kernel at several
 population sizes, one whole generation at ``P = 2**16``, and Numba beside them; the
 ordered-plan kernel (``windowed_evaluate.cu``) at several sizes on ``bench_windowed``'s
-population (issue 11's target: >= 2e8 evaluations/s at ``P >= 2**20`` on an H200).
+population (issue 11's target: >= 2e8 evaluations/s at ``P >= 2**20`` on an H200), and one
+generation of the joint GA (``bench_windowed.Generation``) at ``P = 2**16`` (target: at
+most 2 ms).
 
 Workload as in ``bench_evaluate.py``: ``S = 8``, ``B = 256``, unit 1, 12..20 microbatches
 per stage and direction, ``K = 32``; one evaluation is ``forward_end + backward_span``.
@@ -20,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 from bench_evaluate import POPULATION, STAGES, WIDTH, random_chromosomes, synthetic_problem
-from bench_windowed import ordered_population
+from bench_windowed import Generation, ordered_population
 
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.gpu import gpu_unusable_reason
@@ -138,3 +140,23 @@ def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int) -> 
     numba = create_evaluator(ticked, "windowed", "numba")
     assert np.array_equal(to_host(got)[:POPULATION], numba.score(base))
     throughput(f"cuda windowed P=2^{size.bit_length() - 1}", benchmark, size)
+
+
+def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any) -> None:
+    """``Island.step`` on the device: breeding, the repair and the ordered-plan kernel."""
+    import cupy
+
+    generation = Generation.on("cuda", 2**16)
+
+    def run() -> int:
+        children = generation.step()
+        cupy.cuda.Device().synchronize()
+        return children
+
+    children = run()  # compile (or load the kernel cache)
+    benchmark.group = "cuda joint generation P=2^16"
+    benchmark(run)
+    generation.check("numba")
+    throughput("cuda joint generation P=2^16", benchmark, children)
+    if benchmark.stats is not None:
+        benchmark.extra_info["generations_per_second"] = 1 / benchmark.stats.stats.median

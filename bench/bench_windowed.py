@@ -1,42 +1,104 @@
-"""Ordered-plan evaluation throughput (issue 11): the windowed evaluators per CPU backend.
+"""Ordered-plan evaluation throughput (issue 11): the windowed evaluators per CPU backend,
+and one generation of the windowed search's joint GA.
 
-Workload: the flush benchmark's problem and chromosomes (``S = 8``, ``B = 256``, unit 1,
-``K = 32``, ``P = 4096``, 12..20 microbatches per stage and direction), each individual
-with an explicit order: per stage the order of a random window (1..B samples), repaired
-to validity (``tidgap.schedules.ir.repair``), built outside the timed part. One
-evaluation is ``score`` of one individual. The pure-Python reference simulator runs on a
-slice of 64 individuals.
+Evaluation workloads (:data:`WORKLOADS`), ``P = 4096`` individuals each, unit 1, ``K = 32``,
+12..20 microbatches per stage and direction, each individual with an explicit order: per
+stage the order of a random window (1..B samples), repaired to validity
+(``tidgap.schedules.ir.repair``), built outside the timed part:
 
-Run: ``pytest bench/bench_windowed.py --benchmark-only`` (targets: Numba >= 3e5/s, NumPy
->= 2e4/s, Numba >= 50x the reference).
+- ``S = 8``, ``B = 256``: the flush benchmark's problem and chromosomes;
+- ``S = 16``, ``B = 512``: that problem's stages twice over, and per individual two of its
+  chromosomes side by side with every size doubled.
+
+One evaluation is ``score`` of one individual. The pure-Python reference simulator runs on
+a slice of 64 individuals.
+
+One generation: ``Island.step`` (``joint_breed``, the repair, ``evaluate``) on one island
+of ``P = 512`` under the stages' own level, built as the windowed search builds them
+(``JointSpace.random``, ``Island.seeded``), on the ``S = 8`` problem; it scores
+``P - elites`` children (its evaluations), ``extra_info`` holds generations/s.
+
+Run: ``pytest bench/bench_windowed.py --benchmark-only`` (targets at ``S = 8``: Numba
+>= 3e5/s, NumPy >= 2e4/s, Numba >= 50x the reference).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
-from bench_evaluate import BATCH, POPULATION, WIDTH, random_chromosomes, synthetic_problem
+from bench_evaluate import BATCH, POPULATION, STAGES, WIDTH, random_chromosomes, synthetic_problem
 
 from tidgap import Plan, Problem
+from tidgap.backends import BACKENDS
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
+from tidgap.backends.xp import to_host
+from tidgap.optimize.ga import GeneticSettings
 from tidgap.optimize.genome import Population, decode_plan, encode_order
+from tidgap.optimize.joint import Island, JointSpace
+from tidgap.optimize.limits import stage_level
+from tidgap.optimize.rng import CounterRng
 from tidgap.schedules.families import SCHEDULES
 from tidgap.schedules.ir import repair, window_order
 
 ORACLE_SLICE = 64
-GROUP = "windowed S=8 B=256 P=4096"
+#: Individuals of one island in the CPU generation benchmark (the search's default).
+ISLAND = 512
+
+#: ``draw(rng, size)``: ``(size, S, K)`` int32 chromosomes of one workload.
+Draw = Callable[[np.random.Generator, int], np.ndarray]
 
 
-def ordered_population(rng: np.random.Generator, problem: Problem) -> Population:
-    """Random chromosomes and, per individual, repaired random-window orders."""
-    forward, backward = random_chromosomes(rng, POPULATION), random_chromosomes(rng, POPULATION)
+def wide_problem() -> Problem:
+    """``S = 16``, ``B = 512``: :func:`synthetic_problem`'s stages and links twice over."""
+    base = synthetic_problem()
+    links = [*base.links, base.links[-1], *base.links]
+    return Problem(
+        name="bench-s16-b512",
+        batch_size=2 * BATCH,
+        unit=1,
+        stages=[*base.stages, *base.stages],
+        links=links,
+    )
+
+
+def wide_chromosomes(rng: np.random.Generator, size: int) -> np.ndarray:
+    """``(size, 16, K)``: two of :func:`random_chromosomes` per individual, sizes doubled
+    (compositions of 512 with 12..20 parts)."""
+    return 2 * random_chromosomes(rng, 2 * size).reshape(size, 2 * STAGES, WIDTH)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One evaluation workload: ``label`` (``S=.. B=..``), its problem and chromosomes;
+    ``suffix`` ends its benchmarks' names (none for the names the targets use)."""
+
+    label: str
+    problem: Callable[[], Problem]
+    draw: Draw
+    suffix: str
+
+
+WORKLOADS = [
+    Workload("S=8 B=256", synthetic_problem, random_chromosomes, ""),
+    Workload("S=16 B=512", wide_problem, wide_chromosomes, " S=16 B=512"),
+]
+
+
+def ordered_population(
+    rng: np.random.Generator, problem: Problem, draw: Draw = random_chromosomes
+) -> Population:
+    """:data:`POPULATION` random chromosomes from ``draw`` and, per individual, repaired
+    random-window orders."""
+    forward, backward = draw(rng, POPULATION), draw(rng, POPULATION)
     orders = np.empty((POPULATION, forward.shape[1], 2 * WIDTH), dtype=np.int8)
     for p in range(POPULATION):
         plan = decode_plan(forward[p], backward[p], problem)
-        windows = rng.integers(1, BATCH + 1, size=problem.num_stages).tolist()
+        windows = rng.integers(1, problem.batch_size + 1, size=problem.num_stages).tolist()
         order = repair(
             window_order(plan.forward, plan.backward, windows), plan.forward, plan.backward
         )
@@ -46,49 +108,105 @@ def ordered_population(rng: np.random.Generator, problem: Problem) -> Population
     return Population(forward, backward, orders)
 
 
-@pytest.fixture(scope="module")
-def workload() -> tuple[Problem, TickedProblem, Population]:
-    rng = np.random.default_rng(20261201)
-    problem = synthetic_problem()
-    return problem, tick_problem(problem), ordered_population(rng, problem)
+@pytest.fixture(scope="module", params=WORKLOADS, ids=[w.label for w in WORKLOADS])
+def workload(request: pytest.FixtureRequest) -> tuple[Workload, Problem, TickedProblem, Population]:
+    spec: Workload = request.param
+    problem = spec.problem()
+    population = ordered_population(np.random.default_rng(20261201), problem, spec.draw)
+    return spec, problem, tick_problem(problem), population
 
 
 @pytest.fixture(scope="module")
-def reference(workload: tuple[Problem, TickedProblem, Population]) -> np.ndarray:
+def reference(workload: tuple[Workload, Problem, TickedProblem, Population]) -> np.ndarray:
     """NumPy's scores, to check every backend's output outside the timed part."""
-    _, ticked, population = workload
+    _, _, ticked, population = workload
     return create_evaluator(ticked, "windowed", "numpy").score(population)
+
+
+def group(spec: Workload) -> str:
+    return f"windowed {spec.label} P={POPULATION}"
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_windowed_backend(
     benchmark: Any, throughput: Any, workload: Any, reference: np.ndarray, backend: str
 ) -> None:
-    _, ticked, population = workload
+    spec, _, ticked, population = workload
     evaluator = create_evaluator(ticked, "windowed", backend)
     evaluator.score(population)  # warm-up: Numba compiles (or loads its cache)
-    benchmark.group = GROUP
+    benchmark.group = group(spec)
     if backend == "numba":
         import numba
 
         benchmark.extra_info["threads"] = numba.get_num_threads()
     scores = benchmark(evaluator.score, population)
     assert np.array_equal(scores, reference)
-    throughput(f"windowed-{backend}", benchmark, population.size)
+    throughput(f"windowed-{backend}{spec.suffix}", benchmark, population.size)
 
 
 def test_windowed_oracle(benchmark: Any, throughput: Any, workload: Any, reference: Any) -> None:
-    problem, ticked, population = workload
+    spec, problem, ticked, population = workload
     plans = [
         decode_plan(population.forward[p], population.backward[p], problem, population.order[p])
         for p in range(ORACLE_SLICE)
     ]
     evaluate = SCHEDULES["windowed"].evaluate
-    benchmark.group = GROUP
+    benchmark.group = group(spec)
 
     def run() -> list[float]:
         return [evaluate(problem, plan).iteration_time for plan in plans]
 
     times = benchmark(run)
     assert np.allclose(times, ticked.to_time(reference[:ORACLE_SLICE]), rtol=1e-6)
-    throughput("windowed-oracle", benchmark, ORACLE_SLICE)
+    throughput(f"windowed-oracle{spec.suffix}", benchmark, ORACLE_SLICE)
+
+
+@dataclass
+class Generation:
+    """One island of the joint GA on the ``S = 8`` problem and what its ``step`` needs."""
+
+    island: Island
+    space: JointSpace
+    settings: GeneticSettings
+    rng: CounterRng
+
+    @classmethod
+    def on(cls, backend: str, size: int, seed: int = 0) -> Generation:
+        """An island of ``size`` random individuals (``K = 32``) on ``backend``."""
+        problem = synthetic_problem()
+        ticked = tick_problem(problem)
+        xp = BACKENDS[backend].namespace()
+        space = JointSpace(
+            create_evaluator(ticked, "windowed", backend),
+            xp.asarray(ticked.forward_caps),
+            xp.asarray(ticked.backward_caps),
+            WIDTH,
+        )
+        rng = CounterRng(seed, xp)
+        island = Island.seeded(stage_level(problem), space.random(size, rng), size, space)
+        return cls(island, space, GeneticSettings(population=size), rng)
+
+    def step(self) -> int:
+        """One generation; the children scored."""
+        return self.island.step(self.settings, self.space, self.rng)
+
+    def check(self, backend: str = "numpy") -> None:
+        """The island's times are ``backend``'s scores of its genes (on the host), and
+        elitism kept its best."""
+        genes = self.island.genes
+        host = Population(*(to_host(a) for a in (genes.forward, genes.backward, genes.codes)))
+        evaluator = create_evaluator(self.space.evaluator.ticked, "windowed", backend)
+        assert np.array_equal(to_host(self.island.times), evaluator.score(host))
+        assert int(self.island.fitness.min()) <= self.island.best_fitness
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_windowed_generation(benchmark: Any, throughput: Any, backend: str) -> None:
+    generation = Generation.on(backend, ISLAND)
+    children = generation.step()  # warm-up: Numba compiles (or loads its cache)
+    benchmark.group = f"windowed generation S=8 B=256 P={ISLAND}"
+    benchmark(generation.step)
+    generation.check()
+    throughput(f"generation-{backend} S=8 B=256 P={ISLAND}", benchmark, children)
+    if benchmark.stats is not None:
+        benchmark.extra_info["generations_per_second"] = 1 / benchmark.stats.stats.median
