@@ -104,24 +104,60 @@ __host__ __device__ inline void tidgap_mutate(
     }
 }
 
+// Child c's parents: the winners of the two tournaments (streams 0 and 1), and whether it
+// crosses them (stream 3, index c) or copies the first.
+struct tidgap_parents {
+    long long first, second;
+    bool use_cross;
+};
+
+__host__ __device__ inline tidgap_parents tidgap_select(
+    long long c, const long long* fitness, long long population, int tournament_size,
+    double crossover_rate, const tidgap_u64* streams) {
+    tidgap_parents parents;
+    parents.first = tidgap_tournament(streams[0], c, tournament_size, fitness, population);
+    parents.second = tidgap_tournament(streams[1], c, tournament_size, fitness, population);
+    parents.use_cross = tidgap_uniform(streams[3], c) < crossover_rate;
+    return parents;
+}
+
+// The parent child c takes stage s from (stream 2, index c * S + s).
+__host__ __device__ inline long long tidgap_stage_parent(
+    const tidgap_parents& parents, long long c, int s, int stages, const tidgap_u64* streams) {
+    bool take_first = tidgap_uniform(streams[2], c * stages + s) < 0.5;
+    return (parents.use_cross && !take_first) ? parents.second : parents.first;
+}
+
+// Child c's mutation, a registry position, or -1 for none (streams 4 and 5, index c).
+__host__ __device__ inline int tidgap_drawn_mutation(
+    long long c, int num_mutations, double mutation_rate, const tidgap_u64* streams) {
+    int op = (int)tidgap_uniform_int(tidgap_uniform(streams[4], c), 0, num_mutations);
+    return tidgap_uniform(streams[5], c) < mutation_rate ? op : -1;
+}
+
+// Uniform j (0: stage, 1: position, 2: value) of child c's mutation (stream 6, c * 3 + j).
+__host__ __device__ inline double tidgap_mutation_uniform(
+    long long c, int j, const tidgap_u64* streams) {
+    return tidgap_uniform(streams[6], c * 3 + j);
+}
+
 __host__ __device__ inline void tidgap_breed_child(
     long long c, const int* genes, const long long* fitness, long long population,
     int stages, int width, const long long* caps, int tournament_size,
     double crossover_rate, double mutation_rate, int num_mutations,
     const tidgap_u64* streams, int* child) {
-    long long first = tidgap_tournament(streams[0], c, tournament_size, fitness, population);
-    long long second = tidgap_tournament(streams[1], c, tournament_size, fitness, population);
-    bool use_cross = tidgap_uniform(streams[3], c) < crossover_rate;
+    tidgap_parents parents =
+        tidgap_select(c, fitness, population, tournament_size, crossover_rate, streams);
     for (int s = 0; s < stages; ++s) {
-        bool take_first = tidgap_uniform(streams[2], c * stages + s) < 0.5;
-        long long parent = (use_cross && !take_first) ? second : first;
+        long long parent = tidgap_stage_parent(parents, c, s, stages, streams);
         const int* source = genes + (parent * stages + s) * width;
         for (int col = 0; col < width; ++col) child[s * width + col] = source[col];
     }
-    int op = (int)tidgap_uniform_int(tidgap_uniform(streams[4], c), 0, num_mutations);
-    if (tidgap_uniform(streams[5], c) < mutation_rate) {
-        tidgap_mutate(op, tidgap_uniform(streams[6], c * 3), tidgap_uniform(streams[6], c * 3 + 1),
-                      tidgap_uniform(streams[6], c * 3 + 2), child, stages, width, caps);
+    int op = tidgap_drawn_mutation(c, num_mutations, mutation_rate, streams);
+    if (op >= 0) {
+        tidgap_mutate(op, tidgap_mutation_uniform(c, 0, streams),
+                      tidgap_mutation_uniform(c, 1, streams),
+                      tidgap_mutation_uniform(c, 2, streams), child, stages, width, caps);
     }
 }
 

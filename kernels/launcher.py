@@ -17,11 +17,13 @@ import numpy as np
 from tidgap.backends.evaluator import OrderedEvaluator, SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
 from tidgap.kernels.source import kernel_source, operation_defines, scratch_width
+from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes
 from tidgap.optimize.operators import MUTATIONS
 from tidgap.optimize.rng import CounterRng
 
 THREADS_PER_BLOCK = 128
-#: Draws :func:`tidgap.optimize.operators.breed` makes per generation, in order.
+#: Draws :func:`tidgap.optimize.operators.breed` (and
+#: :func:`tidgap.optimize.joint_operators.joint_breed`) make per generation, in order.
 BREED_DRAWS = 7
 
 
@@ -162,6 +164,11 @@ def windowed_cuda(ticked: TickedProblem) -> OrderedEvaluator:
     return OrderedEvaluator(ticked, CudaOrderedEnds(ticked))
 
 
+def _breed_streams(rng: CounterRng) -> cupy.ndarray:
+    """The keys of a generation's :data:`BREED_DRAWS` draws, ``(7,)`` uint64 on the device."""
+    return cupy.asarray(np.array([rng.stream() for _ in range(BREED_DRAWS)], dtype=np.uint64))
+
+
 def cuda_breed(
     genes: cupy.ndarray,
     fitness: cupy.ndarray,
@@ -180,7 +187,7 @@ def cuda_breed(
     """
     genes = cupy.ascontiguousarray(genes, dtype=cupy.int32)
     population, stages, width = genes.shape
-    streams = cupy.asarray(np.array([rng.stream() for _ in range(BREED_DRAWS)], dtype=np.uint64))
+    streams = _breed_streams(rng)
     offspring = cupy.empty((children, stages, width), dtype=cupy.int32)
     if children == 0:
         return offspring
@@ -202,6 +209,65 @@ def cuda_breed(
             streams,
             np.int64(children),
             offspring,
+        ),
+    )
+    return offspring
+
+
+def cuda_joint_breed(
+    genes: JointGenes,
+    fitness: cupy.ndarray,
+    forward_caps: cupy.ndarray,
+    backward_caps: cupy.ndarray,
+    rng: CounterRng,
+    children: int,
+    crossover_rate: float,
+    mutation_rate: float,
+    tournament_size: int,
+) -> JointGenes:
+    """:func:`tidgap.optimize.joint_operators.joint_breed` in one kernel launch: the same
+    draws, the same repaired children.
+
+    ``genes``' ``(P, S, K)`` int32 rows (codes unused), ``fitness`` ``(P,)`` int64, caps
+    ``(S,)`` units; returns ``children`` individuals on the device, ``(children, S, K)`` int32
+    rows and ``(children, S, 2K)`` int8 codes.
+    """
+    forward, backward, lead = (
+        cupy.ascontiguousarray(rows, dtype=cupy.int32)
+        for rows in (genes.forward, genes.backward, genes.lead)
+    )
+    population, stages, width = forward.shape
+    streams = _breed_streams(rng)
+    offspring = JointGenes(
+        *(cupy.empty((children, stages, width), dtype=cupy.int32) for _ in range(3)),
+        cupy.empty((children, stages, 2 * width), dtype=cupy.int8),
+    )
+    if children == 0:
+        return offspring
+    kernel = _kernel("joint_breed.cu", "tidgap_joint_breed", scratch_width(width))
+    kernel(
+        _grid(children),
+        (THREADS_PER_BLOCK,),
+        (
+            forward,
+            backward,
+            lead,
+            cupy.ascontiguousarray(fitness, dtype=cupy.int64),
+            np.int64(population),
+            np.int32(stages),
+            np.int32(width),
+            cupy.ascontiguousarray(forward_caps, dtype=cupy.int64),
+            cupy.ascontiguousarray(backward_caps, dtype=cupy.int64),
+            np.int32(tournament_size),
+            np.float64(crossover_rate),
+            np.float64(mutation_rate),
+            np.int32(len(JOINT_MUTATIONS)),
+            streams,
+            np.int64(children),
+            offspring.forward,
+            offspring.backward,
+            offspring.lead,
+            offspring.codes,
         ),
     )
     return offspring

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP
+from tidgap.optimize.joint_operators import JOINT_MUTATIONS
 from tidgap.optimize.operators import MUTATIONS
 
 KERNEL_DIR = Path(__file__).resolve().parent
@@ -29,7 +31,16 @@ def scratch_width(width: int) -> int:
 
 
 def operation_defines() -> tuple[str, ...]:
-    """``-DTIDGAP_OP_<NAME>=i`` for each mutation of :data:`tidgap.optimize.operators.MUTATIONS`,
-    ``i`` its position in the registry: the numbering the CPU operators draw from, which
-    ``breed.cuh`` tests by name. Every compile of the kernels passes them."""
-    return tuple(f"-DTIDGAP_OP_{name.upper()}={i}" for i, name in enumerate(MUTATIONS))
+    """The numbering the CPU code uses, as ``-D`` defines every compile of the kernels passes:
+    ``-DTIDGAP_OP_<NAME>=i`` for each mutation of :data:`tidgap.optimize.operators.MUTATIONS`
+    and ``-DTIDGAP_JOINT_<NAME>=i`` for each of
+    :data:`tidgap.optimize.joint_operators.JOINT_MUTATIONS` (``i`` its position in the
+    registry, the number the operators draw; ``breed.cuh`` and ``joint_breed.cuh`` test them
+    by name), then the op codes of :mod:`tidgap.optimize.genome`."""
+    return (
+        *(f"-DTIDGAP_OP_{name.upper()}={i}" for i, name in enumerate(MUTATIONS)),
+        *(f"-DTIDGAP_JOINT_{name.upper()}={i}" for i, name in enumerate(JOINT_MUTATIONS)),
+        f"-DTIDGAP_FORWARD_OP={FORWARD_OP}",
+        f"-DTIDGAP_BACKWARD_OP={BACKWARD_OP}",
+        f"-DTIDGAP_NO_OP={NO_OP}",
+    )

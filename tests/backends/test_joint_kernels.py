@@ -1,0 +1,219 @@
+"""The joint GA's fused breeding kernel without a GPU: ``joint_breed.cu`` compiles for sm_80
+and sm_90, and ``joint_breed.cuh``, built for the host, breeds exactly the children of
+:func:`tidgap.optimize.joint_operators.joint_breed` (partitions, leads and codes)."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.support.host_build import build_host
+from tests.support.populations import random_population
+from tidgap.backends.gpu import gpu_unusable_reason
+from tidgap.kernels.source import KERNEL_DIR, kernel_source, operation_defines
+from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes, joint_breed
+from tidgap.optimize.operators import MUTATIONS
+from tidgap.optimize.rng import CounterRng, uniform_int
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_joint_breed_source_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
+    """The exact text NVRTC gets (headers inlined) compiles without warnings."""
+    source = tmp_path / "inlined_joint_breed.cu"
+    source.write_text(kernel_source("joint_breed.cu"))
+    assert "#include" not in source.read_text()
+    result = subprocess.run(
+        ["nvcc", f"-arch={arch}", "-std=c++17", *operation_defines(), "-c", str(source)]
+        + ["-o", str(tmp_path / "joint_breed.o")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr.lower(), result.stderr
+
+
+@pytest.fixture(scope="module")
+def host_joint_breed(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``tidgap_joint_breed_host``: ``joint_breed.cuh``'s per-child breeding for the host."""
+    return build_host(tmp_path_factory, "joint_breed_host", "tidgap_joint_breed_host")
+
+
+def pointer(array: np.ndarray) -> ctypes.c_void_p:
+    """The address of a contiguous array's data, for ctypes."""
+    assert array.flags.c_contiguous
+    return ctypes.c_void_p(array.ctypes.data)
+
+
+def host_children(
+    kernel: Any,
+    genes: JointGenes,
+    fitness: np.ndarray,
+    forward_caps: np.ndarray,
+    backward_caps: np.ndarray,
+    rng: CounterRng,
+    children: int,
+    crossover_rate: float,
+    mutation_rate: float,
+    tournament_size: int,
+) -> JointGenes:
+    """Call the host build as :func:`tidgap.kernels.launcher.cuda_joint_breed` calls the GPU."""
+    population, stages, width = genes.forward.shape
+    streams = np.array([rng.stream() for _ in range(7)], dtype=np.uint64)
+    inputs = [
+        np.ascontiguousarray(rows, dtype=np.int32)
+        for rows in (genes.forward, genes.backward, genes.lead)
+    ]
+    caps = [np.ascontiguousarray(c, dtype=np.int64) for c in (forward_caps, backward_caps)]
+    out = JointGenes(
+        *(np.full((children, stages, width), -7, dtype=np.int32) for _ in range(3)),
+        np.full((children, stages, 2 * width), 7, dtype=np.int8),
+    )
+    kernel(
+        *(pointer(rows) for rows in inputs),
+        pointer(np.ascontiguousarray(fitness, dtype=np.int64)),
+        ctypes.c_longlong(population),
+        ctypes.c_int(stages),
+        ctypes.c_int(width),
+        *(pointer(c) for c in caps),
+        ctypes.c_int(tournament_size),
+        ctypes.c_double(crossover_rate),
+        ctypes.c_double(mutation_rate),
+        ctypes.c_int(len(JOINT_MUTATIONS)),
+        pointer(streams),
+        ctypes.c_longlong(children),
+        *(pointer(rows) for rows in (out.forward, out.backward, out.lead, out.codes)),
+    )
+    return out
+
+
+def random_joint(
+    rng: np.random.Generator, stages: int, width: int, size: int
+) -> tuple[JointGenes, np.ndarray, np.ndarray]:
+    """``(genes, forward_caps, backward_caps)``: valid random partitions of a random unit
+    count within random caps per direction, and random leads (not repaired: some far out of
+    range, padding not 0)."""
+    units = int(rng.integers(1, 3 * width))
+    fewest = -(-units // width)
+    caps = [rng.integers(fewest, units + 1, size=stages).astype(np.int64) for _ in range(2)]
+    forward, backward = (random_population(rng, c, units, size, width) for c in caps)
+    lead = rng.integers(-3, stages + 3, size=(size, stages, width)).astype(np.int32)
+    return JointGenes(forward, backward, lead), caps[0], caps[1]
+
+
+def assert_same_children(got: JointGenes, expected: JointGenes) -> None:
+    for name in ("forward", "backward", "lead", "codes"):
+        want = getattr(expected, name)
+        assert getattr(got, name).dtype == want.dtype, name
+        np.testing.assert_array_equal(getattr(got, name), want, err_msg=name)
+
+
+@pytest.mark.parametrize("width", [3, 8, 32])
+@pytest.mark.parametrize("seed", range(6))
+def test_host_joint_breed_equals_the_xp_operators(
+    host_joint_breed: Any, seed: int, width: int
+) -> None:
+    """Selection, crossover, every mutation and the repair: the kernel's children are
+    ``joint_breed``'s, all four arrays, for S = 1..6."""
+    rng = np.random.default_rng(1000 * width + seed)
+    stages = seed + 1
+    genes, forward_caps, backward_caps = random_joint(rng, stages, width, size=1000)
+    fitness = rng.integers(0, 100, size=1000).astype(np.int64)  # ties on purpose
+    settings = dict(children=990, crossover_rate=0.7, mutation_rate=0.9, tournament_size=3)
+    args = (genes, fitness, forward_caps, backward_caps)
+    expected = joint_breed(*args, CounterRng(seed), **settings)
+    got = host_children(host_joint_breed, *args, CounterRng(seed), **settings)
+    assert_same_children(got, expected)
+
+
+def test_host_joint_breed_exercises_every_mutation(host_joint_breed: Any) -> None:
+    """With mutation certain, no crossover and repaired parents, each registry operator
+    changes some children, and the kernel still equals the xp code."""
+    rng = np.random.default_rng(5)
+    genes, forward_caps, backward_caps = random_joint(rng, stages=4, width=12, size=1200)
+    genes = genes.repaired()
+    fitness = np.arange(1200, dtype=np.int64)
+    settings = dict(children=1200, crossover_rate=0.0, mutation_rate=1.0, tournament_size=1)
+    args = (genes, fitness, forward_caps, backward_caps)
+    got = host_children(host_joint_breed, *args, CounterRng(3), **settings)
+    assert_same_children(got, joint_breed(*args, CounterRng(3), **settings))
+    draws = CounterRng(3)
+    for _ in range(4):
+        draws.stream()
+    chosen = uniform_int(draws.random((1200,)), 0, len(JOINT_MUTATIONS))
+    parents = genes.take(uniform_int(CounterRng(3).random((1200, 1)), 0, 1200)[:, 0])
+    for index, name in enumerate(JOINT_MUTATIONS):
+        members = chosen == index
+        changed = [
+            (getattr(got, gene)[members] != getattr(parents, gene)[members]).any()
+            for gene in ("forward", "backward", "lead", "codes")
+        ]
+        assert any(changed), name
+
+
+@pytest.mark.usefixtures("fake_gpu")
+def test_the_joint_breeding_launcher_drives_its_kernel_with_the_right_arguments() -> None:
+    """``cuda_joint_breed`` through the CuPy stand-in equals ``joint_breed``, codes included."""
+    from tidgap.kernels.launcher import cuda_joint_breed
+
+    rng = np.random.default_rng(11)
+    genes, forward_caps, backward_caps = random_joint(rng, stages=5, width=32, size=200)
+    genes = genes.repaired()
+    fitness = rng.integers(0, 1000, size=200).astype(np.int64)
+    args = (genes, fitness, forward_caps, backward_caps)
+    settings = (190, 0.8, 0.9, 3)
+    expected = joint_breed(*args, CounterRng(2), *settings)
+    assert_same_children(cuda_joint_breed(*args, CounterRng(2), *settings), expected)
+
+
+GPU_REASON = gpu_unusable_reason()
+
+
+@pytest.mark.skipif(GPU_REASON is not None, reason=f"no usable GPU: {GPU_REASON}")
+def test_the_joint_breeding_kernel_on_a_gpu_equals_the_xp_operators() -> None:
+    """On a real GPU (NVRTC, device arrays, many blocks): ``joint_breed``'s children."""
+    import cupy
+
+    from tidgap.kernels.launcher import cuda_joint_breed
+
+    rng = np.random.default_rng(12)
+    genes, forward_caps, backward_caps = random_joint(rng, stages=6, width=32, size=4096)
+    fitness = rng.integers(0, 1000, size=4096).astype(np.int64)
+    settings = (65536, 0.8, 0.9, 3)
+    expected = joint_breed(genes, fitness, forward_caps, backward_caps, CounterRng(4), *settings)
+    device = JointGenes(
+        *(cupy.asarray(rows) for rows in (genes.forward, genes.backward)), cupy.asarray(genes.lead)
+    )
+    got = cuda_joint_breed(
+        device,
+        cupy.asarray(fitness),
+        cupy.asarray(forward_caps),
+        cupy.asarray(backward_caps),
+        CounterRng(4),
+        *settings,
+    )
+    host = JointGenes(*(rows.get() for rows in (got.forward, got.backward, got.lead, got.codes)))
+    assert_same_children(host, expected)
+
+
+def test_every_joint_mutation_has_a_named_branch_in_the_kernel() -> None:
+    """``joint_breed.cuh`` tests each registry mutation by its ``TIDGAP_JOINT_<NAME>`` (the
+    partition ones through ``TIDGAP_PARTITION_MUTATION(<NAME>)``) and no bare number."""
+    header = (KERNEL_DIR / "joint_breed.cuh").read_text(encoding="utf-8")
+    partition = {
+        f"{direction}_{name}": name for direction in ("forward", "backward") for name in MUTATIONS
+    }
+    for name in JOINT_MUTATIONS:
+        if name in partition:
+            assert f"TIDGAP_PARTITION_MUTATION({partition[name].upper()})" in header, name
+        else:
+            assert f"op == TIDGAP_JOINT_{name.upper()}" in header, name
+    assert set(partition) <= set(JOINT_MUTATIONS)
+    assert not re.search(r"op == -?\d", header)
