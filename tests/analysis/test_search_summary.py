@@ -33,8 +33,9 @@ def test_a_slower_baseline_gives_the_plan_s_gain() -> None:
     assert line == "best baseline: GPipe(4) 10 ms, this plan is 1.250x faster (25.00%)"
 
 
-def test_search_on_tiny_2_says_1f1b_is_faster() -> None:
-    result = CliRunner().invoke(cli, ["search", "example:tiny-2", "--generations", "50"])
+def test_a_flush_search_on_tiny_2_says_1f1b_is_faster() -> None:
+    args = ["search", "example:tiny-2", "--generations", "50", "--schedule", "flush"]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert "best baseline: 1F1B(" in result.stdout and "FASTER than this plan" in result.stdout
 

@@ -95,7 +95,8 @@ def test_search_refuses_a_problem_no_flush_plan_fits_and_writes_nothing(
     return a plan over the limit (model.md, Memory)."""
     problem = _write(tmp_path, case_named(name)["problem"])
     out = tmp_path / "plan.json"
-    result = run_cli("search", problem, "--generations", "3", "--out", str(out))
+    args = ("--generations", "3", "--schedule", "flush", "--out", str(out))
+    result = run_cli("search", problem, *args)
     assert result.exit_code == 2
     assert result.stderr.startswith(f"tidgap: error: {problem}: stages[0].memory_limit: ")
     assert "no flush plan fits" in result.stderr and result.stderr.count("\n") == 1
@@ -111,3 +112,18 @@ def test_search_within_a_generous_memory_limit_returns_a_plan_within_it(tmp_path
     assert run_cli("search", problem, "--generations", "3", "--out", str(out)).exit_code == 0
     evaluated = json_output(run_cli("evaluate", problem, str(out), "--json"))
     assert evaluated["over_memory_limit"] == []
+
+
+@pytest.mark.parametrize("name", MEM_CASES)
+def test_a_windowed_search_plans_within_a_limit_no_flush_plan_meets(
+    tmp_path: Path, name: str
+) -> None:
+    """Where no flush plan fits stage 0, the windowed search (the default) starts backwards
+    early and returns a plan within every stage's limit, checked by ``evaluate``."""
+    problem = _write(tmp_path, case_named(name)["problem"])
+    out = tmp_path / "plan.json"
+    result = run_cli("search", problem, "--generations", "5", "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    evaluated = json_output(run_cli("evaluate", problem, str(out), "--json"))
+    assert evaluated["over_memory_limit"] == []
+    assert "order" in json.loads(out.read_text())

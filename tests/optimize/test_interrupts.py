@@ -147,7 +147,8 @@ def test_export_same_partition_keeps_its_best_plan_on_a_signal(
 
     monkeypatch.setattr(cli_export, "stop_on_signals", already_signalled)
     plan = tmp_path / "plan.json"
-    search_args = ["search", "example:tiny-2", "--generations", "5", "--out", str(plan), "-q"]
+    search_args = ["search", "example:tiny-2", "--generations", "5", "--schedule", "flush"]
+    search_args += ["--out", str(plan), "-q"]
     assert CliRunner().invoke(cli, search_args).exit_code == 0
     out = tmp_path / "same.json"
     args = ["export", "example:tiny-2", str(plan), "--to", "same-partition", "--out", str(out)]

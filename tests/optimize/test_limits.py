@@ -74,11 +74,6 @@ def test_held_within_at_the_boundaries(
     assert held_within(limit, activation_bytes, batch_size) == expected
 
 
-@pytest.mark.xfail(
-    raises=OverflowError,
-    strict=True,
-    reason="known bug, reported: held_within floors limit / activation_bytes = inf",
-)
 def test_held_within_a_limit_many_samples_above_the_batch() -> None:
     """A valid problem may give ``activation_bytes`` 1e-300 and ``memory_limit`` 1e10."""
     assert held_within(1e10, 1e-300, 8) == 8

@@ -22,7 +22,7 @@ TINY = [case for case in SEARCHABLE if "optimum" in case]
 @pytest.mark.parametrize("case", TINY, ids=case_id)
 def test_default_search_finds_the_proven_optimum(case: dict[str, Any]) -> None:
     problem = Problem.from_dict(case["problem"])
-    result = search(problem, time_limit=10)
+    result = search(problem, schedule="flush", time_limit=10)
     assert result.evaluation.iteration_time == pytest.approx(
         case["optimum"]["iteration_time"], rel=1e-9
     )
@@ -147,7 +147,12 @@ def test_an_ordered_initial_plan_is_refused_not_taken_as_its_partitions() -> Non
     problem = load_problem("example:tiny-2")
     ordered = Plan.of([[4, 4]] * 2, [[4, 4]] * 2, order=["FFBB", "FBFB"])
     with pytest.raises(ValueError, match=r"initial_plans\[1\] has an order"):
-        search(problem, generations=1, initial_plans=[Plan.of([[8]] * 2, [[8]] * 2), ordered])
+        search(
+            problem,
+            schedule="flush",
+            generations=1,
+            initial_plans=[Plan.of([[8]] * 2, [[8]] * 2), ordered],
+        )
 
 
 def test_the_searched_family_is_separable_and_its_reference_gives_the_result() -> None:
@@ -157,5 +162,5 @@ def test_the_searched_family_is_separable_and_its_reference_gives_the_result() -
 
     assert SEARCHED.separable and SEARCHED.has_flush
     problem = load_problem("example:tiny-2")
-    result = search(problem, generations=2)
+    result = search(problem, schedule="flush", generations=2)
     assert result.evaluation == SEARCHED.evaluate(problem, result.plan)

@@ -17,7 +17,11 @@ from tidgap.optimize.polish import polish
 def test_every_setup_phase_is_reported_and_timed() -> None:
     seen: list[str] = []
     result = search(
-        load_problem("example:tiny-2"), generations=3, population=16, on_phase=seen.append
+        load_problem("example:tiny-2"),
+        schedule="flush",
+        generations=3,
+        population=16,
+        on_phase=seen.append,
     )
     assert seen == ["compile", "baselines", "heuristics", "seeding", "polish"]
     assert set(result.setup) == set(seen) and all(t >= 0 for t in result.setup.values())
@@ -25,7 +29,7 @@ def test_every_setup_phase_is_reported_and_timed() -> None:
 
 
 def test_heuristics_are_skipped_once_the_time_limit_has_passed() -> None:
-    result = search(load_problem("example:tiny-2"), time_limit=0.0, population=16)
+    result = search(load_problem("example:tiny-2"), schedule="flush", time_limit=0.0, population=16)
     assert result.heuristics == {} and result.stop_reason == "time limit"
     assert result.evaluation.iteration_time <= result.baselines["gpipe"].iteration_time
 

@@ -4,8 +4,10 @@ plainly when a baseline is faster."""
 from __future__ import annotations
 
 from tidgap.optimize.driver import SearchResult
+from tidgap.optimize.memory import format_bytes
+from tidgap.optimize.results import TradeoffPoint
 from tidgap.schedules.baselines import BaselineResult
-from tidgap.schedules.families import TIMED_BASELINES, baseline_label
+from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, baseline_label
 
 
 def best_rival(baselines: dict[str, BaselineResult]) -> BaselineResult:
@@ -13,15 +15,14 @@ def best_rival(baselines: dict[str, BaselineResult]) -> BaselineResult:
     return min((baselines[name] for name in TIMED_BASELINES), key=lambda b: b.iteration_time)
 
 
-def verdict(plan_time: float, rival: BaselineResult, unit: str) -> str:
-    """``best baseline: 1F1B(9) 7617 ms, 0.60% faster than this plan`` or ``... slower``."""
+def verdict(plan_time: float, rival: BaselineResult, unit: str, flush: bool = True) -> str:
+    """``best baseline: 1F1B(9) 7617 ms, 0.60% faster than this plan`` or ``... slower``
+    (``flush``: the plan is a flush plan, said when 1F1B beats it)."""
     name = baseline_label(rival.schedule, rival.microbatches)
     ratio = rival.iteration_time / plan_time
     if ratio < 1:
-        how = (
-            f"{1 / ratio - 1:.2%} FASTER than this plan (1F1B interleaves forwards and "
-            "backwards; flush plans do not)"
-        )
+        why = " (1F1B interleaves forwards and backwards; flush plans do not)" if flush else ""
+        how = f"{1 / ratio - 1:.2%} FASTER than this plan{why}"
     elif ratio == 1:
         how = "as fast as this plan"
     else:
@@ -32,13 +33,50 @@ def verdict(plan_time: float, rival: BaselineResult, unit: str) -> str:
 def summary_lines(result: SearchResult) -> list[str]:
     """The search's headline and its comparison with the best baseline overall."""
     unit = result.problem.time_unit
+    family = SCHEDULES[result.schedule]
     setup = sum(result.setup.values())
     plan_time = result.evaluation.iteration_time
     return [
         f"best plan: iteration {plan_time:.6g} {unit}, {result.speedup_over_gpipe:.3f}x best "
-        f"GPipe ({result.generations} generations, {result.evaluations} evaluations, "
+        f"GPipe ({family.name}, {result.generations} generations, {result.evaluations} "
+        "evaluations, "
         f"{result.wall_time:.1f} s of which setup {setup:.1f} s (compile "
         f"{result.setup.get('compile', 0.0):.1f} s), {result.backend}, "
         f"stopped on {result.stop_reason})",
-        f"  {verdict(plan_time, best_rival(result.baselines), unit)}",
+        f"  {verdict(plan_time, best_rival(result.baselines), unit, family.has_flush)}",
+        *tradeoff_lines(result),
     ]
+
+
+def _memory(point: TradeoffPoint) -> str:
+    """Peak memory per stage: bytes where the problem gives them, else samples held."""
+    evaluation = point.evaluation
+    if evaluation is None:
+        return ""
+    if evaluation.peak_memory is not None:
+        return "memory " + " ".join(format_bytes(b) for b in evaluation.peak_memory)
+    return "held " + " ".join(map(str, evaluation.peak_held))
+
+
+def tradeoff_lines(result: SearchResult) -> list[str]:
+    """The time-memory trade-off of a windowed search: per memory level, the fastest plan's
+    time, its gains over the best 1F1B and GPipe, and its peak memory per stage."""
+    if not result.tradeoff:
+        return []
+    unit = result.problem.time_unit
+    one_f_one_b = result.baselines["1f1b"].iteration_time
+    gpipe = result.baselines["gpipe"].iteration_time
+    width = max(len(point.level.label) for point in result.tradeoff)
+    lines = ["  time-memory trade-off (fastest plan within each limit; gain = baseline / plan):"]
+    for point in result.tradeoff:
+        label = point.level.label.ljust(width)
+        in_force = "  <- limit in force" if point.level == result.memory_limit else ""
+        if point.evaluation is None:
+            lines.append(f"    within {label}  no plan found{in_force}")
+            continue
+        time = point.evaluation.iteration_time
+        lines.append(
+            f"    within {label}  {time:.6g} {unit}  {one_f_one_b / time:.3f}x 1F1B  "
+            f"{gpipe / time:.3f}x GPipe  {_memory(point)}{in_force}"
+        )
+    return lines

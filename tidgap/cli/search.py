@@ -24,14 +24,31 @@ from tidgap.cli.progress import ProgressLine
 from tidgap.model.errors import InputError
 from tidgap.model.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
 from tidgap.model.problem import load_problem
-from tidgap.optimize.driver import SearchResult, search
+from tidgap.optimize.driver import (
+    SEARCHABLE,
+    SearchResult,
+    search,
+)
 from tidgap.optimize.interrupts import stop_on_signals
+from tidgap.optimize.limits import parse_memory_limit
 from tidgap.optimize.memory import parse_size
 from tidgap.outputs.files import check_outputs, write_comparison, write_json
-from tidgap.schedules.families import plan_timeline
+from tidgap.schedules.families import SCHEDULES, plan_timeline
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
 DEFAULT_TIME_LIMIT = 10.0
+
+
+class MemoryLimit(click.ParamType):
+    """``1f1b`` or a byte count per stage (``80GB``, ``24GiB``, a number > 0)."""
+
+    name = "1f1b|BYTES"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+        try:
+            return parse_memory_limit(str(value))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
 
 
 class MemorySize(click.ParamType):
@@ -80,11 +97,25 @@ def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
     "can differ between runs; use --generations for reproducible plans.",
 )
 @click.option(
+    "--schedule",
+    type=click.Choice(SEARCHABLE),
+    help="The family searched: windowed (per-stage orders between and beyond flush and "
+    "1F1B; the plan file gets order) or flush (every stage forwards everything first: "
+    "UMPIPE). Default windowed, flush with --same-partition.",
+)
+@click.option(
+    "--memory-limit",
+    type=MemoryLimit(),
+    help="Bound every stage's peak memory: 1f1b holds each stage to what the best 1F1B "
+    "holds there (samples); BYTES (80GB, 24GiB, a number) needs activation_bytes in the "
+    "problem. Stages' own memory_limit applies too. --out writes the plan within it.",
+)
+@click.option(
     "--stagnation",
     type=click.IntRange(min=1),
-    default=200,
-    show_default=True,
-    help="Stop after this many generations without improvement.",
+    help="Stop after this many generations without improvement. Without it, a --time-limit "
+    "is used to the end (what stagnates restarts, keeping the best); with neither a time "
+    "limit nor this, 200.",
 )
 @click.option(
     "--population",
@@ -135,7 +166,9 @@ def search_command(
     seed: int,
     generations: int | None,
     time_limit: float | None,
-    stagnation: int,
+    schedule: str | None,
+    memory_limit: str | int | None,
+    stagnation: int | None,
     population: int,
     max_microbatches: int | None,
     backend: str,
@@ -149,7 +182,8 @@ def search_command(
     quiet: bool,
     as_json: bool,
 ) -> None:
-    """Search per-stage forward and backward partitions with the least iteration time.
+    """Search the plan with the least iteration time: per-stage forward and backward
+    partitions and (windowed, the default) per-stage orders, within the memory limit.
 
     PROBLEM defaults to the built-in example gpt1-14. Ctrl-C or SIGTERM stops at the next
     generation, writes the best plan so far (--out) and exits 130 / 143; a second one
@@ -161,6 +195,8 @@ def search_command(
     check_outputs(gantt, trace, ("--out", out), inputs={"PROBLEM": problem})
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
+    if same_partition and schedule is not None and not SCHEDULES[schedule].separable:
+        raise click.UsageError("--same-partition searches flush plans: give --schedule flush")
     show_progress = not (quiet or as_json) and sys.stderr.isatty()
     progress = ProgressLine(loaded.time_unit) if show_progress else None
     with stop_on_signals() as signals:
@@ -168,6 +204,8 @@ def search_command(
             with about_problem(spec):
                 result = search(
                     loaded,
+                    schedule=schedule,
+                    memory_limit=memory_limit,
                     seed=seed,
                     population=population,
                     generations=generations,
@@ -215,10 +253,12 @@ def _report(
     click.echo(f"  {summary(report(timeline, lower_bound(loaded)), unit)}")
     if quiet:
         return
+    order = result.plan.stage_order()
     for s in range(loaded.num_stages):
+        ordered = "" if result.plan.order is None else f" | order {order.stages[s]}"
         click.echo(
             f"  {loaded.stage_name(s)}: F {compact_sizes(result.plan.forward[s])} | "
-            f"B {compact_sizes(result.plan.backward[s])}"
+            f"B {compact_sizes(result.plan.backward[s])}{ordered}"
         )
     rows = compare(
         loaded,

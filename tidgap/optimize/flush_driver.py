@@ -39,6 +39,9 @@ from tidgap.schedules.baselines import best_baselines, require_tractable
 from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.held import require_flush_fits
 
+#: Generations without improvement after which the GA restarts, when no stagnation rule
+#: stops the search.
+RESTART_AFTER = 150
 #: Share of a time limit the GA leaves to the final polish.
 POLISH_SHARE = 0.1
 
@@ -269,7 +272,8 @@ def flush_search(
             )
 
     deadline = None if time_limit is None else stop.started + time_limit
-    evolution = evolve(sides[0], sides[1], settings, stop, rng, report)
+    restart_after = RESTART_AFTER if stagnation is None else None
+    evolution = evolve(sides[0], sides[1], settings, stop, rng, report, restart_after)
     (forward_caps, forward_score, _), (backward_caps, backward_score, _) = directions
     forward, backward = evolution.forward, evolution.backward
     if evolution.stop_reason not in STOP_SIGNALS.values():

@@ -74,6 +74,18 @@ class Chromosomes:
         self.fitness = xp.concatenate([self.fitness[order], self.score(offspring)])
         return children
 
+    def restart(self, settings: GeneticSettings, rng: CounterRng) -> int:
+        """Keep the elites, draw the rest anew (:func:`random_chromosomes`); return how
+        many were scored."""
+        xp = namespace(self.genes)
+        kept = xp.argsort(self.fitness, kind="stable")[: settings.elites]
+        population, stages, width = self.genes.shape
+        units = int(self.genes[0, 0].sum())
+        fresh = random_chromosomes(population - len(kept), stages, width, units, self.caps, rng)
+        self.genes = xp.concatenate([self.genes[kept], fresh])
+        self.fitness = xp.concatenate([self.fitness[kept], self.score(fresh)])
+        return len(fresh)
+
 
 def random_chromosomes(
     count: int, stages: int, width: int, units: int, caps: Any, rng: CounterRng
@@ -163,8 +175,11 @@ def evolve(
     stop: StopRule,
     rng: CounterRng,
     on_progress: Callable[[Progress], None] | None = None,
+    restart_after: int | None = None,
 ) -> Evolution:
-    """Run DGAP on both directions in lockstep until ``stop`` says so."""
+    """Run DGAP on both directions in lockstep until ``stop`` says so; after
+    ``restart_after`` generations without improvement both directions restart (keeping
+    their elites)."""
     evaluations = forward.genes.shape[0]
     generation = since_improvement = 0
     started = time.perf_counter()
@@ -176,6 +191,10 @@ def evolve(
         current = best_total(forward, backward)
         since_improvement = 0 if current < best else since_improvement + 1
         best = min(best, current)
+        if restart_after is not None and since_improvement >= restart_after:
+            evaluations += forward.restart(settings, rng)
+            backward.restart(settings, rng)
+            since_improvement = 0
         if on_progress is not None:
             on_progress(Progress(generation, evaluations, time.perf_counter() - started, best))
     (best_forward, forward_ticks), (best_backward, backward_ticks) = forward.best(), backward.best()

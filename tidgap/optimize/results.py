@@ -8,6 +8,7 @@ from typing import Any
 from tidgap.model.plan import PLAN_FORMAT, Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.interrupts import STOP_SIGNALS
+from tidgap.optimize.limits import MemoryLevel
 from tidgap.schedules.baselines import BaselineResult
 from tidgap.schedules.evaluation import Evaluation
 
@@ -22,6 +23,33 @@ class SearchProgress:
     elapsed: float
     best_time: float
     gpipe_time: float
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    """The fastest plan found within one memory ``level`` (``None`` if none was), with its
+    reference evaluation."""
+
+    level: MemoryLevel
+    plan: Plan | None
+    evaluation: Evaluation | None
+
+    def as_dict(self, baselines: dict[str, BaselineResult]) -> dict[str, Any]:
+        """The trade-off row of ``--json``: the limit, the time, the gains over the best
+        1F1B and GPipe (ratios of their time to this one) and the memory per stage."""
+        row: dict[str, Any] = {"limit": self.level.label, "limit_held": list(self.level.held)}
+        if self.evaluation is None:
+            return {**row, "iteration_time": None}
+        time = self.evaluation.iteration_time
+        row |= {
+            "iteration_time": time,
+            "speedup_over_1f1b": baselines["1f1b"].iteration_time / time,
+            "speedup_over_gpipe": baselines["gpipe"].iteration_time / time,
+            "peak_held": list(self.evaluation.peak_held),
+        }
+        if self.evaluation.peak_memory is not None:
+            row["peak_memory"] = list(self.evaluation.peak_memory)
+        return row
 
 
 @dataclass(frozen=True)
@@ -41,6 +69,9 @@ class SearchResult:
     stop_reason: str
     same_partition: bool = False
     setup: dict[str, float] = field(default_factory=dict)
+    schedule: str = "flush"
+    memory_limit: MemoryLevel | None = None
+    tradeoff: tuple[TradeoffPoint, ...] = ()
 
     @property
     def interrupted(self) -> bool:
@@ -53,25 +84,37 @@ class SearchResult:
         return self.baselines["gpipe"].iteration_time / self.evaluation.iteration_time
 
     def plan_document(self) -> dict[str, Any]:
-        """The ``tidgap.plan/1`` file ``tidgap search --out`` writes."""
-        return {
+        """The ``tidgap.plan/1`` file ``tidgap search --out`` writes (``order`` for an ordered
+        plan; the memory limit and the trade-off in ``search`` for a windowed search)."""
+        document: dict[str, Any] = {
             "format": PLAN_FORMAT,
             "problem": self.problem.name,
             "forward": self.plan.forward,
             "backward": self.plan.backward,
+        }
+        if self.plan.order is not None:
+            document["order"] = self.plan.order
+        search: dict[str, Any] = {
+            "schedule": self.schedule,
+            "backend": self.backend,
+            "seed": self.seed,
+            "generations": self.generations,
+            "evaluations": self.evaluations,
+            "wall_time": round(self.wall_time, 3),
+            "stop_reason": self.stop_reason,
+            "same_partition": self.same_partition,
+            "setup_time": {phase: round(t, 3) for phase, t in self.setup.items()},
+        }
+        if self.memory_limit is not None:
+            search["memory_limit"] = self.memory_limit.label
+            search["memory_limit_held"] = list(self.memory_limit.held)
+        if self.tradeoff:
+            search["tradeoff"] = [point.as_dict(self.baselines) for point in self.tradeoff]
+        return document | {
             "predicted": self.evaluation.as_dict(),
             "baselines": {
                 name: {"microbatches": b.microbatches, "iteration_time": b.iteration_time}
                 for name, b in self.baselines.items()
             },
-            "search": {
-                "backend": self.backend,
-                "seed": self.seed,
-                "generations": self.generations,
-                "evaluations": self.evaluations,
-                "wall_time": round(self.wall_time, 3),
-                "stop_reason": self.stop_reason,
-                "same_partition": self.same_partition,
-                "setup_time": {phase: round(t, 3) for phase, t in self.setup.items()},
-            },
+            "search": search,
         }

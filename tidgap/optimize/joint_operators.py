@@ -1,0 +1,247 @@
+"""Genetic operators of the joint GA, pure functions over ``xp`` in a registry.
+
+An individual is three ``(S, K)`` int32 genes, evolved together (with an order the two
+partitions interact: model.md, Ordered plans): ``forward`` and ``backward`` sizes in units
+(:mod:`tidgap.optimize.operators`' chromosomes) and ``lead``
+(:mod:`tidgap.optimize.order_genes`). Crossover takes whole stages, each stage's three rows
+from one parent; a mutation changes one stage of one gene, reading the individual's three
+uniforms ``u[p] = (stage, position, value)`` as the partition mutations do. Every child
+is made valid by the repair (:func:`tidgap.optimize.order_genes.canonical`) before it is
+scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tidgap.backends.xp import namespace
+from tidgap.optimize.operators import MUTATION_UNIFORMS, MUTATIONS, tournament
+from tidgap.optimize.order_genes import canonical
+from tidgap.optimize.rng import CounterRng, uniform_int
+
+
+@dataclass(frozen=True)
+class JointGenes:
+    """``forward``, ``backward``, ``lead``: ``(P, S, K)`` int32 each; ``codes`` ``(P, S, 2K)``
+    int8, the valid order the leads stand for (``None`` until :meth:`repaired`)."""
+
+    forward: Any
+    backward: Any
+    lead: Any
+    codes: Any = None
+
+    @property
+    def size(self) -> int:
+        """``P``."""
+        return int(self.forward.shape[0])
+
+    def take(self, index: Any) -> JointGenes:
+        """The individuals at ``index`` (an index array or a slice)."""
+        codes = None if self.codes is None else self.codes[index]
+        return JointGenes(self.forward[index], self.backward[index], self.lead[index], codes)
+
+    def repaired(self) -> JointGenes:
+        """The same partitions with canonical leads and their op codes (every order valid)."""
+        lead, codes = canonical(self.forward, self.backward, self.lead)
+        return JointGenes(self.forward, self.backward, lead, codes)
+
+    @staticmethod
+    def concatenate(parts: list[JointGenes]) -> JointGenes:
+        """``parts`` one after another (codes kept only when every part has them)."""
+        xp = namespace(parts[0].forward)
+        codes = None
+        if all(part.codes is not None for part in parts):
+            codes = xp.concatenate([part.codes for part in parts])
+        return JointGenes(
+            xp.concatenate([part.forward for part in parts]),
+            xp.concatenate([part.backward for part in parts]),
+            xp.concatenate([part.lead for part in parts]),
+            codes,
+        )
+
+
+#: ``mutation(genes, forward_caps (S,), backward_caps (S,), u (P, 3)) -> genes`` (codes
+#: dropped): one change per individual.
+JointMutation = Callable[[JointGenes, Any, Any, Any], JointGenes]
+
+
+def on_forward(mutation: Callable[[Any, Any, Any], Any]) -> JointMutation:
+    """A partition mutation applied to the forward partitions."""
+
+    def apply(genes: JointGenes, forward_caps: Any, backward_caps: Any, u: Any) -> JointGenes:
+        return JointGenes(mutation(genes.forward, forward_caps, u), genes.backward, genes.lead)
+
+    return apply
+
+
+def on_backward(mutation: Callable[[Any, Any, Any], Any]) -> JointMutation:
+    """A partition mutation applied to the backward partitions."""
+
+    def apply(genes: JointGenes, forward_caps: Any, backward_caps: Any, u: Any) -> JointGenes:
+        return JointGenes(genes.forward, mutation(genes.backward, backward_caps, u), genes.lead)
+
+    return apply
+
+
+def _stage(genes: JointGenes, u: Any) -> tuple[Any, Any]:
+    """``(stage, individuals)``: the stage each individual changes (from ``u[:, 0]``)."""
+    xp = namespace(genes.lead)
+    population, stages, _ = genes.lead.shape
+    return uniform_int(u[:, 0], 0, stages), xp.arange(population)
+
+
+def _with_lead_rows(genes: JointGenes, rows: Any, stage: Any, individuals: Any) -> JointGenes:
+    """``genes`` with each individual's chosen stage of ``lead`` set to ``rows`` ``(P, K)``."""
+    lead = genes.lead.copy()
+    lead[individuals, stage] = rows
+    return JointGenes(genes.forward, genes.backward, lead)
+
+
+def _step(u: Any) -> Any:
+    """``-1`` or ``+1`` from uniforms."""
+    xp = namespace(u)
+    return xp.where(u < 0.5, -1, 1)
+
+
+def nudge_lead(genes: JointGenes, forward_caps: Any, backward_caps: Any, u: Any) -> JointGenes:
+    """One backward of a stage runs one forward earlier or later."""
+    xp = namespace(genes.lead)
+    stage, individuals = _stage(genes, u)
+    rows = genes.lead[individuals, stage]
+    k = uniform_int(u[:, 1], 0, xp.maximum((genes.backward[individuals, stage] > 0).sum(1), 1))
+    column = xp.arange(rows.shape[1])[None, :]
+    rows = rows + xp.where(column == k[:, None], _step(u[:, 2])[:, None], 0)
+    return _with_lead_rows(genes, rows.astype(genes.lead.dtype), stage, individuals)
+
+
+def shift_leads(genes: JointGenes, forward_caps: Any, backward_caps: Any, u: Any) -> JointGenes:
+    """Every backward of a stage from a random one on runs one forward earlier or later."""
+    xp = namespace(genes.lead)
+    stage, individuals = _stage(genes, u)
+    rows = genes.lead[individuals, stage]
+    k = uniform_int(u[:, 1], 0, rows.shape[1])
+    column = xp.arange(rows.shape[1])[None, :]
+    rows = rows + xp.where(column >= k[:, None], _step(u[:, 2])[:, None], 0)
+    return _with_lead_rows(genes, rows.astype(genes.lead.dtype), stage, individuals)
+
+
+def set_lead(genes: JointGenes, forward_caps: Any, backward_caps: Any, u: Any) -> JointGenes:
+    """A stage leads every backward by the same random ``0..S`` forwards (1F1B's shape:
+    stage ``s`` of 1F1B leads by ``S-s-1`` while forwards remain)."""
+    xp = namespace(genes.lead)
+    stage, individuals = _stage(genes, u)
+    stages, width = genes.lead.shape[1:]
+    lead = uniform_int(u[:, 1], 0, stages + 1)
+    rows = xp.broadcast_to(lead[:, None], (len(lead), width))
+    return _with_lead_rows(genes, rows.astype(genes.lead.dtype), stage, individuals)
+
+
+def flush_stage(genes: JointGenes, forward_caps: Any, backward_caps: Any, u: Any) -> JointGenes:
+    """A stage runs all its forwards before its first backward (leads clipped when lowered)."""
+    xp = namespace(genes.lead)
+    stage, individuals = _stage(genes, u)
+    width = genes.lead.shape[2]
+    rows = xp.full((len(stage), width), width, dtype=genes.lead.dtype)
+    return _with_lead_rows(genes, rows, stage, individuals)
+
+
+def lead_from_neighbour(
+    genes: JointGenes, forward_caps: Any, backward_caps: Any, u: Any
+) -> JointGenes:
+    """A stage takes the next stage's leads plus one (or the previous stage's minus one, for
+    the last stage): the staircase of 1F1B."""
+    xp = namespace(genes.lead)
+    stage, individuals = _stage(genes, u)
+    stages = genes.lead.shape[1]
+    last = stage == stages - 1
+    neighbour = xp.where(last, xp.maximum(stage - 1, 0), stage + 1)
+    rows = genes.lead[individuals, neighbour] + xp.where(last, -1, 1)[:, None]
+    return _with_lead_rows(genes, rows.astype(genes.lead.dtype), stage, individuals)
+
+
+def align_directions(
+    genes: JointGenes, forward_caps: Any, backward_caps: Any, u: Any
+) -> JointGenes:
+    """A stage's backward partition becomes its forward one, or the reverse (if the caps
+    allow): aligned boundaries run backward on the stored graphs, with no recomputation."""
+    xp = namespace(genes.lead)
+    stage, individuals = _stage(genes, u)
+    forward = genes.forward[individuals, stage]
+    backward = genes.backward[individuals, stage]
+    to_backward = (u[:, 1] < 0.5) & (forward.max(axis=1) <= backward_caps[stage])
+    to_forward = ~to_backward & (backward.max(axis=1) <= forward_caps[stage])
+    new_forward, new_backward = genes.forward.copy(), genes.backward.copy()
+    new_backward[individuals, stage] = xp.where(to_backward[:, None], forward, backward)
+    new_forward[individuals, stage] = xp.where(to_forward[:, None], backward, forward)
+    return JointGenes(new_forward, new_backward, genes.lead)
+
+
+#: The mutations of the joint GA, by name (their order is part of the seeded stream):
+#: every partition mutation on either direction, then the order mutations.
+JOINT_MUTATIONS: dict[str, JointMutation] = {
+    **{f"forward_{name}": on_forward(op) for name, op in MUTATIONS.items()},
+    **{f"backward_{name}": on_backward(op) for name, op in MUTATIONS.items()},
+    "align_directions": align_directions,
+    "nudge_lead": nudge_lead,
+    "shift_leads": shift_leads,
+    "set_lead": set_lead,
+    "flush_stage": flush_stage,
+    "lead_from_neighbour": lead_from_neighbour,
+}
+
+
+def joint_mutate(
+    genes: JointGenes, forward_caps: Any, backward_caps: Any, rng: CounterRng, rate: float
+) -> JointGenes:
+    """With probability ``rate`` per individual, one mutation drawn from the registry (the
+    three draws of :func:`tidgap.optimize.operators.mutate`); codes dropped."""
+    xp = namespace(genes.forward)
+    population = genes.size
+    chosen = rng.integers(0, len(JOINT_MUTATIONS), (population,))
+    chosen = xp.where(rng.random((population,)) < rate, chosen, -1)
+    u = rng.random((population, MUTATION_UNIFORMS))
+    forward, backward, lead = genes.forward.copy(), genes.backward.copy(), genes.lead.copy()
+    for index, operator in enumerate(JOINT_MUTATIONS.values()):
+        members = xp.nonzero(chosen == index)[0]
+        if members.size:
+            changed = operator(genes.take(members), forward_caps, backward_caps, u[members])
+            forward[members], backward[members] = changed.forward, changed.backward
+            lead[members] = changed.lead
+    return JointGenes(forward, backward, lead)
+
+
+def joint_crossover(first: JointGenes, second: JointGenes, u: Any) -> JointGenes:
+    """Uniform crossover of whole stages: child stage ``s`` (its three rows) is ``first``'s
+    if ``u[p, s] < 0.5``, else ``second``'s."""
+    xp = namespace(first.forward)
+    pick = (u < 0.5)[:, :, None]
+    return JointGenes(
+        xp.where(pick, first.forward, second.forward),
+        xp.where(pick, first.backward, second.backward),
+        xp.where(pick, first.lead, second.lead),
+    )
+
+
+def joint_breed(
+    genes: JointGenes,
+    fitness: Any,
+    forward_caps: Any,
+    backward_caps: Any,
+    rng: CounterRng,
+    children: int,
+    crossover_rate: float,
+    mutation_rate: float,
+    tournament_size: int,
+) -> JointGenes:
+    """``children`` valid offspring: two tournaments, stage crossover (with probability
+    ``crossover_rate``, else the first parent), :func:`joint_mutate`, then the repair.
+    Seven draws, in order, as :func:`tidgap.optimize.operators.breed`."""
+    xp = namespace(genes.forward)
+    first = genes.take(tournament(fitness, rng, children, tournament_size))
+    second = genes.take(tournament(fitness, rng, children, tournament_size))
+    crossed = joint_crossover(first, second, rng.random((children, genes.forward.shape[1])))
+    use_cross = (rng.random((children,)) < crossover_rate)[:, None]
+    mixed = joint_crossover(crossed, first, xp.where(use_cross, 0.0, 1.0))
+    return joint_mutate(mixed, forward_caps, backward_caps, rng, mutation_rate).repaired()

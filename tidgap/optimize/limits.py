@@ -1,0 +1,140 @@
+"""Memory limits of a search, in samples held per stage (model.md, Memory).
+
+A limit is a :class:`MemoryLevel`: ``(S,)`` samples each stage may hold at most. The one
+in force comes from ``--memory-limit`` (``1f1b``: what the best 1F1B holds on each stage;
+``BYTES``: bytes per stage, over ``activation_bytes``) and from the stages' own
+``memory_limit`` (always in force). The windowed search also plans for a few looser levels,
+to show the time-memory trade-off (:func:`tradeoff_levels`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tidgap.backends.xp import namespace
+from tidgap.model.errors import InputError
+from tidgap.model.problem import Problem
+from tidgap.optimize.memory import format_bytes, parse_size
+
+#: ``--memory-limit`` word for "what the best 1F1B holds on each stage".
+ONE_F_ONE_B = "1f1b"
+#: Multiples of the best 1F1B's memory the trade-off shows, besides the unlimited level.
+TRADEOFF_FACTORS = (1.0, 1.5, 2.0)
+#: Fitness of a plan over the limit of its island: above any iteration time (at most
+#: ``2**50`` ticks), below :data:`tidgap.backends.evaluator.INVALID`, plus the samples over.
+OVER_LIMIT = 2**56
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """``held[s]``: the most samples stage ``s`` may hold; ``label`` says where it comes
+    from (``1F1B``, ``1.5x 1F1B``, ``8 GB``, ``unlimited``)."""
+
+    label: str
+    held: tuple[int, ...]
+
+    def admits(self, peak_held: list[int]) -> bool:
+        """Whether a plan holding ``peak_held[s]`` samples is within this level."""
+        return all(p <= h for p, h in zip(peak_held, self.held, strict=True))
+
+
+def parse_memory_limit(text: str) -> str | int:
+    """``"1f1b"`` or a byte count (``80GB``, ``24GiB``, a number > 0); ``ValueError`` with
+    one line otherwise."""
+    if text.strip().lower() == ONE_F_ONE_B:
+        return ONE_F_ONE_B
+    try:
+        value = parse_size(text)
+    except ValueError as error:
+        raise ValueError(f"{error}; or the word {ONE_F_ONE_B}") from None
+    if value <= 0:
+        raise ValueError(f"{text!r} is not a positive number of bytes")
+    return value
+
+
+def held_within(limit: float, activation_bytes: float, batch_size: int) -> int:
+    """The most samples ``h`` with ``h * activation_bytes <= limit`` (the whole batch when
+    a sample takes no memory)."""
+    if activation_bytes <= 0 or batch_size * activation_bytes <= limit:
+        return batch_size
+    held = math.floor(limit / activation_bytes)
+    while held < batch_size and (held + 1) * activation_bytes <= limit:
+        held += 1
+    while held > 0 and held * activation_bytes > limit:
+        held -= 1
+    return held
+
+
+def stage_level(problem: Problem) -> MemoryLevel:
+    """What the stages' own ``memory_limit`` allows (the whole batch where none is given)."""
+    held = [
+        problem.batch_size
+        if stage.memory_limit is None
+        else held_within(stage.memory_limit, stage.activation_bytes, problem.batch_size)
+        for stage in problem.stages
+    ]
+    return MemoryLevel("unlimited", tuple(held))
+
+
+def bytes_level(problem: Problem, limit: int) -> MemoryLevel:
+    """``limit`` bytes on every stage; :class:`InputError` on ``--memory-limit`` when the
+    problem gives no ``activation_bytes``."""
+    if not problem.has_memory:
+        raise InputError(
+            f"a limit in bytes ({limit}) needs activation_bytes on every stage of the "
+            f"problem; it has none (use --memory-limit {ONE_F_ONE_B})",
+            source="--memory-limit",
+        )
+    held = [held_within(limit, s.activation_bytes, problem.batch_size) for s in problem.stages]
+    return MemoryLevel(format_bytes(limit), tuple(held))
+
+
+def scaled(level: MemoryLevel, factor: float, batch_size: int) -> MemoryLevel:
+    """``factor`` times ``level`` (samples rounded down, at most the batch)."""
+    held = tuple(min(batch_size, int(h * factor)) for h in level.held)
+    label = level.label if factor == 1 else f"{factor:g}x {level.label}"
+    return MemoryLevel(label, held)
+
+
+def capped(level: MemoryLevel, cap: MemoryLevel) -> MemoryLevel:
+    """``level`` within ``cap`` stage by stage (the stages' own limits stay in force)."""
+    return MemoryLevel(level.label, tuple(map(min, level.held, cap.held)))
+
+
+def limit_in_force(
+    problem: Problem, requested: str | int | None, one_f_one_b: MemoryLevel
+) -> MemoryLevel:
+    """The level a search must respect: ``requested`` (``1f1b``, bytes or ``None``) within
+    the stages' own limits."""
+    stages = stage_level(problem)
+    if requested is None:
+        return stages
+    level = one_f_one_b if requested == ONE_F_ONE_B else bytes_level(problem, int(requested))
+    return capped(level, stages)
+
+
+def tradeoff_levels(
+    problem: Problem, in_force: MemoryLevel, one_f_one_b: MemoryLevel
+) -> list[MemoryLevel]:
+    """The levels a windowed search plans for, tightest first, ``in_force`` among them:
+    the best 1F1B's memory times :data:`TRADEOFF_FACTORS` and unlimited, each within the
+    stages' own limits; levels that equal another are dropped."""
+    stages = stage_level(problem)
+    levels = [capped(scaled(one_f_one_b, f, problem.batch_size), stages) for f in TRADEOFF_FACTORS]
+    levels += [stages, in_force]
+    unique: dict[tuple[int, ...], MemoryLevel] = {}
+    for level in levels:
+        unique.setdefault(level.held, level)
+    unique[in_force.held] = in_force
+    return sorted(unique.values(), key=lambda level: (sum(level.held), level.held))
+
+
+def penalised(times: Any, peaks: Any, held: Any) -> Any:
+    """``(P,)`` fitness: ``times`` where every stage's ``peaks`` ``(P, S)`` is within
+    ``held`` ``(S,)``, else :data:`OVER_LIMIT` plus the samples over (invalid orders keep
+    their score, which is larger)."""
+    xp = namespace(times)
+    over = xp.maximum(peaks - held[None, :], 0).sum(axis=1)
+    return xp.where(over > 0, xp.maximum(times, OVER_LIMIT + over), times)

@@ -1,0 +1,146 @@
+"""The order gene of the joint GA: per stage and backward, its *lead* over the forwards it
+needs, and the lowering of leads to valid explicit orders, over ``xp``.
+
+With ``a[s][k]`` the forwards stage ``s`` runs before its ``k``-th backward (model.md,
+Ordered plans) and ``own[s][k] = min{i : P[s][i] >= Q[s][k]}`` the forwards that backward
+needs (rule 1), the gene is ``lead[s][k-1] = a[s][k] - own[s][k]``: ``(P, S, K)`` int32,
+entries after a stage's ``N_s`` backwards ignored. Leads express every order exactly
+(1F1B(m) on stage ``s`` leads by ``min(S-s-1, m-k)``; a flush stage by ``M_s - own``), and
+they keep their meaning when a partition mutation moves boundaries, which ``a`` would not.
+
+Lowering (:func:`lower`): ``a = own + lead`` clipped to ``0..M_s`` and made non-decreasing,
+then model.md's repair (:func:`repair_before`, the vectorised twin of
+:func:`tidgap.schedules.ir.repair`), then op codes for the evaluators
+(:func:`order_codes`). :func:`canonical` writes the repaired leads back, so every gene in a
+population is valid as it stands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tidgap.backends.xp import namespace
+from tidgap.model.plan import Plan
+from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, GENE, NO_OP, ORDER_GENE
+from tidgap.schedules.ir import forwards_before, prefix_sums
+
+
+def prefix(genes: Any) -> Any:
+    """``(P, S, K)`` sizes -> ``(P, S, K+1)`` int64 prefix sums, ``[..., 0] = 0`` (padding
+    repeats the total)."""
+    xp = namespace(genes)
+    sums = xp.cumsum(genes.astype(xp.int64), axis=-1)
+    return xp.concatenate([xp.zeros(sums.shape[:-1] + (1,), dtype=xp.int64), sums], axis=-1)
+
+
+def holder(prefixes: Any, samples: Any) -> Any:
+    """``min{i : prefixes[r, i] >= samples[r, q]}`` for ``(R, K+1)`` non-decreasing
+    non-negative rows and ``(R, Q)`` queries at most a row's last entry: ``(R, Q)`` int64.
+
+    One ``searchsorted`` over all rows: row ``r`` is shifted by ``r * (top + 1)``, so the
+    flattened rows stay sorted and each query lands in its own row.
+    """
+    xp = namespace(prefixes)
+    rows, width = prefixes.shape
+    step = int(prefixes.max()) + 1 if prefixes.size else 1
+    shift = xp.arange(rows, dtype=xp.int64)[:, None] * step
+    flat = (prefixes + shift).reshape(-1)
+    found = xp.searchsorted(flat, (samples + shift).reshape(-1), side="left")
+    return found.reshape(samples.shape) - xp.arange(rows, dtype=xp.int64)[:, None] * width
+
+
+def _per_stage(prefixes: Any, samples: Any) -> Any:
+    """:func:`holder` over ``(P, S, K+1)`` and ``(P, S, Q)``: stages flattened into rows."""
+    population, stages, width = prefixes.shape
+    found = holder(
+        prefixes.reshape(population * stages, width), samples.reshape(population * stages, -1)
+    )
+    return found.reshape(samples.shape)
+
+
+def own_forwards(forward_prefix: Any, backward_prefix: Any) -> Any:
+    """``(P, S, K)`` ``own[s][k]``: the forwards that hold backward ``k``'s last sample."""
+    return _per_stage(forward_prefix, backward_prefix[..., 1:])
+
+
+def counts(genes: Any) -> Any:
+    """``(P, S)`` microbatches per row of ``(P, S, K)`` sizes."""
+    return (genes > 0).sum(axis=-1)
+
+
+def repair_before(forward: Any, backward: Any, before: Any) -> Any:
+    """model.md's repair on ``before`` (``(P, S, K)`` ``a[s][k]``, non-decreasing, at most
+    ``M_s``; padding ``M_s``): for ``s = S-1`` down to 0, each ``a[s][k]`` raised to the
+    least value that meets rules 1 and 2 and is at least ``a[s][k-1]``. Valid orders are
+    unchanged."""
+    xp = namespace(before)
+    forward_prefix, backward_prefix = prefix(forward), prefix(backward)
+    before = before.astype(xp.int64)
+    stages = before.shape[1]
+    raised = [None] * stages
+    for s in reversed(range(stages)):
+        target = backward_prefix[:, s, 1:]
+        if s < stages - 1:
+            waits_for = holder(backward_prefix[:, s + 1], target)
+            upstream = xp.take_along_axis(raised[s + 1], waits_for - 1, axis=1)
+            needed = xp.take_along_axis(forward_prefix[:, s + 1], upstream, axis=1)
+            target = xp.maximum(target, needed)
+        least = holder(forward_prefix[:, s], target)
+        raised[s] = xp.maximum.accumulate(xp.maximum(before[:, s], least), axis=1)
+    return xp.stack(raised, axis=1)
+
+
+def lower(forward: Any, backward: Any, lead: Any) -> tuple[Any, Any]:
+    """``(before, own)``: the valid ``a[s][k]`` that ``lead`` stands for (``own + lead``
+    clipped to ``0..M_s``, made non-decreasing, repaired; padding ``M_s``) and ``own``, both
+    ``(P, S, K)`` int64."""
+    xp = namespace(lead)
+    own = own_forwards(prefix(forward), prefix(backward))
+    forwards = counts(forward)[..., None]
+    column = xp.arange(lead.shape[-1])[None, None, :]
+    before = xp.clip(own + lead.astype(xp.int64), 0, forwards)
+    before = xp.where(column < counts(backward)[..., None], before, forwards)
+    before = xp.maximum.accumulate(before, axis=-1)
+    return repair_before(forward, backward, before), own
+
+
+def canonical(forward: Any, backward: Any, lead: Any) -> tuple[Any, Any]:
+    """``(lead, codes)``: the leads of the valid order ``lead`` lowers to (padding 0) and that
+    order's ``(P, S, 2K)`` op codes."""
+    xp = namespace(lead)
+    before, own = lower(forward, backward, lead)
+    backwards = counts(backward)
+    column = xp.arange(lead.shape[-1])[None, None, :]
+    lead = xp.where(column < backwards[..., None], before - own, 0).astype(GENE)
+    return lead, order_codes(before, counts(forward), backwards)
+
+
+def order_codes(before: Any, forwards: Any, backwards: Any) -> Any:
+    """``(P, S, 2K)`` int8 op codes of ``before`` (``(P, S, K)`` ``a[s][k]``) with ``M_s``
+    forwards and ``N_s`` backwards (``(P, S)`` each): the ``k``-th ``B`` (0-based) sits at
+    ``a[s][k+1] + k``, the ``F``s fill the other places up to ``M_s + N_s``, then
+    :data:`NO_OP`."""
+    xp = namespace(before)
+    population, stages, width = before.shape
+    length = 2 * width
+    column = xp.arange(length + 1)[None, None, :]
+    codes = xp.where(column < (forwards + backwards)[..., None], FORWARD_OP, NO_OP)
+    codes = codes.astype(ORDER_GENE)
+    k = xp.arange(width)[None, None, :]
+    places = xp.where(k < backwards[..., None], before + k, length)
+    rows = xp.arange(population * stages, dtype=xp.int64).reshape(population, stages, 1)
+    codes.reshape(-1)[(rows * (length + 1) + places).reshape(-1)] = BACKWARD_OP
+    return xp.ascontiguousarray(codes[..., :length])
+
+
+def encode_lead(plan: Plan, width: int) -> np.ndarray:
+    """A plan's order (``plan.stage_order()``) as ``(S, width)`` leads (padding 0)."""
+    genes = np.zeros((len(plan.forward), width), dtype=GENE)
+    for s, letters in enumerate(plan.stage_order().stages):
+        forward, backward = prefix_sums(plan.forward[s]), prefix_sums(plan.backward[s])
+        before = forwards_before(letters)[1:]
+        own = [int(np.searchsorted(forward, q, side="left")) for q in backward[1:]]
+        genes[s, : len(before)] = np.subtract(before, own)
+    return genes

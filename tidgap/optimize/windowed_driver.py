@@ -1,0 +1,282 @@
+"""The windowed search: ordered plans (per-stage partitions and orders) by the joint GA, on
+islands, one per memory level, seeded so that it is never slower than the best 1F1B, the
+best GPipe or the best flush plan found.
+
+It runs a short flush search first (its plan, the heuristics and the baselines become
+seeds), then the joint GA (:mod:`tidgap.optimize.joint`) for the rest of the budget. Its
+result is the fastest plan within the memory limit in force, checked with the reference
+simulator, and the fastest within each level of the trade-off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tidgap.backends import BACKENDS, default_backend
+from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
+from tidgap.backends.ticks import TickedProblem, tick_problem
+from tidgap.backends.xp import namespace
+from tidgap.model.errors import InputError
+from tidgap.model.plan import Plan, check_plan
+from tidgap.model.problem import Problem
+from tidgap.optimize.flush_driver import RESTART_AFTER, flush_search
+from tidgap.optimize.ga import GeneticSettings, Progress, StopRule
+from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
+from tidgap.optimize.heuristics import HEURISTICS
+from tidgap.optimize.joint import Island, JointSpace, evolve_islands
+from tidgap.optimize.joint_operators import JointGenes
+from tidgap.optimize.limits import (
+    MemoryLevel,
+    limit_in_force,
+    penalised,
+    tradeoff_levels,
+)
+from tidgap.optimize.memory import default_budget, search_footprint
+from tidgap.optimize.order_genes import encode_lead
+from tidgap.optimize.preparation import Phases, chromosome_width, equal_seed_counts, require_memory
+from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
+from tidgap.optimize.rng import CounterRng
+from tidgap.schedules.baselines import (
+    BaselineResult,
+    best_baselines,
+    one_f_one_b_plan,
+    require_tractable,
+)
+from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, family_of
+from tidgap.schedules.held import require_flush_fits
+
+#: The family searched.
+SEARCHED = SCHEDULES["windowed"]
+#: The first, flush search: the share of a time limit (and of ``generations``) it takes at
+#: most, its most generations and its stagnation rule.
+FLUSH_SHARE = 0.25
+FLUSH_GENERATIONS = 300
+FLUSH_STAGNATION = 100
+
+
+def flush_fits(problem: Problem) -> bool:
+    """Whether a flush plan (which holds the whole batch) is within every stage's limit."""
+    try:
+        require_flush_fits(problem)
+    except InputError:
+        return False
+    return True
+
+
+def flush_generations(generations: int | None) -> int:
+    """Generations of the first, flush search: :data:`FLUSH_SHARE` of ``generations`` (at
+    least 1), at most :data:`FLUSH_GENERATIONS`."""
+    if generations is None:
+        return FLUSH_GENERATIONS
+    return min(max(1, int(generations * FLUSH_SHARE)), FLUSH_GENERATIONS)
+
+
+def encode_plans(plans: Sequence[Plan], problem: Problem, width: int) -> JointGenes:
+    """``plans`` with at most ``width`` microbatches per stage as ``(n, S, width)`` host genes
+    (others left out)."""
+    fitting = [p for p in plans if max(map(len, p.forward + p.backward)) <= width]
+    return JointGenes(
+        np.stack([encode_partitions(p.forward, problem.unit, width) for p in fitting]),
+        np.stack([encode_partitions(p.backward, problem.unit, width) for p in fitting]),
+        np.stack([encode_lead(p, width) for p in fitting]).astype(GENE),
+    )
+
+
+def seed_plans(
+    problem: Problem, width: int, population: int, baselines: dict[str, BaselineResult]
+) -> list[Plan]:
+    """GPipe(m) and 1F1B(m) for every feasible ``m`` up to ``width`` (an even spread of at
+    most ``population`` counts, the best ones among them: :func:`equal_seed_counts`)."""
+    wanted = [baselines[name].microbatches for name in TIMED_BASELINES]
+    cap = problem.common_cap() // problem.unit
+    counts = equal_seed_counts(problem.num_units, cap, width, population, wanted)
+    builders = [SCHEDULES[name].baseline for name in TIMED_BASELINES]
+    return [build(problem, m) for m in counts for build in builders if build is not None]
+
+
+def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
+    """What the best 1F1B holds on each stage (samples)."""
+    held = SCHEDULES["1f1b"].evaluate(problem, one_f_one_b_plan(problem, best.microbatches))
+    return MemoryLevel("1F1B", tuple(held.peak_held))
+
+
+def _compile(evaluator: OrderedEvaluator, ticked: TickedProblem, xp) -> None:
+    """Compile (or load from the disk cache) the backend's code on one tiny individual."""
+    genes = np.zeros((1, ticked.num_stages, 1), dtype=GENE)
+    genes[...] = ticked.num_units
+    lead = np.zeros_like(genes)
+    one = JointGenes(xp.asarray(genes), xp.asarray(genes), xp.asarray(lead)).repaired()
+    JointSpace(evaluator, None, None, 1).evaluate(one)
+
+
+def best_within(islands: list[Island], level: MemoryLevel) -> tuple[JointGenes, int] | None:
+    """The fastest individual of any island within ``level`` and its ticks, or ``None``."""
+    genes = JointGenes.concatenate([island.genes for island in islands])
+    xp = namespace(genes.forward)
+    times = xp.concatenate([island.times for island in islands])
+    peaks = xp.concatenate([island.peaks for island in islands])
+    fitness = penalised(times, peaks, xp.asarray(level.held, dtype=xp.int64))
+    index = int(xp.argmin(fitness))
+    if int(fitness[index]) != int(times[index]):
+        return None
+    return genes.take(slice(index, index + 1)), int(times[index])
+
+
+def decoded(genes: JointGenes, problem: Problem, level: MemoryLevel) -> TradeoffPoint:
+    """The plan of one individual, checked and evaluated with the reference simulator."""
+    plan = decode_plan(genes.forward[0], genes.backward[0], problem, genes.codes[0])
+    check_plan(plan, problem)
+    evaluation = SEARCHED.evaluate(problem, plan)
+    if not level.admits(evaluation.peak_held):
+        raise AssertionError(f"the plan for {level.label} holds {evaluation.peak_held}")
+    return TradeoffPoint(level, plan, evaluation)
+
+
+def windowed_search(
+    problem: Problem,
+    *,
+    seed: int = 0,
+    population: int = 512,
+    generations: int | None = None,
+    time_limit: float | None = None,
+    stagnation: int | None = 200,
+    backend: str = "auto",
+    max_microbatches: int | None = None,
+    on_progress: Callable[[SearchProgress], None] | None = None,
+    initial_plans: Sequence[Plan] = (),
+    interrupted: Callable[[], str | None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+    max_memory: int | None = None,
+    memory_limit: str | int | None = None,
+) -> SearchResult:
+    """Search ordered plans for ``problem``; see :func:`tidgap.optimize.driver.search`."""
+    if backend not in ("auto", *BACKENDS):
+        raise ValueError(f"unknown backend {backend!r}")
+    started = time.perf_counter()
+    backend = default_backend() if backend == "auto" else backend
+    record = BACKENDS[backend]
+    budget = default_budget(record) if max_memory is None else max_memory
+    budget_source = "half the available memory" if max_memory is None else "--max-memory"
+    population = max(population, 8)
+    S, U = problem.num_stages, problem.num_units
+    require_memory(search_footprint(population, S, 1, U, 0), budget, budget_source)
+    require_tractable(problem)
+    phases = Phases(on_phase)
+    flush = None
+    if flush_fits(problem):
+        flush = flush_search(
+            problem,
+            seed=seed,
+            population=population,
+            generations=flush_generations(generations),
+            time_limit=None if time_limit is None else time_limit * FLUSH_SHARE,
+            stagnation=FLUSH_STAGNATION,
+            backend=backend,
+            max_microbatches=max_microbatches,
+            on_progress=on_progress,
+            initial_plans=[p for p in initial_plans if family_of(p).separable],
+            interrupted=interrupted,
+            on_phase=None if on_phase is None else lambda name: on_phase(f"flush {name}"),
+            max_memory=max_memory,
+        )
+        phases.seconds |= {f"flush {name}": t for name, t in flush.setup.items()}
+        phases.seconds["flush search"] = flush.wall_time - sum(flush.setup.values())
+    with phases("compile"):
+        ticked = tick_problem(problem)
+        evaluator = create_evaluator(ticked, SEARCHED.name, backend)
+        xp = record.namespace()
+        _compile(evaluator, ticked, xp)
+    with phases("baselines"):
+        baselines = flush.baselines if flush else best_baselines(problem)
+        one_f_one_b = one_f_one_b_level(problem, baselines["1f1b"])
+        in_force = limit_in_force(problem, memory_limit, one_f_one_b)
+        levels = tradeoff_levels(problem, in_force, one_f_one_b)
+    first = (flush.generations, flush.evaluations) if flush else (0, 0)
+    left = None if generations is None else max(generations - first[0], 0)
+    stop = StopRule(left, time_limit, stagnation, interrupted, started=started)
+    heuristics = dict(flush.heuristics) if flush else {}
+    with phases("heuristics"):
+        for name, build in HEURISTICS.items():
+            if name not in heuristics and not stop.out_of_time() and stop.signal() is None:
+                heuristics[name] = build(problem)
+    plans = [*([flush.plan] if flush else []), *heuristics.values(), *initial_plans]
+    wanted = [b.microbatches for b in baselines.values()]
+    width = chromosome_width(
+        problem, max_microbatches, wanted + [len(p) for plan in plans for p in plan.forward]
+    )
+    seeds = encode_plans(
+        [*seed_plans(problem, width, population, baselines), *plans], problem, width
+    )
+    footprint = search_footprint(population * len(levels), S, width, U, seeds.size)
+    require_memory(footprint, budget, budget_source)
+    settings = GeneticSettings(population=population)
+    rng = CounterRng(seed, xp)
+    space = JointSpace(
+        evaluator, xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps), width
+    )
+    with phases("seeding"):
+        device_seeds = JointGenes(
+            *(xp.asarray(a) for a in (seeds.forward, seeds.backward, seeds.lead))
+        )
+        fill = max(population - seeds.size, population // 2)
+        candidates = JointGenes.concatenate([device_seeds.repaired(), space.random(fill, rng)])
+        islands = [Island.seeded(level, candidates, population, space) for level in levels]
+    report = None
+    if on_progress is not None:
+        gpipe_time = baselines["gpipe"].iteration_time
+
+        def report(progress: Progress) -> None:
+            best = float(ticked.to_time(progress.best_ticks))
+            on_progress(
+                SearchProgress(
+                    progress.generation + first[0],
+                    progress.evaluations + first[1],
+                    progress.elapsed,
+                    best,
+                    gpipe_time,
+                )
+            )
+
+    evolution = evolve_islands(
+        islands,
+        levels.index(in_force),
+        space,
+        settings,
+        stop,
+        rng,
+        restart_after=RESTART_AFTER if stagnation is None else None,
+        on_progress=report,
+    )
+    tradeoff = []
+    for level in levels:
+        found = best_within(evolution.islands, level)
+        tradeoff.append(
+            TradeoffPoint(level, None, None) if found is None else decoded(found[0], problem, level)
+        )
+    chosen = tradeoff[levels.index(in_force)]
+    if chosen.plan is None or chosen.evaluation is None:
+        raise InputError(
+            f"no plan found within the memory limit ({in_force.label}: at most "
+            f"{list(in_force.held)} samples per stage)",
+            source="--memory-limit",
+        )
+    return SearchResult(
+        problem=problem,
+        plan=chosen.plan,
+        evaluation=chosen.evaluation,
+        baselines=baselines,
+        heuristics=heuristics,
+        backend=backend,
+        seed=seed,
+        generations=evolution.generations + first[0],
+        evaluations=evolution.evaluations + first[1],
+        wall_time=time.perf_counter() - started,
+        stop_reason=evolution.stop_reason,
+        setup=phases.seconds,
+        schedule=SEARCHED.name,
+        memory_limit=in_force,
+        tradeoff=tuple(tradeoff),
+    )
