@@ -268,17 +268,23 @@ def test_the_breeding_launcher_drives_its_kernel_with_the_right_arguments() -> N
 
 
 @pytest.mark.usefixtures("fake_gpu")
-def test_gpu_search_matches_the_cpu_search() -> None:
-    """``search(backend="cuda")`` (launchers, device populations, fused breeding) finds the
-    same plan as the CPU search with the same seed."""
+@pytest.mark.parametrize("schedule", ["flush", "windowed"])
+def test_gpu_search_matches_the_cpu_search(schedule: str) -> None:
+    """``search(backend="cuda")`` (launchers, device populations, fused breeding, for the
+    windowed search the joint breeding kernel) finds the same plan as the CPU search with
+    the same seed, under a memory limit too."""
     from tidgap.optimize.driver import search
 
     problem = load_problem("example:vgg16")
-    cpu = search(problem, seed=4, generations=12, population=96, backend="numba")
-    gpu = search(problem, seed=4, generations=12, population=96, backend="cuda")
+    options = dict(seed=4, generations=12, population=96, schedule=schedule)
+    if schedule == "windowed":
+        options["memory_limit"] = "1f1b"
+    cpu = search(problem, backend="numba", **options)
+    gpu = search(problem, backend="cuda", **options)
     assert gpu.backend == "cuda"
-    assert (gpu.plan.forward, gpu.plan.backward) == (cpu.plan.forward, cpu.plan.backward)
+    assert gpu.plan == cpu.plan and gpu.evaluation == cpu.evaluation
     assert gpu.evaluations == cpu.evaluations
+    assert [p.evaluation for p in gpu.tradeoff] == [p.evaluation for p in cpu.tradeoff]
 
 
 @pytest.mark.usefixtures("fake_gpu")

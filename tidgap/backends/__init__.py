@@ -31,6 +31,10 @@ class Backend:
       ``factory(ticked) -> Evaluator``;
     - ``breeder``: ``"module:function"`` of a fused breeding kernel with the signature of
       :func:`tidgap.optimize.operators.breed`, or ``None`` for those operators over ``xp``;
+    - ``joint_breeder``: the same for the joint GA
+      (:func:`tidgap.optimize.joint_operators.joint_breed`), ``None`` for the ``xp`` operators;
+    - ``repair``: ``"module:function"`` of a compiled
+      :func:`tidgap.optimize.order_genes.canonical` (same results), ``None`` for the ``xp`` one;
     - ``free_memory()``: free bytes of the device memory its populations live in, ``None``
       where it cannot say; the field is ``None`` for backends in host memory.
     """
@@ -42,6 +46,8 @@ class Backend:
     unusable_reason: Callable[[], str | None]
     evaluators: Mapping[str, str]
     breeder: str | None = None
+    joint_breeder: str | None = None
+    repair: str | None = None
     free_memory: Callable[[], int | None] | None = None
 
 
@@ -93,6 +99,7 @@ BACKENDS: dict[str, Backend] = {
                 "windowed": "tidgap.kernels.launcher:windowed_cuda",
             },
             breeder="tidgap.kernels.launcher:cuda_breed",
+            joint_breeder="tidgap.kernels.launcher:cuda_joint_breed",
             free_memory=device_free_memory,
         ),
         Backend(
@@ -105,6 +112,7 @@ BACKENDS: dict[str, Backend] = {
                 "flush": "tidgap.backends.evaluator:flush_numba",
                 "windowed": "tidgap.backends.evaluator:windowed_numba",
             },
+            repair="tidgap.fallback_cpu.repair_numba:canonical",
         ),
         Backend(
             name="numpy",

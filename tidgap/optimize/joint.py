@@ -22,8 +22,9 @@ from tidgap.backends.evaluator import OrderedEvaluator
 from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.ga import GeneticSettings, Progress, StopRule, random_chromosomes
 from tidgap.optimize.genome import GENE, Population
-from tidgap.optimize.joint_operators import JointGenes, joint_breed
+from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
 from tidgap.optimize.limits import OVER_LIMIT, MemoryLevel, penalised
+from tidgap.optimize.order_genes import canonical
 from tidgap.optimize.rng import CounterRng
 
 #: Generations between migrations.
@@ -34,13 +35,16 @@ MIGRANTS = 4
 
 @dataclass(frozen=True)
 class JointSpace:
-    """What every island shares: the evaluator, the caps (``(S,)`` units per direction) and
-    ``width``, the chromosomes' ``K``."""
+    """What every island shares: the evaluator, the caps (``(S,)`` units per direction),
+    ``width`` (the chromosomes' ``K``), the breeder (:func:`joint_breed` or a fused kernel
+    with its signature) and the repair."""
 
     evaluator: OrderedEvaluator
     forward_caps: Any
     backward_caps: Any
     width: int
+    breed: Callable[..., JointGenes] = joint_breed
+    repair: Repair = canonical
 
     def evaluate(self, genes: JointGenes) -> tuple[Any, Any]:
         """``(times (P,), peaks (P, S))`` of repaired ``genes`` in ticks and samples."""
@@ -56,7 +60,7 @@ class JointSpace:
         backward = random_chromosomes(count, stages, width, units, self.backward_caps, rng)
         lead = rng.integers(0, stages + 1, (count, stages, 1))
         lead = xp.broadcast_to(lead, (count, stages, width)).astype(GENE)
-        return JointGenes(forward, backward, lead).repaired()
+        return JointGenes(forward, backward, lead).repaired(self.repair)
 
 
 @dataclass
@@ -109,7 +113,7 @@ class Island:
         """Breed one generation in place (elitism keeps the best); return children scored."""
         kept = self.elites(settings.elites)
         children = self.genes.size - len(kept)
-        offspring = joint_breed(
+        offspring = space.breed(
             self.genes,
             self.fitness,
             space.forward_caps,

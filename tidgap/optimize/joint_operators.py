@@ -21,6 +21,9 @@ from tidgap.optimize.operators import MUTATION_UNIFORMS, MUTATIONS, tournament
 from tidgap.optimize.order_genes import canonical
 from tidgap.optimize.rng import CounterRng, uniform_int
 
+#: ``repair(forward, backward, lead) -> (lead, codes)``: :func:`canonical` or its twin.
+Repair = Callable[[Any, Any, Any], tuple[Any, Any]]
+
 
 @dataclass(frozen=True)
 class JointGenes:
@@ -42,9 +45,10 @@ class JointGenes:
         codes = None if self.codes is None else self.codes[index]
         return JointGenes(self.forward[index], self.backward[index], self.lead[index], codes)
 
-    def repaired(self) -> JointGenes:
-        """The same partitions with canonical leads and their op codes (every order valid)."""
-        lead, codes = canonical(self.forward, self.backward, self.lead)
+    def repaired(self, repair: Repair = canonical) -> JointGenes:
+        """The same partitions with canonical leads and their op codes (every order valid);
+        ``repair`` is :func:`~tidgap.optimize.order_genes.canonical` or a compiled twin."""
+        lead, codes = repair(self.forward, self.backward, self.lead)
         return JointGenes(self.forward, self.backward, lead, codes)
 
     @staticmethod
@@ -234,9 +238,10 @@ def joint_breed(
     crossover_rate: float,
     mutation_rate: float,
     tournament_size: int,
+    repair: Repair = canonical,
 ) -> JointGenes:
     """``children`` valid offspring: two tournaments, stage crossover (with probability
-    ``crossover_rate``, else the first parent), :func:`joint_mutate`, then the repair.
+    ``crossover_rate``, else the first parent), :func:`joint_mutate`, then ``repair``.
     Seven draws, in order, as :func:`tidgap.optimize.operators.breed`."""
     xp = namespace(genes.forward)
     first = genes.take(tournament(fitness, rng, children, tournament_size))
@@ -244,4 +249,4 @@ def joint_breed(
     crossed = joint_crossover(first, second, rng.random((children, genes.forward.shape[1])))
     use_cross = (rng.random((children,)) < crossover_rate)[:, None]
     mixed = joint_crossover(crossed, first, xp.where(use_cross, 0.0, 1.0))
-    return joint_mutate(mixed, forward_caps, backward_caps, rng, mutation_rate).repaired()
+    return joint_mutate(mixed, forward_caps, backward_caps, rng, mutation_rate).repaired(repair)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
-from tidgap.backends import BACKENDS, default_backend
+from tidgap.backends import BACKENDS, default_backend, load
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import namespace
@@ -27,7 +28,7 @@ from tidgap.optimize.ga import GeneticSettings, Progress, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.joint import Island, JointSpace, evolve_islands
-from tidgap.optimize.joint_operators import JointGenes
+from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
 from tidgap.optimize.limits import (
     MemoryLevel,
     limit_in_force,
@@ -35,7 +36,7 @@ from tidgap.optimize.limits import (
     tradeoff_levels,
 )
 from tidgap.optimize.memory import default_budget, search_footprint
-from tidgap.optimize.order_genes import encode_lead
+from tidgap.optimize.order_genes import canonical, encode_lead
 from tidgap.optimize.preparation import Phases, chromosome_width, equal_seed_counts, require_memory
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
@@ -103,12 +104,13 @@ def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
     return MemoryLevel("1F1B", tuple(held.peak_held))
 
 
-def _compile(evaluator: OrderedEvaluator, ticked: TickedProblem, xp) -> None:
-    """Compile (or load from the disk cache) the backend's code on one tiny individual."""
+def _compile(evaluator: OrderedEvaluator, ticked: TickedProblem, xp, repair: Repair) -> None:
+    """Compile (or load from the disk cache) the backend's evaluator and repair on one tiny
+    individual."""
     genes = np.zeros((1, ticked.num_stages, 1), dtype=GENE)
     genes[...] = ticked.num_units
     lead = np.zeros_like(genes)
-    one = JointGenes(xp.asarray(genes), xp.asarray(genes), xp.asarray(lead)).repaired()
+    one = JointGenes(xp.asarray(genes), xp.asarray(genes), xp.asarray(lead)).repaired(repair)
     JointSpace(evaluator, None, None, 1).evaluate(one)
 
 
@@ -188,7 +190,11 @@ def windowed_search(
         ticked = tick_problem(problem)
         evaluator = create_evaluator(ticked, SEARCHED.name, backend)
         xp = record.namespace()
-        _compile(evaluator, ticked, xp)
+        repair = canonical if record.repair is None else load(record.repair)
+        breeder = partial(joint_breed, repair=repair)
+        if record.joint_breeder is not None:
+            breeder = load(record.joint_breeder)
+        _compile(evaluator, ticked, xp, repair)
     with phases("baselines"):
         baselines = flush.baselines if flush else best_baselines(problem)
         one_f_one_b = one_f_one_b_level(problem, baselines["1f1b"])
@@ -214,15 +220,16 @@ def windowed_search(
     require_memory(footprint, budget, budget_source)
     settings = GeneticSettings(population=population)
     rng = CounterRng(seed, xp)
-    space = JointSpace(
-        evaluator, xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps), width
-    )
+    caps = (xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
+    space = JointSpace(evaluator, *caps, width, breeder, repair)
     with phases("seeding"):
         device_seeds = JointGenes(
             *(xp.asarray(a) for a in (seeds.forward, seeds.backward, seeds.lead))
         )
         fill = max(population - seeds.size, population // 2)
-        candidates = JointGenes.concatenate([device_seeds.repaired(), space.random(fill, rng)])
+        candidates = JointGenes.concatenate(
+            [device_seeds.repaired(repair), space.random(fill, rng)]
+        )
         islands = [Island.seeded(level, candidates, population, space) for level in levels]
     report = None
     if on_progress is not None:
