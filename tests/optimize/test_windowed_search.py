@@ -1,0 +1,219 @@
+"""The windowed search (issue 11): never slower than the best 1F1B that fits nor than the
+flush plan it starts with, within its memory limits, a consistent time-memory trade-off,
+reproducible, and using a whole time budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import case_id, golden_cases
+from tidgap import InputError, Problem, evaluate, example_names, load_problem
+from tidgap.optimize.driver import search
+from tidgap.optimize.limits import stage_level
+from tidgap.optimize.results import SearchResult
+from tidgap.optimize.windowed_driver import (
+    FLUSH_STAGNATION,
+    flush_fits,
+    flush_generations,
+    one_f_one_b_level,
+)
+from tidgap.schedules.baselines import feasible_microbatch_counts, one_f_one_b_plan
+
+REL = 1e-9
+GENERATIONS = 8
+POPULATION = 32
+#: med7_1_mem: the best 1F1B (5 microbatches) is over stage 0's own limit; the fastest
+#: 1F1B within it, 1F1B(11), is not among the seeds at population 32 (an even spread of
+#: counts plus the unconstrained baselines' counts), and the GA does not find as fast a plan.
+UNSEEDED_FITTING_1F1B = pytest.mark.xfail(
+    strict=True,
+    reason="the seeds include the best 1F1B's count, not the best count within the stages' "
+    "own memory limits (windowed_driver.seed_plans)",
+)
+
+
+def _golden_problem(name: str) -> dict[str, Any]:
+    """The problem document of golden case ``name`` (a fresh copy)."""
+    return next(c for c in golden_cases() if case_id(c) == name)["problem"]
+
+
+def _golden(name: str) -> Problem:
+    """The problem of golden case ``name``."""
+    return Problem.from_dict(_golden_problem(name))
+
+
+def _problem(name: str) -> Problem:
+    """A golden case's problem, or a built-in example (``example:NAME``)."""
+    return load_problem(name) if name.startswith("example:") else _golden(name)
+
+
+#: Every golden case and every built-in example.
+EVERY_PROBLEM = [case_id(c) for c in golden_cases()] + [f"example:{n}" for n in example_names()]
+
+
+def _windowed(problem: Problem, **options: Any) -> SearchResult:
+    """A short windowed search (seed 0, :data:`GENERATIONS`, :data:`POPULATION`)."""
+    options = {"seed": 0, "generations": GENERATIONS, "population": POPULATION} | options
+    return search(problem, schedule="windowed", **options)
+
+
+def _fitting_one_f_one_b_time(problem: Problem) -> float:
+    """The least time of any 1F1B(m) within the stages' own memory limits."""
+    stages = stage_level(problem)
+    times = []
+    for m in feasible_microbatch_counts(problem):
+        evaluation = evaluate(problem, one_f_one_b_plan(problem, m))
+        if stages.admits(evaluation.peak_held):
+            times.append(evaluation.iteration_time)
+    return min(times)
+
+
+def _check_tradeoff(problem: Problem, result: SearchResult) -> None:
+    """Levels tightest first with the one in force among them; each point's plan within its
+    level by the reference; a level that admits all another does is never slower."""
+    points = result.tradeoff
+    levels = [point.level for point in points]
+    assert result.memory_limit in levels
+    sums = [sum(level.held) for level in levels]
+    assert sums == sorted(sums) and len({level.held for level in levels}) == len(levels)
+    for point in points:
+        if point.plan is None:
+            continue
+        reference = evaluate(problem, point.plan)
+        assert point.evaluation == reference
+        assert point.level.admits(reference.peak_held), (point.level, reference.peak_held)
+    chosen = points[levels.index(result.memory_limit)]
+    assert chosen.plan == result.plan and chosen.evaluation == result.evaluation
+    for i, tight in enumerate(points):
+        for loose in points[i + 1 :]:
+            if tight.evaluation is None or not loose.level.admits(list(tight.level.held)):
+                continue
+            assert loose.evaluation is not None, (tight.level, loose.level)
+            assert loose.evaluation.iteration_time <= tight.evaluation.iteration_time, (
+                tight.level,
+                loose.level,
+            )
+
+
+@pytest.mark.parametrize("name", EVERY_PROBLEM)
+def test_never_slower_than_the_best_1f1b_nor_its_flush_plan(name: str) -> None:
+    problem = _problem(name)
+    result = _windowed(problem)
+    assert result.schedule == "windowed" and result.plan.order is not None
+    assert result.evaluation == evaluate(problem, result.plan)
+    time = result.evaluation.iteration_time
+    best = result.baselines["1f1b"]
+    if stage_level(problem).admits(list(one_f_one_b_level(problem, best).held)):
+        assert time <= best.iteration_time * (1 + REL)
+    _check_tradeoff(problem, result)
+    flush_options = dict(
+        schedule="flush",
+        seed=0,
+        generations=flush_generations(GENERATIONS),
+        stagnation=FLUSH_STAGNATION,
+        population=POPULATION,
+    )
+    if not flush_fits(problem):
+        with pytest.raises(InputError):
+            search(problem, **flush_options)
+        return
+    flush = search(problem, **flush_options)
+    assert time <= flush.evaluation.iteration_time * (1 + REL)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=[UNSEEDED_FITTING_1F1B] if n == "med7_1_mem" else [])
+        for n in EVERY_PROBLEM
+    ],
+)
+def test_never_slower_than_any_1f1b_within_the_stages_own_limits(name: str) -> None:
+    problem = _problem(name)
+    time = _windowed(problem).evaluation.iteration_time
+    assert time <= _fitting_one_f_one_b_time(problem) * (1 + REL)
+
+
+@pytest.mark.parametrize("name", EVERY_PROBLEM)
+def test_one_f_one_b_limit_holds_every_stage_to_what_the_best_1f1b_holds(name: str) -> None:
+    problem = _problem(name)
+    result = _windowed(problem, memory_limit="1f1b")
+    level = one_f_one_b_level(problem, result.baselines["1f1b"])
+    reference = evaluate(problem, result.plan)
+    assert reference == result.evaluation
+    assert all(p <= h for p, h in zip(reference.peak_held, level.held, strict=True))
+    assert stage_level(problem).admits(reference.peak_held)
+    if stage_level(problem).admits(list(level.held)):
+        assert result.memory_limit == level
+        assert reference.iteration_time <= result.baselines["1f1b"].iteration_time * (1 + REL)
+    _check_tradeoff(problem, result)
+
+
+def _with_activation_bytes(
+    name: str, per_stage: list[float], stage_limits: dict[int, float] | None = None
+) -> Problem:
+    """Golden case ``name`` with ``activation_bytes[s] = per_stage[s]`` and stage ``s``'s own
+    ``memory_limit`` ``stage_limits[s]``."""
+    document = _golden_problem(name)
+    for stage, size in zip(document["stages"], per_stage, strict=True):
+        stage["activation_bytes"] = size
+    for s, limit in (stage_limits or {}).items():
+        document["stages"][s]["memory_limit"] = limit
+    return Problem.from_dict(document)
+
+
+MIB = 2**20
+BYTES_PROBLEMS = [
+    pytest.param(
+        _with_activation_bytes("med7_1", [MIB * (s + 1) for s in range(6)]), 40 * MIB, id="med7_1"
+    ),
+    pytest.param(
+        _with_activation_bytes("tiny7_3", [MIB, 2 * MIB, MIB, 3 * MIB]), 4 * MIB, id="tiny7_3"
+    ),
+    # stage 0's own memory_limit (20 samples) is tighter there than the limit (40 samples)
+    pytest.param(
+        _with_activation_bytes("med7_1", [MIB * (s + 1) for s in range(6)], {0: 20 * MIB}),
+        40 * MIB,
+        id="med7_1-own-limit",
+    ),
+]
+
+
+@pytest.mark.parametrize(("problem", "limit"), BYTES_PROBLEMS)
+def test_a_limit_in_bytes_bounds_every_stage_and_the_stages_own_limits_too(
+    problem: Problem, limit: int
+) -> None:
+    unlimited = _windowed(problem)
+    assert unlimited.evaluation.peak_memory is not None
+    assert max(unlimited.evaluation.peak_memory) > limit  # the limit binds
+    result = _windowed(problem, memory_limit=limit)
+    reference = evaluate(problem, result.plan)
+    assert reference == result.evaluation and reference.peak_memory is not None
+    for s, stage in enumerate(problem.stages):
+        own = float("inf") if stage.memory_limit is None else stage.memory_limit
+        assert reference.peak_memory[s] <= min(limit, own), s
+    assert not any(reference.over_memory_limit or [])
+    _check_tradeoff(problem, result)
+
+
+@pytest.mark.parametrize("name", ["example:hetero-8", "tiny7_2"])
+def test_same_seed_same_plan_and_numba_equals_numpy(name: str) -> None:
+    problem = _problem(name)
+    runs = [_windowed(problem, seed=3, backend=b) for b in ("numba", "numba", "numpy")]
+    plans = [(r.plan.forward, r.plan.backward, r.plan.order) for r in runs]
+    assert plans[0] == plans[1] == plans[2]
+    assert runs[0].evaluation == runs[2].evaluation
+
+
+@pytest.mark.parametrize("schedule", ["windowed", "flush"])
+def test_without_stagnation_a_time_limit_is_used_to_the_end(schedule: str) -> None:
+    problem = load_problem("example:tiny-2")
+    options = dict(schedule=schedule, seed=0, population=POPULATION, time_limit=1.5)
+    early = search(problem, stagnation=3, **options)
+    assert early.stop_reason == "stagnation"
+    result = search(problem, stagnation=None, **options)
+    assert result.stop_reason == "time limit"
+    assert result.generations > early.generations
+    assert result.evaluation == evaluate(problem, result.plan)
