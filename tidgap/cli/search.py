@@ -33,7 +33,7 @@ from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.limits import parse_memory_limit
 from tidgap.optimize.memory import parse_size
 from tidgap.outputs.files import check_outputs, write_comparison, write_json
-from tidgap.schedules.families import SCHEDULES, plan_timeline
+from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
 DEFAULT_TIME_LIMIT = 10.0
@@ -250,7 +250,8 @@ def _report(
         click.echo(f"interrupted by {result.stop_reason}: the best plan found so far")
     for line in summary_lines(result):
         click.echo(line)
-    click.echo(f"  {summary(report(timeline, lower_bound(loaded)), unit)}")
+    bound = lower_bound(loaded) if family_of(result.plan).has_flush else None
+    click.echo(f"  {summary(report(timeline, bound), unit)}")
     if quiet:
         return
     order = result.plan.stage_order()

@@ -21,7 +21,7 @@ Score = Callable[[np.ndarray], np.ndarray]
 BATCH_BYTES = 32 << 20
 
 
-def _rows_near(row: np.ndarray, cap: int) -> Iterator[np.ndarray]:
+def rows_near(row: np.ndarray, cap: int) -> Iterator[np.ndarray]:
     """Feasible rows one step from ``row`` (sizes in units, zero-padded)."""
     sizes = [int(u) for u in row if u > 0]
     width = len(row)
@@ -49,7 +49,7 @@ def neighbour_batches(genes: np.ndarray, caps: np.ndarray, batch: int) -> Iterat
     ``(n, S, K)`` arrays of at most ``batch`` chromosomes."""
     found: list[np.ndarray] = []
     for s in range(genes.shape[0]):
-        for row in _rows_near(genes[s], int(caps[s])):
+        for row in rows_near(genes[s], int(caps[s])):
             candidate = genes.copy()
             candidate[s] = row
             found.append(candidate)

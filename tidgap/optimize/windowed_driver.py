@@ -27,8 +27,10 @@ from tidgap.optimize.flush_driver import RESTART_AFTER, flush_search
 from tidgap.optimize.ga import GeneticSettings, Progress, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
+from tidgap.optimize.interrupts import STOP_SIGNALS
 from tidgap.optimize.joint import Island, JointSpace, evolve_islands
 from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
+from tidgap.optimize.joint_polish import joint_polish
 from tidgap.optimize.limits import (
     MemoryLevel,
     limit_in_force,
@@ -49,6 +51,8 @@ from tidgap.schedules.baselines import (
 from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, family_of
 from tidgap.schedules.held import require_flush_fits
 
+#: Share of a time limit the joint GA leaves to the final polish.
+POLISH_SHARE = 0.1
 #: The family searched.
 SEARCHED = SCHEDULES["windowed"]
 #: The first, flush search: the share of a time limit (and of ``generations``) it takes at
@@ -127,6 +131,22 @@ def best_within(islands: list[Island], level: MemoryLevel) -> tuple[JointGenes, 
     return genes.take(slice(index, index + 1)), int(times[index])
 
 
+def polished(
+    found: list[tuple[JointGenes, int] | None],
+    levels: list[MemoryLevel],
+    space: JointSpace,
+    deadline: float | None,
+) -> list[tuple[JointGenes, int] | None]:
+    """:func:`joint_polish` on each level's best, the time left shared among them."""
+    result: list[tuple[JointGenes, int] | None] = []
+    for i, (best, level) in enumerate(zip(found, levels, strict=True)):
+        share = None
+        if deadline is not None:
+            share = time.perf_counter() + (deadline - time.perf_counter()) / (len(levels) - i)
+        result.append(None if best is None else joint_polish(*best, level, space, share))
+    return result
+
+
 def decoded(genes: JointGenes, problem: Problem, level: MemoryLevel) -> TradeoffPoint:
     """The plan of one individual, checked and evaluated with the reference simulator."""
     plan = decode_plan(genes.forward[0], genes.backward[0], problem, genes.codes[0])
@@ -185,7 +205,6 @@ def windowed_search(
             max_memory=max_memory,
         )
         phases.seconds |= {f"flush {name}": t for name, t in flush.setup.items()}
-        phases.seconds["flush search"] = flush.wall_time - sum(flush.setup.values())
     with phases("compile"):
         ticked = tick_problem(problem)
         evaluator = create_evaluator(ticked, SEARCHED.name, backend)
@@ -202,7 +221,8 @@ def windowed_search(
         levels = tradeoff_levels(problem, in_force, one_f_one_b)
     first = (flush.generations, flush.evaluations) if flush else (0, 0)
     left = None if generations is None else max(generations - first[0], 0)
-    stop = StopRule(left, time_limit, stagnation, interrupted, started=started)
+    ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE)
+    stop = StopRule(left, ga_limit, stagnation, interrupted, started=started)
     heuristics = dict(flush.heuristics) if flush else {}
     with phases("heuristics"):
         for name, build in HEURISTICS.items():
@@ -257,12 +277,16 @@ def windowed_search(
         restart_after=RESTART_AFTER if stagnation is None else None,
         on_progress=report,
     )
-    tradeoff = []
-    for level in levels:
-        found = best_within(evolution.islands, level)
-        tradeoff.append(
-            TradeoffPoint(level, None, None) if found is None else decoded(found[0], problem, level)
-        )
+    found = [best_within(evolution.islands, level) for level in levels]
+    if evolution.stop_reason not in STOP_SIGNALS.values():
+        with phases("polish"):
+            found = polished(
+                found, levels, space, None if time_limit is None else started + time_limit
+            )
+    tradeoff = [
+        TradeoffPoint(level, None, None) if best is None else decoded(best[0], problem, level)
+        for level, best in zip(levels, found, strict=True)
+    ]
     chosen = tradeoff[levels.index(in_force)]
     if chosen.plan is None or chosen.evaluation is None:
         raise InputError(

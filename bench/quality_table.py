@@ -1,0 +1,81 @@
+"""The README's quality table: for each built-in example, the best GPipe, the best 1F1B, the
+best flush plan and the windowed plan within the best 1F1B's memory and at any memory, with
+peak memory and wall time.
+
+Run: ``python bench/quality_table.py [--time-limit 20] [--seed 0] [--backend numba]``; it
+prints a Markdown table (one search of each family per example, each with the whole time
+limit; the first run also compiles Numba's loops, so run it twice for the wall times).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tidgap import example_names, load_problem, search
+from tidgap.model.examples import EXAMPLE_PREFIX
+from tidgap.optimize.results import SearchResult, TradeoffPoint
+from tidgap.schedules.families import baseline_evaluation, baseline_label
+
+
+def held(peaks: list[int]) -> str:
+    """Peak samples held per stage, ``12/9/6/3``."""
+    return "/".join(map(str, peaks))
+
+
+def cell(time: float, peaks: list[int], reference: float) -> str:
+    """``7458 (1.021x) 12/9/6/3``: time, gain over ``reference``, peak held per stage."""
+    return f"{time:.5g} ({reference / time:.3f}x) {held(peaks)}"
+
+
+def point(result: SearchResult, label: str) -> TradeoffPoint:
+    """The trade-off row of ``result`` whose limit is ``label``."""
+    return next(p for p in result.tradeoff if p.level.label == label)
+
+
+def row(name: str, time_limit: float, seed: int, backend: str) -> str:
+    """One example's row."""
+    problem = load_problem(EXAMPLE_PREFIX + name)
+    common = dict(seed=seed, time_limit=time_limit, stagnation=None, backend=backend)
+    flush = search(problem, schedule="flush", **common)
+    windowed = search(problem, schedule="windowed", **common)
+    baselines = windowed.baselines
+    one_f_one_b = baselines["1f1b"].iteration_time
+    cells = []
+    for schedule in ("gpipe", "1f1b"):
+        m = baselines[schedule].microbatches
+        evaluation = baseline_evaluation(problem, schedule, m)
+        assert evaluation is not None
+        label = baseline_label(schedule, m)
+        cells.append(
+            f"{label} {cell(evaluation.iteration_time, evaluation.peak_held, one_f_one_b)}"
+        )
+    cells.append(cell(flush.evaluation.iteration_time, flush.evaluation.peak_held, one_f_one_b))
+    for label in ("1F1B", "unlimited"):
+        evaluation = point(windowed, label).evaluation
+        cells.append(
+            "none"
+            if evaluation is None
+            else cell(evaluation.iteration_time, evaluation.peak_held, one_f_one_b)
+        )
+    walls = f"{flush.wall_time:.1f} / {windowed.wall_time:.1f}"
+    return f"| {name} | " + " | ".join(cells) + f" | {walls} |"
+
+
+def main() -> None:
+    """Print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time-limit", type=float, default=20.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backend", default="numba")
+    args = parser.parse_args()
+    print(
+        "| example | best GPipe | best 1F1B | flush plan | windowed, 1F1B memory | "
+        "windowed, any memory | wall s (flush / windowed) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name in example_names():
+        print(row(name, args.time_limit, args.seed, args.backend), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The joint polish: steepest descent among plans within a memory level."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tidgap import evaluate, load_problem
+from tidgap.backends.evaluator import create_evaluator
+from tidgap.backends.ticks import tick_problem
+from tidgap.optimize.genome import decode_plan
+from tidgap.optimize.joint import JointSpace
+from tidgap.optimize.joint_polish import joint_polish, lead_rows_near, neighbours
+from tidgap.optimize.limits import MemoryLevel, penalised, stage_level
+from tidgap.optimize.rng import CounterRng
+from tidgap.optimize.windowed_driver import encode_plans, one_f_one_b_level
+from tidgap.schedules.baselines import best_baselines, one_f_one_b_plan
+
+
+def _space(name: str, width: int = 16) -> tuple[object, JointSpace]:
+    problem = load_problem(f"example:{name}")
+    ticked = tick_problem(problem)
+    evaluator = create_evaluator(ticked, "windowed", "numba")
+    return problem, JointSpace(evaluator, ticked.forward_caps, ticked.backward_caps, width)
+
+
+def test_lead_neighbours_move_one_entry_or_a_tail_by_one() -> None:
+    lead = np.array([2, 1, 0, 0], dtype=np.int32)
+    rows = list(lead_rows_near(lead, backwards=3))
+    assert len(rows) == 2 * 3 + 2 * 2
+    for row in rows:
+        moved = row - lead
+        assert set(np.unique(moved)) <= {-1, 0, 1} and moved[3] == 0
+        changed = np.nonzero(moved)[0]
+        assert len(changed) == 1 or list(changed) == list(range(changed[0], 3))
+
+
+def test_the_polish_never_leaves_its_level_and_ends_at_a_local_optimum() -> None:
+    problem, space = _space("gpt1-14")
+    best = best_baselines(problem)["1f1b"]
+    level = one_f_one_b_level(problem, best)
+    start = encode_plans([one_f_one_b_plan(problem, best.microbatches)], problem, 16).repaired()
+    times, _ = space.evaluate(start)
+    individual, ticks = joint_polish(start, int(times[0]), level, space)
+    assert ticks <= int(times[0])
+    plan = decode_plan(individual.forward[0], individual.backward[0], problem, individual.codes[0])
+    reference = evaluate(problem, plan)
+    assert level.admits(reference.peak_held)
+    assert reference.iteration_time == pytest.approx(space.evaluator.ticked.to_time(ticks))
+    around = neighbours(individual, space).repaired()
+    times, peaks = space.evaluate(around)
+    assert penalised(times, peaks, np.asarray(level.held)).min() >= ticks
+
+
+def test_an_unlimited_level_admits_what_a_tight_one_refuses() -> None:
+    problem, space = _space("tiny-2", width=8)
+    tight = MemoryLevel("tight", (1, 1))
+    start = space.random(8, CounterRng(0))
+    times, peaks = space.evaluate(start)
+    assert (penalised(times, peaks, np.asarray(tight.held)) > times).all()
+
+
+def test_the_polish_improves_a_random_plan() -> None:
+    problem, space = _space("gpt1-14")
+    start = space.random(1, CounterRng(5))
+    times, _ = space.evaluate(start)
+    _, ticks = joint_polish(start, int(times[0]), stage_level(problem), space)
+    assert ticks < int(times[0])
