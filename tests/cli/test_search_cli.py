@@ -1,0 +1,124 @@
+"""``tidgap search`` of both families (issue 11): the trade-off lines, ``--json`` and the
+files it writes (plans ``tidgap evaluate`` accepts), ``--memory-limit``, and bad input
+refused in one line before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli_helpers import describe, json_output, run_cli
+
+PROBLEM = "example:tiny-2"
+#: A short search: few generations, a small population.
+SHORT = ("--generations", "6", "--population", "32")
+REL = 1e-9
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _search(*args: str, problem: str = PROBLEM) -> dict:
+    """The ``--json`` document of a short search of ``problem``."""
+    return json_output(run_cli("search", problem, *SHORT, *args, "--json"))
+
+
+def _within(peaks: list[float], limits: list[float]) -> bool:
+    return all(p <= h for p, h in zip(peaks, limits, strict=True))
+
+
+def test_text_shows_the_tradeoff_and_marks_the_limit_in_force() -> None:
+    result = run_cli("search", PROBLEM, *SHORT)
+    assert result.exit_code == 0, describe(result)
+    lines = result.stdout.splitlines()
+    assert any(line.strip().startswith("time-memory trade-off") for line in lines)
+    within = [line.strip() for line in lines if line.strip().startswith("within ")]
+    assert within[0].startswith("within 1F1B ") and within[-1].startswith("within unlimited")
+    marked = [line for line in within if line.endswith("<- limit in force")]
+    assert marked == [within[-1]]
+    assert all("x 1F1B" in line and "x GPipe" in line and " held " in line for line in within)
+
+
+def test_text_marks_the_1f1b_level_under_memory_limit_1f1b() -> None:
+    result = run_cli("search", PROBLEM, *SHORT, "--memory-limit", "1f1b")
+    assert result.exit_code == 0, describe(result)
+    marked = [line.strip() for line in result.stdout.splitlines() if "<- limit in force" in line]
+    assert len(marked) == 1 and marked[0].startswith("within 1F1B ")
+
+
+def test_json_has_the_order_and_the_tradeoff_rows() -> None:
+    document = _search()
+    assert document["order"] and document["search"]["schedule"] == "windowed"
+    one_f_one_b = document["baselines"]["1f1b"]["iteration_time"]
+    rows = document["search"]["tradeoff"]
+    assert [row["limit"] for row in rows][-1] == "unlimited"
+    assert document["search"]["memory_limit"] in [row["limit"] for row in rows]
+    for row in rows:
+        time = row["iteration_time"]
+        assert row["speedup_over_1f1b"] == pytest.approx(one_f_one_b / time, rel=REL)
+        assert _within(row["peak_held"], row["limit_held"])
+    times = [row["iteration_time"] for row in rows]
+    assert document["predicted"]["iteration_time"] == times[-1] == min(times)
+
+
+def test_flush_json_has_no_order() -> None:
+    document = _search("--schedule", "flush")
+    assert "order" not in document and document["search"]["schedule"] == "flush"
+
+
+@pytest.mark.parametrize("schedule", ["windowed", "flush"])
+def test_out_gantt_and_trace_are_written_and_evaluate_accepts_the_plan(
+    tmp_path: Path, schedule: str
+) -> None:
+    out, gantt, trace = tmp_path / "plan.json", tmp_path / "x.png", tmp_path / "x.json"
+    args = ("--schedule", schedule, "--out", str(out), "--gantt", str(gantt))
+    result = run_cli("search", PROBLEM, *SHORT, *args, "--trace", str(trace))
+    assert result.exit_code == 0, describe(result)
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert ("order" in written) == (schedule == "windowed")
+    assert gantt.read_bytes().startswith(PNG_MAGIC)
+    assert json.loads(trace.read_text(encoding="utf-8"))
+    evaluated = json_output(run_cli("evaluate", PROBLEM, str(out), "--json"))
+    assert evaluated == written["predicted"]
+
+
+def test_memory_limit_1f1b_writes_a_plan_within_what_the_best_1f1b_holds(
+    tmp_path: Path,
+) -> None:
+    problem = "example:vgg16"  # its fastest plan holds more than the best 1F1B
+    unlimited = _search(problem=problem)
+    out = tmp_path / "plan.json"
+    result = run_cli("search", problem, *SHORT, "--memory-limit", "1f1b", "--out", str(out))
+    assert result.exit_code == 0, describe(result)
+    written = json.loads(out.read_text(encoding="utf-8"))
+    m = str(written["baselines"]["1f1b"]["microbatches"])
+    held = json_output(run_cli("evaluate", problem, "--schedule", "1f1b", "-m", m, "--json"))
+    held = held["peak_held"]
+    assert not _within(unlimited["predicted"]["peak_held"], held)  # the limit binds
+    evaluated = json_output(run_cli("evaluate", problem, str(out), "--json"))
+    assert evaluated == written["predicted"]
+    assert _within(evaluated["peak_held"], held)
+    assert written["search"]["memory_limit"] == "1F1B"
+    assert written["search"]["memory_limit_held"] == held
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("--memory-limit", "lots"), "--memory-limit"),
+        (("--memory-limit", "0"), "--memory-limit"),
+        (("--memory-limit", "8GB"), "--memory-limit"),  # tiny-2 gives no activation_bytes
+        (("--schedule", "windowed", "--same-partition"), "--same-partition"),
+        (("--schedule", "flush", "--memory-limit", "1f1b"), "--memory-limit"),
+    ],
+    ids=["unknown-word", "zero", "bytes-without-activation-bytes", "windowed-same", "flush-1f1b"],
+)
+def test_bad_input_exits_2_in_one_line_and_writes_nothing(
+    tmp_path: Path, args: tuple[str, ...], named: str
+) -> None:
+    out = tmp_path / "plan.json"
+    result = run_cli("search", PROBLEM, *SHORT, *args, "--out", str(out))
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.count("\n") == 1 and named in result.stderr, result.stderr
+    assert result.stdout == ""
+    assert not out.exists()
