@@ -24,13 +24,6 @@ from tidgap.schedules.baselines import feasible_microbatch_counts, one_f_one_b_p
 REL = 1e-9
 GENERATIONS = 8
 POPULATION = 32
-#: Commit 1ddf346 polishes each level's best on its own: a tighter level's polished plan can
-#: beat a looser level's (nounit7: within 1.5x 1F1B 42.46, within 2x 1F1B 43.997).
-POLISHED_APART = pytest.mark.xfail(
-    strict=True,
-    reason="windowed_driver.polished polishes each level's best apart; a looser level does "
-    "not take a faster polished plan of a tighter one",
-)
 
 
 def _golden_problem(name: str) -> dict[str, Any]:
@@ -200,7 +193,6 @@ def test_a_limit_in_bytes_bounds_every_stage_and_the_stages_own_limits_too(
     _check_tradeoff(problem, result)
 
 
-@POLISHED_APART
 def test_each_level_is_the_fastest_trade_off_plan_within_it() -> None:
     """A looser level receives the tighter islands' migrants: its best is never slower than
     a plan found within a tighter level that it admits; likewise under every limit."""

@@ -19,7 +19,7 @@ import numpy as np
 from tidgap.backends import BACKENDS, default_backend, load
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
-from tidgap.backends.xp import namespace
+from tidgap.backends.xp import namespace, to_host
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
@@ -102,6 +102,17 @@ def seed_plans(
     return [build(problem, m) for m in counts for build in builders if build is not None]
 
 
+def windowed_seeds(plans: Sequence[Plan], levels: Sequence[MemoryLevel]) -> list[Plan]:
+    """Each plan's partitions with, per level, the window order that fills each stage up to
+    the level's samples (model.md, Windows): the greediest order within it, before the
+    repair."""
+    return [
+        Plan.of(plan.forward, plan.backward, windows=[max(1, h) for h in level.held])
+        for plan in plans
+        for level in levels
+    ]
+
+
 def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
     """What the best 1F1B holds on each stage (samples)."""
     held = SCHEDULES["1f1b"].evaluate(problem, one_f_one_b_plan(problem, best.microbatches))
@@ -137,14 +148,33 @@ def polished(
     space: JointSpace,
     deadline: float | None,
 ) -> list[tuple[JointGenes, int] | None]:
-    """:func:`joint_polish` on each level's best, the time left shared among them."""
+    """:func:`joint_polish` on each level's best, the time left shared among them; then each
+    level takes the fastest polished plan it admits (a plan polished within a tighter level
+    may beat the looser level's own)."""
     result: list[tuple[JointGenes, int] | None] = []
     for i, (best, level) in enumerate(zip(found, levels, strict=True)):
         share = None
         if deadline is not None:
             share = time.perf_counter() + (deadline - time.perf_counter()) / (len(levels) - i)
         result.append(None if best is None else joint_polish(*best, level, space, share))
-    return result
+    return [fastest_admitted(result, level, space) for level in levels]
+
+
+def fastest_admitted(
+    found: list[tuple[JointGenes, int] | None], level: MemoryLevel, space: JointSpace
+) -> tuple[JointGenes, int] | None:
+    """The fastest of ``found`` (first on ties) within ``level``, or ``None``."""
+    kept = [best for best in found if best is not None]
+    if not kept:
+        return None
+    genes = JointGenes.concatenate([best[0] for best in kept])
+    xp = namespace(genes.forward)
+    times, peaks = space.evaluate(genes)
+    fitness = to_host(penalised(times, peaks, xp.asarray(level.held, dtype=xp.int64)))
+    index = int(np.argmin(fitness))
+    if int(fitness[index]) != int(to_host(times)[index]):
+        return None
+    return kept[index]
 
 
 def decoded(genes: JointGenes, problem: Problem, level: MemoryLevel) -> TradeoffPoint:
@@ -233,9 +263,9 @@ def windowed_search(
     width = chromosome_width(
         problem, max_microbatches, wanted + [len(p) for plan in plans for p in plan.forward]
     )
-    seeds = encode_plans(
-        [*seed_plans(problem, width, population, baselines), *plans], problem, width
-    )
+    equal = seed_plans(problem, width, population, baselines)
+    everything = [*equal, *plans]
+    seeds = encode_plans([*everything, *windowed_seeds(everything, levels)], problem, width)
     footprint = search_footprint(population * len(levels), S, width, U, seeds.size)
     require_memory(footprint, budget, budget_source)
     settings = GeneticSettings(population=population)
