@@ -183,7 +183,8 @@ class Generation:
             WIDTH,
         )
         rng = CounterRng(seed, xp)
-        island = Island.seeded(stage_level(problem), space.random(size, rng), size, space)
+        start = space.random(size, rng)
+        island = Island.seeded(stage_level(problem), start, *space.evaluate(start), size)
         return cls(island, space, GeneticSettings(population=size), rng)
 
     def step(self) -> int:

@@ -37,12 +37,14 @@ def _individual(forward, backward, lead, out_lead, codes, fp, bp, before):  # pr
     """Repair one individual: ``(S, K)`` genes in, canonical ``out_lead`` and ``codes`` out;
     ``fp``/``bp`` ``(S, K+1)`` and ``before`` ``(S, K)`` scratch."""
     stages, width = forward.shape
+    forwards = np.empty(stages, dtype=np.int64)
+    backwards = np.empty(stages, dtype=np.int64)
     for s in range(stages):
-        _prefix(forward[s], fp[s])
-        _prefix(backward[s], bp[s])
+        forwards[s] = _prefix(forward[s], fp[s])
+        backwards[s] = _prefix(backward[s], bp[s])
     for s in range(stages - 1, -1, -1):
-        m = _prefix(forward[s], fp[s])
-        n = _prefix(backward[s], bp[s])
+        m = forwards[s]
+        n = backwards[s]
         own = 0
         least = 0
         upstream = 0

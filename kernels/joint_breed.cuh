@@ -65,7 +65,9 @@ __host__ __device__ inline void tidgap_mutate_order(
         int backwards = tidgap_count(backward + stage * width, width);
         row[tidgap_uniform_int(u1, 0, tidgap_maxl(backwards, 1))] += step;
     } else if (op == TIDGAP_JOINT_SHIFT_LEADS) {
-        for (int col = (int)tidgap_uniform_int(u1, 0, width); col < width; ++col) row[col] += step;
+        int backwards = tidgap_count(backward + stage * width, width);
+        int first = (int)tidgap_uniform_int(u1, 0, tidgap_maxl(backwards, 1));
+        for (int col = first; col < width; ++col) row[col] += step;
     } else if (op == TIDGAP_JOINT_SET_LEAD) {
         int value = (int)tidgap_uniform_int(u1, 0, stages + 1);
         for (int col = 0; col < width; ++col) row[col] = value;

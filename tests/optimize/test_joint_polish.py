@@ -10,7 +10,12 @@ from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import JointSpace
-from tidgap.optimize.joint_polish import joint_polish, lead_rows_near, neighbours
+from tidgap.optimize.joint_polish import (
+    joint_polish,
+    lead_rows_near,
+    stacked_neighbours,
+    unstacked,
+)
 from tidgap.optimize.limits import MemoryLevel, penalised, stage_level
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.windowed_driver import encode_plans, one_f_one_b_level
@@ -47,7 +52,9 @@ def test_the_polish_never_leaves_its_level_and_ends_at_a_local_optimum() -> None
     reference = evaluate(problem, plan)
     assert level.admits(reference.peak_held)
     assert reference.iteration_time == pytest.approx(space.evaluator.ticked.to_time(ticks))
-    around = neighbours(individual, space).repaired()
+    stacked = np.stack([individual.forward[0], individual.backward[0], individual.lead[0]])
+    caps = (space.forward_caps, space.backward_caps)
+    around = unstacked(np.stack(list(stacked_neighbours(stacked, caps))), space)
     times, peaks = space.evaluate(around)
     assert penalised(times, peaks, np.asarray(level.held)).min() >= ticks
 

@@ -19,6 +19,7 @@ from tidgap.optimize.driver import chromosome_width, search
 from tidgap.optimize.memory import (
     BASELINE_BYTES,
     format_bytes,
+    joint_footprint,
     parse_size,
     search_footprint,
 )
@@ -44,21 +45,25 @@ def test_bytes_format_readably() -> None:
     assert format_bytes(51.2e9) == "51.2 GB"
 
 
+@pytest.mark.parametrize("schedule", ["flush", "windowed"])
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_the_estimate_covers_the_measured_peak(backend: str) -> None:
+def test_the_estimate_covers_the_measured_peak(backend: str, schedule: str) -> None:
     problem = Problem.from_dict(synth_problem(seed=3, stages=6, batch_size=192))
-    population, width = 2048, 96
-    search(problem, generations=1, population=16, backend=backend, max_microbatches=width)
+    population, width = (2048, 96) if schedule == "flush" else (512, 96)
+    options = dict(backend=backend, max_microbatches=width, schedule=schedule)
+    search(problem, generations=1, population=16, **options)
     tracemalloc.start()
     try:
-        search(
-            problem, generations=4, population=population, backend=backend, max_microbatches=width
-        )
+        result = search(problem, generations=4, population=population, **options)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert chromosome_width(problem, width, []) == width
-    estimate = search_footprint(population, problem.num_stages, width, problem.num_units, 200)
+    S, U = problem.num_stages, problem.num_units
+    if schedule == "flush":
+        estimate = search_footprint(population, S, width, U, 200)
+    else:
+        estimate = joint_footprint(population, len(result.tradeoff), S, width, U, 400)
     assert estimate.total - BASELINE_BYTES >= peak
 
 

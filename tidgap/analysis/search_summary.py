@@ -3,11 +3,15 @@ plainly when a baseline is faster."""
 
 from __future__ import annotations
 
-from tidgap.optimize.driver import SearchResult
 from tidgap.optimize.memory import format_bytes
-from tidgap.optimize.results import TradeoffPoint
+from tidgap.optimize.results import SearchResult, TradeoffPoint
 from tidgap.schedules.baselines import BaselineResult
-from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, baseline_label
+from tidgap.schedules.families import (
+    SCHEDULES,
+    TIMED_BASELINES,
+    baseline_evaluation,
+    baseline_label,
+)
 
 
 def best_rival(baselines: dict[str, BaselineResult]) -> BaselineResult:
@@ -30,12 +34,23 @@ def verdict(plan_time: float, rival: BaselineResult, unit: str, flush: bool = Tr
     return f"best baseline: {name} {rival.iteration_time:.6g} {unit}, {how}"
 
 
+def over_limit(result: SearchResult, rival: BaselineResult) -> str:
+    """`` (over the memory limit)`` when ``rival`` holds more than the search's limit in
+    force allows on some stage (the search may not return such a plan), else ``""``."""
+    evaluation = baseline_evaluation(result.problem, rival.schedule, rival.microbatches)
+    limit = result.memory_limit
+    if evaluation is None or limit is None or limit.admits(evaluation.peak_held):
+        return ""
+    return " (over the memory limit)"
+
+
 def summary_lines(result: SearchResult) -> list[str]:
     """The search's headline and its comparison with the best baseline overall."""
     unit = result.problem.time_unit
     family = SCHEDULES[result.schedule]
     setup = sum(result.setup.values())
     plan_time = result.evaluation.iteration_time
+    rival = best_rival(result.baselines)
     return [
         f"best plan: iteration {plan_time:.6g} {unit}, {result.speedup_over_gpipe:.3f}x best "
         f"GPipe ({family.name}, {result.generations} generations, {result.evaluations} "
@@ -43,7 +58,7 @@ def summary_lines(result: SearchResult) -> list[str]:
         f"{result.wall_time:.1f} s of which setup {setup:.1f} s (compile "
         f"{result.setup.get('compile', 0.0):.1f} s), {result.backend}, "
         f"stopped on {result.stop_reason})",
-        f"  {verdict(plan_time, best_rival(result.baselines), unit, family.has_flush)}",
+        f"  {verdict(plan_time, rival, unit, family.has_flush)}{over_limit(result, rival)}",
         *tradeoff_lines(result),
     ]
 

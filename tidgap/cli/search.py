@@ -113,9 +113,8 @@ def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
 @click.option(
     "--stagnation",
     type=click.IntRange(min=1),
-    help="Stop after this many generations without improvement. Without it, a --time-limit "
-    "is used to the end (what stagnates restarts, keeping the best); with neither a time "
-    "limit nor this, 200.",
+    help="Stop after this many generations without improvement. Without it, the search "
+    "runs to --time-limit or --generations (what stagnates restarts, keeping the best).",
 )
 @click.option(
     "--population",

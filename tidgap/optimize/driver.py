@@ -26,7 +26,7 @@ SEARCHABLE = tuple(name for name, family in SCHEDULES.items() if not family.is_b
 DEFAULT_SCHEDULE = "windowed"
 #: The family ``same_partition`` searches: the separable one (the dual GA shares a row).
 SAME_PARTITION_SCHEDULE = next(name for name in SEARCHABLE if SCHEDULES[name].separable)
-#: Stagnation rule when neither a time limit nor a stagnation rule is given.
+#: Stagnation rule when neither a time limit, nor generations, nor a stagnation rule is given.
 DEFAULT_STAGNATION = 200
 
 __all__ = [
@@ -66,7 +66,7 @@ def search(
     population: int = 512,
     generations: int | None = None,
     time_limit: float | None = None,
-    stagnation: int | None = DEFAULT_STAGNATION,
+    stagnation: int | None = None,
     backend: str = "auto",
     max_microbatches: int | None = None,
     on_progress: Callable[[SearchProgress], None] | None = None,
@@ -89,12 +89,14 @@ def search(
     ``time_limit`` (seconds) covers the whole search after the backend's code is compiled
     (a first run compiles Numba's loops into the disk cache; ``setup["compile"]`` says how
     long it took). ``stagnation`` stops after that many generations without improvement;
-    with ``None`` and a time limit the search uses all of it, restarting what stagnates
-    (keeping the best). ``interrupted()`` is polled at every generation boundary: when it
-    names a signal, the GA stops and the best plan so far is returned (``stop_reason`` is
-    its name, ``"SIGINT"``). ``on_phase(name)`` is called as each setup phase starts.
-    ``max_memory`` (bytes, default half the available memory) bounds the estimated
-    footprint (:mod:`tidgap.optimize.memory`); a larger one raises :class:`InputError`.
+    with ``None`` (the default) the search runs to ``time_limit`` or ``generations``,
+    restarting what stagnates (keeping the best), and with neither given stops after
+    :data:`DEFAULT_STAGNATION` generations without improvement. ``interrupted()`` is
+    polled at every generation boundary: when it names a signal, the GA stops and the best
+    plan so far is returned (``stop_reason`` is its name, ``"SIGINT"``). ``on_phase(name)``
+    is called as each setup phase starts. ``max_memory`` (bytes, default half the available
+    memory) bounds the estimated footprint (:mod:`tidgap.optimize.memory`); a larger one
+    raises :class:`InputError`.
 
     ``memory_limit`` (``"1f1b"`` or bytes per stage, with ``activation_bytes``) and the
     stages' ``memory_limit`` bound every stage's peak memory: the result is never over

@@ -11,17 +11,17 @@ from typing import Any, cast
 
 import numpy as np
 
-from tidgap.backends import BACKENDS, Backend, default_backend, load
+from tidgap.backends import Backend, load
 from tidgap.backends.evaluator import SeparableEvaluator, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.ga import (
+    RESTART_AFTER,
     Breeder,
     Chromosomes,
     GeneticSettings,
-    Progress,
     StopRule,
     evolve,
     random_chromosomes,
@@ -29,21 +29,23 @@ from tidgap.optimize.ga import (
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
-from tidgap.optimize.memory import default_budget, search_footprint
+from tidgap.optimize.memory import search_footprint
 from tidgap.optimize.operators import breed, equal_rows
 from tidgap.optimize.polish import polish
-from tidgap.optimize.preparation import Phases, chromosome_width, equal_seed_counts, require_memory
+from tidgap.optimize.preparation import (
+    POLISH_SHARE,
+    Phases,
+    chromosome_width,
+    equal_seed_counts,
+    progress_reporter,
+    require_memory,
+    start_search,
+)
 from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.rng import CounterRng
-from tidgap.schedules.baselines import best_baselines, require_tractable
+from tidgap.schedules.baselines import best_baselines
 from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.held import require_flush_fits
-
-#: Generations without improvement after which the GA restarts, when no stagnation rule
-#: stops the search.
-RESTART_AFTER = 150
-#: Share of a time limit the GA leaves to the final polish.
-POLISH_SHARE = 0.1
 
 #: The family :func:`search` searches: flush plans, separable (``iteration = forward_end +
 #: backward_span``), so DGAP evolves the two chromosomes side by side.
@@ -159,7 +161,7 @@ def flush_search(
     population: int = 512,
     generations: int | None = None,
     time_limit: float | None = None,
-    stagnation: int | None = 200,
+    stagnation: int | None = None,
     backend: str = "auto",
     max_microbatches: int | None = None,
     on_progress: Callable[[SearchProgress], None] | None = None,
@@ -196,17 +198,15 @@ def flush_search(
                 f"initial_plans[{i}] has an order that is not the flush order; the search "
                 "searches flush plans and would drop it (give its partitions alone)"
             )
-    if backend not in ("auto", *BACKENDS):
-        raise ValueError(f"unknown backend {backend!r}")
-    started = time.perf_counter()
-    backend = default_backend() if backend == "auto" else backend
-    record = BACKENDS[backend]
-    budget = default_budget(record) if max_memory is None else max_memory
-    budget_source = "half the available memory" if max_memory is None else "--max-memory"
-    population = max(population, 8)
-    S, U = problem.num_stages, problem.num_units
-    require_memory(search_footprint(population, S, 1, U, 0), budget, budget_source)
-    require_tractable(problem)
+    begun = start_search(problem, backend, population, max_memory)
+    backend, record, population, started = (
+        begun.backend,
+        begun.record,
+        begun.population,
+        begun.started,
+    )
+    budget, budget_source = begun.budget, begun.budget_source
+    U = problem.num_units
     require_flush_fits(problem)
     phases = Phases(on_phase)
     with phases("compile"):
@@ -259,18 +259,7 @@ def flush_search(
                     _breeder(record),
                 )
             )
-    report = None
-    if on_progress is not None:
-        gpipe_time = baselines["gpipe"].iteration_time
-
-        def report(progress: Progress) -> None:
-            best = float(ticked.to_time(progress.best_ticks))
-            on_progress(
-                SearchProgress(
-                    progress.generation, progress.evaluations, progress.elapsed, best, gpipe_time
-                )
-            )
-
+    report = progress_reporter(ticked, baselines["gpipe"].iteration_time, on_progress)
     deadline = None if time_limit is None else stop.started + time_limit
     restart_after = RESTART_AFTER if stagnation is None else None
     evolution = evolve(sides[0], sides[1], settings, stop, rng, report, restart_after)

@@ -17,6 +17,9 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.operators import breed, equal_rows, mutate
 from tidgap.optimize.rng import CounterRng
 
+#: Generations without improvement after which a GA restarts (keeping its elites), when
+#: no stagnation rule stops the search.
+RESTART_AFTER = 150
 #: ``(P, S, K)`` chromosomes -> ``(P,)`` int64 fitness in ticks (lower is better).
 Fitness = Callable[[Any], Any]
 #: :func:`tidgap.optimize.operators.breed` or a fused kernel with the same signature and result.

@@ -79,12 +79,12 @@ class Island:
 
     @classmethod
     def seeded(
-        cls, level: MemoryLevel, candidates: JointGenes, size: int, space: JointSpace
+        cls, level: MemoryLevel, candidates: JointGenes, times: Any, peaks: Any, size: int
     ) -> Island:
-        """The ``size`` fittest of ``candidates`` under ``level``."""
+        """The ``size`` fittest under ``level`` of ``candidates`` (repaired) with their
+        ``times`` ``(n,)`` and ``peaks`` ``(n, S)``."""
         xp = namespace(candidates.forward)
         held = xp.asarray(level.held, dtype=xp.int64)
-        times, peaks = space.evaluate(candidates)
         fitness = penalised(times, peaks, held)
         keep = xp.argsort(fitness, kind="stable")[:size]
         island = cls(level, held, candidates.take(keep), times[keep], peaks[keep], fitness[keep])

@@ -121,11 +121,12 @@ def nudge_lead(genes: JointGenes, forward_caps: Any, backward_caps: Any, u: Any)
 
 
 def shift_leads(genes: JointGenes, forward_caps: Any, backward_caps: Any, u: Any) -> JointGenes:
-    """Every backward of a stage from a random one on runs one forward earlier or later."""
+    """Every backward of a stage from a random one (of its ``N_s``) on runs one forward
+    earlier or later."""
     xp = namespace(genes.lead)
     stage, individuals = _stage(genes, u)
     rows = genes.lead[individuals, stage]
-    k = uniform_int(u[:, 1], 0, rows.shape[1])
+    k = uniform_int(u[:, 1], 0, xp.maximum((genes.backward[individuals, stage] > 0).sum(1), 1))
     column = xp.arange(rows.shape[1])[None, :]
     rows = rows + xp.where(column >= k[:, None], _step(u[:, 2])[:, None], 0)
     return _with_lead_rows(genes, rows.astype(genes.lead.dtype), stage, individuals)

@@ -1,16 +1,17 @@
 """A last deterministic local search around the joint GA's best plan within a memory level.
 
-The neighbours of an individual are the plans one step away in one gene of one stage: a
-partition step of :mod:`tidgap.optimize.polish` (one unit across a boundary, two
-microbatches merged, one halved) on the forward or the backward row, or one backward (or
-every backward from one on) run one forward earlier or later. All are repaired, scored in
-one batch and penalised under the level; the best improving one is taken until none
-improves, ``steps`` run out or the deadline passes.
+An individual is stacked as one ``(3, S, K)`` int32 array (forward, backward, lead). Its
+neighbours are the plans one step away in one gene of one stage: a partition step of
+:mod:`tidgap.optimize.polish` (one unit across a boundary, two microbatches merged, one
+halved) on the forward or the backward row, or one backward (or every backward from one
+on) run one forward earlier or later. They are streamed in batches of at most
+:data:`~tidgap.optimize.polish.BATCH_BYTES`, repaired, scored and penalised under the level;
+:func:`~tidgap.optimize.polish.descend` takes the best improving one until none improves
+or the deadline passes.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -19,48 +20,59 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel, penalised
-from tidgap.optimize.polish import rows_near
+from tidgap.optimize.polish import BATCH_BYTES, descend, rows_near
 
-#: Most descent steps without a deadline.
-MAX_STEPS = 200
+#: Bytes per gene of a candidate in a batch, with the repair's int64 temporaries.
+BYTES_PER_CANDIDATE_GENE = 96
 
 
 def lead_rows_near(lead: np.ndarray, backwards: int) -> Iterator[np.ndarray]:
-    """Lead rows one step from ``lead`` ``(K,)``: one entry ``k < backwards`` or the tail
-    from ``k`` on moved by one."""
+    """Lead rows one step from ``lead`` ``(K,)``: one entry ``k < backwards`` moved by one,
+    or every entry from ``k`` on (``k >= 1``; from 0 all of them move, ``k = 0`` alone
+    when there is one backward)."""
     for k in range(backwards):
         for step in (-1, 1):
-            single, tail = lead.copy(), lead.copy()
+            single = lead.copy()
             single[k] += step
-            tail[k:backwards] += step
             yield single
             if k > 0:
+                tail = lead.copy()
+                tail[k:backwards] += step
                 yield tail
 
 
-def neighbours(individual: JointGenes, space: JointSpace) -> JointGenes:
-    """Every individual one step from ``individual`` (``(1, S, K)`` host genes), unrepaired."""
-    forward, backward, lead = (
-        to_host(a)[0] for a in (individual.forward, individual.backward, individual.lead)
-    )
-    caps = (to_host(space.forward_caps), to_host(space.backward_caps))
-    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+def stacked_neighbours(stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray]) -> Iterator:
+    """Every individual one step from ``stacked`` ``(3, S, K)``, one at a time."""
+    forward, backward, lead = stacked
     for s in range(forward.shape[0]):
-        for row in rows_near(forward[s], int(caps[0][s])):
-            found.append((_with_row(forward, s, row), backward, lead))
-        for row in rows_near(backward[s], int(caps[1][s])):
-            found.append((forward, _with_row(backward, s, row), lead))
+        for gene, row_caps in ((0, caps[0]), (1, caps[1])):
+            for row in rows_near(stacked[gene, s], int(row_caps[s])):
+                changed = stacked.copy()
+                changed[gene, s] = row
+                yield changed
         for row in lead_rows_near(lead[s], int((backward[s] > 0).sum())):
-            found.append((forward, backward, _with_row(lead, s, row)))
+            changed = stacked.copy()
+            changed[2, s] = row
+            yield changed
+
+
+def batched(found: Iterator[np.ndarray], batch: int) -> Iterator[np.ndarray]:
+    """``found`` in ``(n, ...)`` stacks of at most ``batch``."""
+    chunk: list[np.ndarray] = []
+    for item in found:
+        chunk.append(item)
+        if len(chunk) == batch:
+            yield np.stack(chunk)
+            chunk = []
+    if chunk:
+        yield np.stack(chunk)
+
+
+def unstacked(stacked: np.ndarray, space: JointSpace) -> JointGenes:
+    """``(n, 3, S, K)`` host individuals as repaired genes on the space's ``xp``."""
     xp = namespace(space.forward_caps)
-    return JointGenes(*(xp.asarray(np.stack(part)) for part in zip(*found, strict=True)))
-
-
-def _with_row(genes: np.ndarray, s: int, row: np.ndarray) -> np.ndarray:
-    """A copy of ``genes`` ``(S, K)`` with row ``s`` replaced."""
-    changed = genes.copy()
-    changed[s] = row
-    return changed
+    genes = JointGenes(*(xp.asarray(np.ascontiguousarray(stacked[:, i])) for i in range(3)))
+    return genes.repaired(space.repair)
 
 
 def joint_polish(
@@ -71,18 +83,22 @@ def joint_polish(
     deadline: float | None = None,
 ) -> tuple[JointGenes, int]:
     """Steepest descent from ``individual`` (``(1, S, K)`` repaired genes, ``ticks`` its time,
-    within ``level``) among plans within ``level``; returns the individual reached and its
-    time in ticks."""
+    within ``level``) among plans within ``level``; returns the individual reached
+    (repaired) and its time in ticks."""
     xp = namespace(space.forward_caps)
     held = xp.asarray(level.held, dtype=xp.int64)
-    for _ in range(MAX_STEPS):
-        if deadline is not None and time.perf_counter() >= deadline:
-            break
-        candidates = neighbours(individual, space).repaired(space.repair)
-        times, peaks = space.evaluate(candidates)
-        fitness = to_host(penalised(times, peaks, held))
-        best = int(np.argmin(fitness))
-        if int(fitness[best]) >= ticks:
-            break
-        individual, ticks = candidates.take(slice(best, best + 1)), int(fitness[best])
-    return individual, ticks
+    caps = (to_host(space.forward_caps), to_host(space.backward_caps))
+    start = np.stack(
+        [to_host(g)[0] for g in (individual.forward, individual.backward, individual.lead)]
+    )
+    batch = max(1, BATCH_BYTES // (start.size * BYTES_PER_CANDIDATE_GENE))
+
+    def score(candidates: np.ndarray) -> np.ndarray:
+        times, peaks = space.evaluate(unstacked(candidates, space))
+        return to_host(penalised(times, peaks, held))
+
+    def batches(stacked: np.ndarray) -> Iterator[np.ndarray]:
+        return batched(stacked_neighbours(stacked, caps), batch)
+
+    best, best_ticks = descend(start, ticks, batches, score, deadline)
+    return unstacked(best[None], space), best_ticks

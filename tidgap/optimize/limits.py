@@ -68,14 +68,16 @@ def held_within(limit: float, activation_bytes: float, batch_size: int) -> int:
 
 
 def stage_level(problem: Problem) -> MemoryLevel:
-    """What the stages' own ``memory_limit`` allows (the whole batch where none is given)."""
+    """What the stages' own ``memory_limit`` allows (the whole batch where none is given),
+    labelled ``unlimited`` when no stage gives one."""
     held = [
         problem.batch_size
         if stage.memory_limit is None
         else held_within(stage.memory_limit, stage.activation_bytes, problem.batch_size)
         for stage in problem.stages
     ]
-    return MemoryLevel("unlimited", tuple(held))
+    limited = any(stage.memory_limit is not None for stage in problem.stages)
+    return MemoryLevel("stage memory_limit" if limited else "unlimited", tuple(held))
 
 
 def bytes_level(problem: Problem, limit: int) -> MemoryLevel:

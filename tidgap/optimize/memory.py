@@ -68,6 +68,20 @@ def search_footprint(
     )
 
 
+def joint_footprint(
+    population: int, islands: int, stages: int, width: int, units: int, seeds: int
+) -> SearchFootprint:
+    """The estimate for the joint GA: ``islands`` populations of ``population`` individuals,
+    each three ``(stages, width)`` int32 genes and ``(stages, 2 width)`` int8 op codes (3.5
+    genes' worth, where the dual GA has two), ``seeds`` seed individuals."""
+    genes = stages * width
+    return SearchFootprint(
+        population=islands * population * genes * BYTES_PER_GENE * 7 // 4,
+        seeds=seeds * genes * 14,
+        tables=stages * (units + 1) * TABLE_BYTES_PER_ENTRY,
+    )
+
+
 def available_memory() -> int:
     """Bytes of memory available now: ``MemAvailable`` of ``/proc/meminfo`` where there is
     one, else the free physical pages."""

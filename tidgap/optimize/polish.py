@@ -60,20 +60,20 @@ def neighbour_batches(genes: np.ndarray, caps: np.ndarray, batch: int) -> Iterat
         yield np.stack(found)
 
 
-def polish(
+def descend(
     genes: np.ndarray,
     fitness: int,
-    caps: np.ndarray,
+    batches: Callable[[np.ndarray], Iterator[np.ndarray]],
     score: Score,
     deadline: float | None = None,
-    batch_bytes: int = BATCH_BYTES,
 ) -> tuple[np.ndarray, int]:
-    """Steepest descent from ``genes`` ``(S, K)`` until a local optimum or ``deadline``
-    (a ``time.perf_counter()`` value); returns the chromosome reached and its fitness."""
-    batch = max(1, batch_bytes // max(genes.nbytes, 1))
+    """Steepest descent from ``genes`` over the candidates ``batches(genes)`` yields (arrays
+    of genes' shape with a leading batch axis) until a local optimum or ``deadline`` (a
+    ``time.perf_counter()`` value, checked after every batch); returns the genes reached and
+    their fitness."""
     while True:
         best, best_fitness = genes, fitness
-        for candidates in neighbour_batches(genes, caps, batch):
+        for candidates in batches(genes):
             scores = np.asarray(score(candidates))
             index = int(np.argmin(scores))
             if scores[index] < best_fitness:
@@ -83,3 +83,17 @@ def polish(
         if best_fitness >= fitness:
             return genes, fitness
         genes, fitness = best, best_fitness
+
+
+def polish(
+    genes: np.ndarray,
+    fitness: int,
+    caps: np.ndarray,
+    score: Score,
+    deadline: float | None = None,
+    batch_bytes: int = BATCH_BYTES,
+) -> tuple[np.ndarray, int]:
+    """:func:`descend` from the chromosome ``genes`` ``(S, K)`` over its partition
+    neighbours (:func:`neighbour_batches`), in batches of at most ``batch_bytes``."""
+    batch = max(1, batch_bytes // max(genes.nbytes, 1))
+    return descend(genes, fitness, lambda g: neighbour_batches(g, caps, batch), score, deadline)

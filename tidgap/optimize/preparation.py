@@ -1,19 +1,91 @@
-"""The setup a search shares with every family: the chromosome width, the equal seeds'
-microbatch counts, timed phases and the memory check."""
+"""The setup a search shares with every family: the backend and memory budget, the
+chromosome width, the equal seeds' microbatch counts, timed phases, the memory check and
+the progress reports."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
+from tidgap.backends import BACKENDS, Backend, default_backend
+from tidgap.backends.ticks import TickedProblem
 from tidgap.model.problem import Problem
-from tidgap.optimize.memory import SearchFootprint, require_within
+from tidgap.optimize.ga import Progress
+from tidgap.optimize.memory import (
+    SearchFootprint,
+    default_budget,
+    require_within,
+    search_footprint,
+)
+from tidgap.optimize.results import SearchProgress
+from tidgap.schedules.baselines import require_tractable
 
 #: Default bound on microbatches per stage (raised when a baseline or the caps need more).
 DEFAULT_MAX_MICROBATCHES = 64
+#: Share of a time limit a GA leaves to the final polish.
+POLISH_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class SearchStart:
+    """What a search settles first: the backend (``auto`` resolved) and its record, the
+    memory ``budget`` (bytes) and where it comes from, the population (at least 8) and the
+    ``started`` clock (``time.perf_counter()``)."""
+
+    backend: str
+    record: Backend
+    budget: int
+    budget_source: str
+    population: int
+    started: float
+
+
+def start_search(
+    problem: Problem, backend: str, population: int, max_memory: int | None
+) -> SearchStart:
+    """Check the backend's name, the smallest footprint against the budget and that the
+    baselines are tractable (``ValueError`` / :class:`InputError`), before any work."""
+    if backend not in ("auto", *BACKENDS):
+        raise ValueError(f"unknown backend {backend!r}")
+    started = time.perf_counter()
+    backend = default_backend() if backend == "auto" else backend
+    record = BACKENDS[backend]
+    budget = default_budget(record) if max_memory is None else max_memory
+    source = "half the available memory" if max_memory is None else "--max-memory"
+    population = max(population, 8)
+    footprint = search_footprint(population, problem.num_stages, 1, problem.num_units, 0)
+    require_memory(footprint, budget, source)
+    require_tractable(problem)
+    return SearchStart(backend, record, budget, source, population, started)
+
+
+def progress_reporter(
+    ticked: TickedProblem,
+    gpipe_time: float,
+    on_progress: Callable[[SearchProgress], None] | None,
+    offset: tuple[int, int] = (0, 0),
+) -> Callable[[Progress], None] | None:
+    """The GA's progress in ticks -> :class:`SearchProgress` in the problem's unit, its
+    generations and evaluations counted after ``offset`` (those of an earlier phase)."""
+    if on_progress is None:
+        return None
+
+    def report(progress: Progress) -> None:
+        on_progress(
+            SearchProgress(
+                progress.generation + offset[0],
+                progress.evaluations + offset[1],
+                progress.elapsed,
+                float(ticked.to_time(progress.best_ticks)),
+                gpipe_time,
+            )
+        )
+
+    return report
 
 
 def chromosome_width(problem: Problem, requested: int | None, counts_needed: list[int]) -> int:

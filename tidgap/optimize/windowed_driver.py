@@ -13,18 +13,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from types import ModuleType
 
 import numpy as np
 
-from tidgap.backends import BACKENDS, default_backend, load
+from tidgap.backends import load
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import namespace, to_host
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.flush_driver import RESTART_AFTER, flush_search
-from tidgap.optimize.ga import GeneticSettings, Progress, StopRule
+from tidgap.optimize.flush_driver import flush_search
+from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
@@ -32,27 +33,32 @@ from tidgap.optimize.joint import Island, JointSpace, evolve_islands
 from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
 from tidgap.optimize.joint_polish import joint_polish
 from tidgap.optimize.limits import (
+    ONE_F_ONE_B,
     MemoryLevel,
+    bytes_level,
     limit_in_force,
     penalised,
     tradeoff_levels,
 )
-from tidgap.optimize.memory import default_budget, search_footprint
+from tidgap.optimize.memory import joint_footprint
 from tidgap.optimize.order_genes import canonical, encode_lead
-from tidgap.optimize.preparation import Phases, chromosome_width, equal_seed_counts, require_memory
+from tidgap.optimize.preparation import (
+    POLISH_SHARE,
+    Phases,
+    chromosome_width,
+    equal_seed_counts,
+    progress_reporter,
+    require_memory,
+    start_search,
+)
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
-from tidgap.schedules.baselines import (
-    BaselineResult,
-    best_baselines,
-    one_f_one_b_plan,
-    require_tractable,
-)
+from tidgap.schedules.baselines import BaselineResult, best_baselines, one_f_one_b_plan
 from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, family_of
 from tidgap.schedules.held import require_flush_fits
 
-#: Share of a time limit the joint GA leaves to the final polish.
-POLISH_SHARE = 0.1
+#: Equal partitions (spread over the feasible counts) that also seed window orders.
+WINDOWED_SEED_COUNTS = 16
 #: The family searched.
 SEARCHED = SCHEDULES["windowed"]
 #: The first, flush search: the share of a time limit (and of ``generations``) it takes at
@@ -119,7 +125,9 @@ def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
     return MemoryLevel("1F1B", tuple(held.peak_held))
 
 
-def _compile(evaluator: OrderedEvaluator, ticked: TickedProblem, xp, repair: Repair) -> None:
+def _compile(
+    evaluator: OrderedEvaluator, ticked: TickedProblem, xp: ModuleType, repair: Repair
+) -> None:
     """Compile (or load from the disk cache) the backend's evaluator and repair on one tiny
     individual."""
     genes = np.zeros((1, ticked.num_stages, 1), dtype=GENE)
@@ -194,7 +202,7 @@ def windowed_search(
     population: int = 512,
     generations: int | None = None,
     time_limit: float | None = None,
-    stagnation: int | None = 200,
+    stagnation: int | None = None,
     backend: str = "auto",
     max_microbatches: int | None = None,
     on_progress: Callable[[SearchProgress], None] | None = None,
@@ -205,17 +213,16 @@ def windowed_search(
     memory_limit: str | int | None = None,
 ) -> SearchResult:
     """Search ordered plans for ``problem``; see :func:`tidgap.optimize.driver.search`."""
-    if backend not in ("auto", *BACKENDS):
-        raise ValueError(f"unknown backend {backend!r}")
-    started = time.perf_counter()
-    backend = default_backend() if backend == "auto" else backend
-    record = BACKENDS[backend]
-    budget = default_budget(record) if max_memory is None else max_memory
-    budget_source = "half the available memory" if max_memory is None else "--max-memory"
-    population = max(population, 8)
+    begun = start_search(problem, backend, population, max_memory)
+    backend, record, population, started = (
+        begun.backend,
+        begun.record,
+        begun.population,
+        begun.started,
+    )
     S, U = problem.num_stages, problem.num_units
-    require_memory(search_footprint(population, S, 1, U, 0), budget, budget_source)
-    require_tractable(problem)
+    if memory_limit is not None and memory_limit != ONE_F_ONE_B:
+        bytes_level(problem, int(memory_limit))  # refuse a byte limit before any work
     phases = Phases(on_phase)
     flush = None
     if flush_fits(problem):
@@ -252,7 +259,9 @@ def windowed_search(
     first = (flush.generations, flush.evaluations) if flush else (0, 0)
     left = None if generations is None else max(generations - first[0], 0)
     ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE)
-    stop = StopRule(left, ga_limit, stagnation, interrupted, started=started)
+    # The time limit does not cover compiling (the flush search's and this one's).
+    clock = started + phases.seconds.get("flush compile", 0.0) + phases.seconds["compile"]
+    stop = StopRule(left, ga_limit, stagnation, interrupted, started=clock)
     heuristics = dict(flush.heuristics) if flush else {}
     with phases("heuristics"):
         for name, build in HEURISTICS.items():
@@ -261,18 +270,23 @@ def windowed_search(
     plans = [*([flush.plan] if flush else []), *heuristics.values(), *initial_plans]
     wanted = [b.microbatches for b in baselines.values()]
     width = chromosome_width(
-        problem, max_microbatches, wanted + [len(p) for plan in plans for p in plan.forward]
+        problem,
+        max_microbatches,
+        wanted + [len(p) for plan in plans for p in plan.forward + plan.backward],
     )
     equal = seed_plans(problem, width, population, baselines)
-    everything = [*equal, *plans]
-    seeds = encode_plans([*everything, *windowed_seeds(everything, levels)], problem, width)
-    footprint = search_footprint(population * len(levels), S, width, U, seeds.size)
-    require_memory(footprint, budget, budget_source)
+    partitions = [*equal[:: 2 * max(1, len(equal) // (2 * WINDOWED_SEED_COUNTS))], *plans]
+    footprint = joint_footprint(
+        population, len(levels), S, width, U, len(equal) + len(partitions) * (len(levels) + 1)
+    )
+    require_memory(footprint, begun.budget, begun.budget_source)
     settings = GeneticSettings(population=population)
     rng = CounterRng(seed, xp)
     caps = (xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
     space = JointSpace(evaluator, *caps, width, breeder, repair)
     with phases("seeding"):
+        found = [*equal, *plans, *windowed_seeds(partitions, levels)]
+        seeds = encode_plans(found, problem, width)
         device_seeds = JointGenes(
             *(xp.asarray(a) for a in (seeds.forward, seeds.backward, seeds.lead))
         )
@@ -280,23 +294,10 @@ def windowed_search(
         candidates = JointGenes.concatenate(
             [device_seeds.repaired(repair), space.random(fill, rng)]
         )
-        islands = [Island.seeded(level, candidates, population, space) for level in levels]
-    report = None
-    if on_progress is not None:
-        gpipe_time = baselines["gpipe"].iteration_time
-
-        def report(progress: Progress) -> None:
-            best = float(ticked.to_time(progress.best_ticks))
-            on_progress(
-                SearchProgress(
-                    progress.generation + first[0],
-                    progress.evaluations + first[1],
-                    progress.elapsed,
-                    best,
-                    gpipe_time,
-                )
-            )
-
+        scored = (candidates, *space.evaluate(candidates))
+        islands = [Island.seeded(level, *scored, population) for level in levels]
+    gpipe_time = baselines["gpipe"].iteration_time
+    report = progress_reporter(ticked, gpipe_time, on_progress, first)
     evolution = evolve_islands(
         islands,
         levels.index(in_force),
@@ -311,7 +312,7 @@ def windowed_search(
     if evolution.stop_reason not in STOP_SIGNALS.values():
         with phases("polish"):
             found = polished(
-                found, levels, space, None if time_limit is None else started + time_limit
+                found, levels, space, None if time_limit is None else clock + time_limit
             )
     tradeoff = [
         TradeoffPoint(level, None, None) if best is None else decoded(best[0], problem, level)
