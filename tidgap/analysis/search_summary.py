@@ -49,6 +49,7 @@ def summary_lines(result: SearchResult) -> list[str]:
     unit = result.problem.time_unit
     family = SCHEDULES[result.schedule]
     setup = sum(result.setup.values())
+    compiling = sum(t for phase, t in result.setup.items() if phase.endswith("compile"))
     plan_time = result.evaluation.iteration_time
     rival = best_rival(result.baselines)
     return [
@@ -56,7 +57,7 @@ def summary_lines(result: SearchResult) -> list[str]:
         f"GPipe ({family.name}, {result.generations} generations, {result.evaluations} "
         "evaluations, "
         f"{result.wall_time:.1f} s of which setup {setup:.1f} s (compile "
-        f"{result.setup.get('compile', 0.0):.1f} s), {result.backend}, "
+        f"{compiling:.1f} s), {result.backend}, "
         f"stopped on {result.stop_reason})",
         f"  {verdict(plan_time, rival, unit, family.has_flush)}{over_limit(result, rival)}",
         *tradeoff_lines(result),
