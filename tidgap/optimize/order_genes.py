@@ -25,6 +25,7 @@ from tidgap.backends.xp import namespace
 from tidgap.model.plan import Plan
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, GENE, NO_OP, ORDER_GENE
 from tidgap.schedules.ir import forwards_before, prefix_sums
+from tidgap.schedules.ir import holder as holder_of
 
 
 def prefix(genes: Any) -> Any:
@@ -141,6 +142,6 @@ def encode_lead(plan: Plan, width: int) -> np.ndarray:
     for s, letters in enumerate(plan.stage_order().stages):
         forward, backward = prefix_sums(plan.forward[s]), prefix_sums(plan.backward[s])
         before = forwards_before(letters)[1:]
-        own = [int(np.searchsorted(forward, q, side="left")) for q in backward[1:]]
+        own = [holder_of(forward, q) for q in backward[1:]]
         genes[s, : len(before)] = np.subtract(before, own)
     return genes
