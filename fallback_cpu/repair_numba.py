@@ -37,14 +37,9 @@ def _individual(forward, backward, lead, out_lead, codes, fp, bp, before):  # pr
     """Repair one individual: ``(S, K)`` genes in, canonical ``out_lead`` and ``codes`` out;
     ``fp``/``bp`` ``(S, K+1)`` and ``before`` ``(S, K)`` scratch."""
     stages, width = forward.shape
-    forwards = np.empty(stages, dtype=np.int64)
-    backwards = np.empty(stages, dtype=np.int64)
-    for s in range(stages):
-        forwards[s] = _prefix(forward[s], fp[s])
-        backwards[s] = _prefix(backward[s], bp[s])
-    for s in range(stages - 1, -1, -1):
-        m = forwards[s]
-        n = backwards[s]
+    for s in range(stages - 1, -1, -1):  # stage s reads stage s+1's sums, made just before
+        m = _prefix(forward[s], fp[s])
+        n = _prefix(backward[s], bp[s])
         own = 0
         least = 0
         upstream = 0

@@ -14,7 +14,8 @@
 // finish (rules 1 or 2 broken: a deadlock). Arrays (row-major; int64 ticks, int32 sizes in
 // units, int8 ops):
 //   forward, backward (S, K)  sizes, zeros after each row's last
-//   order             (S, L)  ops per stage: 0 forward, 1 backward, -1 after the last
+//   order             (S, L)  ops per stage: TIDGAP_FORWARD_OP, TIDGAP_BACKWARD_OP, then
+//                             TIDGAP_NO_OP after the last (tidgap.optimize.genome's codes)
 //   forward_compute, backward_compute (S, T); forward_transfer, backward_transfer (S-1, T),
 //   backward_transfer[l] indexed by the sender's (stage l+1) size; tails (S,); T = U + 1
 //   scratch           (S, 6 (K+1)) int64: P, Q, EF, EB, A, A' per stage; cursors (S, 5) int32
@@ -24,6 +25,11 @@
 #define TIDGAP_WINDOWED_SIM_CUH
 
 #include "flush_chain.cuh"
+
+// The op codes come as -D defines from tidgap.kernels.source.operation_defines().
+#if !defined(TIDGAP_FORWARD_OP) || !defined(TIDGAP_BACKWARD_OP) || !defined(TIDGAP_NO_OP)
+#error "compile with tidgap.kernels.source.operation_defines() (-DTIDGAP_FORWARD_OP=...)"
+#endif
 
 // An iteration time no valid plan reaches (2^61 - 1, tidgap.backends.evaluator.INVALID):
 // what an order that cannot run scores.
@@ -66,10 +72,11 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
         }
         int fs = 0, bs = 0, j = 0;
         for (; j < ops && order[s * ops + j] >= 0; ++j) {
-            if (order[s * ops + j] == 0) ++fs; else if (order[s * ops + j] == 1) ++bs; else fs = -1;
+            const signed char code = order[s * ops + j];
+            if (code == TIDGAP_FORWARD_OP) ++fs; else if (code == TIDGAP_BACKWARD_OP) ++bs; else fs = -1;
         }
         for (; j < ops; ++j) {
-            if (order[s * ops + j] != -1) fs = -1;  // an op after the padding
+            if (order[s * ops + j] != TIDGAP_NO_OP) fs = -1;  // an op after the padding
         }
         if (fs != m || bs != n) {  // rule count
             for (int t = 0; t < stages; ++t) peak_held[t] = 0;
@@ -99,8 +106,8 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
                 const signed char op = order[s * ops + cursor[0]];
                 const int nf = cursor[1], nb = cursor[2];
                 tidgap_i64 start = 0;  // the stage is free when its previous op ends
-                if (cursor[0] > 0) start = order[s * ops + cursor[0] - 1] == 0 ? EF[nf] : EB[nb];
-                if (op == 0) {
+                if (cursor[0] > 0) start = order[s * ops + cursor[0] - 1] == TIDGAP_FORWARD_OP ? EF[nf] : EB[nb];
+                if (op == TIDGAP_FORWARD_OP) {
                     const int k = nf + 1;
                     if (s > 0) {
                         const int* up = cursors + (s - 1) * TIDGAP_CURSORS;

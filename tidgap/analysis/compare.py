@@ -59,9 +59,11 @@ def microbatch_summary(plan: Plan) -> str:
 Entry = tuple[str, str, str, float, Evaluation | None]
 
 
-def _plan_entry(problem: Problem, name: str, plan: Plan) -> Entry:
-    """The entry of a plan's row (flush or ordered)."""
-    evaluation = evaluate(problem, plan)
+def _plan_entry(
+    problem: Problem, name: str, plan: Plan, evaluation: Evaluation | None = None
+) -> Entry:
+    """The entry of a plan's row (flush or ordered); ``evaluation`` if already known."""
+    evaluation = evaluate(problem, plan) if evaluation is None else evaluation
     summary = microbatch_summary(plan)
     return name, family_of(plan).name, summary, evaluation.iteration_time, evaluation
 
@@ -73,17 +75,19 @@ def compare(
     *,
     baselines: dict[str, BaselineResult] | None = None,
     heuristics: dict[str, Plan] | None = None,
+    plan_evaluation: Evaluation | None = None,
 ) -> list[ComparisonRow]:
     """Rows for ``plan`` (if given, first, flush or ordered), the best GPipe, 1F1B and
     PipeDream, and the local greedy and global DP plans, each with its memory. Pass
-    ``baselines`` / ``heuristics`` already computed to save the work."""
+    ``baselines`` / ``heuristics`` / the plan's evaluation already computed to save the
+    work."""
     best = best_baselines(problem) if baselines is None else baselines
     if heuristics is None:
         heuristics = {name: build(problem) for name, build in HEURISTICS.items()}
     reference = best["gpipe"].iteration_time
     entries: list[Entry] = []
     if plan is not None:
-        entries.append(_plan_entry(problem, label, plan))
+        entries.append(_plan_entry(problem, label, plan, plan_evaluation))
     for name, result in best.items():
         evaluation = baseline_evaluation(problem, name, result.microbatches)
         entries.append((name, name, str(result.microbatches), result.iteration_time, evaluation))

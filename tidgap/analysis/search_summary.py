@@ -37,9 +37,11 @@ def verdict(plan_time: float, rival: BaselineResult, unit: str, flush: bool = Tr
 def over_limit(result: SearchResult, rival: BaselineResult) -> str:
     """`` (over the memory limit)`` when ``rival`` holds more than the search's limit in
     force allows on some stage (the search may not return such a plan), else ``""``."""
-    evaluation = baseline_evaluation(result.problem, rival.schedule, rival.microbatches)
     limit = result.memory_limit
-    if evaluation is None or limit is None or limit.admits(evaluation.peak_held):
+    if limit is None:
+        return ""
+    evaluation = baseline_evaluation(result.problem, rival.schedule, rival.microbatches)
+    if evaluation is None or limit.admits(evaluation.peak_held):
         return ""
     return " (over the memory limit)"
 

@@ -266,6 +266,7 @@ def _report(
         label="tidgap",
         baselines=result.baselines,
         heuristics=result.heuristics,
+        plan_evaluation=result.evaluation,
     )
     click.echo(format_table(rows, unit))
     if out is not None:

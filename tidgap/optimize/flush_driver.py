@@ -199,12 +199,8 @@ def flush_search(
                 "searches flush plans and would drop it (give its partitions alone)"
             )
     begun = start_search(problem, backend, population, max_memory)
-    backend, record, population, started = (
-        begun.backend,
-        begun.record,
-        begun.population,
-        begun.started,
-    )
+    backend, record = begun.backend, begun.record
+    population, started = begun.population, begun.started
     budget, budget_source = begun.budget, begun.budget_source
     U = problem.num_units
     require_flush_fits(problem)

@@ -23,7 +23,7 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.ga import GeneticSettings, Progress, StopRule, random_chromosomes
 from tidgap.optimize.genome import GENE, Population
 from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
-from tidgap.optimize.limits import OVER_LIMIT, MemoryLevel, penalised
+from tidgap.optimize.limits import MemoryLevel, penalised
 from tidgap.optimize.order_genes import canonical
 from tidgap.optimize.rng import CounterRng
 
@@ -138,17 +138,13 @@ class Island:
     def receive(self, genes: JointGenes, times: Any, peaks: Any) -> None:
         """Put the fittest of the migrants (by this island's level) in place of the least
         fit individual, if it beats this island's best."""
-        xp = namespace(times)
         fitness = penalised(times, peaks, self.held)
-        best = int(xp.argmin(fitness))
+        best = int(namespace(times).argmin(fitness))
         if int(fitness[best]) >= int(self.fitness.min()):
             return
-        worst = int(xp.argmax(self.fitness))
-        forward, backward = self.genes.forward.copy(), self.genes.backward.copy()
-        lead, codes = self.genes.lead.copy(), self.genes.codes.copy()
-        forward[worst], backward[worst] = genes.forward[best], genes.backward[best]
-        lead[worst], codes[worst] = genes.lead[best], genes.codes[best]
-        self.genes = JointGenes(forward, backward, lead, codes)
+        worst = int(namespace(times).argmax(self.fitness))
+        for mine, theirs in zip(self.genes.arrays(), genes.arrays(), strict=True):
+            mine[worst] = theirs[best]  # the island owns its arrays (_join, seeded: copies)
         self.times[worst], self.peaks[worst] = times[best], peaks[best]
         self.fitness[worst] = fitness[best]
 
@@ -160,24 +156,32 @@ class Island:
         self.since_improvement = 0 if improved else self.since_improvement + 1
         return improved
 
-    def best(self) -> tuple[JointGenes, int] | None:
-        """The fittest individual (``(1, S, K)`` genes) and its time in ticks, or ``None``
-        if no individual is within the level."""
-        index = int(self.elites(1)[0])
-        if int(self.fitness[index]) >= OVER_LIMIT:
-            return None
-        return self.genes.take(slice(index, index + 1)), int(self.times[index])
+
+def pooled(islands: list[Island], count: int | None = None) -> tuple[JointGenes, Any, Any]:
+    """``(genes, times, peaks)`` of every island's ``count`` fittest (all if ``None``), one
+    island after another."""
+    chosen = [slice(None) if count is None else island.elites(count) for island in islands]
+    genes = JointGenes.concatenate([i.genes.take(c) for i, c in zip(islands, chosen, strict=True)])
+    xp = namespace(genes.forward)
+    times = xp.concatenate([i.times[c] for i, c in zip(islands, chosen, strict=True)])
+    peaks = xp.concatenate([i.peaks[c] for i, c in zip(islands, chosen, strict=True)])
+    return genes, times, peaks
+
+
+def fastest_within(times: Any, peaks: Any, level: MemoryLevel) -> int | None:
+    """The index of the fastest individual (first on ties) whose ``peaks`` ``(n, S)`` are
+    within ``level``, or ``None`` if none is."""
+    xp = namespace(times)
+    fitness = penalised(times, peaks, xp.asarray(level.held, dtype=xp.int64))
+    index = int(xp.argmin(fitness))
+    return index if int(fitness[index]) == int(times[index]) else None
 
 
 def migrate(islands: list[Island]) -> None:
     """Every island receives the fittest, by its own level, of all islands' elites."""
-    pools = [(island, island.elites(MIGRANTS)) for island in islands]
-    genes = JointGenes.concatenate([island.genes.take(index) for island, index in pools])
-    xp = namespace(genes.forward)
-    times = xp.concatenate([island.times[index] for island, index in pools])
-    peaks = xp.concatenate([island.peaks[index] for island, index in pools])
+    migrants = pooled(islands, MIGRANTS)
     for island in islands:
-        island.receive(genes, times, peaks)
+        island.receive(*migrants)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,11 @@ class JointGenes:
         """``P``."""
         return int(self.forward.shape[0])
 
+    def arrays(self) -> tuple[Any, ...]:
+        """``forward``, ``backward``, ``lead`` and, when present, ``codes``."""
+        genes = (self.forward, self.backward, self.lead)
+        return genes if self.codes is None else (*genes, self.codes)
+
     def take(self, index: Any) -> JointGenes:
         """The individuals at ``index`` (an index array or a slice)."""
         codes = None if self.codes is None else self.codes[index]

@@ -71,13 +71,12 @@ def counts(genes: Any) -> Any:
     return (genes > 0).sum(axis=-1)
 
 
-def repair_before(forward: Any, backward: Any, before: Any) -> Any:
+def repair_before(forward_prefix: Any, backward_prefix: Any, before: Any) -> Any:
     """model.md's repair on ``before`` (``(P, S, K)`` ``a[s][k]``, non-decreasing, at most
-    ``M_s``; padding ``M_s``): for ``s = S-1`` down to 0, each ``a[s][k]`` raised to the
-    least value that meets rules 1 and 2 and is at least ``a[s][k-1]``. Valid orders are
-    unchanged."""
+    ``M_s``; padding ``M_s``), given the partitions' ``(P, S, K+1)`` :func:`prefix` sums: for
+    ``s = S-1`` down to 0, each ``a[s][k]`` raised to the least value that meets rules 1 and
+    2 and is at least ``a[s][k-1]``. Valid orders are unchanged."""
     xp = namespace(before)
-    forward_prefix, backward_prefix = prefix(forward), prefix(backward)
     before = before.astype(xp.int64)
     stages = before.shape[1]
     raised = [None] * stages
@@ -98,13 +97,14 @@ def lower(forward: Any, backward: Any, lead: Any) -> tuple[Any, Any]:
     clipped to ``0..M_s``, made non-decreasing, repaired; padding ``M_s``) and ``own``, both
     ``(P, S, K)`` int64."""
     xp = namespace(lead)
-    own = own_forwards(prefix(forward), prefix(backward))
+    forward_prefix, backward_prefix = prefix(forward), prefix(backward)
+    own = own_forwards(forward_prefix, backward_prefix)
     forwards = counts(forward)[..., None]
     column = xp.arange(lead.shape[-1])[None, None, :]
     before = xp.clip(own + lead.astype(xp.int64), 0, forwards)
     before = xp.where(column < counts(backward)[..., None], before, forwards)
     before = xp.maximum.accumulate(before, axis=-1)
-    return repair_before(forward, backward, before), own
+    return repair_before(forward_prefix, backward_prefix, before), own
 
 
 def canonical(forward: Any, backward: Any, lead: Any) -> tuple[Any, Any]:

@@ -20,7 +20,6 @@ import numpy as np
 from tidgap.backends import load
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
-from tidgap.backends.xp import namespace, to_host
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
@@ -29,7 +28,7 @@ from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
-from tidgap.optimize.joint import Island, JointSpace, evolve_islands
+from tidgap.optimize.joint import Island, JointSpace, evolve_islands, fastest_within, pooled
 from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
 from tidgap.optimize.joint_polish import joint_polish
 from tidgap.optimize.limits import (
@@ -37,7 +36,6 @@ from tidgap.optimize.limits import (
     MemoryLevel,
     bytes_level,
     limit_in_force,
-    penalised,
     tradeoff_levels,
 )
 from tidgap.optimize.memory import joint_footprint
@@ -53,9 +51,14 @@ from tidgap.optimize.preparation import (
 )
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
-from tidgap.schedules.baselines import BaselineResult, best_baselines, one_f_one_b_plan
-from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, family_of
-from tidgap.schedules.held import require_flush_fits
+from tidgap.schedules.baselines import BaselineResult, best_baselines
+from tidgap.schedules.families import (
+    SCHEDULES,
+    TIMED_BASELINES,
+    baseline_evaluation,
+    family_of,
+)
+from tidgap.schedules.held import flush_fits
 
 #: Equal partitions (spread over the feasible counts) that also seed window orders.
 WINDOWED_SEED_COUNTS = 16
@@ -66,15 +69,6 @@ SEARCHED = SCHEDULES["windowed"]
 FLUSH_SHARE = 0.25
 FLUSH_GENERATIONS = 300
 FLUSH_STAGNATION = 100
-
-
-def flush_fits(problem: Problem) -> bool:
-    """Whether a flush plan (which holds the whole batch) is within every stage's limit."""
-    try:
-        require_flush_fits(problem)
-    except InputError:
-        return False
-    return True
 
 
 def flush_generations(generations: int | None) -> int:
@@ -121,7 +115,8 @@ def windowed_seeds(plans: Sequence[Plan], levels: Sequence[MemoryLevel]) -> list
 
 def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
     """What the best 1F1B holds on each stage (samples)."""
-    held = SCHEDULES["1f1b"].evaluate(problem, one_f_one_b_plan(problem, best.microbatches))
+    held = baseline_evaluation(problem, best.schedule, best.microbatches)
+    assert held is not None, "1F1B has a timeline"
     return MemoryLevel("1F1B", tuple(held.peak_held))
 
 
@@ -139,15 +134,9 @@ def _compile(
 
 def best_within(islands: list[Island], level: MemoryLevel) -> tuple[JointGenes, int] | None:
     """The fastest individual of any island within ``level`` and its ticks, or ``None``."""
-    genes = JointGenes.concatenate([island.genes for island in islands])
-    xp = namespace(genes.forward)
-    times = xp.concatenate([island.times for island in islands])
-    peaks = xp.concatenate([island.peaks for island in islands])
-    fitness = penalised(times, peaks, xp.asarray(level.held, dtype=xp.int64))
-    index = int(xp.argmin(fitness))
-    if int(fitness[index]) != int(times[index]):
-        return None
-    return genes.take(slice(index, index + 1)), int(times[index])
+    genes, times, peaks = pooled(islands)
+    index = fastest_within(times, peaks, level)
+    return None if index is None else (genes.take(slice(index, index + 1)), int(times[index]))
 
 
 def polished(
@@ -175,14 +164,8 @@ def fastest_admitted(
     kept = [best for best in found if best is not None]
     if not kept:
         return None
-    genes = JointGenes.concatenate([best[0] for best in kept])
-    xp = namespace(genes.forward)
-    times, peaks = space.evaluate(genes)
-    fitness = to_host(penalised(times, peaks, xp.asarray(level.held, dtype=xp.int64)))
-    index = int(np.argmin(fitness))
-    if int(fitness[index]) != int(to_host(times)[index]):
-        return None
-    return kept[index]
+    index = fastest_within(*space.evaluate(JointGenes.concatenate([b[0] for b in kept])), level)
+    return None if index is None else kept[index]
 
 
 def decoded(genes: JointGenes, problem: Problem, level: MemoryLevel) -> TradeoffPoint:
@@ -214,12 +197,8 @@ def windowed_search(
 ) -> SearchResult:
     """Search ordered plans for ``problem``; see :func:`tidgap.optimize.driver.search`."""
     begun = start_search(problem, backend, population, max_memory)
-    backend, record, population, started = (
-        begun.backend,
-        begun.record,
-        begun.population,
-        begun.started,
-    )
+    backend, record = begun.backend, begun.record
+    population, started = begun.population, begun.started
     S, U = problem.num_stages, problem.num_units
     if memory_limit is not None and memory_limit != ONE_F_ONE_B:
         bytes_level(problem, int(memory_limit))  # refuse a byte limit before any work

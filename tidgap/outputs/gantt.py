@@ -103,10 +103,9 @@ def batch_size(timeline: Timeline) -> int:
     return sum(step.size for step in timeline.stages[0] if step.kind == "F")
 
 
-def _held(ax: Any, timeline: Timeline, s: int, batch: int) -> None:
-    """Stage ``s``'s held samples as a step line over its lane: none at the bottom of the
-    bars, ``batch`` at their top."""
-    points = timeline.held(s)
+def _held(ax: Any, points: list[tuple[float, int]], s: int, batch: int) -> None:
+    """Stage ``s``'s held samples (``(time, samples)`` steps) as a step line over its lane:
+    none at the bottom of the bars, ``batch`` at their top."""
     heights = [s + STAGE_HEIGHT * (0.5 - held / max(batch, 1)) for _, held in points]
     times = [time for time, _ in points]
     ax.step(times, heights, where="post", color=HELD_COLOUR, linewidth=0.9)
@@ -116,10 +115,11 @@ def _panel(ax: Any, timeline: Timeline, span: float, width_pixels: float) -> Non
     """Draw ``timeline`` on ``ax``: stage ``s`` is lane ``s`` from the top."""
     units_per_pixel = span / width_pixels
     batch = batch_size(timeline)
+    held = [timeline.held(s) for s in range(timeline.num_stages)]
     for s, steps in enumerate(timeline.stages):
         _bars(ax, steps, s, STAGE_HEIGHT, COLOURS, "white")
         _labels(ax, steps, s, units_per_pixel)
-        _held(ax, timeline, s, batch)
+        _held(ax, held[s], s, batch)
     for link, steps in enumerate(timeline.links):
         for kind, offset in (("F", -LINK_HEIGHT / 2), ("B", LINK_HEIGHT / 2)):
             chosen = [step for step in steps if step.kind == kind]
@@ -141,7 +141,7 @@ def _panel(ax: Any, timeline: Timeline, span: float, width_pixels: float) -> Non
     )
     ax.set_ylim(timeline.num_stages - 0.5, -0.6)
     bubble = report(timeline, None).overall_bubble
-    peak = max(held for s in range(timeline.num_stages) for _, held in timeline.held(s))
+    peak = max(samples for points in held for _, samples in points)
     ax.set_title(
         f"{timeline.label}: iteration {end:.6g} {timeline.time_unit}, bubble {bubble:.1%}, "
         f"peak held {peak} of {batch} samples",

@@ -28,12 +28,23 @@ def peak_memory(problem: Problem, peak_held: list[int]) -> tuple[list[float], li
     return memory, over
 
 
+def flush_over_limit(problem: Problem) -> tuple[list[float], list[int]]:
+    """A flush plan's ``(peak_memory, over_memory_limit)``; ``([], [])`` without
+    ``activation_bytes``."""
+    return peak_memory(problem, flush_peak_held(problem)) or ([], [])
+
+
+def flush_fits(problem: Problem) -> bool:
+    """Whether a flush plan (which holds the whole batch) is within every stage's limit."""
+    return not flush_over_limit(problem)[1]
+
+
 def require_flush_fits(problem: Problem) -> None:
     """Raise :class:`InputError` on ``stages[s].memory_limit`` if a flush plan, which holds
     the whole batch on every stage, is over some stage's limit: then no flush plan is
     within it, and a search of flush plans must not return one (model.md, Memory)."""
-    memory = peak_memory(problem, flush_peak_held(problem))
-    if memory is None or not memory[1]:
+    memory = flush_over_limit(problem)
+    if not memory[1]:
         return
     s = memory[1][0]
     limit = problem.stages[s].memory_limit
