@@ -34,16 +34,20 @@ def prefix_sums(sizes: np.ndarray, num_units: int) -> tuple[np.ndarray, np.ndarr
     (sizes in ``0..U``, zeros only at the end: the first ``count`` sum to ``U``)."""
     prefix = np.zeros((*sizes.shape[:2], sizes.shape[2] + 1), dtype=np.int64)
     np.cumsum(sizes, axis=2, out=prefix[:, :, 1:])
-    used = np.count_nonzero(sizes, axis=2)
-    leading = np.take_along_axis(prefix, used[..., None], axis=2)[..., 0]
+    short = prefix[:, :, 1:] < num_units  # before the microbatch that completes the row
     bad = (
-        (sizes.view(np.uint64) > num_units).any(axis=2)  # negatives read as too large
-        | (prefix[:, :, -1] != num_units)
-        | (leading != num_units)
-    ).any(axis=1)
+        (sizes.view(np.uint64) > num_units)  # negatives read as too large
+        | (short & (sizes == 0))  # a zero before the row is complete
+    ).any(axis=(1, 2)) | (prefix[:, :, -1] != num_units).any(axis=1)
     if bad.any():
         raise ValueError(not_partitions(int(np.argmax(bad)), num_units))
+    used = short.sum(axis=2, dtype=np.int64) + 1
     return prefix, used
+
+
+def count_dtype(width: int) -> type[np.signedinteger]:
+    """The smallest dtype used for microbatch indices and counts up to ``width``."""
+    return np.int8 if width < 127 else np.int64
 
 
 def unit_holders(sizes: np.ndarray, num_units: int) -> np.ndarray:
@@ -51,7 +55,7 @@ def unit_holders(sizes: np.ndarray, num_units: int) -> np.ndarray:
     ``min{i : prefix[i] >= v}`` (the microbatch holding unit ``v``; 0 for ``v = 0``), one
     ``repeat`` of the microbatch indices by their sizes."""
     width = sizes.shape[-1]
-    dtype = np.int8 if width < 127 else np.int64
+    dtype = count_dtype(width)
     counts = np.ones((*sizes.shape[:-1], width + 1), dtype=np.int64)
     counts[..., 1:] = sizes
     indices = np.broadcast_to(np.arange(width + 1, dtype=dtype), counts.shape)
@@ -79,22 +83,15 @@ def counts_hold(order: np.ndarray, forwards: np.ndarray, backwards: np.ndarray) 
 
 
 def peaks(order: np.ndarray, P: np.ndarray, Q: np.ndarray) -> np.ndarray:
-    """``(P, S)`` units held at most after any forward: ``P[s][i] - Q[s][j]`` with ``i``
-    forwards done and ``j`` backwards before it (model.md, Memory), over the forwards only
-    (flat: ``i`` is a forward's rank in its row, ``j`` its position + 1 - ``i``)."""
-    rows, L = order.shape[0] * order.shape[1], order.shape[2]
-    is_forward = order.reshape(rows, L) == FORWARD_OP
-    forwards = np.count_nonzero(is_forward, axis=1)
-    at = np.flatnonzero(is_forward)
-    row = at // L
-    i = np.arange(1, len(at) + 1) - (np.cumsum(forwards) - forwards)[row]
-    j = at - row * L + 1 - i
-    width_p, width_q = P.shape[2], Q.shape[2]
-    held = P.ravel()[row * width_p + np.minimum(i, width_p - 1)]
-    held -= Q.ravel()[row * width_q + np.minimum(j, width_q - 1)]
-    out = np.zeros(rows, dtype=np.int64)
-    np.maximum.at(out, row, held)
-    return out.reshape(order.shape[:2])
+    """``(P, S)`` units held at most after any op: ``P[s][i] - Q[s][j]`` with ``i``
+    forwards and ``j`` backwards done (model.md, Memory). Past a row's ops (and in rows that
+    break rule ``count``, whose peaks are not used) the indices are clipped to the tables."""
+    i = np.cumsum(order == FORWARD_OP, axis=2, dtype=np.intp)
+    j = np.arange(1, order.shape[2] + 1, dtype=np.intp) - i
+    np.minimum(i, P.shape[2] - 1, out=i)
+    np.minimum(j, Q.shape[2] - 1, out=j)
+    held = np.take_along_axis(P, i, axis=2) - np.take_along_axis(Q, j, axis=2)
+    return held.max(axis=2, initial=0)
 
 
 def padded(stages: np.ndarray, below: int, above: int) -> np.ndarray:
@@ -116,7 +113,8 @@ def slot_tables(
     Ps, Qs = P.transpose(1, 0, 2), Q.transpose(1, 0, 2)  # (S, P, K+1)
     Hf = unit_holders(forward.transpose(1, 0, 2), U)
     shape = (stages + 2, count, width_f + Q.shape[2])
-    first, second = np.zeros(shape, dtype=Hf.dtype), np.zeros(shape, dtype=Hf.dtype)
+    dtype = count_dtype(max(forward.shape[2], backward.shape[2]))
+    first, second = np.zeros(shape, dtype=dtype), np.zeros(shape, dtype=dtype)
     cost = np.zeros(shape, dtype=np.int32 if 2 * stages * (U + 1) < 2**31 else np.int64)
     first[2 : stages + 1, :, :width_f] = holders(Hf[:-1], Ps[1:])
     first[1 : stages + 1, :, width_f:] = holders(Hf, Qs)
@@ -159,7 +157,7 @@ class _Rounds:
         self.first, self.second, self.rows = first.ravel(), second.ravel(), rows.ravel()
         self.order = order.ravel()
         self.times = np.zeros(self.count * 2 * self.W, dtype=np.int64)
-        self.done = np.zeros(2 * self.count, dtype=np.int64)
+        self.done = np.zeros(2 * self.count, dtype=first.dtype)  # counts, like the waits
         self.position = np.zeros(self.count, dtype=np.int64)
         self.free = np.zeros(self.count, dtype=np.int64)
 
@@ -254,6 +252,10 @@ def ordered_ends(
     U = ticked.num_units
     (P, forwards), (Q, backwards) = prefix_sums(forward, U), prefix_sums(backward, U)
     valid = counts_hold(order, forwards, backwards)
+    # Past the most microbatches any row uses there are only zeros (and NO_OP): cut them.
+    kf, kb = int(forwards.max(initial=1)), int(backwards.max(initial=1))
+    forward, backward, order = forward[..., :kf], backward[..., :kb], order[..., : kf + kb]
+    P, Q = P[..., : kf + 1], Q[..., : kb + 1]
     length = np.where(valid[:, None], forwards + backwards, 0).T  # (S, P)
     tables = slot_tables(forward, backward, P, Q, U)
     width_f, width = P.shape[2], tables[0].shape[2]
