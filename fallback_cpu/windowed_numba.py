@@ -12,19 +12,20 @@ sums in units)::
                       EB[s][k] = start + Tb_s(c_k)
                       A'[s][k] = max(EB[s][k], A'[s][k-1]) + Cb_{s-1}(c_k)     A'[s][0] = 0
 
-(``A[s][0] = 0`` stands for ``-inf``: ticks are non-negative.) The stages are swept in
-turn, each running ops until one waits for an input not yet computed; a sweep in which
-nothing runs ends the loop, so it stops after at most ``2 S K + 1`` sweeps. An individual
-with ops left (deadlock: rules 1 or 2 broken) or whose order row breaks rule ``count``
-scores ``INVALID`` with ``peak_held`` 0. Sizes that are not partitions of ``U`` raise
-``ValueError``.
+(``A[s][0] = 0`` stands for ``-inf``: ticks are non-negative.) A worklist of stages drives
+the loop: a stage runs ops until one waits for an input not yet computed, and a stage that
+ran puts its two neighbours (the only stages it can unblock) back on the list; the loop
+ends when the list is empty. An individual with ops left (deadlock: rules 1 or 2 broken)
+or whose order row breaks rule ``count`` scores ``INVALID`` with ``peak_held`` 0. Sizes
+that are not partitions of ``U`` raise ``ValueError``.
 
 Parallel mapping: ``prange`` over chunks of individuals (a few per thread); each chunk
-allocates its scratch once: ``(S, K+1)`` int64 prefix sums, end times, arrivals and the
-holder indices (``i`` and ``own`` above, each counted without branches: a walk mispredicts
-on random partitions), and ``(S,)`` int64 counters; ``peak_held`` is a branch-free pass over
-the order. Numba is imported only when this module is (``import tidgap`` does not import
-it).
+allocates its scratch once: ``(S, K+1)`` int64 prefix sums, end times and the holder
+indices (``i`` and ``own`` above, each a merge of two prefix rows advanced without
+branches: a walk mispredicts on random partitions), ``(S+2, K+1)`` arrivals and ``(S+2,)``
+op counts with a padding stage on either side, and ``(S,)`` int64 counters; ``peak_held``
+is a branch-free pass over the order. Numba is imported only when this module is
+(``import tidgap`` does not import it).
 """
 
 from __future__ import annotations
@@ -62,16 +63,17 @@ def _prefix(row, prefix, num_units):  # pragma: no cover - compiled
 
 
 @njit(cache=True, boundscheck=False, nogil=True)
-def _holders(rows, length, queries, count, out):  # pragma: no cover - compiled
-    """``out[k] = min{i : rows[i] >= queries[k]}`` for ``k = 1..count``, over ``rows[0..length]``
-    (non-decreasing, ``rows[0] = 0`` below every query): the number of entries below the
-    query, counted without branches (a walk mispredicts, or waits on each load)."""
-    for k in range(1, count + 1):
-        q = queries[k]
-        below = 0
-        for i in range(length + 1):
-            below += rows[i] < q
-        out[k] = below
+def _holders(rows, queries, count, out):  # pragma: no cover - compiled
+    """``out[k] = min{i : rows[i] >= queries[k]}`` for ``k = 1..count`` (both non-decreasing,
+    ``rows[0] = 0`` below every query, the row's last prefix ``U`` above none): one merge of
+    the two, advanced without branches (a walk's branches mispredict on random partitions)."""
+    i = 0
+    k = 1
+    while k <= count:
+        under = rows[i] < queries[k]
+        out[k] = i  # rewritten until the query is passed
+        i += under
+        k += 1 - under
 
 
 @njit(parallel=True, cache=True, boundscheck=False, nogil=True)
@@ -79,7 +81,8 @@ def _ordered_kernel(
     forward, backward, order, fc, bc, ft, bt, tails, unit, chunk
 ):  # pragma: no cover - compiled
     """``ticks (P,)``, ``peaks (P, S)`` and ``1 +`` the index of an individual whose sizes
-    are not partitions (0 when none)."""
+    are not partitions (0 when none). ``ft`` / ``bt``: ``(S, U+1)`` link ticks of each
+    stage's forwards / backwards (0 for the last / first stage's)."""
     population, stages, kf = forward.shape
     kb = backward.shape[2]
     width = order.shape[2]
@@ -93,18 +96,22 @@ def _ordered_kernel(
         pf = np.zeros((stages, kf + 1), dtype=np.int64)
         qb = np.zeros((stages, kb + 1), dtype=np.int64)
         ef = np.zeros((stages, kf + 1), dtype=np.int64)
-        af = np.zeros((stages, kf + 1), dtype=np.int64)
-        eb = np.zeros((stages, kb + 1), dtype=np.int64)
-        ab = np.zeros((stages, kb + 1), dtype=np.int64)
         upstream = np.zeros((stages, kf + 1), dtype=np.int64)
         own = np.zeros((stages, kb + 1), dtype=np.int64)
         downstream = np.zeros((stages, kb + 1), dtype=np.int64)
         m = np.zeros(stages, dtype=np.int64)
         n = np.zeros(stages, dtype=np.int64)
-        nf = np.zeros(stages, dtype=np.int64)
-        nb = np.zeros(stages, dtype=np.int64)
         position = np.zeros(stages, dtype=np.int64)
         free = np.zeros(stages, dtype=np.int64)
+        stack = np.zeros(stages, dtype=np.int64)
+        queued = np.zeros(stages, dtype=np.bool_)
+        # Row s + 1 is stage s; rows 0 and S + 1 are never waited on (all done, arrivals
+        # 0), so the first and last stages need no branches.
+        af = np.zeros((stages + 2, kf + 1), dtype=np.int64)
+        ab = np.zeros((stages + 2, kb + 1), dtype=np.int64)
+        nf = np.zeros(stages + 2, dtype=np.int64)
+        nb = np.zeros(stages + 2, dtype=np.int64)
+        nf[0] = nb[stages + 1] = kf + kb + 1
         for p in range(c * chunk, min((c + 1) * chunk, population)):
             partitions = True
             for s in range(stages):
@@ -135,59 +142,64 @@ def _ordered_kernel(
                 continue
             for s in range(stages):
                 if s > 0:
-                    _holders(pf[s - 1], m[s - 1], pf[s], m[s], upstream[s])
-                _holders(pf[s], m[s], qb[s], n[s], own[s])
+                    _holders(pf[s - 1], pf[s], m[s], upstream[s])
+                _holders(pf[s], qb[s], n[s], own[s])
                 if s < last:
-                    _holders(qb[s + 1], n[s + 1], qb[s], n[s], downstream[s])
-                nf[s] = 0
-                nb[s] = 0
+                    _holders(qb[s + 1], qb[s], n[s], downstream[s])
+                nf[s + 1] = 0
+                nb[s + 1] = 0
                 position[s] = 0
                 free[s] = 0
-            progressed = True
-            while remaining > 0 and progressed:
-                progressed = False
-                for s in range(stages):
-                    while position[s] < m[s] + n[s]:
-                        if order[p, s, position[s]] == FORWARD_OP:
-                            k = nf[s] + 1
-                            start = free[s]
-                            if s > 0:
-                                i = upstream[s, k]
-                                if nf[s - 1] < i:
-                                    break
-                                start = max(start, af[s - 1, i])
-                            size = forward[p, s, k - 1]
-                            end = start + fc[s, size]
-                            ef[s, k] = end
-                            if s < last:
-                                af[s, k] = max(end, af[s, k - 1]) + ft[s, size]
-                            nf[s] = k
-                        else:
-                            k = nb[s] + 1
-                            mine = own[s, k]
-                            if nf[s] < mine:
-                                break
-                            start = max(free[s], ef[s, mine])
-                            if s < last:
-                                i = downstream[s, k]
-                                if nb[s + 1] < i:
-                                    break
-                                start = max(start, ab[s + 1, i])
-                            size = backward[p, s, k - 1]
-                            end = start + bc[s, size]
-                            eb[s, k] = end
-                            if s > 0:
-                                ab[s, k] = max(end, ab[s, k - 1]) + bt[s - 1, size]
-                            nb[s] = k
-                        free[s] = end
-                        position[s] += 1
-                        remaining -= 1
-                        progressed = True
+            # A worklist of stages: one that ran an op may unblock its neighbours.
+            top = 0
+            for s in range(last, -1, -1):
+                stack[top] = s
+                queued[s] = True
+                top += 1
+            while top > 0:
+                top -= 1
+                s = stack[top]
+                queued[s] = False
+                r = s + 1
+                ran = position[s]
+                while position[s] < m[s] + n[s]:
+                    if order[p, s, position[s]] == FORWARD_OP:
+                        k = nf[r] + 1
+                        i = upstream[s, k]
+                        if nf[r - 1] < i:
+                            break
+                        size = forward[p, s, k - 1]
+                        end = max(free[s], af[r - 1, i]) + fc[s, size]
+                        ef[s, k] = end
+                        af[r, k] = max(end, af[r, k - 1]) + ft[s, size]
+                        nf[r] = k
+                    else:
+                        k = nb[r] + 1
+                        mine = own[s, k]
+                        i = downstream[s, k]
+                        if (nf[r] < mine) | (nb[r + 1] < i):
+                            break
+                        size = backward[p, s, k - 1]
+                        end = max(free[s], ef[s, mine], ab[r + 1, i]) + bc[s, size]
+                        ab[r, k] = max(end, ab[r, k - 1]) + bt[s, size]
+                        nb[r] = k
+                    free[s] = end
+                    position[s] += 1
+                if position[s] > ran:
+                    remaining -= position[s] - ran
+                    if s > 0 and not queued[s - 1]:
+                        stack[top] = s - 1
+                        queued[s - 1] = True
+                        top += 1
+                    if s < last and not queued[s + 1]:
+                        stack[top] = s + 1
+                        queued[s + 1] = True
+                        top += 1
             if remaining > 0:
                 continue
             best = np.int64(0)
             for s in range(stages):
-                best = max(best, eb[s, n[s]] + tails[s])
+                best = max(best, free[s] + tails[s])  # its last op: its last backward
                 # Held after each op; after a backward it is below its value after the
                 # last forward, so the most over all ops is the most over the forwards.
                 i = 0
@@ -201,6 +213,15 @@ def _ordered_kernel(
                 peaks[p, s] = peak * unit
             ticks[p] = best
     return ticks, peaks, bad.max()
+
+
+def link_tables(ticked: TickedProblem) -> tuple[np.ndarray, np.ndarray]:
+    """``(S, U+1)`` int64 link ticks of each stage's forwards and backwards, with a zero row
+    for the last stage's forwards and the first stage's backwards (no link)."""
+    none = np.zeros((1, ticked.num_units + 1), dtype=np.int64)
+    forward = np.asarray(ticked.forward_transfer, dtype=np.int64).reshape(-1, none.shape[1])
+    backward = np.asarray(ticked.backward_transfer, dtype=np.int64).reshape(-1, none.shape[1])
+    return np.concatenate((forward, none)), np.concatenate((none, backward))
 
 
 def ordered_ends(
@@ -227,8 +248,7 @@ def ordered_ends(
         order,
         np.ascontiguousarray(t.forward_compute, dtype=np.int64),
         np.ascontiguousarray(t.backward_compute, dtype=np.int64),
-        np.ascontiguousarray(t.forward_transfer, dtype=np.int64).reshape(-1, t.num_units + 1),
-        np.ascontiguousarray(t.backward_transfer, dtype=np.int64).reshape(-1, t.num_units + 1),
+        *link_tables(t),
         np.ascontiguousarray(t.tails, dtype=np.int64),
         np.int64(t.unit),
         chunk,
