@@ -147,6 +147,12 @@ def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
     "with variable microbatch sizes but one partition (Megatron, DynaPipe) run as is.",
 )
 @click.option(
+    "--no-recompute",
+    is_flag=True,
+    help="Only plans whose backward boundaries are forward boundaries on every stage "
+    "(windowed): tidgap run executes them without recomputing forwards.",
+)
+@click.option(
     "--max-memory",
     type=MemorySize(),
     help="Refuse a search whose estimated memory exceeds this (bytes, or 8G, 512MiB, ...; "
@@ -174,6 +180,7 @@ def search_command(
     gpu: bool,
     cpu: bool,
     same_partition: bool,
+    no_recompute: bool,
     max_memory: int | None,
     out: str | None,
     gantt: str | None,
@@ -214,6 +221,7 @@ def search_command(
                     max_microbatches=max_microbatches,
                     on_progress=progress,
                     same_partition=same_partition,
+                    no_recompute=no_recompute,
                     interrupted=signals.received,
                     on_phase=None if progress is None else progress.phase,
                     max_memory=max_memory,

@@ -76,6 +76,7 @@ def search(
     on_phase: Callable[[str], None] | None = None,
     max_memory: int | None = None,
     memory_limit: str | int | None = None,
+    no_recompute: bool = False,
 ) -> SearchResult:
     """Search ``schedule`` plans (``windowed`` or ``flush``; default windowed, flush with
     ``same_partition``) for ``problem``.
@@ -108,6 +109,11 @@ def search(
     direction (what runtimes with variable microbatch sizes but one partition can
     execute): a chromosome is one row, ``(P, 1, K)``; seeds whose stages differ are left
     out.
+
+    With ``no_recompute`` (windowed only), every stage's backward boundaries are forward
+    boundaries, so ``tidgap run`` runs each backward on its forwards' stored graphs and
+    recomputes nothing (:func:`tidgap.runtime.lowering.recomputes`); a constraint of the
+    joint GA (other plans score as invalid; the 1F1B and GPipe seeds meet it).
     """
     if schedule is None:
         schedule = SAME_PARTITION_SCHEDULE if same_partition else DEFAULT_SCHEDULE
@@ -130,9 +136,17 @@ def search(
         max_memory=max_memory,
     )
     if SCHEDULES[schedule].separable:
+        if no_recompute:
+            raise InputError(
+                "a flush search does not constrain backward boundaries; search --schedule "
+                "windowed --no-recompute (it includes flush orders)",
+                source="--no-recompute",
+            )
         if memory_limit is not None:
             _flush_memory_limit(problem, memory_limit)
         return flush_search(problem, same_partition=same_partition, **options)
     if same_partition:
         raise ValueError(f"same_partition searches {SAME_PARTITION_SCHEDULE} plans only")
-    return windowed_search(problem, memory_limit=memory_limit, **options)
+    return windowed_search(
+        problem, memory_limit=memory_limit, no_recompute=no_recompute, **options
+    )

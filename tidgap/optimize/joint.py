@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tidgap.backends.evaluator import OrderedEvaluator
+from tidgap.backends.evaluator import INVALID, OrderedEvaluator
 from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.ga import GeneticSettings, Progress, StopRule, random_chromosomes
 from tidgap.optimize.genome import GENE, Population
 from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
 from tidgap.optimize.limits import MemoryLevel, penalised
-from tidgap.optimize.order_genes import canonical
+from tidgap.optimize.order_genes import canonical, misaligned
 from tidgap.optimize.rng import CounterRng
 
 #: Generations between migrations.
@@ -37,7 +37,9 @@ MIGRANTS = 4
 class JointSpace:
     """What every island shares: the evaluator, the caps (``(S,)`` units per direction),
     ``width`` (the chromosomes' ``K``), the breeder (:func:`joint_breed` or a fused kernel
-    with its signature) and the repair."""
+    with its signature), the repair, and ``aligned``: plans whose backward boundaries are
+    not forward boundaries (they need recomputation to run) score
+    :data:`~tidgap.backends.evaluator.INVALID`."""
 
     evaluator: OrderedEvaluator
     forward_caps: Any
@@ -45,10 +47,17 @@ class JointSpace:
     width: int
     breed: Callable[..., JointGenes] = joint_breed
     repair: Repair = canonical
+    aligned: bool = False
 
     def evaluate(self, genes: JointGenes) -> tuple[Any, Any]:
         """``(times (P,), peaks (P, S))`` of repaired ``genes`` in ticks and samples."""
-        return self.evaluator.evaluate(Population(genes.forward, genes.backward, genes.codes))
+        times, peaks = self.evaluator.evaluate(
+            Population(genes.forward, genes.backward, genes.codes)
+        )
+        if self.aligned:
+            xp = namespace(times)
+            times = xp.where(misaligned(genes.forward, genes.backward), INVALID, times)
+        return times, peaks
 
     def random(self, count: int, rng: CounterRng) -> JointGenes:
         """``count`` repaired random individuals: random partitions (as the flush GA draws
@@ -170,11 +179,12 @@ def pooled(islands: list[Island], count: int | None = None) -> tuple[JointGenes,
 
 def fastest_within(times: Any, peaks: Any, level: MemoryLevel) -> int | None:
     """The index of the fastest individual (first on ties) whose ``peaks`` ``(n, S)`` are
-    within ``level``, or ``None`` if none is."""
+    within ``level`` and whose time is a plan's (not :data:`INVALID`), or ``None``."""
     xp = namespace(times)
     fitness = penalised(times, peaks, xp.asarray(level.held, dtype=xp.int64))
     index = int(xp.argmin(fitness))
-    return index if int(fitness[index]) == int(times[index]) else None
+    found = int(fitness[index]) == int(times[index]) < INVALID
+    return index if found else None
 
 
 def migrate(islands: list[Island]) -> None:

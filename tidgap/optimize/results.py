@@ -72,6 +72,7 @@ class SearchResult:
     schedule: str = "flush"
     memory_limit: MemoryLevel | None = None
     tradeoff: tuple[TradeoffPoint, ...] = ()
+    no_recompute: bool = False
 
     @property
     def interrupted(self) -> bool:
@@ -103,6 +104,7 @@ class SearchResult:
             "wall_time": round(self.wall_time, 3),
             "stop_reason": self.stop_reason,
             "same_partition": self.same_partition,
+            "no_recompute": self.no_recompute,
             "setup_time": {phase: round(t, 3) for phase, t in self.setup.items()},
         }
         if self.memory_limit is not None:

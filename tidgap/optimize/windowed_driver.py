@@ -194,6 +194,7 @@ def windowed_search(
     on_phase: Callable[[str], None] | None = None,
     max_memory: int | None = None,
     memory_limit: str | int | None = None,
+    no_recompute: bool = False,
 ) -> SearchResult:
     """Search ordered plans for ``problem``; see :func:`tidgap.optimize.driver.search`."""
     begun = start_search(problem, backend, population, max_memory)
@@ -262,7 +263,7 @@ def windowed_search(
     settings = GeneticSettings(population=population)
     rng = CounterRng(seed, xp)
     caps = (xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
-    space = JointSpace(evaluator, *caps, width, breeder, repair)
+    space = JointSpace(evaluator, *caps, width, breeder, repair, aligned=no_recompute)
     with phases("seeding"):
         found = [*equal, *plans, *windowed_seeds(partitions, levels)]
         seeds = encode_plans(found, problem, width)
@@ -320,4 +321,5 @@ def windowed_search(
         schedule=SEARCHED.name,
         memory_limit=in_force,
         tradeoff=tuple(tradeoff),
+        no_recompute=no_recompute,
     )

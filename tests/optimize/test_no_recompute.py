@@ -1,0 +1,63 @@
+"""``no_recompute``: the windowed search returns only plans ``tidgap run`` executes without
+recomputing forwards (every backward boundary a forward boundary)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.support.cli_helpers import describe, run_cli
+from tidgap import InputError, load_problem
+from tidgap.model.examples import EXAMPLE_PREFIX
+from tidgap.optimize.driver import search
+from tidgap.optimize.genome import decode_plan
+from tidgap.optimize.order_genes import misaligned
+from tidgap.runtime.lowering import recomputes
+
+
+def random_sizes(rng: np.random.Generator, rows: int, total: int, width: int) -> np.ndarray:
+    """``(rows, width)`` random compositions of ``total``, zero-padded."""
+    out = np.zeros((rows, width), dtype=np.int32)
+    for r in range(rows):
+        parts = rng.integers(1, width + 1)
+        cuts = np.sort(rng.choice(np.arange(1, total), parts - 1, replace=False))
+        out[r, :parts] = np.diff(np.concatenate(([0], cuts, [total])))
+    return out
+
+
+def test_misaligned_agrees_with_the_runtimes_recompute_rule() -> None:
+    """On random partitions (and on aligned ones: backward = forward, or a coarsening)."""
+    problem = load_problem(EXAMPLE_PREFIX + "tiny-2")
+    rng = np.random.default_rng(7)
+    S, U, K = problem.num_stages, problem.num_units, 6
+    forward = random_sizes(rng, 64 * S, U, K).reshape(64, S, K)
+    backward = random_sizes(rng, 64 * S, U, K).reshape(64, S, K)
+    backward[:16] = forward[:16]
+    flags = misaligned(forward, backward)
+    for p in range(len(forward)):
+        plan = decode_plan(forward[p], backward[p], problem)
+        assert bool(flags[p]) == any(recomputes(plan)), p
+    assert not flags[:16].any() and flags[16:].any()
+
+
+@pytest.mark.parametrize("name", ["gpt1-14", "hetero-8"])
+def test_the_constraint_binds_and_the_plan_needs_no_recompute(name: str) -> None:
+    """Unconstrained, the same search returns a plan that recomputes; constrained, none does,
+    and it is still never slower than the best 1F1B."""
+    problem = load_problem(EXAMPLE_PREFIX + name)
+    free = search(problem, generations=60, seed=0)
+    held = search(problem, generations=60, seed=0, no_recompute=True)
+    assert any(recomputes(free.plan))
+    assert not any(recomputes(held.plan))
+    assert held.no_recompute and held.plan_document()["search"]["no_recompute"]
+    assert held.evaluation.iteration_time <= held.baselines["1f1b"].iteration_time
+    assert held.evaluation.iteration_time >= free.evaluation.iteration_time
+
+
+def test_a_flush_search_refuses_no_recompute() -> None:
+    problem = load_problem(EXAMPLE_PREFIX + "tiny-2")
+    with pytest.raises(InputError, match="windowed"):
+        search(problem, schedule="flush", generations=2, no_recompute=True)
+    result = run_cli("search", "--schedule", "flush", "--no-recompute", "--generations", "2")
+    assert result.exit_code == 2, describe(result)
+    assert "--no-recompute" in result.output and len(result.output.strip().splitlines()) == 1
