@@ -1,0 +1,248 @@
+"""TorchStage through the in-process fakes: every kind of plan gives a single process's
+gradients (flush, 1F1B, ordered; aligned and recompute; chunks straddling across stages)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+
+from torch import nn  # noqa: E402
+
+from tidgap import Problem  # noqa: E402
+from tidgap.model.plan import Plan, check_order  # noqa: E402
+from tidgap.profiling.models import Model, gpt  # noqa: E402
+from tidgap.profiling.run import stage_modules  # noqa: E402
+from tidgap.profiling.synth import synth_problem  # noqa: E402
+from tidgap.runtime.fake import run_ranks  # noqa: E402
+from tidgap.runtime.lowering import lower, recomputes  # noqa: E402
+from tidgap.runtime.reference import (  # noqa: E402
+    max_relative_difference,
+    reference_gradients,
+    stage_gradients,
+)
+from tidgap.runtime.stage import Chunks, TorchStage, boundary_specs, stage_of  # noqa: E402
+from tidgap.runtime.task import Task, make_task  # noqa: E402
+from tidgap.schedules.families import SCHEDULES  # noqa: E402
+from tidgap.schedules.ir import repair, window_order  # noqa: E402
+
+B = 8
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-4}
+
+
+def mlp(dtype: torch.dtype) -> Model:
+    """Seven layers on ``(b, 4)`` floats (a ``module:attribute`` model: mean-square loss)."""
+    torch.manual_seed(0)
+    layers = nn.Sequential(
+        nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 6), nn.Tanh()
+    )
+    layers.append(nn.Linear(6, 3))
+    layers.to(dtype)
+    return Model("tests:mlp", layers, lambda b, device: torch.randn(b, 4), {"input_shape": [4]})
+
+
+def tiny_gpt(dtype: torch.dtype) -> Model:
+    """embed, block0, block1, head; eval mode (no dropout)."""
+    torch.manual_seed(0)
+    model = gpt(layers=2, hidden=16, heads=2, seq_len=8, vocab=50)
+    model.layers.to(dtype).eval()
+    return model
+
+
+def ordered(forward: list[list[int]], backward: list[list[int]], window: int) -> Plan:
+    """An ordered plan: the order ``window`` samples per stage stand for, made valid."""
+    windows = [window] * len(forward)
+    order = repair(window_order(forward, backward, windows), forward, backward)
+    plan = Plan.of(forward, backward, order=list(order.stages))
+    check_order(plan, len(forward))
+    return plan
+
+
+def one_f_one_b(stages: int, m: int) -> Plan:
+    problem = Problem.from_dict(synth_problem(0, stages, B))
+    return SCHEDULES["1f1b"].baseline(problem, m)
+
+
+def pipelined(model: Model, boundaries: list[int], plan: Plan, task: Task) -> TorchStage:
+    """One pipelined iteration of ``plan`` over the fake network; the last stage (the
+    gradients are left in the model's parameters)."""
+    modules = [module for _, _, module in stage_modules(model, boundaries)]
+    specs = boundary_specs(modules, task.inputs[:1])
+    flags = recomputes(plan)
+    stages = [stage_of(modules, r, task, flags[r], specs) for r in range(len(modules))]
+    model.layers.zero_grad(set_to_none=True)
+    run_ranks(lower(plan), lambda r: stages[r], timeout=10.0)
+    return stages[-1]
+
+
+def gathered(model: Model, boundaries: list[int]) -> dict[str, torch.Tensor]:
+    """Every stage's gradients, merged."""
+    gradients: dict[str, torch.Tensor] = {}
+    for _, names, _ in stage_modules(model, boundaries):
+        gradients.update(stage_gradients(model.layers, names))
+    return gradients
+
+
+def check(model: Model, boundaries: list[int], plan: Plan, dtype: torch.dtype) -> None:
+    """The plan's gradients and loss equal the single-process ones."""
+    task = make_task(model, B, seed=1, device=torch.device("cpu"), dtype=dtype)
+    want = reference_gradients(model.layers, task)
+    last = pipelined(model, boundaries, plan, task)
+    assert max_relative_difference(gathered(model, boundaries), want) < TOLERANCE[dtype]
+    with torch.no_grad():
+        loss = task.batch_loss(model.layers(task.inputs))
+    assert last.loss is not None
+    assert torch.allclose(last.loss, loss, rtol=TOLERANCE[dtype], atol=0)
+
+
+# Stage 1's forward (2, 6) is cut from stage 0's chunks (0, 3) and (3, 8); stage 0's
+# backward (3, 8) from stage 1's gradient chunks (0, 6) and (6, 8).
+FLUSH = Plan.of([[3, 5], [2, 4, 2], [8]], [[3, 5], [6, 2], [8]])
+# Forward and backward partitions differ, every backward boundary a forward boundary.
+ALIGNED = ordered([[2, 2, 4], [1, 3, 4], [4, 2, 2]], [[4, 4], [4, 4], [4, 4]], window=4)
+# Stages 0 and 1 recompute: backward boundaries 2 and 3 are not forward boundaries.
+RECOMPUTE_FORWARD = [[4, 4], [8], [2, 6]]
+RECOMPUTE_BACKWARD = [[2, 6], [3, 5], [2, 6]]
+RECOMPUTE_FLUSH = Plan.of(RECOMPUTE_FORWARD, RECOMPUTE_BACKWARD)
+RECOMPUTE_ORDERED = ordered(RECOMPUTE_FORWARD, RECOMPUTE_BACKWARD, window=4)
+
+MLP_CASES = {
+    "flush-unequal": ([2, 5], FLUSH),
+    "1f1b-4-stages-m4": ([1, 3, 5], one_f_one_b(4, 4)),
+    "1f1b-4-stages-m3-uneven": ([1, 3, 5], one_f_one_b(4, 3)),
+    "1f1b-2-stages-m8": ([3], one_f_one_b(2, 8)),
+    "ordered-aligned": ([2, 5], ALIGNED),
+    "recompute-flush": ([2, 5], RECOMPUTE_FLUSH),
+    "recompute-ordered": ([2, 5], RECOMPUTE_ORDERED),
+}
+
+
+def test_the_plans_are_what_the_cases_say() -> None:
+    assert recomputes(FLUSH) == recomputes(ALIGNED) == [False] * 3
+    assert recomputes(RECOMPUTE_FLUSH) == [True, True, False]
+    for plan in (ALIGNED, RECOMPUTE_ORDERED):
+        assert plan.order is not None
+        assert any("BF" in letters for letters in plan.order)  # not a flush order
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("case", MLP_CASES, ids=list(MLP_CASES))
+def test_mlp_plans_match_one_process(case: str, dtype: torch.dtype) -> None:
+    boundaries, plan = MLP_CASES[case]
+    check(mlp(dtype), boundaries, plan, dtype)
+
+
+GPT_CASES = {
+    "1f1b-2-stages": ([2], one_f_one_b(2, 4)),
+    "flush-unequal-3-stages": ([1, 3], FLUSH),
+    "recompute-ordered-3-stages": ([1, 3], RECOMPUTE_ORDERED),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("case", GPT_CASES, ids=list(GPT_CASES))
+def test_gpt_plans_match_one_process(case: str, dtype: torch.dtype) -> None:
+    boundaries, plan = GPT_CASES[case]
+    check(tiny_gpt(dtype), boundaries, plan, dtype)
+
+
+def test_a_reset_stage_runs_the_next_iteration_alike() -> None:
+    model = mlp(torch.float64)
+    task = make_task(model, B, seed=2, device=torch.device("cpu"), dtype=torch.float64)
+    modules = [module for _, _, module in stage_modules(model, [2, 5])]
+    specs = boundary_specs(modules, task.inputs[:1])
+    flags = recomputes(RECOMPUTE_ORDERED)
+    stages = [stage_of(modules, r, task, flags[r], specs) for r in range(3)]
+    results = []
+    for _ in range(2):
+        model.layers.zero_grad(set_to_none=True)
+        for stage in stages:
+            stage.reset()
+        run_ranks(lower(RECOMPUTE_ORDERED), lambda r: stages[r])
+        results.append(gathered(model, [2, 5]))
+    assert max_relative_difference(results[1], results[0]) == 0.0
+
+
+def test_a_stage_that_does_not_recompute_refuses_a_misaligned_backward() -> None:
+    model = mlp(torch.float64)
+    task = make_task(model, B, seed=1, device=torch.device("cpu"), dtype=torch.float64)
+    options = {"first": True, "last": True, "task": task, "input_spec": None}
+    stage = TorchStage(model.layers, recompute=False, output_spec=None, **options)
+    stage.forward((0, 4))
+    stage.forward((4, 8))
+    with pytest.raises(RuntimeError, match="forward boundaries"):
+        stage.backward((0, 2))
+
+
+def test_chunks_cut_across_pieces_and_name_what_is_missing() -> None:
+    chunks = Chunks()
+    chunks.add((0, 3), torch.arange(3))
+    chunks.add((3, 8), torch.arange(3, 8))
+    assert chunks.cut((2, 6), "forward").tolist() == [2, 3, 4, 5]
+    chunks.drop_through(3)
+    assert chunks.cut((3, 5), "forward").tolist() == [3, 4]
+    with pytest.raises(RuntimeError, match=r"forward of samples \(2, 4\): samples 2"):
+        chunks.cut((2, 4), "forward")
+    with pytest.raises(RuntimeError, match="samples 8"):
+        chunks.cut((6, 9), "backward")
+
+
+def test_boundary_specs_and_chunk_specs() -> None:
+    model = tiny_gpt(torch.float32)
+    task = make_task(model, B, seed=0, device=torch.device("cpu"), dtype=torch.float32)
+    modules = [module for _, _, module in stage_modules(model, [1, 3])]
+    specs = boundary_specs(modules, task.inputs[:1])
+    assert specs == [((8, 16), torch.float32), ((8, 16), torch.float32), ((8, 50), torch.float32)]
+    stage = stage_of(modules, 1, task, False, specs)
+    assert stage.input_spec((2, 5)) == ((3, 8, 16), torch.float32)
+    assert stage.gradient_spec((0, 8)) == ((8, 8, 16), torch.float32)
+
+
+def test_tasks_are_deterministic_from_the_seed() -> None:
+    model = tiny_gpt(torch.float32)
+    cpu = torch.device("cpu")
+    a, b = (make_task(model, 4, 7, cpu, torch.float32) for _ in range(2))
+    c = make_task(model, 4, 8, cpu, torch.float32)
+    assert a.inputs.shape == a.targets.shape == (4, 8)
+    assert a.inputs.dtype == torch.int64 and int(a.inputs.max()) < 50
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+    assert not torch.equal(a.inputs, c.inputs)
+    vgg = Model("vgg16", nn.Sequential(), lambda b, d: None, {"image_size": 32, "classes": 10})
+    images = make_task(vgg, 3, 7, cpu, torch.float64)
+    assert images.inputs.shape == (3, 3, 32, 32) and images.inputs.dtype == torch.float64
+    assert images.targets.shape == (3,) and int(images.targets.max()) < 10
+    floats = make_task(mlp(torch.float32), 3, 7, cpu, torch.float32)
+    assert floats.inputs.shape == (3, 4) and floats.targets.shape == (3, 0)
+
+
+def test_per_sample_losses() -> None:
+    outputs = torch.tensor([[1.0, 3.0], [2.0, 0.0]])
+    task = make_task(mlp(torch.float32), 2, 0, torch.device("cpu"), torch.float32)
+    assert task.loss(outputs, task.targets).tolist() == [5.0, 2.0]
+    logits = torch.zeros(2, 3, 5)  # uniform: every position costs log 5
+    tokens = torch.zeros(2, 3, dtype=torch.int64)
+    gpt_task = make_task(tiny_gpt(torch.float32), 2, 0, torch.device("cpu"), torch.float32)
+    assert torch.allclose(gpt_task.loss(logits, tokens), torch.log(torch.tensor([5.0, 5.0])))
+
+
+def test_max_relative_difference() -> None:
+    want = {"a": torch.tensor([1.0, -4.0]), "b": torch.zeros(3), "c": torch.zeros(0)}
+    got = {"a": torch.tensor([1.0, -4.2]), "b": torch.zeros(3), "c": torch.zeros(0)}
+    assert max_relative_difference(got, want) == pytest.approx(0.05)
+    got["b"] = torch.tensor([0.0, 1e-30, 0.0])  # against zeros: divided by tiny
+    assert max_relative_difference(got, want) > 1e6
+    with pytest.raises(KeyError, match="missing \\['c'\\]"):
+        max_relative_difference({"a": got["a"], "b": got["b"]}, want)
+    with pytest.raises(ValueError, match="shape"):
+        max_relative_difference({**want, "a": torch.zeros(3)}, want)
+
+
+def test_stage_gradients_key_parameters_as_the_whole_model() -> None:
+    model = tiny_gpt(torch.float32)
+    parts = stage_modules(model, [1, 3])
+    keys = [set(stage_gradients(model.layers, names)) for _, names, _ in parts]
+    assert set().union(*keys) == {key for key, _ in model.layers.named_parameters()}
+    assert all(key.startswith("embed.") for key in keys[0])
+    assert all(
+        torch.count_nonzero(g) == 0 for g in stage_gradients(model.layers, ["head"]).values()
+    )

@@ -1,0 +1,233 @@
+"""One pipeline stage's torch compute on sample ranges (model.md, A plan; Ordered plans).
+
+:class:`TorchStage` implements :class:`tidgap.runtime.handlers.StageCompute`: a forward of
+samples ``(lo, hi)`` is cut from the upstream chunks received so far (they may straddle
+it), a backward from the downstream gradient chunks. A stage whose backward boundaries
+are all forward boundaries keeps each forward chunk's graph and runs the backward through
+the chunks it covers; a recompute stage (:func:`tidgap.runtime.lowering.recomputes`) runs
+its forwards without a graph, keeps its inputs, and re-runs the forward of each backward
+chunk with grad before its backward. The last stage's loss per chunk is the sum of its
+per-sample losses divided by ``B``, so the chunks' sum is the full-batch mean loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from tidgap.runtime.task import Task
+
+Samples = tuple[int, int]
+#: Per-sample shape and dtype of a boundary tensor (the batch dimension left out).
+Spec = tuple[tuple[int, ...], torch.dtype]
+
+
+def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
+    """Per stage: the per-sample shape and dtype of its output, from running ``sample``
+    (the first stage's input for one sample, ``(1, ...)``) through the stages without
+    grad."""
+    specs = []
+    with torch.no_grad():
+        x = sample
+        for module in stages:
+            x = module(x)
+            specs.append((tuple(x.shape[1:]), x.dtype))
+    return specs
+
+
+def batch_spec(spec: Spec, samples: Samples) -> tuple[tuple[int, ...], torch.dtype]:
+    """The shape ``(hi - lo, *shape)`` and dtype of a chunk of ``samples``."""
+    shape, dtype = spec
+    return (samples[1] - samples[0], *shape), dtype
+
+
+@dataclass
+class Chunks:
+    """Tensors of consecutive sample ranges as they arrived (``(lo, hi)``, dim 0 = samples)."""
+
+    pieces: list[tuple[Samples, Tensor]] = field(default_factory=list)
+
+    def add(self, samples: Samples, tensor: Tensor) -> None:
+        """Keep ``tensor`` ``(hi - lo, ...)`` for ``samples``."""
+        self.pieces.append((samples, tensor))
+
+    def cut(self, samples: Samples, what: str) -> Tensor:
+        """Samples ``(lo, hi)`` cut from the pieces that hold them, concatenated; a
+        ``RuntimeError`` naming ``what`` if some of them have not arrived."""
+        lo, hi = samples
+        parts, covered = [], lo
+        for (a, b), tensor in self.pieces:
+            if b <= covered or a >= hi:
+                continue
+            if a > covered:
+                break
+            parts.append(tensor[covered - a : min(b, hi) - a])
+            covered = min(b, hi)
+            if covered == hi:
+                break
+        if covered != hi:
+            raise RuntimeError(f"{what} of samples {samples}: samples {covered}.. not received")
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def drop_through(self, sample: int) -> None:
+        """Forget the pieces that end at or before ``sample`` (0-based, excluded)."""
+        self.pieces = [(s, t) for s, t in self.pieces if s[1] > sample]
+
+    def clear(self) -> None:
+        """Forget every piece."""
+        self.pieces.clear()
+
+
+def input_leaf(x: Tensor) -> Tensor:
+    """``x`` cut off the sender's graph; a leaf that records its gradient if it is
+    floating-point (token ids carry none)."""
+    x = x.detach()
+    return x.requires_grad_() if x.is_floating_point() else x
+
+
+class TorchStage:
+    """:class:`~tidgap.runtime.handlers.StageCompute` for ``module`` (one stage's layers).
+
+    ``first`` / ``last``: the stage's place (the first cuts its inputs from
+    ``task.inputs``, the last computes the loss); ``recompute``: re-run forwards at
+    backward time (needed when a backward boundary is not a forward boundary);
+    ``input_spec`` / ``output_spec``: per-sample shape and dtype of the stage's input
+    (``None`` on the first stage) and output (``None`` on the last).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        *,
+        first: bool,
+        last: bool,
+        task: Task,
+        recompute: bool,
+        input_spec: Spec | None,
+        output_spec: Spec | None,
+    ) -> None:
+        if (input_spec is None) != first or (output_spec is None) != last:
+            raise ValueError(
+                "input_spec is None exactly on the first stage, output_spec on the last"
+            )
+        self.module, self.first, self.last, self.task = module, first, last, task
+        self.recompute = recompute
+        self._input_spec, self._output_spec = input_spec, output_spec
+        self._inputs = Chunks()
+        self._gradients = Chunks()
+        #: Per forward chunk (not recompute): ``(samples, input leaf, output or loss)``.
+        self._graphs: list[tuple[Samples, Tensor, Tensor]] = []
+        self._loss: Tensor | None = None
+
+    @property
+    def loss(self) -> Tensor | None:
+        """On the last stage, the sum of the chunks' losses forwarded since :meth:`reset`
+        (after a whole iteration, the full-batch mean loss; a detached scalar)."""
+        return self._loss
+
+    def reset(self) -> None:
+        """Forget stored chunks, graphs and the loss between iterations."""
+        self._inputs.clear()
+        self._gradients.clear()
+        self._graphs.clear()
+        self._loss = None
+
+    def input_spec(self, samples: Samples) -> tuple[tuple[int, ...], torch.dtype]:
+        """Shape ``(hi - lo, ...)`` and dtype of an upstream chunk of ``samples``."""
+        assert self._input_spec is not None, "the first stage receives no inputs"
+        return batch_spec(self._input_spec, samples)
+
+    def gradient_spec(self, samples: Samples) -> tuple[tuple[int, ...], torch.dtype]:
+        """Shape ``(hi - lo, ...)`` and dtype of a downstream gradient chunk of ``samples``."""
+        assert self._output_spec is not None, "the last stage receives no gradients"
+        return batch_spec(self._output_spec, samples)
+
+    def receive_input(self, samples: Samples, payload: Tensor) -> None:
+        self._inputs.add(samples, payload)
+
+    def receive_gradient(self, samples: Samples, payload: Tensor) -> None:
+        self._gradients.add(samples, payload)
+
+    def _stage_input(self, samples: Samples) -> Tensor:
+        if self.first:
+            return self.task.inputs[samples[0] : samples[1]]
+        return self._inputs.cut(samples, "forward")
+
+    def _output(self, samples: Samples, x: Tensor) -> Tensor:
+        """The module's output on ``x``; on the last stage the chunk's loss instead
+        (per-sample losses summed, divided by ``B``)."""
+        y = self.module(x)
+        if not self.last:
+            return y
+        targets = self.task.targets[samples[0] : samples[1]]
+        return self.task.loss(y, targets).sum() / self.task.batch_size
+
+    def forward(self, samples: Samples) -> Tensor | None:
+        """Forward of ``samples``; the output chunk ``(hi - lo, ...)`` to send, ``None`` on
+        the last stage."""
+        if self.recompute:
+            with torch.no_grad():
+                y = self._output(samples, self._stage_input(samples))
+        else:
+            x = self._stage_input(samples)
+            x = x if self.first else input_leaf(x)
+            y = self._output(samples, x)
+            self._graphs.append((samples, x, y))
+            self._inputs.drop_through(samples[1])
+        if self.last:
+            self._loss = y.detach() if self._loss is None else self._loss + y.detach()
+            return None
+        return y.detach()
+
+    def _covered(self, samples: Samples) -> list[tuple[Samples, Tensor, Tensor]]:
+        """The stored forward chunks that make up backward ``samples``, removed from store."""
+        lo, hi = samples
+        taken = [g for g in self._graphs if lo <= g[0][0] and g[0][1] <= hi]
+        if not taken or taken[0][0][0] != lo or taken[-1][0][1] != hi:
+            raise RuntimeError(
+                f"backward of samples {samples} is not made of stored forward chunks "
+                "(its boundaries must be forward boundaries, or the stage must recompute)"
+            )
+        self._graphs = [g for g in self._graphs if not (lo <= g[0][0] and g[0][1] <= hi)]
+        return taken
+
+    def backward(self, samples: Samples) -> Tensor | None:
+        """Backward of ``samples``, accumulating the parameters' gradients; the input
+        gradient ``(hi - lo, ...)`` to send upstream, ``None`` on the first stage."""
+        if self.recompute:
+            x = self._stage_input(samples)
+            x = x if self.first else input_leaf(x)
+            chunks = [(samples, x, self._output(samples, x))]
+            self._inputs.drop_through(samples[1])
+        else:
+            chunks = self._covered(samples)
+        outputs = [y for _, _, y in chunks]
+        if self.last:
+            torch.autograd.backward(outputs)
+        else:
+            gradients = [self._gradients.cut(s, "backward") for s, _, _ in chunks]
+            torch.autograd.backward(outputs, gradients)
+            self._gradients.drop_through(samples[1])
+        if self.first:
+            return None
+        leaves = [x.grad if x.grad is not None else torch.zeros_like(x) for _, x, _ in chunks]
+        return leaves[0] if len(leaves) == 1 else torch.cat(leaves)
+
+
+def stage_of(
+    stages: list[nn.Module], rank: int, task: Task, recompute: bool, specs: list[Spec]
+) -> TorchStage:
+    """The :class:`TorchStage` of ``stages[rank]``, its place and boundary specs taken
+    from its position (``specs`` from :func:`boundary_specs`)."""
+    last = rank == len(stages) - 1
+    return TorchStage(
+        stages[rank],
+        first=rank == 0,
+        last=last,
+        task=task,
+        recompute=recompute,
+        input_spec=None if rank == 0 else specs[rank - 1],
+        output_spec=None if last else specs[rank],
+    )
