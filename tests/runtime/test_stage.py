@@ -198,6 +198,14 @@ def test_boundary_specs_and_chunk_specs() -> None:
     assert stage.gradient_spec((0, 8)) == ((8, 8, 16), torch.float32)
 
 
+def test_boundary_specs_probe_in_eval_mode_and_restore_the_mode() -> None:
+    stages = [nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6)), nn.Sequential(nn.Dropout())]
+    stages[1].eval()
+    specs = boundary_specs(stages, torch.randn(1, 4))  # batch norm in train mode refuses 1
+    assert specs == [((6,), torch.float32), ((6,), torch.float32)]
+    assert stages[0].training and stages[0][1].training and not stages[1].training
+
+
 def test_tasks_are_deterministic_from_the_seed() -> None:
     model = tiny_gpt(torch.float32)
     cpu = torch.device("cpu")

@@ -6,7 +6,8 @@ it), a backward from the downstream gradient chunks. A stage whose backward boun
 are all forward boundaries keeps each forward chunk's graph and runs the backward through
 the chunks it covers; a recompute stage (:func:`tidgap.runtime.lowering.recomputes`) runs
 its forwards without a graph, keeps its inputs, and re-runs the forward of each backward
-chunk with grad before its backward. The last stage's loss per chunk is the sum of its
+chunk with grad before its backward (in train mode its dropout draws new masks: gradients
+are checked in eval mode). The last stage's loss per chunk is the sum of its
 per-sample losses divided by ``B``, so the chunks' sum is the full-batch mean loss.
 """
 
@@ -27,13 +28,19 @@ Spec = tuple[tuple[int, ...], torch.dtype]
 def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
     """Per stage: the per-sample shape and dtype of its output, from running ``sample``
     (the first stage's input for one sample, ``(1, ...)``) through the stages without
-    grad."""
+    grad, in eval mode (no dropout drawn, batch norm takes one sample); each module's
+    mode is restored."""
+    modes = [(m, m.training) for stage in stages for m in stage.modules()]
     specs = []
-    with torch.no_grad():
-        x = sample
-        for module in stages:
-            x = module(x)
-            specs.append((tuple(x.shape[1:]), x.dtype))
+    try:
+        with torch.no_grad():
+            x = sample
+            for module in stages:
+                x = module.eval()(x)
+                specs.append((tuple(x.shape[1:]), x.dtype))
+    finally:
+        for m, training in modes:
+            m.training = training
     return specs
 
 
