@@ -120,6 +120,9 @@ MLP_CASES = {
 def test_the_plans_are_what_the_cases_say() -> None:
     assert recomputes(FLUSH) == recomputes(ALIGNED) == [False] * 3
     assert recomputes(RECOMPUTE_FLUSH) == [True, True, False]
+    steps = [[(step.kind, step.samples) for step in rank] for rank in lower(FLUSH)]
+    assert steps[1][3:5] == [("recv_forward", (3, 8)), ("forward", (2, 6))]  # straddles
+    assert steps[0][-2:] == [("recv_backward", (6, 8)), ("backward", (3, 8))]  # straddles
     for plan in (ALIGNED, RECOMPUTE_ORDERED):
         assert plan.order is not None
         assert any("BF" in letters for letters in plan.order)  # not a flush order
