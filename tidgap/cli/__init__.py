@@ -12,6 +12,7 @@ from tidgap.cli.examples import examples_command
 from tidgap.cli.export import export_command
 from tidgap.cli.main import cli
 from tidgap.cli.profile import profile_command, synth_command
+from tidgap.cli.run import run_command
 from tidgap.cli.search import search_command
 
 for command in (
@@ -22,6 +23,7 @@ for command in (
     export_command,
     profile_command,
     synth_command,
+    run_command,
 ):
     cli.add_command(command)
 

@@ -66,16 +66,19 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _require_torch() -> None:
-    """Exit 2 with one line saying how to install PyTorch when it is missing."""
+def require_torch(command: str) -> None:
+    """Exit 2 with one line (naming ``command``) saying how to install PyTorch when it is
+    missing."""
     try:
         importlib.import_module("torch")
     except ImportError:
-        raise InputError(INSTALL_HINT, source="profile") from None
+        raise InputError(INSTALL_HINT, source=command) from None
 
 
-def _model(reference: str, options: dict[str, Any]) -> Any:
-    """Build the model named ``gpt``, ``vgg16`` or ``module:attribute`` (imports PyTorch)."""
+def build_model(reference: str, options: dict[str, Any], command: str = "profile") -> Any:
+    """Build the model named ``gpt``, ``vgg16`` or ``module:attribute`` from the
+    :func:`model_options` (imports PyTorch; a missing PyTorch is an error naming
+    ``command``); a :class:`tidgap.profiling.models.Model`."""
     kind = reference if reference in ("gpt", "vgg16") else "module:attribute"
     if kind == "module:attribute" and ":" not in reference:
         raise InputError("expected gpt, vgg16 or module:attribute", source=reference)
@@ -87,7 +90,7 @@ def _model(reference: str, options: dict[str, Any]) -> Any:
     if kind == "module:attribute" and "input_shape" not in given:
         raise click.UsageError("--input-shape is required for a module:attribute model")
     shape = _shape(given.pop("input_shape")) if kind == "module:attribute" else ()
-    _require_torch()
+    require_torch(command)
     from tidgap.profiling import models
 
     if kind == "gpt":
@@ -163,6 +166,37 @@ def shape_options(batch_size: int) -> Callable[[Command], Command]:
     return decorate
 
 
+def model_options(command: Command) -> Command:
+    """The model options (:data:`MODEL_OPTIONS`), shared by ``profile`` and ``run``; they
+    reach the command as keyword arguments, ``None`` when not given."""
+    options = [
+        click.option("--layers", type=click.IntRange(min=1), help="gpt: transformer blocks [14]."),
+        click.option("--hidden", type=click.IntRange(min=1), help="gpt: hidden size [768]."),
+        click.option(
+            "--heads", type=click.IntRange(min=1), help="gpt: attention heads [hidden/64]."
+        ),
+        click.option("--seq-len", type=click.IntRange(min=1), help="gpt: tokens per sample [512]."),
+        click.option(
+            "--vocab",
+            type=click.IntRange(min=1),
+            help="gpt: vocabulary [40478]; module:attribute: feed token ids below this "
+            "instead of random floats.",
+        ),
+        click.option(
+            "--image-size", type=click.IntRange(min=1), help="vgg16: image side in pixels [224]."
+        ),
+        click.option("--classes", type=click.IntRange(min=1), help="vgg16: classes [1000]."),
+        click.option(
+            "--input-shape",
+            metavar="D1,D2,..",
+            help="module:attribute: the shape of one input sample.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.command(name="profile")
 @click.argument("model", metavar="MODEL")
 @shape_options(batch_size=32)
@@ -218,21 +252,7 @@ def shape_options(batch_size: int) -> Callable[[Command], Command]:
     help="Link latency per transfer in ms.",
 )
 @click.option("--name", help="Problem name (default: the output file's stem, else the model).")
-@click.option("--layers", type=click.IntRange(min=1), help="gpt: transformer blocks [14].")
-@click.option("--hidden", type=click.IntRange(min=1), help="gpt: hidden size [768].")
-@click.option("--heads", type=click.IntRange(min=1), help="gpt: attention heads [hidden/64].")
-@click.option("--seq-len", type=click.IntRange(min=1), help="gpt: tokens per sample [512].")
-@click.option(
-    "--vocab",
-    type=click.IntRange(min=1),
-    help="gpt: vocabulary [40478]; module:attribute: feed token ids below this "
-    "instead of random floats.",
-)
-@click.option("--image-size", type=click.IntRange(min=1), help="vgg16: image side in pixels [224].")
-@click.option("--classes", type=click.IntRange(min=1), help="vgg16: classes [1000].")
-@click.option(
-    "--input-shape", metavar="D1,D2,..", help="module:attribute: the shape of one input sample."
-)
+@model_options
 @click.option(
     "--out",
     type=click.Path(dir_okay=False),
@@ -275,7 +295,7 @@ def profile_command(
     if cap % unit:
         raise InputError(f"{cap} is not a multiple of --unit {unit}", source="--max-microbatch")
     check_outputs(None, None, ("--out", out))
-    built = _model(model, model_options)
+    built = build_model(model, model_options)
     from tidgap.profiling.run import Settings, profile, step_count
 
     settings = Settings(

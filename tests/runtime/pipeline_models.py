@@ -1,0 +1,25 @@
+"""Tiny models for the ``tidgap run`` tests, importable as ``tests.runtime.pipeline_models:NAME``
+(workers import them again in their own processes).
+
+With ``TIDGAP_TEST_RANK1`` set to ``raise`` (``hang``) in the environment the workers
+inherit, importing this module on worker rank 1 raises (sleeps past any test timeout);
+``RANK`` is set in workers only, so the test process imports it normally.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from torch import nn
+
+#: What rank 1 does when it imports this module: ``raise`` or ``hang`` (set by the tests
+#: through the environment the workers inherit).
+BEHAVIOUR = os.environ.get("TIDGAP_TEST_RANK1", "") if os.environ.get("RANK") == "1" else ""
+if BEHAVIOUR == "raise":
+    raise RuntimeError("pipeline_models refuses to load on rank 1")
+if BEHAVIOUR == "hang":
+    time.sleep(600)
+
+#: Five layers on ``(b, 6)`` float inputs; a split at 2 sends 12 floats per sample.
+MLP = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 3))

@@ -1,0 +1,310 @@
+"""``tidgap run`` end to end: real gloo worker processes (2 stages, 1 thread each) on a tiny
+MLP, every kind of plan with its gradients checked, the JSON and trace outputs, bad input
+(exit 2, one line, no process started) and failing or hanging workers (exit 1 within the
+timeout, every worker gone)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.support.cli_helpers import describe, run_cli, write_json  # noqa: E402
+from tidgap.cli.profile import INSTALL_HINT  # noqa: E402
+from tidgap.model.errors import InputError  # noqa: E402
+from tidgap.model.problem import Problem  # noqa: E402
+from tidgap.profiling.synth import synth_problem  # noqa: E402
+from tidgap.runtime.job import Job  # noqa: E402
+from tidgap.runtime.report import measured_timeline  # noqa: E402
+from tidgap.schedules.baselines import one_f_one_b_plan  # noqa: E402
+
+MODEL = ["--model", "tests.runtime.pipeline_models:MLP", "--input-shape", "6"]
+QUICK = ["--iterations", "2", "--warmup", "0", "--timeout", "60"]
+
+#: Per kind of plan: forward, backward and order (batch 8, 2 stages).
+PLANS: dict[str, dict[str, Any]] = {
+    # stage 1's first forward takes stage 0's first chunk and part of its second
+    "flush-unequal": {"forward": [[2, 6], [4, 4]], "backward": [[2, 6], [4, 4]]},
+    # a backward over several forward chunks; boundaries are forward boundaries
+    "ordered-aligned": {
+        "forward": [[4, 4], [2, 2, 4]],
+        "backward": [[8], [2, 6]],
+        "order": ["FFB", "FBFFB"],
+    },
+    # backward boundaries 2, 3 are not forward boundaries: both stages recompute
+    "recompute": {"forward": [[4, 4], [4, 4]], "backward": [[2, 6], [3, 5]]},
+}
+
+
+def problem_document(**source: Any) -> dict[str, Any]:
+    """A synthetic 2-stage problem of batch 8 that records the MLP's split at layer 2."""
+    document = synth_problem(0, 2, 8, 1, 0.5, "affine", "tiny")
+    document["source"] = {"split": {"boundaries": [2]}, **source}
+    return document
+
+
+@pytest.fixture
+def problem_file(tmp_path: Path) -> Path:
+    return write_json(tmp_path / "problem.json", problem_document())
+
+
+def plan_file(folder: Path, name: str, **fields: Any) -> Path:
+    return write_json(folder / f"{name}.json", {"format": "tidgap.plan/1", **fields})
+
+
+@pytest.fixture(autouse=True)
+def own_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Runs make their results folders under ``tmp_path``, so a left-over worker (whose
+    command line names its job file there) can be found."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def workers_under(folder: Path) -> list[str]:
+    """Command lines of live processes that name ``folder``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        line = " ".join(w.decode(errors="replace") for w in words)
+        if str(folder) in line and "tidgap.runtime.worker" in line:
+            found.append(f"{entry.name}: {line}")
+    return found
+
+
+def run_json(*args: str) -> dict[str, Any]:
+    result = run_cli("run", *args, *MODEL, *QUICK, "--check-gradients", "--json")
+    assert result.exit_code == 0, describe(result)
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("kind", sorted(PLANS))
+def test_plans_match_one_process(kind: str, problem_file: Path, tmp_path: Path) -> None:
+    plan = plan_file(tmp_path, kind, **PLANS[kind])
+    document = run_json(str(problem_file), str(plan))
+    run = document["run"]
+    assert run["max_gradient_relative_difference"] < 1e-4
+    assert run["recompute"] == [kind == "recompute"] * 2
+    assert len(run["measured"]["iterations"]) == 2
+
+
+def test_float64_is_exact_on_a_recompute_plan(problem_file: Path, tmp_path: Path) -> None:
+    plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
+    document = run_json(str(problem_file), str(plan), "--float64")
+    assert document["float64"] is True
+    assert document["gradient_tolerance"] == 1e-10
+    assert document["run"]["max_gradient_relative_difference"] < 1e-10
+
+
+def test_one_f_one_b_json_and_trace(problem_file: Path, tmp_path: Path) -> None:
+    problem = Problem.from_dict(problem_document())
+    plan = plan_file(tmp_path, "1f1b", **one_f_one_b_plan(problem, 4).model_dump(exclude_none=True))
+    trace = tmp_path / "trace.json"
+    document = run_json(str(problem_file), str(plan), "--trace", str(trace))
+    assert document["problem"] == "tiny" and document["stages"] == 2
+    assert document["boundaries"] == [2] and document["baselines"] == []
+    run = document["run"]
+    assert set(run) == {
+        "label",
+        "time_unit",
+        "measured",
+        "predicted",
+        "error_percent",
+        "busy",
+        "recompute",
+        "max_gradient_relative_difference",
+    }
+    measured = run["measured"]
+    assert 0 < measured["min"] <= measured["median"] <= measured["max"]
+    assert run["predicted"] == pytest.approx(problem_evaluation(problem, plan))
+    assert run["error_percent"] == pytest.approx(100 * (measured["median"] / run["predicted"] - 1))
+    assert [len(run["busy"][key]) for key in ("measured", "predicted")] == [2, 2]
+    events = json.loads(trace.read_text(encoding="utf-8"))["traceEvents"]
+    processes = {e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert processes == {"plan predicted", "plan measured"}
+    steps = [e for e in events if e["ph"] == "X" and e["pid"] == 2 and e["cat"] != "transfer"]
+    assert len(steps) == 2 * (4 + 4)  # every forward and backward of both stages, measured
+
+
+def problem_evaluation(problem: Problem, plan: Path) -> float:
+    from tidgap.model.plan import load_plan
+    from tidgap.schedules.families import evaluate
+
+    return evaluate(problem, load_plan(plan, problem)).iteration_time
+
+
+def test_baselines_run_and_report_speedups(problem_file: Path, tmp_path: Path) -> None:
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    result = run_cli(
+        "run", str(problem_file), str(plan), *MODEL, "--iterations", "1", "--warmup", "0",
+        "--baselines",
+    )  # fmt: skip
+    assert result.exit_code == 0, describe(result)
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines if line.startswith(("GPipe", "1F1B"))] == [
+        line.split(" vs ")[1].split(":")[0] for line in lines if " vs " in line
+    ]
+    assert sum(" vs " in line for line in lines) == 2
+
+
+def test_a_failing_worker_stops_every_worker(
+    problem_file: Path, tmp_path: Path, own_temporary_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIDGAP_TEST_RANK1", "raise")
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    started = time.monotonic()
+    result = run_cli("run", str(problem_file), str(plan), *MODEL, *QUICK)
+    assert result.exit_code == 1, describe(result)
+    assert time.monotonic() - started < 30
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, describe(result)
+    assert "rank 1 exited with status 1" in lines[0]
+    assert "pipeline_models refuses to load on rank 1" in lines[0]
+    assert workers_under(own_temporary_folder) == []
+
+
+def test_a_hanging_worker_times_out(
+    problem_file: Path, tmp_path: Path, own_temporary_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIDGAP_TEST_RANK1", "hang")
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    started = time.monotonic()
+    result = run_cli("run", str(problem_file), str(plan), *MODEL, "--timeout", "4")
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 1, describe(result)
+    assert 4 <= elapsed < 20
+    assert "did not finish within 4 s" in result.stderr
+    assert "rank 1: rank 1: building the model" in result.stderr  # where it hangs
+    assert workers_under(own_temporary_folder) == []
+
+
+def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
+    """Per case of bad input, the ``tidgap run`` arguments."""
+    problem = str(write_json(tmp_path / "problem.json", problem_document()))
+    unsplit, wide = problem_document(), problem_document()
+    unsplit["source"] = None
+    wide["source"]["split"]["boundaries"] = [7]
+    plan = str(plan_file(tmp_path, "plan", **PLANS["flush-unequal"]))
+    other = str(plan_file(tmp_path, "other", problem="another", **PLANS["flush-unequal"]))
+    short = str(plan_file(tmp_path, "short", forward=[[4, 4]], backward=[[4, 4]]))
+    wide_file = str(write_json(tmp_path / "wide.json", wide))
+    bare_file = str(write_json(tmp_path / "bare.json", unsplit))
+    return {
+        "plan for another problem": [problem, other, *MODEL],
+        "plan of another shape": [problem, short, *MODEL],
+        "split out of range": [problem, plan, *MODEL, "--split", "9"],
+        "split of another stage count": [problem, plan, *MODEL, "--split", "1,3"],
+        "recorded split out of range": [wide_file, plan, *MODEL],
+        "no recorded split": [bare_file, plan, *MODEL],
+        "model cannot be imported": [problem, plan, "--model", "no_such_module:X"],
+        "gpt option on a module": [problem, plan, *MODEL, "--hidden", "8"],
+    }
+
+
+def test_bad_input_exits_2_in_one_line(tmp_path: Path, own_temporary_folder: Path) -> None:
+    for case, args in bad_inputs(tmp_path).items():
+        result = run_cli("run", *args)
+        assert result.exit_code == 2, f"{case}: {describe(result)}"
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("tidgap: error: "), describe(result)
+    assert list(own_temporary_folder.iterdir()) == []  # no run was started
+
+
+def test_missing_torch_exits_2(
+    problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
+    result = run_cli("run", str(problem_file), str(plan), *MODEL)
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.strip() == f"tidgap: error: run: {INSTALL_HINT}"
+
+
+def test_recompute_against_a_stored_activation_profile_warns(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
+    job = tmp_path / "job.json"
+    result = run_cli("run", str(problem_file), str(plan), *MODEL, "--write-job", str(job))
+    assert result.exit_code == 0, describe(result)
+    assert "stage(s) [0, 1] recompute forwards" in result.stderr
+    assert "--recompute" in result.stderr
+    saved = Job.load(job)
+    assert saved.boundaries == [2] and Path(saved.plan) == plan.resolve()
+    assert Path(saved.results) == (tmp_path / "results").resolve()
+
+
+def test_profiled_with_recompute_does_not_warn(tmp_path: Path) -> None:
+    problem = write_json(tmp_path / "p.json", problem_document(timing={"recompute": True}))
+    plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
+    result = run_cli(
+        "run", str(problem), str(plan), *MODEL, "--write-job", str(tmp_path / "job.json")
+    )
+    assert result.exit_code == 0, describe(result)
+    assert result.stderr == ""
+
+
+def test_job_files_round_trip_and_bad_ones_are_named(tmp_path: Path) -> None:
+    job = Job(
+        problem="p.json",
+        plan="plan.json",
+        model="gpt",
+        boundaries=[3],
+        results="out",
+        model_options={"layers": 2},
+        float64=True,
+    )
+    path = tmp_path / "job.json"
+    job.save(path)
+    assert Job.load(path) == job
+    document = json.loads(path.read_text(encoding="utf-8"))
+    for change, field in (({"format": "x"}, "format"), ({"extra": 1}, "extra")):
+        write_json(tmp_path / "bad.json", {**document, **change})
+        with pytest.raises(InputError, match=field):
+            Job.load(tmp_path / "bad.json")
+    del document["plan"]
+    write_json(tmp_path / "bad.json", document)
+    with pytest.raises(InputError, match=r"bad\.json: plan: is missing"):
+        Job.load(tmp_path / "bad.json")
+
+
+def test_measured_timeline_pairs_each_send_with_its_receive() -> None:
+    problem = Problem.from_dict(problem_document())
+    rank0 = [
+        ("forward", 0, 0, 8, 0.000, 0.001),
+        ("send_forward", 0, 0, 8, 0.001, 0.0011),
+        ("recv_backward", 0, 0, 8, 0.0011, 0.004),
+        ("backward", 0, 0, 8, 0.004, 0.006),
+    ]
+    rank1 = [
+        ("recv_forward", 0, 0, 8, 0.000, 0.0015),
+        ("forward", 0, 0, 4, 0.0015, 0.002),
+        ("forward", 1, 4, 8, 0.002, 0.0025),
+        ("backward", 0, 0, 8, 0.0025, 0.0035),
+        ("send_backward", 0, 0, 8, 0.0035, 0.0036),
+    ]
+    timeline = measured_timeline(problem, [rank0, rank1], "measured")
+    assert timeline.iteration_time == pytest.approx(6.0)  # ms
+    assert [(s.kind, s.samples) for s in timeline.stages[1]] == [
+        ("F", (1, 4)),
+        ("F", (5, 8)),
+        ("B", (1, 8)),
+    ]
+    (forward, backward) = timeline.links[0]
+    assert (forward.start, forward.end) == pytest.approx((1.0, 1.5))
+    assert (backward.start, backward.end) == pytest.approx((3.5, 4.0))
+    assert timeline.busy(1) == pytest.approx(2.0)

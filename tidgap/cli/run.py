@@ -1,0 +1,422 @@
+"""``tidgap run``: execute a plan on torch.distributed (one gloo process per stage on this
+machine), check its gradients and measure it against the prediction.
+
+Everything that can be checked before a worker starts is (the plan against the problem,
+the split against the model, the model's import), as bad input: one line, exit 2. A worker
+that fails, or a run past ``--timeout``, exits 1 naming the rank, with every worker killed.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tidgap.cli.options import describe_problem, echo_json, json_option, problem_argument
+from tidgap.cli.profile import build_model, model_options, require_torch
+from tidgap.model.errors import InputError
+from tidgap.model.examples import EXAMPLE_PREFIX
+from tidgap.model.fileio import read_json
+from tidgap.model.plan import Plan, load_plan
+from tidgap.model.problem import Problem, load_problem
+from tidgap.outputs.files import check_outputs, write_json, write_timelines
+from tidgap.profiling.split import parse_split
+from tidgap.runtime.report import (
+    RunFigures,
+    format_figures,
+    load_results,
+    merged_gradients,
+    run_figures,
+    speedup,
+    speedup_line,
+)
+
+#: Largest max relative gradient difference accepted, by precision.
+TOLERANCE = {False: 1e-4, True: 1e-10}
+#: Where a profiled problem records its split.
+SPLIT_PATH = ("source", "split", "boundaries")
+
+EPILOG = """\b
+Recomputation: a stage whose backward partition has a boundary that is not one of its
+forward boundaries (tidgap search may return such plans; --no-recompute avoids them)
+keeps its inputs instead of its graphs and re-runs the forward of each backward chunk
+before its backward, so its backwards cost about one forward more. The prediction counts
+that only if the problem was profiled with tidgap profile --recompute (a warning says so).
+Flush plans with equal partitions, GPipe and 1F1B never recompute.
+
+\b
+Several machines (torchrun): write the job here, copy it and the files it names (same
+paths) to every machine, and run on each machine NODE of N:
+  tidgap run PROBLEM PLAN --model ... --write-job job.json
+  torchrun --nnodes N --nproc-per-node K --node-rank NODE \\
+      --master-addr HOST --master-port PORT -m tidgap.runtime.worker job.json
+(N*K processes, one per stage); rank R writes rank<R>.pt into the job's results folder.
+"""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to run, shared by the plan and its baselines."""
+
+    model: str
+    options: dict[str, Any]
+    boundaries: list[int]
+    iterations: int
+    warmup: int
+    threads: int
+    check_gradients: bool
+    float64: bool
+    seed: int
+    timeout: float
+
+
+def plan_for(path: str, problem: Problem) -> Plan:
+    """The plan file ``path``, checked against ``problem``; a plan that names another
+    problem is refused (its prediction would be another problem's)."""
+    document = read_json(path)
+    named = document.get("problem") if isinstance(document, dict) else None
+    if isinstance(named, str) and problem.name is not None and named != problem.name:
+        raise InputError(
+            f"is a plan for {named!r}, not for {problem.name!r}", ("problem",), source=path
+        )
+    return load_plan(path, problem)
+
+
+def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[str]) -> list[int]:
+    """The stage boundaries: ``--split``, else the split the problem was profiled with;
+    either must fit the model's ``layers`` and the problem's stage count."""
+    stages = problem.num_stages
+    if split is not None:
+        return parse_split(split, layers, stages)
+    source = problem.source if isinstance(problem.source, dict) else {}
+    recorded = (source.get("split") or {}).get("boundaries") if isinstance(source, dict) else None
+    if not isinstance(recorded, list) or not all(isinstance(b, int) for b in recorded):
+        raise InputError(
+            "records no split (not written by tidgap profile); give --split",
+            SPLIT_PATH,
+            source=spec,
+        )
+    try:
+        return parse_split(",".join(map(str, recorded)), layers, stages)
+    except InputError as error:
+        raise InputError(
+            f"does not fit the model: {error.message}", SPLIT_PATH, source=spec
+        ) from None
+
+
+def caveats(problem: Problem, spec: str, plan: Plan, model: Any) -> list[str]:
+    """Reasons the prediction may not describe this run: a model other than the profiled
+    one, and recomputing stages the profile did not time that way."""
+    from tidgap.runtime.lowering import recomputes
+
+    source = problem.source if isinstance(problem.source, dict) else {}
+    found = []
+    recorded = source.get("model")
+    if isinstance(recorded, dict):
+        wanted = {"name": model.name, **model.config}
+        differ = sorted(key for key in wanted if key in recorded and recorded[key] != wanted[key])
+        if differ:
+            was = ", ".join(f"{key} {recorded[key]}" for key in differ)
+            now = ", ".join(f"{key} {wanted[key]}" for key in differ)
+            found.append(f"{spec}: source.model: profiled with {was}, running {now}")
+    again = [s for s, flag in enumerate(recomputes(plan)) if flag]
+    timing = source.get("timing")
+    if again and not (isinstance(timing, dict) and timing.get("recompute") is True):
+        found.append(
+            f"stage(s) {again} recompute forwards, but {spec} was not profiled with "
+            "--recompute: the prediction leaves the recomputed forwards out"
+        )
+    return found
+
+
+def absolute(spec: str) -> str:
+    """A problem or plan argument as an absolute path (``example:NAME`` as is)."""
+    return spec if spec.startswith(EXAMPLE_PREFIX) else os.path.abspath(spec)
+
+
+def make_job(problem: str, plan: str, settings: Settings, results: str) -> Any:
+    """The :class:`~tidgap.runtime.job.Job` of one run."""
+    from tidgap.runtime.job import Job
+
+    return Job(
+        problem=absolute(problem),
+        plan=absolute(plan),
+        model=settings.model,
+        boundaries=settings.boundaries,
+        results=os.path.abspath(results),
+        model_options=settings.options,
+        iterations=settings.iterations,
+        warmup=settings.warmup,
+        threads=settings.threads,
+        check_gradients=settings.check_gradients,
+        float64=settings.float64,
+        seed=settings.seed,
+        timeout=settings.timeout,
+    )
+
+
+def reference_difference(
+    model: Any, results: list[dict], problem: Problem, settings: Settings
+) -> float:
+    """The largest relative difference of the run's gradients from one process's forward
+    and backward of the whole batch, on the weights the workers used (eval mode)."""
+    import torch
+
+    from tidgap.runtime.reference import max_relative_difference, reference_gradients
+    from tidgap.runtime.task import make_task
+
+    dtype = torch.float64 if settings.float64 else torch.float32
+    layers = copy.deepcopy(model.layers).to(dtype).eval()
+    weights: dict[str, Any] = {}
+    for result in results:
+        weights.update(result["weights"])
+    layers.load_state_dict(weights)
+    task = make_task(model, problem.batch_size, settings.seed, torch.device("cpu"), dtype)
+    want = reference_gradients(layers, task)
+    return max_relative_difference(merged_gradients(results), want)
+
+
+def run_one(
+    problem: Problem,
+    spec: str,
+    plan: Plan,
+    plan_path: str | None,
+    label: str,
+    settings: Settings,
+    model: Any,
+) -> RunFigures:
+    """Run ``plan`` (from ``plan_path``, or written to a temporary file) with one worker
+    per stage; its :class:`~tidgap.runtime.report.RunFigures`."""
+    from tidgap.runtime.launch import WorkerError, launch
+
+    folder = tempfile.mkdtemp(prefix="tidgap-run-")
+    try:
+        if plan_path is None:
+            plan_path = str(Path(folder) / "plan.json")
+            write_json(plan_path, plan.model_dump(mode="json", exclude_none=True))
+        job_path = Path(folder) / "job.json"
+        make_job(spec, plan_path, settings, folder).save(job_path)
+        try:
+            launch(job_path, problem.num_stages, settings.threads, settings.timeout, folder)
+        except WorkerError as error:
+            raise click.ClickException(f"run: {label}: {error}") from None
+        results = load_results(folder, problem.num_stages)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    difference = None
+    if settings.check_gradients:
+        difference = reference_difference(model, results, problem, settings)
+    return run_figures(problem, plan, results, label, difference)
+
+
+def to_run(problem: Problem, plan: Plan, with_baselines: bool) -> list[tuple[str, Plan, bool]]:
+    """``(label, plan, is the given plan)`` of every run: the plan, then with
+    ``--baselines`` the best GPipe and the best 1F1B."""
+    runs = [("plan", plan, True)]
+    if with_baselines:
+        from tidgap.schedules.baselines import best_baselines
+        from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, baseline_label
+
+        best = best_baselines(problem)
+        for name in TIMED_BASELINES:
+            m = best[name].microbatches
+            runs.append((baseline_label(name, m), SCHEDULES[name].baseline(problem, m), False))
+    return runs
+
+
+@click.command(name="run", epilog=EPILOG)
+@problem_argument()
+@click.argument("plan_file", metavar="PLAN")
+@click.option(
+    "--model",
+    "model_reference",
+    required=True,
+    metavar="gpt|vgg16|module:attribute",
+    help="The model the problem was profiled from, as in tidgap profile.",
+)
+@model_options
+@click.option(
+    "--split",
+    metavar="B1,B2,..",
+    help="Stage boundaries (the first layer, index or name, of stages 1..S-1); default the "
+    "split recorded in PROBLEM (source.split.boundaries).",
+)
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Timed iterations (the median is reported).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Untimed iterations before them.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="PyTorch threads per stage process.",
+)
+@click.option(
+    "--check-gradients",
+    is_flag=True,
+    help="Compare every parameter's gradient after one extra pipelined iteration with one "
+    "process's forward and backward of the whole batch (both in eval mode: dropout off); "
+    "exit 1 above 1e-4 (float32) or 1e-10 (--float64).",
+)
+@click.option("--float64", is_flag=True, help="Model and inputs in double precision.")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the weights and the data."
+)
+@click.option(
+    "--baselines",
+    is_flag=True,
+    help="Also run the best GPipe and the best 1F1B (by prediction) and print the "
+    "measured speedup beside the predicted one.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="Seconds each run may take; then every worker is killed (exit 1).",
+)
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False),
+    help="Write a Chrome trace: each run's predicted and measured timelines.",
+)
+@click.option(
+    "--write-job",
+    type=click.Path(dir_okay=False),
+    help="Write the plan's job file for torchrun (results beside it) instead of running.",
+)
+@json_option
+def run_command(
+    problem: str,
+    plan_file: str,
+    model_reference: str,
+    split: str | None,
+    iterations: int,
+    warmup: int,
+    threads: int,
+    check_gradients: bool,
+    float64: bool,
+    seed: int,
+    baselines: bool,
+    timeout: float,
+    trace: str | None,
+    write_job: str | None,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """Execute PLAN for PROBLEM on torch.distributed (gloo, one process per stage on this
+    machine), and print the measured iteration time beside the prediction.
+
+    MODEL and its options are those PROBLEM was profiled from (tidgap profile); every
+    process builds it from --seed and keeps its stage's layers. Times are in PROBLEM's
+    unit: the median, min and max over --iterations after --warmup, the error against
+    the prediction in per cent, and each stage's busy time. Needs PyTorch.
+    """
+    check_outputs(
+        None, trace, ("--write-job", write_job), inputs={"PROBLEM": problem, "PLAN": plan_file}
+    )
+    loaded = load_problem(problem)
+    plan = plan_for(plan_file, loaded)
+    require_torch("run")
+    import torch
+
+    torch.manual_seed(seed)
+    model = build_model(model_reference, options, "run")
+    layers = [name for name, _ in model.layers.named_children()]
+    settings = Settings(
+        model=model_reference,
+        options=options,
+        boundaries=boundaries_of(loaded, problem, split, layers),
+        iterations=iterations,
+        warmup=warmup,
+        threads=threads,
+        check_gradients=check_gradients,
+        float64=float64,
+        seed=seed,
+        timeout=timeout,
+    )
+    for line in caveats(loaded, problem, plan, model):
+        click.echo(f"tidgap: warning: {line}", err=True)
+    if write_job is not None:
+        results = Path(write_job).parent / "results"
+        make_job(problem, plan_file, settings, str(results)).save(write_job)
+        click.echo(f"job written to {write_job} (results go to {results})")
+        return
+    runs = [
+        run_one(loaded, problem, each, plan_file if given else None, label, settings, model)
+        for label, each, given in to_run(loaded, plan, baselines)
+    ]
+    timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]
+    written = write_timelines(timelines, None, trace, loaded.name)
+    tolerance = TOLERANCE[float64]
+    if as_json:
+        echo_json(document(loaded, plan_file, settings, runs, tolerance))
+    else:
+        names = [loaded.stage_name(s) for s in range(loaded.num_stages)]
+        click.echo(
+            f"{describe_problem(loaded)}; {threads} thread(s) per stage, "
+            f"{'float64' if float64 else 'float32'}"
+        )
+        for figures in runs:
+            for line in format_figures(figures, names):
+                click.echo(line)
+        for baseline in runs[1:]:
+            click.echo(speedup_line(runs[0], baseline))
+        for line in written:
+            click.echo(line)
+    bad = [
+        f for f in runs if f.gradient_difference is not None and f.gradient_difference > tolerance
+    ]
+    if bad:
+        raise click.ClickException(
+            f"run: gradients of {bad[0].label} differ from one process's by "
+            f"{bad[0].gradient_difference:.3g} (above {tolerance:g})"
+        )
+
+
+def document(
+    problem: Problem, plan_file: str, settings: Settings, runs: list[RunFigures], tolerance: float
+) -> dict[str, Any]:
+    """The ``tidgap run --json`` object: the settings, then each run's figures (the plan
+    first, then the baselines with the plan's speedup over them)."""
+    plan, *baselines = runs
+    return {
+        "problem": problem.name,
+        "plan": plan_file,
+        "model": settings.model,
+        "boundaries": settings.boundaries,
+        "stages": problem.num_stages,
+        "threads": settings.threads,
+        "iterations": settings.iterations,
+        "warmup": settings.warmup,
+        "float64": settings.float64,
+        "seed": settings.seed,
+        "gradient_tolerance": tolerance if settings.check_gradients else None,
+        "run": plan.as_dict(),
+        "baselines": [
+            {
+                **baseline.as_dict(),
+                "speedup": dict(
+                    zip(("measured", "predicted"), speedup(plan, baseline), strict=True)
+                ),
+            }
+            for baseline in baselines
+        ],
+    }

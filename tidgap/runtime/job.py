@@ -1,0 +1,74 @@
+"""The job every worker of one ``tidgap run`` runs: a JSON file (``tidgap.job/1``).
+
+``tidgap run`` writes it into its results folder and starts one worker per stage on it;
+under ``torchrun`` every machine needs the job file and the files it names, at the same
+paths (relative paths are read from the worker's working folder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidgap.model.errors import InputError
+from tidgap.model.fileio import read_json, write_json_atomic
+
+JOB_FORMAT = "tidgap.job/1"
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to run and how.
+
+    ``problem``: a problem file or ``example:NAME``; ``plan``: a plan file for it;
+    ``model``: ``gpt``, ``vgg16`` or ``module:attribute`` with ``model_options`` (the
+    ``tidgap profile`` model options, ``None`` when not given); ``boundaries``: the first
+    layer of stages ``1..S-1``; ``iterations`` timed after ``warmup`` untimed ones;
+    ``threads``: PyTorch threads per worker; ``check_gradients``: one extra first iteration
+    in eval mode whose parameter gradients each rank saves; ``float64``: model and inputs
+    in double precision; ``seed``: weights and data; ``results``: the folder each rank
+    writes ``rank<R>.pt`` into; ``timeout``: seconds a worker may take in all.
+    """
+
+    problem: str
+    plan: str
+    model: str
+    boundaries: list[int]
+    results: str
+    model_options: dict[str, Any] = field(default_factory=dict)
+    iterations: int = 5
+    warmup: int = 1
+    threads: int = 1
+    check_gradients: bool = False
+    float64: bool = False
+    seed: int = 0
+    timeout: float = 300.0
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the job to ``path`` atomically."""
+        write_json_atomic(path, {"format": JOB_FORMAT, **dataclasses.asdict(self)})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Job:
+        """Read a job file; a file that is not a job raises :class:`InputError` naming it."""
+        document = read_json(path)
+        source = str(Path(path))
+        if not isinstance(document, dict) or document.get("format") != JOB_FORMAT:
+            raise InputError(f"expected {JOB_FORMAT!r}", ("format",), source=source)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(document) - fields - {"format"})
+        if unknown:
+            raise InputError("unknown field", (unknown[0],), source=source)
+        missing = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in document
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
+        if missing:
+            raise InputError("is missing", (missing[0],), source=source)
+        return cls(**{key: value for key, value in document.items() if key != "format"})

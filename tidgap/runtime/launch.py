@@ -1,0 +1,128 @@
+"""Start one worker process per stage on this machine and wait for them all.
+
+Each worker (:mod:`tidgap.runtime.worker`) runs in its own session (process group) with
+``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` (loopback) and a free ``MASTER_PORT`` in its
+environment, its output going to ``rank<R>.log`` in the log folder. When a worker fails or
+the timeout passes, every worker's process group is killed and :class:`WorkerError` names
+the rank and the last line it printed; no worker is left behind on any exit from
+:func:`launch`, an interrupt included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: Seconds between looks at the workers.
+POLL_PERIOD = 0.05
+#: The longest last line a :class:`WorkerError` quotes, in characters.
+QUOTED = 300
+
+
+class WorkerError(RuntimeError):
+    """A worker failed, or the workers did not finish in time."""
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def last_line(log: Path) -> str:
+    """The last non-blank line of ``log`` (at most :data:`QUOTED` characters), or a note
+    that it printed nothing."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    text = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    if not text:
+        return "(printed nothing)"
+    return text if len(text) <= QUOTED else text[: QUOTED - 3] + "..."
+
+
+def worker_environment(rank: int, world_size: int, port: int, threads: int) -> dict[str, str]:
+    """This process's environment plus what rank ``rank``'s worker needs."""
+    environment = dict(os.environ)
+    environment.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+    )
+    return environment
+
+
+def _kill(process: subprocess.Popen) -> None:
+    """Kill ``process``'s whole process group (it leads one) and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _wait(processes: list[subprocess.Popen], logs: list[Path], timeout: float) -> None:
+    """Return when every worker exited 0; raise :class:`WorkerError` on the first failure
+    seen or when ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        statuses = [process.poll() for process in processes]
+        for rank, status in enumerate(statuses):
+            if status not in (None, 0):
+                raise WorkerError(
+                    f"rank {rank} exited with status {status}: {last_line(logs[rank])}"
+                )
+        if all(status == 0 for status in statuses):
+            return
+        if time.monotonic() > deadline:
+            running = [rank for rank, status in enumerate(statuses) if status is None]
+            lasts = "; ".join(f"rank {rank}: {last_line(logs[rank])}" for rank in running)
+            raise WorkerError(
+                f"workers did not finish within {timeout:g} s (--timeout); still running, "
+                f"with the last line each printed: {lasts}"
+            )
+        time.sleep(POLL_PERIOD)
+
+
+def launch(
+    job: str | os.PathLike[str],
+    world_size: int,
+    threads: int,
+    timeout: float,
+    logs: str | os.PathLike[str],
+) -> None:
+    """Run ``python -m tidgap.runtime.worker job`` as ranks ``0..world_size-1`` (``threads``
+    OpenMP threads each) with their output in ``logs/rank<R>.log``; wait at most
+    ``timeout`` seconds. Raises :class:`WorkerError`; kills every worker before it returns
+    or raises."""
+    port = free_port()
+    folder = Path(logs)
+    paths = [folder / f"rank{rank}.log" for rank in range(world_size)]
+    processes: list[subprocess.Popen] = []
+    try:
+        for rank, path in enumerate(paths):
+            with open(path, "wb") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "tidgap.runtime.worker", os.fspath(job)],
+                        env=worker_environment(rank, world_size, port, threads),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        _wait(processes, paths, timeout)
+    finally:
+        for process in processes:
+            _kill(process)

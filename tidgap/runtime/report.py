@@ -1,0 +1,225 @@
+"""What a run measured beside what the model predicts for the same plan.
+
+The workers' results (:func:`tidgap.runtime.worker.run_rank`) hold each timed iteration's
+records in seconds from the iteration's barrier. Here they become, in the problem's time
+unit: the iteration times (an iteration ends at its last record's end on any rank), each
+stage's busy time (its forwards and backwards), and a measured
+:class:`~tidgap.schedules.timeline.Timeline` of the median iteration for the Chrome trace.
+A transfer in that timeline runs from the sender's send to the end of the receiver's
+receive (when the receiver had it, an upper bound on the transfer itself).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.outputs.trace import microseconds_per_unit
+from tidgap.schedules.families import evaluate, plan_timeline
+from tidgap.schedules.timeline import Step, Timeline, stage_names
+
+#: One record as a worker saves it: kind, microbatch, lo, hi (0-based, hi excluded),
+#: start, end (seconds from the iteration's barrier).
+Row = tuple[str, int, int, int, float, float]
+#: Instruction kinds that compute, with the timeline's step kind.
+COMPUTE = {"forward": "F", "backward": "B"}
+#: For each link direction: the timeline kind, the send kind on the sender, the receive kind
+#: on the receiver, and the sender's offset from the link's upstream stage.
+TRANSFERS = (("F", "send_forward", "recv_forward", 0), ("B", "send_backward", "recv_backward", 1))
+
+
+def load_results(folder: str | os.PathLike[str], world_size: int) -> list[dict[str, Any]]:
+    """Every rank's saved result, by rank (see :func:`tidgap.runtime.worker.result_path`)."""
+    import torch
+
+    from tidgap.runtime.worker import result_path
+
+    return [torch.load(result_path(folder, rank), weights_only=True) for rank in range(world_size)]
+
+
+def unit_per_second(time_unit: str) -> float:
+    """How many of ``time_unit`` make a second (unknown units read as ms, as traces do)."""
+    return 1e6 / microseconds_per_unit(time_unit)[0]
+
+
+def iteration_end(ranks: Sequence[Sequence[Row]]) -> float:
+    """When one iteration ended: the latest record end on any rank (seconds)."""
+    return max(row[5] for rows in ranks for row in rows)
+
+
+def stage_busy(rows: Sequence[Row]) -> float:
+    """The time a rank's forwards and backwards took in one iteration (seconds)."""
+    return sum(row[5] - row[4] for row in rows if row[0] in COMPUTE)
+
+
+def _step(kind: str, row: Row, start: float, end: float, scale: float) -> Step:
+    """A timeline step of ``row``'s microbatch and samples (1-based inclusive)."""
+    return Step(kind, row[1], (row[2] + 1, row[3]), start * scale, end * scale)
+
+
+def measured_timeline(problem: Problem, ranks: Sequence[Sequence[Row]], label: str) -> Timeline:
+    """One iteration's records (per rank) as a timeline in the problem's unit."""
+    scale = unit_per_second(problem.time_unit)
+    stages = [
+        [_step(COMPUTE[row[0]], row, row[4], row[5], scale) for row in rows if row[0] in COMPUTE]
+        for rows in ranks
+    ]
+    links: list[list[Step]] = []
+    for link in range(len(ranks) - 1):
+        steps = []
+        for kind, send, receive, offset in TRANSFERS:
+            sender, receiver = ranks[link + offset], ranks[link + 1 - offset]
+            arrived = {row[1]: row[5] for row in receiver if row[0] == receive}
+            steps += [
+                _step(kind, row, row[4], max(row[4], arrived[row[1]]), scale)
+                for row in sender
+                if row[0] == send
+            ]
+        links.append(steps)
+    return Timeline(
+        label,
+        problem.time_unit,
+        stage_names(problem),
+        stages,
+        links,
+        iteration_time=iteration_end(ranks) * scale,
+    )
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One plan's run beside its prediction; times in ``time_unit``.
+
+    ``iterations``: each timed iteration's measured time; ``busy[s]``: stage ``s``'s
+    measured forwards and backwards per iteration (median over iterations);
+    ``predicted_busy[s]``: the same in the model (its tail included); ``recompute[s]``:
+    whether stage ``s`` re-ran forwards; ``gradient_difference``: the largest relative
+    difference of any parameter's gradient from one process (``None``: not checked);
+    ``timeline``: the median iteration, measured; ``predicted_timeline``: the model's.
+    """
+
+    label: str
+    time_unit: str
+    iterations: list[float]
+    predicted: float
+    busy: list[float]
+    predicted_busy: list[float]
+    recompute: list[bool]
+    gradient_difference: float | None
+    timeline: Timeline
+    predicted_timeline: Timeline
+
+    @property
+    def median(self) -> float:
+        """The median measured iteration time."""
+        return statistics.median(self.iterations)
+
+    @property
+    def error(self) -> float:
+        """``median / predicted - 1`` (positive: the run is slower than predicted)."""
+        return self.median / self.predicted - 1 if self.predicted > 0 else float("inf")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``tidgap run --json`` object of this run (see :func:`format_figures`)."""
+        return {
+            "label": self.label,
+            "time_unit": self.time_unit,
+            "measured": {
+                "median": self.median,
+                "min": min(self.iterations),
+                "max": max(self.iterations),
+                "iterations": list(self.iterations),
+            },
+            "predicted": self.predicted,
+            "error_percent": 100 * self.error,
+            "busy": {"measured": list(self.busy), "predicted": list(self.predicted_busy)},
+            "recompute": list(self.recompute),
+            "max_gradient_relative_difference": self.gradient_difference,
+        }
+
+
+def run_figures(
+    problem: Problem,
+    plan: Plan,
+    results: Sequence[dict[str, Any]],
+    label: str,
+    gradient_difference: float | None = None,
+) -> RunFigures:
+    """The figures of ``plan``'s run from the ranks' ``results`` (by rank)."""
+    scale = unit_per_second(problem.time_unit)
+    iterations = list(zip(*(result["iterations"] for result in results), strict=True))
+    times = [iteration_end(ranks) * scale for ranks in iterations]
+    median = sorted(range(len(times)), key=times.__getitem__)[(len(times) - 1) // 2]
+    busy = [
+        statistics.median(stage_busy(ranks[s]) * scale for ranks in iterations)
+        for s in range(problem.num_stages)
+    ]
+    predicted = plan_timeline(problem, plan, f"{label} predicted")
+    return RunFigures(
+        label=label,
+        time_unit=problem.time_unit,
+        iterations=times,
+        predicted=evaluate(problem, plan).iteration_time,
+        busy=busy,
+        predicted_busy=[predicted.busy(s) for s in range(problem.num_stages)],
+        recompute=[bool(result["recompute"]) for result in results],
+        gradient_difference=gradient_difference,
+        timeline=measured_timeline(problem, iterations[median], f"{label} measured"),
+        predicted_timeline=predicted,
+    )
+
+
+def merged_gradients(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Every rank's saved parameter gradients in one dict (names are the whole model's)."""
+    merged: dict[str, Any] = {}
+    for result in results:
+        merged.update(result["gradients"] or {})
+    return merged
+
+
+def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
+    """Text lines: measured (median, min, max) beside predicted, per-stage busy time,
+    recomputing stages and the gradient check."""
+    unit = figures.time_unit
+    times = figures.iterations
+    lines = [
+        f"{figures.label}: measured {figures.median:.4g} {unit} median (min {min(times):.4g}, "
+        f"max {max(times):.4g}, {len(times)} iteration(s)), predicted {figures.predicted:.4g} "
+        f"{unit}: {figures.error:+.1%}",
+        "  busy per iteration, measured / predicted: "
+        + ", ".join(
+            f"{name} {got:.4g} / {want:.4g} {unit}"
+            for name, got, want in zip(names, figures.busy, figures.predicted_busy, strict=True)
+        ),
+    ]
+    again = [s for s, flag in enumerate(figures.recompute) if flag]
+    if again:
+        lines.append(
+            f"  stage(s) {again} recompute: each backward re-ran its forward from the "
+            "stage's inputs (the prediction counts that only if the profile did)"
+        )
+    if figures.gradient_difference is not None:
+        lines.append(
+            f"  gradients: max relative difference {figures.gradient_difference:.3g} from one "
+            "process on the whole batch"
+        )
+    return lines
+
+
+def speedup(plan: RunFigures, baseline: RunFigures) -> tuple[float, float]:
+    """How many times faster ``plan`` is than ``baseline``: measured (medians), predicted."""
+    return baseline.median / plan.median, baseline.predicted / plan.predicted
+
+
+def speedup_line(plan: RunFigures, baseline: RunFigures) -> str:
+    """:func:`speedup` as a text line."""
+    measured, predicted = speedup(plan, baseline)
+    return (
+        f"  {plan.label} vs {baseline.label}: speedup measured {measured:.3f}x, "
+        f"predicted {predicted:.3f}x"
+    )

@@ -1,0 +1,200 @@
+"""One pipeline stage's process: ``python -m tidgap.runtime.worker JOB.json``.
+
+Compatible with ``torchrun``: the rank, world size and rendezvous come from ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``; rank ``r`` runs stage ``r`` over gloo.
+Every rank builds the whole model from the job's seed (the same weights everywhere), keeps
+its own stage's layers, lowers the plan and runs iterations through
+:func:`tidgap.runtime.executor.execute`. With ``check_gradients`` a first, extra iteration
+runs in eval mode (dropout off, so the single-process reference sees the same function)
+and its parameter gradients are kept; the ``warmup`` and timed ``iterations`` run in train
+mode. Each iteration starts at a barrier; its records are in seconds from there.
+
+The rank writes ``rank<R>.pt`` (``torch.save`` of :func:`run_rank`'s result) atomically
+into the job's results folder. On failure it prints the traceback and, last, one line
+``rank R: Error: message`` on stderr and exits 1. It exits by itself when the job's
+timeout passes or its parent process dies, so no worker outlives its launcher.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: Exit status of a worker stopped by its own watchdog (as ``timeout`` does).
+WATCHDOG_STATUS = 124
+#: How often the watchdog looks at the clock and the parent, in seconds.
+WATCHDOG_PERIOD = 0.5
+
+
+def result_path(results: str | os.PathLike[str], rank: int) -> Path:
+    """Where rank ``rank`` writes its result."""
+    return Path(results) / f"rank{rank}.pt"
+
+
+def progress(rank: int, text: str) -> None:
+    """One line of progress on stdout (the launcher quotes a hanging rank's last one)."""
+    print(f"rank {rank}: {text}", flush=True)
+
+
+def start_watchdog(timeout: float) -> None:
+    """A daemon thread that ends the process (status :data:`WATCHDOG_STATUS`) once
+    ``timeout`` seconds pass or the parent process is gone."""
+    parent, deadline = os.getppid(), time.monotonic() + timeout
+
+    def watch() -> None:
+        while time.monotonic() < deadline and os.getppid() == parent:
+            time.sleep(WATCHDOG_PERIOD)
+        reason = "timed out" if os.getppid() == parent else "its launcher is gone"
+        print(f"worker {reason}; exiting", file=sys.stderr, flush=True)
+        os._exit(WATCHDOG_STATUS)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def run_rank(job: Any, rank: int, world_size: int) -> dict[str, Any]:
+    """Run ``job`` as rank ``rank`` of ``world_size`` (the process group is initialised and
+    torn down here). The result: ``rank``, ``stage`` (its name), ``layers``, ``threads``,
+    ``recompute``, ``iterations`` (per timed iteration, its records as ``(kind,
+    microbatch, lo, hi, start, end)``, seconds from the iteration's barrier) and
+    ``gradients`` (this stage's parameters after the checked iteration) and ``weights``
+    (:func:`stage_weights` before it), both ``None`` without ``check_gradients``."""
+    import torch
+    from torch import distributed as dist
+
+    from tidgap.cli.profile import build_model
+    from tidgap.model.plan import load_plan
+    from tidgap.model.problem import load_problem
+    from tidgap.profiling.run import stage_modules
+    from tidgap.runtime.dist_transport import DistTransport
+    from tidgap.runtime.executor import execute
+    from tidgap.runtime.handlers import PipelineHandlers
+    from tidgap.runtime.lowering import lower, recomputes
+    from tidgap.runtime.reference import stage_gradients
+    from tidgap.runtime.stage import boundary_specs, stage_of
+    from tidgap.runtime.task import make_task
+
+    progress(rank, "building the model")
+    torch.set_num_threads(job.threads)
+    problem = load_problem(job.problem)
+    plan = load_plan(job.plan, problem)
+    if world_size != problem.num_stages:
+        raise ValueError(f"WORLD_SIZE is {world_size}, the problem has {problem.num_stages} stages")
+    torch.manual_seed(job.seed)
+    model = build_model(job.model, job.model_options, "run")
+    dtype = torch.float64 if job.float64 else torch.float32
+    model.layers.to(dtype).eval()
+    stages = stage_modules(model, job.boundaries)
+    if len(stages) != world_size:
+        raise ValueError(f"{len(stages)} stages from boundaries {job.boundaries}, not {world_size}")
+    modules = [module for _, _, module in stages]
+    device = torch.device("cpu")
+    task = make_task(model, problem.batch_size, job.seed, device, dtype)
+    specs = boundary_specs(modules, task.inputs[:1])
+    recompute = recomputes(plan)[rank]
+    stage = stage_of(modules, rank, task, recompute, specs)
+    module, instructions = modules[rank], lower(plan)[rank]
+
+    progress(rank, "joining the process group")
+    dist.init_process_group(
+        "gloo",
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=job.timeout),
+    )
+
+    progress(rank, "joined")
+
+    def iteration(train: bool) -> list[tuple[str, int, int, int, float, float]]:
+        module.train(train)
+        for parameter in module.parameters():
+            parameter.grad = None
+        stage.reset()
+        handlers = PipelineHandlers(rank, stage, DistTransport(device))
+        dist.barrier()
+        start = time.perf_counter()
+        records = execute(instructions, handlers)
+        progress(rank, f"ran an iteration ({'train' if train else 'eval'} mode)")
+        return [
+            (r.kind, r.microbatch, r.samples[0], r.samples[1], r.start - start, r.end - start)
+            for r in records
+        ]
+
+    try:
+        gradients = weights = None
+        if job.check_gradients:
+            weights = stage_weights(model.layers, stages[rank][1])
+            iteration(train=False)
+            gradients = stage_gradients(model.layers, stages[rank][1])
+        for _ in range(job.warmup):
+            iteration(train=True)
+        timed = [iteration(train=True) for _ in range(job.iterations)]
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return {
+        "rank": rank,
+        "stage": stages[rank][0],
+        "layers": stages[rank][1],
+        "threads": torch.get_num_threads(),
+        "recompute": recompute,
+        "iterations": timed,
+        "gradients": gradients,
+        "weights": weights,
+    }
+
+
+def stage_weights(layers: Any, names: list[str]) -> dict[str, Any]:
+    """CPU copies of the state (parameters and buffers) of the top-level layers ``names``,
+    keyed as in ``layers.state_dict()``, so the reference can use the same weights."""
+    keep = set(names)
+    return {
+        key: value.detach().to("cpu", copy=True)
+        for key, value in layers.state_dict().items()
+        if key.split(".", 1)[0] in keep
+    }
+
+
+def save_result(result: dict[str, Any], path: Path) -> None:
+    """``torch.save`` ``result`` to ``path`` through a temporary file in the same folder,
+    so a reader never sees half a file."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save(result, temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The worker's entry point; the exit status."""
+    args = sys.argv[1:] if argv is None else argv
+    rank = os.environ.get("RANK", "?")
+    try:
+        if len(args) != 1:
+            raise ValueError("usage: python -m tidgap.runtime.worker JOB.json")
+        from tidgap.runtime.job import Job
+
+        job = Job.load(args[0])
+        start_watchdog(job.timeout)
+        result = run_rank(job, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+        save_result(result, result_path(job.results, result["rank"]))
+    except BaseException as error:  # reported as the last stderr line, for the launcher
+        traceback.print_exc()
+        message = str(error).strip().splitlines()
+        text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+        print(f"rank {rank}: {text}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
