@@ -162,6 +162,11 @@ class TorchStage:
             return self.task.inputs[samples[0] : samples[1]]
         return self._inputs.cut(samples, "forward")
 
+    def _graph_input(self, samples: Samples) -> Tensor:
+        """The stage's input for a forward with grad: a leaf on every stage but the first."""
+        x = self._stage_input(samples)
+        return x if self.first else input_leaf(x)
+
     def _output(self, samples: Samples, x: Tensor) -> Tensor:
         """The module's output on ``x``; on the last stage the chunk's loss instead
         (per-sample losses summed, divided by ``B``)."""
@@ -178,8 +183,7 @@ class TorchStage:
             with torch.no_grad():
                 y = self._output(samples, self._stage_input(samples))
         else:
-            x = self._stage_input(samples)
-            x = x if self.first else input_leaf(x)
+            x = self._graph_input(samples)
             y = self._output(samples, x)
             self._graphs.append((samples, x, y))
             self._inputs.drop_through(samples[1])
@@ -204,8 +208,7 @@ class TorchStage:
         """Backward of ``samples``, accumulating the parameters' gradients; the input
         gradient ``(hi - lo, ...)`` to send upstream, ``None`` on the first stage."""
         if self.recompute:
-            x = self._stage_input(samples)
-            x = x if self.first else input_leaf(x)
+            x = self._graph_input(samples)
             chunks = [(samples, x, self._output(samples, x))]
             self._inputs.drop_through(samples[1])
         else:
