@@ -3,7 +3,8 @@
 
 With ``TIDGAP_TEST_RANK1`` set to ``raise`` (``hang``) in the environment the workers
 inherit, importing this module on worker rank 1 raises (sleeps past any test timeout);
-``RANK`` is set in workers only, so the test process imports it normally.
+with ``blow``, :data:`FUSED` raises in rank 1's first forward, after the process group is
+up. ``RANK`` is set in workers only, so the test process imports it normally.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 
+import torch
 from torch import nn
 
 #: What rank 1 does when it imports this module: ``raise`` or ``hang`` (set by the tests
@@ -21,5 +23,18 @@ if BEHAVIOUR == "raise":
 if BEHAVIOUR == "hang":
     time.sleep(600)
 
+
+class Fuse(nn.Module):
+    """The identity, except on worker rank 1 with ``TIDGAP_TEST_RANK1=blow``, where a
+    forward of more than one sample (a real chunk, not the one-sample probe) raises."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if BEHAVIOUR == "blow" and x.shape[0] > 1:
+            raise RuntimeError("Fuse blew on rank 1")
+        return x
+
+
 #: Five layers on ``(b, 6)`` float inputs; a split at 2 sends 12 floats per sample.
 MLP = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 3))
+#: The MLP's first layers with a :class:`Fuse` on stage 1 (split at 2).
+FUSED = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), Fuse(), nn.Linear(12, 3))

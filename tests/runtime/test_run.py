@@ -159,19 +159,33 @@ def test_baselines_run_and_report_speedups(problem_file: Path, tmp_path: Path) -
     assert sum(" vs " in line for line in lines) == 2
 
 
+@pytest.mark.parametrize(
+    ("behaviour", "model", "message"),
+    [
+        ("raise", "MLP", "RuntimeError: pipeline_models refuses to load on rank 1"),
+        ("blow", "FUSED", "RuntimeError: Fuse blew on rank 1"),  # rank 0 fails after it
+    ],
+)
 def test_a_failing_worker_stops_every_worker(
-    problem_file: Path, tmp_path: Path, own_temporary_folder: Path, monkeypatch: pytest.MonkeyPatch
+    behaviour: str,
+    model: str,
+    message: str,
+    problem_file: Path,
+    tmp_path: Path,
+    own_temporary_folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("TIDGAP_TEST_RANK1", "raise")
+    monkeypatch.setenv("TIDGAP_TEST_RANK1", behaviour)
     plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
     started = time.monotonic()
-    result = run_cli("run", str(problem_file), str(plan), *MODEL, *QUICK)
+    model_args = ["--model", f"tests.runtime.pipeline_models:{model}", "--input-shape", "6"]
+    result = run_cli("run", str(problem_file), str(plan), *model_args, *QUICK)
     assert result.exit_code == 1, describe(result)
     assert time.monotonic() - started < 30
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, describe(result)
-    assert "rank 1 exited with status 1" in lines[0]
-    assert "pipeline_models refuses to load on rank 1" in lines[0]
+    assert lines[0].startswith("tidgap: error: run: plan: rank 1 exited with status 1")
+    assert lines[0].endswith(message)
     assert workers_under(own_temporary_folder) == []
 
 
@@ -186,7 +200,7 @@ def test_a_hanging_worker_times_out(
     assert result.exit_code == 1, describe(result)
     assert 4 <= elapsed < 20
     assert "did not finish within 4 s" in result.stderr
-    assert "rank 1: rank 1: building the model" in result.stderr  # where it hangs
+    assert "rank 1: building the model" in result.stderr  # where it hangs
     assert workers_under(own_temporary_folder) == []
 
 
@@ -308,3 +322,37 @@ def test_measured_timeline_pairs_each_send_with_its_receive() -> None:
     assert (forward.start, forward.end) == pytest.approx((1.0, 1.5))
     assert (backward.start, backward.end) == pytest.approx((3.5, 4.0))
     assert timeline.busy(1) == pytest.approx(2.0)
+
+
+GPT = ["--model", "gpt", "--layers", "2", "--hidden", "16", "--heads", "2", "--seq-len", "8"]
+GPT += ["--vocab", "50"]
+
+
+def test_a_job_run_as_torchrun_would_is_reported_with_results(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """--write-job, the workers started with torchrun's environment (here by the launcher),
+    then --results: a tiny GPT (token inputs, dropout off for the check) on 1F1B(2)."""
+    from tidgap.runtime.launch import launch
+
+    problem = Problem.from_dict(problem_document())
+    plan = plan_file(tmp_path, "1f1b", **one_f_one_b_plan(problem, 2).model_dump(exclude_none=True))
+    options = [str(problem_file), str(plan), *GPT, "--check-gradients", "--iterations", "1"]
+    job = tmp_path / "job.json"
+    written = run_cli("run", *options, "--write-job", str(job))
+    assert written.exit_code == 0, describe(written)
+    launch(job, 2, threads=1, timeout=60, logs=tmp_path)
+    result = run_cli("run", *options, "--results", str(tmp_path / "results"), "--json")
+    document = json.loads(result.stdout)
+    assert document["run"]["max_gradient_relative_difference"] < 1e-4
+    assert len(document["run"]["measured"]["iterations"]) == 1
+
+
+def test_results_without_a_rank_file_exit_2(problem_file: Path, tmp_path: Path) -> None:
+    plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
+    (tmp_path / "empty").mkdir()
+    result = run_cli(
+        "run", str(problem_file), str(plan), *MODEL, "--results", str(tmp_path / "empty")
+    )
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.strip().endswith("rank0.pt: rank 0 wrote no result")

@@ -9,10 +9,10 @@ that fails, or a run past ``--timeout``, exits 1 naming the rank, with every wor
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem
 from tidgap.outputs.files import check_outputs, write_json, write_timelines
 from tidgap.profiling.split import parse_split
+from tidgap.runtime.job import Job
 from tidgap.runtime.report import (
     RunFigures,
     format_figures,
@@ -57,23 +58,9 @@ paths) to every machine, and run on each machine NODE of N:
   torchrun --nnodes N --nproc-per-node K --node-rank NODE \\
       --master-addr HOST --master-port PORT -m tidgap.runtime.worker job.json
 (N*K processes, one per stage); rank R writes rank<R>.pt into the job's results folder.
+Gather them in one folder and report with the same options:
+  tidgap run PROBLEM PLAN --model ... --results FOLDER
 """
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How to run, shared by the plan and its baselines."""
-
-    model: str
-    options: dict[str, Any]
-    boundaries: list[int]
-    iterations: int
-    warmup: int
-    threads: int
-    check_gradients: bool
-    float64: bool
-    seed: int
-    timeout: float
 
 
 def plan_for(path: str, problem: Problem) -> Plan:
@@ -95,7 +82,8 @@ def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[s
     if split is not None:
         return parse_split(split, layers, stages)
     source = problem.source if isinstance(problem.source, dict) else {}
-    recorded = (source.get("split") or {}).get("boundaries") if isinstance(source, dict) else None
+    how = source.get("split")
+    recorded = how.get("boundaries") if isinstance(how, dict) else None
     if not isinstance(recorded, list) or not all(isinstance(b, int) for b in recorded):
         raise InputError(
             "records no split (not written by tidgap profile); give --split",
@@ -140,29 +128,8 @@ def absolute(spec: str) -> str:
     return spec if spec.startswith(EXAMPLE_PREFIX) else os.path.abspath(spec)
 
 
-def make_job(problem: str, plan: str, settings: Settings, results: str) -> Any:
-    """The :class:`~tidgap.runtime.job.Job` of one run."""
-    from tidgap.runtime.job import Job
-
-    return Job(
-        problem=absolute(problem),
-        plan=absolute(plan),
-        model=settings.model,
-        boundaries=settings.boundaries,
-        results=os.path.abspath(results),
-        model_options=settings.options,
-        iterations=settings.iterations,
-        warmup=settings.warmup,
-        threads=settings.threads,
-        check_gradients=settings.check_gradients,
-        float64=settings.float64,
-        seed=settings.seed,
-        timeout=settings.timeout,
-    )
-
-
 def reference_difference(
-    model: Any, results: list[dict], problem: Problem, settings: Settings
+    model: Any, results: list[dict[str, Any]], problem: Problem, job: Job
 ) -> float:
     """The largest relative difference of the run's gradients from one process's forward
     and backward of the whole batch, on the weights the workers used (eval mode)."""
@@ -171,47 +138,46 @@ def reference_difference(
     from tidgap.runtime.reference import max_relative_difference, reference_gradients
     from tidgap.runtime.task import make_task
 
-    dtype = torch.float64 if settings.float64 else torch.float32
+    dtype = torch.float64 if job.float64 else torch.float32
     layers = copy.deepcopy(model.layers).to(dtype).eval()
     weights: dict[str, Any] = {}
     for result in results:
         weights.update(result["weights"])
     layers.load_state_dict(weights)
-    task = make_task(model, problem.batch_size, settings.seed, torch.device("cpu"), dtype)
+    task = make_task(model, problem.batch_size, job.seed, torch.device("cpu"), dtype)
     want = reference_gradients(layers, task)
     return max_relative_difference(merged_gradients(results), want)
 
 
-def run_one(
-    problem: Problem,
-    spec: str,
-    plan: Plan,
-    plan_path: str | None,
-    label: str,
-    settings: Settings,
-    model: Any,
-) -> RunFigures:
-    """Run ``plan`` (from ``plan_path``, or written to a temporary file) with one worker
-    per stage; its :class:`~tidgap.runtime.report.RunFigures`."""
+def launched(problem: Problem, job: Job, plan: Plan, given: bool, label: str) -> list[dict]:
+    """Run ``plan`` with one worker per stage (the plan file of ``job`` when ``given``, else
+    ``plan`` written to the run's temporary folder); the ranks' results."""
     from tidgap.runtime.launch import WorkerError, launch
 
     folder = tempfile.mkdtemp(prefix="tidgap-run-")
     try:
-        if plan_path is None:
-            plan_path = str(Path(folder) / "plan.json")
-            write_json(plan_path, plan.model_dump(mode="json", exclude_none=True))
+        job = dataclasses.replace(job, results=folder)
+        if not given:
+            job = dataclasses.replace(job, plan=str(Path(folder) / "plan.json"))
+            write_json(job.plan, plan.model_dump(mode="json", exclude_none=True))
         job_path = Path(folder) / "job.json"
-        make_job(spec, plan_path, settings, folder).save(job_path)
+        job.save(job_path)
         try:
-            launch(job_path, problem.num_stages, settings.threads, settings.timeout, folder)
+            launch(job_path, problem.num_stages, job.threads, job.timeout, folder)
         except WorkerError as error:
             raise click.ClickException(f"run: {label}: {error}") from None
-        results = load_results(folder, problem.num_stages)
+        return load_results(folder, problem.num_stages)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def figures_of(
+    problem: Problem, job: Job, plan: Plan, label: str, results: list[dict], model: Any
+) -> RunFigures:
+    """The figures of a run's ``results``, its gradients checked when ``job`` asks."""
     difference = None
-    if settings.check_gradients:
-        difference = reference_difference(model, results, problem, settings)
+    if job.check_gradients:
+        difference = reference_difference(model, results, problem, job)
     return run_figures(problem, plan, results, label, difference)
 
 
@@ -302,6 +268,12 @@ def to_run(problem: Problem, plan: Plan, with_baselines: bool) -> list[tuple[str
     type=click.Path(dir_okay=False),
     help="Write the plan's job file for torchrun (results beside it) instead of running.",
 )
+@click.option(
+    "--results",
+    type=click.Path(file_okay=False),
+    help="Report the run whose workers wrote rank<R>.pt into this folder (torchrun on a "
+    "--write-job job given the same options) instead of running.",
+)
 @json_option
 def run_command(
     problem: str,
@@ -318,6 +290,7 @@ def run_command(
     timeout: float,
     trace: str | None,
     write_job: str | None,
+    results: str | None,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -329,6 +302,8 @@ def run_command(
     unit: the median, min and max over --iterations after --warmup, the error against
     the prediction in per cent, and each stage's busy time. Needs PyTorch.
     """
+    if results is not None and (baselines or write_job is not None):
+        raise click.UsageError("--results reports one finished run: no --baselines, --write-job")
     check_outputs(
         None, trace, ("--write-job", write_job), inputs={"PROBLEM": problem, "PLAN": plan_file}
     )
@@ -340,10 +315,13 @@ def run_command(
     torch.manual_seed(seed)
     model = build_model(model_reference, options, "run")
     layers = [name for name, _ in model.layers.named_children()]
-    settings = Settings(
+    job = Job(
+        problem=absolute(problem),
+        plan=absolute(plan_file),
         model=model_reference,
-        options=options,
         boundaries=boundaries_of(loaded, problem, split, layers),
+        results="",
+        model_options=options,
         iterations=iterations,
         warmup=warmup,
         threads=threads,
@@ -355,19 +333,23 @@ def run_command(
     for line in caveats(loaded, problem, plan, model):
         click.echo(f"tidgap: warning: {line}", err=True)
     if write_job is not None:
-        results = Path(write_job).parent / "results"
-        make_job(problem, plan_file, settings, str(results)).save(write_job)
-        click.echo(f"job written to {write_job} (results go to {results})")
+        folder = Path(write_job).parent / "results"
+        dataclasses.replace(job, results=os.path.abspath(folder)).save(write_job)
+        click.echo(f"job written to {write_job} (results go to {folder})")
         return
-    runs = [
-        run_one(loaded, problem, each, plan_file if given else None, label, settings, model)
-        for label, each, given in to_run(loaded, plan, baselines)
-    ]
+    if results is not None:
+        found = load_results(results, loaded.num_stages)
+        runs = [figures_of(loaded, job, plan, "plan", found, model)]
+    else:
+        runs = [
+            figures_of(loaded, job, each, label, launched(loaded, job, each, given, label), model)
+            for label, each, given in to_run(loaded, plan, baselines)
+        ]
     timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]
     written = write_timelines(timelines, None, trace, loaded.name)
     tolerance = TOLERANCE[float64]
     if as_json:
-        echo_json(document(loaded, plan_file, settings, runs, tolerance))
+        echo_json(document(loaded, plan_file, job, runs, tolerance))
     else:
         names = [loaded.stage_name(s) for s in range(loaded.num_stages)]
         click.echo(
@@ -392,7 +374,7 @@ def run_command(
 
 
 def document(
-    problem: Problem, plan_file: str, settings: Settings, runs: list[RunFigures], tolerance: float
+    problem: Problem, plan_file: str, job: Job, runs: list[RunFigures], tolerance: float
 ) -> dict[str, Any]:
     """The ``tidgap run --json`` object: the settings, then each run's figures (the plan
     first, then the baselines with the plan's speedup over them)."""
@@ -400,15 +382,15 @@ def document(
     return {
         "problem": problem.name,
         "plan": plan_file,
-        "model": settings.model,
-        "boundaries": settings.boundaries,
+        "model": job.model,
+        "boundaries": job.boundaries,
         "stages": problem.num_stages,
-        "threads": settings.threads,
-        "iterations": settings.iterations,
-        "warmup": settings.warmup,
-        "float64": settings.float64,
-        "seed": settings.seed,
-        "gradient_tolerance": tolerance if settings.check_gradients else None,
+        "threads": job.threads,
+        "iterations": job.iterations,
+        "warmup": job.warmup,
+        "float64": job.float64,
+        "seed": job.seed,
+        "gradient_tolerance": tolerance if job.check_gradients else None,
         "run": plan.as_dict(),
         "baselines": [
             {

@@ -71,17 +71,29 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def _modified(path: Path) -> float:
+    """When ``path`` was last written (``inf`` if it cannot be read)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return float("inf")
+
+
 def _wait(processes: list[subprocess.Popen], logs: list[Path], timeout: float) -> None:
-    """Return when every worker exited 0; raise :class:`WorkerError` on the first failure
-    seen or when ``timeout`` seconds pass."""
+    """Return when every worker exited 0; raise :class:`WorkerError` when one failed
+    (naming the one whose log was written first: the others may have failed because of
+    it) or when ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout
     while True:
         statuses = [process.poll() for process in processes]
-        for rank, status in enumerate(statuses):
-            if status not in (None, 0):
-                raise WorkerError(
-                    f"rank {rank} exited with status {status}: {last_line(logs[rank])}"
-                )
+        failed = [rank for rank, status in enumerate(statuses) if status not in (None, 0)]
+        if failed:
+            rank = min(failed, key=lambda r: _modified(logs[r]))  # the first to fail
+            others = [r for r in failed if r != rank]
+            also = f" (then rank {', '.join(map(str, others))} too)" if others else ""
+            raise WorkerError(
+                f"rank {rank} exited with status {statuses[rank]}{also}: {last_line(logs[rank])}"
+            )
         if all(status == 0 for status in statuses):
             return
         if time.monotonic() > deadline:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.outputs.trace import microseconds_per_unit
@@ -34,12 +35,25 @@ TRANSFERS = (("F", "send_forward", "recv_forward", 0), ("B", "send_backward", "r
 
 
 def load_results(folder: str | os.PathLike[str], world_size: int) -> list[dict[str, Any]]:
-    """Every rank's saved result, by rank (see :func:`tidgap.runtime.worker.result_path`)."""
+    """Every rank's saved result, by rank (see :func:`tidgap.runtime.worker.result_path`);
+    a missing or unreadable one raises :class:`InputError` naming it."""
     import torch
 
     from tidgap.runtime.worker import result_path
 
-    return [torch.load(result_path(folder, rank), weights_only=True) for rank in range(world_size)]
+    results = []
+    for rank in range(world_size):
+        path = result_path(folder, rank)
+        try:
+            results.append(torch.load(path, weights_only=True))
+        except FileNotFoundError:
+            raise InputError(f"rank {rank} wrote no result", source=str(path)) from None
+        except Exception as error:  # torch.load raises many kinds on a damaged file
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise InputError(
+                f"cannot read rank {rank}'s result: {reason}", source=str(path)
+            ) from None
+    return results
 
 
 def unit_per_second(time_unit: str) -> float:

@@ -11,8 +11,9 @@ mode. Each iteration starts at a barrier; its records are in seconds from there.
 
 The rank writes ``rank<R>.pt`` (``torch.save`` of :func:`run_rank`'s result) atomically
 into the job's results folder. On failure it prints the traceback and, last, one line
-``rank R: Error: message`` on stderr and exits 1. It exits by itself when the job's
-timeout passes or its parent process dies, so no worker outlives its launcher.
+``Error: message`` on stderr and exits 1 at once (see :func:`main`). It exits by itself
+when the job's timeout passes or its parent process dies, so no worker outlives its
+launcher.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ def result_path(results: str | os.PathLike[str], rank: int) -> Path:
     return Path(results) / f"rank{rank}.pt"
 
 
-def progress(rank: int, text: str) -> None:
+def progress(text: str) -> None:
     """One line of progress on stdout (the launcher quotes a hanging rank's last one)."""
-    print(f"rank {rank}: {text}", flush=True)
+    print(text, flush=True)
 
 
 def start_watchdog(timeout: float) -> None:
@@ -79,7 +80,7 @@ def run_rank(job: Any, rank: int, world_size: int) -> dict[str, Any]:
     from tidgap.runtime.stage import boundary_specs, stage_of
     from tidgap.runtime.task import make_task
 
-    progress(rank, "building the model")
+    progress("building the model")
     torch.set_num_threads(job.threads)
     problem = load_problem(job.problem)
     plan = load_plan(job.plan, problem)
@@ -100,7 +101,7 @@ def run_rank(job: Any, rank: int, world_size: int) -> dict[str, Any]:
     stage = stage_of(modules, rank, task, recompute, specs)
     module, instructions = modules[rank], lower(plan)[rank]
 
-    progress(rank, "joining the process group")
+    progress("joining the process group")
     dist.init_process_group(
         "gloo",
         rank=rank,
@@ -108,7 +109,7 @@ def run_rank(job: Any, rank: int, world_size: int) -> dict[str, Any]:
         timeout=datetime.timedelta(seconds=job.timeout),
     )
 
-    progress(rank, "joined")
+    progress("joined")
 
     def iteration(train: bool) -> list[tuple[str, int, int, int, float, float]]:
         module.train(train)
@@ -119,24 +120,22 @@ def run_rank(job: Any, rank: int, world_size: int) -> dict[str, Any]:
         dist.barrier()
         start = time.perf_counter()
         records = execute(instructions, handlers)
-        progress(rank, f"ran an iteration ({'train' if train else 'eval'} mode)")
+        progress(f"ran an iteration ({'train' if train else 'eval'} mode)")
         return [
             (r.kind, r.microbatch, r.samples[0], r.samples[1], r.start - start, r.end - start)
             for r in records
         ]
 
-    try:
-        gradients = weights = None
-        if job.check_gradients:
-            weights = stage_weights(model.layers, stages[rank][1])
-            iteration(train=False)
-            gradients = stage_gradients(model.layers, stages[rank][1])
-        for _ in range(job.warmup):
-            iteration(train=True)
-        timed = [iteration(train=True) for _ in range(job.iterations)]
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    gradients = weights = None
+    if job.check_gradients:
+        weights = stage_weights(model.layers, stages[rank][1])
+        iteration(train=False)
+        gradients = stage_gradients(model.layers, stages[rank][1])
+    for _ in range(job.warmup):
+        iteration(train=True)
+    timed = [iteration(train=True) for _ in range(job.iterations)]
+    dist.barrier()
+    dist.destroy_process_group()  # on failure, main ends the process instead
     return {
         "rank": rank,
         "stage": stages[rank][0],
@@ -175,9 +174,11 @@ def save_result(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The worker's entry point; the exit status."""
+    """The worker's entry point: 0 on success. On failure it reports and ends the process
+    at once with status 1, before the process group is torn down, so that a rank that
+    fails because of this one (its connection closed) fails later, and this report is
+    the last line of its output."""
     args = sys.argv[1:] if argv is None else argv
-    rank = os.environ.get("RANK", "?")
     try:
         if len(args) != 1:
             raise ValueError("usage: python -m tidgap.runtime.worker JOB.json")
@@ -191,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         message = str(error).strip().splitlines()
         text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
-        print(f"rank {rank}: {text}", file=sys.stderr, flush=True)
-        return 1
+        print(text, file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
     return 0
 
 
