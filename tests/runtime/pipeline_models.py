@@ -38,3 +38,14 @@ class Fuse(nn.Module):
 MLP = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 3))
 #: The MLP's first layers with a :class:`Fuse` on stage 1 (split at 2).
 FUSED = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), Fuse(), nn.Linear(12, 3))
+
+
+class Noise(nn.Module):
+    """Adds fresh noise at every call: a pipelined run and one process disagree."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 0.1 * torch.randn_like(x)
+
+
+#: The MLP's first layers with :class:`Noise` on stage 1: its gradient check must fail.
+NOISY = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), Noise(), nn.Linear(12, 3))

@@ -100,6 +100,15 @@ def test_plans_match_one_process(kind: str, problem_file: Path, tmp_path: Path) 
     assert len(run["measured"]["iterations"]) == 2
 
 
+def test_gradients_that_differ_exit_1(problem_file: Path, tmp_path: Path) -> None:
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    noisy = ["--model", "tests.runtime.pipeline_models:NOISY", "--input-shape", "6"]
+    result = run_cli("run", str(problem_file), str(plan), *noisy, *QUICK, "--check-gradients")
+    assert result.exit_code == 1, describe(result)
+    assert "gradients (eval mode: dropout off): max relative difference" in result.stdout
+    assert result.stderr.startswith("tidgap: error: run: gradients of plan differ from one")
+
+
 def test_float64_is_exact_on_a_recompute_plan(problem_file: Path, tmp_path: Path) -> None:
     plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
     document = run_json(str(problem_file), str(plan), "--float64")
@@ -262,6 +271,16 @@ def test_recompute_against_a_stored_activation_profile_warns(
     assert Path(saved.results) == (tmp_path / "results").resolve()
 
 
+def test_another_model_than_the_profiled_one_warns(tmp_path: Path) -> None:
+    problem = write_json(tmp_path / "p.json", problem_document(model={"name": "gpt"}))
+    plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
+    result = run_cli(
+        "run", str(problem), str(plan), *MODEL, "--write-job", str(tmp_path / "job.json")
+    )
+    assert result.exit_code == 0, describe(result)
+    assert "source.model: profiled with name gpt, running name tests.runtime" in result.stderr
+
+
 def test_profiled_with_recompute_does_not_warn(tmp_path: Path) -> None:
     problem = write_json(tmp_path / "p.json", problem_document(timing={"recompute": True}))
     plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
@@ -356,3 +375,24 @@ def test_results_without_a_rank_file_exit_2(problem_file: Path, tmp_path: Path) 
     )
     assert result.exit_code == 2, describe(result)
     assert result.stderr.strip().endswith("rank0.pt: rank 0 wrote no result")
+
+
+def test_results_of_a_run_without_gradients_cannot_be_checked(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    from tidgap.runtime.launch import launch
+
+    plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
+    options = [str(problem_file), str(plan), *MODEL, "--iterations", "1", "--warmup", "0"]
+    job = tmp_path / "job.json"
+    assert run_cli("run", *options, "--write-job", str(job)).exit_code == 0
+    launch(job, 2, threads=1, timeout=60, logs=tmp_path)
+    folder = str(tmp_path / "results")
+    result = run_cli("run", *options, "--results", folder, "--check-gradients")
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.strip() == (
+        f"tidgap: error: {folder}: the run kept no gradients; run it with --check-gradients too"
+    )
+    plain = run_cli("run", *options, "--results", folder)
+    assert plain.exit_code == 0, describe(plain)
+    assert plain.stdout.splitlines()[1].startswith("plan: measured ")

@@ -18,7 +18,13 @@ from typing import Any
 
 import click
 
-from tidgap.cli.options import describe_problem, echo_json, json_option, problem_argument
+from tidgap.cli.options import (
+    about_problem,
+    describe_problem,
+    echo_json,
+    json_option,
+    problem_argument,
+)
 from tidgap.cli.profile import build_model, model_options, require_torch
 from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
@@ -138,6 +144,8 @@ def reference_difference(
     from tidgap.runtime.reference import max_relative_difference, reference_gradients
     from tidgap.runtime.task import make_task
 
+    if any(result["gradients"] is None for result in results):
+        raise InputError("the run kept no gradients; run it with --check-gradients too")
     dtype = torch.float64 if job.float64 else torch.float32
     layers = copy.deepcopy(model.layers).to(dtype).eval()
     weights: dict[str, Any] = {}
@@ -339,7 +347,8 @@ def run_command(
         return
     if results is not None:
         found = load_results(results, loaded.num_stages)
-        runs = [figures_of(loaded, job, plan, "plan", found, model)]
+        with about_problem(results):
+            runs = [figures_of(loaded, job, plan, "plan", found, model)]
     else:
         runs = [
             figures_of(loaded, job, each, label, launched(loaded, job, each, given, label), model)

@@ -134,9 +134,10 @@ class RunFigures:
         return statistics.median(self.iterations)
 
     @property
-    def error(self) -> float:
-        """``median / predicted - 1`` (positive: the run is slower than predicted)."""
-        return self.median / self.predicted - 1 if self.predicted > 0 else float("inf")
+    def error(self) -> float | None:
+        """``median / predicted - 1`` (positive: the run is slower than predicted);
+        ``None`` when the prediction is 0."""
+        return self.median / self.predicted - 1 if self.predicted > 0 else None
 
     def as_dict(self) -> dict[str, Any]:
         """The ``tidgap run --json`` object of this run (see :func:`format_figures`)."""
@@ -150,7 +151,7 @@ class RunFigures:
                 "iterations": list(self.iterations),
             },
             "predicted": self.predicted,
-            "error_percent": 100 * self.error,
+            "error_percent": None if self.error is None else 100 * self.error,
             "busy": {"measured": list(self.busy), "predicted": list(self.predicted_busy)},
             "recompute": list(self.recompute),
             "max_gradient_relative_difference": self.gradient_difference,
@@ -204,7 +205,7 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
     lines = [
         f"{figures.label}: measured {figures.median:.4g} {unit} median (min {min(times):.4g}, "
         f"max {max(times):.4g}, {len(times)} iteration(s)), predicted {figures.predicted:.4g} "
-        f"{unit}: {figures.error:+.1%}",
+        f"{unit}: " + ("no error figure" if figures.error is None else f"{figures.error:+.1%}"),
         "  busy per iteration, measured / predicted: "
         + ", ".join(
             f"{name} {got:.4g} / {want:.4g} {unit}"
@@ -219,8 +220,8 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
         )
     if figures.gradient_difference is not None:
         lines.append(
-            f"  gradients: max relative difference {figures.gradient_difference:.3g} from one "
-            "process on the whole batch"
+            f"  gradients (eval mode: dropout off): max relative difference "
+            f"{figures.gradient_difference:.3g} from one process on the whole batch"
         )
     return lines
 

@@ -25,7 +25,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from tidgap.runtime.job import Job
+
+if TYPE_CHECKING:
+    from tidgap.runtime.report import Row
 
 #: Exit status of a worker stopped by its own watchdog (as ``timeout`` does).
 WATCHDOG_STATUS = 124
@@ -58,11 +63,11 @@ def start_watchdog(timeout: float) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def run_rank(job: Any, rank: int, world_size: int) -> dict[str, Any]:
-    """Run ``job`` as rank ``rank`` of ``world_size`` (the process group is initialised and
-    torn down here). The result: ``rank``, ``stage`` (its name), ``layers``, ``threads``,
-    ``recompute``, ``iterations`` (per timed iteration, its records as ``(kind,
-    microbatch, lo, hi, start, end)``, seconds from the iteration's barrier) and
+def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
+    """Run ``job`` as rank ``rank`` of ``world_size`` (the process group is initialised
+    here, and torn down on success). The result: ``rank``, ``stage`` (its name),
+    ``layers``, ``threads``, ``recompute``, ``iterations`` (per timed iteration, its
+    records as :data:`~tidgap.runtime.report.Row`, seconds from the iteration's barrier),
     ``gradients`` (this stage's parameters after the checked iteration) and ``weights``
     (:func:`stage_weights` before it), both ``None`` without ``check_gradients``."""
     import torch
@@ -111,7 +116,7 @@ def run_rank(job: Any, rank: int, world_size: int) -> dict[str, Any]:
 
     progress("joined")
 
-    def iteration(train: bool) -> list[tuple[str, int, int, int, float, float]]:
+    def iteration(train: bool) -> list[Row]:
         module.train(train)
         for parameter in module.parameters():
             parameter.grad = None
@@ -182,8 +187,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if len(args) != 1:
             raise ValueError("usage: python -m tidgap.runtime.worker JOB.json")
-        from tidgap.runtime.job import Job
-
         job = Job.load(args[0])
         start_watchdog(job.timeout)
         result = run_rank(job, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
