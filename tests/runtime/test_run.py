@@ -5,7 +5,9 @@ timeout, every worker gone)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -396,3 +398,44 @@ def test_results_of_a_run_without_gradients_cannot_be_checked(
     plain = run_cli("run", *options, "--results", folder)
     assert plain.exit_code == 0, describe(plain)
     assert plain.stdout.splitlines()[1].startswith("plan: measured ")
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGKILL"])
+def test_no_worker_outlives_an_interrupted_or_killed_run(
+    signal_name: str, problem_file: Path, tmp_path: Path
+) -> None:
+    """SIGINT: the launcher kills the workers on its way out; SIGKILL (no way out): each
+    worker's watchdog sees its parent gone and exits."""
+    import signal
+    import subprocess
+    import sys
+
+    runs = tmp_path / "own-runs"
+    runs.mkdir()
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    environment = {**os.environ, "TMPDIR": str(runs), "TIDGAP_TEST_RANK1": "hang"}
+    command = [sys.executable, "-c", "from tidgap.cli import main; main()", "run"]
+    process = subprocess.Popen(
+        [*command, str(problem_file), str(plan), *MODEL, "--timeout", "60"],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(workers_under(runs)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(workers_under(runs)) == 2
+        process.send_signal(getattr(signal, signal_name))
+        process.wait(timeout=15)
+        deadline = time.monotonic() + 5
+        while workers_under(runs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert workers_under(runs) == []
+    finally:
+        process.kill()
+        process.wait()
+        process.stderr.close()
+        for line in workers_under(runs):  # only if the test failed: end what it started
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split(":")[0]), signal.SIGKILL)

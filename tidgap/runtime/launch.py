@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from tidgap.runtime.worker import PARENT_VARIABLE
+
 #: Seconds between looks at the workers.
 POLL_PERIOD = 0.05
 #: The longest last line a :class:`WorkerError` quotes, in characters.
@@ -61,6 +63,7 @@ def worker_environment(rank: int, world_size: int, port: int, threads: int) -> d
         OMP_NUM_THREADS=str(threads),
         MKL_NUM_THREADS=str(threads),
     )
+    environment[PARENT_VARIABLE] = str(os.getpid())
     return environment
 
 

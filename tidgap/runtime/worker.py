@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 WATCHDOG_STATUS = 124
 #: How often the watchdog looks at the clock and the parent, in seconds.
 WATCHDOG_PERIOD = 0.5
+#: The environment variable in which the launcher gives its process id.
+PARENT_VARIABLE = "TIDGAP_LAUNCHER_PID"
 
 
 def result_path(results: str | os.PathLike[str], rank: int) -> Path:
@@ -50,8 +52,11 @@ def progress(text: str) -> None:
 
 def start_watchdog(timeout: float) -> None:
     """A daemon thread that ends the process (status :data:`WATCHDOG_STATUS`) once
-    ``timeout`` seconds pass or the parent process is gone."""
-    parent, deadline = os.getppid(), time.monotonic() + timeout
+    ``timeout`` seconds pass or the parent process is gone: the one named by
+    :data:`PARENT_VARIABLE` (set by the launcher, so a parent that died before this
+    started counts too), else the parent at the call (torchrun's agent)."""
+    parent = int(os.environ.get(PARENT_VARIABLE) or os.getppid())
+    deadline = time.monotonic() + timeout
 
     def watch() -> None:
         while time.monotonic() < deadline and os.getppid() == parent:
