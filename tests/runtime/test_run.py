@@ -102,6 +102,17 @@ def test_plans_match_one_process(kind: str, problem_file: Path, tmp_path: Path) 
     assert len(run["measured"]["iterations"]) == 2
 
 
+def test_three_stages_one_f_one_b(tmp_path: Path) -> None:
+    """The middle rank receives and sends both ways, with 1F1B's traffic in flight."""
+    document = synth_problem(0, 3, 8, 1, 0.5, "affine", "three")
+    document["source"] = {"split": {"boundaries": [2, 4]}}
+    problem = write_json(tmp_path / "three.json", document)
+    plan = one_f_one_b_plan(Problem.from_dict(document), 4).model_dump(exclude_none=True)
+    run = run_json(str(problem), str(plan_file(tmp_path, "1f1b", **plan)))["run"]
+    assert run["max_gradient_relative_difference"] < 1e-4
+    assert len(run["busy"]["measured"]) == 3
+
+
 def test_gradients_that_differ_exit_1(problem_file: Path, tmp_path: Path) -> None:
     plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
     noisy = ["--model", "tests.runtime.pipeline_models:NOISY", "--input-shape", "6"]
