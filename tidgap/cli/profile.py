@@ -251,6 +251,13 @@ def model_options(command: Command) -> Command:
     show_default=True,
     help="Link latency per transfer in ms.",
 )
+@click.option(
+    "--recompute",
+    is_flag=True,
+    help="Each backward time includes the stage's forward of the same samples: what "
+    "tidgap run costs on a stage that recomputes (a plan whose backward boundaries are not "
+    "forward boundaries).",
+)
 @click.option("--name", help="Problem name (default: the output file's stem, else the model).")
 @model_options
 @click.option(
@@ -275,6 +282,7 @@ def profile_command(
     threads: int | None,
     bandwidth: float,
     latency: float,
+    recompute: bool,
     name: str | None,
     out: str | None,
     quiet: bool,
@@ -311,6 +319,7 @@ def profile_command(
         threads=threads,
         bandwidth=bandwidth,
         latency=latency,
+        recompute=recompute,
     )
     command = _command_line(click.get_current_context())
     show = not (quiet or as_json) and sys.stderr.isatty()

@@ -26,7 +26,9 @@ Step = Callable[[str], None]
 class Settings:
     """How to profile. Sizes in samples, ``bandwidth`` in GB/s, ``latency`` in ms;
     ``split`` is the ``--split`` text or ``None`` to balance; ``threads`` ``None`` keeps
-    PyTorch's default."""
+    PyTorch's default; ``recompute``: each backward time includes the stage's forward of the
+    same samples (``tidgap run`` recomputes it for plans whose backward boundaries are not
+    forward boundaries)."""
 
     name: str
     stages: int
@@ -40,6 +42,7 @@ class Settings:
     threads: int | None
     bandwidth: float
     latency: float
+    recompute: bool = False
 
 
 def torch_device(name: str) -> torch.device:
@@ -157,7 +160,11 @@ def profile(
     finally:
         torch.set_num_threads(previous_threads)
     forward = [[run[s].forward_ms for run in runs] for s in range(settings.stages)]
-    backward = [[run[s].backward_ms for run in runs] for s in range(settings.stages)]
+    again = 1 if settings.recompute else 0  # the recomputed forward, counted in the backward
+    backward = [
+        [run[s].backward_ms + again * run[s].forward_ms for run in runs]
+        for s in range(settings.stages)
+    ]
     boundary_bytes = [m.output_bytes_per_sample for m in runs[-1][:-1]]
     links = [link(b, settings.bandwidth, settings.latency) for b in boundary_bytes]
     where = f"{device.type} ({machine(device)}, {threads} threads)"
@@ -182,7 +189,13 @@ def profile(
             "rounds; each round times every stage at every size once, each stage on its own "
             "stored input",
             "forward": "the stage's forward with autograd on, as in training",
-            "backward": "y.backward(g) on the stage output y, g a random gradient of y's shape",
+            "backward": "y.backward(g) on the stage output y, g a random gradient of y's shape"
+            + (
+                ", plus the forward of the same samples (recomputed, --recompute)"
+                if settings.recompute
+                else ""
+            ),
+            "recompute": settings.recompute,
             "monotone": "times are the cumulative maximum over sizes (noisy medians may dip)",
             "tail": "not measured (0)",
         },
