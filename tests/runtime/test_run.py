@@ -390,7 +390,7 @@ def test_results_without_a_rank_file_exit_2(problem_file: Path, tmp_path: Path) 
     assert result.stderr.strip().endswith("rank0.pt: rank 0 wrote no result")
 
 
-def test_results_of_a_run_without_gradients_cannot_be_checked(
+def test_results_are_reported_with_the_options_they_ran_with(
     problem_file: Path, tmp_path: Path
 ) -> None:
     from tidgap.runtime.launch import launch
@@ -404,10 +404,15 @@ def test_results_of_a_run_without_gradients_cannot_be_checked(
     result = run_cli("run", *options, "--results", folder, "--check-gradients")
     assert result.exit_code == 2, describe(result)
     assert result.stderr.strip() == (
-        f"tidgap: error: {folder}: the run kept no gradients; run it with --check-gradients too"
+        f"tidgap: error: {folder}: rank 0 ran check_gradients False, this command gives True"
     )
     plain = run_cli("run", *options, "--results", folder)
     assert plain.exit_code == 0, describe(plain)
+    other = run_cli("run", *options, "--results", folder, "--seed", "1")
+    assert other.exit_code == 2, describe(other)
+    assert other.stderr.strip() == (
+        f"tidgap: error: {folder}: rank 0 ran seed 0, this command gives 1"
+    )
     assert plain.stdout.splitlines()[1].startswith("plan: measured ")
 
 

@@ -134,6 +134,23 @@ def absolute(spec: str) -> str:
     return spec if spec.startswith(EXAMPLE_PREFIX) else os.path.abspath(spec)
 
 
+#: Job fields that may differ between a job and the command that reports its results.
+FREE_FIELDS = ("results", "timeout")
+
+
+def same_job(job: Job, results: list[dict[str, Any]]) -> None:
+    """Raise :class:`InputError` unless every rank ran ``job`` (up to :data:`FREE_FIELDS`):
+    ``--results`` reports a run with the options it was written with."""
+    wanted = dataclasses.asdict(job)
+    for rank, result in enumerate(results):
+        ran = result.get("job") or {}
+        for key, value in wanted.items():
+            if key not in FREE_FIELDS and ran.get(key) != value:
+                raise InputError(
+                    f"rank {rank} ran {key} {ran.get(key)!r}, this command gives {value!r}"
+                )
+
+
 def reference_difference(
     model: Any, results: list[dict[str, Any]], problem: Problem, job: Job
 ) -> float:
@@ -144,8 +161,6 @@ def reference_difference(
     from tidgap.runtime.reference import max_relative_difference, reference_gradients
     from tidgap.runtime.task import make_task
 
-    if any(result["gradients"] is None for result in results):
-        raise InputError("the run kept no gradients; run it with --check-gradients too")
     dtype = torch.float64 if job.float64 else torch.float32
     layers = copy.deepcopy(model.layers).to(dtype).eval()
     weights: dict[str, Any] = {}
@@ -348,6 +363,7 @@ def run_command(
     if results is not None:
         found = load_results(results, loaded.num_stages)
         with about_problem(results):
+            same_job(job, found)
             runs = [figures_of(loaded, job, plan, "plan", found, model)]
     else:
         runs = [

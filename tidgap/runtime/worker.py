@@ -18,6 +18,7 @@ launcher.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import sys
@@ -70,8 +71,8 @@ def start_watchdog(timeout: float) -> None:
 
 def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
     """Run ``job`` as rank ``rank`` of ``world_size`` (the process group is initialised
-    here, and torn down on success). The result: ``rank``, ``stage`` (its name),
-    ``layers``, ``threads``, ``recompute``, ``iterations`` (per timed iteration, its
+    here, and torn down on success). The result: ``job`` (as a dict), ``rank``, ``stage``
+    (its name), ``layers``, ``threads``, ``recompute``, ``iterations`` (per timed iteration, its
     records as :data:`~tidgap.runtime.report.Row`, seconds from the iteration's barrier),
     ``gradients`` (this stage's parameters after the checked iteration) and ``weights``
     (:func:`stage_weights` before it), both ``None`` without ``check_gradients``."""
@@ -147,6 +148,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
     dist.barrier()
     dist.destroy_process_group()  # on failure, main ends the process instead
     return {
+        "job": dataclasses.asdict(job),
         "rank": rank,
         "stage": stages[rank][0],
         "layers": stages[rank][1],
