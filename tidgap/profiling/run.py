@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from tidgap import __version__
 from tidgap.model.errors import InputError
@@ -18,6 +18,7 @@ from tidgap.profiling.build import Json, link, measurement_sizes, problem_docume
 from tidgap.profiling.measure import Measurement, OtherLoad, measure
 from tidgap.profiling.models import Model, parameter_count
 from tidgap.profiling.split import balanced_split, groups, parse_split
+from tidgap.runtime.task import Task, make_task
 
 Step = Callable[[str], None]
 
@@ -105,6 +106,18 @@ def step_count(model: Model, settings: Settings) -> int:
     return (settings.warmup + settings.repeats) * (balancing + settings.stages * len(sizes))
 
 
+class WithLoss(nn.Module):
+    """A last stage and the loss ``tidgap run`` computes after it: ``(n, ...)`` inputs ->
+    ``(n,)`` per-sample losses against the first ``n`` of ``task``'s targets."""
+
+    def __init__(self, stage: nn.Module, task: Task) -> None:
+        super().__init__()
+        self.stage, self.task = stage, task
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.task.loss(self.stage(x), self.task.targets[: x.shape[0]])
+
+
 def measure_stages(
     model: Model,
     settings: Settings,
@@ -121,6 +134,8 @@ def measure_stages(
     stages = stage_modules(model, boundaries)
     how["stages"] = {label: layers for label, layers, _ in stages}
     named = [(label, module) for label, _, module in stages]
+    task = make_task(model, max(sizes), 0, device, torch.get_default_dtype())
+    named[-1] = (named[-1][0], WithLoss(named[-1][1], task))
     inputs = [model.make_input(size, device) for size in sizes]
     runs = measure(named, inputs, device, settings.repeats, settings.warmup, on_step)
     return [label for label, _, _ in stages], runs, how
@@ -188,7 +203,8 @@ def profile(
             "statistic": f"median of {settings.repeats} rounds after {settings.warmup} warm-up "
             "rounds; each round times every stage at every size once, each stage on its own "
             "stored input",
-            "forward": "the stage's forward with autograd on, as in training",
+            "forward": "the stage's forward with autograd on, as in training; the last "
+            "stage's includes the per-sample loss tidgap run computes",
             "backward": "y.backward(g) on the stage output y, g a random gradient of y's shape"
             + (
                 ", plus the forward of the same samples (recomputed, --recompute)"
