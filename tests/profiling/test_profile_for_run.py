@@ -45,3 +45,33 @@ def test_backward_tables_add_the_forward_with_recompute(
         assert backward == [(3.0 if recompute else 2.0) * b + 1 for b in sizes]
     assert document["source"]["timing"]["recompute"] is recompute
     assert ("recomputed" in document["source"]["timing"]["backward"]) is recompute
+
+
+def test_the_last_stage_is_timed_with_the_runs_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module timed for the last stage returns the per-sample loss ``tidgap run``
+    computes there (model.md's loss per chunk before its 1/B scale)."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    from tidgap.profiling import models
+    from tidgap.profiling import run as profiling
+    from tidgap.runtime.task import make_task
+
+    timed: list[Any] = []
+
+    def measure(modules: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        timed.extend(modules)
+        return []
+
+    monkeypatch.setattr(profiling, "measure", measure)
+    model = models.gpt(layers=2, hidden=16, heads=2, seq_len=8, vocab=50)
+    model.layers.eval()
+    settings = profiling.Settings(
+        "t", 2, 4, 1, 4, None, "cpu", 1, 0, None, 10.0, 0.05
+    )  # fmt: skip
+    profiling.measure_stages(model, settings, [2], torch.device("cpu"), [1, 2, 4], print)
+    (_, first), (_, last) = timed
+    assert isinstance(last, profiling.WithLoss) and not isinstance(first, profiling.WithLoss)
+    task = make_task(model, 4, 0, torch.device("cpu"), torch.float32)
+    x = first(task.inputs[:3])
+    with torch.no_grad():
+        want = task.loss(last.stage(x), task.targets[:3])
+        assert torch.equal(last(x), want) and want.shape == (3,)
