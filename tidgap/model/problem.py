@@ -287,16 +287,21 @@ def check_takes_time(problem: Problem) -> None:
         )
 
 
-def load_problem(spec: str | os.PathLike[str]) -> Problem:
-    """Load a problem from a file path, or a built-in one named ``example:NAME``."""
+def problem_path(spec: str | os.PathLike[str]) -> Path:
+    """The file of a problem given as a path or as ``example:NAME`` (a built-in one)."""
     from tidgap.model.examples import EXAMPLE_PREFIX, example_path
 
     shown = str(spec)
+    if shown.startswith(EXAMPLE_PREFIX):
+        return example_path(shown[len(EXAMPLE_PREFIX) :])
+    return Path(spec)
+
+
+def load_problem(spec: str | os.PathLike[str]) -> Problem:
+    """Load a problem from a file path, or a built-in one named ``example:NAME``."""
+    shown = str(spec)
     try:
-        if shown.startswith(EXAMPLE_PREFIX):
-            path = example_path(shown[len(EXAMPLE_PREFIX) :])
-        else:
-            path = Path(spec)
+        path = problem_path(spec)
         problem = Problem.from_dict(read_json(path), default_name=path.stem)
         check_takes_time(problem)
         return problem

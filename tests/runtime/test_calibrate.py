@@ -1,0 +1,82 @@
+"""``tidgap calibrate``: a profiled problem's tables re-timed through the runtime's workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli_helpers import describe, run_cli, write_json
+from tidgap.model.errors import InputError
+from tidgap.model.problem import Problem, load_problem
+from tidgap.profiling.synth import synth_problem
+from tidgap.runtime.calibrate import calibrated, calibration_counts, table_sizes
+
+MODEL = ["--model", "tests.runtime.pipeline_models:MLP", "--input-shape", "6"]
+
+
+def table_document() -> dict:
+    """A 2-stage, batch-8 problem with tables, recording the MLP's split at layer 2."""
+    document = synth_problem(0, 2, 8, 1, 0.5, "table", "tiny")
+    document["source"] = {"split": {"boundaries": [2]}}
+    return document
+
+
+def test_counts_cover_every_table_size() -> None:
+    problem = Problem.from_dict(table_document())
+    assert calibration_counts(problem, [1, 2, 4, 8]) == [1, 2, 4, 8]
+    assert calibration_counts(problem, [3, 5, 16]) == [2, 3]
+
+
+def test_measured_sizes_replace_the_table_and_the_others_scale() -> None:
+    document = {
+        "stages": [
+            {
+                "forward": {"table": {"sizes": [1, 2, 4], "times": [1.0, 2.0, 4.0]}},
+                "backward": {"table": {"sizes": [1, 2, 4], "times": [2.0, 4.0, 8.0]}},
+            }
+        ]
+    }
+    durations = [{"F": {1: [1.5, 1.4, 1.6], 4: [3.0]}, "B": {2: [5.0]}}]
+    out = calibrated(document, durations, [1, 4])
+    forward = out["stages"][0]["forward"]["table"]
+    backward = out["stages"][0]["backward"]["table"]
+    assert forward["times"] == [1.5, 3.0, 3.0]  # 2 scales with 1 (nearest, smaller first)
+    assert backward["times"] == [2.5, 5.0, 10.0]  # every size scales with 2's ratio 1.25
+    assert out["source"]["calibration"]["runs"] == ["GPipe(1)", "GPipe(4)"]
+    assert document["stages"][0]["forward"]["table"]["times"] == [1.0, 2.0, 4.0]  # a copy
+
+
+def test_an_affine_problem_is_refused_naming_the_field() -> None:
+    with pytest.raises(InputError) as caught:
+        table_sizes(synth_problem(0, 2, 8), "p.json")
+    assert str(caught.value).startswith("p.json: stages[0].forward: is not a table")
+
+
+def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
+    problem = write_json(tmp_path / "problem.json", table_document())
+    out = tmp_path / "calibrated.json"
+    quick = ["--iterations", "2", "--warmup", "0", "--timeout", "60"]
+    result = run_cli("calibrate", str(problem), *MODEL, *quick, "--out", str(out))
+    assert result.exit_code == 0, describe(result)
+    assert "calibrated problem written to" in result.output
+    fitted = json.loads(out.read_text())
+    before = table_document()
+    assert fitted["source"]["calibration"]["runs"] == [f"GPipe({m})" for m in (1, 2, 4, 8)]
+    for was, now in zip(before["stages"], fitted["stages"], strict=True):
+        for direction in ("forward", "backward"):
+            assert now[direction]["table"]["sizes"] == was[direction]["table"]["sizes"]
+            assert now[direction]["table"]["times"] != was[direction]["table"]["times"]
+            times = now[direction]["table"]["times"]
+            assert times == sorted(times) and times[0] > 0
+    assert load_problem(out).num_stages == 2
+
+
+def test_calibrate_refuses_an_affine_problem_before_running(tmp_path: Path) -> None:
+    document = synth_problem(0, 2, 8)
+    document["source"] = {"split": {"boundaries": [2]}}
+    problem = write_json(tmp_path / "problem.json", document)
+    result = run_cli("calibrate", str(problem), *MODEL, "--out", str(tmp_path / "c.json"))
+    assert result.exit_code == 2, describe(result)
+    assert "table" in result.output and not (tmp_path / "c.json").exists()
