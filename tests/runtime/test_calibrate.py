@@ -29,23 +29,35 @@ def test_counts_cover_every_table_size() -> None:
     assert calibration_counts(problem, [3, 5, 16]) == [2, 3]
 
 
-def test_measured_sizes_replace_the_table_and_the_others_scale() -> None:
-    document = {
-        "stages": [
-            {
-                "forward": {"table": {"sizes": [1, 2, 4], "times": [1.0, 2.0, 4.0]}},
-                "backward": {"table": {"sizes": [1, 2, 4], "times": [2.0, 4.0, 8.0]}},
-            }
-        ]
-    }
-    durations = [{"F": {1: [1.5, 1.4, 1.6], 4: [3.0]}, "B": {2: [5.0]}}]
-    out = calibrated(document, durations, [1, 4])
+def test_measured_sizes_replace_the_tables_and_the_others_scale() -> None:
+    """Stage tables: measured medians, unmeasured sizes scaled by the nearest measured
+    ratio, non-decreasing; links: tables over the measured sizes, the unit and the cap."""
+    document = table_document()
+    problem = Problem.from_dict(document)
+    sizes = document["stages"][0]["forward"]["table"]["sizes"]
+    stage0 = problem.stages[0]
+    stages = [
+        {"F": {sizes[0]: [1.5, 1.4, 1.6]}, "B": {sizes[-1]: [2 * stage0.backward(sizes[-1])]}},
+        {"F": {size: [1.0] for size in sizes}, "B": {size: [1.0] for size in sizes}},
+    ]
+    links = [{"F": {4: [0.5, 0.7, 0.6]}, "B": {2: [0.2]}}]
+    out = calibrated(document, problem, stages, links, [2, 4])
     forward = out["stages"][0]["forward"]["table"]
-    backward = out["stages"][0]["backward"]["table"]
-    assert forward["times"] == [1.5, 3.0, 3.0]  # 2 scales with 1 (nearest, smaller first)
-    assert backward["times"] == [2.5, 5.0, 10.0]  # every size scales with 2's ratio 1.25
-    assert out["source"]["calibration"]["runs"] == ["GPipe(1)", "GPipe(4)"]
-    assert document["stages"][0]["forward"]["table"]["times"] == [1.0, 2.0, 4.0]  # a copy
+    ratio = 1.5 / stage0.forward(sizes[0])
+    want = [1.5] + [stage0.forward(size) * ratio for size in sizes[1:]]
+    assert forward["times"] == pytest.approx(want, rel=1e-3)
+    backward = out["stages"][0]["backward"]["table"]["times"]
+    assert backward == pytest.approx([2 * stage0.backward(size) for size in sizes], rel=1e-3)
+    assert out["stages"][1]["forward"]["table"]["times"] == [1.0] * len(sizes)
+    link = out["links"][0]["forward"]["table"]
+    assert link["sizes"] == [1, 4, 8] and link["times"][1] == 0.6
+    assert link["times"][0] == pytest.approx(
+        problem.links[0].forward(1) * 0.6 / problem.links[0].forward(4), rel=1e-3
+    )
+    assert out["links"][0]["backward"]["table"]["sizes"] == [1, 2, 8]
+    assert out["source"]["calibration"]["runs"] == ["GPipe(2)", "GPipe(4)"]
+    assert document["stages"][1]["forward"] == table_document()["stages"][1]["forward"]  # a copy
+    assert Problem.from_dict(out).links[0].forward(4) == pytest.approx(0.6)
 
 
 def test_an_affine_problem_is_refused_naming_the_field() -> None:

@@ -70,8 +70,14 @@ def calibrate_command(
     receives, dispatch, the other stages' processes on the same machine). Search and
     evaluate plans on the calibrated problem to predict tidgap run.
     """
-    from tidgap.runtime.calibrate import calibrated, calibration_counts, op_durations, table_sizes
-    from tidgap.runtime.report import measured_timeline
+    from tidgap.runtime.calibrate import (
+        calibrated,
+        calibration_counts,
+        link_durations,
+        op_durations,
+        table_sizes,
+    )
+    from tidgap.runtime.report import measured_timeline, unit_per_second
 
     check_outputs(None, None, ("--out", out), inputs={"PROBLEM": problem})
     loaded = load_problem(problem)
@@ -98,14 +104,15 @@ def calibrate_command(
         seed=seed,
         timeout=timeout,
     )
-    timelines = []
+    iterations = []
     for m in counts:
         label = f"GPipe({m})"
         click.echo(f"running {label}", err=True)
         results = launched(loaded, job, SCHEDULES["gpipe"].baseline(loaded, m), False, label)
-        for ranks in zip(*(result["iterations"] for result in results), strict=True):
-            timelines.append(measured_timeline(loaded, ranks, label))
-    fitted = calibrated(document, op_durations(timelines), counts)
+        iterations += list(zip(*(result["iterations"] for result in results), strict=True))
+    timelines = [measured_timeline(loaded, ranks, "calibration") for ranks in iterations]
+    links = link_durations(iterations, unit_per_second(loaded.time_unit))
+    fitted = calibrated(document, loaded, op_durations(timelines), links, counts)
     write_json(out, fitted)
     for before, after in zip(document["stages"], fitted["stages"], strict=True):
         shown = []

@@ -7,7 +7,9 @@ ranks' processes on the same cores). Calibration runs GPipe(m) with ``tidgap run
 workers for counts ``m`` whose microbatch sizes cover the problem's table sizes, and
 replaces each stage's tables by the median measured duration of its ops at each size
 (sizes no run measured keep the profile's time scaled by the nearest measured size's
-ratio), made non-decreasing like a profile.
+ratio), made non-decreasing like a profile. Each link becomes a table of its measured
+transfers: a receive's end minus the later of its send's start and its own start (the
+message's latency over the real backend, with the waiting process's wake-up), per size.
 """
 
 from __future__ import annotations
@@ -16,17 +18,21 @@ import copy
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.profiling.build import non_decreasing
+from tidgap.runtime.report import Row
 from tidgap.schedules.timeline import Timeline
 
-#: ``durations[s][kind][size]``: measured op durations of stage ``s``, kind ``F`` / ``B``,
-#: at microbatch ``size`` (samples), in the problem's time unit.
+#: ``durations[s][kind][size]``: measured op durations of stage ``s`` (or transfers over
+#: link ``s``), kind ``F`` / ``B``, at microbatch ``size`` (samples), in the problem's unit.
 Durations = list[dict[str, dict[int, list[float]]]]
+#: Per link direction: the kind, the sender's offset from the link's upstream stage, and
+#: the send and receive instructions.
+DIRECTIONS = (("F", 0, "send_forward", "recv_forward"), ("B", 1, "send_backward", "recv_backward"))
 
 
 def table_sizes(document: dict[str, Any], source: str) -> list[int]:
@@ -64,40 +70,72 @@ def op_durations(timelines: Sequence[Timeline]) -> Durations:
     return found
 
 
-def _measured_table(table: dict[str, Any], measured: dict[int, list[float]]) -> dict[str, Any]:
-    """``table`` (sizes, times) with each measured size's median; an unmeasured size keeps
-    its time scaled by the ratio at the nearest measured size."""
-    sizes, times = table["sizes"], table["times"]
+def link_durations(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> Durations:
+    """Per link, every measured transfer of the runs' ``iterations`` (each: per rank its
+    records, seconds) by direction and size: the receive's end minus the later of the
+    send's start and the receive's own start, times ``scale`` (the problem's unit)."""
+    links = len(iterations[0]) - 1
+    found: Durations = [{"F": defaultdict(list), "B": defaultdict(list)} for _ in range(links)]
+    for ranks in iterations:
+        for link in range(links):
+            for kind, offset, send, receive in DIRECTIONS:
+                sent = {row[1]: row[4] for row in ranks[link + offset] if row[0] == send}
+                for row in ranks[link + 1 - offset]:
+                    if row[0] == receive:
+                        transfer = row[5] - max(sent[row[1]], row[4])
+                        found[link][kind][row[3] - row[2]].append(max(0.0, transfer) * scale)
+    return found
+
+
+def _measured_table(
+    sizes: Sequence[int], original: Callable[[int], float], measured: dict[int, list[float]]
+) -> dict[str, Any]:
+    """A table over ``sizes``: each measured size's median; an unmeasured one keeps
+    ``original(size)`` scaled by the ratio at the nearest measured size."""
     medians = {size: statistics.median(measured[size]) for size in sizes if measured.get(size)}
     if not medians:
         raise InputError("no calibration run measured any of its sizes", source="calibrate")
     out = []
-    for size, time in zip(sizes, times, strict=True):
+    for size in sizes:
         if size in medians:
             out.append(medians[size])
             continue
         nearest = min(medians, key=lambda known: (abs(known - size), known))
-        base = times[sizes.index(nearest)]
-        out.append(time * (medians[nearest] / base if base > 0 else 1.0))
-    return {"sizes": list(sizes), "times": non_decreasing(out)}
+        base = original(nearest)
+        out.append(original(size) * (medians[nearest] / base if base > 0 else 1.0))
+    return {"table": {"sizes": list(sizes), "times": non_decreasing(out)}}
 
 
 def calibrated(
-    document: dict[str, Any], durations: Durations, counts: Sequence[int]
+    document: dict[str, Any],
+    problem: Problem,
+    stages: Durations,
+    links: Durations,
+    counts: Sequence[int],
 ) -> dict[str, Any]:
-    """A copy of the problem ``document`` whose stage tables are the measured op times, and
-    ``source.calibration`` saying how."""
+    """A copy of the problem ``document`` (``problem`` loaded from it) whose stage tables
+    are the measured op times and whose links are tables of the measured transfers (over
+    the measured sizes, the unit and the largest microbatch), with ``source.calibration``
+    saying how."""
     out = copy.deepcopy(document)
-    for stage, measured in zip(out["stages"], durations, strict=True):
+    for stage, measured, timed in zip(out["stages"], stages, problem.stages, strict=True):
         for direction, kind in (("forward", "F"), ("backward", "B")):
-            stage[direction]["table"] = _measured_table(stage[direction]["table"], measured[kind])
+            sizes = stage[direction]["table"]["sizes"]
+            stage[direction] = _measured_table(sizes, getattr(timed, direction), measured[kind])
+    ends = {problem.unit, problem.common_cap()}
+    for link, measured, timed in zip(out["links"], links, problem.links, strict=True):
+        for direction, kind in (("forward", "F"), ("backward", "B")):
+            sizes = sorted(set(measured[kind]) | ends)
+            link[direction] = _measured_table(sizes, getattr(timed, direction), measured[kind])
     source = out.get("source")
     source = dict(source) if isinstance(source, dict) else {"description": source}
     source["calibration"] = {
         "runs": [f"GPipe({m})" for m in counts],
         "rule": "each stage's forward and backward table: the median measured duration of "
-        "its ops at each size in tidgap run's workers; sizes no run measured keep the "
-        "profile's time scaled by the nearest measured size's ratio; made non-decreasing",
+        "its ops at each size in tidgap run's workers; each link: the median measured "
+        "transfer (a receive's end minus the later of its send's start and its own start) "
+        "per size; sizes no run measured keep the profile's time scaled by the nearest "
+        "measured size's ratio; made non-decreasing",
     }
     out["source"] = source
     return out
