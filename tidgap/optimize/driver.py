@@ -147,6 +147,4 @@ def search(
         return flush_search(problem, same_partition=same_partition, **options)
     if same_partition:
         raise ValueError(f"same_partition searches {SAME_PARTITION_SCHEDULE} plans only")
-    return windowed_search(
-        problem, memory_limit=memory_limit, no_recompute=no_recompute, **options
-    )
+    return windowed_search(problem, memory_limit=memory_limit, no_recompute=no_recompute, **options)
