@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit, prange
 
 from tidgap.backends.evaluator import INVALID, not_partitions
-from tidgap.backends.ticks import TickedProblem
+from tidgap.backends.ticks import TickedProblem, stage_link_ticks
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP, ORDER_GENE
 
 #: At most this many individuals share one scratch allocation (one ``prange`` iteration).
@@ -215,15 +215,6 @@ def _ordered_kernel(
     return ticks, peaks, bad.max()
 
 
-def link_tables(ticked: TickedProblem) -> tuple[np.ndarray, np.ndarray]:
-    """``(S, U+1)`` int64 link ticks of each stage's forwards and backwards, with a zero row
-    for the last stage's forwards and the first stage's backwards (no link)."""
-    none = np.zeros((1, ticked.num_units + 1), dtype=np.int64)
-    forward = np.asarray(ticked.forward_transfer, dtype=np.int64).reshape(-1, none.shape[1])
-    backward = np.asarray(ticked.backward_transfer, dtype=np.int64).reshape(-1, none.shape[1])
-    return np.concatenate((forward, none)), np.concatenate((none, backward))
-
-
 def ordered_ends(
     forward: np.ndarray, backward: np.ndarray, order: np.ndarray, ticked: TickedProblem
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -248,7 +239,7 @@ def ordered_ends(
         order,
         np.ascontiguousarray(t.forward_compute, dtype=np.int64),
         np.ascontiguousarray(t.backward_compute, dtype=np.int64),
-        *link_tables(t),
+        *stage_link_ticks(t),
         np.ascontiguousarray(t.tails, dtype=np.int64),
         np.int64(t.unit),
         chunk,

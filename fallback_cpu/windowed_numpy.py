@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from tidgap.backends.evaluator import INVALID, not_partitions
-from tidgap.backends.ticks import TickedProblem
+from tidgap.backends.ticks import TickedProblem, stage_link_ticks
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP
 
 
@@ -130,11 +130,8 @@ def slot_tables(
 def cost_tables(ticked: TickedProblem) -> tuple[np.ndarray, np.ndarray]:
     """Flat ``(2S (U+1),)`` compute and link ticks: forwards then backwards per stage;
     the link of the last stage's forwards and the first stage's backwards is 0."""
-    none = np.zeros((1, ticked.num_units + 1), dtype=np.int64)
-    transfer_f = np.asarray(ticked.forward_transfer, dtype=np.int64).reshape(-1, none.shape[1])
-    transfer_b = np.asarray(ticked.backward_transfer, dtype=np.int64).reshape(-1, none.shape[1])
     compute = np.concatenate((ticked.forward_compute, ticked.backward_compute))
-    transfer = np.concatenate((transfer_f, none, none, transfer_b))
+    transfer = np.concatenate(stage_link_ticks(ticked))
     return compute.astype(np.int64).ravel(), transfer.ravel()
 
 

@@ -11,7 +11,7 @@ from tests.support.cli_helpers import describe, run_cli, write_json
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem
 from tidgap.profiling.synth import synth_problem
-from tidgap.runtime.calibrate import calibrated, calibration_counts, table_sizes
+from tidgap.runtime.calibrate import calibrated, calibration_plans, table_sizes
 
 MODEL = ["--model", "tests.runtime.pipeline_models:MLP", "--input-shape", "6"]
 
@@ -23,10 +23,17 @@ def table_document() -> dict:
     return document
 
 
-def test_counts_cover_every_table_size() -> None:
+def test_the_plans_hold_every_table_size() -> None:
+    """GPipe(m) where one holds the size, else a flush plan of it; sizes above the batch
+    are left out."""
     problem = Problem.from_dict(table_document())
-    assert calibration_counts(problem, [1, 2, 4, 8]) == [1, 2, 4, 8]
-    assert calibration_counts(problem, [3, 5, 16]) == [2, 3]
+    plans = calibration_plans(problem, [1, 2, 4, 8])
+    assert [label for label, _ in plans] == ["GPipe(1)", "GPipe(2)", "GPipe(4)", "GPipe(8)"]
+    plans = calibration_plans(problem, [3, 5, 16])
+    assert [label for label, _ in plans] == ["GPipe(2)", "GPipe(3)", "flush(5x1)"]
+    held = {size for _, plan in plans for row in plan.forward + plan.backward for size in row}
+    assert {3, 5} <= held
+    assert plans[-1][1].forward == [[5, 3], [5, 3]] == plans[-1][1].backward
 
 
 def test_measured_sizes_replace_the_tables_and_the_others_scale() -> None:
@@ -41,7 +48,9 @@ def test_measured_sizes_replace_the_tables_and_the_others_scale() -> None:
         {"F": {size: [1.0] for size in sizes}, "B": {size: [1.0] for size in sizes}},
     ]
     links = [{"F": {4: [0.5, 0.7, 0.6]}, "B": {2: [0.2]}}]
-    out = calibrated(document, problem, stages, links, [2, 4])
+    document["source"]["timing"] = {"recompute": True}
+    out = calibrated(document, problem, stages, links, ["GPipe(2)", "GPipe(4)"])
+    assert out["source"]["timing"]["recompute"] is False
     forward = out["stages"][0]["forward"]["table"]
     ratio = 1.5 / stage0.forward(sizes[0])
     want = [1.5] + [stage0.forward(size) * ratio for size in sizes[1:]]
@@ -57,6 +66,7 @@ def test_measured_sizes_replace_the_tables_and_the_others_scale() -> None:
     assert out["links"][0]["backward"]["table"]["sizes"] == [1, 2, 8]
     assert out["source"]["calibration"]["runs"] == ["GPipe(2)", "GPipe(4)"]
     assert document["stages"][1]["forward"] == table_document()["stages"][1]["forward"]  # a copy
+    assert document["source"]["timing"]["recompute"] is True
     assert Problem.from_dict(out).links[0].forward(4) == pytest.approx(0.6)
 
 

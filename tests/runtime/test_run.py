@@ -207,7 +207,9 @@ def test_a_failing_worker_stops_every_worker(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, describe(result)
     assert lines[0].startswith("tidgap: error: run: plan: rank 1 exited with status 1")
-    assert lines[0].endswith(message)
+    error, _, logs = lines[0].partition(" (the workers' logs: ")
+    assert error.endswith(message)
+    assert message in (Path(logs.removesuffix(")")) / "rank1.log").read_text()
     assert workers_under(own_temporary_folder) == []
 
 
@@ -304,6 +306,27 @@ def test_profiled_with_recompute_does_not_warn(tmp_path: Path) -> None:
     assert result.stderr == ""
 
 
+def test_stored_graph_stages_on_a_recompute_profile_warn(tmp_path: Path) -> None:
+    """Profiled with --recompute, an aligned plan is over-predicted: the run says so."""
+    problem = write_json(tmp_path / "p.json", problem_document(timing={"recompute": True}))
+    plan = plan_file(tmp_path, "aligned", **PLANS["ordered-aligned"])
+    result = run_cli(
+        "run", str(problem), str(plan), *MODEL, "--write-job", str(tmp_path / "job.json")
+    )
+    assert result.exit_code == 0, describe(result)
+    assert "stage(s) [0, 1] run backward on stored graphs" in result.stderr
+
+
+@pytest.mark.parametrize("extra", [["--json"], ["--baselines"], ["--trace", "t.json"]])
+def test_write_job_refuses_the_outputs_of_a_run(tmp_path: Path, extra: list[str]) -> None:
+    plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
+    problem = write_json(tmp_path / "p.json", problem_document())
+    job = tmp_path / "job.json"
+    result = run_cli("run", str(problem), str(plan), *MODEL, "--write-job", str(job), *extra)
+    assert result.exit_code == 2, describe(result)
+    assert "--write-job" in result.output and not job.exists()
+
+
 def test_job_files_round_trip_and_bad_ones_are_named(tmp_path: Path) -> None:
     job = Job(
         problem="p.json",
@@ -375,6 +398,7 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     assert written.exit_code == 0, describe(written)
     launch(job, 2, threads=1, timeout=60, logs=tmp_path)
     result = run_cli("run", *options, "--results", str(tmp_path / "results"), "--json")
+    assert result.exit_code == 0, describe(result)
     document = json.loads(result.stdout)
     assert document["run"]["max_gradient_relative_difference"] < 1e-4
     assert len(document["run"]["measured"]["iterations"]) == 1

@@ -108,3 +108,13 @@ def tick_problem(problem: Problem) -> TickedProblem:
         forward_caps=np.asarray(fcaps, dtype=np.int64),
         backward_caps=np.asarray(bcaps, dtype=np.int64),
     )
+
+
+def stage_link_ticks(ticked: TickedProblem) -> tuple[np.ndarray, np.ndarray]:
+    """``(S, U+1)`` int64 link ticks of each stage's forwards (to ``s+1``) and backwards (to
+    ``s-1``): a zero row for the last stage's forwards and the first stage's backwards,
+    which cross no link."""
+    none = np.zeros((1, ticked.num_units + 1), dtype=np.int64)
+    forward = np.asarray(ticked.forward_transfer, dtype=np.int64).reshape(-1, none.shape[1])
+    backward = np.asarray(ticked.backward_transfer, dtype=np.int64).reshape(-1, none.shape[1])
+    return np.concatenate((forward, none)), np.concatenate((none, backward))

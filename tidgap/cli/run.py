@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from tidgap.cli.options import (
+    Command,
     about_problem,
     describe_problem,
     echo_json,
@@ -121,10 +122,17 @@ def caveats(problem: Problem, spec: str, plan: Plan, model: Any) -> list[str]:
             found.append(f"{spec}: source.model: profiled with {was}, running {now}")
     again = [s for s, flag in enumerate(recomputes(plan)) if flag]
     timing = source.get("timing")
-    if again and not (isinstance(timing, dict) and timing.get("recompute") is True):
+    profiled_again = isinstance(timing, dict) and timing.get("recompute") is True
+    if again and not profiled_again:
         found.append(
             f"stage(s) {again} recompute forwards, but {spec} was not profiled with "
             "--recompute: the prediction leaves the recomputed forwards out"
+        )
+    stored = [s for s, flag in enumerate(recomputes(plan)) if not flag]
+    if profiled_again and stored:
+        found.append(
+            f"stage(s) {stored} run backward on stored graphs, but {spec} was profiled with "
+            "--recompute: the prediction counts a forward in each of their backwards"
         )
     return found
 
@@ -177,7 +185,7 @@ def launched(problem: Problem, job: Job, plan: Plan, given: bool, label: str) ->
     ``plan`` written to the run's temporary folder); the ranks' results."""
     from tidgap.runtime.launch import WorkerError, launch
 
-    folder = tempfile.mkdtemp(prefix="tidgap-run-")
+    folder: str | None = tempfile.mkdtemp(prefix="tidgap-run-")
     try:
         job = dataclasses.replace(job, results=folder)
         if not given:
@@ -188,10 +196,14 @@ def launched(problem: Problem, job: Job, plan: Plan, given: bool, label: str) ->
         try:
             launch(job_path, problem.num_stages, job.threads, job.timeout, folder)
         except WorkerError as error:
-            raise click.ClickException(f"run: {label}: {error}") from None
+            kept, folder = folder, None  # the workers' logs stay for the user
+            raise click.ClickException(
+                f"run: {label}: {error} (the workers' logs: {kept})"
+            ) from None
         return load_results(folder, problem.num_stages)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def figures_of(
@@ -219,44 +231,100 @@ def to_run(problem: Problem, plan: Plan, with_baselines: bool) -> list[tuple[str
     return runs
 
 
+def worker_options(command: Command) -> Command:
+    """The options of every command that starts workers (``run``, ``calibrate``): the model
+    and its options, the split, iterations, warm-up, threads, seed and timeout."""
+    options = [
+        click.option(
+            "--model",
+            "model_reference",
+            required=True,
+            metavar="gpt|vgg16|module:attribute",
+            help="The model the problem was profiled from, as in tidgap profile.",
+        ),
+        click.option(
+            "--split",
+            metavar="B1,B2,..",
+            help="Stage boundaries (the first layer, index or name, of stages 1..S-1); "
+            "default the split recorded in PROBLEM (source.split.boundaries).",
+        ),
+        click.option(
+            "--iterations",
+            type=click.IntRange(min=1),
+            default=5,
+            show_default=True,
+            help="Timed iterations (the median is reported).",
+        ),
+        click.option(
+            "--warmup",
+            type=click.IntRange(min=0),
+            default=1,
+            show_default=True,
+            help="Untimed iterations before them.",
+        ),
+        click.option(
+            "--threads",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="PyTorch threads per stage process.",
+        ),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Seed of the weights and the data.",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=300.0,
+            show_default=True,
+            help="Seconds each run may take; then every worker is killed (exit 1).",
+        ),
+    ]
+    model, *rest = options
+    for option in reversed(rest):
+        command = option(command)
+    return model(model_options(command))
+
+
+def worker_job(
+    problem: str,
+    plan: str,
+    loaded: Problem,
+    model_reference: str,
+    split: str | None,
+    options: dict[str, Any],
+    command: str,
+    **settings: Any,
+) -> tuple[Job, Any]:
+    """The job of a run of ``plan`` (a file, or ``""`` for plans written per run) and the
+    model, built from ``seed`` as every worker builds it (imports PyTorch; ``command``
+    names a missing PyTorch); ``settings``: the other :class:`Job` fields."""
+    require_torch(command)
+    import torch
+
+    torch.manual_seed(settings["seed"])
+    model = build_model(model_reference, options, command)
+    layers = [name for name, _ in model.layers.named_children()]
+    job = Job(
+        problem=absolute(problem),
+        plan=absolute(plan) if plan else "",
+        model=model_reference,
+        boundaries=boundaries_of(loaded, problem, split, layers),
+        results="",
+        model_options=options,
+        **settings,
+    )
+    return job, model
+
+
 @click.command(name="run", epilog=EPILOG)
 @problem_argument()
 @click.argument("plan_file", metavar="PLAN")
-@click.option(
-    "--model",
-    "model_reference",
-    required=True,
-    metavar="gpt|vgg16|module:attribute",
-    help="The model the problem was profiled from, as in tidgap profile.",
-)
-@model_options
-@click.option(
-    "--split",
-    metavar="B1,B2,..",
-    help="Stage boundaries (the first layer, index or name, of stages 1..S-1); default the "
-    "split recorded in PROBLEM (source.split.boundaries).",
-)
-@click.option(
-    "--iterations",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    help="Timed iterations (the median is reported).",
-)
-@click.option(
-    "--warmup",
-    type=click.IntRange(min=0),
-    default=1,
-    show_default=True,
-    help="Untimed iterations before them.",
-)
-@click.option(
-    "--threads",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="PyTorch threads per stage process.",
-)
+@worker_options
 @click.option(
     "--check-gradients",
     is_flag=True,
@@ -266,20 +334,10 @@ def to_run(problem: Problem, plan: Plan, with_baselines: bool) -> list[tuple[str
 )
 @click.option("--float64", is_flag=True, help="Model and inputs in double precision.")
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of the weights and the data."
-)
-@click.option(
     "--baselines",
     is_flag=True,
     help="Also run the best GPipe and the best 1F1B (by prediction) and print the "
     "measured speedup beside the predicted one.",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=300.0,
-    show_default=True,
-    help="Seconds each run may take; then every worker is killed (exit 1).",
 )
 @click.option(
     "--trace",
@@ -327,24 +385,23 @@ def run_command(
     """
     if results is not None and (baselines or write_job is not None):
         raise click.UsageError("--results reports one finished run: no --baselines, --write-job")
+    if write_job is not None and (baselines or as_json or trace is not None):
+        raise click.UsageError(
+            "--write-job writes the job and runs nothing: no --baselines, --json, --trace"
+        )
     check_outputs(
         None, trace, ("--write-job", write_job), inputs={"PROBLEM": problem, "PLAN": plan_file}
     )
     loaded = load_problem(problem)
     plan = plan_for(plan_file, loaded)
-    require_torch("run")
-    import torch
-
-    torch.manual_seed(seed)
-    model = build_model(model_reference, options, "run")
-    layers = [name for name, _ in model.layers.named_children()]
-    job = Job(
-        problem=absolute(problem),
-        plan=absolute(plan_file),
-        model=model_reference,
-        boundaries=boundaries_of(loaded, problem, split, layers),
-        results="",
-        model_options=options,
+    job, model = worker_job(
+        problem,
+        plan_file,
+        loaded,
+        model_reference,
+        split,
+        options,
+        "run",
         iterations=iterations,
         warmup=warmup,
         threads=threads,

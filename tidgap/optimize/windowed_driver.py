@@ -302,7 +302,8 @@ def windowed_search(
     if chosen.plan is None or chosen.evaluation is None:
         raise InputError(
             f"no plan found within the memory limit ({in_force.label}: at most "
-            f"{list(in_force.held)} samples per stage)",
+            f"{list(in_force.held)} samples per stage)"
+            + (" that needs no recomputation" if no_recompute else ""),
             source="--memory-limit",
         )
     return SearchResult(

@@ -3,8 +3,9 @@
 ``tidgap profile`` times a stage's forward and backward on their own; a run also pays,
 per op, what the runtime does around them (cutting chunks from received pieces, storing
 graphs, the send and receive calls, the Python dispatch of each instruction, the other
-ranks' processes on the same cores). Calibration runs GPipe(m) with ``tidgap run``'s
-workers for counts ``m`` whose microbatch sizes cover the problem's table sizes, and
+ranks' processes on the same cores). Calibration runs GPipe(m) (and, for a size no GPipe holds,
+a flush plan of that size) with ``tidgap run``'s workers so that every table size is
+measured, and
 replaces each stage's tables by the median measured duration of its ops at each size
 (sizes no run measured keep the profile's time scaled by the nearest measured size's
 ratio), made non-decreasing like a profile. Each link becomes a table of its measured
@@ -22,17 +23,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tidgap.model.errors import InputError
+from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.profiling.build import non_decreasing
-from tidgap.runtime.report import Row
+from tidgap.runtime.report import TRANSFERS, Row
+from tidgap.schedules.families import SCHEDULES
 from tidgap.schedules.timeline import Timeline
 
 #: ``durations[s][kind][size]``: measured op durations of stage ``s`` (or transfers over
 #: link ``s``), kind ``F`` / ``B``, at microbatch ``size`` (samples), in the problem's unit.
 Durations = list[dict[str, dict[int, list[float]]]]
-#: Per link direction: the kind, the sender's offset from the link's upstream stage, and
-#: the send and receive instructions.
-DIRECTIONS = (("F", 0, "send_forward", "recv_forward"), ("B", 1, "send_backward", "recv_backward"))
 
 
 def table_sizes(document: dict[str, Any], source: str) -> list[int]:
@@ -50,11 +50,21 @@ def table_sizes(document: dict[str, Any], source: str) -> list[int]:
     return sorted(sizes)
 
 
-def calibration_counts(problem: Problem, sizes: Sequence[int]) -> list[int]:
-    """Microbatch counts ``m`` whose equal partitions (sizes ``ceil`` and ``floor`` of
-    ``B/m``) hold each of ``sizes`` that fits the batch, fewest first."""
-    counts = {math.ceil(problem.batch_size / size) for size in sizes if size <= problem.batch_size}
-    return sorted(counts)
+def calibration_plans(problem: Problem, sizes: Sequence[int]) -> list[tuple[str, Plan]]:
+    """Plans whose microbatches hold each of ``sizes`` that fits the batch: GPipe(m) with
+    ``m = ceil(B / size)`` (its sizes are ``ceil`` and ``floor`` of ``B/m``), and for a size
+    no such GPipe holds, the flush plan of ``B // size`` microbatches of it and the rest on
+    every stage; ``(label, plan)``, GPipe first, fewest microbatches first."""
+    B = problem.batch_size
+    counts = sorted({math.ceil(B / size) for size in sizes if size <= B})
+    plans = [(f"GPipe({m})", SCHEDULES["gpipe"].baseline(problem, m)) for m in counts]
+    held = {size for _, plan in plans for size in plan.forward[0]}
+    for size in sorted(set(sizes) - held):
+        if size <= B:
+            row = [size] * (B // size) + ([B % size] if B % size else [])
+            rows = [row] * problem.num_stages
+            plans.append((f"flush({size}x{B // size})", Plan.of(rows, rows)))
+    return plans
 
 
 def op_durations(timelines: Sequence[Timeline]) -> Durations:
@@ -78,7 +88,7 @@ def link_durations(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) 
     found: Durations = [{"F": defaultdict(list), "B": defaultdict(list)} for _ in range(links)]
     for ranks in iterations:
         for link in range(links):
-            for kind, offset, send, receive in DIRECTIONS:
+            for kind, send, receive, offset in TRANSFERS:
                 sent = {row[1]: row[4] for row in ranks[link + offset] if row[0] == send}
                 for row in ranks[link + 1 - offset]:
                     if row[0] == receive:
@@ -111,12 +121,13 @@ def calibrated(
     problem: Problem,
     stages: Durations,
     links: Durations,
-    counts: Sequence[int],
+    runs: Sequence[str],
 ) -> dict[str, Any]:
     """A copy of the problem ``document`` (``problem`` loaded from it) whose stage tables
     are the measured op times and whose links are tables of the measured transfers (over
     the measured sizes, the unit and the largest microbatch), with ``source.calibration``
-    saying how."""
+    saying how (``runs``: the plans measured) and ``source.timing.recompute`` false (the
+    runs recompute nothing)."""
     out = copy.deepcopy(document)
     for stage, measured, timed in zip(out["stages"], stages, problem.stages, strict=True):
         for direction, kind in (("forward", "F"), ("backward", "B")):
@@ -129,8 +140,10 @@ def calibrated(
             link[direction] = _measured_table(sizes, getattr(timed, direction), measured[kind])
     source = out.get("source")
     source = dict(source) if isinstance(source, dict) else {"description": source}
+    if isinstance(source.get("timing"), dict):
+        source["timing"] = {**source["timing"], "recompute": False}
     source["calibration"] = {
-        "runs": [f"GPipe({m})" for m in counts],
+        "runs": list(runs),
         "rule": "each stage's forward and backward table: the median measured duration of "
         "its ops at each size in tidgap run's workers; each link: the median measured "
         "transfer (a receive's end minus the later of its send's start and its own start) "

@@ -4,7 +4,7 @@ Sends are ``dist.isend`` of the payload (detached, contiguous), kept (request an
 until :meth:`DistTransport.wait`; receives are a blocking ``dist.recv`` into a
 tensor allocated from the compute's spec ``(shape, dtype)``. Messages between two ranks
 keep their order (one tag), so receives need no tags (:mod:`tidgap.runtime.lowering`).
-Works on gloo (CPU) and NCCL (a tensor on the rank's device).
+Tested on gloo (CPU) only; nothing device-specific is assumed beyond the spec's tensor.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """A plan's order lowered to per-rank instructions: receive, compute, send (model.md, Ordered
 plans, Timing).
 
-Stage ``s`` runs its letters in order. Before forward ``k`` it receives, in send order, the
-upstream chunks up to the one that holds the forward's last sample (``holder(P[s-1],
-P[s][k])``); before backward ``k`` the downstream gradient chunks up to
+Stage ``s`` runs its letters in order. Before its forward ``k`` (1-based here) it receives,
+in send order, the upstream chunks up to the one that holds the forward's last sample
+(``holder(P[s-1], P[s][k])``); before backward ``k`` the downstream gradient chunks up to
 ``holder(Q[s+1], Q[s][k])``. A forward's output goes downstream and a backward's input
 gradient upstream as soon as it is computed (sends are asynchronous; each link direction
 keeps its send order, so receives need no tags). Samples are 0-based, half-open.
@@ -32,11 +32,6 @@ class Instruction:
     kind: Kind
     microbatch: int
     samples: tuple[int, int]
-
-    @property
-    def size(self) -> int:
-        """Samples in the microbatch or chunk."""
-        return self.samples[1] - self.samples[0]
 
 
 def chunk(prefix: list[int], k: int) -> tuple[int, int]:

@@ -130,8 +130,9 @@ class RunFigures:
 
     @property
     def median(self) -> float:
-        """The median measured iteration time."""
-        return statistics.median(self.iterations)
+        """The median measured iteration time (the lower of the two middle ones for an even
+        count: the iteration the timeline shows)."""
+        return statistics.median_low(self.iterations)
 
     @property
     def error(self) -> float | None:
