@@ -75,3 +75,35 @@ def test_the_last_stage_is_timed_with_the_runs_loss(monkeypatch: pytest.MonkeyPa
     with torch.no_grad():
         want = task.loss(last.stage(x), task.targets[:3])
         assert torch.equal(last(x), want) and want.shape == (3,)
+
+
+def test_saved_bytes_count_each_storage_once_and_leave_parameters_out() -> None:
+    """``x * x`` saves ``x`` twice (one storage); a Linear saves its input, not its weight."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    from torch import nn
+
+    from tidgap.profiling.measure import saved_bytes_per_sample
+
+    class Square(nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x * x
+
+    x = torch.randn(5, 12)
+    assert saved_bytes_per_sample(Square(), x, first=False) == 12 * 4
+    assert saved_bytes_per_sample(nn.Linear(12, 300), x, first=False) == 12 * 4
+    assert saved_bytes_per_sample(nn.Sequential(nn.Linear(12, 3), nn.Tanh()), x, False) == 15 * 4
+
+
+def test_a_profile_records_activation_bytes_and_byte_limits_work(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    out = tmp_path / "p.json"
+    args = [*MLP, "--stages", "2", "--batch-size", "8", "--repeats", "1", "--warmup", "0"]
+    result = run("profile", *args, "--out", str(out), "-q")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(out.read_text())
+    held = [stage["activation_bytes"] for stage in document["stages"]]
+    assert all(isinstance(b, int) and b > 0 for b in held)
+    limit = str(8 * max(held))  # every stage may hold the whole batch
+    found = run("search", str(out), "--memory-limit", limit, "--generations", "3", "--json")
+    assert found.exit_code == 0, found.stderr
+    assert json.loads(found.stdout)["search"]["memory_limit"].endswith("B")

@@ -65,8 +65,10 @@ def problem_document(
     backward_ms: Sequence[Sequence[float]],
     links: Sequence[Json],
     source: Json,
+    activation_bytes: Sequence[int] | None = None,
 ) -> Json:
-    """A ``tidgap.problem/1`` document: ``forward_ms[s][i]`` is stage ``s`` at ``sizes[i]``."""
+    """A ``tidgap.problem/1`` document: ``forward_ms[s][i]`` is stage ``s`` at ``sizes[i]``;
+    ``activation_bytes[s]``, when given, the bytes stage ``s`` holds per sample."""
     stages = []
     for s, stage_name in enumerate(stage_names):
         stage: Json = {
@@ -74,6 +76,8 @@ def problem_document(
             "forward": table(sizes, forward_ms[s]),
             "backward": table(sizes, backward_ms[s]),
         }
+        if activation_bytes is not None:
+            stage["activation_bytes"] = activation_bytes[s]
         if cap < batch_size:
             stage["max_microbatch"] = cap
         stages.append(stage)

@@ -103,6 +103,27 @@ def chain_inputs(modules: Sequence[tuple[str, nn.Module]], first: Tensor) -> lis
     return inputs
 
 
+def saved_bytes_per_sample(module: nn.Module, given: Tensor, first: bool) -> int:
+    """The bytes autograd saves for the backward in one forward of ``module`` on ``given``
+    ``(b, ...)``, per sample (rounded up): every saved tensor's storage once, the module's
+    own parameters left out (untimed; ``first`` as in :func:`time_module`)."""
+    parameters = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: Tensor) -> Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    x = given.detach()
+    if not first and x.is_floating_point():
+        x.requires_grad_(True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        module(x)
+    return -(-sum(saved.values()) // given.shape[0])
+
+
 def measure(
     modules: Sequence[tuple[str, nn.Module]],
     inputs: Sequence[Tensor],

@@ -15,7 +15,13 @@ from torch import Tensor, nn
 from tidgap import __version__
 from tidgap.model.errors import InputError
 from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
-from tidgap.profiling.measure import Measurement, OtherLoad, measure
+from tidgap.profiling.measure import (
+    Measurement,
+    OtherLoad,
+    chain_inputs,
+    measure,
+    saved_bytes_per_sample,
+)
 from tidgap.profiling.models import Model, parameter_count
 from tidgap.profiling.split import balanced_split, groups, parse_split
 from tidgap.runtime.task import Task, make_task
@@ -125,8 +131,10 @@ def measure_stages(
     device: torch.device,
     sizes: list[int],
     on_step: Step,
-) -> tuple[list[str], list[list[Measurement]], Json]:
-    """Stage names, ``runs[i][s]`` (``sizes[i]``, stage ``s``) and how the split was chosen."""
+) -> tuple[list[str], list[list[Measurement]], list[int], Json]:
+    """Stage names, ``runs[i][s]`` (``sizes[i]``, stage ``s``), each stage's bytes saved for
+    the backward per sample (at the largest size: ``activation_bytes``) and how the split
+    was chosen."""
     if given is None:
         boundaries, how = balance(model, settings, device, on_step)
     else:
@@ -138,7 +146,12 @@ def measure_stages(
     named[-1] = (named[-1][0], WithLoss(named[-1][1], task))
     inputs = [model.make_input(size, device) for size in sizes]
     runs = measure(named, inputs, device, settings.repeats, settings.warmup, on_step)
-    return [label for label, _, _ in stages], runs, how
+    fed = chain_inputs(named, inputs[-1])
+    held = [
+        saved_bytes_per_sample(module, x, s == 0)
+        for s, ((_, module), x) in enumerate(zip(named, fed, strict=True))
+    ]
+    return [label for label, _, _ in stages], runs, held, how
 
 
 def profile(
@@ -170,7 +183,9 @@ def profile(
         threads = torch.get_num_threads()
         model.layers.to(device).train()
         load = OtherLoad()
-        stage_names, runs, how = measure_stages(model, settings, given, device, sizes, on_step)
+        stage_names, runs, held, how = measure_stages(
+            model, settings, given, device, sizes, on_step
+        )
         other_cores = load.cores()
     finally:
         torch.set_num_threads(previous_threads)
@@ -214,6 +229,9 @@ def profile(
             "recompute": settings.recompute,
             "monotone": "times are the cumulative maximum over sizes (noisy medians may dip)",
             "tail": "not measured (0)",
+            "activation_bytes": "bytes autograd saves for the backward in one forward at the "
+            "largest size, per sample (saved-tensor hooks; each storage once, the stage's "
+            "parameters left out)",
         },
         "links": {
             "bytes_per_sample": boundary_bytes,
@@ -233,4 +251,5 @@ def profile(
         backward,
         links,
         source,
+        held,
     )
