@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,3 +103,42 @@ def test_calibrate_refuses_an_affine_problem_before_running(tmp_path: Path) -> N
     result = run_cli("calibrate", str(problem), *MODEL, "--out", str(tmp_path / "c.json"))
     assert result.exit_code == 2, describe(result)
     assert "table" in result.output and not (tmp_path / "c.json").exists()
+
+
+def records_of(timeline: Any) -> list[list[tuple]]:
+    """A run that behaved exactly as ``timeline`` (the model's, in ms) says: per rank its
+    records (seconds), computes from the stage steps, sends and receives from the links."""
+    ranks: list[list[tuple]] = [[] for _ in timeline.stages]
+    kinds = {"F": "forward", "B": "backward"}
+    for s, steps in enumerate(timeline.stages):
+        for step in steps:
+            if step.kind in kinds:
+                lo, hi = step.samples[0] - 1, step.samples[1]
+                ranks[s].append((kinds[step.kind], step.microbatch, lo, hi, step.start / 1e3,
+                                 step.end / 1e3))  # fmt: skip
+    for link, steps in enumerate(timeline.links):
+        for step in steps:
+            sender, receiver = (link, link + 1) if step.kind == "F" else (link + 1, link)
+            lo, hi = step.samples[0] - 1, step.samples[1]
+            name = kinds[step.kind]
+            ranks[sender].append((f"send_{name}", step.microbatch, lo, hi, step.start / 1e3,
+                                  step.start / 1e3))  # fmt: skip
+            ranks[receiver].append((f"recv_{name}", step.microbatch, lo, hi, step.start / 1e3,
+                                    step.end / 1e3))  # fmt: skip
+    return ranks
+
+
+@pytest.mark.parametrize("shape", ["affine", "table"])
+def test_replaying_a_run_that_behaved_as_the_model_gives_the_prediction(shape: str) -> None:
+    """With the run's own op and transfer times, the model reproduces a run whose ops took
+    exactly the model's times: replay checks the dependencies, not the op times."""
+    from tidgap.runtime.calibrate import replayed_time
+    from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
+
+    document = synth_problem(3, 3, 12, 1, 0.5, shape, "replay")
+    problem = Problem.from_dict(document)
+    for plan in (SCHEDULES["1f1b"].baseline(problem, 4), SCHEDULES["gpipe"].baseline(problem, 3)):
+        ranks = records_of(plan_timeline(problem, plan))
+        results = [{"iterations": [rows]} for rows in ranks]
+        want = evaluate(problem, plan).iteration_time
+        assert replayed_time(document, problem, plan, results) == pytest.approx(want, rel=1e-3)

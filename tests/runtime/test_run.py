@@ -147,7 +147,9 @@ def test_one_f_one_b_json_and_trace(problem_file: Path, tmp_path: Path) -> None:
         "busy",
         "recompute",
         "max_gradient_relative_difference",
+        "replay",
     }
+    assert run["replay"] is None
     measured = run["measured"]
     assert 0 < measured["min"] <= measured["median"] <= measured["max"]
     assert run["predicted"] == pytest.approx(problem_evaluation(problem, plan))
@@ -165,6 +167,24 @@ def problem_evaluation(problem: Problem, plan: Path) -> float:
     from tidgap.schedules.families import evaluate
 
     return evaluate(problem, load_plan(plan, problem)).iteration_time
+
+
+def test_replay_evaluates_the_plan_with_the_runs_own_op_times(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """The replay is the model's time with this run's op and transfer times: a figure of
+    its own, beside the prediction, and printed in the text."""
+    problem = Problem.from_dict(problem_document())
+    plan = plan_file(tmp_path, "1f1b", **one_f_one_b_plan(problem, 4).model_dump(exclude_none=True))
+    run = run_json(str(problem_file), str(plan), "--replay")["run"]
+    replay = run["replay"]
+    assert replay["predicted"] > 0 and replay["predicted"] != run["predicted"]
+    assert replay["error_percent"] == pytest.approx(
+        100 * (run["measured"]["median"] / replay["predicted"] - 1)
+    )
+    text = run_cli("run", str(problem_file), str(plan), *MODEL, *QUICK, "--replay")
+    assert text.exit_code == 0, describe(text)
+    assert "replayed with this run's own op and transfer times" in text.output
 
 
 def test_baselines_run_and_report_speedups(problem_file: Path, tmp_path: Path) -> None:

@@ -45,14 +45,7 @@ def calibrate_command(
     dispatch, the other stages' processes on the same machine). Search and evaluate plans
     on the calibrated problem to predict tidgap run.
     """
-    from tidgap.runtime.calibrate import (
-        calibrated,
-        calibration_plans,
-        link_durations,
-        op_durations,
-        table_sizes,
-    )
-    from tidgap.runtime.report import measured_timeline, unit_per_second
+    from tidgap.runtime.calibrate import calibration_plans, measured_problem, table_sizes
 
     check_outputs(None, None, ("--out", out), inputs={"PROBLEM": problem})
     loaded = load_problem(problem)
@@ -79,10 +72,8 @@ def calibrate_command(
         click.echo(f"running {label}", err=True)
         results = launched(loaded, job, plan, False, f"calibration {label}")
         iterations += list(zip(*(result["iterations"] for result in results), strict=True))
-    timelines = [measured_timeline(loaded, ranks, "calibration") for ranks in iterations]
-    links = link_durations(iterations, unit_per_second(loaded.time_unit))
     runs = [label for label, _ in plans]
-    fitted = calibrated(document, loaded, op_durations(timelines), links, runs)
+    fitted = measured_problem(document, loaded, iterations, runs)
     write_json(out, fitted)
     for before, after in zip(document["stages"], fitted["stages"], strict=True):
         shown = []

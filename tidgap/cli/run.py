@@ -31,7 +31,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import read_json
 from tidgap.model.plan import Plan, load_plan
-from tidgap.model.problem import Problem, load_problem
+from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json, write_timelines
 from tidgap.profiling.split import parse_split
 from tidgap.runtime.job import Job
@@ -207,13 +207,26 @@ def launched(problem: Problem, job: Job, plan: Plan, given: bool, label: str) ->
 
 
 def figures_of(
-    problem: Problem, job: Job, plan: Plan, label: str, results: list[dict], model: Any
+    problem: Problem,
+    job: Job,
+    plan: Plan,
+    label: str,
+    results: list[dict],
+    model: Any,
+    replay: bool = False,
 ) -> RunFigures:
-    """The figures of a run's ``results``, its gradients checked when ``job`` asks."""
+    """The figures of a run's ``results``, its gradients checked when ``job`` asks, and
+    with ``replay`` the model's time with the run's own op times."""
     difference = None
     if job.check_gradients:
         difference = reference_difference(model, results, problem, job)
-    return run_figures(problem, plan, results, label, difference)
+    figures = run_figures(problem, plan, results, label, difference)
+    if not replay:
+        return figures
+    from tidgap.runtime.calibrate import replayed_time
+
+    document = read_json(problem_path(job.problem))
+    return dataclasses.replace(figures, replayed=replayed_time(document, problem, plan, results))
 
 
 def to_run(problem: Problem, plan: Plan, with_baselines: bool) -> list[tuple[str, Plan, bool]]:
@@ -345,6 +358,13 @@ def worker_job(
     help="Write a Chrome trace: each run's predicted and measured timelines.",
 )
 @click.option(
+    "--replay",
+    is_flag=True,
+    help="Also evaluate the plan with this run's own op and transfer times (median per stage, "
+    "direction and size): the model's error once the op times are right, to tell a wrong op "
+    "time from a wrong model.",
+)
+@click.option(
     "--write-job",
     type=click.Path(dir_okay=False),
     help="Write the plan's job file for torchrun (results beside it) instead of running.",
@@ -370,6 +390,7 @@ def run_command(
     baselines: bool,
     timeout: float,
     trace: str | None,
+    replay: bool,
     write_job: str | None,
     results: str | None,
     as_json: bool,
@@ -421,10 +442,12 @@ def run_command(
         found = load_results(results, loaded.num_stages)
         with about_problem(results):
             same_job(job, found)
-            runs = [figures_of(loaded, job, plan, "plan", found, model)]
+            runs = [figures_of(loaded, job, plan, "plan", found, model, replay)]
     else:
         runs = [
-            figures_of(loaded, job, each, label, launched(loaded, job, each, given, label), model)
+            figures_of(
+                loaded, job, each, label, launched(loaded, job, each, given, label), model, replay
+            )
             for label, each, given in to_run(loaded, plan, baselines)
         ]
     timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]

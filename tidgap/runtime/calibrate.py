@@ -123,17 +123,18 @@ def calibrated(
     links: Durations,
     runs: Sequence[str],
 ) -> dict[str, Any]:
-    """A copy of the problem ``document`` (``problem`` loaded from it) whose stage tables
-    are the measured op times and whose links are tables of the measured transfers (over
-    the measured sizes, the unit and the largest microbatch), with ``source.calibration``
-    saying how (``runs``: the plans measured) and ``source.timing.recompute`` false (the
-    runs recompute nothing)."""
+    """A copy of the problem ``document`` (``problem`` loaded from it) whose stages and
+    links are tables of the measured op and transfer times, over the measured sizes, the
+    unit, the largest microbatch and a stage's own table sizes, with
+    ``source.calibration`` saying how (``runs``: the plans measured) and
+    ``source.timing.recompute`` false (the runs recompute nothing)."""
     out = copy.deepcopy(document)
+    ends = {problem.unit, problem.common_cap()}
     for stage, measured, timed in zip(out["stages"], stages, problem.stages, strict=True):
         for direction, kind in (("forward", "F"), ("backward", "B")):
-            sizes = stage[direction]["table"]["sizes"]
+            own = stage[direction].get("table", {}).get("sizes", [])
+            sizes = sorted(set(own) | set(measured[kind]) | ends)
             stage[direction] = _measured_table(sizes, getattr(timed, direction), measured[kind])
-    ends = {problem.unit, problem.common_cap()}
     for link, measured, timed in zip(out["links"], links, problem.links, strict=True):
         for direction, kind in (("forward", "F"), ("backward", "B")):
             sizes = sorted(set(measured[kind]) | ends)
@@ -152,3 +153,31 @@ def calibrated(
     }
     out["source"] = source
     return out
+
+
+def measured_problem(
+    document: dict[str, Any],
+    problem: Problem,
+    iterations: Sequence[Sequence[Sequence[Row]]],
+    runs: Sequence[str],
+) -> dict[str, Any]:
+    """:func:`calibrated` from the records of ``iterations`` (each: per rank its records,
+    seconds), the runs of ``runs``."""
+    from tidgap.runtime.report import measured_timeline, unit_per_second
+
+    timelines = [measured_timeline(problem, ranks, "measured") for ranks in iterations]
+    links = link_durations(iterations, unit_per_second(problem.time_unit))
+    return calibrated(document, problem, op_durations(timelines), links, runs)
+
+
+def replayed_time(
+    document: dict[str, Any], problem: Problem, plan: Plan, results: Sequence[dict[str, Any]]
+) -> float:
+    """The model's iteration time for ``plan`` with the run's own op and transfer times
+    (``results``: the ranks' saved results; every op of the plan ran, so each of its sizes
+    is measured): what the model predicts once the op times are right."""
+    from tidgap.schedules.families import evaluate
+
+    iterations = list(zip(*(result["iterations"] for result in results), strict=True))
+    replay = Problem.from_dict(measured_problem(document, problem, iterations, ["this run"]))
+    return evaluate(replay, plan).iteration_time

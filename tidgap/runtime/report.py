@@ -114,7 +114,9 @@ class RunFigures:
     ``predicted_busy[s]``: the same in the model (its tail included); ``recompute[s]``:
     whether stage ``s`` re-ran forwards; ``gradient_difference``: the largest relative
     difference of any parameter's gradient from one process (``None``: not checked);
-    ``timeline``: the median iteration, measured; ``predicted_timeline``: the model's.
+    ``timeline``: the median iteration, measured; ``predicted_timeline``: the model's;
+    ``replayed``: the model's time for the plan with this run's own op and transfer times
+    (``None``: not asked, ``tidgap run --replay``).
     """
 
     label: str
@@ -127,6 +129,7 @@ class RunFigures:
     gradient_difference: float | None
     timeline: Timeline
     predicted_timeline: Timeline
+    replayed: float | None = None
 
     @property
     def median(self) -> float:
@@ -156,6 +159,12 @@ class RunFigures:
             "busy": {"measured": list(self.busy), "predicted": list(self.predicted_busy)},
             "recompute": list(self.recompute),
             "max_gradient_relative_difference": self.gradient_difference,
+            "replay": None
+            if self.replayed is None
+            else {
+                "predicted": self.replayed,
+                "error_percent": 100 * (self.median / self.replayed - 1),
+            },
         }
 
 
@@ -218,6 +227,12 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
         lines.append(
             f"  stage(s) {again} recompute: each backward re-ran its forward from the "
             "stage's inputs (the prediction counts that only if the profile did)"
+        )
+    if figures.replayed is not None:
+        lines.append(
+            f"  replayed with this run's own op and transfer times: {figures.replayed:.4g} "
+            f"{unit}, measured {figures.median / figures.replayed - 1:+.1%} (the rest of the "
+            "error above is in the op times, not the model)"
         )
     if figures.gradient_difference is not None:
         lines.append(
