@@ -148,8 +148,11 @@ def test_one_f_one_b_json_and_trace(problem_file: Path, tmp_path: Path) -> None:
         "recompute",
         "max_gradient_relative_difference",
         "replay",
+        "memory",
     }
     assert run["replay"] is None
+    held = run["memory"]["measured"]
+    assert len(held) == 2 and min(held) > 0 and run["memory"]["predicted"] is None
     measured = run["measured"]
     assert 0 < measured["min"] <= measured["median"] <= measured["max"]
     assert run["predicted"] == pytest.approx(problem_evaluation(problem, plan))

@@ -116,7 +116,10 @@ class RunFigures:
     difference of any parameter's gradient from one process (``None``: not checked);
     ``timeline``: the median iteration, measured; ``predicted_timeline``: the model's;
     ``replayed``: the model's time for the plan with this run's own op and transfer times
-    (``None``: not asked, ``tidgap run --replay``).
+    (``None``: not asked, ``tidgap run --replay``); ``peak_bytes[s]``: the most stage ``s``
+    held for its backwards (median over iterations; ``None`` from results without it) and
+    ``predicted_memory[s]`` the model's ``peak_memory`` (``None`` without
+    ``activation_bytes``).
     """
 
     label: str
@@ -130,6 +133,8 @@ class RunFigures:
     timeline: Timeline
     predicted_timeline: Timeline
     replayed: float | None = None
+    peak_bytes: list[float] | None = None
+    predicted_memory: list[float] | None = None
 
     @property
     def median(self) -> float:
@@ -159,6 +164,7 @@ class RunFigures:
             "busy": {"measured": list(self.busy), "predicted": list(self.predicted_busy)},
             "recompute": list(self.recompute),
             "max_gradient_relative_difference": self.gradient_difference,
+            "memory": {"measured": self.peak_bytes, "predicted": self.predicted_memory},
             "replay": None
             if self.replayed is None
             else {
@@ -185,17 +191,21 @@ def run_figures(
         for s in range(problem.num_stages)
     ]
     predicted = plan_timeline(problem, plan, f"{label} predicted")
+    held = [result.get("peak_bytes") for result in results]
+    evaluation = evaluate(problem, plan)
     return RunFigures(
         label=label,
         time_unit=problem.time_unit,
         iterations=times,
-        predicted=evaluate(problem, plan).iteration_time,
+        predicted=evaluation.iteration_time,
         busy=busy,
         predicted_busy=[predicted.busy(s) for s in range(problem.num_stages)],
         recompute=[bool(result["recompute"]) for result in results],
         gradient_difference=gradient_difference,
         timeline=measured_timeline(problem, iterations[median], f"{label} measured"),
         predicted_timeline=predicted,
+        peak_bytes=None if None in held else [float(statistics.median(h)) for h in held],
+        predicted_memory=evaluation.peak_memory,
     )
 
 
@@ -205,6 +215,11 @@ def merged_gradients(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for result in results:
         merged.update(result["gradients"] or {})
     return merged
+
+
+def _megabytes(count: float) -> str:
+    """``count`` bytes in MB (1e6), 4 significant digits."""
+    return f"{count / 1e6:.4g} MB"
 
 
 def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
@@ -227,6 +242,15 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
         lines.append(
             f"  stage(s) {again} recompute: each backward re-ran its forward from the "
             "stage's inputs (the prediction counts that only if the profile did)"
+        )
+    if figures.peak_bytes is not None:
+        predicted = figures.predicted_memory or [None] * len(figures.peak_bytes)
+        lines.append(
+            "  held for backward at most, measured / predicted: "
+            + ", ".join(
+                f"{name} {_megabytes(got)} / " + ("-" if want is None else _megabytes(want))
+                for name, got, want in zip(names, figures.peak_bytes, predicted, strict=True)
+            )
         )
     if figures.replayed is not None:
         lines.append(

@@ -13,6 +13,9 @@ per-sample losses divided by ``B``, so the chunks' sum is the full-batch mean lo
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -87,6 +90,43 @@ class Chunks:
         self.pieces.clear()
 
 
+class HeldBytes:
+    """What a stage holds for its backwards: the tensors autograd saved (saved-tensor hooks,
+    the module's parameters left out) that are still alive and the tensors the stage keeps
+    itself, each storage counted once; ``peak``: the most, in bytes, at any op's end since
+    :meth:`reset` (the measured twin of the model's ``peak_memory``)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self._parameters = {p.untyped_storage().data_ptr() for p in module.parameters()}
+        self._saved: list[weakref.ref[Tensor]] = []
+        self.peak = 0
+
+    def _pack(self, tensor: Tensor) -> Tensor:
+        if tensor.untyped_storage().data_ptr() not in self._parameters:
+            self._saved.append(weakref.ref(tensor))
+        return tensor
+
+    @contextmanager
+    def watching(self) -> Iterator[None]:
+        """Record what autograd saves for the backward inside the block."""
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor):
+            yield
+
+    def sample(self, kept: Iterable[Tensor]) -> None:
+        """Count what is held now: the saved tensors still alive and ``kept``."""
+        self._saved = [ref for ref in self._saved if ref() is not None]
+        storages = {}
+        for tensor in [*(ref() for ref in self._saved), *kept]:
+            if tensor is not None:
+                storage = tensor.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+        self.peak = max(self.peak, sum(storages.values()))
+
+    def reset(self) -> None:
+        self._saved.clear()
+        self.peak = 0
+
+
 def input_leaf(x: Tensor) -> Tensor:
     """``x`` cut off the sender's graph; a leaf that records its gradient if it is
     floating-point (token ids carry none)."""
@@ -127,6 +167,7 @@ class TorchStage:
         #: Per forward chunk (not recompute): ``(samples, input leaf, output or loss)``.
         self._graphs: list[tuple[Samples, Tensor, Tensor]] = []
         self._loss: Tensor | None = None
+        self.held = HeldBytes(module)
 
     @property
     def loss(self) -> Tensor | None:
@@ -140,6 +181,12 @@ class TorchStage:
         self._gradients.clear()
         self._graphs.clear()
         self._loss = None
+        self.held.reset()
+
+    def _kept(self) -> list[Tensor]:
+        """The tensors the stage keeps itself: received pieces and stored chunks."""
+        pieces = [t for _, t in self._inputs.pieces] + [t for _, t in self._gradients.pieces]
+        return pieces + [t for _, x, y in self._graphs for t in (x, y)]
 
     def input_spec(self, samples: Samples) -> tuple[tuple[int, ...], torch.dtype]:
         """Shape ``(hi - lo, ...)`` and dtype of an upstream chunk of ``samples``."""
@@ -184,9 +231,11 @@ class TorchStage:
                 y = self._output(samples, self._stage_input(samples))
         else:
             x = self._graph_input(samples)
-            y = self._output(samples, x)
+            with self.held.watching():
+                y = self._output(samples, x)
             self._graphs.append((samples, x, y))
             self._inputs.drop_through(samples[1])
+        self.held.sample(self._kept())
         if self.last:
             self._loss = y.detach() if self._loss is None else self._loss + y.detach()
             return None
@@ -209,7 +258,9 @@ class TorchStage:
         gradient ``(hi - lo, ...)`` to send upstream, ``None`` on the first stage."""
         if self.recompute:
             x = self._graph_input(samples)
-            chunks = [(samples, x, self._output(samples, x))]
+            with self.held.watching():
+                chunks = [(samples, x, self._output(samples, x))]
+            self.held.sample([*self._kept(), x, chunks[0][2]])
             self._inputs.drop_through(samples[1])
         else:
             chunks = self._covered(samples)

@@ -74,6 +74,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
     here, and torn down on success). The result: ``job`` (as a dict), ``rank``, ``stage``
     (its name), ``layers``, ``threads``, ``recompute``, ``iterations`` (per timed iteration, its
     records as :data:`~tidgap.runtime.report.Row`, seconds from the iteration's barrier),
+    ``peak_bytes`` (per timed iteration, the most the stage held: ``TorchStage.held``),
     ``gradients`` (this stage's parameters after the checked iteration) and ``weights``
     (:func:`stage_weights` before it), both ``None`` without ``check_gradients``."""
     import torch
@@ -144,7 +145,10 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
         gradients = stage_gradients(model.layers, stages[rank][1])
     for _ in range(job.warmup):
         iteration(train=True)
-    timed = [iteration(train=True) for _ in range(job.iterations)]
+    timed, peaks = [], []
+    for _ in range(job.iterations):
+        timed.append(iteration(train=True))
+        peaks.append(stage.held.peak)
     dist.barrier()
     dist.destroy_process_group()  # on failure, main ends the process instead
     return {
@@ -155,6 +159,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "recompute": recompute,
         "iterations": timed,
+        "peak_bytes": peaks,
         "gradients": gradients,
         "weights": weights,
     }
