@@ -120,7 +120,8 @@ def caveats(problem: Problem, spec: str, plan: Plan, model: Any) -> list[str]:
             was = ", ".join(f"{key} {recorded[key]}" for key in differ)
             now = ", ".join(f"{key} {wanted[key]}" for key in differ)
             found.append(f"{spec}: source.model: profiled with {was}, running {now}")
-    again = [s for s, flag in enumerate(recomputes(plan)) if flag]
+    flags = recomputes(plan)
+    again = [s for s, flag in enumerate(flags) if flag]
     timing = source.get("timing")
     profiled_again = isinstance(timing, dict) and timing.get("recompute") is True
     if again and not profiled_again:
@@ -128,7 +129,7 @@ def caveats(problem: Problem, spec: str, plan: Plan, model: Any) -> list[str]:
             f"stage(s) {again} recompute forwards, but {spec} was not profiled with "
             "--recompute: the prediction leaves the recomputed forwards out"
         )
-    stored = [s for s, flag in enumerate(recomputes(plan)) if not flag]
+    stored = [s for s, flag in enumerate(flags) if not flag]
     if profiled_again and stored:
         found.append(
             f"stage(s) {stored} run backward on stored graphs, but {spec} was profiled with "
@@ -213,20 +214,20 @@ def figures_of(
     label: str,
     results: list[dict],
     model: Any,
-    replay: bool = False,
+    replay: dict[str, Any] | None = None,
 ) -> RunFigures:
     """The figures of a run's ``results``, its gradients checked when ``job`` asks, and
-    with ``replay`` the model's time with the run's own op times."""
+    with ``replay`` (the problem's document) the model's time with the run's own op
+    times."""
     difference = None
     if job.check_gradients:
         difference = reference_difference(model, results, problem, job)
     figures = run_figures(problem, plan, results, label, difference)
-    if not replay:
+    if replay is None:
         return figures
     from tidgap.runtime.calibrate import replayed_time
 
-    document = read_json(problem_path(job.problem))
-    return dataclasses.replace(figures, replayed=replayed_time(document, problem, plan, results))
+    return dataclasses.replace(figures, replayed=replayed_time(replay, problem, plan, results))
 
 
 def to_run(problem: Problem, plan: Plan, with_baselines: bool) -> list[tuple[str, Plan, bool]]:
@@ -438,15 +439,22 @@ def run_command(
         dataclasses.replace(job, results=os.path.abspath(folder)).save(write_job)
         click.echo(f"job written to {write_job} (results go to {folder})")
         return
+    replay_with = read_json(problem_path(problem)) if replay else None
     if results is not None:
         found = load_results(results, loaded.num_stages)
         with about_problem(results):
             same_job(job, found)
-            runs = [figures_of(loaded, job, plan, "plan", found, model, replay)]
+            runs = [figures_of(loaded, job, plan, "plan", found, model, replay_with)]
     else:
         runs = [
             figures_of(
-                loaded, job, each, label, launched(loaded, job, each, given, label), model, replay
+                loaded,
+                job,
+                each,
+                label,
+                launched(loaded, job, each, given, label),
+                model,
+                replay_with,
             )
             for label, each, given in to_run(loaded, plan, baselines)
         ]

@@ -26,8 +26,8 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.profiling.build import non_decreasing
-from tidgap.runtime.report import TRANSFERS, Row
-from tidgap.schedules.families import SCHEDULES
+from tidgap.runtime.report import TRANSFERS, Row, measured_timeline, unit_per_second
+from tidgap.schedules.families import SCHEDULES, evaluate
 from tidgap.schedules.timeline import Timeline
 
 #: ``durations[s][kind][size]``: measured op durations of stage ``s`` (or transfers over
@@ -163,8 +163,6 @@ def measured_problem(
 ) -> dict[str, Any]:
     """:func:`calibrated` from the records of ``iterations`` (each: per rank its records,
     seconds), the runs of ``runs``."""
-    from tidgap.runtime.report import measured_timeline, unit_per_second
-
     timelines = [measured_timeline(problem, ranks, "measured") for ranks in iterations]
     links = link_durations(iterations, unit_per_second(problem.time_unit))
     return calibrated(document, problem, op_durations(timelines), links, runs)
@@ -176,8 +174,6 @@ def replayed_time(
     """The model's iteration time for ``plan`` with the run's own op and transfer times
     (``results``: the ranks' saved results; every op of the plan ran, so each of its sizes
     is measured): what the model predicts once the op times are right."""
-    from tidgap.schedules.families import evaluate
-
     iterations = list(zip(*(result["iterations"] for result in results), strict=True))
     replay = Problem.from_dict(measured_problem(document, problem, iterations, ["this run"]))
     return evaluate(replay, plan).iteration_time
