@@ -17,15 +17,16 @@ from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.dual_optimizer import DualOptimizer
 from tidgap.optimize.ga import (
     RESTART_AFTER,
     Breeder,
     Chromosomes,
     GeneticSettings,
     StopRule,
-    evolve,
     random_chromosomes,
 )
+from tidgap.optimize.generations import run_generations
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
@@ -255,19 +256,26 @@ def flush_search(
                     _breeder(record),
                 )
             )
+    optimizer = DualOptimizer(
+        problem,
+        ticked,
+        evaluator,
+        (sides[0], sides[1]),
+        settings,
+        rng,
+        same_partition,
+        restart_after=RESTART_AFTER if stagnation is None else None,
+    )
     report = progress_reporter(ticked, baselines["gpipe"].iteration_time, on_progress)
     deadline = None if time_limit is None else stop.started + time_limit
-    restart_after = RESTART_AFTER if stagnation is None else None
-    evolution = evolve(sides[0], sides[1], settings, stop, rng, report, restart_after)
+    stop_reason = run_generations(optimizer, stop, report)
     (forward_caps, forward_score, _), (backward_caps, backward_score, _) = directions
-    forward, backward = evolution.forward, evolution.backward
-    if evolution.stop_reason not in STOP_SIGNALS.values():
+    forward, backward, forward_ticks, backward_ticks = optimizer.best_genes()
+    if stop_reason not in STOP_SIGNALS.values():
         with phases("polish"):
-            forward = _polished(
-                forward, evolution.forward_ticks, forward_caps, forward_score, xp, deadline
-            )
+            forward = _polished(forward, forward_ticks, forward_caps, forward_score, xp, deadline)
             backward = _polished(
-                backward, evolution.backward_ticks, backward_caps, backward_score, xp, deadline
+                backward, backward_ticks, backward_caps, backward_score, xp, deadline
             )
     plan = decode_plan(forward, backward, problem)
     if same_partition:
@@ -281,10 +289,10 @@ def flush_search(
         heuristics=heuristics,
         backend=backend,
         seed=seed,
-        generations=evolution.generations,
-        evaluations=evolution.evaluations,
+        generations=optimizer.counters.generation,
+        evaluations=optimizer.counters.evaluations,
         wall_time=time.perf_counter() - started,
-        stop_reason=evolution.stop_reason,
+        stop_reason=stop_reason,
         same_partition=same_partition,
         setup=phases.seconds,
     )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidgap.backends.xp import namespace, to_host
+from tidgap.backends.xp import namespace
 from tidgap.optimize.operators import breed, equal_rows, mutate
 from tidgap.optimize.rng import CounterRng
 
@@ -57,37 +57,45 @@ class Chromosomes:
         index = int(namespace(self.fitness).argmin(self.fitness))
         return self.genes[index], int(self.fitness[index])
 
-    def step(self, settings: GeneticSettings, rng: CounterRng) -> int:
-        """Breed one generation in place (elitism keeps the best); return children scored."""
-        xp = namespace(self.genes)
-        keep = settings.elites
-        order = xp.argsort(self.fitness, kind="stable")[:keep]
-        children = self.genes.shape[0] - keep
-        offspring = self.breed(
+    def offspring(self, settings: GeneticSettings, rng: CounterRng) -> Any:
+        """The next generation's children ``(P - elites, S, K)``, bred from this one."""
+        return self.breed(
             self.genes,
             self.fitness,
             self.caps,
             rng,
-            children,
+            self.genes.shape[0] - settings.elites,
             settings.crossover_rate,
             settings.mutation_rate,
             settings.tournament_size,
         )
-        self.genes = xp.concatenate([self.genes[order], offspring])
-        self.fitness = xp.concatenate([self.fitness[order], self.score(offspring)])
-        return children
 
-    def restart(self, settings: GeneticSettings, rng: CounterRng) -> int:
-        """Keep the elites, draw the rest anew (:func:`random_chromosomes`); return how
-        many were scored."""
+    def accept(self, settings: GeneticSettings, children: Any, fitness: Any) -> None:
+        """The next generation: this one's elites, then ``children`` with their ``fitness``."""
         xp = namespace(self.genes)
-        kept = xp.argsort(self.fitness, kind="stable")[: settings.elites]
+        order = xp.argsort(self.fitness, kind="stable")[: settings.elites]
+        self.genes = xp.concatenate([self.genes[order], children])
+        self.fitness = xp.concatenate([self.fitness[order], fitness])
+
+    def fresh(self, settings: GeneticSettings, rng: CounterRng) -> Any:
+        """Random chromosomes (:func:`random_chromosomes`) for all but the elites: a restart."""
         population, stages, width = self.genes.shape
         units = int(self.genes[0, 0].sum())
-        fresh = random_chromosomes(population - len(kept), stages, width, units, self.caps, rng)
-        self.genes = xp.concatenate([self.genes[kept], fresh])
-        self.fitness = xp.concatenate([self.fitness[kept], self.score(fresh)])
-        return len(fresh)
+        return random_chromosomes(
+            population - settings.elites, stages, width, units, self.caps, rng
+        )
+
+    def step(self, settings: GeneticSettings, rng: CounterRng) -> int:
+        """Breed one generation in place (elitism keeps the best); return children scored."""
+        children = self.offspring(settings, rng)
+        self.accept(settings, children, self.score(children))
+        return children.shape[0]
+
+    def restart(self, settings: GeneticSettings, rng: CounterRng) -> int:
+        """Keep the elites, draw the rest anew (:meth:`fresh`); return how many were scored."""
+        fresh = self.fresh(settings, rng)
+        self.accept(settings, fresh, self.score(fresh))
+        return fresh.shape[0]
 
 
 def random_chromosomes(
@@ -149,58 +157,3 @@ class StopRule:
         if self.stagnation is not None and since_improvement >= self.stagnation:
             return "stagnation"
         return None
-
-
-@dataclass(frozen=True)
-class Evolution:
-    """The outcome of :func:`evolve`: the best chromosomes, their fitness and the effort."""
-
-    forward: Any
-    backward: Any
-    forward_ticks: int
-    backward_ticks: int
-    generations: int
-    evaluations: int
-    stop_reason: str
-
-
-def best_total(forward: Chromosomes, backward: Chromosomes) -> int:
-    """Least forward plus least backward fitness, in ticks: one device-to-host copy."""
-    xp = namespace(forward.fitness)
-    pair = xp.stack([forward.fitness.min(), backward.fitness.min()])
-    return int(to_host(pair).sum())
-
-
-def evolve(
-    forward: Chromosomes,
-    backward: Chromosomes,
-    settings: GeneticSettings,
-    stop: StopRule,
-    rng: CounterRng,
-    on_progress: Callable[[Progress], None] | None = None,
-    restart_after: int | None = None,
-) -> Evolution:
-    """Run DGAP on both directions in lockstep until ``stop`` says so; after
-    ``restart_after`` generations without improvement both directions restart (keeping
-    their elites)."""
-    evaluations = forward.genes.shape[0]
-    generation = since_improvement = 0
-    started = time.perf_counter()
-    best = best_total(forward, backward)
-    while (reason := stop.reason(generation, since_improvement)) is None:
-        evaluations += forward.step(settings, rng)
-        backward.step(settings, rng)
-        generation += 1
-        current = best_total(forward, backward)
-        since_improvement = 0 if current < best else since_improvement + 1
-        best = min(best, current)
-        if restart_after is not None and since_improvement >= restart_after:
-            evaluations += forward.restart(settings, rng)
-            backward.restart(settings, rng)
-            since_improvement = 0
-        if on_progress is not None:
-            on_progress(Progress(generation, evaluations, time.perf_counter() - started, best))
-    (best_forward, forward_ticks), (best_backward, backward_ticks) = forward.best(), backward.best()
-    return Evolution(
-        best_forward, best_backward, forward_ticks, backward_ticks, generation, evaluations, reason
-    )

@@ -13,14 +13,13 @@ and draws the rest anew.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tidgap.backends.evaluator import INVALID, OrderedEvaluator
-from tidgap.backends.xp import namespace, to_host
-from tidgap.optimize.ga import GeneticSettings, Progress, StopRule, random_chromosomes
+from tidgap.backends.xp import namespace
+from tidgap.optimize.ga import GeneticSettings, random_chromosomes
 from tidgap.optimize.genome import GENE, Population
 from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
 from tidgap.optimize.limits import MemoryLevel, penalised
@@ -118,31 +117,41 @@ class Island:
         """Indices of the ``count`` fittest (first on ties)."""
         return namespace(self.fitness).argsort(self.fitness, kind="stable")[:count]
 
-    def step(self, settings: GeneticSettings, space: JointSpace, rng: CounterRng) -> int:
-        """Breed one generation in place (elitism keeps the best); return children scored."""
-        kept = self.elites(settings.elites)
-        children = self.genes.size - len(kept)
-        offspring = space.breed(
+    def offspring(
+        self, settings: GeneticSettings, space: JointSpace, rng: CounterRng
+    ) -> JointGenes:
+        """The next generation's children (repaired), bred from this one."""
+        return space.breed(
             self.genes,
             self.fitness,
             space.forward_caps,
             space.backward_caps,
             rng,
-            children,
+            self.genes.size - settings.elites,
             settings.crossover_rate,
             settings.mutation_rate,
             settings.tournament_size,
         )
-        self._join(kept, offspring, *space.evaluate(offspring))
-        return children
 
-    def restart(self, settings: GeneticSettings, space: JointSpace, rng: CounterRng) -> int:
-        """Keep the elites, draw the rest anew; return individuals scored."""
-        kept = self.elites(settings.elites)
-        fresh = space.random(self.genes.size - len(kept), rng)
-        self._join(kept, fresh, *space.evaluate(fresh))
+    def accept(self, settings: GeneticSettings, genes: JointGenes, times: Any, peaks: Any) -> None:
+        """The next generation: this one's elites, then ``genes`` with their ``times`` and
+        ``peaks``."""
+        self._join(self.elites(settings.elites), genes, times, peaks)
+
+    def fresh(self, settings: GeneticSettings, space: JointSpace, rng: CounterRng) -> JointGenes:
+        """Random individuals for all but the elites: a restart (:meth:`accept` them, then
+        :meth:`restarted`)."""
+        return space.random(self.genes.size - settings.elites, rng)
+
+    def restarted(self) -> None:
+        """Count stagnation from a restart."""
         self.since_improvement = 0
-        return fresh.size
+
+    def step(self, settings: GeneticSettings, space: JointSpace, rng: CounterRng) -> int:
+        """Breed one generation in place (elitism keeps the best); return children scored."""
+        offspring = self.offspring(settings, space, rng)
+        self.accept(settings, offspring, *space.evaluate(offspring))
+        return offspring.size
 
     def receive(self, genes: JointGenes, times: Any, peaks: Any) -> None:
         """Put the fittest of the migrants (by this island's level) in place of the least
@@ -192,46 +201,3 @@ def migrate(islands: list[Island]) -> None:
     migrants = pooled(islands, MIGRANTS)
     for island in islands:
         island.receive(*migrants)
-
-
-@dataclass(frozen=True)
-class IslandEvolution:
-    """The outcome of :func:`evolve_islands`: the islands as they ended and the effort."""
-
-    islands: list[Island]
-    generations: int
-    evaluations: int
-    stop_reason: str
-
-
-def evolve_islands(
-    islands: list[Island],
-    reported: int,
-    space: JointSpace,
-    settings: GeneticSettings,
-    stop: StopRule,
-    rng: CounterRng,
-    restart_after: int | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-) -> IslandEvolution:
-    """Run the joint GA on every island in turn until ``stop`` says so (stagnation counts
-    generations in which no island improved); ``on_progress`` gets island ``reported``'s
-    best time."""
-    evaluations = sum(island.genes.size for island in islands)
-    generation = since_improvement = 0
-    started = time.perf_counter()
-    while (reason := stop.reason(generation, since_improvement)) is None:
-        for island in islands:
-            evaluations += island.step(settings, space, rng)
-        generation += 1
-        if generation % MIGRATION_INTERVAL == 0 and len(islands) > 1:
-            migrate(islands)
-        improved = [island.note_progress() for island in islands]
-        since_improvement = 0 if any(improved) else since_improvement + 1
-        for island in islands:
-            if restart_after is not None and island.since_improvement >= restart_after:
-                evaluations += island.restart(settings, space, rng)
-        if on_progress is not None:
-            best = to_host(islands[reported].times[islands[reported].elites(1)])[0]
-            on_progress(Progress(generation, evaluations, time.perf_counter() - started, best))
-    return IslandEvolution(islands, generation, evaluations, reason)

@@ -25,11 +25,13 @@ from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
+from tidgap.optimize.generations import run_generations
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
-from tidgap.optimize.joint import Island, JointSpace, evolve_islands, fastest_within, pooled
+from tidgap.optimize.joint import Island, JointSpace, fastest_within
 from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
+from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.joint_polish import joint_polish
 from tidgap.optimize.limits import (
     ONE_F_ONE_B,
@@ -130,13 +132,6 @@ def _compile(
     lead = np.zeros_like(genes)
     one = JointGenes(xp.asarray(genes), xp.asarray(genes), xp.asarray(lead)).repaired(repair)
     JointSpace(evaluator, None, None, 1).evaluate(one)
-
-
-def best_within(islands: list[Island], level: MemoryLevel) -> tuple[JointGenes, int] | None:
-    """The fastest individual of any island within ``level`` and its ticks, or ``None``."""
-    genes, times, peaks = pooled(islands)
-    index = fastest_within(times, peaks, level)
-    return None if index is None else (genes.take(slice(index, index + 1)), int(times[index]))
 
 
 def polished(
@@ -276,20 +271,21 @@ def windowed_search(
         )
         scored = (candidates, *space.evaluate(candidates))
         islands = [Island.seeded(level, *scored, population) for level in levels]
-    gpipe_time = baselines["gpipe"].iteration_time
-    report = progress_reporter(ticked, gpipe_time, on_progress, first)
-    evolution = evolve_islands(
+    optimizer = JointOptimizer(
+        problem,
+        ticked,
         islands,
-        levels.index(in_force),
         space,
         settings,
-        stop,
         rng,
+        reported=levels.index(in_force),
         restart_after=RESTART_AFTER if stagnation is None else None,
-        on_progress=report,
     )
-    found = [best_within(evolution.islands, level) for level in levels]
-    if evolution.stop_reason not in STOP_SIGNALS.values():
+    gpipe_time = baselines["gpipe"].iteration_time
+    report = progress_reporter(ticked, gpipe_time, on_progress, first)
+    stop_reason = run_generations(optimizer, stop, report)
+    found = [optimizer.best_within(level) for level in levels]
+    if stop_reason not in STOP_SIGNALS.values():
         with phases("polish"):
             found = polished(
                 found, levels, space, None if time_limit is None else clock + time_limit
@@ -314,10 +310,10 @@ def windowed_search(
         heuristics=heuristics,
         backend=backend,
         seed=seed,
-        generations=evolution.generations + first[0],
-        evaluations=evolution.evaluations + first[1],
+        generations=optimizer.counters.generation + first[0],
+        evaluations=optimizer.counters.evaluations + first[1],
         wall_time=time.perf_counter() - started,
-        stop_reason=evolution.stop_reason,
+        stop_reason=stop_reason,
         setup=phases.seconds,
         schedule=SEARCHED.name,
         memory_limit=in_force,

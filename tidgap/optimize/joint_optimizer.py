@@ -1,0 +1,216 @@
+"""The joint GA as ask/tell: ordered plans on memory islands between generations.
+
+:meth:`JointOptimizer.ask` breeds every island's children (one population, island after
+island), or the random individuals of the islands that restart; :meth:`JointOptimizer.tell`
+takes one fitness per individual (and each stage's peak, which the islands' memory levels
+need) and makes the next generation, migrating every
+:data:`~tidgap.optimize.joint.MIGRATION_INTERVAL` generations. One :meth:`ask` then
+:meth:`tell` with the built-in scores is exactly a generation of the closed loop this
+replaces: the same draws in the same order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tidgap.backends.ticks import TickedProblem
+from tidgap.backends.xp import namespace, to_host
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.optimize.dual_optimizer import Asked, Counters, check_told
+from tidgap.optimize.ga import GeneticSettings
+from tidgap.optimize.genome import Population, decode_plan
+from tidgap.optimize.joint import MIGRATION_INTERVAL, Island, JointSpace, fastest_within, migrate
+from tidgap.optimize.joint_operators import JointGenes
+from tidgap.optimize.limits import MemoryLevel
+from tidgap.optimize.rng import CounterRng
+from tidgap.optimize.scores import Fitness, Scores, custom_scores, to_ticks
+
+#: The arrays of an island's state, in :meth:`JointOptimizer.state_arrays`.
+ISLAND_ARRAYS = ("forward", "backward", "lead", "codes", "times", "peaks")
+
+
+@dataclass
+class JointOptimizer:
+    """The joint GA's state: the ``islands`` (one per memory level), the shared ``space``,
+    the GA ``settings``, the generator, the counters (stagnation counts generations in
+    which no island improved), ``reported`` (the island of the limit in force, whose best
+    is the result) and ``restart_after`` (an island that has not improved for that many
+    generations keeps its elites and draws the rest anew; ``None``: never)."""
+
+    problem: Problem
+    ticked: TickedProblem
+    islands: list[Island]
+    space: JointSpace
+    settings: GeneticSettings
+    rng: CounterRng
+    reported: int = 0
+    restart_after: int | None = None
+    fitness: Fitness | None = None
+    counters: Counters = field(default_factory=Counters)
+    asked: Asked | None = None
+    pieces: list[tuple[int, JointGenes]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.counters.evaluations:
+            self.counters.evaluations = sum(island.genes.size for island in self.islands)
+
+    @property
+    def xp(self) -> Any:
+        """The array module of the populations."""
+        return namespace(self.islands[0].times)
+
+    @property
+    def restarting(self) -> bool:
+        """Whether the next :meth:`ask` draws restarts (some island has stagnated)."""
+        return bool(self._stagnant())
+
+    def _stagnant(self) -> list[int]:
+        """The islands to restart before the next generation."""
+        if self.restart_after is None:
+            return []
+        return [
+            i
+            for i, island in enumerate(self.islands)
+            if island.since_improvement >= self.restart_after
+        ]
+
+    @property
+    def levels(self) -> list[MemoryLevel]:
+        """The islands' memory levels."""
+        return [island.level for island in self.islands]
+
+    def ask(self) -> Population:
+        """The next individuals to score, island after island: each island's children, or
+        the random individuals of the islands that restart."""
+        draws, stagnant = self.rng.draws, self._stagnant()
+        if stagnant:
+            self.pieces = [
+                (i, self.islands[i].fresh(self.settings, self.space, self.rng)) for i in stagnant
+            ]
+        else:
+            self.pieces = [
+                (i, island.offspring(self.settings, self.space, self.rng))
+                for i, island in enumerate(self.islands)
+            ]
+        genes = JointGenes.concatenate([piece for _, piece in self.pieces])
+        population = Population(genes.forward, genes.backward, genes.codes)
+        self.asked = Asked(population, bool(stagnant), draws)
+        return population
+
+    def _genes(self) -> JointGenes:
+        """The pending population's genes (leads included)."""
+        return JointGenes.concatenate([piece for _, piece in self.pieces])
+
+    def evaluate(self, population: Population) -> Scores:
+        """The scores of ``population`` (the last asked): iteration times in ticks and the
+        peaks, with the optimizer's own fitness applied when it has one."""
+        check_told(self.asked, population)
+        times, peaks = self.space.evaluate(self._genes())
+        scores = Scores(times, self.ticked.tick, peaks=peaks)
+        return scores if self.fitness is None else custom_scores(self.fitness, population, scores)
+
+    def tell(self, population: Population, fitness: Scores | Any, peaks: Any = None) -> None:
+        """Make the next generation from the last :meth:`ask`'s ``population`` and its
+        ``fitness``: :class:`Scores`, or ``(P,)`` values in the problem's time unit (``inf``
+        rejects one) with ``peaks`` ``(P, S)`` samples (computed with the built-in
+        evaluator when not given; the memory levels select on them)."""
+        asked = check_told(self.asked, population)
+        if isinstance(fitness, Scores):
+            ticks, peaks = fitness.ticks, fitness.peaks if peaks is None else peaks
+        else:
+            ticks = to_ticks(self.xp.asarray(fitness), self.ticked.tick)
+        if peaks is None:
+            peaks = self.space.evaluate(self._genes())[1]
+        start = 0
+        for i, genes in self.pieces:
+            part = slice(start, start + genes.size)
+            self.islands[i].accept(self.settings, genes, ticks[part], peaks[part])
+            start += genes.size
+        self.asked, self.pieces = None, []
+        self.counters.evaluations += population.size
+        if asked.restart:
+            for i in self._stagnant():
+                self.islands[i].restarted()
+            return
+        self.counters.generation += 1
+        if self.counters.generation % MIGRATION_INTERVAL == 0 and len(self.islands) > 1:
+            migrate(self.islands)
+        improved = [island.note_progress() for island in self.islands]
+        stalled = self.counters.since_improvement + 1
+        self.counters.since_improvement = 0 if any(improved) else stalled
+
+    def progress_ticks(self) -> int:
+        """The reported island's best time, in ticks."""
+        island = self.islands[self.reported]
+        return int(to_host(island.times[island.elites(1)])[0])
+
+    def best_within(self, level: MemoryLevel) -> tuple[JointGenes, int] | None:
+        """The fastest individual of any island within ``level`` and its ticks, or ``None``."""
+        genes = JointGenes.concatenate([island.genes for island in self.islands])
+        times = self.xp.concatenate([island.times for island in self.islands])
+        peaks = self.xp.concatenate([island.peaks for island in self.islands])
+        index = fastest_within(times, peaks, level)
+        return None if index is None else (genes.take(slice(index, index + 1)), int(times[index]))
+
+    def best(self) -> tuple[Plan, float] | None:
+        """The best plan within the limit in force and its fitness in the problem's time
+        unit (the iteration time, for the built-in fitness), or ``None`` if none is within."""
+        found = self.best_within(self.islands[self.reported].level)
+        if found is None:
+            return None
+        genes, ticks = found
+        return self.plan(genes, 0), float(self.ticked.to_time(ticks))
+
+    def plan(self, genes: JointGenes | Population, index: int) -> Plan:
+        """The plan of individual ``index`` of ``genes``."""
+        codes = genes.codes if isinstance(genes, JointGenes) else genes.order
+        return decode_plan(genes.forward[index], genes.backward[index], self.problem, codes[index])
+
+    def plans(self, population: Population) -> list[Plan]:
+        """Every individual of ``population`` as a plan."""
+        host = Population(
+            *(to_host(a) for a in (population.forward, population.backward, population.order))
+        )
+        return [self.plan(host, p) for p in range(host.size)]
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Every island's population, times and peaks, and its stagnation, on the host."""
+        arrays: dict[str, np.ndarray] = {}
+        for i, island in enumerate(self.islands):
+            values = (*island.genes.arrays(), island.times, island.peaks)
+            arrays |= {
+                f"island{i}_{name}": to_host(a)
+                for name, a in zip(ISLAND_ARRAYS, values, strict=True)
+            }
+            arrays[f"island{i}_progress"] = np.array(
+                [island.best_fitness, island.since_improvement]
+            )
+        return arrays
+
+    def restore_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Put back the islands :meth:`state_arrays` saved (same shapes, checked)."""
+        xp = self.xp
+        for i, island in enumerate(self.islands):
+            values = [arrays[f"island{i}_{name}"] for name in ISLAND_ARRAYS]
+            current = (*island.genes.arrays(), island.times, island.peaks)
+            for name, saved, now in zip(ISLAND_ARRAYS, values, current, strict=True):
+                if saved.shape != tuple(now.shape):
+                    raise ValueError(f"island {i}'s {name} of shape {saved.shape}, not {now.shape}")
+            genes = JointGenes(
+                *(
+                    xp.asarray(v.astype(c.dtype))
+                    for v, c in zip(values[:4], current[:4], strict=True)
+                )
+            )
+            island._replace(
+                genes,
+                xp.asarray(values[4].astype(np.int64)),
+                xp.asarray(values[5].astype(current[5].dtype)),
+            )
+            island.best_fitness, island.since_improvement = (
+                int(v) for v in arrays[f"island{i}_progress"]
+            )

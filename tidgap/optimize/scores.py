@@ -1,0 +1,127 @@
+"""What an :class:`~tidgap.Optimizer` is told: the scores of a population, and fitness
+functions of a user's own.
+
+Inside, the GA selects on integer ticks (exact, the same on every backend). At the API
+the scores are in the problem's time unit: :class:`Scores` carries both, and a fitness a
+user computes (floats, lower is better, ``inf`` for an individual to reject) is turned
+into ticks by :func:`to_ticks` (rounded; exact for times the evaluators computed, as the
+tick is a power of two).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tidgap.backends.evaluator import INVALID
+from tidgap.backends.ticks import TickedProblem
+from tidgap.backends.xp import namespace, to_host
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.optimize.genome import Population
+
+
+@dataclass(frozen=True)
+class Scores:
+    """The scores of a population of ``P``: ``ticks`` ``(P,)`` int64 (lower is better,
+    :data:`~tidgap.backends.evaluator.INVALID` for an individual that is no plan or breaks
+    a constraint), for a separable family also ``halves`` (forward end and backward span,
+    ``(P,)`` ticks each, whose sum is ``ticks``), and for an ordered family ``peaks``
+    ``(P, S)``, the samples each stage holds at most. All on the optimizer's ``xp``;
+    ``tick`` converts to the problem's time unit."""
+
+    ticks: Any
+    tick: float
+    halves: tuple[Any, Any] | None = None
+    peaks: Any = None
+
+    @property
+    def time(self) -> Any:
+        """``(P,)`` float64 in the problem's time unit, ``inf`` where :data:`INVALID`."""
+        xp = namespace(self.ticks)
+        return xp.where(self.ticks >= INVALID, xp.inf, self.ticks * self.tick)
+
+    @property
+    def valid(self) -> Any:
+        """``(P,)`` bool: the individuals that are plans within every constraint."""
+        return self.ticks < INVALID
+
+
+def to_ticks(values: Any, tick: float, valid: Any = None) -> Any:
+    """``(P,)`` fitness in the problem's time unit (any real dtype, ``xp``) -> int64 ticks,
+    rounded; ``nan``, ``inf``, values past :data:`INVALID` and individuals where ``valid``
+    ``(P,)`` is false become :data:`INVALID`."""
+    xp = namespace(values)
+    values = xp.asarray(values, dtype=xp.float64)
+    scaled = values / tick
+    ok = xp.isfinite(scaled) & (scaled < INVALID)
+    if valid is not None:
+        ok &= xp.asarray(valid, dtype=bool)
+    return xp.where(ok, xp.rint(xp.where(ok, scaled, 0.0)).astype(xp.int64), INVALID)
+
+
+#: A fitness of the user's own: ``fitness(population, scores) -> values`` where
+#: ``scores`` are the built-in :class:`Scores` of the same population and ``values`` is
+#: ``(P,)`` in the problem's time unit (lower is better), or ``(values, valid)`` with a
+#: ``(P,)`` bool mask of the individuals that meet the user's constraints; for a separable
+#: family, ``values`` may be a pair ``(forward, backward)`` so the dual GA keeps selecting
+#: each half on its own term.
+Fitness = Callable[[Population, Scores], Any]
+
+
+def per_plan(objective: Callable[[Plan, Problem], float], problem: Problem) -> Fitness:
+    """A :data:`Fitness` from a function of one decoded plan (in the time unit; ``inf`` to
+    reject): each individual is decoded on the host and scored in turn, so it is much
+    slower than a batched fitness (use it for prototypes and small populations)."""
+    from tidgap.optimize.genome import decode_plan
+
+    def fitness(population: Population, scores: Scores) -> Any:
+        xp = namespace(scores.ticks)
+        forward, backward = to_host(population.forward), to_host(population.backward)
+        order = None if population.order is None else to_host(population.order)
+        values = np.empty(population.size)
+        for p in range(population.size):
+            if not bool(scores.valid[p]):
+                values[p] = np.inf
+                continue
+            plan = decode_plan(
+                forward[p], backward[p], problem, None if order is None else order[p]
+            )
+            values[p] = objective(plan, problem)
+        return xp.asarray(values)
+
+    return fitness
+
+
+def custom_scores(fitness: Fitness, population: Population, built_in: Scores) -> Scores:
+    """``built_in`` with its ticks replaced by ``fitness``'s values (in ticks), still
+    :data:`INVALID` wherever the built-in scores were (no plan, or a search constraint)."""
+    result = fitness(population, built_in)
+    valid = built_in.valid
+    if isinstance(result, tuple) and len(result) == 2 and _is_mask(result[1]):
+        result, mask = result
+        valid = valid & namespace(built_in.ticks).asarray(mask, dtype=bool)
+    if isinstance(result, tuple):
+        if built_in.halves is None:
+            raise ValueError("fitness returned two halves, but the family is not separable")
+        halves = tuple(to_ticks(half, built_in.tick, valid) for half in result)
+        ticks = namespace(built_in.ticks).minimum(halves[0] + halves[1], INVALID)
+        return Scores(ticks, built_in.tick, (halves[0], halves[1]), built_in.peaks)
+    if built_in.halves is not None:
+        raise ValueError(
+            "the flush family is separable: its fitness returns (forward, backward) values"
+        )
+    return Scores(to_ticks(result, built_in.tick, valid), built_in.tick, None, built_in.peaks)
+
+
+def _is_mask(value: Any) -> bool:
+    """Whether ``value`` is a boolean array (a constraint mask, not a fitness half)."""
+    return getattr(value, "dtype", None) is not None and value.dtype == bool
+
+
+def ticked_scores(ticked: TickedProblem, ticks: Any, **parts: Any) -> Scores:
+    """:class:`Scores` of ``ticks`` for ``ticked``'s tick."""
+    return Scores(ticks, ticked.tick, **parts)
