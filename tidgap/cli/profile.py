@@ -258,6 +258,15 @@ def model_options(command: Command) -> Command:
     "tidgap run costs on a stage that recomputes (a plan whose backward boundaries are not "
     "forward boundaries).",
 )
+@click.option(
+    "--measure-links",
+    is_flag=True,
+    help="Measure each link instead of the --bandwidth/--latency guess (not with them): "
+    "its boundary tensor sent between 2 local processes over torch.distributed (gloo; NCCL "
+    "with --device cuda, 2 GPUs) at every size of the stage tables, both ways; each link "
+    "becomes tables of the median of 20 transfers (half a ping-pong's round trip) after 3 "
+    "warm-up per size and direction.",
+)
 @click.option("--name", help="Problem name (default: the output file's stem, else the model).")
 @model_options
 @click.option(
@@ -283,6 +292,7 @@ def profile_command(
     bandwidth: float,
     latency: float,
     recompute: bool,
+    measure_links: bool,
     name: str | None,
     out: str | None,
     quiet: bool,
@@ -302,9 +312,19 @@ def profile_command(
     cap = min(max_microbatch or batch_size, batch_size)
     if cap % unit:
         raise InputError(f"{cap} is not a multiple of --unit {unit}", source="--max-microbatch")
+    context = click.get_current_context()
+    guessed = [
+        f"--{key}"
+        for key in ("bandwidth", "latency")
+        if context.get_parameter_source(key) == ParameterSource.COMMANDLINE
+    ]
+    if measure_links and guessed:
+        raise click.UsageError(
+            f"--measure-links measures the links: give it without {' and '.join(guessed)}"
+        )
     check_outputs(None, None, ("--out", out))
     built = build_model(model, model_options)
-    from tidgap.profiling.run import Settings, profile, step_count
+    from tidgap.profiling.run import Settings, profile, step_count, torch_device
 
     settings = Settings(
         name=name or (Path(out).stem if out else built.name),
@@ -321,13 +341,17 @@ def profile_command(
         latency=latency,
         recompute=recompute,
     )
-    command = _command_line(click.get_current_context())
+    command = _command_line(context)
     show = not (quiet or as_json) and sys.stderr.isatty()
     try:
         with _progress(step_count(built, settings), f"profiling {built.name}", show) as step:
             document = profile(built, settings, command, step)
     except InputError as error:
         raise error.within(model) from None
+    if measure_links:
+        from tidgap.profiling.links import with_measured_links
+
+        document = with_measured_links(document, built, torch_device(device))
     loaded = Problem.from_dict(document)
     other = document["source"]["other_processes_cores"]
     if other is not None and other > BUSY_CORES:

@@ -1,0 +1,264 @@
+"""Link tables measured over the real backend: ``tidgap profile --measure-links``.
+
+Two local processes (``python -m tidgap.profiling.links JOB.json``, ranks 0 and 1; gloo on
+the CPU, NCCL with ``--device cuda``, one GPU per rank) pass each boundary tensor back and
+forth: link ``s`` carries ``(b, *shape)`` of stage ``s``'s output, in both directions (its
+gradient has the same shape). One transfer is half a ping-pong's round trip, timed by the
+rank that sends first: rank 0 for the forward direction, rank 1 for the backward. A round
+trip needs one clock only, so neither the skew between the processes' clocks nor when each
+left a barrier enters the figure (a barrier then a send, timed as the receiver's end minus
+the sender's start, would count that skew), and the receiver's wake-up is inside it, as in
+a run; halving it assumes the two directions cost the same, true on loopback and between
+two like GPUs. Per size: the median of :data:`REPEATS` transfers after :data:`WARMUP`,
+in rounds that each time every link at every size once (as the stage tables are timed), made
+non-decreasing. The processes start in their own sessions with the launcher's watchdog
+(:mod:`tidgap.runtime.launch`, :func:`tidgap.runtime.worker.start_watchdog`); every one is
+killed before :func:`with_measured_links` returns or raises.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import distributed as dist
+
+from tidgap.model.errors import InputError
+from tidgap.model.fileio import read_json, write_json_atomic
+from tidgap.profiling.build import Json, table
+from tidgap.profiling.models import Model
+from tidgap.profiling.run import stage_modules
+from tidgap.runtime.calibrate import table_sizes
+from tidgap.runtime.launch import WorkerError, _kill, _wait, free_port, worker_environment
+from tidgap.runtime.report import unit_per_second
+from tidgap.runtime.stage import boundary_specs
+from tidgap.runtime.worker import start_watchdog
+
+#: Timed transfers per link, size and direction; untimed ones before them.
+REPEATS = 20
+WARMUP = 3
+#: Seconds the two processes may take in all.
+TIMEOUT = 600.0
+JOB_FORMAT = "tidgap.links-job/1"
+SOURCE = "--measure-links"
+
+
+@dataclass(frozen=True)
+class LinkJob:
+    """What both processes measure: per link the per-sample ``shape`` and ``dtype`` (a
+    ``torch`` attribute name) of its tensor, at ``sizes`` (samples), on ``device`` (``cpu``
+    or ``cuda``); each rank writes ``rank<R>.json`` into ``results``."""
+
+    shapes: list[list[int]]
+    dtypes: list[str]
+    sizes: list[int]
+    device: str
+    results: str
+    repeats: int = REPEATS
+    warmup: int = WARMUP
+    timeout: float = TIMEOUT
+
+    def save(self, path: Path) -> None:
+        write_json_atomic(path, {"format": JOB_FORMAT, **dataclasses.asdict(self)})
+
+    @classmethod
+    def load(cls, path: str) -> LinkJob:
+        document = read_json(path)
+        if not isinstance(document, dict) or document.pop("format", None) != JOB_FORMAT:
+            raise InputError(f"expected {JOB_FORMAT!r}", ("format",), source=path)
+        return cls(**document)
+
+
+def backend(device: str) -> str:
+    """The torch.distributed backend for ``device``: NCCL on CUDA, else gloo."""
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def round_trip(tensor: torch.Tensor, peer: int, first: bool) -> float:
+    """Seconds for ``tensor`` to reach rank ``peer`` and come back into it (``first``: this
+    rank sends first; else it receives, then sends it back), synchronised on CUDA."""
+    cuda = tensor.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(tensor.device)
+    start = time.perf_counter()
+    if first:
+        dist.send(tensor, peer)
+        dist.recv(tensor, peer)
+    else:
+        dist.recv(tensor, peer)
+        dist.send(tensor, peer)
+    if cuda:
+        torch.cuda.synchronize(tensor.device)
+    return time.perf_counter() - start
+
+
+def rank_transfers(job: LinkJob, rank: int, device: torch.device) -> list[list[list[float]]]:
+    """``[link][i]``: the timed transfers (half round trips, seconds) at ``job.sizes[i]`` of
+    the direction rank ``rank`` sends first (0: forward, 1: backward); both ranks run the
+    same rounds, so every send meets its receive."""
+    tensors = [
+        [
+            torch.zeros(size, *shape, dtype=getattr(torch, dtype), device=device)
+            for size in job.sizes
+        ]
+        for shape, dtype in zip(job.shapes, job.dtypes, strict=True)
+    ]
+    kept: list[list[list[float]]] = [[[] for _ in job.sizes] for _ in job.shapes]
+    for round_ in range(job.warmup + job.repeats):
+        for link, row in enumerate(tensors):
+            for i, tensor in enumerate(row):
+                for sender in (0, 1):
+                    seconds = round_trip(tensor, 1 - rank, rank == sender)
+                    if rank == sender and round_ >= job.warmup:
+                        kept[link][i].append(seconds / 2)
+    return kept
+
+
+def run_rank(job: LinkJob, rank: int) -> list[list[list[float]]]:
+    """Join the 2-process group as ``rank``, measure (:func:`rank_transfers`), leave."""
+    torch.set_num_threads(1)
+    device = torch.device("cuda", rank) if job.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    timeout = datetime.timedelta(seconds=job.timeout)
+    dist.init_process_group(backend(job.device), rank=rank, world_size=2, timeout=timeout)
+    transfers = rank_transfers(job, rank, device)
+    dist.barrier()
+    dist.destroy_process_group()
+    return transfers
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A rank's entry point: 0 on success; on failure the traceback, then one last line
+    ``Error: message`` on stderr (the launcher quotes it), and exit 1 at once."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        if len(args) != 1:
+            raise ValueError("usage: python -m tidgap.profiling.links JOB.json")
+        job = LinkJob.load(args[0])
+        start_watchdog(job.timeout)
+        rank = int(os.environ["RANK"])
+        write_json_atomic(Path(job.results) / f"rank{rank}.json", run_rank(job, rank))
+    except BaseException as error:
+        traceback.print_exc()
+        lines = str(error).strip().splitlines()
+        text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+        print(text, file=sys.stderr, flush=True)
+        os._exit(1)
+    return 0
+
+
+def spawn(job_path: Path, folder: Path, timeout: float) -> None:
+    """Run ranks 0 and 1 on ``job_path``, each in its own session, logging to
+    ``folder/rank<R>.log``; raise :class:`WorkerError` when one fails or ``timeout`` seconds
+    pass. Both are killed before it returns or raises."""
+    port = free_port()
+    logs = [folder / f"rank{rank}.log" for rank in range(2)]
+    processes: list[subprocess.Popen] = []
+    try:
+        for rank, path in enumerate(logs):
+            with open(path, "wb") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "tidgap.profiling.links", os.fspath(job_path)],
+                        env=worker_environment(rank, 2, port, 1),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        _wait(processes, logs, timeout)
+    finally:
+        for process in processes:
+            _kill(process)
+
+
+def measured_transfers(job: LinkJob) -> list[list[list[list[float]]]]:
+    """``[rank][link][i]``: both ranks' transfers (seconds), measured by new processes in
+    the folder ``job.results``, which is removed after, unless they failed: then an
+    :class:`InputError` names it (their logs)."""
+    folder = Path(job.results)
+    failed = False
+    try:
+        job.save(folder / "job.json")
+        spawn(folder / "job.json", folder, job.timeout)
+        return [read_json(folder / f"rank{rank}.json") for rank in range(2)]
+    except WorkerError as error:
+        failed = True
+        raise InputError(f"{error} (the logs: {folder})", source=SOURCE) from None
+    finally:
+        if not failed:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def link_tables(
+    transfers: list[list[list[list[float]]]], sizes: list[int], scale: float
+) -> list[Json]:
+    """Per link, ``forward`` (rank 0's transfers) and ``backward`` (rank 1's) tables at
+    ``sizes``: each size's median times ``scale`` (time units per second), non-decreasing."""
+    forward, backward = transfers
+    return [
+        {
+            direction: table(sizes, [statistics.median(kept) * scale for kept in per_size])
+            for direction, per_size in (("forward", ahead), ("backward", back))
+        }
+        for ahead, back in zip(forward, backward, strict=True)
+    ]
+
+
+def with_measured_links(document: Json, model: Model, device: torch.device) -> Json:
+    """A copy of the profiled ``document`` (``model`` on ``device``, cut at
+    ``source.split.boundaries``) whose links are tables of transfers measured at the stage
+    tables' sizes, with ``source.links`` saying how. One stage: no link, nothing spawned."""
+    if device.type == "cuda" and torch.cuda.device_count() < 2:
+        raise InputError(
+            f"on CUDA needs 2 GPUs (NCCL puts each rank on its own), found "
+            f"{torch.cuda.device_count()}",
+            source=SOURCE,
+        )
+    sizes = table_sizes(document, SOURCE)
+    modules = [
+        module for _, _, module in stage_modules(model, document["source"]["split"]["boundaries"])
+    ]
+    specs = boundary_specs(modules, model.make_input(1, device))[:-1]
+    out = copy.deepcopy(document)
+    if specs:
+        job = LinkJob(
+            shapes=[list(shape) for shape, _ in specs],
+            dtypes=[str(dtype).removeprefix("torch.") for _, dtype in specs],
+            sizes=sizes,
+            device=device.type,
+            results=tempfile.mkdtemp(prefix="tidgap-links-"),
+        )
+        transfers = measured_transfers(job)
+        out["links"] = link_tables(transfers, sizes, unit_per_second(document["time_unit"]))
+    out["source"]["links"] = {
+        "bytes_per_sample": document["source"]["links"]["bytes_per_sample"],
+        "measured": True,
+        "backend": backend(device.type),
+        "sizes": sizes,
+        "shapes": [list(shape) for shape, _ in specs],
+        "rule": f"table: per size the median of {REPEATS} transfers after {WARMUP} warm-up "
+        "between 2 local processes over torch.distributed; a transfer is half the round trip "
+        "of a (size, *shape) tensor sent by the direction's sender and sent back (rank 0 "
+        "forward, rank 1 backward: one clock, no skew between the processes); made "
+        "non-decreasing",
+    }
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
