@@ -3,7 +3,8 @@
 Workload: ``S = 8`` stages, ``B = 256`` samples in units of 1, a population of ``P = 4096``
 dual chromosomes with 12..20 microbatches per stage and direction (about 16), width
 ``K = 32``; one evaluation is ``forward_end`` plus ``backward_span`` of one individual. The
-time functions are affine and deterministic (a synthetic problem built here). The pure-Python
+time functions are affine and deterministic (``tidgap.analysis.workload``, which
+``tidgap bench`` shares). The pure-Python
 oracle runs on a slice of 64 individuals, decoded to plans outside the timed part.
 
 Run: ``pytest bench --benchmark-only`` (the summary prints evaluations/s and the ratio to
@@ -17,51 +18,27 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tidgap import Link, Problem, Stage, affine, evaluate
+from tidgap import Problem, evaluate
+from tidgap.analysis.workload import (  # noqa: F401 (the other benchmarks import them here)
+    BASE,
+    BATCH,
+    STAGES,
+    WIDTH,
+    default_population,
+    random_chromosomes,
+    synthetic_problem,
+)
 from tidgap.backends.evaluator import SeparableEvaluator, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.optimize.genome import Population, decode_plan
 
-STAGES, BATCH, WIDTH, POPULATION, ORACLE_SLICE = 8, 256, 32, 4096, 64
-COUNTS = (12, 20)  # microbatches per stage and direction, inclusive
-
-
-def synthetic_problem() -> Problem:
-    """Heterogeneous affine stages and links (deterministic)."""
-    stages = [
-        Stage(
-            forward=affine(0.4 + 0.05 * s, 0.010 * (1 + s % 3)),
-            backward=affine(0.8 + 0.10 * s, 0.021 * (1 + s % 3)),
-            tail=0.3 + 0.02 * s,
-        )
-        for s in range(STAGES)
-    ]
-    links = [
-        Link(forward=affine(0.05, 0.002 + 0.0005 * s), backward=affine(0.06, 0.0025))
-        for s in range(STAGES - 1)
-    ]
-    return Problem(name="bench-s8-b256", batch_size=BATCH, unit=1, stages=stages, links=links)
-
-
-def random_chromosomes(rng: np.random.Generator, size: int) -> np.ndarray:
-    """``(size, S, K)`` int32: random compositions of ``B`` with 12..20 parts, zero-padded."""
-    genes = np.zeros((size, STAGES, WIDTH), dtype=np.int32)
-    for p in range(size):
-        for s in range(STAGES):
-            count = int(rng.integers(COUNTS[0], COUNTS[1] + 1))
-            cuts = np.sort(rng.choice(np.arange(1, BATCH), size=count - 1, replace=False))
-            genes[p, s, :count] = np.diff(np.concatenate(([0], cuts, [BATCH])))
-    return genes
+POPULATION, ORACLE_SLICE = BASE, 64
 
 
 @pytest.fixture(scope="module")
 def workload() -> tuple[Problem, TickedProblem, Population]:
-    rng = np.random.default_rng(20240601)
     problem = synthetic_problem()
-    population = Population(
-        random_chromosomes(rng, POPULATION), random_chromosomes(rng, POPULATION)
-    )
-    return problem, tick_problem(problem), population
+    return problem, tick_problem(problem), default_population("flush", POPULATION)
 
 
 def evaluate_population(evaluator: SeparableEvaluator, population: Population) -> tuple[Any, Any]:

@@ -32,25 +32,22 @@ import numpy as np
 import pytest
 from bench_evaluate import BATCH, POPULATION, STAGES, WIDTH, random_chromosomes, synthetic_problem
 
-from tidgap import Plan, Problem
+from tidgap import Problem
+from tidgap.analysis.workload import Draw, ordered_population
 from tidgap.backends import BACKENDS
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import to_host
 from tidgap.optimize.ga import GeneticSettings
-from tidgap.optimize.genome import Population, decode_plan, encode_order
+from tidgap.optimize.genome import Population, decode_plan
 from tidgap.optimize.joint import Island, JointSpace
 from tidgap.optimize.limits import stage_level
 from tidgap.optimize.rng import CounterRng
 from tidgap.schedules.families import SCHEDULES
-from tidgap.schedules.ir import repair, window_order
 
 ORACLE_SLICE = 64
 #: Individuals of one island in the CPU generation benchmark (the search's default).
 ISLAND = 512
-
-#: ``draw(rng, size)``: ``(size, S, K)`` int32 chromosomes of one workload.
-Draw = Callable[[np.random.Generator, int], np.ndarray]
 
 
 def wide_problem() -> Problem:
@@ -87,25 +84,6 @@ WORKLOADS = [
     Workload("S=8 B=256", synthetic_problem, random_chromosomes, ""),
     Workload("S=16 B=512", wide_problem, wide_chromosomes, " S=16 B=512"),
 ]
-
-
-def ordered_population(
-    rng: np.random.Generator, problem: Problem, draw: Draw = random_chromosomes
-) -> Population:
-    """:data:`POPULATION` random chromosomes from ``draw`` and, per individual, repaired
-    random-window orders."""
-    forward, backward = draw(rng, POPULATION), draw(rng, POPULATION)
-    orders = np.empty((POPULATION, forward.shape[1], 2 * WIDTH), dtype=np.int8)
-    for p in range(POPULATION):
-        plan = decode_plan(forward[p], backward[p], problem)
-        windows = rng.integers(1, problem.batch_size + 1, size=problem.num_stages).tolist()
-        order = repair(
-            window_order(plan.forward, plan.backward, windows), plan.forward, plan.backward
-        )
-        orders[p] = encode_order(
-            Plan.of(plan.forward, plan.backward, order=list(order.stages)), WIDTH
-        )
-    return Population(forward, backward, orders)
 
 
 @pytest.fixture(scope="module", params=WORKLOADS, ids=[w.label for w in WORKLOADS])

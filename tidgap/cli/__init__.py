@@ -6,6 +6,7 @@ Bad input or usage prints one line, ``tidgap: error: FILE: FIELD: reason``, and 
 
 from __future__ import annotations
 
+from tidgap.cli.bench import bench_command
 from tidgap.cli.calibrate import calibrate_command
 from tidgap.cli.compare import compare_command
 from tidgap.cli.evaluate import evaluate_command
@@ -26,6 +27,7 @@ for command in (
     synth_command,
     run_command,
     calibrate_command,
+    bench_command,
 ):
     cli.add_command(command)
 
