@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +50,17 @@ def profiled(tmp_path: Path, *args: str) -> dict[str, Any]:
 
 
 def test_links_measured_over_gloo_are_tables_at_the_profiles_sizes(
-    torch: Any, tmp_path: Path
+    torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two real processes: per link and direction a positive, non-decreasing table at the
-    stage tables' sizes; the problem loads, searches and evaluates; no process is left."""
+    stage tables' sizes; the problem loads and searches; no process or folder is left."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     before = set(children())
     document = profiled(tmp_path, *THREE_STAGES, "--measure-links")
     assert set(children()) <= before
+    assert list(temporary.iterdir()) == []
     sizes = document["source"]["timing"]["sizes"]
     assert sizes == [2, 4, 8] == document["stages"][0]["forward"]["table"]["sizes"]
     assert len(document["links"]) == 2
@@ -143,24 +149,22 @@ def test_one_stage_has_no_link_to_measure(
     assert document["source"]["links"]["shapes"] == []
 
 
-def test_a_failing_process_is_one_line_of_bad_input_and_leaves_none(
-    torch: Any, tmp_path: Path
-) -> None:
+def test_a_failing_process_is_one_line_of_bad_input_and_leaves_none(torch: Any) -> None:
     """A rank that cannot build its tensor: an InputError naming the rank and its error,
     the logs kept, both processes gone."""
     from tidgap.profiling.links import LinkJob, measured_transfers
 
-    folder = tmp_path / "measure"
-    folder.mkdir()
-    job = LinkJob([[4]], ["no_such_dtype"], [1, 2], "cpu", str(folder), timeout=120.0)
+    job = LinkJob([[4]], ["no_such_dtype"], [1, 2], "cpu", timeout=120.0)
     before = set(children())
     with pytest.raises(InputError) as caught:
         measured_transfers(job)
     assert set(children()) <= before
     line = str(caught.value)
     assert line.startswith("--measure-links: rank "), line
-    assert "no_such_dtype" in line and str(folder) in line and "\n" not in line
-    assert (folder / "rank0.log").is_file()
+    assert "no_such_dtype" in line and "\n" not in line
+    folder = Path(line.rsplit("(the logs: ", 1)[1].rstrip(")"))
+    assert (folder / "rank0.log").is_file() and (folder / "rank1.log").is_file()
+    shutil.rmtree(folder)
 
 
 def test_cuda_needs_two_gpus(torch: Any) -> None:

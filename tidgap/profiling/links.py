@@ -59,13 +59,12 @@ SOURCE = "--measure-links"
 class LinkJob:
     """What both processes measure: per link the per-sample ``shape`` and ``dtype`` (a
     ``torch`` attribute name) of its tensor, at ``sizes`` (samples), on ``device`` (``cpu``
-    or ``cuda``); each rank writes ``rank<R>.json`` into ``results``."""
+    or ``cuda``); each rank writes ``rank<R>.json`` beside the job's file."""
 
     shapes: list[list[int]]
     dtypes: list[str]
     sizes: list[int]
     device: str
-    results: str
     repeats: int = REPEATS
     warmup: int = WARMUP
     timeout: float = TIMEOUT
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         job = LinkJob.load(args[0])
         start_watchdog(job.timeout)
         rank = int(os.environ["RANK"])
-        write_json_atomic(Path(job.results) / f"rank{rank}.json", run_rank(job, rank))
+        write_json_atomic(Path(args[0]).with_name(f"rank{rank}.json"), run_rank(job, rank))
     except BaseException as error:
         traceback.print_exc()
         lines = str(error).strip().splitlines()
@@ -188,9 +187,9 @@ def spawn(job_path: Path, folder: Path, timeout: float) -> None:
 
 def measured_transfers(job: LinkJob) -> list[list[list[list[float]]]]:
     """``[rank][link][i]``: both ranks' transfers (seconds), measured by new processes in
-    the folder ``job.results``, which is removed after, unless they failed: then an
+    a new temporary folder, removed after, unless they failed: then an
     :class:`InputError` names it (their logs)."""
-    folder = Path(job.results)
+    folder = Path(tempfile.mkdtemp(prefix="tidgap-links-"))
     failed = False
     try:
         job.save(folder / "job.json")
@@ -241,7 +240,6 @@ def with_measured_links(document: Json, model: Model, device: torch.device) -> J
             dtypes=[str(dtype).removeprefix("torch.") for _, dtype in specs],
             sizes=sizes,
             device=device.type,
-            results=tempfile.mkdtemp(prefix="tidgap-links-"),
         )
         transfers = measured_transfers(job)
         out["links"] = link_tables(transfers, sizes, unit_per_second(document["time_unit"]))
