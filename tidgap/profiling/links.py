@@ -70,10 +70,12 @@ class LinkJob:
     timeout: float = TIMEOUT
 
     def save(self, path: Path) -> None:
+        """Write the job to ``path`` (``tidgap.links-job/1``), atomically."""
         write_json_atomic(path, {"format": JOB_FORMAT, **dataclasses.asdict(self)})
 
     @classmethod
     def load(cls, path: str) -> LinkJob:
+        """Read a job :meth:`save` wrote; another file is an :class:`InputError`."""
         document = read_json(path)
         if not isinstance(document, dict) or document.pop("format", None) != JOB_FORMAT:
             raise InputError(f"expected {JOB_FORMAT!r}", ("format",), source=path)
