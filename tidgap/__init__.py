@@ -12,6 +12,7 @@ from tidgap.model.problem import Link, Problem, Stage, load_problem
 from tidgap.model.timefn import TimeFunction, affine, table
 from tidgap.optimize.driver import SearchResult, search
 from tidgap.optimize.heuristics import global_dp, local_greedy
+from tidgap.optimize.many import search_many
 from tidgap.schedules.baselines import (
     BaselineResult,
     best_baselines,
@@ -64,5 +65,6 @@ __all__ = [
     "one_f_one_b_plan",
     "pipedream",
     "search",
+    "search_many",
     "table",
 ]

@@ -16,12 +16,14 @@ from tidgap.cli.main import cli
 from tidgap.cli.profile import profile_command, synth_command
 from tidgap.cli.run import run_command
 from tidgap.cli.search import search_command
+from tidgap.cli.sweep import sweep_command
 
 for command in (
     evaluate_command,
     compare_command,
     examples_command,
     search_command,
+    sweep_command,
     export_command,
     profile_command,
     synth_command,

@@ -1,0 +1,136 @@
+"""``tidgap sweep`` (issue 13, item 5): one plan per problem as ``tidgap search --out``
+writes it, the summary files' columns and values, other files left alone, bad input exits
+2 naming the file with nothing written, a failed search leaves the others' plans."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli_helpers import case_named, describe, run_cli, write_json
+from tidgap.analysis.sweep_summary import COLUMNS
+
+SHORT = ("--generations", "5", "--population", "16")
+TINY = "example:tiny-2"
+
+
+def _problem_file(folder: Path, name: str) -> str:
+    """The golden problem ``name`` written to ``folder/NAME.json``."""
+    return str(write_json(folder / f"{name}.json", case_named(name)["problem"]))
+
+
+def _without_timings(document: dict) -> dict:
+    search = {k: v for k, v in document["search"].items() if k not in ("wall_time", "setup_time")}
+    return document | {"search": search}
+
+
+def test_sweep_writes_the_search_plans_and_the_summary(tmp_path: Path) -> None:
+    memory = _problem_file(tmp_path, "tiny7_1_mem")  # gives activation_bytes
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "other.json").write_text("left alone", encoding="utf-8")
+    result = run_cli(
+        "sweep", TINY, memory, "--workers", "2", "--seed", "3", *SHORT, "--out-dir", str(out)
+    )
+    assert result.exit_code == 0, describe(result)
+    assert (out / "other.json").read_text(encoding="utf-8") == "left alone"
+    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["problems"]
+    with (out / "summary.csv").open(encoding="utf-8", newline="") as file:
+        table = list(csv.reader(file))
+    assert tuple(table[0]) == COLUMNS and len(table) == 3
+    assert [tuple(row) for row in rows] == [COLUMNS, COLUMNS]
+    assert [row["problem"] for row in rows] == [TINY, memory]
+    assert [row["plan_file"] for row in rows] == ["tiny-2.plan.json", "tiny7_1_mem.plan.json"]
+    for spec, row, line in zip([TINY, memory], rows, table[1:], strict=True):
+        searched = tmp_path / "one.json"
+        alone = run_cli("search", spec, "--seed", "3", *SHORT, "--out", str(searched), "-q")
+        assert alone.exit_code == 0, describe(alone)
+        expected = json.loads(searched.read_text(encoding="utf-8"))
+        plan = json.loads((out / row["plan_file"]).read_text(encoding="utf-8"))
+        assert _without_timings(plan) == _without_timings(expected)
+        gpipe, one_f_one_b = expected["baselines"]["gpipe"], expected["baselines"]["1f1b"]
+        time = expected["predicted"]["iteration_time"]
+        assert row["plan_time"] == time and row["gpipe_time"] == gpipe["iteration_time"]
+        assert row["gpipe_microbatches"] == gpipe["microbatches"]
+        assert row["1f1b_microbatches"] == one_f_one_b["microbatches"]
+        assert row["gain_over_1f1b_pct"] == pytest.approx(
+            (one_f_one_b["iteration_time"] / time - 1) * 100, rel=1e-12
+        )
+        assert row["peak_held"] == expected["predicted"]["peak_held"]
+        assert row["peak_memory"] == expected["predicted"].get("peak_memory")
+        assert row["wall_time"] >= 0
+        assert line[COLUMNS.index("peak_held")] == " ".join(map(str, row["peak_held"]))
+        assert float(line[COLUMNS.index("plan_time")]) == time
+    assert rows[0]["peak_memory"] is None and rows[1]["peak_memory"] is not None
+    assert "tiny7_1_mem.json" in result.stdout and "2 plan(s)" in result.stdout
+
+
+def test_a_failed_search_leaves_the_other_plans_and_exits_2(tmp_path: Path) -> None:
+    memory = _problem_file(tmp_path, "tiny7_1_mem")  # no flush plan fits its stage 0
+    out = tmp_path / "out"
+    result = run_cli("sweep", TINY, memory, "--schedule", "flush", *SHORT, "--out-dir", str(out))
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.startswith(f"tidgap: error: {memory}: ")
+    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["problems"]
+    assert [row["problem"] for row in rows] == [TINY]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "summary.csv",
+        "summary.json",
+        "tiny-2.plan.json",
+    ]
+
+
+def _refused(result, names: str) -> None:
+    assert result.exit_code == 2, describe(result)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tidgap: error: ") and names in lines[0]
+
+
+def test_bad_input_exits_2_naming_it_and_writes_nothing(tmp_path: Path) -> None:
+    bad = str(write_json(tmp_path / "bad.json", {"format": "tidgap.problem/1"}))
+    copy = tmp_path / "again"
+    twin = _problem_file(copy, "tiny7_0")
+    out = tmp_path / "out"
+    _refused(run_cli("sweep", TINY, bad, *SHORT, "--out-dir", str(out)), bad)
+    _refused(
+        run_cli("sweep", _problem_file(tmp_path, "tiny7_0"), twin, *SHORT, "--out-dir", str(out)),
+        twin,
+    )
+    _refused(run_cli("sweep", TINY, "--memory-limit", "1GB", *SHORT, "--out-dir", str(out)), TINY)
+    _refused(
+        run_cli("sweep", TINY, "--workers", "1", "--scheduler", "tcp://x:1", "--out-dir", str(out)),
+        "--scheduler",
+    )
+    _refused(run_cli("sweep", TINY, "--workers", "0", "--out-dir", str(out)), "--workers")
+    assert not out.exists()
+    inside = tmp_path / "inside"
+    problem = str(write_json(inside / "summary.json", case_named("tiny7_0")["problem"]))
+    _refused(run_cli("sweep", problem, *SHORT, "--out-dir", str(inside)), "refusing to overwrite")
+    assert sorted(p.name for p in inside.iterdir()) == ["summary.json"]
+
+
+def test_scheduler_without_dask_exits_2_naming_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed fails
+    out = tmp_path / "out"
+    result = run_cli("sweep", TINY, "--scheduler", "tcp://127.0.0.1:1", "--out-dir", str(out))
+    _refused(result, "the dask extra")
+    assert not out.exists()
+
+
+def test_scheduler_runs_the_sweep_on_a_dask_cluster(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        result = run_cli(
+            "sweep", TINY, *SHORT, "--scheduler", cluster.scheduler_address, "--out-dir", str(out)
+        )
+    assert result.exit_code == 0, describe(result)
+    assert (out / "tiny-2.plan.json").exists()

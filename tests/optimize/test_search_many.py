@@ -1,0 +1,89 @@
+"""``tidgap.search_many`` (issue 13, item 5): on a process pool, a thread pool and a Dask
+LocalCluster, the same plans as one-by-one searches with the same seeds, in input order; a
+failed search leaves the others' results."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import tidgap
+from tests.support.cli_helpers import case_named
+from tidgap import InputError, Problem
+from tidgap.optimize.many import SearchFailed, search_many
+
+#: A short, generation-bounded search (reproducible whatever the load).
+SHORT = {"generations": 10, "population": 32}
+
+
+def _problem(name: str) -> Problem:
+    return Problem.from_dict(case_named(name)["problem"])
+
+
+#: med7_1's plan depends on the seed with SHORT (so a lost seed would show).
+PROBLEMS = [_problem("med7_1"), tidgap.load_problem("example:tiny-2"), _problem("med7_1")]
+SEEDS = [0, 0, 1]
+
+
+def _one_by_one(problems: list[Problem], seeds: list[int], **options) -> list[tidgap.Plan]:
+    return [tidgap.search(p, seed=s, **options).plan for p, s in zip(problems, seeds, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def expected() -> list[tidgap.Plan]:
+    """PROBLEMS' plans searched one by one, here, with SEEDS."""
+    return _one_by_one(PROBLEMS, SEEDS, **SHORT)
+
+
+def test_the_seed_matters_on_these_problems(expected: list[tidgap.Plan]) -> None:
+    assert expected[0] != expected[2]
+
+
+def test_a_process_pool_gives_the_one_by_one_plans_in_order(expected: list[tidgap.Plan]) -> None:
+    results = tidgap.search_many(PROBLEMS, seeds=SEEDS, **SHORT)
+    assert [r.plan for r in results] == expected
+    assert [r.seed for r in results] == SEEDS
+    assert [r.problem.name for r in results] == [p.name for p in PROBLEMS]
+
+
+def test_one_seed_serves_every_problem_and_options_reach_the_search() -> None:
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        results = search_many(PROBLEMS[:2], executor=executor, seeds=3, schedule="flush", **SHORT)
+    assert [r.seed for r in results] == [3, 3]
+    assert {r.schedule for r in results} == {"flush"}
+    assert [r.plan for r in results] == _one_by_one(PROBLEMS[:2], [3, 3], schedule="flush", **SHORT)
+
+
+def test_a_dask_local_cluster_gives_the_one_by_one_plans(expected: list[tidgap.Plan]) -> None:
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        results = search_many(PROBLEMS, executor=client.get_executor(), seeds=SEEDS, **SHORT)
+    assert [r.plan for r in results] == expected
+
+
+def test_a_failed_search_leaves_the_others_and_names_the_problem() -> None:
+    # tiny7_1_mem's stage 0 cannot hold the batch: a flush search refuses it.
+    problems = [PROBLEMS[1], _problem("tiny7_1_mem"), PROBLEMS[0]]
+    with ThreadPoolExecutor(max_workers=1) as executor, pytest.raises(SearchFailed) as caught:
+        search_many(problems, executor=executor, seeds=[0, 0, 1], schedule="flush", **SHORT)
+    error = caught.value
+    assert "problem 1 (tiny7_1_mem)" in str(error) and "1 of 3" in str(error)
+    assert list(error.errors) == [1] and isinstance(error.errors[1], InputError)
+    assert error.__cause__ is error.errors[1]
+    assert error.results[1] is None
+    expected = _one_by_one([problems[0], problems[2]], [0, 1], schedule="flush", **SHORT)
+    assert [error.results[0].plan, error.results[2].plan] == expected
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="2 seeds for 3 problems"):
+        search_many(PROBLEMS, seeds=[0, 1], **SHORT)
+    with pytest.raises(TypeError, match="seeds="):
+        search_many(PROBLEMS, seed=1, **SHORT)
+    assert search_many([], **SHORT) == []

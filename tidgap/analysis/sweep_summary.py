@@ -1,0 +1,110 @@
+"""The summary of a sweep (``tidgap sweep``): one row per problem, as JSON, CSV and text."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from tidgap.optimize.memory import format_bytes
+from tidgap.optimize.results import SearchResult
+
+#: The summary's columns, in order (``summary.csv``'s header, each ``summary.json`` row's keys).
+COLUMNS = (
+    "problem",
+    "name",
+    "plan_file",
+    "schedule",
+    "time_unit",
+    "gpipe_time",
+    "gpipe_microbatches",
+    "1f1b_time",
+    "1f1b_microbatches",
+    "plan_time",
+    "gain_over_1f1b_pct",
+    "gain_over_gpipe_pct",
+    "peak_held",
+    "peak_memory",
+    "wall_time",
+)
+
+
+def gain_pct(baseline_time: float, plan_time: float) -> float:
+    """How much faster the plan is than the baseline, in %: ``(baseline / plan - 1) * 100``
+    (negative when the baseline is faster)."""
+    return (baseline_time / plan_time - 1) * 100
+
+
+def sweep_row(problem: str, plan_file: str, result: SearchResult) -> dict[str, Any]:
+    """One problem's row: ``problem`` as given, the plan's file, the best GPipe and 1F1B
+    (time in ``time_unit``, microbatches), the plan's time and gains, its peak per stage
+    (``peak_held`` samples; ``peak_memory`` bytes or ``None`` without ``activation_bytes``)
+    and the search's wall time (seconds)."""
+    gpipe, one_f_one_b = result.baselines["gpipe"], result.baselines["1f1b"]
+    plan_time = result.evaluation.iteration_time
+    memory = result.evaluation.peak_memory
+    return {
+        "problem": problem,
+        "name": result.problem.name,
+        "plan_file": plan_file,
+        "schedule": result.schedule,
+        "time_unit": result.problem.time_unit,
+        "gpipe_time": gpipe.iteration_time,
+        "gpipe_microbatches": gpipe.microbatches,
+        "1f1b_time": one_f_one_b.iteration_time,
+        "1f1b_microbatches": one_f_one_b.microbatches,
+        "plan_time": plan_time,
+        "gain_over_1f1b_pct": gain_pct(one_f_one_b.iteration_time, plan_time),
+        "gain_over_gpipe_pct": gain_pct(gpipe.iteration_time, plan_time),
+        "peak_held": list(result.evaluation.peak_held),
+        "peak_memory": None if memory is None else list(memory),
+        "wall_time": round(result.wall_time, 3),
+    }
+
+
+def _cell(value: Any) -> str:
+    """A CSV cell: a per-stage list as its values joined by spaces, ``None`` empty."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    return str(value)
+
+
+def summary_csv(rows: list[dict[str, Any]]) -> str:
+    """``summary.csv``: the header :data:`COLUMNS`, then one line per row."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    writer.writerows([_cell(row[column]) for column in COLUMNS] for row in rows)
+    return buffer.getvalue()
+
+
+def _peak(row: dict[str, Any]) -> str:
+    """Peak per stage: bytes where the problem gives them, else samples held."""
+    if row["peak_memory"] is not None:
+        return " ".join(format_bytes(b) for b in row["peak_memory"])
+    return " ".join(map(str, row["peak_held"]))
+
+
+def format_sweep_table(rows: list[dict[str, Any]]) -> str:
+    """A fixed-width text table of ``rows``: times in each problem's unit, gains in %."""
+    header = ("problem", "plan", "best GPipe", "best 1F1B", "vs 1F1B", "vs GPipe", "peak", "wall")
+    body = [
+        (
+            row["problem"],
+            f"{row['plan_time']:.6g} {row['time_unit']}",
+            f"{row['gpipe_time']:.6g} (m={row['gpipe_microbatches']})",
+            f"{row['1f1b_time']:.6g} (m={row['1f1b_microbatches']})",
+            f"{row['gain_over_1f1b_pct']:+.2f}%",
+            f"{row['gain_over_gpipe_pct']:+.2f}%",
+            _peak(row),
+            f"{row['wall_time']:.1f} s",
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in (header, *body)
+    )

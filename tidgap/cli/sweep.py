@@ -1,0 +1,218 @@
+"""``tidgap sweep``: plan many problems at once (a local process pool or a Dask cluster),
+one plan file per problem and a summary table."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import Executor
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+
+import click
+
+from tidgap.analysis.sweep_summary import format_sweep_table, summary_csv, sweep_row
+from tidgap.backends import BACKENDS, UnusableBackend, get_backend, require_usable
+from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit
+from tidgap.model.errors import InputError
+from tidgap.model.problem import Problem, load_problem, problem_path
+from tidgap.optimize.driver import SEARCHABLE
+from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level
+from tidgap.optimize.many import SearchFailed, local_pool, search_many
+from tidgap.outputs.atomic import write_text_atomically
+from tidgap.outputs.files import check_outputs, write_json, writing
+
+#: The summary files written into ``--out-dir``.
+SUMMARY_CSV, SUMMARY_JSON = "summary.csv", "summary.json"
+#: What a plan file is called: the problem file's stem, then this.
+PLAN_SUFFIX = ".plan.json"
+#: Seconds to wait for a Dask scheduler to answer.
+CONNECT_TIMEOUT = 10
+
+
+def _plan_names(specs: tuple[str, ...]) -> list[str]:
+    """One plan file name per problem, from its file's stem (``example:NAME``: ``NAME``);
+    :class:`InputError` when two problems share a stem (their plans would collide)."""
+    names: dict[str, str] = {}
+    for spec in specs:
+        name = problem_path(spec).stem + PLAN_SUFFIX
+        if name in names:
+            raise InputError(f"has the file name stem of {names[name]}; rename one", source=spec)
+        names[name] = spec
+    return list(names)
+
+
+def _check_memory_limit(
+    specs: tuple[str, ...], problems: list[Problem], limit: str | int | None
+) -> None:
+    """Refuse, naming the file, a problem a byte ``--memory-limit`` cannot apply to."""
+    if limit is None or limit == ONE_F_ONE_B:
+        return
+    for spec, problem in zip(specs, problems, strict=True):
+        try:
+            bytes_level(problem, int(limit))
+        except InputError as error:
+            raise InputError(str(error), source=spec) from None
+
+
+def _usable_backend(backend: str) -> str:
+    """``backend`` if ``auto`` or usable here; else exit 2 naming ``--backend``."""
+    if backend != "auto":
+        try:
+            require_usable(get_backend(backend))
+        except UnusableBackend as error:
+            raise InputError(str(error), source="--backend") from None
+    return backend
+
+
+@contextmanager
+def _dask_executor(scheduler: str) -> Iterator[Executor]:
+    """The executor of a Dask client connected to ``scheduler``, closed after."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InputError(
+            "Dask is not installed (the dask extra: pip install dask distributed)",
+            source="--scheduler",
+        ) from None
+    try:
+        client = Client(scheduler, timeout=CONNECT_TIMEOUT)
+    except (OSError, ValueError, TypeError) as error:
+        raise InputError(f"cannot connect to {scheduler}: {error}", source="--scheduler") from None
+    with client:
+        yield client.get_executor()
+
+
+def _executor(
+    workers: int | None, scheduler: str | None, count: int
+) -> AbstractContextManager[Executor | None]:
+    """The executor of ``--scheduler`` (a Dask client's) or ``--workers`` (a local pool);
+    ``None``: :func:`search_many`'s default pool."""
+    if scheduler is not None:
+        return _dask_executor(scheduler)
+    if workers is not None:
+        return local_pool(min(workers, count))
+    return nullcontext()
+
+
+@click.command(name="sweep")
+@click.argument("problems", metavar="PROBLEM...", nargs=-1, required=True)
+@click.option(
+    "--out-dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help=f"Write each plan here as STEM{PLAN_SUFFIX} (STEM: the problem file's), and "
+    f"{SUMMARY_CSV} and {SUMMARY_JSON}; created if missing, other files left alone.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Searches at once in local processes (default: one per core, at most one per problem).",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    help="Run the searches on this Dask scheduler (tcp://host:8786); needs the dask extra.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Every search's seed.")
+@click.option(
+    "--generations",
+    type=click.IntRange(min=0),
+    help="Stop each search after this many generations (reproducible plans).",
+)
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0),
+    help=f"Stop each search after this many seconds (default {DEFAULT_TIME_LIMIT:g} unless "
+    "--generations is given); plans then depend on the load.",
+)
+@click.option(
+    "--schedule", type=click.Choice(SEARCHABLE), help="The family searched (default windowed)."
+)
+@click.option(
+    "--memory-limit", type=MemoryLimit(), help="As tidgap search --memory-limit, per problem."
+)
+@click.option(
+    "--population",
+    type=click.IntRange(min=8),
+    default=512,
+    show_default=True,
+    help="Individuals per generation.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", *BACKENDS]),
+    default="auto",
+    show_default=True,
+    help="Evaluation backend of every search.",
+)
+def sweep_command(
+    problems: tuple[str, ...],
+    out_dir: str,
+    workers: int | None,
+    scheduler: str | None,
+    seed: int,
+    generations: int | None,
+    time_limit: float | None,
+    schedule: str | None,
+    memory_limit: str | int | None,
+    population: int,
+    backend: str,
+) -> None:
+    """Search a plan for every PROBLEM at once and write them with a summary table.
+
+    Every problem is loaded and checked before any search starts: a bad one exits 2
+    naming its file, with nothing written. A search that fails (no plan within the memory
+    limit, say) does not stop the others: their plans and the summary are written, then
+    the command exits 2 naming the first failed problem.
+    """
+    if workers is not None and scheduler is not None:
+        raise click.UsageError("give --workers or --scheduler, not both")
+    loaded = [load_problem(spec) for spec in problems]
+    names = _plan_names(problems)
+    _check_memory_limit(problems, loaded, memory_limit)
+    backend = _usable_backend(backend)
+    if time_limit is None and generations is None:
+        time_limit = DEFAULT_TIME_LIMIT
+    folder = Path(out_dir)
+    started = time.perf_counter()
+    with _executor(workers, scheduler, len(loaded)) as executor:
+        with writing(out_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        plans = [folder / name for name in names]
+        outputs = [*plans, folder / SUMMARY_CSV, folder / SUMMARY_JSON]
+        inputs = {f"PROBLEM {i + 1}": spec for i, spec in enumerate(problems)}
+        check_outputs(None, None, *[(str(path), path) for path in outputs], inputs=inputs)
+        try:
+            results = search_many(
+                loaded,
+                executor=executor,
+                seeds=seed,
+                schedule=schedule,
+                memory_limit=memory_limit,
+                population=population,
+                generations=generations,
+                time_limit=time_limit,
+                backend=backend,
+            )
+            failed = None
+        except SearchFailed as error:
+            results, failed = error.results, error
+    rows = []
+    for spec, path, result in zip(problems, plans, results, strict=True):
+        if result is not None:
+            write_json(str(path), result.plan_document())
+            rows.append(sweep_row(spec, path.name, result))
+    with writing(outputs[-2]):
+        write_text_atomically(outputs[-2], summary_csv(rows))
+    write_json(str(outputs[-1]), {"problems": rows})
+    click.echo(format_sweep_table(rows))
+    click.echo(
+        f"{len(rows)} plan(s), {SUMMARY_CSV} and {SUMMARY_JSON} written to {out_dir} "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
+    if failed is not None:
+        first = failed.errors[failed.first]
+        if isinstance(first, InputError):
+            raise first.within(problems[failed.first])
+        raise failed

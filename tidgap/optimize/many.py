@@ -1,0 +1,127 @@
+"""``tidgap.search_many``: many searches at once, one executor task per problem.
+
+Any :class:`concurrent.futures.Executor` runs them: a local process pool by default, a Dask
+``distributed.Client``'s ``get_executor()`` for a cluster. Problems, options and results
+travel pickled (:class:`~tidgap.optimize.results.SearchResult` pickles, with its problem).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, wait
+from contextlib import AbstractContextManager, nullcontext
+from functools import partial
+from typing import Any
+
+from tidgap.model.problem import Problem
+from tidgap.optimize.driver import search
+from tidgap.optimize.results import SearchResult
+
+__all__ = ["SearchFailed", "local_pool", "search_many"]
+
+
+class SearchFailed(RuntimeError):
+    """Some searches of :func:`search_many` raised; the others finished.
+
+    ``errors`` maps each failed problem's index (input order) to its exception; ``results``
+    holds every problem's result in input order, ``None`` where it failed. The message
+    names the first failed problem (index and name); ``__cause__`` is its exception.
+    """
+
+    def __init__(
+        self,
+        problems: Sequence[Problem],
+        results: list[SearchResult | None],
+        errors: dict[int, BaseException],
+    ):
+        first = min(errors)
+        name = problems[first].name
+        super().__init__(
+            f"problem {first} ({name}): {errors[first]} ({len(errors)} of {len(problems)} "
+            "searches failed, the others finished)"
+        )
+        self.results = results
+        self.errors = errors
+        self.first = first
+
+
+def _limit_threads(threads: int) -> None:
+    """Worker initializer: Numba's threads per worker, unless the user set them."""
+    os.environ.setdefault("NUMBA_NUM_THREADS", str(threads))
+
+
+def local_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes started by ``spawn`` (Numba's OpenMP threads do not
+    survive a fork), each with the cores shared out among them as Numba threads."""
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_limit_threads,
+        initargs=(threads,),
+    )
+
+
+def _seed_list(seeds: int | Sequence[int], count: int) -> list[int]:
+    """One seed per problem: ``seeds`` for every one, or the sequence (its length ``count``)."""
+    if isinstance(seeds, int):
+        return [seeds] * count
+    listed = [int(seed) for seed in seeds]
+    if len(listed) != count:
+        raise ValueError(f"{len(listed)} seeds for {count} problems")
+    return listed
+
+
+def search_many(
+    problems: Sequence[Problem],
+    *,
+    executor: Executor | None = None,
+    seeds: int | Sequence[int] = 0,
+    **search_options: Any,
+) -> list[SearchResult]:
+    """Search every problem with :func:`tidgap.search` (``search_options``: its keyword
+    arguments but ``seed``), each in one task of ``executor``; the results in input order.
+
+    ``seeds``: one seed for every problem, or one per problem. Each result is the plan
+    ``tidgap.search(problem, seed=..., **search_options)`` gives one by one, wherever it
+    ran, when the search stops on ``generations`` or ``stagnation``; a ``time_limit``
+    makes the plans depend on the load (each search gets fewer generations on busy cores).
+
+    Without ``executor``, a :func:`local_pool` with as many workers as cores, at most one per
+    problem, is made and shut down; a given one is left open. With a process pool or a
+    cluster, the options must pickle (no lambdas for ``on_progress``) and a script that
+    calls this must guard its top level with ``if __name__ == "__main__":`` (spawned
+    workers import it).
+
+    A failing search does not stop the others: once all have finished, :class:`SearchFailed`
+    is raised, naming the first failed problem and carrying every result that was found.
+    """
+    if "seed" in search_options:
+        raise TypeError("search_many takes seeds=, one seed or one per problem, not seed=")
+    problems = list(problems)
+    seed_list = _seed_list(seeds, len(problems))
+    if not problems:
+        return []
+    owned: AbstractContextManager[Executor] = (
+        local_pool(min(os.cpu_count() or 1, len(problems)))
+        if executor is None
+        else nullcontext(executor)
+    )
+    with owned as pool:
+        futures = [
+            pool.submit(partial(search, seed=seed, **search_options), problem)
+            for problem, seed in zip(problems, seed_list, strict=True)
+        ]
+        try:
+            wait(futures)
+        except BaseException:  # Ctrl-C: run no search that has not started
+            for future in futures:
+                future.cancel()
+            raise
+    errors = {i: error for i, f in enumerate(futures) if (error := f.exception()) is not None}
+    if errors:
+        results = [None if i in errors else f.result() for i, f in enumerate(futures)]
+        raise SearchFailed(problems, results, errors) from errors[min(errors)]
+    return [future.result() for future in futures]
