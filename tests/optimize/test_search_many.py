@@ -4,6 +4,7 @@ failed search leaves the others' results."""
 
 from __future__ import annotations
 
+import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 import tidgap
 from tests.support.cli_helpers import case_named
 from tidgap import InputError, Problem
+from tidgap.optimize import many
+from tidgap.optimize.interrupts import StopSignals
 from tidgap.optimize.many import SearchFailed, search_many
 
 #: A short, generation-bounded search (reproducible whatever the load).
@@ -87,3 +90,19 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(TypeError, match="seeds="):
         search_many(PROBLEMS, seed=1, **SHORT)
     assert search_many([], **SHORT) == []
+
+
+def test_a_worker_stop_signal_stops_its_search_and_skips_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    signals = StopSignals()  # what a local_pool worker's handlers record
+    monkeypatch.setattr(many, "_worker_signals", signals)
+
+    def signal_arrives(progress: object) -> None:
+        signals.signum = signal.SIGINT
+
+    options = {"generations": 1000, "population": 32, "on_progress": signal_arrives}
+    result = many._search(PROBLEMS[0], 0, options)
+    assert result.stop_reason == "SIGINT" and result.generations < 10
+    with pytest.raises(KeyboardInterrupt, match="SIGINT before the search started"):
+        many._search(PROBLEMS[0], 0, options)

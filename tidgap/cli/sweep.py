@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,8 +18,10 @@ from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.optimize.driver import SEARCHABLE
+from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level
 from tidgap.optimize.many import SearchFailed, local_pool, search_many
+from tidgap.optimize.results import SearchResult
 from tidgap.outputs.atomic import write_text_atomically
 from tidgap.outputs.files import check_outputs, write_json, writing
 
@@ -165,6 +168,11 @@ def sweep_command(
     naming its file, with nothing written. A search that fails (no plan within the memory
     limit, say) does not stop the others: their plans and the summary are written, then
     the command exits 2 naming the first failed problem.
+
+    Ctrl-C or SIGTERM (to the process group, as a terminal sends it) stops each local
+    worker's search at its next generation and skips the rest; the plans found so far
+    and the summary are written, then the command exits 130 / 143. On a Dask cluster the
+    running searches finish first; a second signal exits at once.
     """
     if workers is not None and scheduler is not None:
         raise click.UsageError("give --workers or --scheduler, not both")
@@ -180,13 +188,14 @@ def sweep_command(
         with writing(out_dir):
             folder.mkdir(parents=True, exist_ok=True)
         plans = [folder / name for name in names]
-        outputs = [*plans, folder / SUMMARY_CSV, folder / SUMMARY_JSON]
+        summaries = (folder / SUMMARY_CSV, folder / SUMMARY_JSON)
         inputs = {f"PROBLEM {i + 1}": spec for i, spec in enumerate(problems)}
-        check_outputs(None, None, *[(str(path), path) for path in outputs], inputs=inputs)
-        try:
-            results = search_many(
+        outputs = [(str(path), path) for path in (*plans, *summaries)]
+        check_outputs(None, None, *outputs, inputs=inputs)
+        with stop_on_signals() as signals:
+            results, failed = _search_all(
                 loaded,
-                executor=executor,
+                executor,
                 seeds=seed,
                 schedule=schedule,
                 memory_limit=memory_limit,
@@ -195,24 +204,46 @@ def sweep_command(
                 time_limit=time_limit,
                 backend=backend,
             )
-            failed = None
-        except SearchFailed as error:
-            results, failed = error.results, error
-    rows = []
-    for spec, path, result in zip(problems, plans, results, strict=True):
-        if result is not None:
-            write_json(str(path), result.plan_document())
-            rows.append(sweep_row(spec, path.name, result))
-    with writing(outputs[-2]):
-        write_text_atomically(outputs[-2], summary_csv(rows))
-    write_json(str(outputs[-1]), {"problems": rows})
+    rows = _write(problems, plans, summaries, results)
+    if signals.received():
+        click.echo(f"interrupted by {signals.received()}: the plans found so far")
     click.echo(format_sweep_table(rows))
     click.echo(
         f"{len(rows)} plan(s), {SUMMARY_CSV} and {SUMMARY_JSON} written to {out_dir} "
         f"in {time.perf_counter() - started:.1f} s"
     )
+    signals.exit_if_received()
     if failed is not None:
         first = failed.errors[failed.first]
         if isinstance(first, InputError):
             raise first.within(problems[failed.first])
         raise failed
+
+
+def _search_all(
+    problems: list[Problem], executor: Executor | None, **options: Any
+) -> tuple[list[SearchResult | None], SearchFailed | None]:
+    """:func:`search_many`'s results (``None`` where a search failed) and its failure."""
+    try:
+        return list(search_many(problems, executor=executor, **options)), None
+    except SearchFailed as error:
+        return error.results, error
+
+
+def _write(
+    specs: tuple[str, ...],
+    plans: list[Path],
+    summaries: tuple[Path, Path],
+    results: list[SearchResult | None],
+) -> list[dict[str, Any]]:
+    """Write each plan found and the summary files (CSV, JSON); return the summary's rows."""
+    rows = []
+    for spec, path, result in zip(specs, plans, results, strict=True):
+        if result is not None:
+            write_json(str(path), result.plan_document())
+            rows.append(sweep_row(spec, path.name, result))
+    csv_path, json_path = summaries
+    with writing(csv_path):
+        write_text_atomically(csv_path, summary_csv(rows))
+    write_json(str(json_path), {"problems": rows})
+    return rows

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
-from functools import partial
 from typing import Any
 
 from tidgap.model.problem import Problem
 from tidgap.optimize.driver import search
+from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals
 from tidgap.optimize.results import SearchResult
 
 __all__ = ["SearchFailed", "local_pool", "search_many"]
@@ -47,21 +48,51 @@ class SearchFailed(RuntimeError):
         self.first = first
 
 
-def _limit_threads(threads: int) -> None:
-    """Worker initializer: Numba's threads per worker, unless the user set them."""
+def _cores() -> int:
+    """The cores this process may run on (its affinity mask, where the system has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+#: In a :func:`local_pool` worker, the SIGINT / SIGTERM it received; ``None`` elsewhere.
+_worker_signals: StopSignals | None = None
+
+
+def _start_worker(threads: int) -> None:
+    """:func:`local_pool`'s initializer: Numba's threads per worker (unless the user set
+    them), and SIGINT / SIGTERM recorded, to stop the worker's searches (:func:`_search`)."""
+    global _worker_signals
     os.environ.setdefault("NUMBA_NUM_THREADS", str(threads))
+    _worker_signals = StopSignals()
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _worker_signals.handle)
 
 
 def local_pool(workers: int) -> ProcessPoolExecutor:
     """A pool of ``workers`` processes started by ``spawn`` (Numba's OpenMP threads do not
-    survive a fork), each with the cores shared out among them as Numba threads."""
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    survive a fork), each with the cores shared out among them as Numba threads. Ctrl-C
+    (SIGINT to the terminal's process group) or SIGTERM stops each worker's search at its
+    next generation and skips the searches it has not started."""
+    threads = max(1, _cores() // workers)
     return ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=_limit_threads,
+        initializer=_start_worker,
         initargs=(threads,),
     )
+
+
+def _search(problem: Problem, seed: int, options: dict[str, Any]) -> SearchResult:
+    """One task: :func:`tidgap.search`; in a :func:`local_pool` worker that has received a
+    stop signal, it stops at the next generation, or raises ``KeyboardInterrupt`` before
+    starting."""
+    if _worker_signals is not None:
+        received = _worker_signals.received()
+        if received is not None:
+            raise KeyboardInterrupt(f"{received} before the search started")
+        options = {"interrupted": _worker_signals.received, **options}
+    return search(problem, seed=seed, **options)
 
 
 def _seed_list(seeds: int | Sequence[int], count: int) -> list[int]:
@@ -105,13 +136,11 @@ def search_many(
     if not problems:
         return []
     owned: AbstractContextManager[Executor] = (
-        local_pool(min(os.cpu_count() or 1, len(problems)))
-        if executor is None
-        else nullcontext(executor)
+        local_pool(min(_cores(), len(problems))) if executor is None else nullcontext(executor)
     )
     with owned as pool:
         futures = [
-            pool.submit(partial(search, seed=seed, **search_options), problem)
+            pool.submit(_search, problem, seed, search_options)
             for problem, seed in zip(problems, seed_list, strict=True)
         ]
         try:
