@@ -24,6 +24,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.outputs.files import check_outputs, write_json
 from tidgap.profiling.synth import SHAPES, synth_problem
+from tidgap.runtime.optimizers import DEFAULT_LR, OPTIMIZERS
 
 #: Link defaults: PCIe 3.0 x16-class bandwidth, a small per-transfer latency.
 DEFAULT_BANDWIDTH_GBPS = 10.0
@@ -197,6 +198,39 @@ def model_options(command: Command) -> Command:
     return command
 
 
+def optimizer_options(command: Command) -> Command:
+    """``--optimizer`` and ``--lr``, shared by ``profile`` (time the step into each stage's
+    ``tail``) and ``run`` (step after each stage's last backward); read them with
+    :func:`learning_rate`."""
+    options = [
+        click.option(
+            "--optimizer",
+            type=click.Choice(sorted(OPTIMIZERS)),
+            help="The optimizer step as each stage's tail: torch.optim.SGD or Adam over the "
+            "stage's parameters, step() then zero_grad(set_to_none=True) after its last "
+            "backward. Default: no step.",
+        ),
+        click.option(
+            "--lr",
+            type=click.FloatRange(min=0, min_open=True),
+            help=f"--optimizer's learning rate [{DEFAULT_LR:g}].",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def learning_rate(optimizer: str | None, lr: float | None) -> float | None:
+    """``--lr`` (default :data:`~tidgap.runtime.optimizers.DEFAULT_LR`) with an
+    ``--optimizer``, ``None`` without one; ``--lr`` alone is a usage error."""
+    if optimizer is None:
+        if lr is not None:
+            raise click.UsageError("--lr needs --optimizer")
+        return None
+    return DEFAULT_LR if lr is None else lr
+
+
 @click.command(name="profile")
 @click.argument("model", metavar="MODEL")
 @shape_options(batch_size=32)
@@ -267,6 +301,7 @@ def model_options(command: Command) -> Command:
     "becomes tables of the median of 20 transfers (half a ping-pong's round trip) after 3 "
     "warm-up per size and direction.",
 )
+@optimizer_options
 @click.option("--name", help="Problem name (default: the output file's stem, else the model).")
 @model_options
 @click.option(
@@ -292,6 +327,8 @@ def profile_command(
     bandwidth: float,
     latency: float,
     recompute: bool,
+    optimizer: str | None,
+    lr: float | None,
     measure_links: bool,
     name: str | None,
     out: str | None,
@@ -307,6 +344,7 @@ def profile_command(
     unit*2^k and the cap, the activation bytes crossing each boundary give the links.
     Needs PyTorch: pip install torch.
     """
+    lr = learning_rate(optimizer, lr)
     if batch_size % unit:
         raise InputError(f"{batch_size} is not a multiple of --unit {unit}", source="--batch-size")
     cap = min(max_microbatch or batch_size, batch_size)
@@ -340,6 +378,8 @@ def profile_command(
         bandwidth=bandwidth,
         latency=latency,
         recompute=recompute,
+        optimizer=optimizer,
+        lr=lr,
     )
     command = _command_line(context)
     show = not (quiet or as_json) and sys.stderr.isatty()

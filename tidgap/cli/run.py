@@ -26,7 +26,13 @@ from tidgap.cli.options import (
     json_option,
     problem_argument,
 )
-from tidgap.cli.profile import build_model, model_options, require_torch
+from tidgap.cli.profile import (
+    build_model,
+    learning_rate,
+    model_options,
+    optimizer_options,
+    require_torch,
+)
 from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import read_json
@@ -35,6 +41,7 @@ from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json, write_timelines
 from tidgap.profiling.split import parse_split
 from tidgap.runtime.job import Job
+from tidgap.runtime.optimizers import describe
 from tidgap.runtime.report import (
     RunFigures,
     format_figures,
@@ -49,6 +56,8 @@ from tidgap.runtime.report import (
 TOLERANCE = {False: 1e-4, True: 1e-10}
 #: Where a profiled problem records its split.
 SPLIT_PATH = ("source", "split", "boundaries")
+#: Where ``tidgap profile --optimizer`` records the optimizer it timed into the tails.
+OPTIMIZER_PATH = ("source", "timing", "optimizer")
 
 EPILOG = """\b
 Recomputation: a stage whose backward partition has a boundary that is not one of its
@@ -105,9 +114,12 @@ def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[s
         ) from None
 
 
-def caveats(problem: Problem, spec: str, plan: Plan, model: Any) -> list[str]:
+def caveats(
+    problem: Problem, spec: str, plan: Plan, model: Any, optimizer: str | None = None
+) -> list[str]:
     """Reasons the prediction may not describe this run: a model other than the profiled
-    one, and recomputing stages the profile did not time that way."""
+    one, recomputing stages the profile did not time that way, and an ``optimizer`` step
+    the stages' tails leave out (all 0) or another optimizer than the profiled one."""
     from tidgap.runtime.lowering import recomputes
 
     source = problem.source if isinstance(problem.source, dict) else {}
@@ -135,7 +147,25 @@ def caveats(problem: Problem, spec: str, plan: Plan, model: Any) -> list[str]:
             f"stage(s) {stored} run backward on stored graphs, but {spec} was profiled with "
             "--recompute: the prediction counts a forward in each of their backwards"
         )
-    return found
+    return found + optimizer_caveats(problem, spec, optimizer)
+
+
+def optimizer_caveats(problem: Problem, spec: str, optimizer: str | None) -> list[str]:
+    """:func:`caveats` of the optimizer step: one the prediction does not count (every
+    tail 0), or a step other than the one ``tidgap profile --optimizer`` timed."""
+    if optimizer is not None and all(stage.tail == 0 for stage in problem.stages):
+        return [
+            f"{spec}: every stage's tail is 0, so the prediction does not count the "
+            f"{optimizer} step (profile with --optimizer {optimizer})"
+        ]
+    source = problem.source if isinstance(problem.source, dict) else {}
+    timing = source.get("timing")
+    timed = timing.get("optimizer") if isinstance(timing, dict) else None
+    name = timed.get("name") if isinstance(timed, dict) else None
+    if name is not None and name != optimizer:
+        running = f"steps with {optimizer}" if optimizer else "steps nothing (no --optimizer)"
+        return [f"{spec}: {'.'.join(OPTIMIZER_PATH)}: the tails time {name}, this run {running}"]
+    return []
 
 
 def absolute(spec: str) -> str:
@@ -160,14 +190,20 @@ def same_job(job: Job, results: list[dict[str, Any]]) -> None:
                 )
 
 
-def reference_difference(
+def reference_differences(
     model: Any, results: list[dict[str, Any]], problem: Problem, job: Job
-) -> float:
+) -> tuple[float, float | None]:
     """The largest relative difference of the run's gradients from one process's forward
-    and backward of the whole batch, on the weights the workers used (eval mode)."""
+    and backward of the whole batch, on the weights the workers used (eval mode), and with
+    ``job.optimizer`` of the parameters after the workers' step from those after one
+    process's step of the same optimizer on its gradients (``None`` without one)."""
     import torch
 
-    from tidgap.runtime.reference import max_relative_difference, reference_gradients
+    from tidgap.runtime.reference import (
+        max_relative_difference,
+        reference_gradients,
+        reference_step,
+    )
     from tidgap.runtime.task import make_task
 
     dtype = torch.float64 if job.float64 else torch.float32
@@ -178,7 +214,13 @@ def reference_difference(
     layers.load_state_dict(weights)
     task = make_task(model, problem.batch_size, job.seed, torch.device("cpu"), dtype)
     want = reference_gradients(layers, task)
-    return max_relative_difference(merged_gradients(results), want)
+    gradients = max_relative_difference(merged_gradients(results), want)
+    if job.optimizer is None:
+        return gradients, None
+    assert job.lr is not None, "a job with an optimizer has a learning rate"
+    stepped = reference_step(layers, want, job.optimizer, job.lr)
+    got = {key: value for result in results for key, value in result["stepped"].items()}
+    return gradients, max_relative_difference(got, stepped)
 
 
 def launched(problem: Problem, job: Job, plan: Plan, given: bool, label: str) -> list[dict]:
@@ -219,10 +261,12 @@ def figures_of(
     """The figures of a run's ``results``, its gradients checked when ``job`` asks, and
     with ``replay`` (the problem's document) the model's time with the run's own op
     times."""
-    difference = None
+    difference = weights = None
     if job.check_gradients:
-        difference = reference_difference(model, results, problem, job)
-    figures = run_figures(problem, plan, results, label, difference)
+        difference, weights = reference_differences(model, results, problem, job)
+    figures = dataclasses.replace(
+        run_figures(problem, plan, results, label, difference), weight_difference=weights
+    )
     if replay is None:
         return figures
     from tidgap.runtime.calibrate import replayed_time
@@ -347,6 +391,7 @@ def worker_job(
     "exit 1 above 1e-4 (float32) or 1e-10 (--float64).",
 )
 @click.option("--float64", is_flag=True, help="Model and inputs in double precision.")
+@optimizer_options
 @click.option(
     "--baselines",
     is_flag=True,
@@ -387,6 +432,8 @@ def run_command(
     threads: int,
     check_gradients: bool,
     float64: bool,
+    optimizer: str | None,
+    lr: float | None,
     seed: int,
     baselines: bool,
     timeout: float,
@@ -403,8 +450,11 @@ def run_command(
     MODEL and its options are those PROBLEM was profiled from (tidgap profile); every
     process builds it from --seed and keeps its stage's layers. Times are in PROBLEM's
     unit: the median, min and max over --iterations after --warmup, the error against
-    the prediction in per cent, and each stage's busy time. Needs PyTorch.
+    the prediction in per cent, and each stage's busy time. With --optimizer each stage
+    steps its parameters after its last backward (a "tail" op, in the busy time and the
+    trace; --check-gradients also checks the weights after one step). Needs PyTorch.
     """
+    lr = learning_rate(optimizer, lr)
     if results is not None and (baselines or write_job is not None):
         raise click.UsageError("--results reports one finished run: no --baselines, --write-job")
     if write_job is not None and (baselines or as_json or trace is not None):
@@ -431,8 +481,10 @@ def run_command(
         float64=float64,
         seed=seed,
         timeout=timeout,
+        optimizer=optimizer,
+        lr=lr,
     )
-    for line in caveats(loaded, problem, plan, model):
+    for line in caveats(loaded, problem, plan, model, optimizer):
         click.echo(f"tidgap: warning: {line}", err=True)
     if write_job is not None:
         folder = Path(write_job).parent / "results"
@@ -465,9 +517,10 @@ def run_command(
         echo_json(document(loaded, plan_file, job, runs, tolerance))
     else:
         names = [loaded.stage_name(s) for s in range(loaded.num_stages)]
+        step = "no optimizer step" if optimizer is None else f"tail {describe(optimizer, lr)}"
         click.echo(
             f"{describe_problem(loaded)}; {threads} thread(s) per stage, "
-            f"{'float64' if float64 else 'float32'}"
+            f"{'float64' if float64 else 'float32'}, {step}"
         )
         for figures in runs:
             for line in format_figures(figures, names):
@@ -476,14 +529,16 @@ def run_command(
             click.echo(speedup_line(runs[0], baseline))
         for line in written:
             click.echo(line)
-    bad = [
-        f for f in runs if f.gradient_difference is not None and f.gradient_difference > tolerance
-    ]
-    if bad:
-        raise click.ClickException(
-            f"run: gradients of {bad[0].label} differ from one process's by "
-            f"{bad[0].gradient_difference:.3g} (above {tolerance:g})"
-        )
+    for figures in runs:
+        for what, difference in (
+            ("gradients", figures.gradient_difference),
+            ("weights after the optimizer step", figures.weight_difference),
+        ):
+            if difference is not None and difference > tolerance:
+                raise click.ClickException(
+                    f"run: {what} of {figures.label} differ from one process's by "
+                    f"{difference:.3g} (above {tolerance:g})"
+                )
 
 
 def document(
@@ -504,6 +559,7 @@ def document(
         "float64": job.float64,
         "seed": job.seed,
         "gradient_tolerance": tolerance if job.check_gradients else None,
+        "optimizer": None if job.optimizer is None else {"name": job.optimizer, "lr": job.lr},
         "run": plan.as_dict(),
         "baselines": [
             {

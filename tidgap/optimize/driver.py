@@ -8,11 +8,19 @@ islands (:mod:`tidgap.optimize.windowed_driver`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.checkpoint import (
+    DEFAULT_EVERY,
+    Checkpoint,
+    SavedState,
+    SearchIdentity,
+    load_state,
+)
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level
 from tidgap.optimize.preparation import chromosome_width, equal_seed_counts
@@ -77,6 +85,9 @@ def search(
     max_memory: int | None = None,
     memory_limit: str | int | None = None,
     no_recompute: bool = False,
+    checkpoint: str | os.PathLike[str] | None = None,
+    checkpoint_every: float = DEFAULT_EVERY,
+    resume: str | os.PathLike[str] | SavedState | None = None,
 ) -> SearchResult:
     """Search ``schedule`` plans (``windowed`` or ``flush``; default windowed, flush with
     ``same_partition``) for ``problem``.
@@ -114,6 +125,13 @@ def search(
     boundaries, so ``tidgap run`` runs each backward on its forwards' stored graphs and
     recomputes nothing (:func:`tidgap.runtime.lowering.recomputes`); a constraint of the
     joint GA (other plans score as invalid; the 1F1B and GPipe seeds meet it).
+
+    ``checkpoint`` (a path) saves the GA's state (:mod:`tidgap.optimize.checkpoint`)
+    every ``checkpoint_every`` seconds, at the end and when a signal stops the search;
+    ``resume`` (a path or a loaded state) continues from one, for the same problem, family,
+    seed, population, backend and constraints (:class:`InputError` otherwise), and the
+    stopping rule counts the generations after it: ``G1`` generations then ``G - G1``
+    resumed give the plan of ``G``.
     """
     if schedule is None:
         schedule = SAME_PARTITION_SCHEDULE if same_partition else DEFAULT_SCHEDULE
@@ -121,7 +139,17 @@ def search(
         raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
     if stagnation is None and time_limit is None and generations is None:
         stagnation = DEFAULT_STAGNATION
+    identity = SearchIdentity(
+        schedule, seed, population, backend, same_partition, no_recompute, memory_limit
+    )
+    saved = load_state(resume) if isinstance(resume, (str, os.PathLike)) else resume
+    if saved is not None:
+        saved.check(problem, identity)
     options = dict(
+        checkpoint=None
+        if checkpoint is None
+        else Checkpoint(str(checkpoint), identity, checkpoint_every),
+        resume=saved,
         seed=seed,
         population=population,
         generations=generations,

@@ -175,6 +175,7 @@ class DualOptimizer:
         arrays |= {
             f"{n}_fitness": to_host(s.fitness) for n, s in zip(names, self.sides, strict=True)
         }
+        arrays["restarting"] = np.array(self.restarting)
         return arrays
 
     def restore_arrays(self, arrays: dict[str, np.ndarray]) -> None:
@@ -187,3 +188,4 @@ class DualOptimizer:
                 )
             side.genes = self.xp.asarray(genes.astype(side.genes.dtype))
             side.fitness = self.xp.asarray(fitness.astype(np.int64))
+        self.restarting = bool(arrays["restarting"])

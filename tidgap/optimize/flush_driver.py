@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, cast
 
@@ -17,6 +18,7 @@ from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.checkpoint import Checkpoint, SavedState, drive
 from tidgap.optimize.dual_optimizer import DualOptimizer
 from tidgap.optimize.ga import (
     RESTART_AFTER,
@@ -26,7 +28,6 @@ from tidgap.optimize.ga import (
     StopRule,
     random_chromosomes,
 )
-from tidgap.optimize.generations import run_generations
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
@@ -44,7 +45,7 @@ from tidgap.optimize.preparation import (
 )
 from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.rng import CounterRng
-from tidgap.schedules.baselines import best_baselines
+from tidgap.schedules.baselines import BaselineResult, best_baselines
 from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.held import require_flush_fits
 
@@ -155,7 +156,46 @@ def _compile(evaluator: SeparableEvaluator, ticked: TickedProblem, xp: ModuleTyp
     evaluator.backward_span(xp.asarray(genes))
 
 
+@dataclass
+class FlushRun:
+    """A prepared flush search: the optimizer and what its result needs."""
+
+    problem: Problem
+    optimizer: DualOptimizer
+    stop: StopRule
+    directions: list[tuple[np.ndarray, Callable, str]]
+    baselines: dict[str, BaselineResult]
+    heuristics: dict[str, Plan]
+    backend: str
+    seed: int
+    started: float
+    time_limit: float | None
+    phases: Phases
+    on_progress: Callable[[SearchProgress], None] | None
+    first: tuple[int, int] = (0, 0)
+    flush_plan: None = None
+
+    def report(self) -> Callable | None:
+        """The progress reporter of the GA."""
+        gpipe_time = self.baselines["gpipe"].iteration_time
+        return progress_reporter(self.optimizer.ticked, gpipe_time, self.on_progress)
+
+
 def flush_search(
+    problem: Problem,
+    *,
+    checkpoint: Checkpoint | None = None,
+    resume: SavedState | None = None,
+    **options: Any,
+) -> SearchResult:
+    """Search flush plans for ``problem`` (options as :func:`prepare_flush`'s); see
+    :func:`tidgap.optimize.driver.search`, which also says what ``checkpoint`` and
+    ``resume`` do."""
+    run = prepare_flush(problem, **options)
+    return finish_flush(run, drive(run, checkpoint, resume))
+
+
+def prepare_flush(
     problem: Problem,
     *,
     seed: int = 0,
@@ -171,8 +211,9 @@ def flush_search(
     interrupted: Callable[[], str | None] | None = None,
     on_phase: Callable[[str], None] | None = None,
     max_memory: int | None = None,
-) -> SearchResult:
-    """Search forward and backward partitions for ``problem`` with DGAP/TiDGAP.
+) -> FlushRun:
+    """Everything a search of forward and backward partitions for ``problem`` with
+    DGAP/TiDGAP does before its generations.
 
     The same seed, backend, input and stopping rule give the same plan, except that a
     time limit may stop at a different generation on a busier machine. The result is
@@ -266,10 +307,29 @@ def flush_search(
         same_partition,
         restart_after=RESTART_AFTER if stagnation is None else None,
     )
-    report = progress_reporter(ticked, baselines["gpipe"].iteration_time, on_progress)
-    deadline = None if time_limit is None else stop.started + time_limit
-    stop_reason = run_generations(optimizer, stop, report)
-    (forward_caps, forward_score, _), (backward_caps, backward_score, _) = directions
+    return FlushRun(
+        problem,
+        optimizer,
+        stop,
+        directions,
+        baselines,
+        heuristics,
+        backend,
+        seed,
+        started,
+        time_limit,
+        phases,
+        on_progress,
+    )
+
+
+def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
+    """The result of ``run`` after its generations stopped for ``stop_reason``: the best
+    chromosomes polished (unless a signal stopped it), decoded and checked."""
+    optimizer, problem, phases = run.optimizer, run.problem, run.phases
+    xp = optimizer.xp
+    deadline = None if run.time_limit is None else run.stop.started + run.time_limit
+    (forward_caps, forward_score, _), (backward_caps, backward_score, _) = run.directions
     forward, backward, forward_ticks, backward_ticks = optimizer.best_genes()
     if stop_reason not in STOP_SIGNALS.values():
         with phases("polish"):
@@ -278,21 +338,21 @@ def flush_search(
                 backward, backward_ticks, backward_caps, backward_score, xp, deadline
             )
     plan = decode_plan(forward, backward, problem)
-    if same_partition:
+    if optimizer.same_partition:
         plan = Plan.of(plan.forward * problem.num_stages, plan.backward * problem.num_stages)
     check_plan(plan, problem)
     return SearchResult(
         problem=problem,
         plan=plan,
         evaluation=SEARCHED.evaluate(problem, plan),
-        baselines=baselines,
-        heuristics=heuristics,
-        backend=backend,
-        seed=seed,
+        baselines=run.baselines,
+        heuristics=run.heuristics,
+        backend=run.backend,
+        seed=run.seed,
         generations=optimizer.counters.generation,
         evaluations=optimizer.counters.evaluations,
-        wall_time=time.perf_counter() - started,
+        wall_time=time.perf_counter() - run.started,
         stop_reason=stop_reason,
-        same_partition=same_partition,
+        same_partition=optimizer.same_partition,
         setup=phases.seconds,
     )

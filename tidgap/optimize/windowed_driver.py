@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -23,9 +25,9 @@ from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.checkpoint import Checkpoint, SavedState, drive
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
-from tidgap.optimize.generations import run_generations
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
@@ -173,7 +175,37 @@ def decoded(genes: JointGenes, problem: Problem, level: MemoryLevel) -> Tradeoff
     return TradeoffPoint(level, plan, evaluation)
 
 
-def windowed_search(
+@dataclass
+class WindowedRun:
+    """A prepared windowed search: the optimizer and what its result needs (the levels,
+    the baselines and heuristics, the first, flush search's effort ``first`` and plan
+    ``flush_plan``, the clocks)."""
+
+    problem: Problem
+    optimizer: JointOptimizer
+    stop: StopRule
+    levels: list[MemoryLevel]
+    in_force: MemoryLevel
+    baselines: dict[str, BaselineResult]
+    heuristics: dict[str, Plan]
+    backend: str
+    seed: int
+    first: tuple[int, int]
+    flush_plan: Plan | None
+    started: float
+    clock: float
+    time_limit: float | None
+    phases: Phases
+    no_recompute: bool
+    on_progress: Callable[[SearchProgress], None] | None
+
+    def report(self) -> Callable | None:
+        """The progress reporter of the GA (counts after the flush search's)."""
+        gpipe_time = self.baselines["gpipe"].iteration_time
+        return progress_reporter(self.optimizer.ticked, gpipe_time, self.on_progress, self.first)
+
+
+def prepare_windowed(
     problem: Problem,
     *,
     seed: int = 0,
@@ -190,8 +222,10 @@ def windowed_search(
     max_memory: int | None = None,
     memory_limit: str | int | None = None,
     no_recompute: bool = False,
-) -> SearchResult:
-    """Search ordered plans for ``problem``; see :func:`tidgap.optimize.driver.search`."""
+    first_search: tuple[Plan, int, int] | None = None,
+) -> WindowedRun:
+    """Everything :func:`windowed_search` does before its generations (the first, flush
+    search unless ``first_search`` gives its plan, generations and evaluations)."""
     begun = start_search(problem, backend, population, max_memory)
     backend, record = begun.backend, begun.record
     population, started = begun.population, begun.started
@@ -200,7 +234,7 @@ def windowed_search(
         bytes_level(problem, int(memory_limit))  # refuse a byte limit before any work
     phases = Phases(on_phase)
     flush = None
-    if flush_fits(problem):
+    if flush_fits(problem) and first_search is None:
         flush = flush_search(
             problem,
             seed=seed,
@@ -232,7 +266,12 @@ def windowed_search(
         in_force = limit_in_force(problem, memory_limit, one_f_one_b)
         levels = tradeoff_levels(problem, in_force, one_f_one_b)
     first = (flush.generations, flush.evaluations) if flush else (0, 0)
-    left = None if generations is None else max(generations - first[0], 0)
+    flush_plan = flush.plan if flush else None
+    if first_search is not None:
+        flush_plan, first = first_search[0], first_search[1:]
+    # The first search's generations count in ``generations``, unless it ran before a resume.
+    done = 0 if first_search is not None else first[0]
+    left = None if generations is None else max(generations - done, 0)
     ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE)
     # The time limit does not cover compiling (the flush search's and this one's).
     clock = started + phases.seconds.get("flush compile", 0.0) + phases.seconds["compile"]
@@ -242,7 +281,7 @@ def windowed_search(
         for name, build in HEURISTICS.items():
             if name not in heuristics and not stop.out_of_time() and stop.signal() is None:
                 heuristics[name] = build(problem)
-    plans = [*([flush.plan] if flush else []), *heuristics.values(), *initial_plans]
+    plans = [*([flush_plan] if flush_plan else []), *heuristics.values(), *initial_plans]
     wanted = [b.microbatches for b in baselines.values()]
     width = chromosome_width(
         problem,
@@ -281,14 +320,37 @@ def windowed_search(
         reported=levels.index(in_force),
         restart_after=RESTART_AFTER if stagnation is None else None,
     )
-    gpipe_time = baselines["gpipe"].iteration_time
-    report = progress_reporter(ticked, gpipe_time, on_progress, first)
-    stop_reason = run_generations(optimizer, stop, report)
+    return WindowedRun(
+        problem,
+        optimizer,
+        stop,
+        levels,
+        in_force,
+        baselines,
+        heuristics,
+        backend,
+        seed,
+        first,
+        flush_plan,
+        started,
+        clock,
+        time_limit,
+        phases,
+        no_recompute,
+        on_progress,
+    )
+
+
+def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
+    """The result of ``run`` after its generations stopped for ``stop_reason``: each level's
+    best polished (unless a signal stopped it), decoded and checked."""
+    optimizer, levels, in_force, problem = run.optimizer, run.levels, run.in_force, run.problem
+    phases, time_limit, clock = run.phases, run.time_limit, run.clock
     found = [optimizer.best_within(level) for level in levels]
     if stop_reason not in STOP_SIGNALS.values():
         with phases("polish"):
             found = polished(
-                found, levels, space, None if time_limit is None else clock + time_limit
+                found, levels, optimizer.space, None if time_limit is None else clock + time_limit
             )
     tradeoff = [
         TradeoffPoint(level, None, None) if best is None else decoded(best[0], problem, level)
@@ -299,24 +361,39 @@ def windowed_search(
         raise InputError(
             f"no plan found within the memory limit ({in_force.label}: at most "
             f"{list(in_force.held)} samples per stage)"
-            + (" that needs no recomputation" if no_recompute else ""),
+            + (" that needs no recomputation" if run.no_recompute else ""),
             source="--memory-limit",
         )
     return SearchResult(
         problem=problem,
         plan=chosen.plan,
         evaluation=chosen.evaluation,
-        baselines=baselines,
-        heuristics=heuristics,
-        backend=backend,
-        seed=seed,
-        generations=optimizer.counters.generation + first[0],
-        evaluations=optimizer.counters.evaluations + first[1],
-        wall_time=time.perf_counter() - started,
+        baselines=run.baselines,
+        heuristics=run.heuristics,
+        backend=run.backend,
+        seed=run.seed,
+        generations=optimizer.counters.generation + run.first[0],
+        evaluations=optimizer.counters.evaluations + run.first[1],
+        wall_time=time.perf_counter() - run.started,
         stop_reason=stop_reason,
         setup=phases.seconds,
         schedule=SEARCHED.name,
         memory_limit=in_force,
         tradeoff=tuple(tradeoff),
-        no_recompute=no_recompute,
+        no_recompute=run.no_recompute,
     )
+
+
+def windowed_search(
+    problem: Problem,
+    *,
+    checkpoint: Checkpoint | None = None,
+    resume: SavedState | None = None,
+    **options: Any,
+) -> SearchResult:
+    """Search ordered plans for ``problem`` (options as :func:`prepare_windowed`'s); see
+    :func:`tidgap.optimize.driver.search`, which also says what ``checkpoint`` and
+    ``resume`` do."""
+    first = None if resume is None else resume.first_search(problem)
+    run = prepare_windowed(problem, first_search=first, **options)
+    return finish_windowed(run, drive(run, checkpoint, resume))

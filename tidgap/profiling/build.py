@@ -66,9 +66,11 @@ def problem_document(
     links: Sequence[Json],
     source: Json,
     activation_bytes: Sequence[int] | None = None,
+    tails_ms: Sequence[float] | None = None,
 ) -> Json:
     """A ``tidgap.problem/1`` document: ``forward_ms[s][i]`` is stage ``s`` at ``sizes[i]``;
-    ``activation_bytes[s]``, when given, the bytes stage ``s`` holds per sample."""
+    ``activation_bytes[s]``, when given, the bytes stage ``s`` holds per sample;
+    ``tails_ms[s]``, when given, stage ``s``'s tail (its optimizer step)."""
     stages = []
     for s, stage_name in enumerate(stage_names):
         stage: Json = {
@@ -78,6 +80,8 @@ def problem_document(
         }
         if activation_bytes is not None:
             stage["activation_bytes"] = activation_bytes[s]
+        if tails_ms is not None:
+            stage["tail"] = rounded(tails_ms[s])
         if cap < batch_size:
             stage["max_microbatch"] = cap
         stages.append(stage)

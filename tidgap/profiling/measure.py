@@ -160,6 +160,55 @@ def measure(
     ]
 
 
+def time_steps(
+    modules: Sequence[tuple[str, nn.Module]],
+    inputs: Sequence[Tensor],
+    device: torch.device,
+    optimizer: str,
+    lr: float,
+    repeats: int,
+    warmup: int,
+    on_step: Callable[[str], None] = lambda label: None,
+) -> list[float]:
+    """Per module, the median ms of its optimizer step (:func:`tidgap.runtime.optimizers.step`:
+    ``optimizer`` over its parameters, learning rate ``lr``), the stage's tail, on the
+    gradients of one backward of ``inputs[m]`` (module ``m``'s input, ``(b, ...)``; the
+    first module's is the model's input), each round restoring them before the step.
+
+    Rounds as :func:`measure`'s: each times every module once; ``on_step`` is told
+    ``"NAME step, round R/N"`` after each timing. The modules' weights are stepped.
+    """
+    from tidgap.runtime.optimizers import build_optimizer, step
+
+    stepped = []
+    for m, ((name, module), given) in enumerate(zip(modules, inputs, strict=True)):
+        parameters = [p for p in module.parameters() if p.requires_grad]
+        for p in parameters:
+            p.grad = None
+        x = given.detach()
+        if m > 0 and x.is_floating_point():
+            x.requires_grad_(True)
+        try:
+            output = _check_output(name, module(x), x.shape[0])
+            if output.requires_grad:
+                output.backward(torch.randn_like(output))
+        except RuntimeError as error:
+            raise _failed(name, x.shape[0], error) from None
+        gradients = [p.grad for p in parameters]
+        stepped.append((name, parameters, gradients, build_optimizer(optimizer, parameters, lr)))
+    rounds = warmup + repeats
+    kept: list[list[float]] = [[] for _ in modules]
+    for round_ in range(rounds):
+        for m, (name, parameters, gradients, built) in enumerate(stepped):
+            for p, gradient in zip(parameters, gradients, strict=True):
+                p.grad = None if gradient is None else gradient.clone()
+            _, ms = _timed(step, device, built)
+            if round_ >= warmup:
+                kept[m].append(ms)
+            on_step(f"{name} step, round {round_ + 1}/{rounds}")
+    return [statistics.median(times) for times in kept]
+
+
 def _cpu_seconds() -> tuple[float, float | None, float]:
     """Now: wall clock, CPU seconds every process has been busy (Linux, else ``None``), and
     CPU seconds of this process, all threads, in seconds."""

@@ -21,9 +21,11 @@ from tidgap.profiling.measure import (
     chain_inputs,
     measure,
     saved_bytes_per_sample,
+    time_steps,
 )
 from tidgap.profiling.models import Model, parameter_count
 from tidgap.profiling.split import balanced_split, groups, parse_split
+from tidgap.runtime.optimizers import describe
 from tidgap.runtime.task import Task, make_task
 
 Step = Callable[[str], None]
@@ -35,7 +37,9 @@ class Settings:
     ``split`` is the ``--split`` text or ``None`` to balance; ``threads`` ``None`` keeps
     PyTorch's default; ``recompute``: each backward time includes the stage's forward of the
     same samples (``tidgap run`` recomputes it for plans whose backward boundaries are not
-    forward boundaries)."""
+    forward boundaries); ``optimizer`` (a :data:`~tidgap.runtime.optimizers.OPTIMIZERS`
+    name, learning rate ``lr``): time its step into each stage's ``tail`` (``None``: tails
+    0)."""
 
     name: str
     stages: int
@@ -50,6 +54,8 @@ class Settings:
     bandwidth: float
     latency: float
     recompute: bool = False
+    optimizer: str | None = None
+    lr: float | None = None
 
 
 def torch_device(name: str) -> torch.device:
@@ -106,10 +112,13 @@ def stage_modules(model: Model, boundaries: list[int]) -> list[tuple[str, list[s
 
 def step_count(model: Model, settings: Settings) -> int:
     """How many timings :func:`profile` makes: each round, every layer at the cap to
-    balance them (unless ``--split`` is given), then every stage at every size."""
+    balance them (unless ``--split`` is given), then every stage at every size, then
+    (``optimizer``) every stage's step."""
     balancing = len(model.layers) if settings.split is None else 0
     sizes = measurement_sizes(settings.unit, settings.cap)
-    return (settings.warmup + settings.repeats) * (balancing + settings.stages * len(sizes))
+    steps = settings.stages if settings.optimizer is not None else 0
+    rounds = settings.warmup + settings.repeats
+    return rounds * (balancing + settings.stages * len(sizes) + steps)
 
 
 class WithLoss(nn.Module):
@@ -131,10 +140,11 @@ def measure_stages(
     device: torch.device,
     sizes: list[int],
     on_step: Step,
-) -> tuple[list[str], list[list[Measurement]], list[int], Json]:
+) -> tuple[list[str], list[list[Measurement]], list[int], list[float] | None, Json]:
     """Stage names, ``runs[i][s]`` (``sizes[i]``, stage ``s``), each stage's bytes saved for
-    the backward per sample (at the largest size: ``activation_bytes``) and how the split
-    was chosen."""
+    the backward per sample (at the largest size: ``activation_bytes``), each stage's
+    optimizer step in ms on the gradients of a backward at the largest size (the ``tail``;
+    ``None`` without ``settings.optimizer``) and how the split was chosen."""
     if given is None:
         boundaries, how = balance(model, settings, device, on_step)
     else:
@@ -151,7 +161,33 @@ def measure_stages(
         saved_bytes_per_sample(module, x, s == 0)
         for s, ((_, module), x) in enumerate(zip(named, fed, strict=True))
     ]
-    return [label for label, _, _ in stages], runs, held, how
+    tails = None
+    if settings.optimizer is not None:
+        assert settings.lr is not None, "an optimizer comes with its learning rate"
+        tails = time_steps(
+            named,
+            fed,
+            device,
+            settings.optimizer,
+            settings.lr,
+            settings.repeats,
+            settings.warmup,
+            on_step,
+        )
+    return [label for label, _, _ in stages], runs, held, tails, how
+
+
+def tail_rule(settings: Settings) -> str:
+    """How the stages' tails were measured (``source.timing.tail``)."""
+    if settings.optimizer is None:
+        return "not measured (0)"
+    assert settings.lr is not None, "an optimizer comes with its learning rate"
+    return (
+        f"{describe(settings.optimizer, settings.lr)} over the stage's parameters: step() then "
+        f"zero_grad(set_to_none=True), the median of {settings.repeats} rounds after "
+        f"{settings.warmup} warm-up rounds, on the gradients of one backward at "
+        f"{settings.cap} samples"
+    )
 
 
 def profile(
@@ -183,7 +219,7 @@ def profile(
         threads = torch.get_num_threads()
         model.layers.to(device).train()
         load = OtherLoad()
-        stage_names, runs, held, how = measure_stages(
+        stage_names, runs, held, tails, how = measure_stages(
             model, settings, given, device, sizes, on_step
         )
         other_cores = load.cores()
@@ -228,7 +264,10 @@ def profile(
             ),
             "recompute": settings.recompute,
             "monotone": "times are the cumulative maximum over sizes (noisy medians may dip)",
-            "tail": "not measured (0)",
+            "tail": tail_rule(settings),
+            "optimizer": None
+            if settings.optimizer is None
+            else {"name": settings.optimizer, "lr": settings.lr},
             "activation_bytes": "bytes autograd saves for the backward in one forward at the "
             "largest size, per sample (saved-tensor hooks; each storage once, the stage's "
             "parameters left out)",
@@ -252,4 +291,5 @@ def profile(
         links,
         source,
         held,
+        tails,
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import read_json, write_json_atomic
+from tidgap.runtime.optimizers import OPTIMIZERS
 
 JOB_FORMAT = "tidgap.job/1"
 
@@ -30,7 +31,10 @@ class Job:
     ``threads``: PyTorch threads per worker; ``check_gradients``: one extra first iteration
     in eval mode whose parameter gradients each rank saves; ``float64``: model and inputs
     in double precision; ``seed``: weights and data; ``results``: the folder each rank
-    writes ``rank<R>.pt`` into; ``timeout``: seconds a worker may take in all.
+    writes ``rank<R>.pt`` into; ``timeout``: seconds a worker may take in all;
+    ``optimizer``: a :data:`~tidgap.runtime.optimizers.OPTIMIZERS` name each rank steps
+    its stage's parameters with after its last backward (the stage's tail; ``None``: no
+    step), learning rate ``lr``.
     """
 
     problem: str
@@ -46,6 +50,8 @@ class Job:
     float64: bool = False
     seed: int = 0
     timeout: float = 300.0
+    optimizer: str | None = None
+    lr: float | None = None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the job to ``path`` atomically."""
@@ -71,4 +77,8 @@ class Job:
         ]
         if missing:
             raise InputError("is missing", (missing[0],), source=source)
+        if document.get("optimizer") not in (None, *OPTIMIZERS):
+            raise InputError(
+                f"expected one of {', '.join(OPTIMIZERS)} or null", ("optimizer",), source=source
+            )
         return cls(**{key: value for key, value in document.items() if key != "format"})

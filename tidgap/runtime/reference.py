@@ -1,9 +1,12 @@
-"""The gradients a pipelined iteration must reproduce, and how far it is from them.
+"""The gradients (and weights after an optimizer step) a pipelined iteration must
+reproduce, and how far it is from them.
 
 :func:`reference_gradients` runs the whole batch through the whole model in one process;
-:func:`stage_gradients` reads what one stage's layers accumulated. Both key a parameter
-by its name in the whole model's ``named_parameters()`` (``"block0.qkv.weight"``) and
-return CPU copies, so per-rank results can be saved, merged and compared.
+:func:`stage_gradients` reads what one stage's layers accumulated. :func:`reference_step`
+steps the whole model once from given gradients; :func:`stage_parameters` reads one
+stage's parameters (after its own step). All key a parameter by its name in the whole
+model's ``named_parameters()`` (``"block0.qkv.weight"``) and return CPU copies, so
+per-rank results can be saved, merged and compared.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from tidgap.runtime.optimizers import build_optimizer, step
 from tidgap.runtime.task import Task
 
 
@@ -44,6 +48,24 @@ def stage_gradients(layers: nn.Sequential, names: list[str]) -> dict[str, Tensor
         key: (torch.zeros_like(p) if p.grad is None else p.grad).detach().to("cpu", copy=True)
         for key, p in _trainable(layers, names).items()
     }
+
+
+def stage_parameters(layers: nn.Sequential, names: list[str]) -> dict[str, Tensor]:
+    """The trainable parameters of the top-level layers ``names`` (one stage's)."""
+    return {key: p.detach().to("cpu", copy=True) for key, p in _trainable(layers, names).items()}
+
+
+def reference_step(
+    layers: nn.Sequential, gradients: dict[str, Tensor], optimizer: str, lr: float
+) -> dict[str, Tensor]:
+    """Every trainable parameter after one :func:`~tidgap.runtime.optimizers.step` of
+    ``optimizer`` (learning rate ``lr``) over the whole model from ``gradients`` (by
+    name, as :func:`reference_gradients` gives them); ``layers`` is stepped in place."""
+    parameters = _trainable(layers)
+    for key, p in parameters.items():
+        p.grad = gradients[key].to(p.device, p.dtype, copy=True)
+    step(build_optimizer(optimizer, parameters.values(), lr))
+    return {key: p.detach().to("cpu", copy=True) for key, p in parameters.items()}
 
 
 def max_relative_difference(got: dict[str, Tensor], want: dict[str, Tensor]) -> float:

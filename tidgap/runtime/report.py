@@ -3,7 +3,7 @@
 The workers' results (:func:`tidgap.runtime.worker.run_rank`) hold each timed iteration's
 records in seconds from the iteration's barrier. Here they become, in the problem's time
 unit: the iteration times (an iteration ends at its last record's end on any rank), each
-stage's busy time (its forwards and backwards), and a measured
+stage's busy time (its forwards, backwards and optimizer step, the tail), and a measured
 :class:`~tidgap.schedules.timeline.Timeline` of the median iteration for the Chrome trace.
 A transfer in that timeline runs from the sender's send to the end of the receiver's
 receive (when the receiver had it, an upper bound on the transfer itself).
@@ -27,8 +27,9 @@ from tidgap.schedules.timeline import Step, Timeline, stage_names
 #: One record as a worker saves it: kind, microbatch, lo, hi (0-based, hi excluded),
 #: start, end (seconds from the iteration's barrier).
 Row = tuple[str, int, int, int, float, float]
-#: Instruction kinds that compute, with the timeline's step kind.
-COMPUTE = {"forward": "F", "backward": "B"}
+#: Record kinds that compute, with the timeline's step kind (``"tail"``: the optimizer step
+#: a worker runs after its last backward, with ``--optimizer``).
+COMPUTE = {"forward": "F", "backward": "B", "tail": "T"}
 #: For each link direction: the timeline kind, the send kind on the sender, the receive kind
 #: on the receiver, and the sender's offset from the link's upstream stage.
 TRANSFERS = (("F", "send_forward", "recv_forward", 0), ("B", "send_backward", "recv_backward", 1))
@@ -67,12 +68,15 @@ def iteration_end(ranks: Sequence[Sequence[Row]]) -> float:
 
 
 def stage_busy(rows: Sequence[Row]) -> float:
-    """The time a rank's forwards and backwards took in one iteration (seconds)."""
+    """The time a rank's forwards, backwards and tail took in one iteration (seconds)."""
     return sum(row[5] - row[4] for row in rows if row[0] in COMPUTE)
 
 
 def _step(kind: str, row: Row, start: float, end: float, scale: float) -> Step:
-    """A timeline step of ``row``'s microbatch and samples (1-based inclusive)."""
+    """A timeline step of ``row``'s microbatch and samples (1-based inclusive); a tail has
+    neither."""
+    if kind == "T":
+        return Step(kind, None, None, start * scale, end * scale)
     return Step(kind, row[1], (row[2] + 1, row[3]), start * scale, end * scale)
 
 
@@ -119,7 +123,9 @@ class RunFigures:
     (``None``: not asked, ``tidgap run --replay``); ``peak_bytes[s]``: the most stage ``s``
     held for its backwards (median over iterations; ``None`` from results without it) and
     ``predicted_memory[s]`` the model's ``peak_memory`` (``None`` without
-    ``activation_bytes``).
+    ``activation_bytes``); ``weight_difference``: the largest relative difference of any
+    parameter after the checked iteration's optimizer step from one process's step of the
+    same optimizer (``None``: no optimizer or not checked).
     """
 
     label: str
@@ -135,6 +141,7 @@ class RunFigures:
     replayed: float | None = None
     peak_bytes: list[float] | None = None
     predicted_memory: list[float] | None = None
+    weight_difference: float | None = None
 
     @property
     def median(self) -> float:
@@ -149,7 +156,13 @@ class RunFigures:
         return self.median / self.predicted - 1 if self.predicted > 0 else None
 
     def as_dict(self) -> dict[str, Any]:
-        """The ``tidgap run --json`` object of this run (see :func:`format_figures`)."""
+        """The ``tidgap run --json`` object of this run (see :func:`format_figures`);
+        ``max_weight_relative_difference`` only where an optimizer step was checked."""
+        weights = (
+            {}
+            if self.weight_difference is None
+            else {"max_weight_relative_difference": self.weight_difference}
+        )
         return {
             "label": self.label,
             "time_unit": self.time_unit,
@@ -164,6 +177,7 @@ class RunFigures:
             "busy": {"measured": list(self.busy), "predicted": list(self.predicted_busy)},
             "recompute": list(self.recompute),
             "max_gradient_relative_difference": self.gradient_difference,
+            **weights,
             "memory": {"measured": self.peak_bytes, "predicted": self.predicted_memory},
             "replay": None
             if self.replayed is None
@@ -224,7 +238,7 @@ def _megabytes(count: float) -> str:
 
 def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
     """Text lines: measured (median, min, max) beside predicted, per-stage busy time,
-    recomputing stages and the gradient check."""
+    recomputing stages and the gradient (and optimizer step) check."""
     unit = figures.time_unit
     times = figures.iterations
     lines = [
@@ -262,6 +276,11 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
         lines.append(
             f"  gradients (eval mode: dropout off): max relative difference "
             f"{figures.gradient_difference:.3g} from one process on the whole batch"
+        )
+    if figures.weight_difference is not None:
+        lines.append(
+            f"  weights after one optimizer step: max relative difference "
+            f"{figures.weight_difference:.3g} from one process's step"
         )
     return lines
 

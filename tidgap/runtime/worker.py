@@ -7,7 +7,11 @@ its own stage's layers, lowers the plan and runs iterations through
 :func:`tidgap.runtime.executor.execute`. With ``check_gradients`` a first, extra iteration
 runs in eval mode (dropout off, so the single-process reference sees the same function)
 and its parameter gradients are kept; the ``warmup`` and timed ``iterations`` run in train
-mode. Each iteration starts at a barrier; its records are in seconds from there.
+mode. Each iteration starts at a barrier; its records are in seconds from there. With an
+optimizer (``job.optimizer``) each rank steps its own stage's parameters after its last
+backward, before it waits for its last sends (:class:`TailHandlers`), recorded as a
+``"tail"`` record; the checked iteration keeps the gradients before the step and the
+parameters after it.
 
 The rank writes ``rank<R>.pt`` (``torch.save`` of :func:`run_rank`'s result) atomically
 into the job's results folder. On failure it prints the traceback and, last, one line
@@ -20,14 +24,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import os
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.job import Job
 
 if TYPE_CHECKING:
@@ -69,14 +76,41 @@ def start_watchdog(timeout: float) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+class TailHandlers(PipelineHandlers):
+    """:class:`PipelineHandlers` that run ``tail`` (the optimizer step) once the rank's
+    instructions are done and before waiting for its outstanding sends, as the model runs
+    a stage's tail right after its last backward; ``span``: its ``(start, end)`` in seconds
+    of ``clock`` (the executor's)."""
+
+    def __init__(
+        self,
+        rank: int,
+        stage: StageCompute,
+        transport: Transport,
+        tail: Callable[[], None],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        super().__init__(rank, stage, transport)
+        self.tail, self.clock = tail, clock
+        self.span: tuple[float, float] | None = None
+
+    def finish(self) -> None:
+        start = self.clock()
+        self.tail()
+        self.span = (start, self.clock())
+        super().finish()
+
+
 def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
     """Run ``job`` as rank ``rank`` of ``world_size`` (the process group is initialised
     here, and torn down on success). The result: ``job`` (as a dict), ``rank``, ``stage``
     (its name), ``layers``, ``threads``, ``recompute``, ``iterations`` (per timed iteration, its
     records as :data:`~tidgap.runtime.report.Row`, seconds from the iteration's barrier),
     ``peak_bytes`` (per timed iteration, the most the stage held: ``TorchStage.held``),
-    ``gradients`` (this stage's parameters after the checked iteration) and ``weights``
-    (:func:`stage_weights` before it), both ``None`` without ``check_gradients``."""
+    ``gradients`` (this stage's parameters' gradients after the checked iteration's
+    backwards) and ``weights`` (:func:`stage_weights` before it), both ``None`` without
+    ``check_gradients``, and ``stepped`` (this stage's parameters after the checked
+    iteration's optimizer step; ``None`` without ``check_gradients`` or an optimizer)."""
     import torch
     from torch import distributed as dist
 
@@ -86,9 +120,9 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
     from tidgap.profiling.run import stage_modules
     from tidgap.runtime.dist_transport import DistTransport
     from tidgap.runtime.executor import execute
-    from tidgap.runtime.handlers import PipelineHandlers
     from tidgap.runtime.lowering import lower, recomputes
-    from tidgap.runtime.reference import stage_gradients
+    from tidgap.runtime.optimizers import build_optimizer, step
+    from tidgap.runtime.reference import stage_gradients, stage_parameters
     from tidgap.runtime.stage import boundary_specs, stage_of
     from tidgap.runtime.task import make_task
 
@@ -112,6 +146,10 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
     recompute = recomputes(plan)[rank]
     stage = stage_of(modules, rank, task, recompute, specs)
     module, instructions = modules[rank], lower(plan)[rank]
+    names = stages[rank][1]
+    tail: Callable[[], None] | None = None
+    if job.optimizer is not None:
+        tail = functools.partial(step, build_optimizer(job.optimizer, module.parameters(), job.lr))
 
     progress("joining the process group")
     dist.init_process_group(
@@ -123,31 +161,49 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
 
     progress("joined")
 
-    def iteration(train: bool) -> list[Row]:
+    def iteration(train: bool, after: Callable[[], None] | None) -> list[Row]:
+        """One iteration from a barrier, ``after`` (the tail) run by :class:`TailHandlers`."""
         module.train(train)
         for parameter in module.parameters():
             parameter.grad = None
         stage.reset()
-        handlers = PipelineHandlers(rank, stage, DistTransport(device))
+        transport = DistTransport(device)
+        handlers = (
+            PipelineHandlers(rank, stage, transport)
+            if after is None
+            else TailHandlers(rank, stage, transport, after)
+        )
         dist.barrier()
         start = time.perf_counter()
         records = execute(instructions, handlers)
         progress(f"ran an iteration ({'train' if train else 'eval'} mode)")
-        return [
+        rows: list[Row] = [
             (r.kind, r.microbatch, r.samples[0], r.samples[1], r.start - start, r.end - start)
             for r in records
         ]
+        if isinstance(handlers, TailHandlers) and handlers.span is not None:
+            rows.append(("tail", 0, 0, 0, handlers.span[0] - start, handlers.span[1] - start))
+        return rows
 
-    gradients = weights = None
+    gradients = weights = stepped = None
     if job.check_gradients:
-        weights = stage_weights(model.layers, stages[rank][1])
-        iteration(train=False)
-        gradients = stage_gradients(model.layers, stages[rank][1])
+        weights = stage_weights(model.layers, names)
+        kept: dict[str, Any] = {}
+
+        def checked_tail() -> None:
+            """Keep the gradients the backwards left, then step."""
+            kept.update(stage_gradients(model.layers, names))
+            if tail is not None:
+                tail()
+
+        iteration(train=False, after=checked_tail)
+        gradients = kept
+        stepped = None if tail is None else stage_parameters(model.layers, names)
     for _ in range(job.warmup):
-        iteration(train=True)
+        iteration(train=True, after=tail)
     timed, peaks = [], []
     for _ in range(job.iterations):
-        timed.append(iteration(train=True))
+        timed.append(iteration(train=True, after=tail))
         peaks.append(stage.held.peak)
     dist.barrier()
     dist.destroy_process_group()  # on failure, main ends the process instead
@@ -162,6 +218,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
         "peak_bytes": peaks,
         "gradients": gradients,
         "weights": weights,
+        "stepped": stepped,
     }
 
 

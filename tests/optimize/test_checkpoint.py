@@ -1,0 +1,101 @@
+"""Checkpoint and resume: G1 generations then G - G1 resumed give the plan of G; state
+files are versioned and rejected cleanly."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+import tidgap
+from tests.support.backends import install_fake_cupy
+from tidgap.model.errors import InputError
+from tidgap.optimize.checkpoint import STATE_FORMAT, load_state
+
+
+def resumed(tmp_path, problem, total: int, first: int, **options):
+    """(full search, resumed search, state file): ``total`` generations split at ``first``."""
+    full = tidgap.search(problem, generations=total, **options)
+    path = tmp_path / "search.state"
+    tidgap.search(problem, generations=first, checkpoint=path, **options)
+    rest = tidgap.search(problem, generations=total - first, resume=path, **options)
+    return full, rest, path
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_flush_resume_equals_one_search(tmp_path, backend):
+    problem = tidgap.load_problem("example:vgg16")
+    options = dict(schedule="flush", seed=3, population=32, backend=backend)
+    full, rest, _ = resumed(tmp_path, problem, 200, 80, **options)
+    assert rest.plan == full.plan
+    assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
+
+
+def test_windowed_resume_equals_one_search(tmp_path):
+    # G1 >= 1200: the first, flush search takes min(G/4, 300) generations in both runs.
+    problem = tidgap.load_problem("example:tiny-2")
+    options = dict(schedule="windowed", seed=5, population=16, backend="numba")
+    full, rest, _ = resumed(tmp_path, problem, 1400, 1250, memory_limit="1f1b", **options)
+    assert rest.plan == full.plan
+    assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
+
+
+def test_resume_through_the_cupy_stand_in(tmp_path, monkeypatch):
+    install_fake_cupy(monkeypatch)
+    problem = tidgap.load_problem("example:tiny-2")
+    options = dict(schedule="flush", seed=1, population=16, backend="cuda")
+    full, rest, _ = resumed(tmp_path, problem, 60, 25, **options)
+    assert rest.plan == full.plan
+
+
+def test_state_file_round_trips_and_names_its_format(tmp_path):
+    problem = tidgap.load_problem("example:tiny-2")
+    path = tmp_path / "s.state"
+    tidgap.search(problem, schedule="flush", generations=5, population=16, checkpoint=path)
+    state = load_state(path)
+    assert state.meta["format"] == STATE_FORMAT
+    assert state.meta["counters"]["generation"] == 5
+    assert state.arrays["forward_genes"].shape[0] == 16
+
+
+def _rewrite_meta(path, change):
+    with np.load(path) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    meta = json.loads(str(arrays.pop("meta")))
+    change(meta)
+    with path.open("wb") as file:  # a file, not a name: savez would add ".npz"
+        np.savez(file, meta=np.array(json.dumps(meta)), **arrays)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda p: p.write_bytes(b"not a zip"), "is not a tidgap state file"),
+        (lambda p: _rewrite_meta(p, lambda m: m.update(format="tidgap.state/0")), "format"),
+        (lambda p: _rewrite_meta(p, lambda m: m.update(seed=99)), "seed"),
+        (lambda p: _rewrite_meta(p, lambda m: m.update(digest="x")), "another problem"),
+    ],
+)
+def test_bad_state_files_are_refused(tmp_path, damage, message):
+    problem = tidgap.load_problem("example:tiny-2")
+    path = tmp_path / "s.state"
+    options = dict(schedule="flush", population=16, seed=0)
+    tidgap.search(problem, generations=5, checkpoint=path, **options)
+    damage(path)
+    with pytest.raises(InputError, match=message) as caught:
+        tidgap.search(problem, generations=5, resume=path, **options)
+    assert str(path) in str(caught.value)
+
+
+def test_truncated_state_file_is_refused(tmp_path):
+    problem = tidgap.load_problem("example:tiny-2")
+    path = tmp_path / "s.state"
+    tidgap.search(problem, schedule="flush", generations=5, population=16, checkpoint=path)
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    assert names
+    with pytest.raises(InputError, match="state file"):
+        load_state(path)

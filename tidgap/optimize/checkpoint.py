@@ -1,0 +1,220 @@
+"""Optimizer state files (``tidgap.state/1``): checkpoint a search and resume it.
+
+A state file is a NumPy ``.npz`` archive (no pickles): the populations and their scores
+(``state_arrays`` of the optimizer) and ``meta``, one JSON string: ``format``, the
+``schedule``, the problem's ``digest`` (SHA-256 of its canonical JSON), ``seed``,
+``population``, ``backend``, ``same_partition``, ``no_recompute``, ``memory_limit``, the
+generator's ``draws``, the ``counters`` (``generation``, ``evaluations``,
+``since_improvement``, ``best`` ticks) and, for a windowed search, its first,
+flush search (``first_search``: plan, generations, evaluations). It is written atomically
+(readers never see half a file; a failed write keeps the old one). Resuming rebuilds the
+search from the same problem and options (the setup is deterministic), then puts the
+saved state back: a search of ``G`` generations equals one of ``G1`` resumed for
+``G - G1`` more, with the same seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from tidgap.model.errors import InputError
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.optimize.ga import StopRule
+from tidgap.optimize.generations import run_generations
+from tidgap.outputs.atomic import replace_atomically
+
+STATE_FORMAT = "tidgap.state/1"
+#: Seconds between checkpoints when none is given.
+DEFAULT_EVERY = 60.0
+
+
+def problem_digest(problem: Problem) -> str:
+    """SHA-256 of the problem's canonical JSON (sorted keys)."""
+    document = problem.model_dump(mode="json", exclude_none=True)
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+class Prepared(Protocol):
+    """A prepared search (:class:`~tidgap.optimize.flush_driver.FlushRun`,
+    :class:`~tidgap.optimize.windowed_driver.WindowedRun`)."""
+
+    problem: Problem
+    optimizer: Any
+    stop: StopRule
+    first: tuple[int, int]
+    flush_plan: Plan | None
+
+    def report(self) -> Callable | None: ...
+
+
+@dataclass(frozen=True)
+class SearchIdentity:
+    """What must match for a state to resume a search: the family and the options that
+    shape the populations and their draws."""
+
+    schedule: str
+    seed: int
+    population: int
+    backend: str
+    same_partition: bool = False
+    no_recompute: bool = False
+    memory_limit: str | int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields, for the state's ``meta``."""
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """A state file as read: its ``meta`` and ``arrays``, and where it came from."""
+
+    source: str
+    meta: dict[str, Any]
+    arrays: dict[str, np.ndarray] = field(repr=False)
+
+    def check(self, problem: Problem, identity: SearchIdentity) -> None:
+        """:class:`InputError` (naming the file and field) unless this state belongs to
+        ``problem`` and a search with ``identity``."""
+        if self.meta.get("digest") != problem_digest(problem):
+            raise InputError("was saved for another problem", ("digest",), source=self.source)
+        for name, value in identity.as_dict().items():
+            if self.meta.get(name) != value:
+                raise InputError(
+                    f"was saved with {name} {self.meta.get(name)!r}, not {value!r}",
+                    (name,),
+                    source=self.source,
+                )
+
+    def first_search(self, problem: Problem) -> tuple[Plan, int, int] | None:
+        """A windowed search's first, flush search: its plan, generations, evaluations."""
+        first = self.meta.get("first_search")
+        if first is None:
+            return None
+        try:
+            plan = Plan.model_validate(first["plan"])
+            return plan, int(first["generations"]), int(first["evaluations"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError(
+                f"is not a plan record ({error})", ("first_search",), source=self.source
+            ) from None
+
+    def restore(self, optimizer: Any) -> None:
+        """Put this state into ``optimizer`` (built by the same setup)."""
+        try:
+            optimizer.restore_arrays(self.arrays)
+            counters = self.meta["counters"]
+            for name in ("generation", "evaluations", "since_improvement", "best"):
+                setattr(optimizer.counters, name, int(counters[name]))
+            optimizer.rng.draws = int(self.meta["draws"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError(f"does not fit this search ({error})", source=self.source) from None
+
+
+def state_meta(run: Prepared, identity: SearchIdentity) -> dict[str, Any]:
+    """The ``meta`` of ``run``'s state now (before any pending ask)."""
+    optimizer = run.optimizer
+    counters = optimizer.counters
+    asked = optimizer.asked
+    first = None
+    if identity.schedule != "flush" and run.flush_plan is not None:
+        plan = run.flush_plan.model_dump(mode="json", exclude_none=True)
+        first = {"plan": plan, "generations": run.first[0], "evaluations": run.first[1]}
+    return {
+        "format": STATE_FORMAT,
+        "digest": problem_digest(run.problem),
+        **identity.as_dict(),
+        "draws": optimizer.rng.draws if asked is None else asked.draws,
+        "counters": {
+            "generation": counters.generation,
+            "evaluations": counters.evaluations,
+            "since_improvement": counters.since_improvement,
+            "best": counters.best,
+        },
+        "first_search": first,
+    }
+
+
+def save_state(path: str | os.PathLike[str], run: Prepared, identity: SearchIdentity) -> None:
+    """Write ``run``'s state to ``path`` atomically (:mod:`tidgap.outputs.atomic`)."""
+    meta = json.dumps(state_meta(run, identity))
+    arrays = run.optimizer.state_arrays()
+
+    def produce(temporary: Path) -> None:
+        buffer = io.BytesIO()
+        np.savez(buffer, meta=np.array(meta), **arrays)
+        temporary.write_bytes(buffer.getvalue())
+
+    replace_atomically(path, produce)
+
+
+def load_state(path: str | os.PathLike[str]) -> SavedState:
+    """Read a state file; :class:`InputError` naming the file (and field) when it cannot
+    be read, is not a state archive, or is of another format or version."""
+    source = str(path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise InputError("no such file", source=source) from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise InputError(
+            f"is not a tidgap state file ({type(error).__name__})", source=source
+        ) from None
+    if "meta" not in arrays:
+        raise InputError("is not a tidgap state file (no meta)", source=source)
+    try:
+        meta = json.loads(str(arrays.pop("meta")))
+    except ValueError:
+        raise InputError("is not JSON", ("meta",), source=source) from None
+    if not isinstance(meta, dict) or meta.get("format") != STATE_FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise InputError(
+            f"is format {found!r}, this tidgap reads {STATE_FORMAT!r}", ("format",), source=source
+        )
+    return SavedState(source, meta, arrays)
+
+
+@dataclass
+class Checkpoint:
+    """Where and how often a search saves its state: ``path``, every ``every`` seconds and
+    at the end, for a search with ``identity``."""
+
+    path: str
+    identity: SearchIdentity
+    every: float = DEFAULT_EVERY
+    last: float = field(default_factory=time.monotonic)
+
+    def due(self, run: Prepared) -> None:
+        """Save if ``every`` seconds passed since the last save."""
+        if time.monotonic() - self.last >= self.every:
+            self.save(run)
+
+    def save(self, run: Prepared) -> None:
+        """Save now."""
+        save_state(self.path, run, self.identity)
+        self.last = time.monotonic()
+
+
+def drive(run: Prepared, checkpoint: Checkpoint | None, resume: SavedState | None) -> str:
+    """Run ``run``'s generations (from ``resume``'s state if given), checkpointing as
+    asked and at the end (an interrupted search too); the stop reason."""
+    if resume is not None:
+        resume.restore(run.optimizer)
+    after = None if checkpoint is None else (lambda: checkpoint.due(run))
+    reason = run_generations(run.optimizer, run.stop, run.report(), after)
+    if checkpoint is not None:
+        checkpoint.save(run)
+    return reason
