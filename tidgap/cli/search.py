@@ -24,6 +24,7 @@ from tidgap.cli.progress import ProgressLine
 from tidgap.model.errors import InputError
 from tidgap.model.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
 from tidgap.model.problem import load_problem
+from tidgap.optimize.checkpoint import DEFAULT_EVERY, load_state
 from tidgap.optimize.driver import (
     SEARCHABLE,
     SearchResult,
@@ -163,6 +164,26 @@ def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
     type=click.Path(dir_okay=False),
     help="Write the plan (tidgap.plan/1) here; an interrupted search writes its best plan.",
 )
+@click.option(
+    "--checkpoint",
+    type=click.Path(dir_okay=False),
+    help="Save the search's state here (tidgap.state/1, atomically) every "
+    "--checkpoint-every seconds, at the end and when Ctrl-C or SIGTERM stops it.",
+)
+@click.option(
+    "--checkpoint-every",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_EVERY,
+    show_default=True,
+    help="Seconds between checkpoints.",
+)
+@click.option(
+    "--resume",
+    type=click.Path(dir_okay=False),
+    help="Continue the search saved in this state file (same problem, schedule, seed, "
+    "population, backend and limits); --generations counts the generations after it. "
+    "It may be the --checkpoint file.",
+)
 @output_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress line, no table: the summary only.")
 @json_option
@@ -183,6 +204,9 @@ def search_command(
     no_recompute: bool,
     max_memory: int | None,
     out: str | None,
+    checkpoint: str | None,
+    checkpoint_every: float,
+    resume: str | None,
     gantt: str | None,
     trace: str | None,
     quiet: bool,
@@ -192,13 +216,16 @@ def search_command(
     partitions and (windowed, the default) per-stage orders, within the memory limit.
 
     PROBLEM defaults to the built-in example gpt1-14. Ctrl-C or SIGTERM stops at the next
-    generation, writes the best plan so far (--out) and exits 130 / 143; a second one
-    exits at once.
+    generation, writes the best plan so far (--out) and the state (--checkpoint) and exits
+    130 / 143; a second one exits at once.
     """
     backend = _chosen_backend(backend, gpu, cpu)
     spec = problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE
     loaded = load_problem(spec)
-    check_outputs(gantt, trace, ("--out", out), inputs={"PROBLEM": problem})
+    check_outputs(
+        gantt, trace, ("--out", out), ("--checkpoint", checkpoint), inputs={"PROBLEM": problem}
+    )
+    saved = None if resume is None else load_state(resume)
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
     if same_partition and schedule is not None and not SCHEDULES[schedule].separable:
@@ -225,6 +252,9 @@ def search_command(
                     interrupted=signals.received,
                     on_phase=None if progress is None else progress.phase,
                     max_memory=max_memory,
+                    checkpoint=checkpoint,
+                    checkpoint_every=checkpoint_every,
+                    resume=saved,
                 )
         finally:
             if progress is not None:

@@ -1,0 +1,83 @@
+"""tidgap search --checkpoint / --resume, and a search stopped by a signal resumes."""
+
+from __future__ import annotations
+
+import json
+
+import tidgap
+from tests.support.cli_helpers import run_cli
+from tidgap.model.plan import check_plan, load_plan
+from tidgap.optimize.checkpoint import load_state
+
+COMMON = ["--schedule", "flush", "--population", "32", "--seed", "2", "-q"]
+
+
+def run(*args: str):
+    """``tidgap search ARGS``."""
+    return run_cli("search", *args)
+
+
+def plan_of(result) -> dict:
+    document = json.loads(result.stdout)
+    return {"forward": document["forward"], "backward": document["backward"]}
+
+
+def test_checkpoint_then_resume_equals_one_search(tmp_path):
+    state = str(tmp_path / "s.state")
+    full = run("example:vgg16", *COMMON, "--generations", "120", "--json")
+    first = run("example:vgg16", *COMMON, "--generations", "70", "--checkpoint", state)
+    rest = run("example:vgg16", *COMMON, "--generations", "50", "--resume", state, "--json")
+    assert (full.exit_code, first.exit_code, rest.exit_code) == (0, 0, 0)
+    assert plan_of(rest) == plan_of(full)
+    assert load_state(state).meta["counters"]["generation"] == 70
+
+
+def test_resume_refuses_another_seed_and_a_broken_file(tmp_path):
+    state = tmp_path / "s.state"
+    assert (
+        run("example:tiny-2", *COMMON, "--generations", "5", "--checkpoint", str(state)).exit_code
+        == 0
+    )
+    other = run(
+        "example:tiny-2", *COMMON[:4], "--seed", "9", "--generations", "5", "--resume", str(state)
+    )
+    assert other.exit_code == 2
+    assert other.stderr.strip().splitlines() == [
+        f"tidgap: error: {state}: seed: was saved with seed 2, not 9"
+    ]
+    state.write_text("{}")
+    broken = run("example:tiny-2", *COMMON, "--resume", str(state))
+    assert broken.exit_code == 2
+    assert len(broken.stderr.strip().splitlines()) == 1
+    assert "is not a tidgap state file" in broken.stderr
+
+
+def test_checkpoint_every_must_be_positive(tmp_path):
+    result = run("example:tiny-2", "--checkpoint", str(tmp_path / "s"), "--checkpoint-every", "0")
+    assert result.exit_code == 2
+
+
+def test_a_search_stopped_by_a_signal_saves_a_state_that_resumes(tmp_path):
+    problem = tidgap.load_problem("example:vgg16")
+    state = tmp_path / "s.state"
+    calls = iter(range(10**6))
+    options = dict(schedule="windowed", population=32, seed=4, backend="numpy")
+    stopped = tidgap.search(
+        problem,
+        generations=500,
+        checkpoint=state,
+        interrupted=lambda: "SIGINT" if next(calls) >= 200 else None,
+        **options,
+    )
+    assert stopped.stop_reason == "SIGINT"
+    saved = load_state(state)
+    assert 0 < saved.meta["counters"]["generation"] < 500
+    resumed = tidgap.search(problem, generations=20, resume=state, **options)
+    check_plan(resumed.plan, problem)
+    assert resumed.evaluation.iteration_time <= stopped.evaluation.iteration_time
+    out = tmp_path / "plan.json"
+    again = run("example:vgg16", "--schedule", "windowed", "--population", "32", "--seed", "4",
+                "--backend", "numpy", "--generations", "5", "--resume", str(state), "--out",
+                str(out), "-q")  # fmt: skip
+    assert again.exit_code == 0
+    check_plan(load_plan(out, problem), problem)
