@@ -60,7 +60,8 @@ def reference_step(
 ) -> dict[str, Tensor]:
     """Every trainable parameter after one :func:`~tidgap.runtime.optimizers.step` of
     ``optimizer`` (learning rate ``lr``) over the whole model from ``gradients`` (by
-    name, as :func:`reference_gradients` gives them); ``layers`` is stepped in place."""
+    name, as :func:`reference_gradients` or the ranks' ``stage_gradients`` give them);
+    ``layers`` is stepped in place."""
     parameters = _trainable(layers)
     for key, p in parameters.items():
         p.grad = gradients[key].to(p.device, p.dtype, copy=True)

@@ -125,7 +125,7 @@ class RunFigures:
     ``predicted_memory[s]`` the model's ``peak_memory`` (``None`` without
     ``activation_bytes``); ``weight_difference``: the largest relative difference of any
     parameter after the checked iteration's optimizer step from one process's step of the
-    same optimizer (``None``: no optimizer or not checked).
+    same optimizer on the same gradients (``None``: no optimizer or not checked).
     """
 
     label: str
@@ -280,7 +280,7 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
     if figures.weight_difference is not None:
         lines.append(
             f"  weights after one optimizer step: max relative difference "
-            f"{figures.weight_difference:.3g} from one process's step"
+            f"{figures.weight_difference:.3g} from one process's step on the same gradients"
         )
     return lines
 
