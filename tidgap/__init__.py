@@ -13,6 +13,8 @@ from tidgap.model.timefn import TimeFunction, affine, table
 from tidgap.optimize.driver import SearchResult, search
 from tidgap.optimize.heuristics import global_dp, local_greedy
 from tidgap.optimize.many import search_many
+from tidgap.optimize.optimizer import Optimizer
+from tidgap.optimize.scores import Scores, per_plan
 from tidgap.schedules.baselines import (
     BaselineResult,
     best_baselines,
@@ -36,6 +38,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "Action",
     "Family",
+    "Optimizer",
     "Order",
     "SCHEDULES",
     "BaselineResult",
@@ -44,6 +47,7 @@ __all__ = [
     "Link",
     "Plan",
     "Problem",
+    "Scores",
     "SearchResult",
     "Stage",
     "TimeFunction",
@@ -63,6 +67,7 @@ __all__ = [
     "local_greedy",
     "one_f_one_b",
     "one_f_one_b_plan",
+    "per_plan",
     "pipedream",
     "search",
     "search_many",

@@ -99,3 +99,35 @@ def test_truncated_state_file_is_refused(tmp_path):
     assert names
     with pytest.raises(InputError, match="state file"):
         load_state(path)
+
+
+def _rewrite_array(path, name, change):
+    with np.load(path) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    arrays[name] = change(arrays[name])
+    with path.open("wb") as file:
+        np.savez(file, **arrays)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "name"),
+    [("flush", "forward_genes"), ("flush", "backward_genes"), ("windowed", "island0_forward")],
+)
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda a: a * 3,  # rows that no longer sum to the batch
+        lambda a: -a,
+        lambda a: a.astype(np.float64) + 0.5,
+        lambda a: a[:-1],
+    ],
+)
+def test_damaged_populations_are_refused(tmp_path, schedule, name, change):
+    problem = tidgap.load_problem("example:tiny-2")
+    path = tmp_path / "s.state"
+    options = dict(schedule=schedule, population=16, seed=0, backend="numpy")
+    tidgap.search(problem, generations=3, checkpoint=path, **options)
+    _rewrite_array(path, name, change)
+    with pytest.raises(InputError, match="does not fit this search") as caught:
+        tidgap.search(problem, generations=3, resume=path, **options)
+    assert str(path) in str(caught.value)

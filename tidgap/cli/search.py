@@ -150,8 +150,9 @@ def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
 @click.option(
     "--no-recompute",
     is_flag=True,
-    help="Only plans whose backward boundaries are forward boundaries on every stage "
-    "(windowed): tidgap run executes them without recomputing forwards.",
+    help="Only plans whose backward boundaries are forward boundaries on every stage: "
+    "tidgap run executes them without recomputing forwards (windowed: a constraint of the "
+    "search; flush: the backward made the best coarsening of a good forward).",
 )
 @click.option(
     "--max-memory",

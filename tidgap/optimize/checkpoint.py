@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tidgap.model.errors import InputError
-from tidgap.model.plan import Plan
+from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.ga import StopRule
 from tidgap.optimize.generations import run_generations
@@ -71,6 +71,7 @@ class SearchIdentity:
     same_partition: bool = False
     no_recompute: bool = False
     memory_limit: str | int | None = None
+    max_microbatches: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields, for the state's ``meta``."""
@@ -105,8 +106,12 @@ class SavedState:
             return None
         try:
             plan = Plan.model_validate(first["plan"])
-            return plan, int(first["generations"]), int(first["evaluations"])
-        except (KeyError, TypeError, ValueError) as error:
+            check_plan(plan, problem)
+            counts = int(first["generations"]), int(first["evaluations"])
+            if min(counts) < 0:
+                raise ValueError("negative counts")
+            return plan, *counts
+        except (KeyError, TypeError, ValueError, OverflowError) as error:
             raise InputError(
                 f"is not a plan record ({error})", ("first_search",), source=self.source
             ) from None
@@ -118,8 +123,12 @@ class SavedState:
             counters = self.meta["counters"]
             for name in ("generation", "evaluations", "since_improvement", "best"):
                 setattr(optimizer.counters, name, int(counters[name]))
-            optimizer.rng.draws = int(self.meta["draws"])
-        except (KeyError, TypeError, ValueError) as error:
+            draws = int(self.meta["draws"])
+            if not 0 <= draws < 2**64:
+                raise ValueError(f"draws {draws} out of range")
+            optimizer.rng.draws = draws
+            optimizer.rescore()  # the scores from the restored genes, with today's fitness
+        except (KeyError, TypeError, ValueError, OverflowError, IndexError) as error:
             raise InputError(f"does not fit this search ({error})", source=self.source) from None
 
 
@@ -208,11 +217,9 @@ class Checkpoint:
         self.last = time.monotonic()
 
 
-def drive(run: Prepared, checkpoint: Checkpoint | None, resume: SavedState | None) -> str:
-    """Run ``run``'s generations (from ``resume``'s state if given), checkpointing as
-    asked and at the end (an interrupted search too); the stop reason."""
-    if resume is not None:
-        resume.restore(run.optimizer)
+def drive(run: Prepared, checkpoint: Checkpoint | None = None) -> str:
+    """Run ``run``'s generations, checkpointing as asked and at the end (an interrupted
+    search too); the stop reason."""
     after = None if checkpoint is None else (lambda: checkpoint.due(run))
     reason = run_generations(run.optimizer, run.stop, run.report(), after)
     if checkpoint is not None:

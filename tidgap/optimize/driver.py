@@ -1,6 +1,8 @@
 """``tidgap.search``: find the plan with the least iteration time in a schedule family, and
 put it beside the baselines people use today.
 
+A short driver over :class:`tidgap.optimize.optimizer.Optimizer`: set up, run generations
+(ask, evaluate, tell) until the stopping rule says so, checkpointing as asked, then polish.
 The family's record chooses the GA: a separable family (``flush``) runs the dual GA
 (:mod:`tidgap.optimize.flush_driver`), any other (``windowed``) the joint GA on memory
 islands (:mod:`tidgap.optimize.windowed_driver`).
@@ -11,29 +13,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.checkpoint import (
-    DEFAULT_EVERY,
-    Checkpoint,
-    SavedState,
-    SearchIdentity,
-    load_state,
+from tidgap.optimize.checkpoint import DEFAULT_EVERY, Checkpoint, SavedState
+from tidgap.optimize.optimizer import (
+    DEFAULT_SCHEDULE,
+    SAME_PARTITION_SCHEDULE,
+    SEARCHABLE,
+    Optimizer,
+    Stopping,
 )
-from tidgap.optimize.flush_driver import flush_search
-from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level
 from tidgap.optimize.preparation import chromosome_width, equal_seed_counts
 from tidgap.optimize.results import SearchProgress, SearchResult
-from tidgap.optimize.windowed_driver import windowed_search
-from tidgap.schedules.families import SCHEDULES
 
-#: The families a search can return.
-SEARCHABLE = tuple(name for name, family in SCHEDULES.items() if not family.is_baseline)
-#: The family searched by default.
-DEFAULT_SCHEDULE = "windowed"
-#: The family ``same_partition`` searches: the separable one (the dual GA shares a row).
-SAME_PARTITION_SCHEDULE = next(name for name in SEARCHABLE if SCHEDULES[name].separable)
 #: Stagnation rule when neither a time limit, nor generations, nor a stagnation rule is given.
 DEFAULT_STAGNATION = 200
 
@@ -47,23 +39,6 @@ __all__ = [
     "equal_seed_counts",
     "search",
 ]
-
-
-def _flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
-    """Refuse a memory limit that no flush plan (every stage holds the whole batch) meets."""
-    if memory_limit == ONE_F_ONE_B:
-        raise InputError(
-            "flush plans hold the whole batch on every stage, more than 1F1B; search "
-            "--schedule windowed under this limit",
-            source="--memory-limit",
-        )
-    level = bytes_level(problem, int(memory_limit))
-    if not level.admits([problem.batch_size] * problem.num_stages):
-        raise InputError(
-            f"every flush plan holds the whole batch, above {level.label} on some stage; "
-            "search --schedule windowed under this limit",
-            source="--memory-limit",
-        )
 
 
 def search(
@@ -121,10 +96,12 @@ def search(
     execute): a chromosome is one row, ``(P, 1, K)``; seeds whose stages differ are left
     out.
 
-    With ``no_recompute`` (windowed only), every stage's backward boundaries are forward
-    boundaries, so ``tidgap run`` runs each backward on its forwards' stored graphs and
-    recomputes nothing (:func:`tidgap.runtime.lowering.recomputes`); a constraint of the
-    joint GA (other plans score as invalid; the 1F1B and GPipe seeds meet it).
+    With ``no_recompute``, every stage's backward boundaries are forward boundaries, so
+    ``tidgap run`` runs each backward on its forwards' stored graphs and recomputes nothing
+    (:func:`tidgap.runtime.lowering.recomputes`): for the joint GA a constraint (other
+    plans score as invalid; the 1F1B and GPipe seeds meet it); for flush, seeded and
+    repaired (the backward becomes the best coarsening of one of the best forwards, equal
+    partitions among them, so never slower than the best GPipe).
 
     ``checkpoint`` (a path) saves the GA's state (:mod:`tidgap.optimize.checkpoint`)
     every ``checkpoint_every`` seconds, at the end and when a signal stops the search;
@@ -133,46 +110,25 @@ def search(
     stopping rule counts the generations after it: ``G1`` generations then ``G - G1``
     resumed give the plan of ``G``.
     """
-    if schedule is None:
-        schedule = SAME_PARTITION_SCHEDULE if same_partition else DEFAULT_SCHEDULE
-    if schedule not in SEARCHABLE:
-        raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
     if stagnation is None and time_limit is None and generations is None:
         stagnation = DEFAULT_STAGNATION
-    identity = SearchIdentity(
-        schedule, seed, population, backend, same_partition, no_recompute, memory_limit
-    )
-    saved = load_state(resume) if isinstance(resume, (str, os.PathLike)) else resume
-    if saved is not None:
-        saved.check(problem, identity)
-    options = dict(
-        checkpoint=None
-        if checkpoint is None
-        else Checkpoint(str(checkpoint), identity, checkpoint_every),
-        resume=saved,
+    stopping = Stopping(generations, time_limit, stagnation, interrupted, on_progress, on_phase)
+    optimizer = Optimizer(
+        problem,
+        schedule=schedule,
         seed=seed,
         population=population,
-        generations=generations,
-        time_limit=time_limit,
-        stagnation=stagnation,
         backend=backend,
-        max_microbatches=max_microbatches,
-        on_progress=on_progress,
+        memory_limit=memory_limit,
         initial_plans=initial_plans,
-        interrupted=interrupted,
-        on_phase=on_phase,
+        max_microbatches=max_microbatches,
+        same_partition=same_partition,
+        no_recompute=no_recompute,
         max_memory=max_memory,
+        resume=resume,
+        stopping=stopping,
     )
-    if SCHEDULES[schedule].separable:
-        if no_recompute:
-            raise InputError(
-                "a flush search does not constrain backward boundaries; search --schedule "
-                "windowed --no-recompute (it includes flush orders)",
-                source="--no-recompute",
-            )
-        if memory_limit is not None:
-            _flush_memory_limit(problem, memory_limit)
-        return flush_search(problem, same_partition=same_partition, **options)
-    if same_partition:
-        raise ValueError(f"same_partition searches {SAME_PARTITION_SCHEDULE} plans only")
-    return windowed_search(problem, memory_limit=memory_limit, no_recompute=no_recompute, **options)
+    saving = None
+    if checkpoint is not None:
+        saving = Checkpoint(str(checkpoint), optimizer.identity, checkpoint_every)
+    return optimizer.result(optimizer.drive(saving))

@@ -54,6 +54,17 @@ class Asked:
     draws: int
 
 
+def check_chromosomes(genes: np.ndarray, units: int, caps: np.ndarray, name: str) -> None:
+    """``ValueError`` naming ``name`` unless every row of ``genes`` ``(P, S, K)`` is a
+    partition of ``units``: sizes ``1..caps[s]`` first, zeros after."""
+    sizes = genes.astype(np.int64)
+    used = sizes > 0
+    trailing = np.all(used[..., :-1] | ~used[..., 1:])
+    within = np.all((sizes >= 0) & (sizes <= np.asarray(caps).reshape(1, -1, 1)))
+    if not (trailing and within and np.all(sizes.sum(axis=2) == units)):
+        raise ValueError(f"{name} population holds rows that are not partitions")
+
+
 def check_told(asked: Asked | None, population: Population) -> Asked:
     """The pending ask ``population`` answers (``ValueError`` if it is not the last one
     asked)."""
@@ -109,6 +120,15 @@ class DualOptimizer:
         scores = Scores(halves[0] + halves[1], self.ticked.tick, halves)
         return scores if self.fitness is None else custom_scores(self.fitness, population, scores)
 
+    def rescore(self) -> None:
+        """Score the current populations again with :meth:`evaluate` (after the fitness
+        changed)."""
+        forward, backward = self.sides
+        scores = self.evaluate(Population(forward.genes, backward.genes))
+        assert scores.halves is not None, "a separable fitness has halves"
+        forward.fitness, backward.fitness = scores.halves
+        self.counters.best = self._best_total()
+
     def tell(self, population: Population, fitness: Scores | tuple[Any, Any]) -> None:
         """Make the next generation from the last :meth:`ask`'s ``population`` and its
         ``fitness``: :class:`Scores` with halves, or ``(forward, backward)`` values in the
@@ -121,10 +141,14 @@ class DualOptimizer:
         else:
             forward, backward = fitness
             halves = (to_ticks(forward, self.ticked.tick), to_ticks(backward, self.ticked.tick))
+        halves = tuple(self.xp.asarray(half, dtype=self.xp.int64) for half in halves)
+        if any(half.shape != (population.size,) for half in halves):
+            raise ValueError(f"fitness halves of shapes {[h.shape for h in halves]}, not "
+                             f"({population.size},)")  # fmt: skip
         for side, children, ticks in zip(
             self.sides, (population.forward, population.backward), halves, strict=True
         ):
-            side.accept(self.settings, children, self.xp.asarray(ticks, dtype=self.xp.int64))
+            side.accept(self.settings, children, ticks)
         self.asked = None
         self.counters.evaluations += population.size
         if asked.restart:
@@ -179,13 +203,15 @@ class DualOptimizer:
         return arrays
 
     def restore_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Put back the populations :meth:`state_arrays` saved (same shapes, checked)."""
+        """Put back the populations :meth:`state_arrays` saved (shapes and partitions
+        checked: ``ValueError``); :meth:`rescore` then scores them."""
         for name, side in zip(("forward", "backward"), self.sides, strict=True):
-            genes, fitness = arrays[f"{name}_genes"], arrays[f"{name}_fitness"]
-            if genes.shape != tuple(side.genes.shape) or fitness.shape != tuple(side.fitness.shape):
-                raise ValueError(
-                    f"{name} population of shape {genes.shape}, not {side.genes.shape}"
-                )
+            genes = arrays[f"{name}_genes"]
+            if genes.shape != tuple(side.genes.shape) or genes.dtype.kind not in "iu":
+                raise ValueError(f"{name}: {genes.dtype} {genes.shape}, not {side.genes.shape}")
+            check_chromosomes(genes, self.ticked.num_units, to_host(side.caps), name)
             side.genes = self.xp.asarray(genes.astype(side.genes.dtype))
-            side.fitness = self.xp.asarray(fitness.astype(np.int64))
-        self.restarting = bool(arrays["restarting"])
+        restarting = arrays["restarting"]
+        if restarting.shape != () or restarting.dtype != np.bool_:
+            raise ValueError("restarting is not one bool")
+        self.restarting = bool(restarting)

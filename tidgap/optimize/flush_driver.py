@@ -18,7 +18,8 @@ from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.checkpoint import Checkpoint, SavedState, drive
+from tidgap.optimize.aligned import aligned_pair
+from tidgap.optimize.checkpoint import drive
 from tidgap.optimize.dual_optimizer import DualOptimizer
 from tidgap.optimize.ga import (
     RESTART_AFTER,
@@ -49,6 +50,10 @@ from tidgap.schedules.baselines import BaselineResult, best_baselines
 from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.held import require_flush_fits
 
+#: The best forward chromosomes whose best coarsening a ``no_recompute`` search tries.
+ALIGNED_CANDIDATES = 16
+#: Mixed into the seed of the alignment's own generator.
+ALIGN_STREAM = 0xA11C9
 #: The family :func:`search` searches: flush plans, separable (``iteration = forward_end +
 #: backward_span``), so DGAP evolves the two chromosomes side by side.
 SEARCHED = SCHEDULES["flush"]
@@ -172,6 +177,7 @@ class FlushRun:
     time_limit: float | None
     phases: Phases
     on_progress: Callable[[SearchProgress], None] | None
+    no_recompute: bool = False
     first: tuple[int, int] = (0, 0)
     flush_plan: None = None
 
@@ -181,18 +187,11 @@ class FlushRun:
         return progress_reporter(self.optimizer.ticked, gpipe_time, self.on_progress)
 
 
-def flush_search(
-    problem: Problem,
-    *,
-    checkpoint: Checkpoint | None = None,
-    resume: SavedState | None = None,
-    **options: Any,
-) -> SearchResult:
-    """Search flush plans for ``problem`` (options as :func:`prepare_flush`'s); see
-    :func:`tidgap.optimize.driver.search`, which also says what ``checkpoint`` and
-    ``resume`` do."""
+def flush_search(problem: Problem, **options: Any) -> SearchResult:
+    """Search flush plans for ``problem`` (options as :func:`prepare_flush`'s), as the
+    first search of a windowed one does; see :func:`tidgap.optimize.driver.search`."""
     run = prepare_flush(problem, **options)
-    return finish_flush(run, drive(run, checkpoint, resume))
+    return finish_flush(run, drive(run))
 
 
 def prepare_flush(
@@ -211,6 +210,7 @@ def prepare_flush(
     interrupted: Callable[[], str | None] | None = None,
     on_phase: Callable[[str], None] | None = None,
     max_memory: int | None = None,
+    no_recompute: bool = False,
 ) -> FlushRun:
     """Everything a search of forward and backward partitions for ``problem`` with
     DGAP/TiDGAP does before its generations.
@@ -320,20 +320,42 @@ def prepare_flush(
         time_limit,
         phases,
         on_progress,
+        no_recompute,
     )
 
 
 def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
     """The result of ``run`` after its generations stopped for ``stop_reason``: the best
-    chromosomes polished (unless a signal stopped it), decoded and checked."""
+    chromosomes polished (unless a signal stopped it, or a fitness of the user's own ranks
+    them: the polish minimises the iteration time), decoded and checked. With
+    ``no_recompute`` the backward is then the best coarsening of one of the best forwards
+    (:func:`~tidgap.optimize.aligned.aligned_pair`, equal partitions among the candidates:
+    never slower than the best GPipe), so every backward boundary is a forward boundary."""
     optimizer, problem, phases = run.optimizer, run.problem, run.phases
     xp = optimizer.xp
     deadline = None if run.time_limit is None else run.stop.started + run.time_limit
     (forward_caps, forward_score, _), (backward_caps, backward_score, _) = run.directions
     forward, backward, forward_ticks, backward_ticks = optimizer.best_genes()
-    if stop_reason not in STOP_SIGNALS.values():
-        with phases("polish"):
+    polish = stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None
+    with phases("polish"):
+        if polish:
             forward = _polished(forward, forward_ticks, forward_caps, forward_score, xp, deadline)
+        if run.no_recompute:  # the best coarsening of a good forward: nothing recomputes
+            side = optimizer.sides[0]
+            ranked = side.genes[xp.argsort(side.fitness, kind="stable")[:ALIGNED_CANDIDATES]]
+            candidates = xp.concatenate([xp.asarray(forward)[None], ranked])
+            pair = aligned_pair(
+                candidates,
+                forward_caps,
+                forward_score,
+                backward,
+                backward_caps,
+                backward_score,
+                CounterRng(run.seed ^ ALIGN_STREAM, xp),  # the GA's own draws are untouched
+                deadline=deadline,
+            )
+            forward, backward = pair.forward, pair.backward
+        elif polish:
             backward = _polished(
                 backward, backward_ticks, backward_caps, backward_score, xp, deadline
             )
@@ -355,4 +377,5 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
         stop_reason=stop_reason,
         same_partition=optimizer.same_partition,
         setup=phases.seconds,
+        no_recompute=run.no_recompute,
     )

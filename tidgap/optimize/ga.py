@@ -91,12 +91,6 @@ class Chromosomes:
         self.accept(settings, children, self.score(children))
         return children.shape[0]
 
-    def restart(self, settings: GeneticSettings, rng: CounterRng) -> int:
-        """Keep the elites, draw the rest anew (:meth:`fresh`); return how many were scored."""
-        fresh = self.fresh(settings, rng)
-        self.accept(settings, fresh, self.score(fresh))
-        return fresh.shape[0]
-
 
 def random_chromosomes(
     count: int, stages: int, width: int, units: int, caps: Any, rng: CounterRng

@@ -20,7 +20,7 @@ from tidgap.backends.ticks import TickedProblem
 from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.dual_optimizer import Asked, Counters, check_told
+from tidgap.optimize.dual_optimizer import Asked, Counters, check_chromosomes, check_told
 from tidgap.optimize.ga import GeneticSettings
 from tidgap.optimize.genome import Population, decode_plan
 from tidgap.optimize.joint import MIGRATION_INTERVAL, Island, JointSpace, fastest_within, migrate
@@ -113,18 +113,39 @@ class JointOptimizer:
         scores = Scores(times, self.ticked.tick, peaks=peaks)
         return scores if self.fitness is None else custom_scores(self.fitness, population, scores)
 
+    def rescore(self) -> None:
+        """Score every island again from its genes (leads repaired) with :meth:`evaluate`'s
+        fitness: after the fitness changed, or a state was restored."""
+        for island in self.islands:
+            genes = island.genes.repaired(self.space.repair)
+            times, peaks = self.space.evaluate(genes)
+            if self.fitness is not None:
+                population = Population(genes.forward, genes.backward, genes.codes)
+                built_in = Scores(times, self.ticked.tick, peaks=peaks)
+                times = custom_scores(self.fitness, population, built_in).ticks
+            island._replace(genes, times, peaks)
+            island.best_fitness = int(island.fitness.min())
+
     def tell(self, population: Population, fitness: Scores | Any, peaks: Any = None) -> None:
         """Make the next generation from the last :meth:`ask`'s ``population`` and its
         ``fitness``: :class:`Scores`, or ``(P,)`` values in the problem's time unit (``inf``
         rejects one) with ``peaks`` ``(P, S)`` samples (computed with the built-in
         evaluator when not given; the memory levels select on them)."""
         asked = check_told(self.asked, population)
+        xp = self.xp
         if isinstance(fitness, Scores):
             ticks, peaks = fitness.ticks, fitness.peaks if peaks is None else peaks
         else:
-            ticks = to_ticks(self.xp.asarray(fitness), self.ticked.tick)
+            ticks = to_ticks(xp.asarray(fitness), self.ticked.tick)
         if peaks is None:
             peaks = self.space.evaluate(self._genes())[1]
+        ticks, peaks = xp.asarray(ticks, dtype=xp.int64), xp.asarray(peaks, dtype=xp.int64)
+        stages = self.problem.num_stages
+        if ticks.shape != (population.size,) or peaks.shape != (population.size, stages):
+            raise ValueError(
+                f"fitness of shape {ticks.shape} and peaks {peaks.shape} for a population of "
+                f"{population.size} on {stages} stages"
+            )
         start = 0
         for i, genes in self.pieces:
             part = slice(start, start + genes.size)
@@ -198,8 +219,18 @@ class JointOptimizer:
             values = [arrays[f"island{i}_{name}"] for name in ISLAND_ARRAYS]
             current = (*island.genes.arrays(), island.times, island.peaks)
             for name, saved, now in zip(ISLAND_ARRAYS, values, current, strict=True):
-                if saved.shape != tuple(now.shape):
-                    raise ValueError(f"island {i}'s {name} of shape {saved.shape}, not {now.shape}")
+                if saved.shape != tuple(now.shape) or saved.dtype.kind not in "iu":
+                    raise ValueError(
+                        f"island {i}'s {name}: {saved.dtype} {saved.shape}, not {now.shape}"
+                    )
+            units = self.ticked.num_units
+            for saved, caps, name in zip(
+                values[:2],
+                (self.ticked.forward_caps, self.ticked.backward_caps),
+                ISLAND_ARRAYS[:2],
+                strict=True,
+            ):
+                check_chromosomes(saved, units, caps, f"island {i}'s {name}")
             genes = JointGenes(
                 *(
                     xp.asarray(v.astype(c.dtype))

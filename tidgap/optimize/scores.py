@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from tidgap.backends.evaluator import INVALID
-from tidgap.backends.ticks import TickedProblem
 from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
@@ -43,6 +42,16 @@ class Scores:
         """``(P,)`` float64 in the problem's time unit, ``inf`` where :data:`INVALID`."""
         xp = namespace(self.ticks)
         return xp.where(self.ticks >= INVALID, xp.inf, self.ticks * self.tick)
+
+    def masked(self, valid: Any) -> Scores:
+        """These scores with the individuals where ``valid`` ``(P,)`` is false rejected
+        (:data:`INVALID`, in both halves)."""
+        xp = namespace(self.ticks)
+        keep = xp.asarray(valid, dtype=bool)
+        halves = None
+        if self.halves is not None:
+            halves = tuple(xp.where(keep, half, INVALID) for half in self.halves)
+        return Scores(xp.where(keep, self.ticks, INVALID), self.tick, halves, self.peaks)
 
     @property
     def valid(self) -> Any:
@@ -73,18 +82,20 @@ Fitness = Callable[[Population, Scores], Any]
 
 
 def per_plan(objective: Callable[[Plan, Problem], float], problem: Problem) -> Fitness:
-    """A :data:`Fitness` from a function of one decoded plan (in the time unit; ``inf`` to
-    reject): each individual is decoded on the host and scored in turn, so it is much
-    slower than a batched fitness (use it for prototypes and small populations)."""
+    """A :data:`Fitness` (of ordered, windowed optimizers: one value per individual) from a
+    function of one decoded plan (in the time unit; ``inf`` to reject): each individual is
+    decoded on the host and scored in turn, so it is much slower than a batched fitness
+    (use it for prototypes and small populations)."""
     from tidgap.optimize.genome import decode_plan
 
     def fitness(population: Population, scores: Scores) -> Any:
         xp = namespace(scores.ticks)
         forward, backward = to_host(population.forward), to_host(population.backward)
         order = None if population.order is None else to_host(population.order)
+        valid = to_host(scores.valid)
         values = np.empty(population.size)
         for p in range(population.size):
-            if not bool(scores.valid[p]):
+            if not valid[p]:
                 values[p] = np.inf
                 continue
             plan = decode_plan(
@@ -99,29 +110,29 @@ def per_plan(objective: Callable[[Plan, Problem], float], problem: Problem) -> F
 def custom_scores(fitness: Fitness, population: Population, built_in: Scores) -> Scores:
     """``built_in`` with its ticks replaced by ``fitness``'s values (in ticks), still
     :data:`INVALID` wherever the built-in scores were (no plan, or a search constraint)."""
+    xp = namespace(built_in.ticks)
     result = fitness(population, built_in)
-    valid = built_in.valid
+    mask = xp.ones(built_in.ticks.shape, dtype=bool)
     if isinstance(result, tuple) and len(result) == 2 and _is_mask(result[1]):
-        result, mask = result
-        valid = valid & namespace(built_in.ticks).asarray(mask, dtype=bool)
+        result, mask = result[0], xp.asarray(result[1], dtype=bool)
     if isinstance(result, tuple):
         if built_in.halves is None:
             raise ValueError("fitness returned two halves, but the family is not separable")
-        halves = tuple(to_ticks(half, built_in.tick, valid) for half in result)
+        # Each half stays valid on its own (the two sides are separate populations).
+        halves = tuple(
+            to_ticks(xp.asarray(half), built_in.tick, mask & (own < INVALID))
+            for half, own in zip(result, built_in.halves, strict=True)
+        )
         ticks = namespace(built_in.ticks).minimum(halves[0] + halves[1], INVALID)
         return Scores(ticks, built_in.tick, (halves[0], halves[1]), built_in.peaks)
     if built_in.halves is not None:
         raise ValueError(
             "the flush family is separable: its fitness returns (forward, backward) values"
         )
-    return Scores(to_ticks(result, built_in.tick, valid), built_in.tick, None, built_in.peaks)
+    ticks = to_ticks(xp.asarray(result), built_in.tick, mask & built_in.valid)
+    return Scores(ticks, built_in.tick, None, built_in.peaks)
 
 
 def _is_mask(value: Any) -> bool:
     """Whether ``value`` is a boolean array (a constraint mask, not a fitness half)."""
-    return getattr(value, "dtype", None) is not None and value.dtype == bool
-
-
-def ticked_scores(ticked: TickedProblem, ticks: Any, **parts: Any) -> Scores:
-    """:class:`Scores` of ``ticks`` for ``ticked``'s tick."""
-    return Scores(ticks, ticked.tick, **parts)
+    return str(getattr(value, "dtype", "")) == "bool"

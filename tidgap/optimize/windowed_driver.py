@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 
@@ -25,7 +24,6 @@ from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.checkpoint import Checkpoint, SavedState, drive
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
@@ -224,7 +222,7 @@ def prepare_windowed(
     no_recompute: bool = False,
     first_search: tuple[Plan, int, int] | None = None,
 ) -> WindowedRun:
-    """Everything :func:`windowed_search` does before its generations (the first, flush
+    """Everything a windowed search does before its generations (the first, flush
     search unless ``first_search`` gives its plan, generations and evaluations)."""
     begun = start_search(problem, backend, population, max_memory)
     backend, record = begun.backend, begun.record
@@ -343,11 +341,12 @@ def prepare_windowed(
 
 def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
     """The result of ``run`` after its generations stopped for ``stop_reason``: each level's
-    best polished (unless a signal stopped it), decoded and checked."""
+    best polished (unless a signal stopped it, or a fitness of the user's own ranks them:
+    the polish minimises the iteration time), decoded and checked."""
     optimizer, levels, in_force, problem = run.optimizer, run.levels, run.in_force, run.problem
     phases, time_limit, clock = run.phases, run.time_limit, run.clock
     found = [optimizer.best_within(level) for level in levels]
-    if stop_reason not in STOP_SIGNALS.values():
+    if stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None:
         with phases("polish"):
             found = polished(
                 found, levels, optimizer.space, None if time_limit is None else clock + time_limit
@@ -382,18 +381,3 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
         tradeoff=tuple(tradeoff),
         no_recompute=run.no_recompute,
     )
-
-
-def windowed_search(
-    problem: Problem,
-    *,
-    checkpoint: Checkpoint | None = None,
-    resume: SavedState | None = None,
-    **options: Any,
-) -> SearchResult:
-    """Search ordered plans for ``problem`` (options as :func:`prepare_windowed`'s); see
-    :func:`tidgap.optimize.driver.search`, which also says what ``checkpoint`` and
-    ``resume`` do."""
-    first = None if resume is None else resume.first_search(problem)
-    run = prepare_windowed(problem, first_search=first, **options)
-    return finish_windowed(run, drive(run, checkpoint, resume))

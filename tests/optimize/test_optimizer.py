@@ -1,0 +1,194 @@
+"""tidgap.Optimizer: ask/tell is the loop search() runs; custom fitness; constraints;
+state files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tidgap
+from tidgap.optimize.scores import to_ticks
+
+
+def run(optimizer: tidgap.Optimizer, generations: int) -> tidgap.Optimizer:
+    """Ask, evaluate and tell until ``generations`` generations are told."""
+    while optimizer.generation < generations:
+        population = optimizer.ask()
+        optimizer.tell(population, optimizer.evaluate(population))
+    return optimizer
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_ask_tell_is_the_search_loop_flush(backend):
+    problem = tidgap.load_problem("example:gpt1-14")
+    options = dict(schedule="flush", seed=7, population=32, backend=backend)
+    searched = tidgap.search(problem, generations=200, **options)
+    driven = run(tidgap.Optimizer(problem, **options), 200)
+    result = driven.result()
+    assert result.plan == searched.plan
+    assert (driven.generation, driven.evaluations) == (searched.generations, searched.evaluations)
+
+
+def test_ask_tell_is_the_search_loop_windowed():
+    # 1200 generations or more: the first, flush search takes 300 in both.
+    problem = tidgap.load_problem("example:tiny-2")
+    options = dict(seed=2, population=16, backend="numba", memory_limit="1f1b")
+    searched = tidgap.search(problem, generations=1300, **options)
+    driven = run(tidgap.Optimizer(problem, **options), 1000)
+    assert driven.result().plan == searched.plan
+
+
+def test_best_is_a_plan_with_its_time():
+    problem = tidgap.load_problem("example:vgg16")
+    optimizer = run(tidgap.Optimizer(problem, seed=0, population=32, backend="numba"), 20)
+    plan, time = optimizer.best()
+    assert time == pytest.approx(tidgap.evaluate(problem, plan).iteration_time)
+    population = optimizer.ask()
+    plans = optimizer.plans(population)
+    assert len(plans) == population.size
+    scores = optimizer.evaluate(population)
+    for p in (0, population.size - 1):
+        tidgap.check_plan(plans[p], problem)
+        reference = tidgap.evaluate(problem, plans[p]).iteration_time
+        assert float(scores.time[p]) == pytest.approx(reference)
+
+
+def test_a_memory_penalty_lowers_peak_memory():
+    problem = tidgap.load_problem("example:vgg16")
+
+    def penalised(population, scores):
+        return scores.time + 20.0 * scores.peaks.sum(axis=1)
+
+    plain = run(tidgap.Optimizer(problem, seed=0, population=64, backend="numba"), 100)
+    frugal = tidgap.Optimizer(problem, seed=0, population=64, backend="numba", fitness=penalised)
+    run(frugal, 100)
+    held = [tidgap.evaluate(problem, o.best()[0]).peak_held for o in (plain, frugal)]
+    assert sum(held[1]) < sum(held[0])
+    assert frugal.result().evaluation.peak_held == held[1]
+
+
+def test_a_constraint_mask_is_respected():
+    problem = tidgap.load_problem("example:vgg16")
+    limit = 32
+
+    def within(population, scores):
+        return scores.time, scores.peaks.max(axis=1) <= limit
+
+    optimizer = run(
+        tidgap.Optimizer(problem, seed=1, population=64, backend="numpy", fitness=within), 30
+    )
+    plan, _ = optimizer.best()
+    assert max(tidgap.evaluate(problem, plan).peak_held) <= limit
+
+
+def test_tell_takes_outside_values_and_a_mask():
+    problem = tidgap.load_problem("example:vgg16")
+    optimizer = tidgap.Optimizer(problem, seed=3, population=32, backend="numpy")
+    population = optimizer.ask()
+    scores = optimizer.evaluate(population)
+    optimizer.tell(population, scores.time, peaks=scores.peaks)  # values, not Scores
+    before = optimizer.best()
+    for _ in range(3):  # every child rejected: the elites stay the best
+        population = optimizer.ask()
+        times = optimizer.evaluate(population).time
+        optimizer.tell(population, times / 2, valid=np.zeros(population.size, dtype=bool))
+    assert optimizer.best() == before
+    assert optimizer.generation == 4
+
+
+def test_flush_fitness_is_separable():
+    problem = tidgap.load_problem("example:tiny-2")
+
+    def halves(population, scores):
+        forward, backward = (h * scores.tick for h in scores.halves)
+        return forward, 2 * backward  # backward weighted twice
+
+    optimizer = tidgap.Optimizer(
+        problem, schedule="flush", seed=0, population=16, backend="numpy", fitness=halves
+    )
+    run(optimizer, 5)
+    with pytest.raises(ValueError, match="separable"):
+        tidgap.Optimizer(
+            problem,
+            schedule="flush",
+            population=16,
+            backend="numpy",
+            fitness=lambda population, scores: scores.time,
+        )
+
+
+def test_tell_needs_the_population_asked():
+    problem = tidgap.load_problem("example:tiny-2")
+    optimizer = tidgap.Optimizer(problem, schedule="flush", population=16, backend="numpy")
+    first = optimizer.ask()
+    second = optimizer.ask()
+    with pytest.raises(ValueError, match="last ask"):
+        optimizer.tell(first, optimizer.evaluate(second))
+
+
+def test_per_plan_fitness_matches_the_built_in_one():
+    problem = tidgap.load_problem("example:tiny-2")
+    objective = tidgap.per_plan(lambda plan, p: tidgap.evaluate(p, plan).iteration_time, problem)
+    optimizer = tidgap.Optimizer(problem, seed=4, population=16, backend="numpy")
+    population = optimizer.ask()
+    scores = optimizer.evaluate(population)
+    # The reference simulator adds in floating point: equal to the ticks within rounding.
+    assert np.allclose(objective(population, scores), scores.time, rtol=1e-12, atol=0)
+    mine = tidgap.Optimizer(problem, seed=4, population=16, backend="numpy", fitness=objective)
+    run(mine, 3)
+    plan, time = mine.best()
+    assert time == pytest.approx(tidgap.evaluate(problem, plan).iteration_time)
+
+
+def test_saved_optimizer_continues_the_same(tmp_path):
+    problem = tidgap.load_problem("example:vgg16")
+    options = dict(schedule="flush", seed=5, population=32, backend="numba")
+    straight = run(tidgap.Optimizer(problem, **options), 60)
+    path = tmp_path / "o.state"
+    run(tidgap.Optimizer(problem, **options), 25).save(path)
+    resumed = run(tidgap.Optimizer(problem, resume=path, **options), 60)
+    assert resumed.best() == straight.best()
+
+
+def test_to_ticks_rejects_what_is_no_number():
+    ticks = to_ticks(np.array([1.0, np.inf, np.nan, 2.5]), 0.5, np.array([1, 1, 1, 0], bool))
+    assert ticks[0] == 2
+    assert (ticks[1:] >= tidgap.optimize.scores.INVALID).all()
+
+
+def test_a_resumed_custom_fitness_continues_the_same(tmp_path):
+    problem = tidgap.load_problem("example:tiny-2")
+
+    def penalised(population, scores):
+        return scores.time + 0.5 * scores.peaks.sum(axis=1)
+
+    options = dict(seed=6, population=16, backend="numpy", fitness=penalised)
+    straight = run(tidgap.Optimizer(problem, **options), 30)
+    path = tmp_path / "custom.state"
+    run(tidgap.Optimizer(problem, **options), 12).save(path)
+    resumed = run(tidgap.Optimizer(problem, resume=path, **options), 30)
+    assert resumed.best() == straight.best()
+
+
+def test_tell_checks_its_arguments():
+    problem = tidgap.load_problem("example:tiny-2")
+    windowed = tidgap.Optimizer(problem, population=16, backend="numpy")
+    population = windowed.ask()
+    with pytest.raises(ValueError, match="shape"):
+        windowed.tell(population, np.zeros(population.size + 1))
+    flush = tidgap.Optimizer(problem, schedule="flush", population=16, backend="numpy")
+    population = flush.ask()
+    with pytest.raises(ValueError, match="separable"):
+        flush.tell(population, np.zeros(population.size))
+
+
+def test_drive_needs_a_stopping_rule():
+    optimizer = tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), population=16)
+    with pytest.raises(ValueError, match="Stopping"):
+        optimizer.drive()
+    stopping = tidgap.optimize.optimizer.Stopping(generations=3)
+    bounded = tidgap.Optimizer(
+        tidgap.load_problem("example:tiny-2"), population=16, stopping=stopping
+    )
+    assert bounded.drive() == "generations"
+    assert bounded.result().generations == 3  # the first, flush search's included

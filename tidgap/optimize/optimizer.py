@@ -1,0 +1,259 @@
+"""``tidgap.Optimizer``: tidgap's GA as ask/tell, for planners that drive it in their own
+loop (evosax / EvoX style).
+
+    optimizer = tidgap.Optimizer(problem, seed=0, population=256)
+    for _ in range(100):
+        population = optimizer.ask()                   # arrays on the backend's xp
+        optimizer.tell(population, optimizer.evaluate(population))
+    plan, time = optimizer.best()
+
+:meth:`Optimizer.ask` returns the individuals to score next (a generation's children, or
+after a stagnation a restart's random individuals); :meth:`Optimizer.tell` takes their
+fitness and makes the next generation. The fitness is the built-in evaluator's
+(:meth:`Optimizer.evaluate`, :class:`~tidgap.optimize.scores.Scores`), a function of the
+user's own given as ``fitness=`` (:data:`~tidgap.optimize.scores.Fitness`), or values the
+caller computed. :func:`tidgap.search` is this loop with a stopping rule, checkpoints and
+a final polish (:meth:`Optimizer.result`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidgap.model.errors import InputError
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.optimize.checkpoint import (
+    Checkpoint,
+    SavedState,
+    SearchIdentity,
+    drive,
+    load_state,
+    save_state,
+)
+from tidgap.optimize.flush_driver import finish_flush, prepare_flush
+from tidgap.optimize.genome import Population
+from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level
+from tidgap.optimize.results import SearchProgress, SearchResult
+from tidgap.optimize.scores import Fitness, Scores, to_ticks
+from tidgap.optimize.windowed_driver import finish_windowed, prepare_windowed
+from tidgap.schedules.families import SCHEDULES
+
+#: The families a search can return.
+SEARCHABLE = tuple(name for name, family in SCHEDULES.items() if not family.is_baseline)
+#: The family searched by default.
+DEFAULT_SCHEDULE = "windowed"
+#: The family ``same_partition`` searches: the separable one (the dual GA shares a row).
+SAME_PARTITION_SCHEDULE = next(name for name in SEARCHABLE if SCHEDULES[name].separable)
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """How a search driven by :func:`tidgap.search` stops and reports (the setup obeys
+    it too: heuristics are skipped past the time limit, the first, flush search of a
+    windowed one takes a share of it); see :func:`tidgap.search`."""
+
+    generations: int | None = None
+    time_limit: float | None = None
+    stagnation: int | None = None
+    interrupted: Callable[[], str | None] | None = None
+    on_progress: Callable[[SearchProgress], None] | None = None
+    on_phase: Callable[[str], None] | None = None
+
+
+def _flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
+    """Refuse a memory limit that no flush plan (every stage holds the whole batch) meets."""
+    if memory_limit == ONE_F_ONE_B:
+        raise InputError(
+            "flush plans hold the whole batch on every stage, more than 1F1B; search "
+            "--schedule windowed under this limit",
+            source="--memory-limit",
+        )
+    level = bytes_level(problem, int(memory_limit))
+    if not level.admits([problem.batch_size] * problem.num_stages):
+        raise InputError(
+            f"every flush plan holds the whole batch, above {level.label} on some stage; "
+            "search --schedule windowed under this limit",
+            source="--memory-limit",
+        )
+
+
+class Optimizer:
+    """The GA of ``schedule`` (``windowed`` or ``flush``; default windowed, flush with
+    ``same_partition``) for ``problem``, set up as :func:`tidgap.search` sets it up
+    (baselines, heuristics and seeds; a windowed one runs a short flush search first) and
+    stopped between generations.
+
+    ``fitness`` (:data:`~tidgap.optimize.scores.Fitness`) replaces the built-in objective
+    in :meth:`evaluate` (the first population, drawn by the built-in one, is scored again
+    with it). A windowed optimizer selects within each memory level on the ``peaks`` and
+    returns the best plan within ``memory_limit``; a flush one selects each direction on
+    its own half (the fitness must be separable: ``(forward, backward)`` values).
+    ``resume`` (a state file or :class:`SavedState`) continues a saved optimizer with the
+    same problem and options. The same seed, options and fitness give the same sequence
+    of populations.
+    """
+
+    def __init__(
+        self,
+        problem: Problem,
+        *,
+        schedule: str | None = None,
+        seed: int = 0,
+        population: int = 512,
+        backend: str = "auto",
+        memory_limit: str | int | None = None,
+        initial_plans: Sequence[Plan] = (),
+        max_microbatches: int | None = None,
+        same_partition: bool = False,
+        no_recompute: bool = False,
+        max_memory: int | None = None,
+        fitness: Fitness | None = None,
+        resume: str | os.PathLike[str] | SavedState | None = None,
+        stopping: Stopping = Stopping(),
+    ) -> None:
+        if schedule is None:
+            schedule = SAME_PARTITION_SCHEDULE if same_partition else DEFAULT_SCHEDULE
+        if schedule not in SEARCHABLE:
+            raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
+        self.identity = SearchIdentity(
+            schedule,
+            seed,
+            population,
+            backend,
+            same_partition,
+            no_recompute,
+            memory_limit,
+            max_microbatches,
+        )
+        saved = load_state(resume) if isinstance(resume, (str, os.PathLike)) else resume
+        if saved is not None:
+            saved.check(problem, self.identity)
+        self.stopping = stopping
+        options: dict[str, Any] = dict(
+            seed=seed,
+            population=population,
+            generations=stopping.generations,
+            time_limit=stopping.time_limit,
+            stagnation=stopping.stagnation,
+            backend=backend,
+            max_microbatches=max_microbatches,
+            on_progress=stopping.on_progress,
+            initial_plans=initial_plans,
+            interrupted=stopping.interrupted,
+            on_phase=stopping.on_phase,
+            max_memory=max_memory,
+        )
+        self.separable = SCHEDULES[schedule].separable
+        if self.separable and no_recompute and fitness is not None:
+            raise ValueError(
+                "a flush search with no_recompute aligns its result by iteration time; it "
+                "takes no fitness of its own (search windowed plans, or drop no_recompute)"
+            )
+        if self.separable:
+            if memory_limit is not None:
+                _flush_memory_limit(problem, memory_limit)
+            self.run: Any = prepare_flush(
+                problem, same_partition=same_partition, no_recompute=no_recompute, **options
+            )
+        else:
+            if same_partition:
+                raise ValueError(f"same_partition searches {SAME_PARTITION_SCHEDULE} plans only")
+            first = None if saved is None else saved.first_search(problem)
+            self.run = prepare_windowed(
+                problem,
+                memory_limit=memory_limit,
+                no_recompute=no_recompute,
+                first_search=first,
+                **options,
+            )
+        self.run.optimizer.fitness = fitness
+        if saved is not None:
+            saved.restore(self.run.optimizer)  # scored again with this fitness
+        elif fitness is not None:
+            self.run.optimizer.rescore()
+
+    @property
+    def problem(self) -> Problem:
+        """The problem searched."""
+        return self.run.problem
+
+    @property
+    def generation(self) -> int:
+        """Generations told so far (a resumed optimizer's included)."""
+        return self.run.optimizer.counters.generation
+
+    @property
+    def evaluations(self) -> int:
+        """Individuals scored so far, the first population included."""
+        return self.run.optimizer.counters.evaluations
+
+    def ask(self) -> Population:
+        """The next individuals to score: ``forward`` and ``backward`` ``(P', S, K)``
+        microbatch sizes in units (zero padded) and, for a windowed optimizer, ``order``
+        ``(P', S, 2K)`` op codes (:mod:`tidgap.optimize.genome`), on the backend's array
+        module. Tell them back before asking again."""
+        return self.run.optimizer.ask()
+
+    def evaluate(self, population: Population) -> Scores:
+        """The optimizer's fitness of the last asked ``population``: the built-in
+        evaluator's iteration times (and peaks, and a flush family's two halves), or the
+        ``fitness`` given at construction applied to them."""
+        return self.run.optimizer.evaluate(population)
+
+    def tell(
+        self, population: Population, fitness: Any, *, valid: Any = None, peaks: Any = None
+    ) -> None:
+        """Make the next generation from the last :meth:`ask`'s ``population`` and its
+        ``fitness``: :class:`Scores` (from :meth:`evaluate`), or values in the problem's
+        time unit (lower is better; ``inf`` rejects one): ``(P,)`` for a windowed
+        optimizer (with ``peaks`` ``(P, S)`` samples, else the built-in evaluator
+        computes them), ``(forward, backward)`` for a flush one. ``valid`` ``(P,)`` bool
+        rejects the individuals where it is false (a constraint mask)."""
+        optimizer = self.run.optimizer
+        tick = optimizer.ticked.tick
+        if isinstance(fitness, Scores):
+            optimizer.tell(population, fitness if valid is None else fitness.masked(valid))
+            return
+        if self.separable:
+            if not (isinstance(fitness, tuple) and len(fitness) == 2):
+                raise ValueError("the flush family is separable: tell it (forward, backward)")
+            forward, backward = fitness
+            halves = (to_ticks(forward, tick, valid), to_ticks(backward, tick, valid))
+            optimizer.tell(population, Scores(halves[0] + halves[1], tick, halves))
+            return
+        optimizer.tell(population, Scores(to_ticks(fitness, tick, valid), tick, peaks=peaks))
+
+    def best(self) -> tuple[Plan, float] | None:
+        """The best plan so far (within the memory limit in force) and its fitness in the
+        problem's time unit (its iteration time, for the built-in fitness); ``None`` when
+        no individual is within the limit. A flush optimizer with ``no_recompute`` aligns
+        its plan in :meth:`result` only: this one may recompute."""
+        return self.run.optimizer.best()
+
+    def plans(self, population: Population) -> list[Plan]:
+        """Every individual of ``population`` as a :class:`~tidgap.Plan`."""
+        return self.run.optimizer.plans(population)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the state (``tidgap.state/1``, :mod:`tidgap.optimize.checkpoint`) to
+        ``path`` atomically; ``Optimizer(..., resume=path)`` continues from it."""
+        save_state(path, self.run, self.identity)
+
+    def drive(self, checkpoint: Checkpoint | None = None) -> str:
+        """Run generations until the stopping rule given at construction says why (its
+        name), checkpointing as asked; ``ValueError`` if it has no generations, time limit
+        or stagnation rule (it would never stop)."""
+        stop = self.stopping
+        if stop.generations is None and stop.time_limit is None and stop.stagnation is None:
+            raise ValueError("drive() needs Stopping(generations=, time_limit= or stagnation=)")
+        return drive(self.run, checkpoint)
+
+    def result(self, stop_reason: str = "generations") -> SearchResult:
+        """The search's result now: the best plans polished (unless ``stop_reason`` names a
+        signal), decoded and checked with the reference simulator, beside the baselines."""
+        finish = finish_flush if self.separable else finish_windowed
+        return finish(self.run, stop_reason)
