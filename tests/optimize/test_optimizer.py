@@ -192,3 +192,12 @@ def test_drive_needs_a_stopping_rule():
     )
     assert bounded.drive() == "generations"
     assert bounded.result().generations == 3  # the first, flush search's included
+
+
+def test_the_state_in_memory_resumes_too():
+    problem = tidgap.load_problem("example:tiny-2")
+    options = dict(seed=8, population=16, backend="numpy")
+    straight = run(tidgap.Optimizer(problem, **options), 20)
+    state = run(tidgap.Optimizer(problem, **options), 9).state
+    assert state.meta["counters"]["generation"] == 9
+    assert run(tidgap.Optimizer(problem, resume=state, **options), 20).best() == straight.best()

@@ -156,14 +156,19 @@ def state_meta(run: Prepared, identity: SearchIdentity) -> dict[str, Any]:
     }
 
 
+def current_state(run: Prepared, identity: SearchIdentity) -> SavedState:
+    """``run``'s state now, in memory (what :func:`save_state` writes)."""
+    meta = json.loads(json.dumps(state_meta(run, identity)))  # a copy, as a file gives
+    return SavedState("the optimizer's state", meta, run.optimizer.state_arrays())
+
+
 def save_state(path: str | os.PathLike[str], run: Prepared, identity: SearchIdentity) -> None:
     """Write ``run``'s state to ``path`` atomically (:mod:`tidgap.outputs.atomic`)."""
-    meta = json.dumps(state_meta(run, identity))
-    arrays = run.optimizer.state_arrays()
+    state = current_state(run, identity)
 
     def produce(temporary: Path) -> None:
         buffer = io.BytesIO()
-        np.savez(buffer, meta=np.array(meta), **arrays)
+        np.savez(buffer, meta=np.array(json.dumps(state.meta)), **state.arrays)
         temporary.write_bytes(buffer.getvalue())
 
     replace_atomically(path, produce)

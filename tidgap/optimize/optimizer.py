@@ -30,6 +30,7 @@ from tidgap.optimize.checkpoint import (
     Checkpoint,
     SavedState,
     SearchIdentity,
+    current_state,
     drive,
     load_state,
     save_state,
@@ -237,6 +238,12 @@ class Optimizer:
     def plans(self, population: Population) -> list[Plan]:
         """Every individual of ``population`` as a :class:`~tidgap.Plan`."""
         return self.run.optimizer.plans(population)
+
+    @property
+    def state(self) -> SavedState:
+        """The state now, in memory (``meta`` and host ``arrays``, as a state file holds
+        them); ``Optimizer(..., resume=optimizer.state)`` continues from it."""
+        return current_state(self.run, self.identity)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the state (``tidgap.state/1``, :mod:`tidgap.optimize.checkpoint`) to
