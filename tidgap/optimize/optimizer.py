@@ -65,7 +65,7 @@ class Stopping:
     on_phase: Callable[[str], None] | None = None
 
 
-def _flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
+def flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
     """Refuse a memory limit that no flush plan (every stage holds the whole batch) meets."""
     if memory_limit == ONE_F_ONE_B:
         raise InputError(
@@ -156,7 +156,7 @@ class Optimizer:
             )
         if self.separable:
             if memory_limit is not None:
-                _flush_memory_limit(problem, memory_limit)
+                flush_memory_limit(problem, memory_limit)
             self.run: Any = prepare_flush(
                 problem, same_partition=same_partition, no_recompute=no_recompute, **options
             )
