@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tidgap
+from tests.support.backends import install_fake_cupy
 from tidgap.optimize.scores import to_ticks
 
 
@@ -201,3 +202,15 @@ def test_the_state_in_memory_resumes_too():
     state = run(tidgap.Optimizer(problem, **options), 9).state
     assert state.meta["counters"]["generation"] == 9
     assert run(tidgap.Optimizer(problem, resume=state, **options), 20).best() == straight.best()
+
+
+def test_ask_tell_through_the_cupy_stand_in_equals_numba(monkeypatch):
+    problem = tidgap.load_problem("example:tiny-2")
+    cpu = run(tidgap.Optimizer(problem, seed=9, population=16, backend="numba"), 6)
+    install_fake_cupy(monkeypatch)
+    gpu = tidgap.Optimizer(problem, seed=9, population=16, backend="cuda")
+    population = gpu.ask()
+    assert gpu.run.backend == "cuda"  # the kernels, built for the host, behind the stand-in
+    gpu.tell(population, gpu.evaluate(population))
+    run(gpu, 6)
+    assert gpu.best() == cpu.best()
