@@ -7,12 +7,19 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import tidgap
 from tests.support.cli_helpers import case_named, describe, run_cli, write_json
+from tidgap import InputError, Problem
 from tidgap.analysis.sweep_summary import COLUMNS
+from tidgap.cli import sweep
+from tidgap.optimize import many
+from tidgap.optimize.results import SearchResult
 
 SHORT = ("--generations", "5", "--population", "16")
 TINY = "example:tiny-2"
@@ -82,6 +89,54 @@ def test_a_failed_search_leaves_the_other_plans_and_exits_2(tmp_path: Path) -> N
         "summary.json",
         "tiny-2.plan.json",
     ]
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (RuntimeError("boom at step 3"), "search failed (RuntimeError: boom at step 3)"),
+        (
+            InputError("no plan found within the memory limit", source="--memory-limit"),
+            "--memory-limit: no plan found within the memory limit",
+        ),
+    ],
+)
+def test_every_failed_search_exits_2_with_one_line_naming_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, line: str
+) -> None:
+    memory = _problem_file(tmp_path, "tiny7_1_mem")
+
+    def fails_on_memory(problem: Problem, **options: Any) -> SearchResult:
+        if problem.name == "tiny7_1_mem":
+            raise error
+        return tidgap.search(problem, **options)
+
+    monkeypatch.setattr(sweep, "_executor", lambda *args: ThreadPoolExecutor(max_workers=1))
+    monkeypatch.setattr(many, "search", fails_on_memory)  # what each task runs
+    out = tmp_path / "out"
+    result = run_cli("sweep", TINY, memory, *SHORT, "--out-dir", str(out))
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.splitlines() == [f"tidgap: error: {memory}: {line}"]
+    assert (out / "tiny-2.plan.json").exists() and not (out / "tiny7_1_mem.plan.json").exists()
+
+
+def test_a_memory_limit_no_flush_plan_meets_exits_2_before_any_search(tmp_path: Path) -> None:
+    document = case_named("tiny7_1_mem")["problem"]
+    del document["stages"][0]["memory_limit"]  # only --memory-limit binds
+    memory = str(write_json(tmp_path / "bytes.json", document))
+    out = tmp_path / "out"
+    for problem, limit, names in (
+        (TINY, "1f1b", "flush plans hold the whole batch on every stage"),
+        (memory, "20MB", "every flush plan holds the whole batch, above 20"),
+    ):
+        result = run_cli(
+            "sweep", problem, "--schedule", "flush", "--memory-limit", limit, *SHORT,
+            "--out-dir", str(out),
+        )  # fmt: skip
+        _refused(result, f"{problem}: --memory-limit: {names}")
+        assert not out.exists()
+    windowed = run_cli("sweep", memory, "--memory-limit", "20MB", *SHORT, "--out-dir", str(out))
+    assert windowed.exit_code == 0, describe(windowed)
 
 
 def _refused(result, names: str) -> None:

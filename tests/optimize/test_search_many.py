@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -90,6 +91,17 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(TypeError, match="seeds="):
         search_many(PROBLEMS, seed=1, **SHORT)
     assert search_many([], **SHORT) == []
+
+
+@pytest.mark.parametrize("option", ["checkpoint", "resume"])
+def test_one_state_file_for_every_search_is_refused(tmp_path: Path, option: str) -> None:
+    state = tmp_path / "state.npz"
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        with pytest.raises(TypeError, match=f"does not take {option}="):
+            search_many(PROBLEMS[:2], executor=executor, **{option: state}, **SHORT)
+        none_given = search_many(PROBLEMS[1:2], executor=executor, **{option: None}, **SHORT)
+    assert not state.exists()
+    assert [r.plan for r in none_given] == _one_by_one(PROBLEMS[1:2], [0], **SHORT)
 
 
 def test_a_worker_stop_signal_stops_its_search_and_skips_the_next(

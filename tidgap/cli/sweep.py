@@ -21,6 +21,7 @@ from tidgap.optimize.driver import SEARCHABLE
 from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level
 from tidgap.optimize.many import SearchFailed, local_pool, search_many
+from tidgap.optimize.optimizer import flush_memory_limit
 from tidgap.optimize.results import SearchResult
 from tidgap.outputs.atomic import write_text_atomically
 from tidgap.outputs.files import check_outputs, write_json, writing
@@ -46,14 +47,18 @@ def _plan_names(specs: tuple[str, ...]) -> list[str]:
 
 
 def _check_memory_limit(
-    specs: tuple[str, ...], problems: list[Problem], limit: str | int | None
+    specs: tuple[str, ...], problems: list[Problem], limit: str | int | None, schedule: str | None
 ) -> None:
-    """Refuse, naming the file, a problem a byte ``--memory-limit`` cannot apply to."""
-    if limit is None or limit == ONE_F_ONE_B:
+    """Refuse, naming the file, a problem a byte ``--memory-limit`` cannot apply to, or
+    (``--schedule flush``) one no flush plan meets within the limit."""
+    if limit is None or (limit == ONE_F_ONE_B and schedule != "flush"):
         return
     for spec, problem in zip(specs, problems, strict=True):
         try:
-            bytes_level(problem, int(limit))
+            if schedule == "flush":
+                flush_memory_limit(problem, limit)
+            else:
+                bytes_level(problem, int(limit))
         except InputError as error:
             raise InputError(str(error), source=spec) from None
 
@@ -164,10 +169,11 @@ def sweep_command(
 ) -> None:
     """Search a plan for every PROBLEM at once and write them with a summary table.
 
-    Every problem is loaded and checked before any search starts: a bad one exits 2
-    naming its file, with nothing written. A search that fails (no plan within the memory
-    limit, say) does not stop the others: their plans and the summary are written, then
-    the command exits 2 naming the first failed problem.
+    Every problem is loaded and checked before any search starts (with --schedule flush,
+    against a --memory-limit no flush plan meets too): a bad one exits 2 naming its file,
+    with nothing written. A search that fails (no plan within the memory limit, say) does
+    not stop the others: their plans and the summary are written, then the command exits
+    2 with one line naming the first failed problem's file and its error.
 
     Ctrl-C or SIGTERM (to the process group, as a terminal sends it) stops each local
     worker's search at its next generation and skips the rest; the plans found so far
@@ -178,7 +184,7 @@ def sweep_command(
         raise click.UsageError("give --workers or --scheduler, not both")
     loaded = [load_problem(spec) for spec in problems]
     names = _plan_names(problems)
-    _check_memory_limit(problems, loaded, memory_limit)
+    _check_memory_limit(problems, loaded, memory_limit, schedule)
     backend = _usable_backend(backend)
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
@@ -214,10 +220,16 @@ def sweep_command(
     )
     signals.exit_if_received()
     if failed is not None:
-        first = failed.errors[failed.first]
-        if isinstance(first, InputError):
-            raise first.within(problems[failed.first])
-        raise failed
+        raise _failure(problems[failed.first], failed.errors[failed.first]) from failed
+
+
+def _failure(spec: str, error: BaseException) -> InputError:
+    """The one-line error naming problem file ``spec`` for its search's ``error``: an
+    :class:`InputError`'s line (its own source kept after the file), anything else as
+    ``search failed (TYPE: message)``."""
+    if isinstance(error, InputError):
+        return InputError(str(error), source=spec)
+    return InputError(f"search failed ({type(error).__name__}: {error})", source=spec)
 
 
 def _search_all(

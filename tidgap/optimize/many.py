@@ -22,6 +22,9 @@ from tidgap.optimize.results import SearchResult
 
 __all__ = ["SearchFailed", "local_pool", "search_many"]
 
+#: :func:`tidgap.search` options naming one search's state file, refused by :func:`search_many`.
+PER_SEARCH_ONLY = ("checkpoint", "resume")
+
 
 class SearchFailed(RuntimeError):
     """Some searches of :func:`search_many` raised; the others finished.
@@ -128,9 +131,18 @@ def search_many(
 
     A failing search does not stop the others: once all have finished, :class:`SearchFailed`
     is raised, naming the first failed problem and carrying every result that was found.
+
+    ``checkpoint`` and ``resume`` are refused (``TypeError``): one state file given to every
+    task would be written by all the searches at once, and resume only one of the problems.
     """
     if "seed" in search_options:
         raise TypeError("search_many takes seeds=, one seed or one per problem, not seed=")
+    for option in PER_SEARCH_ONLY:
+        if search_options.get(option) is not None:
+            raise TypeError(
+                f"search_many does not take {option}=: one state file would be shared by "
+                "every search; checkpoint or resume each problem with tidgap.search"
+            )
     problems = list(problems)
     seed_list = _seed_list(seeds, len(problems))
     if not problems:

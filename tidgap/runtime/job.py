@@ -81,4 +81,15 @@ class Job:
             raise InputError(
                 f"expected one of {', '.join(OPTIMIZERS)} or null", ("optimizer",), source=source
             )
+        if document.get("optimizer") is not None and not _positive_number(document.get("lr")):
+            raise InputError(
+                "expected a positive number (the optimizer's learning rate)",
+                ("lr",),
+                source=source,
+            )
         return cls(**{key: value for key, value in document.items() if key != "format"})
+
+
+def _positive_number(value: Any) -> bool:
+    """Whether ``value`` (from JSON, so finite) is a number above 0 (``true`` is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
