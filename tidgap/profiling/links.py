@@ -24,11 +24,9 @@ import datetime
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,10 +39,10 @@ from tidgap.profiling.build import Json, table
 from tidgap.profiling.models import Model
 from tidgap.profiling.run import stage_modules
 from tidgap.runtime.calibrate import table_sizes
-from tidgap.runtime.launch import WorkerError, _kill, _wait, free_port, worker_environment
+from tidgap.runtime.launch import WorkerError, launch
 from tidgap.runtime.report import unit_per_second
 from tidgap.runtime.stage import boundary_specs
-from tidgap.runtime.worker import start_watchdog
+from tidgap.runtime.worker import die_reporting, start_watchdog
 
 #: Timed transfers per link, size and direction; untimed ones before them.
 REPEATS = 20
@@ -153,38 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         rank = int(os.environ["RANK"])
         write_json_atomic(Path(args[0]).with_name(f"rank{rank}.json"), run_rank(job, rank))
     except BaseException as error:
-        traceback.print_exc()
-        lines = str(error).strip().splitlines()
-        text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
-        print(text, file=sys.stderr, flush=True)
-        os._exit(1)
+        die_reporting(error)
     return 0
-
-
-def spawn(job_path: Path, folder: Path, timeout: float) -> None:
-    """Run ranks 0 and 1 on ``job_path``, each in its own session, logging to
-    ``folder/rank<R>.log``; raise :class:`WorkerError` when one fails or ``timeout`` seconds
-    pass. Both are killed before it returns or raises."""
-    port = free_port()
-    logs = [folder / f"rank{rank}.log" for rank in range(2)]
-    processes: list[subprocess.Popen] = []
-    try:
-        for rank, path in enumerate(logs):
-            with open(path, "wb") as log:
-                processes.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "tidgap.profiling.links", os.fspath(job_path)],
-                        env=worker_environment(rank, 2, port, 1),
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-        _wait(processes, logs, timeout)
-    finally:
-        for process in processes:
-            _kill(process)
 
 
 def measured_transfers(job: LinkJob) -> list[list[list[list[float]]]]:
@@ -195,7 +163,7 @@ def measured_transfers(job: LinkJob) -> list[list[list[list[float]]]]:
     failed = False
     try:
         job.save(folder / "job.json")
-        spawn(folder / "job.json", folder, job.timeout)
+        launch(folder / "job.json", 2, 1, job.timeout, folder, module=__name__)
         return [read_json(folder / f"rank{rank}.json") for rank in range(2)]
     except WorkerError as error:
         failed = True

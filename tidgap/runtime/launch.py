@@ -115,11 +115,12 @@ def launch(
     threads: int,
     timeout: float,
     logs: str | os.PathLike[str],
+    module: str = "tidgap.runtime.worker",
 ) -> None:
-    """Run ``python -m tidgap.runtime.worker job`` as ranks ``0..world_size-1`` (``threads``
-    OpenMP threads each) with their output in ``logs/rank<R>.log``; wait at most
-    ``timeout`` seconds. Raises :class:`WorkerError`; kills every worker before it returns
-    or raises."""
+    """Run ``python -m MODULE job`` (the stage worker by default) as ranks
+    ``0..world_size-1`` (``threads`` OpenMP threads each, each in its own session) with
+    their output in ``logs/rank<R>.log``; wait at most ``timeout`` seconds. Raises
+    :class:`WorkerError`; kills every worker before it returns or raises."""
     port = free_port()
     folder = Path(logs)
     paths = [folder / f"rank{rank}.log" for rank in range(world_size)]
@@ -129,7 +130,7 @@ def launch(
             with open(path, "wb") as log:
                 processes.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "tidgap.runtime.worker", os.fspath(job)],
+                        [sys.executable, "-m", module, os.fspath(job)],
                         env=worker_environment(rank, world_size, port, threads),
                         stdin=subprocess.DEVNULL,
                         stdout=log,

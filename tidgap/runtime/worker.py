@@ -32,7 +32,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.job import Job
@@ -261,13 +261,19 @@ def main(argv: list[str] | None = None) -> int:
         result = run_rank(job, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
         save_result(result, result_path(job.results, result["rank"]))
     except BaseException as error:  # reported as the last stderr line, for the launcher
-        traceback.print_exc()
-        message = str(error).strip().splitlines()
-        text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
-        print(text, file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(1)
+        die_reporting(error)
     return 0
+
+
+def die_reporting(error: BaseException) -> NoReturn:
+    """Print the traceback, then one last line ``Error: message`` on stderr (the launcher
+    quotes it), and end the process at once with status 1 (no teardown that could hang)."""
+    traceback.print_exc()
+    message = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+    print(text, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(1)
 
 
 if __name__ == "__main__":
