@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import datetime
-import os
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from tidgap import __version__
+from tidgap.analysis.throughput import cpu_model
 from tidgap.model.errors import InputError
 from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
 from tidgap.profiling.measure import (
@@ -72,14 +71,7 @@ def machine(device: torch.device) -> str:
     """The GPU's name, or the CPU's model and core count."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    model = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{os.cpu_count()}-core {model}"
+    return cpu_model()
 
 
 def balance(
