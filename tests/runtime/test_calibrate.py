@@ -109,11 +109,11 @@ def records_of(timeline: Any) -> list[list[tuple]]:
     """A run that behaved exactly as ``timeline`` (the model's, in ms) says: per rank its
     records (seconds), computes from the stage steps, sends and receives from the links."""
     ranks: list[list[tuple]] = [[] for _ in timeline.stages]
-    kinds = {"F": "forward", "B": "backward"}
+    kinds = {"F": "forward", "B": "backward", "T": "tail"}
     for s, steps in enumerate(timeline.stages):
         for step in steps:
             if step.kind in kinds:
-                lo, hi = step.samples[0] - 1, step.samples[1]
+                lo, hi = (0, 0) if step.samples is None else (step.samples[0] - 1, step.samples[1])
                 ranks[s].append((kinds[step.kind], step.microbatch, lo, hi, step.start / 1e3,
                                  step.end / 1e3))  # fmt: skip
     for link, steps in enumerate(timeline.links):
@@ -142,3 +142,27 @@ def test_replaying_a_run_that_behaved_as_the_model_gives_the_prediction(shape: s
         results = [{"iterations": [rows]} for rows in ranks]
         want = evaluate(problem, plan).iteration_time
         assert replayed_time(document, problem, plan, results) == pytest.approx(want, rel=1e-3)
+
+
+def test_the_measured_optimizer_step_becomes_each_stages_tail() -> None:
+    """A run whose steps took twice the problem's tails: the calibrated tails are the
+    measured medians, and the replay counts them."""
+    from tidgap.runtime.calibrate import measured_problem, replayed_time
+    from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
+
+    document = synth_problem(3, 3, 12, 1, 0.5, "table", "tails")
+    problem = Problem.from_dict(document)
+    plan = SCHEDULES["1f1b"].baseline(problem, 4)
+    ranks = records_of(plan_timeline(problem, plan))
+    slower = [
+        [row if row[0] != "tail" else (*row[:5], row[4] + 2 * (row[5] - row[4])) for row in rows]
+        for rows in ranks
+    ]
+    out = measured_problem(document, problem, [slower], ["1F1B(4)"])
+    for stage, given in zip(out["stages"], problem.stages, strict=True):
+        assert stage["tail"] == pytest.approx(2 * given.tail, rel=1e-9)
+    assert "tail" in out["source"]["calibration"]["rule"]
+    results = [{"iterations": [rows]} for rows in ranks]
+    assert replayed_time(document, problem, plan, results) == pytest.approx(
+        evaluate(problem, plan).iteration_time, rel=1e-3
+    )

@@ -68,11 +68,12 @@ def calibration_plans(problem: Problem, sizes: Sequence[int]) -> list[tuple[str,
 
 
 def op_durations(timelines: Sequence[Timeline]) -> Durations:
-    """Every compute step of ``timelines`` (measured runs), by stage, kind and size."""
+    """Every compute step of ``timelines`` (measured runs), by stage, kind (``F``, ``B``,
+    ``T`` for the tail, the optimizer step) and size."""
     found: Durations = []
     for timeline in timelines:
         while len(found) < timeline.num_stages:
-            found.append({"F": defaultdict(list), "B": defaultdict(list)})
+            found.append({kind: defaultdict(list) for kind in ("F", "B", "T")})
         for s, steps in enumerate(timeline.stages):
             for step in steps:
                 if step.kind in found[s]:
@@ -125,7 +126,8 @@ def calibrated(
 ) -> dict[str, Any]:
     """A copy of the problem ``document`` (``problem`` loaded from it) whose stages and
     links are tables of the measured op and transfer times, over the measured sizes, the
-    unit, the largest microbatch and a stage's own table sizes, with
+    unit, the largest microbatch and a stage's own table sizes, each stage's ``tail`` the
+    median measured optimizer step where the runs stepped one (else kept), with
     ``source.calibration`` saying how (``runs``: the plans measured) and
     ``source.timing.recompute`` false (the runs recompute nothing)."""
     out = copy.deepcopy(document)
@@ -135,6 +137,9 @@ def calibrated(
             own = stage[direction].get("table", {}).get("sizes", [])
             sizes = sorted(set(own) | set(measured[kind]) | ends)
             stage[direction] = _measured_table(sizes, getattr(timed, direction), measured[kind])
+        tails = [t for durations in measured.get("T", {}).values() for t in durations]
+        if tails:
+            stage["tail"] = statistics.median(tails)
     for link, measured, timed in zip(out["links"], links, problem.links, strict=True):
         for direction, kind in (("forward", "F"), ("backward", "B")):
             sizes = sorted(set(measured[kind]) | ends)
@@ -149,7 +154,8 @@ def calibrated(
         "its ops at each size in tidgap run's workers; each link: the median measured "
         "transfer (a receive's end minus the later of its send's start and its own start) "
         "per size; sizes no run measured keep the profile's time scaled by the nearest "
-        "measured size's ratio; made non-decreasing",
+        "measured size's ratio; made non-decreasing; a stage's tail: the median measured "
+        "optimizer step, where the runs stepped one",
     }
     out["source"] = source
     return out
