@@ -29,6 +29,7 @@ from tidgap.optimize.genome import Population, decode_plan, encode_order
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.preparation import chromosome_width
 from tidgap.optimize.rng import CounterRng
+from tidgap.schedules.families import SCHEDULES
 from tidgap.schedules.ir import repair, window_order
 
 STAGES, BATCH, WIDTH = 8, 256, 32
@@ -94,7 +95,7 @@ def ordered_population(
 def default_population(family: str, size: int) -> Population:
     """``size`` individuals of the default problem for ``family`` (``flush``: chromosomes
     only; ``windowed``: with orders), as ``pytest bench`` draws them."""
-    if family == "flush":
+    if SCHEDULES[family].separable:
         rng = np.random.default_rng(FLUSH_SEED)
         return Population(random_chromosomes(rng, size), random_chromosomes(rng, size))
     return ordered_population(np.random.default_rng(ORDERED_SEED), synthetic_problem(), size=size)
@@ -108,7 +109,7 @@ def search_population(
     ticked = tick_problem(problem)
     rng = CounterRng(seed)
     S, U = problem.num_stages, problem.num_units
-    if family == "flush":
+    if SCHEDULES[family].separable:
         return Population(
             search_chromosomes(size, S, width, U, ticked.forward_caps, rng),
             search_chromosomes(size, S, width, U, ticked.backward_caps, rng),

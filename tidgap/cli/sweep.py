@@ -25,6 +25,7 @@ from tidgap.optimize.optimizer import flush_memory_limit
 from tidgap.optimize.results import SearchResult
 from tidgap.outputs.atomic import write_text_atomically
 from tidgap.outputs.files import check_outputs, write_json, writing
+from tidgap.schedules.families import SCHEDULES
 
 #: The summary files written into ``--out-dir``.
 SUMMARY_CSV, SUMMARY_JSON = "summary.csv", "summary.json"
@@ -51,11 +52,12 @@ def _check_memory_limit(
 ) -> None:
     """Refuse, naming the file, a problem a byte ``--memory-limit`` cannot apply to, or
     (``--schedule flush``) one no flush plan meets within the limit."""
-    if limit is None or (limit == ONE_F_ONE_B and schedule != "flush"):
+    separable = schedule is not None and SCHEDULES[schedule].separable
+    if limit is None or (limit == ONE_F_ONE_B and not separable):
         return
     for spec, problem in zip(specs, problems, strict=True):
         try:
-            if schedule == "flush":
+            if separable:
                 flush_memory_limit(problem, limit)
             else:
                 bytes_level(problem, int(limit))

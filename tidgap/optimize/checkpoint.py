@@ -34,6 +34,7 @@ from tidgap.model.problem import Problem
 from tidgap.optimize.ga import StopRule
 from tidgap.optimize.generations import run_generations
 from tidgap.outputs.atomic import replace_atomically
+from tidgap.schedules.families import SCHEDULES
 
 STATE_FORMAT = "tidgap.state/1"
 #: Seconds between checkpoints when none is given.
@@ -138,7 +139,7 @@ def state_meta(run: Prepared, identity: SearchIdentity) -> dict[str, Any]:
     counters = optimizer.counters
     asked = optimizer.asked
     first = None
-    if identity.schedule != "flush" and run.flush_plan is not None:
+    if not SCHEDULES[identity.schedule].separable and run.flush_plan is not None:
         plan = run.flush_plan.model_dump(mode="json", exclude_none=True)
         first = {"plan": plan, "generations": run.first[0], "evaluations": run.first[1]}
     return {
