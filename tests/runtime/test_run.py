@@ -479,8 +479,11 @@ def test_no_worker_outlives_an_interrupted_or_killed_run(
     environment = {**os.environ, "TMPDIR": str(runs), "TIDGAP_TEST_RANK1": "hang"}
     command = [sys.executable, "-c", "from tidgap.cli import main; main()", "run"]
     process = subprocess.Popen(
-        [*command, str(problem_file), str(plan), *MODEL, "--timeout", "180"],
+        [*command, str(problem_file), str(plan), *MODEL, "--timeout", "60"],
         env=environment,
+        # As from a terminal: a test run in the background of a non-interactive shell
+        # inherits SIGINT ignored, and so would this command (then Ctrl-C cannot reach it).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -490,9 +493,7 @@ def test_no_worker_outlives_an_interrupted_or_killed_run(
             time.sleep(0.1)
         assert len(workers_under(runs)) == 2
         process.send_signal(getattr(signal, signal_name))
-        # Well before --timeout: the signal (not the workers' own timeout) ends them. Was 15 s,
-        # exceeded once in CI on the loaded 2-core machine.
-        process.wait(timeout=60)
+        process.wait(timeout=15)
         deadline = time.monotonic() + 5
         while workers_under(runs) and time.monotonic() < deadline:
             time.sleep(0.1)
