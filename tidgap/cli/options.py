@@ -1,5 +1,5 @@
-"""What the ``tidgap`` commands share: the PROBLEM argument, ``--json``, ``--gantt`` and
-``--trace``, and how they print."""
+"""What the ``tidgap`` commands share: the PROBLEM argument, ``--population`` and
+``--backend`` of a search, ``--json``, ``--gantt`` and ``--trace``, and how they print."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from tidgap.backends import BACKENDS
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.model.text import printable
@@ -32,6 +33,28 @@ def about_problem(spec: str) -> Iterator[None]:
         yield
     except InputError as error:
         raise error.within(spec) from None
+
+
+def population_option(command: Command) -> Command:
+    """``--population``: individuals per generation of a search (at least 8, default 512)."""
+    return click.option(
+        "--population",
+        type=click.IntRange(min=8),
+        default=512,
+        show_default=True,
+        help="Individuals per generation.",
+    )(command)
+
+
+def backend_option(help_text: str) -> Callable[[Command], Command]:
+    """``--backend auto|NAME``: the evaluation backend of a search, described by ``help_text``."""
+    return click.option(
+        "--backend",
+        type=click.Choice(["auto", *BACKENDS]),
+        default="auto",
+        show_default=True,
+        help=help_text,
+    )
 
 
 def json_option(command: Command) -> Command:

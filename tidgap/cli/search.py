@@ -10,14 +10,16 @@ from tidgap.analysis.bound import lower_bound
 from tidgap.analysis.compare import compare, format_table
 from tidgap.analysis.report import report, summary
 from tidgap.analysis.search_summary import summary_lines
-from tidgap.backends import BACKENDS, UnusableBackend, first_usable, get_backend, require_usable
+from tidgap.backends import UnusableBackend, first_usable, get_backend, require_usable
 from tidgap.cli.options import (
     about_problem,
+    backend_option,
     compact_sizes,
     describe_problem,
     echo_json,
     json_option,
     output_options,
+    population_option,
     problem_argument,
 )
 from tidgap.cli.progress import ProgressLine
@@ -117,26 +119,14 @@ def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
     help="Stop after this many generations without improvement. Without it, the search "
     "runs to --time-limit or --generations (what stagnates restarts, keeping the best).",
 )
-@click.option(
-    "--population",
-    type=click.IntRange(min=8),
-    default=512,
-    show_default=True,
-    help="Individuals per generation.",
-)
+@population_option
 @click.option(
     "--max-microbatches",
     type=click.IntRange(min=1),
     help="Most microbatches per stage and direction (default 64, raised if a baseline "
     "or the caps need more; at most batch_size/unit).",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", *BACKENDS]),
-    default="auto",
-    show_default=True,
-    help="Evaluation backend; auto picks the GPU when usable, else numba, else numpy.",
-)
+@backend_option("Evaluation backend; auto picks the GPU when usable, else numba, else numpy.")
 @click.option(
     "--gpu", is_flag=True, help="Use the CUDA backend; exit 2 saying why if no GPU is usable."
 )

@@ -13,7 +13,8 @@ from typing import Any
 import click
 
 from tidgap.analysis.sweep_summary import format_sweep_table, summary_csv, sweep_row
-from tidgap.backends import BACKENDS, UnusableBackend, get_backend, require_usable
+from tidgap.backends import UnusableBackend, get_backend, require_usable
+from tidgap.cli.options import backend_option, population_option
 from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem, problem_path
@@ -142,20 +143,8 @@ def _executor(
 @click.option(
     "--memory-limit", type=MemoryLimit(), help="As tidgap search --memory-limit, per problem."
 )
-@click.option(
-    "--population",
-    type=click.IntRange(min=8),
-    default=512,
-    show_default=True,
-    help="Individuals per generation.",
-)
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", *BACKENDS]),
-    default="auto",
-    show_default=True,
-    help="Evaluation backend of every search.",
-)
+@population_option
+@backend_option("Evaluation backend of every search.")
 def sweep_command(
     problems: tuple[str, ...],
     out_dir: str,
