@@ -1,4 +1,4 @@
-"""``tidgap bench``: the tidgap.bench/1 document (docs/formats.md), the text table, the memory
+"""``tidgap bench``: the tidgap.bench/1 document (docs/files.md), the text table, the memory
 budget, the CUDA backend through the CuPy stand-in, and bad options (exit 2, one line)."""
 
 from __future__ import annotations

@@ -244,7 +244,7 @@ def bench_document(
     repeats: int,
     warmup: int,
 ) -> dict[str, Any]:
-    """The ``tidgap.bench/1`` document (docs/formats.md)."""
+    """The ``tidgap.bench/1`` document (docs/files.md)."""
     problem = workload.problem
     return {
         "format": FORMAT,
