@@ -159,8 +159,9 @@ def state_meta(run: Prepared, identity: SearchIdentity) -> dict[str, Any]:
 
 def current_state(run: Prepared, identity: SearchIdentity) -> SavedState:
     """``run``'s state now, in memory (what :func:`save_state` writes)."""
-    meta = json.loads(json.dumps(state_meta(run, identity)))  # a copy, as a file gives
-    return SavedState("the optimizer's state", meta, run.optimizer.state_arrays())
+    return SavedState(
+        "the optimizer's state", state_meta(run, identity), run.optimizer.state_arrays()
+    )
 
 
 def save_state(path: str | os.PathLike[str], run: Prepared, identity: SearchIdentity) -> None:

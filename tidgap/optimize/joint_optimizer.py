@@ -53,6 +53,7 @@ class JointOptimizer:
     counters: Counters = field(default_factory=Counters)
     asked: Asked | None = None
     pieces: list[tuple[int, JointGenes]] = field(default_factory=list)
+    pending: JointGenes | None = None
 
     def __post_init__(self) -> None:
         if not self.counters.evaluations:
@@ -96,20 +97,16 @@ class JointOptimizer:
                 (i, island.offspring(self.settings, self.space, self.rng))
                 for i, island in enumerate(self.islands)
             ]
-        genes = JointGenes.concatenate([piece for _, piece in self.pieces])
-        population = Population(genes.forward, genes.backward, genes.codes)
+        self.pending = JointGenes.concatenate([piece for _, piece in self.pieces])
+        population = Population(self.pending.forward, self.pending.backward, self.pending.codes)
         self.asked = Asked(population, bool(stagnant), draws)
         return population
-
-    def _genes(self) -> JointGenes:
-        """The pending population's genes (leads included)."""
-        return JointGenes.concatenate([piece for _, piece in self.pieces])
 
     def evaluate(self, population: Population) -> Scores:
         """The scores of ``population`` (the last asked): iteration times in ticks and the
         peaks, with the optimizer's own fitness applied when it has one."""
         check_told(self.asked, population)
-        times, peaks = self.space.evaluate(self._genes())
+        times, peaks = self.space.evaluate(self.pending)
         scores = Scores(times, self.ticked.tick, peaks=peaks)
         return scores if self.fitness is None else custom_scores(self.fitness, population, scores)
 
@@ -138,7 +135,7 @@ class JointOptimizer:
         else:
             ticks = to_ticks(xp.asarray(fitness), self.ticked.tick)
         if peaks is None:
-            peaks = self.space.evaluate(self._genes())[1]
+            peaks = self.space.evaluate(self.pending)[1]
         ticks, peaks = xp.asarray(ticks, dtype=xp.int64), xp.asarray(peaks, dtype=xp.int64)
         stages = self.problem.num_stages
         if ticks.shape != (population.size,) or peaks.shape != (population.size, stages):
@@ -151,7 +148,7 @@ class JointOptimizer:
             part = slice(start, start + genes.size)
             self.islands[i].accept(self.settings, genes, ticks[part], peaks[part])
             start += genes.size
-        self.asked, self.pieces = None, []
+        self.asked, self.pieces, self.pending = None, [], None
         self.counters.evaluations += population.size
         if asked.restart:
             for i in self._stagnant():
