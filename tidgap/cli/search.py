@@ -68,7 +68,7 @@ class MemorySize(click.ParamType):
             self.fail(str(error), param, ctx)
 
 
-def _chosen_backend(backend: str, gpu: bool, cpu: bool) -> str:
+def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
     """The backend named by ``--backend``, or the first usable one on the device of ``--gpu``
     or ``--cpu`` (``auto`` if none is given); bad usage exits 2, an unusable backend too."""
     if sum([gpu, cpu, backend != "auto"]) > 1:
@@ -210,7 +210,7 @@ def search_command(
     generation, writes the best plan so far (--out) and the state (--checkpoint) and exits
     130 / 143; a second one exits at once.
     """
-    backend = _chosen_backend(backend, gpu, cpu)
+    backend = chosen_backend(backend, gpu, cpu)
     spec = problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE
     loaded = load_problem(spec)
     check_outputs(

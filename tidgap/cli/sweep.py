@@ -13,9 +13,8 @@ from typing import Any
 import click
 
 from tidgap.analysis.sweep_summary import format_sweep_table, summary_csv, sweep_row
-from tidgap.backends import UnusableBackend, get_backend, require_usable
 from tidgap.cli.options import backend_option, population_option
-from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit
+from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit, chosen_backend
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.optimize.driver import SEARCHABLE
@@ -64,16 +63,6 @@ def _check_memory_limit(
                 bytes_level(problem, int(limit))
         except InputError as error:
             raise InputError(str(error), source=spec) from None
-
-
-def _usable_backend(backend: str) -> str:
-    """``backend`` if ``auto`` or usable here; else exit 2 naming ``--backend``."""
-    if backend != "auto":
-        try:
-            require_usable(get_backend(backend))
-        except UnusableBackend as error:
-            raise InputError(str(error), source="--backend") from None
-    return backend
 
 
 @contextmanager
@@ -176,7 +165,7 @@ def sweep_command(
     loaded = [load_problem(spec) for spec in problems]
     names = _plan_names(problems)
     _check_memory_limit(problems, loaded, memory_limit, schedule)
-    backend = _usable_backend(backend)
+    backend = chosen_backend(backend)
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
     folder = Path(out_dir)

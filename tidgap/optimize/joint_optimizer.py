@@ -23,7 +23,14 @@ from tidgap.model.problem import Problem
 from tidgap.optimize.dual_optimizer import Asked, Counters, check_chromosomes, check_told
 from tidgap.optimize.ga import GeneticSettings
 from tidgap.optimize.genome import Population, decode_plan
-from tidgap.optimize.joint import MIGRATION_INTERVAL, Island, JointSpace, fastest_within, migrate
+from tidgap.optimize.joint import (
+    MIGRATION_INTERVAL,
+    Island,
+    JointSpace,
+    fastest_within,
+    migrate,
+    pooled,
+)
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel
 from tidgap.optimize.rng import CounterRng
@@ -78,11 +85,6 @@ class JointOptimizer:
             for i, island in enumerate(self.islands)
             if island.since_improvement >= self.restart_after
         ]
-
-    @property
-    def levels(self) -> list[MemoryLevel]:
-        """The islands' memory levels."""
-        return [island.level for island in self.islands]
 
     def ask(self) -> Population:
         """The next individuals to score, island after island: each island's children, or
@@ -168,9 +170,7 @@ class JointOptimizer:
 
     def best_within(self, level: MemoryLevel) -> tuple[JointGenes, int] | None:
         """The fastest individual of any island within ``level`` and its ticks, or ``None``."""
-        genes = JointGenes.concatenate([island.genes for island in self.islands])
-        times = self.xp.concatenate([island.times for island in self.islands])
-        peaks = self.xp.concatenate([island.peaks for island in self.islands])
+        genes, times, peaks = pooled(self.islands)
         index = fastest_within(times, peaks, level)
         return None if index is None else (genes.take(slice(index, index + 1)), int(times[index]))
 

@@ -20,7 +20,7 @@ from tidgap.backends.evaluator import INVALID
 from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.genome import Population
+from tidgap.optimize.genome import Population, decode_plan
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,6 @@ def per_plan(objective: Callable[[Plan, Problem], float], problem: Problem) -> F
     function of one decoded plan (in the time unit; ``inf`` to reject): each individual is
     decoded on the host and scored in turn, so it is much slower than a batched fitness
     (use it for prototypes and small populations)."""
-    from tidgap.optimize.genome import decode_plan
 
     def fitness(population: Population, scores: Scores) -> Any:
         xp = namespace(scores.ticks)

@@ -25,7 +25,7 @@ from typing import Any
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.profiling.build import non_decreasing
+from tidgap.profiling.build import table
 from tidgap.runtime.report import TRANSFERS, Row, measured_timeline, unit_per_second
 from tidgap.schedules.families import SCHEDULES, evaluate
 from tidgap.schedules.timeline import Timeline
@@ -114,7 +114,7 @@ def _measured_table(
         nearest = min(medians, key=lambda known: (abs(known - size), known))
         base = original(nearest)
         out.append(original(size) * (medians[nearest] / base if base > 0 else 1.0))
-    return {"table": {"sizes": list(sizes), "times": non_decreasing(out)}}
+    return table(sizes, out)
 
 
 def calibrated(

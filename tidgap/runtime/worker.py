@@ -80,7 +80,7 @@ class TailHandlers(PipelineHandlers):
     """:class:`PipelineHandlers` that run ``tail`` (the optimizer step) once the rank's
     instructions are done and before waiting for its outstanding sends, as the model runs
     a stage's tail right after its last backward; ``span``: its ``(start, end)`` in seconds
-    of ``clock`` (the executor's)."""
+    of ``time.perf_counter`` (the executor's clock)."""
 
     def __init__(
         self,
@@ -88,16 +88,15 @@ class TailHandlers(PipelineHandlers):
         stage: StageCompute,
         transport: Transport,
         tail: Callable[[], None],
-        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         super().__init__(rank, stage, transport)
-        self.tail, self.clock = tail, clock
+        self.tail = tail
         self.span: tuple[float, float] | None = None
 
     def finish(self) -> None:
-        start = self.clock()
+        start = time.perf_counter()
         self.tail()
-        self.span = (start, self.clock())
+        self.span = (start, time.perf_counter())
         super().finish()
 
 
