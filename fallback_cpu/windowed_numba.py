@@ -20,11 +20,12 @@ or whose order row breaks rule ``count`` scores ``INVALID`` with ``peak_held`` 0
 that are not partitions of ``U`` raise ``ValueError``.
 
 Parallel mapping: ``prange`` over chunks of individuals (a few per thread); each chunk
-allocates its scratch once: ``(S, K+1)`` int64 prefix sums, end times and the holder
-indices (``i`` and ``own`` above, each a merge of two prefix rows advanced without
-branches: a walk mispredicts on random partitions), ``(S+2, K+1)`` arrivals and ``(S+2,)``
-op counts with a padding stage on either side, and ``(S,)`` int64 counters; ``peak_held``
-is a branch-free pass over the order. Numba is imported only when this module is
+allocates its scratch once: ``(S, K+2)`` int64 prefix sums and holder indices (``i`` and
+``own`` above: per stage three merges of two prefix rows, run in lockstep), ``(S, K+1)``
+forward ends, ``(S+2, K+1)`` arrivals and ``(S+2,)`` op counts with a padding stage on
+either side, and ``(S,)`` int64 counters. A stage's visit keeps its counters in locals and
+tracks the units it holds, so ``peak_held`` needs no pass of its own. The checks (sizes,
+rule ``count``) run without branches. Numba is imported only when this module is
 (``import tidgap`` does not import it).
 """
 
@@ -44,36 +45,48 @@ _MAX_CHUNK = 64
 
 @njit(cache=True, boundscheck=False, nogil=True)
 def _prefix(row, prefix, num_units):  # pragma: no cover - compiled
-    """``prefix[1..m]`` of one row of sizes; ``m``, or -1 unless it partitions ``U``."""
-    total = 0
+    """``prefix[1..K]`` of one row of sizes (``U`` after its last microbatch); its number of
+    microbatches ``m``, or -1 unless it partitions ``U``. Without branches: sizes at most
+    ``U`` summing to ``U`` with ``m`` non-zero ones are a partition iff the first ``m`` sum
+    to ``U`` (a zero among them would leave a size of at least 1 after them)."""
+    total = np.int64(0)
     m = 0
+    largest = np.uint32(0)
     for k in range(row.shape[0]):
         b = row[k]
-        if b == 0:
-            break
-        if b > num_units:
-            return -1
+        largest = max(largest, b)
+        m += b != 0
         total += b
         prefix[k + 1] = total
-        m = k + 1
-    for k in range(m, row.shape[0]):
-        if row[k] != 0:
-            return -1
-    return m if total == num_units else -1
+    return -1 if (largest > num_units) | (total != num_units) | (prefix[m] != num_units) else m
 
 
 @njit(cache=True, boundscheck=False, nogil=True)
-def _holders(rows, queries, count, out):  # pragma: no cover - compiled
-    """``out[k] = min{i : rows[i] >= queries[k]}`` for ``k = 1..count`` (both non-decreasing,
-    ``rows[0] = 0`` below every query, the row's last prefix ``U`` above none): one merge of
-    the two, advanced without branches (a walk's branches mispredict on random partitions)."""
-    i = 0
-    k = 1
-    while k <= count:
-        under = rows[i] < queries[k]
-        out[k] = i  # rewritten until the query is passed
-        i += under
-        k += 1 - under
+def _holders(r1, q1, c1, o1, r2, q2, c2, o2, r3, q3, c3, o3):  # pragma: no cover - compiled
+    """Three merges in lockstep: ``o[k] = min{i : r[i] >= q[k]}`` for ``k = 1..c`` of each
+    ``(r, q, c, o)`` (``r`` and ``q`` non-decreasing, ``r[0] = 0`` below every query, ``r``'s
+    last prefix ``U`` above none; ``q`` and ``o`` hold one entry past ``c``, written and read
+    once a merge is done). Each merge advances without branches (a walk's branches
+    mispredict on random partitions) along a chain of dependent loads; three independent
+    chains keep the core busy where one waits on its loads."""
+    i1 = i2 = i3 = 0
+    k1 = k2 = k3 = 1
+    while (k1 <= c1) | (k2 <= c2) | (k3 <= c3):
+        a1 = k1 <= c1
+        a2 = k2 <= c2
+        a3 = k3 <= c3
+        u1 = r1[i1] < q1[k1]
+        u2 = r2[i2] < q2[k2]
+        u3 = r3[i3] < q3[k3]
+        o1[k1] = i1  # rewritten until the query is passed
+        o2[k2] = i2
+        o3[k3] = i3
+        i1 += u1 & a1
+        i2 += u2 & a2
+        i3 += u3 & a3
+        k1 += (1 - u1) & a1
+        k2 += (1 - u2) & a2
+        k3 += (1 - u3) & a3
 
 
 @njit(parallel=True, cache=True, boundscheck=False, nogil=True)
@@ -93,16 +106,18 @@ def _ordered_kernel(
     num_chunks = (population + chunk - 1) // chunk
     bad = np.zeros(num_chunks, dtype=np.int64)
     for c in prange(num_chunks):
-        pf = np.zeros((stages, kf + 1), dtype=np.int64)
-        qb = np.zeros((stages, kb + 1), dtype=np.int64)
+        pf = np.zeros((stages, kf + 2), dtype=np.int64)
+        qb = np.zeros((stages, kb + 2), dtype=np.int64)
         ef = np.zeros((stages, kf + 1), dtype=np.int64)
-        upstream = np.zeros((stages, kf + 1), dtype=np.int64)
-        own = np.zeros((stages, kb + 1), dtype=np.int64)
-        downstream = np.zeros((stages, kb + 1), dtype=np.int64)
+        upstream = np.zeros((stages, kf + 2), dtype=np.int64)
+        own = np.zeros((stages, kb + 2), dtype=np.int64)
+        downstream = np.zeros((stages, kb + 2), dtype=np.int64)
         m = np.zeros(stages, dtype=np.int64)
         n = np.zeros(stages, dtype=np.int64)
         position = np.zeros(stages, dtype=np.int64)
         free = np.zeros(stages, dtype=np.int64)
+        held = np.zeros(stages, dtype=np.int64)
+        most = np.zeros(stages, dtype=np.int64)
         stack = np.zeros(stages, dtype=np.int64)
         queued = np.zeros(stages, dtype=np.bool_)
         # Row s + 1 is stage s; rows 0 and S + 1 are never waited on (all done, arrivals
@@ -125,31 +140,34 @@ def _ordered_kernel(
             counted = True
             remaining = 0
             for s in range(stages):
+                total = m[s] + n[s]
                 forwards = 0
-                ops = 0
+                backwards = 0
                 for position_ in range(width):
                     op = order[p, s, position_]
-                    if op == NO_OP:
-                        break
-                    ops += 1
-                    forwards += op == FORWARD_OP
-                    counted &= (op == FORWARD_OP) | (op == BACKWARD_OP)
-                for rest in range(ops, width):
-                    counted &= order[p, s, rest] == NO_OP
-                counted &= (forwards == m[s]) & (ops == m[s] + n[s])
-                remaining += ops
+                    is_f = op == FORWARD_OP
+                    is_b = op == BACKWARD_OP
+                    forwards += is_f
+                    backwards += is_b
+                    inside = position_ < total  # an op there, padding after: no branches
+                    counted &= (inside & (is_f | is_b)) | ((position_ >= total) & (op == NO_OP))
+                counted &= (forwards == m[s]) & (backwards == n[s])
+                remaining += total
             if not counted:
                 continue
             for s in range(stages):
-                if s > 0:
-                    _holders(pf[s - 1], pf[s], m[s], upstream[s])
-                _holders(pf[s], qb[s], n[s], own[s])
-                if s < last:
-                    _holders(qb[s + 1], qb[s], n[s], downstream[s])
+                # The first stage has no upstream, the last no downstream: merges of 0.
+                _holders(
+                    pf[max(s - 1, 0)], pf[s], m[s] * (s > 0), upstream[s],
+                    pf[s], qb[s], n[s], own[s],
+                    qb[min(s + 1, last)], qb[s], n[s] * (s < last), downstream[s],
+                )  # fmt: skip
                 nf[s + 1] = 0
                 nb[s + 1] = 0
                 position[s] = 0
                 free[s] = 0
+                held[s] = 0
+                most[s] = 0
             # A worklist of stages: one that ran an op may unblock its neighbours.
             top = 0
             for s in range(last, -1, -1):
@@ -161,32 +179,53 @@ def _ordered_kernel(
                 s = stack[top]
                 queued[s] = False
                 r = s + 1
-                ran = position[s]
-                while position[s] < m[s] + n[s]:
-                    if order[p, s, position[s]] == FORWARD_OP:
-                        k = nf[r] + 1
+                pos = position[s]
+                ran = pos
+                total = m[s] + n[s]
+                done_f = nf[r]
+                done_b = nb[r]
+                fr = free[s]
+                h = held[s]
+                peak = most[s]
+                last_af = af[r, done_f]
+                last_ab = ab[r, done_b]
+                up_done = nf[r - 1]
+                down_done = nb[r + 1]
+                while pos < total:
+                    if order[p, s, pos] == FORWARD_OP:
+                        k = done_f + 1
                         i = upstream[s, k]
-                        if nf[r - 1] < i:
+                        if up_done < i:
                             break
                         size = forward[p, s, k - 1]
-                        end = max(free[s], af[r - 1, i]) + fc[s, size]
-                        ef[s, k] = end
-                        af[r, k] = max(end, af[r, k - 1]) + ft[s, size]
-                        nf[r] = k
+                        fr = max(fr, af[r - 1, i]) + fc[s, size]
+                        ef[s, k] = fr
+                        last_af = max(fr, last_af) + ft[s, size]
+                        af[r, k] = last_af
+                        done_f = k
+                        h += size
+                        peak = max(peak, h)
                     else:
-                        k = nb[r] + 1
+                        k = done_b + 1
                         mine = own[s, k]
                         i = downstream[s, k]
-                        if (nf[r] < mine) | (nb[r + 1] < i):
+                        if (done_f < mine) | (down_done < i):
                             break
                         size = backward[p, s, k - 1]
-                        end = max(free[s], ef[s, mine], ab[r + 1, i]) + bc[s, size]
-                        ab[r, k] = max(end, ab[r, k - 1]) + bt[s, size]
-                        nb[r] = k
-                    free[s] = end
-                    position[s] += 1
-                if position[s] > ran:
-                    remaining -= position[s] - ran
+                        fr = max(max(fr, ef[s, mine]), ab[r + 1, i]) + bc[s, size]
+                        last_ab = max(fr, last_ab) + bt[s, size]
+                        ab[r, k] = last_ab
+                        done_b = k
+                        h -= size
+                    pos += 1
+                nf[r] = done_f
+                nb[r] = done_b
+                free[s] = fr
+                held[s] = h
+                most[s] = peak
+                position[s] = pos
+                if pos > ran:
+                    remaining -= pos - ran
                     if s > 0 and not queued[s - 1]:
                         stack[top] = s - 1
                         queued[s - 1] = True
@@ -200,17 +239,7 @@ def _ordered_kernel(
             best = np.int64(0)
             for s in range(stages):
                 best = max(best, free[s] + tails[s])  # its last op: its last backward
-                # Held after each op; after a backward it is below its value after the
-                # last forward, so the most over all ops is the most over the forwards.
-                i = 0
-                j = 0
-                peak = np.int64(0)
-                for position_ in range(m[s] + n[s]):
-                    forward_op = order[p, s, position_] == FORWARD_OP
-                    i += forward_op
-                    j += 1 - forward_op
-                    peak = max(peak, pf[s, i] - qb[s, j])
-                peaks[p, s] = peak * unit
+                peaks[p, s] = most[s] * unit
             ticks[p] = best
     return ticks, peaks, bad.max()
 

@@ -87,10 +87,16 @@ def test_sizes_that_are_not_partitions_are_refused(
     population = random_orders(rng, random_individuals(rng, ticked, 5, 8), repaired=1.0)
     evaluator = create_evaluator(ticked, FAMILY, backend)
     assert (evaluator.score(population) < INVALID).all()
-    # a row summing to more than U, a size after the padding, a negative size
-    for position, delta in ((0, 1), (7, 1), (0, -int(population.forward[3, 1, 0]) - 1)):
+    # a row summing to more than U, a size after the padding, a negative size, and sizes
+    # summing to U with a zero between them
+    gap = np.zeros(8, dtype=population.forward.dtype)
+    gap[[0, 2]] = ticked.num_units - 1, 1
+    for position, delta in ((0, 1), (7, 1), (0, -int(population.forward[3, 1, 0]) - 1), (0, None)):
         forward = population.forward.copy()
-        forward[3, 1, position] += delta
+        if delta is None:
+            forward[3, 1] = gap
+        else:
+            forward[3, 1, position] += delta
         with pytest.raises(ValueError, match=r"^individual 3 is not a plan: .* sum to 5 units$"):
             evaluator.score(Population(forward, population.backward, population.order))
     with pytest.raises(ValueError, match="needs the population's order genes"):
