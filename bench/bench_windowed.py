@@ -13,9 +13,10 @@ stage the order of a random window (1..B samples), repaired to validity
 One evaluation is ``score`` of one individual. The pure-Python reference simulator runs on
 a slice of 64 individuals.
 
-One generation: ``Island.step`` (``joint_breed``, the repair, ``evaluate``) on one island
-of ``P = 512`` under the stages' own level, built as the windowed search builds them
-(``JointSpace.random``, ``Island.seeded``), on the ``S = 8`` problem; it scores
+One generation: ``Island.step`` (the backend's breeding and repair as the search uses them,
+``backend_breeding``, then ``evaluate``) on one island of ``P = 512`` under the stages' own
+level, built as the windowed search builds them (``JointSpace.random``, ``Island.seeded``),
+on the ``S = 8`` problem; it scores
 ``P - elites`` children (its evaluations), ``extra_info`` holds generations/s.
 
 Run: ``pytest bench/bench_windowed.py --benchmark-only`` (targets at ``S = 8``: Numba
@@ -40,7 +41,7 @@ from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import to_host
 from tidgap.optimize.ga import GeneticSettings
 from tidgap.optimize.genome import Population, decode_plan
-from tidgap.optimize.joint import Island, JointSpace
+from tidgap.optimize.joint import Island, JointSpace, backend_breeding
 from tidgap.optimize.limits import stage_level
 from tidgap.optimize.rng import CounterRng
 from tidgap.schedules.families import SCHEDULES
@@ -153,12 +154,14 @@ class Generation:
         """An island of ``size`` random individuals (``K = 32``) on ``backend``."""
         problem = synthetic_problem()
         ticked = tick_problem(problem)
-        xp = BACKENDS[backend].namespace()
+        record = BACKENDS[backend]
+        xp = record.namespace()
         space = JointSpace(
             create_evaluator(ticked, "windowed", backend),
             xp.asarray(ticked.forward_caps),
             xp.asarray(ticked.backward_caps),
             WIDTH,
+            *backend_breeding(record),
         )
         rng = CounterRng(seed, xp)
         start = space.random(size, rng)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from tidgap.backends import Backend, load
 from tidgap.backends.evaluator import INVALID, OrderedEvaluator
 from tidgap.backends.xp import namespace
 from tidgap.optimize.ga import GeneticSettings, random_chromosomes
@@ -30,6 +32,17 @@ from tidgap.optimize.rng import CounterRng
 MIGRATION_INTERVAL = 10
 #: Individuals each island offers when migrating.
 MIGRANTS = 4
+
+
+def backend_breeding(record: Backend) -> tuple[Callable[..., JointGenes], Repair]:
+    """``(breed, repair)`` on ``record``'s backend: its fused breeding kernel and compiled
+    repair where it has them, else :func:`joint_breed` and :func:`canonical` over its
+    array module."""
+    repair = canonical if record.repair is None else load(record.repair)
+    breeder = partial(joint_breed, repair=repair)
+    if record.joint_breeder is not None:
+        breeder = load(record.joint_breeder)
+    return breeder, repair
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from types import ModuleType
 
 import numpy as np
 
-from tidgap.backends import load
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.model.errors import InputError
@@ -29,8 +27,8 @@ from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
-from tidgap.optimize.joint import Island, JointSpace, fastest_within
-from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
+from tidgap.optimize.joint import Island, JointSpace, backend_breeding, fastest_within
+from tidgap.optimize.joint_operators import JointGenes, Repair
 from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.joint_polish import joint_polish
 from tidgap.optimize.limits import (
@@ -41,7 +39,7 @@ from tidgap.optimize.limits import (
     tradeoff_levels,
 )
 from tidgap.optimize.memory import joint_footprint
-from tidgap.optimize.order_genes import canonical, encode_lead
+from tidgap.optimize.order_genes import encode_lead
 from tidgap.optimize.preparation import (
     POLISH_SHARE,
     Phases,
@@ -253,10 +251,7 @@ def prepare_windowed(
         ticked = tick_problem(problem)
         evaluator = create_evaluator(ticked, SEARCHED.name, backend)
         xp = record.namespace()
-        repair = canonical if record.repair is None else load(record.repair)
-        breeder = partial(joint_breed, repair=repair)
-        if record.joint_breeder is not None:
-            breeder = load(record.joint_breeder)
+        breeder, repair = backend_breeding(record)
         _compile(evaluator, ticked, xp, repair)
     with phases("baselines"):
         baselines = flush.baselines if flush else best_baselines(problem)
