@@ -1,22 +1,29 @@
 """Ordered plans in NumPy: the event simulation of model.md (Ordered plans, Timing),
 vectorised over the population and the stages at once.
 
-A *pair* is one stage of one individual. Each round, every pair whose next op has its
-inputs runs it, all at once (an op's end depends only on its inputs, not on when it is
-simulated, so rounds give the sweeps' results); a round in which no pair can run ends the
-simulation. Individuals with ops left (a deadlock) or whose order breaks rule ``count``
-score :data:`~tidgap.backends.evaluator.INVALID`. All arithmetic is int64 ``max`` and
-``+`` on ticks, so the results equal :mod:`tidgap.fallback_cpu.windowed_numba`'s exactly.
+A *pair* is one stage of one individual, flat ``q = p S + s``. Each round, every pair whose
+next op has its input runs it, all at once (an op's end depends only on its inputs, not on
+when it is simulated, so rounds give the sweeps' results); a round in which no pair can run
+ends the simulation. Individuals with ops left (a deadlock) or whose order breaks rule
+``count`` score :data:`~tidgap.backends.evaluator.INVALID`. All arithmetic is int64 ``max``
+and ``+`` on ticks, so the results equal :mod:`tidgap.fallback_cpu.windowed_numba`'s exactly.
 
-State, flat over pairs ``q = (s + 1) * P + p`` (stages ``-1`` and ``S`` are zero padding,
-so the first and last stages need no branches), ``W = (K_f + 1) + (K_b + 1)`` slots per
-pair, slot ``t * (K_f + 1) + k`` for the ``k``-th (1-based) op of type ``t`` (0 forward,
-1 backward): ``times`` ``(N, 2W)``, ends ``EF | EB`` then arrivals on the link ``A | A'``
-(slot 0 of each: 0; ``EB`` is written, never read: a finished stage's last backward ends
-at its ``free``); ``done`` ``(2, N)`` ops of each type done; ``position``, ``free``
-``(N,)``. Static, ``(N, W)``: the two waits' holder indices and each op's entry in the
-duration tables. The active pairs' next ops (:meth:`_Rounds.next_ops`) are kept beside
-them, so a round checks its waits with two small gathers.
+An op waits for its stage (``free``, the end of its previous op) and for one arrival from a
+neighbour: a forward ``k`` of ``s`` for ``A[s-1][i]``, a backward for ``A'[s+1][i]`` (none on
+the first / last stage: a slot 0). A backward also waits for its own forward; the stage runs
+its ops in order, so that forward has run, and ended by ``free``, iff the units held after
+the backward are ``>= 0`` (rule 1), known before the simulation: a backward breaking it
+never runs.
+
+State, ``(N W + 1,)`` each: ``times`` int64 arrivals and ``known`` int8 (which are computed),
+``W = (K_f + 1) + (K_b + 1)`` slots per pair, slot ``t (K_f + 1) + k`` of pair ``q`` at
+``q W + slot`` for the ``k``-th (1-based) op of type ``t`` (0 forward ``A``, 1 backward
+``A'``; slot 0 of each: 0, known); the last entry, the input of an op that never runs, is
+never known. Static: one record per op, ``(N, L+1)`` flat ``q (L+1) + n`` (:func:`op_records`:
+its slot, its entry in the duration tables and the times index of op ``n+1``'s input).
+Per active pair: its cursor into the records, its next op's input and its ``free``. A round
+reads ``known`` at the active pairs' inputs (a small table: a cheap scan); each ready pair
+reads one record.
 """
 
 from __future__ import annotations
@@ -82,49 +89,67 @@ def counts_hold(order: np.ndarray, forwards: np.ndarray, backwards: np.ndarray) 
     ).all(axis=1)
 
 
-def peaks(order: np.ndarray, P: np.ndarray, Q: np.ndarray) -> np.ndarray:
-    """``(P, S)`` units held at most after any op: ``P[s][i] - Q[s][j]`` with ``i``
-    forwards and ``j`` backwards done (model.md, Memory). Past a row's ops (and in rows that
-    break rule ``count``, whose peaks are not used) the indices are clipped to the tables."""
-    i = np.cumsum(order == FORWARD_OP, axis=2, dtype=np.intp)
-    j = np.arange(1, order.shape[2] + 1, dtype=np.intp) - i
-    np.minimum(i, P.shape[2] - 1, out=i)
-    np.minimum(j, Q.shape[2] - 1, out=j)
-    held = np.take_along_axis(P, i, axis=2) - np.take_along_axis(Q, j, axis=2)
-    return held.max(axis=2, initial=0)
-
-
-def padded(stages: np.ndarray, below: int, above: int) -> np.ndarray:
-    """``(S', P, ...)`` -> ``(below + S' + above, P, ...)`` with zero stages around it."""
-    out = np.zeros((below + len(stages) + above, *stages.shape[1:]), dtype=stages.dtype)
-    out[below : below + len(stages)] = stages
-    return out
-
-
-def slot_tables(
+def input_slots(
     forward: np.ndarray, backward: np.ndarray, P: np.ndarray, Q: np.ndarray, U: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per slot, ``(S+2, P, W)`` each: the holder indices of the first and second waits
-    (a forward ``k`` of ``s`` waits for ``A[s-1][i]``, a backward for ``EF[s][own]`` and
-    ``A'[s+1][i]``; 0 where there is no wait, its slot 0 being 0), and the op's entry
-    ``(t S + s)(U+1) + size`` in the flat duration tables of :func:`cost_tables`."""
-    count, stages, _ = forward.shape
-    width_f = P.shape[2]
-    Ps, Qs = P.transpose(1, 0, 2), Q.transpose(1, 0, 2)  # (S, P, K+1)
-    Hf = unit_holders(forward.transpose(1, 0, 2), U)
-    shape = (stages + 2, count, width_f + Q.shape[2])
-    dtype = count_dtype(max(forward.shape[2], backward.shape[2]))
-    first, second = np.zeros(shape, dtype=dtype), np.zeros(shape, dtype=dtype)
-    cost = np.zeros(shape, dtype=np.int32 if 2 * stages * (U + 1) < 2**31 else np.int64)
-    first[2 : stages + 1, :, :width_f] = holders(Hf[:-1], Ps[1:])
-    first[1 : stages + 1, :, width_f:] = holders(Hf, Qs)
-    second[1:stages, :, width_f:] = holders(
-        unit_holders(backward[:, 1:].transpose(1, 0, 2), U), Qs[:-1]
+) -> np.ndarray:
+    """``(N, W + 1)`` times index of each slot's input: forward ``k`` of ``s`` ->
+    ``A[s-1][i]``, ``i = min{i : P[s-1][i] >= P[s][k]}``; backward ``k`` -> ``A'[s+1][i]``,
+    ``i = min{i : Q[s+1][i] >= Q[s][k]}``; 0 (a slot 0) on the first / last stage; ``N W``
+    (never known) in the last column. ``forward`` / ``backward`` ``(P', S, K)`` sizes,
+    ``P`` / ``Q`` ``(P', S, K+1)`` their prefix sums."""
+    count, stages, width_f = P.shape
+    width = width_f + Q.shape[2]
+    pairs = stages * count
+    base = np.arange(pairs, dtype=np.int64).reshape(count, stages, 1) * width
+    slots = np.zeros((count, stages, width + 1), dtype=np.int64)
+    slots[..., width] = pairs * width
+    if stages > 1:
+        upstream = unit_holders(forward[:, :-1], U)
+        downstream = unit_holders(backward[:, 1:], U)
+        slots[:, 1:, :width_f] = holders(upstream, P[:, 1:]) + base[:, :-1]
+        slots[:, :-1, width_f:width] = holders(downstream, Q[:, :-1]) + (base[:, 1:] + width_f)
+    return slots.reshape(pairs, width + 1)
+
+
+def position_tables(
+    order: np.ndarray, length: np.ndarray, sizes: np.ndarray, width_f: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per op ``n`` of each pair, ``(N, L+1)`` each: its slot, its size in units, whether it
+    is a forward, and the units held after it; ``order`` ``(N, L)`` op codes, ``length``
+    ``(N,)`` ops per pair, ``sizes`` ``(N, W+1)`` each slot's size (0 in the last column,
+    the slot of every ``n >= length``)."""
+    count, L = order.shape
+    width = sizes.shape[1] - 1
+    forward = np.zeros((count, L + 1), dtype=bool)
+    forward[:, :L] = order == FORWARD_OP
+    i = np.cumsum(forward, axis=1, dtype=np.int64)
+    n = np.arange(L + 1, dtype=np.int64)
+    slot = np.where(forward, i, (width_f + 1) + n - i)
+    slot[n >= length[:, None]] = width
+    size = np.take_along_axis(sizes, slot, axis=1)
+    held = np.cumsum(np.where(forward, size, -size), axis=1)
+    return slot, size, forward, held
+
+
+def op_records(wait: np.ndarray, slot: np.ndarray, entry: np.ndarray, never: int) -> np.ndarray:
+    """``(N, L+1)`` records of the ops: ``slot``, ``entry`` and ``wait``, the times index of
+    the next op's input (``never`` after the last column); ``wait`` ``(N, L+1)`` each op's
+    own. Fields of 4 + 2 + 2 bytes where they fit (else 8 + 4 + 4): a record is then
+    gathered as one 8-byte word."""
+    small = never < 2**31 and max(slot.max(initial=0), entry.max(initial=0)) < 2**15
+    records = np.empty(
+        wait.shape,
+        dtype=[
+            ("wait", np.int32 if small else np.int64),
+            ("slot", np.int16 if small else np.int32),
+            ("entry", np.int16 if small else np.int32),
+        ],
     )
-    base = np.arange(stages, dtype=np.int64)[:, None, None] * (U + 1)
-    cost[1 : stages + 1, :, 1:width_f] = forward.transpose(1, 0, 2) + base
-    cost[1 : stages + 1, :, width_f + 1 :] = backward.transpose(1, 0, 2) + (base + stages * (U + 1))
-    return first, second, cost
+    records["wait"][:, :-1] = wait[:, 1:]
+    records["wait"][:, -1] = never
+    records["slot"] = slot
+    records["entry"] = entry
+    return records
 
 
 def cost_tables(ticked: TickedProblem) -> tuple[np.ndarray, np.ndarray]:
@@ -135,104 +160,58 @@ def cost_tables(ticked: TickedProblem) -> tuple[np.ndarray, np.ndarray]:
     return compute.astype(np.int64).ravel(), transfer.ravel()
 
 
-class _Rounds:
-    """The state of :func:`simulate` (see the module docstring), flat."""
-
-    def __init__(
-        self,
-        order: np.ndarray,
-        first: np.ndarray,
-        second: np.ndarray,
-        rows: np.ndarray,
-        widths: tuple[int, int],
-        ticked: TickedProblem,
-    ) -> None:
-        self.count, self.L = order.shape
-        self.width_f, self.W = widths
-        self.population = self.count // (ticked.num_stages + 2)
-        self.compute, self.transfer = cost_tables(ticked)
-        self.first, self.second, self.rows = first.ravel(), second.ravel(), rows.ravel()
-        self.order = order.ravel()
-        self.times = np.zeros(self.count * 2 * self.W, dtype=np.int64)
-        self.done = np.zeros(2 * self.count, dtype=first.dtype)  # counts, like the waits
-        self.position = np.zeros(self.count, dtype=np.int64)
-        self.free = np.zeros(self.count, dtype=np.int64)
-
-    def next_ops(self, q: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The next op of the pairs ``q``: its type ``t``, slot index ``at`` into the
-        ``(N, W)`` tables, the index into ``done`` of the forwards its first wait counts,
-        and the two counts it waits for."""
-        t = self.order[q * self.L + self.position[q]].astype(np.int64)
-        at = q * self.W + t * self.width_f + self.done[t * self.count + q] + 1
-        return t, at, q - self.population * (1 - t), self.first[at], self.second[at]
-
-    def run(
-        self,
-        q: np.ndarray,
-        t: np.ndarray,
-        at: np.ndarray,
-        counted: np.ndarray,
-        h1: np.ndarray,
-        h2: np.ndarray,
-    ) -> None:
-        """Run the next op of the pairs ``q`` (their inputs are there), as
-        :meth:`next_ops` gives it."""
-        W, times = self.W, self.times
-        start = np.maximum(self.free[q], times[counted * (2 * W) + W * (1 - t) + h1])
-        below = (2 * W) * self.population + W + self.width_f  # A'[s+1][0] from pair s
-        start = np.maximum(start, times[q * (2 * W) + below + h2])
-        cost = self.rows[at]
-        end = start + self.compute[cost]
-        slot = at + q * W
-        times[slot] = end
-        times[slot + W] = np.maximum(end, times[slot + W - 1]) + self.transfer[cost]
-        self.done[t * self.count + q] += 1
-        self.free[q] = end
-        self.position[q] += 1
-
-
 def simulate(
-    order: np.ndarray,
-    length: np.ndarray,
-    first: np.ndarray,
-    second: np.ndarray,
-    rows: np.ndarray,
+    records: np.ndarray,
+    inputs: np.ndarray,
+    active: np.ndarray,
+    costs: tuple[np.ndarray, np.ndarray],
     widths: tuple[int, int],
-    ticked: TickedProblem,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run rounds until none can; returns each pair's ``free`` (the end of its last op
-    run) and ``position`` (ops run), ``(N,)`` each.
+    run) and the number of ops it ran, ``(N,)`` each.
 
-    ``order`` ``(N, L)`` op codes, ``length`` ``(N,)`` ops per pair (0: nothing to run),
-    ``first`` / ``second`` / ``rows`` ``(N, W)`` as :func:`slot_tables` gives them. The
-    next op of each active pair is kept beside it, renewed only for pairs that ran."""
-    state = _Rounds(order, first, second, rows, widths, ticked)
-    active = np.flatnonzero(length)
-    below = state.count + active + state.population  # backwards done one stage below
-    ops = list(state.next_ops(active))
-    never = np.iinfo(ops[3].dtype).max  # the first wait of a finished pair: above any count
-    finished = 0  # finished pairs still among the active ones
-    done = state.done
-    while len(active) > finished:
-        t, at, counted, h1, h2 = ops
-        ready = np.flatnonzero((done[counted] >= h1) & (done[below] >= h2))
+    ``records``: :func:`op_records` ``(N, L+1)``; ``active``: the pairs with ops to run,
+    ``inputs``: the times index of their first ops' inputs; ``costs``: :func:`cost_tables`;
+    ``widths``: ``(K_f + 1, W)``."""
+    (compute, transfer), (width_f, width) = costs, widths
+    count, positions = records.shape
+    never = count * width
+    times = np.zeros(never + 1, dtype=np.int64)
+    known = np.zeros(never + 1, dtype=np.int8)
+    known[:never].reshape(count, width)[:, [0, width_f]] = 1
+    free_all = np.zeros(count, dtype=np.int64)
+    cursor_all = np.arange(count, dtype=np.int64) * positions
+    cursor, free = cursor_all[active], np.zeros(len(active), dtype=np.int64)
+    base = active * width
+    record = records.dtype
+    words = records.ravel().view(np.dtype((np.void, record.itemsize)))  # fast gathers
+    rounds = 0
+    while True:
+        ready = np.flatnonzero(known[inputs])
         if not len(ready):
             break
-        q = active[ready]
-        state.run(q, *(x[ready] for x in ops))
-        more = state.position[q] < length[q]
-        if not more.all():
-            h1[ready[~more]] = never
-            finished += len(q) - np.count_nonzero(more)
-            ready, q = ready[more], q[more]
-        for x, renewed in zip(ops, state.next_ops(q), strict=True):
-            x[ready] = renewed
-        if 4 * finished > len(active):
-            keep = state.position[active] < length[active]
-            active, below = active[keep], below[keep]
-            ops = [x[keep] for x in ops]
-            finished = 0
-    return state.free, state.position
+        at = cursor[ready]
+        op = words[at].view(record)
+        end = np.maximum(times[inputs[ready]], free[ready])
+        end += compute[op["entry"]]
+        slot = base[ready] + op["slot"]
+        sent = np.maximum(end, times[slot - 1])
+        sent += transfer[op["entry"]]
+        times[slot] = sent
+        known[slot] = 1
+        free[ready] = end
+        cursor[ready] = at + 1
+        inputs[ready] = op["wait"]
+        rounds += 1
+        if rounds % 8 == 0:
+            gone = inputs == never  # finished, or at a backward breaking rule 1
+            if 4 * np.count_nonzero(gone) > len(gone):
+                free_all[active[gone]], cursor_all[active[gone]] = free[gone], cursor[gone]
+                keep = ~gone
+                active, cursor, free = active[keep], cursor[keep], free[keep]
+                base, inputs = base[keep], inputs[keep]
+    free_all[active], cursor_all[active] = free, cursor
+    return free_all, cursor_all - np.arange(count, dtype=np.int64) * positions
 
 
 def ordered_ends(
@@ -253,20 +232,29 @@ def ordered_ends(
     kf, kb = int(forwards.max(initial=1)), int(backwards.max(initial=1))
     forward, backward, order = forward[..., :kf], backward[..., :kb], order[..., : kf + kb]
     P, Q = P[..., : kf + 1], Q[..., : kb + 1]
-    length = np.where(valid[:, None], forwards + backwards, 0).T  # (S, P)
-    tables = slot_tables(forward, backward, P, Q, U)
-    width_f, width = P.shape[2], tables[0].shape[2]
-    free, position = simulate(
-        padded(order.transpose(1, 0, 2), 1, 1).reshape(-1, order.shape[2]),
-        padded(length, 1, 1).ravel(),
-        *(table.reshape(-1, width) for table in tables),
-        (width_f, width),
-        ticked,
+    width_f, width, pairs = kf + 1, kf + kb + 2, stages * count
+    length = np.where(valid[:, None], forwards + backwards, 0).ravel()  # (N,)
+    sizes = np.zeros((count, stages, width + 1), dtype=np.int64)
+    sizes[..., 1:width_f] = forward
+    sizes[..., width_f + 1 : width] = backward
+    slot, size, is_forward, held = position_tables(
+        order.reshape(pairs, order.shape[2]), length, sizes.reshape(pairs, width + 1), width_f
     )
-    real = slice(count, (stages + 1) * count)
-    finished = valid & (position[real] == length.ravel()).reshape(stages, count).all(axis=0)
+    wait = np.take_along_axis(input_slots(forward, backward, P, Q, U), slot, axis=1)
+    wait[held < 0] = pairs * width  # a backward breaking rule 1 never runs
+    stage = np.tile(np.arange(stages, dtype=np.int64), count)[:, None]
+    entry = np.where(is_forward, stage, stage + stages) * (U + 1) + size
+    active = np.flatnonzero(length)
+    free, ran = simulate(
+        op_records(wait, slot, entry, pairs * width),
+        wait[active, 0],
+        active,
+        cost_tables(ticked),
+        (width_f, width),
+    )
+    finished = valid & (ran == length).reshape(count, stages).all(axis=1)
     # A finished stage's last op is its last backward (it waits for every forward).
-    last = free[real].reshape(stages, count).T
+    last = free.reshape(count, stages)
     ticks = np.where(finished, (last + ticked.tails).max(axis=1, initial=0), INVALID)
-    held = np.where(finished[:, None], peaks(order, P, Q) * ticked.unit, 0)
-    return ticks.astype(np.int64), held.astype(np.int64)
+    peaks = held.max(axis=1, initial=0).reshape(count, stages)
+    return ticks.astype(np.int64), np.where(finished[:, None], peaks * ticked.unit, 0)
