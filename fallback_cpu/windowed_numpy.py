@@ -19,7 +19,7 @@ State, ``(N W + 1,)`` each: ``times`` int64 arrivals and ``known`` int8 (which a
 ``W = (K_f + 1) + (K_b + 1)`` slots per pair, slot ``t (K_f + 1) + k`` of pair ``q`` at
 ``q W + slot`` for the ``k``-th (1-based) op of type ``t`` (0 forward ``A``, 1 backward
 ``A'``; slot 0 of each: 0, known); the last entry, the input of an op that never runs, is
-never known. Static: one record per op, ``(N, L+1)`` flat ``q (L+1) + n`` (:func:`op_records`:
+never known. Static: one record per op, ``(N, L)`` flat ``q L + n`` (:func:`op_records`:
 its slot, its entry in the duration tables and the times index of op ``n+1``'s input).
 Per active pair: its cursor into the records, its next op's input and its ``free``. A round
 reads ``known`` at the active pairs' inputs (a small table: a cheap scan); each ready pair
@@ -36,25 +36,29 @@ from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP
 
 
 def prefix_sums(sizes: np.ndarray, num_units: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(P, S, K)`` int64 sizes in units -> ``(P, S, K+1)`` prefix sums and ``(P, S)``
-    microbatch counts; ``ValueError`` unless every row is a partition of ``num_units``
-    (sizes in ``0..U``, zeros only at the end: the first ``count`` sum to ``U``)."""
-    prefix = np.zeros((*sizes.shape[:2], sizes.shape[2] + 1), dtype=np.int64)
-    np.cumsum(sizes, axis=2, out=prefix[:, :, 1:])
+    """``(P, S, K)`` integer sizes in units -> ``(P, S, K+1)`` prefix sums (int32 where
+    ``K U`` fits) and ``(P, S)`` microbatch counts; ``ValueError`` unless every row is a
+    partition of ``num_units`` (sizes in ``0..U``, zeros only at the end: the first
+    ``count`` sum to ``U``)."""
+    dtype = np.int32 if sizes.shape[2] * num_units < 2**31 else np.int64
+    prefix = np.zeros((*sizes.shape[:2], sizes.shape[2] + 1), dtype=dtype)
+    np.cumsum(sizes, axis=2, dtype=dtype, out=prefix[:, :, 1:])
     short = prefix[:, :, 1:] < num_units  # before the microbatch that completes the row
     bad = (
-        (sizes.view(np.uint64) > num_units)  # negatives read as too large
-        | (short & (sizes == 0))  # a zero before the row is complete
+        (sizes < 0) | (sizes > num_units) | (short & (sizes == 0))  # a zero before the end
     ).any(axis=(1, 2)) | (prefix[:, :, -1] != num_units).any(axis=1)
     if bad.any():
         raise ValueError(not_partitions(int(np.argmax(bad)), num_units))
-    used = short.sum(axis=2, dtype=np.int64) + 1
+    used = short.view(np.int8).sum(axis=2, dtype=np.int64) + 1
     return prefix, used
 
 
 def count_dtype(width: int) -> type[np.signedinteger]:
-    """The smallest dtype used for microbatch indices and counts up to ``width``."""
-    return np.int8 if width < 127 else np.int64
+    """The smallest signed integer dtype that holds ``-width..width``."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if width <= np.iinfo(dtype).max:
+            return dtype
+    return np.int64
 
 
 def unit_holders(sizes: np.ndarray, num_units: int) -> np.ndarray:
@@ -82,9 +86,10 @@ def counts_hold(order: np.ndarray, forwards: np.ndarray, backwards: np.ndarray) 
     backwards, then :data:`NO_OP` only."""
     length = forwards + backwards
     padding = np.arange(order.shape[2]) >= length[..., None]
+    dtype = count_dtype(order.shape[2])
     return (
-        ((order == FORWARD_OP).sum(axis=2) == forwards)
-        & ((order == BACKWARD_OP).sum(axis=2) == backwards)
+        ((order == FORWARD_OP).view(np.int8).sum(axis=2, dtype=dtype) == forwards)
+        & ((order == BACKWARD_OP).view(np.int8).sum(axis=2, dtype=dtype) == backwards)
         & ((order == NO_OP) == padding).all(axis=2)
     ).all(axis=1)
 
@@ -92,58 +97,58 @@ def counts_hold(order: np.ndarray, forwards: np.ndarray, backwards: np.ndarray) 
 def input_slots(
     forward: np.ndarray, backward: np.ndarray, P: np.ndarray, Q: np.ndarray, U: int
 ) -> np.ndarray:
-    """``(N, W + 1)`` times index of each slot's input: forward ``k`` of ``s`` ->
-    ``A[s-1][i]``, ``i = min{i : P[s-1][i] >= P[s][k]}``; backward ``k`` -> ``A'[s+1][i]``,
-    ``i = min{i : Q[s+1][i] >= Q[s][k]}``; 0 (a slot 0) on the first / last stage; ``N W``
-    (never known) in the last column. ``forward`` / ``backward`` ``(P', S, K)`` sizes,
-    ``P`` / ``Q`` ``(P', S, K+1)`` their prefix sums."""
+    """``(N, W + 1)`` times index of each slot's input, from its pair's first slot (pairs
+    are ``W + 1`` apart): forward ``k`` of ``s`` -> ``A[s-1][i]``, ``i = min{i : P[s-1][i]
+    >= P[s][k]}``; backward ``k`` -> ``A'[s+1][i]``, ``i = min{i : Q[s+1][i] >= Q[s][k]}``;
+    0 (its own slot 0) on the first / last stage; ``W`` (its never known slot) in the last
+    column. ``forward`` / ``backward`` ``(P', S, K)`` sizes, ``P`` / ``Q`` ``(P', S, K+1)``
+    their prefix sums."""
     count, stages, width_f = P.shape
     width = width_f + Q.shape[2]
-    pairs = stages * count
-    base = np.arange(pairs, dtype=np.int64).reshape(count, stages, 1) * width
-    slots = np.zeros((count, stages, width + 1), dtype=np.int64)
-    slots[..., width] = pairs * width
+    dtype = count_dtype(2 * width + 2)
+    slots = np.zeros((count, stages, width + 1), dtype=dtype)
+    slots[..., width] = width
     if stages > 1:
-        upstream = unit_holders(forward[:, :-1], U)
-        downstream = unit_holders(backward[:, 1:], U)
-        slots[:, 1:, :width_f] = holders(upstream, P[:, 1:]) + base[:, :-1]
-        slots[:, :-1, width_f:width] = holders(downstream, Q[:, :-1]) + (base[:, 1:] + width_f)
-    return slots.reshape(pairs, width + 1)
+        upstream = holders(unit_holders(forward[:, :-1], U), P[:, 1:]).astype(dtype)
+        downstream = holders(unit_holders(backward[:, 1:], U), Q[:, :-1]).astype(dtype)
+        slots[:, 1:, :width_f] = upstream - dtype(width + 1)
+        slots[:, :-1, width_f:width] = downstream + dtype(width + 1 + width_f)
+    return slots.reshape(count * stages, width + 1)
 
 
 def position_tables(
     order: np.ndarray, length: np.ndarray, sizes: np.ndarray, width_f: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per op ``n`` of each pair, ``(N, L+1)`` each: its slot, its size in units, whether it
+    """Per op ``n`` of each pair, ``(N, L)`` each: its slot, its size in units, whether it
     is a forward, and the units held after it; ``order`` ``(N, L)`` op codes, ``length``
     ``(N,)`` ops per pair, ``sizes`` ``(N, W+1)`` each slot's size (0 in the last column,
-    the slot of every ``n >= length``)."""
-    count, L = order.shape
+    the slot of every ``n >= length``). int32 but ``forward`` (bool)."""
     width = sizes.shape[1] - 1
-    forward = np.zeros((count, L + 1), dtype=bool)
-    forward[:, :L] = order == FORWARD_OP
-    i = np.cumsum(forward, axis=1, dtype=np.int64)
-    n = np.arange(L + 1, dtype=np.int64)
+    forward = order == FORWARD_OP
+    i = np.cumsum(forward.view(np.int8), axis=1, dtype=np.int32)
+    n = np.arange(order.shape[1], dtype=np.int32)
     slot = np.where(forward, i, (width_f + 1) + n - i)
     slot[n >= length[:, None]] = width
     size = np.take_along_axis(sizes, slot, axis=1)
-    held = np.cumsum(np.where(forward, size, -size), axis=1)
+    held = np.cumsum(np.where(forward, size, -size), axis=1, dtype=np.int32)
     return slot, size, forward, held
 
 
 def op_records(wait: np.ndarray, slot: np.ndarray, entry: np.ndarray, never: int) -> np.ndarray:
-    """``(N, L+1)`` records of the ops: ``slot``, ``entry`` and ``wait``, the times index of
-    the next op's input (``never`` after the last column); ``wait`` ``(N, L+1)`` each op's
-    own. Fields of 4 + 2 + 2 bytes where they fit (else 8 + 4 + 4): a record is then
-    gathered as one 8-byte word."""
-    small = never < 2**31 and max(slot.max(initial=0), entry.max(initial=0)) < 2**15
+    """``(N, L)`` records of the ops: ``slot``, ``entry`` and ``wait``, the next op's input
+    (:func:`input_slots`; ``never``, ``W``, in the last column); ``wait`` ``(N, L)`` each
+    op's own. The smallest fields that hold them, in a record of 4, 8 or 16 bytes (gathered
+    as one word)."""
+    index = count_dtype(max(2 * never + 2, wait.max(initial=0)))
+    cost = count_dtype(entry.max(initial=0))
+    size = 2 * np.dtype(index).itemsize + np.dtype(cost).itemsize
     records = np.empty(
         wait.shape,
-        dtype=[
-            ("wait", np.int32 if small else np.int64),
-            ("slot", np.int16 if small else np.int32),
-            ("entry", np.int16 if small else np.int32),
-        ],
+        dtype={
+            "names": ["wait", "slot", "entry"],
+            "formats": [index, index, cost],
+            "itemsize": 1 << (size - 1).bit_length(),
+        },
     )
     records["wait"][:, :-1] = wait[:, 1:]
     records["wait"][:, -1] = never
@@ -170,19 +175,19 @@ def simulate(
     """Run rounds until none can; returns each pair's ``free`` (the end of its last op
     run) and the number of ops it ran, ``(N,)`` each.
 
-    ``records``: :func:`op_records` ``(N, L+1)``; ``active``: the pairs with ops to run,
+    ``records``: :func:`op_records` ``(N, L)``; ``active``: the pairs with ops to run,
     ``inputs``: the times index of their first ops' inputs; ``costs``: :func:`cost_tables`;
     ``widths``: ``(K_f + 1, W)``."""
     (compute, transfer), (width_f, width) = costs, widths
     count, positions = records.shape
-    never = count * width
-    times = np.zeros(never + 1, dtype=np.int64)
-    known = np.zeros(never + 1, dtype=np.int8)
-    known[:never].reshape(count, width)[:, [0, width_f]] = 1
+    times = np.zeros(count * (width + 1), dtype=np.int64)
+    known = np.zeros((count, width + 1), dtype=np.int8)
+    known[:, [0, width_f]] = 1
+    known = known.ravel()
     free_all = np.zeros(count, dtype=np.int64)
     cursor_all = np.arange(count, dtype=np.int64) * positions
     cursor, free = cursor_all[active], np.zeros(len(active), dtype=np.int64)
-    base = active * width
+    base = active * (width + 1)
     record = records.dtype
     words = records.ravel().view(np.dtype((np.void, record.itemsize)))  # fast gathers
     rounds = 0
@@ -193,18 +198,20 @@ def simulate(
         at = cursor[ready]
         op = words[at].view(record)
         end = np.maximum(times[inputs[ready]], free[ready])
-        end += compute[op["entry"]]
-        slot = base[ready] + op["slot"]
+        cost = op["entry"].astype(np.intp)
+        end += compute[cost]
+        here = base[ready]
+        slot = here + op["slot"]
         sent = np.maximum(end, times[slot - 1])
-        sent += transfer[op["entry"]]
+        sent += transfer[cost]
         times[slot] = sent
         known[slot] = 1
         free[ready] = end
         cursor[ready] = at + 1
-        inputs[ready] = op["wait"]
+        inputs[ready] = here + op["wait"]
         rounds += 1
         if rounds % 8 == 0:
-            gone = inputs == never  # finished, or at a backward breaking rule 1
+            gone = inputs - base == width  # finished, or at a backward breaking rule 1
             if 4 * np.count_nonzero(gone) > len(gone):
                 free_all[active[gone]], cursor_all[active[gone]] = free[gone], cursor[gone]
                 keep = ~gone
@@ -222,8 +229,9 @@ def ordered_ends(
     ``forward`` / ``backward``: ``(P, S, K)`` sizes in units; ``order``: ``(P, S, L)`` op
     codes. :data:`~tidgap.backends.evaluator.INVALID` and 0 where the order cannot finish.
     """
-    forward, backward = np.asarray(forward, dtype=np.int64), np.asarray(backward, dtype=np.int64)
-    order = np.asarray(order)
+    forward, backward, order = np.asarray(forward), np.asarray(backward), np.asarray(order)
+    if forward.dtype not in (np.int32, np.int64) or backward.dtype != forward.dtype:
+        forward, backward = forward.astype(np.int64), backward.astype(np.int64)
     count, stages = forward.shape[:2]
     U = ticked.num_units
     (P, forwards), (Q, backwards) = prefix_sums(forward, U), prefix_sums(backward, U)
@@ -234,20 +242,20 @@ def ordered_ends(
     P, Q = P[..., : kf + 1], Q[..., : kb + 1]
     width_f, width, pairs = kf + 1, kf + kb + 2, stages * count
     length = np.where(valid[:, None], forwards + backwards, 0).ravel()  # (N,)
-    sizes = np.zeros((count, stages, width + 1), dtype=np.int64)
+    sizes = np.zeros((count, stages, width + 1), dtype=np.int32)
     sizes[..., 1:width_f] = forward
     sizes[..., width_f + 1 : width] = backward
     slot, size, is_forward, held = position_tables(
         order.reshape(pairs, order.shape[2]), length, sizes.reshape(pairs, width + 1), width_f
     )
     wait = np.take_along_axis(input_slots(forward, backward, P, Q, U), slot, axis=1)
-    wait[held < 0] = pairs * width  # a backward breaking rule 1 never runs
-    stage = np.tile(np.arange(stages, dtype=np.int64), count)[:, None]
+    wait[held < 0] = width  # a backward breaking rule 1 never runs
+    stage = np.tile(np.arange(stages, dtype=np.int32), count)[:, None]
     entry = np.where(is_forward, stage, stage + stages) * (U + 1) + size
     active = np.flatnonzero(length)
     free, ran = simulate(
-        op_records(wait, slot, entry, pairs * width),
-        wait[active, 0],
+        op_records(wait, slot, entry, width),
+        active * (width + 1) + wait[active, 0],
         active,
         cost_tables(ticked),
         (width_f, width),
@@ -257,4 +265,4 @@ def ordered_ends(
     last = free.reshape(count, stages)
     ticks = np.where(finished, (last + ticked.tails).max(axis=1, initial=0), INVALID)
     peaks = held.max(axis=1, initial=0).reshape(count, stages)
-    return ticks.astype(np.int64), np.where(finished[:, None], peaks * ticked.unit, 0)
+    return ticks.astype(np.int64), np.where(finished[:, None], peaks * np.int64(ticked.unit), 0)
