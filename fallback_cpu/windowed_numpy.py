@@ -10,20 +10,19 @@ and ``+`` on ticks, so the results equal :mod:`tidgap.fallback_cpu.windowed_numb
 
 An op waits for its stage (``free``, the end of its previous op) and for one arrival from a
 neighbour: a forward ``k`` of ``s`` for ``A[s-1][i]``, a backward for ``A'[s+1][i]`` (none on
-the first / last stage: a slot 0). A backward also waits for its own forward; the stage runs
-its ops in order, so that forward has run, and ended by ``free``, iff the units held after
-the backward are ``>= 0`` (rule 1), known before the simulation: a backward breaking it
-never runs.
+the first / last stage: its own slot 0). A backward also waits for its own forward; the
+stage runs its ops in order, so that forward has run, and ended by ``free``, iff the units
+held after the backward are ``>= 0`` (rule 1), known before the simulation: a backward
+breaking it never runs.
 
-State, ``(N W + 1,)`` each: ``times`` int64 arrivals and ``known`` int8 (which are computed),
-``W = (K_f + 1) + (K_b + 1)`` slots per pair, slot ``t (K_f + 1) + k`` of pair ``q`` at
-``q W + slot`` for the ``k``-th (1-based) op of type ``t`` (0 forward ``A``, 1 backward
-``A'``; slot 0 of each: 0, known); the last entry, the input of an op that never runs, is
-never known. Static: one record per op, ``(N, L)`` flat ``q L + n`` (:func:`op_records`:
-its slot, its entry in the duration tables and the times index of op ``n+1``'s input).
-Per active pair: its cursor into the records, its next op's input and its ``free``. A round
-reads ``known`` at the active pairs' inputs (a small table: a cheap scan); each ready pair
-reads one record.
+State: ``times`` ``(N (W + 1),)`` int64 arrivals, -1 until computed, ``W = (K_f + 1) +
+(K_b + 1)``; pair ``q``'s slots start at ``q (W + 1)``: slot ``t (K_f + 1) + k`` for the
+``k``-th (1-based) op of type ``t`` (0 forward ``A``, 1 backward ``A'``; slot 0 of each: 0),
+then slot ``W``, never written, the input of an op that never runs. Static: one record per
+op, ``(N, L)`` flat ``q L + n`` (:func:`op_records`: its slot, its entry in the duration
+tables and op ``n+1``'s input, relative to the pair's first slot). Per active pair: its
+cursor into the records, its next op's input and its ``free``. A round gathers ``times`` at
+the active pairs' inputs; the pairs with one ``>= 0`` run, each reading one record.
 """
 
 from __future__ import annotations
@@ -100,7 +99,7 @@ def input_slots(
     """``(N, W + 1)`` times index of each slot's input, from its pair's first slot (pairs
     are ``W + 1`` apart): forward ``k`` of ``s`` -> ``A[s-1][i]``, ``i = min{i : P[s-1][i]
     >= P[s][k]}``; backward ``k`` -> ``A'[s+1][i]``, ``i = min{i : Q[s+1][i] >= Q[s][k]}``;
-    0 (its own slot 0) on the first / last stage; ``W`` (its never known slot) in the last
+    0 (its own slot 0) on the first / last stage; ``W`` (its never written slot) in the last
     column. ``forward`` / ``backward`` ``(P', S, K)`` sizes, ``P`` / ``Q`` ``(P', S, K+1)``
     their prefix sums."""
     count, stages, width_f = P.shape
@@ -139,7 +138,7 @@ def op_records(wait: np.ndarray, slot: np.ndarray, entry: np.ndarray, never: int
     (:func:`input_slots`; ``never``, ``W``, in the last column); ``wait`` ``(N, L)`` each
     op's own. The smallest fields that hold them, in a record of 4, 8 or 16 bytes (gathered
     as one word)."""
-    index = count_dtype(max(2 * never + 2, wait.max(initial=0)))
+    index = count_dtype(2 * never + 2)
     cost = count_dtype(entry.max(initial=0))
     size = 2 * np.dtype(index).itemsize + np.dtype(cost).itemsize
     records = np.empty(
@@ -180,10 +179,9 @@ def simulate(
     ``widths``: ``(K_f + 1, W)``."""
     (compute, transfer), (width_f, width) = costs, widths
     count, positions = records.shape
-    times = np.zeros(count * (width + 1), dtype=np.int64)
-    known = np.zeros((count, width + 1), dtype=np.int8)
-    known[:, [0, width_f]] = 1
-    known = known.ravel()
+    times = np.full((count, width + 1), -1, dtype=np.int64)
+    times[:, [0, width_f]] = 0
+    times = times.ravel()
     free_all = np.zeros(count, dtype=np.int64)
     cursor_all = np.arange(count, dtype=np.int64) * positions
     cursor, free = cursor_all[active], np.zeros(len(active), dtype=np.int64)
@@ -192,12 +190,13 @@ def simulate(
     words = records.ravel().view(np.dtype((np.void, record.itemsize)))  # fast gathers
     rounds = 0
     while True:
-        ready = np.flatnonzero(known[inputs])
+        start = times[inputs]
+        ready = np.flatnonzero(start >= 0)
         if not len(ready):
             break
         at = cursor[ready]
         op = words[at].view(record)
-        end = np.maximum(times[inputs[ready]], free[ready])
+        end = np.maximum(start[ready], free[ready])
         cost = op["entry"].astype(np.intp)
         end += compute[cost]
         here = base[ready]
@@ -205,7 +204,6 @@ def simulate(
         sent = np.maximum(end, times[slot - 1])
         sent += transfer[cost]
         times[slot] = sent
-        known[slot] = 1
         free[ready] = end
         cursor[ready] = at + 1
         inputs[ready] = here + op["wait"]
@@ -250,8 +248,9 @@ def ordered_ends(
     )
     wait = np.take_along_axis(input_slots(forward, backward, P, Q, U), slot, axis=1)
     wait[held < 0] = width  # a backward breaking rule 1 never runs
-    stage = np.tile(np.arange(stages, dtype=np.int32), count)[:, None]
-    entry = np.where(is_forward, stage, stage + stages) * (U + 1) + size
+    entries = 2 * stages * (U + 1)
+    stage = np.tile(np.arange(stages, dtype=np.int32 if entries < 2**31 else np.int64), count)
+    entry = np.where(is_forward, stage[:, None], stage[:, None] + stages) * (U + 1) + size
     active = np.flatnonzero(length)
     free, ran = simulate(
         op_records(wait, slot, entry, width),
