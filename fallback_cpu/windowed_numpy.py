@@ -43,8 +43,9 @@ def prefix_sums(sizes: np.ndarray, num_units: int) -> tuple[np.ndarray, np.ndarr
     prefix = np.zeros((*sizes.shape[:2], sizes.shape[2] + 1), dtype=dtype)
     np.cumsum(sizes, axis=2, dtype=dtype, out=prefix[:, :, 1:])
     short = prefix[:, :, 1:] < num_units  # before the microbatch that completes the row
+    unsigned = sizes.view(f"u{sizes.itemsize}")  # negatives read as too large
     bad = (
-        (sizes < 0) | (sizes > num_units) | (short & (sizes == 0))  # a zero before the end
+        (unsigned > num_units) | (short & (sizes == 0))  # a zero before the row is complete
     ).any(axis=(1, 2)) | (prefix[:, :, -1] != num_units).any(axis=1)
     if bad.any():
         raise ValueError(not_partitions(int(np.argmax(bad)), num_units))
@@ -115,22 +116,19 @@ def input_slots(
     return slots.reshape(count * stages, width + 1)
 
 
-def position_tables(
-    order: np.ndarray, length: np.ndarray, sizes: np.ndarray, width_f: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per op ``n`` of each pair, ``(N, L)`` each: its slot, its size in units, whether it
-    is a forward, and the units held after it; ``order`` ``(N, L)`` op codes, ``length``
-    ``(N,)`` ops per pair, ``sizes`` ``(N, W+1)`` each slot's size (0 in the last column,
-    the slot of every ``n >= length``). int32 but ``forward`` (bool)."""
-    width = sizes.shape[1] - 1
+def op_positions(
+    order: np.ndarray, length: np.ndarray, width_f: int, width: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per op ``n`` of each pair, ``(N, L)`` each: its slot (int32; ``W`` for every
+    ``n >= length``), its index into flat ``(N, W+1)`` slot tables (int64) and whether it
+    is a forward; ``order`` ``(N, L)`` op codes, ``length`` ``(N,)`` ops per pair."""
     forward = order == FORWARD_OP
     i = np.cumsum(forward.view(np.int8), axis=1, dtype=np.int32)
     n = np.arange(order.shape[1], dtype=np.int32)
     slot = np.where(forward, i, (width_f + 1) + n - i)
     slot[n >= length[:, None]] = width
-    size = np.take_along_axis(sizes, slot, axis=1)
-    held = np.cumsum(np.where(forward, size, -size), axis=1, dtype=np.int32)
-    return slot, size, forward, held
+    flat = slot + (np.arange(len(order), dtype=np.int64) * (width + 1))[:, None]
+    return slot, flat, forward
 
 
 def op_records(wait: np.ndarray, slot: np.ndarray, entry: np.ndarray, never: int) -> np.ndarray:
@@ -240,13 +238,15 @@ def ordered_ends(
     P, Q = P[..., : kf + 1], Q[..., : kb + 1]
     width_f, width, pairs = kf + 1, kf + kb + 2, stages * count
     length = np.where(valid[:, None], forwards + backwards, 0).ravel()  # (N,)
-    sizes = np.zeros((count, stages, width + 1), dtype=np.int32)
+    sizes = np.zeros((count, stages, width + 1), dtype=np.int32)  # each slot's, 0 in slot W
     sizes[..., 1:width_f] = forward
     sizes[..., width_f + 1 : width] = backward
-    slot, size, is_forward, held = position_tables(
-        order.reshape(pairs, order.shape[2]), length, sizes.reshape(pairs, width + 1), width_f
+    slot, flat, is_forward = op_positions(
+        order.reshape(pairs, order.shape[2]), length, width_f, width
     )
-    wait = np.take_along_axis(input_slots(forward, backward, P, Q, U), slot, axis=1)
+    size = sizes.ravel()[flat]
+    held = np.cumsum(np.where(is_forward, size, -size), axis=1, dtype=np.int32)  # after each op
+    wait = input_slots(forward, backward, P, Q, U).ravel()[flat]
     wait[held < 0] = width  # a backward breaking rule 1 never runs
     entries = 2 * stages * (U + 1)
     stage = np.tile(np.arange(stages, dtype=np.int32 if entries < 2**31 else np.int64), count)
