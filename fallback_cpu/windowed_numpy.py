@@ -232,6 +232,8 @@ def ordered_ends(
     U = ticked.num_units
     (P, forwards), (Q, backwards) = prefix_sums(forward, U), prefix_sums(backward, U)
     valid = counts_hold(order, forwards, backwards)
+    if not valid.any():  # nothing can finish (an order too narrow for any op, too)
+        return np.full(count, INVALID, dtype=np.int64), np.zeros((count, stages), dtype=np.int64)
     # Past the most microbatches any row uses there are only zeros (and NO_OP): cut them.
     kf, kb = int(forwards.max(initial=1)), int(backwards.max(initial=1))
     forward, backward, order = forward[..., :kf], backward[..., :kb], order[..., : kf + kb]

@@ -77,6 +77,21 @@ def test_golden_invalid_orders_score_invalid(
 
 
 @pytest.mark.parametrize("backend", CPU_NAMES)
+def test_orders_too_narrow_for_any_op_score_invalid(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_here(backend, monkeypatch)
+    problem = Problem.from_dict(case_named("tiny7_0")["problem"])
+    ticked = tick_problem(problem)
+    rng = np.random.default_rng(11)
+    population = random_orders(rng, random_individuals(rng, ticked, 3, 8), repaired=1.0)
+    narrow = Population(population.forward, population.backward, population.order[..., :0])
+    evaluator = create_evaluator(ticked, FAMILY, backend)
+    assert evaluator.score(narrow).tolist() == [INVALID] * 3
+    assert (evaluator.peak_held(narrow) == 0).all()
+
+
+@pytest.mark.parametrize("backend", CPU_NAMES)
 def test_sizes_that_are_not_partitions_are_refused(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
