@@ -43,7 +43,9 @@ def test_misaligned_agrees_with_the_runtimes_recompute_rule() -> None:
 @pytest.mark.parametrize("name", ["gpt1-14", "hetero-8"])
 def test_the_constraint_binds_and_the_plan_needs_no_recompute(name: str) -> None:
     """Unconstrained, the same search returns a plan that recomputes; constrained, none does,
-    and it is still never slower than the best 1F1B."""
+    and it is still never slower than the best 1F1B. The constraint only takes plans away:
+    given the constrained plan, the free search returns one at least as fast (a free search
+    alone may find a slower one: the GA is a heuristic)."""
     problem = load_problem(EXAMPLE_PREFIX + name)
     free = search(problem, generations=60, seed=0)
     held = search(problem, generations=60, seed=0, no_recompute=True)
@@ -51,7 +53,8 @@ def test_the_constraint_binds_and_the_plan_needs_no_recompute(name: str) -> None
     assert not any(recomputes(held.plan))
     assert held.no_recompute and held.plan_document()["search"]["no_recompute"]
     assert held.evaluation.iteration_time <= held.baselines["1f1b"].iteration_time
-    assert held.evaluation.iteration_time >= free.evaluation.iteration_time
+    given = search(problem, generations=60, seed=0, initial_plans=[held.plan])
+    assert given.evaluation.iteration_time <= held.evaluation.iteration_time
 
 
 @pytest.mark.parametrize("name", ["vgg16", "gpt1-14", "hetero-8"])

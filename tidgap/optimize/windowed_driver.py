@@ -62,6 +62,8 @@ from tidgap.schedules.held import flush_fits
 
 #: Equal partitions (spread over the feasible counts) that also seed window orders.
 WINDOWED_SEED_COUNTS = 16
+#: Ramp seeds: the counts of one-unit forwards in front, as offsets from ``S``.
+RAMP_OFFSETS = (-1, 0, 1)
 #: The family searched.
 SEARCHED = SCHEDULES["windowed"]
 #: The first, flush search: the share of a time limit (and of ``generations``) it takes at
@@ -100,6 +102,33 @@ def seed_plans(
     counts = equal_seed_counts(problem.num_units, cap, width, population, wanted)
     builders = [SCHEDULES[name].baseline for name in TIMED_BASELINES]
     return [build(problem, m) for m in counts for build in builders if build is not None]
+
+
+def near_equal(units: int, size: int) -> list[int]:
+    """``units`` as ``ceil(units / size)`` near-equal sizes (larger first), in units."""
+    count = max(1, -(-units // size))
+    q, r = divmod(units, count)
+    return [q + 1] * r + [q] * (count - r)
+
+
+def ramp_plans(problem: Problem, width: int, best_1f1b: BaselineResult) -> list[Plan]:
+    """Partitions that fill and drain the pipeline early, for window orders: every stage's
+    forwards start with ``r`` of one unit (``r = S + RAMP_OFFSETS``), then near-equal ones of
+    ``b`` units (the best 1F1B's size, within the caps), its backwards with one of ``b - 1``
+    units (at least 1), then near-equal ones of ``b``; those with at most ``width``
+    microbatches per row. The GA rarely reaches this shape from equal partitions (the
+    annealed gpt1-14 plan in docs/ has it)."""
+    S, U, unit = problem.num_stages, problem.num_units, problem.unit
+    b = max(1, min(round(U / best_1f1b.microbatches), problem.common_cap() // unit))
+    first = max(1, b - 1)
+    backward = [first, *near_equal(U - first, b)] if first < U else [U]
+    plans = []
+    for r in sorted({S + offset for offset in RAMP_OFFSETS if 0 < S + offset < U}):
+        forward = [1] * r + near_equal(U - r, b)
+        if max(len(forward), len(backward)) <= width:
+            rows = [[x * unit for x in forward]] * S, [[x * unit for x in backward]] * S
+            plans.append(Plan.of(*rows, windows=[problem.batch_size] * S))
+    return plans
 
 
 def windowed_seeds(plans: Sequence[Plan], levels: Sequence[MemoryLevel]) -> list[Plan]:
@@ -282,7 +311,8 @@ def prepare_windowed(
         wanted + [len(p) for plan in plans for p in plan.forward + plan.backward],
     )
     equal = seed_plans(problem, width, population, baselines)
-    partitions = [*equal[:: 2 * max(1, len(equal) // (2 * WINDOWED_SEED_COUNTS))], *plans]
+    ramps = ramp_plans(problem, width, baselines["1f1b"])
+    partitions = [*equal[:: 2 * max(1, len(equal) // (2 * WINDOWED_SEED_COUNTS))], *ramps, *plans]
     footprint = joint_footprint(
         population, len(levels), S, width, U, len(equal) + len(partitions) * (len(levels) + 1)
     )
