@@ -18,8 +18,13 @@ from tidgap.optimize.windowed_driver import (
     flush_fits,
     flush_generations,
     one_f_one_b_level,
+    ramp_plans,
 )
-from tidgap.schedules.baselines import feasible_microbatch_counts, one_f_one_b_plan
+from tidgap.schedules.baselines import (
+    best_baselines,
+    feasible_microbatch_counts,
+    one_f_one_b_plan,
+)
 
 REL = 1e-9
 GENERATIONS = 8
@@ -43,6 +48,29 @@ def _problem(name: str) -> Problem:
 
 #: Every golden case and every built-in example.
 EVERY_PROBLEM = [case_id(c) for c in golden_cases()] + [f"example:{n}" for n in example_names()]
+
+
+@pytest.mark.parametrize("name", EVERY_PROBLEM)
+@pytest.mark.parametrize("width", [4, 32])
+def test_ramp_seeds_are_plans_that_start_small(name: str, width: int) -> None:
+    """Each ramp seed is a plan within the caps and ``width``: every stage the same rows,
+    forwards opening with at least ``S - 1`` one-unit microbatches and no microbatch above
+    the best 1F1B's size ``b``, backwards opening with ``b - 1`` units."""
+    problem = _problem(name)
+    best = best_baselines(problem)["1f1b"]
+    plans = ramp_plans(problem, width, best)
+    unit, S, U = problem.unit, problem.num_stages, problem.num_units
+    b = min(round(U / best.microbatches), problem.common_cap() // unit) * unit
+    for plan in plans:
+        evaluate(problem, plan)  # a valid plan: partitions of the batch within the caps
+        forward, backward = plan.forward[0], plan.backward[0]
+        assert plan.forward == [forward] * S and plan.backward == [backward] * S
+        assert max(len(forward), len(backward)) <= width
+        assert forward[: S - 1] == [unit] * (S - 1) and max(forward + backward) <= b
+        assert backward[0] == b - unit
+    assert len({tuple(plan.forward[0]) for plan in plans}) == len(plans)
+    if width == 32 and name in ("example:gpt1-14", "example:hetero-8", "example:vgg16"):
+        assert len(plans) == 3
 
 
 def _windowed(problem: Problem, **options: Any) -> SearchResult:

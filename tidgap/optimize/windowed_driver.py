@@ -115,13 +115,14 @@ def ramp_plans(problem: Problem, width: int, best_1f1b: BaselineResult) -> list[
     """Partitions that fill and drain the pipeline early, for window orders: every stage's
     forwards start with ``r`` of one unit (``r = S + RAMP_OFFSETS``), then near-equal ones of
     ``b`` units (the best 1F1B's size, within the caps), its backwards with one of ``b - 1``
-    units (at least 1), then near-equal ones of ``b``; those with at most ``width``
-    microbatches per row. The GA rarely reaches this shape from equal partitions (the
-    annealed gpt1-14 plan in docs/ has it)."""
+    units, then near-equal ones of ``b``; those with at most ``width`` microbatches per
+    row. None when ``b`` is one unit (all sizes one: an equal seed already). The GA rarely
+    reaches this shape from equal partitions (the annealed gpt1-14 plan in docs/ has it)."""
     S, U, unit = problem.num_stages, problem.num_units, problem.unit
-    b = max(1, min(round(U / best_1f1b.microbatches), problem.common_cap() // unit))
-    first = max(1, b - 1)
-    backward = [first, *near_equal(U - first, b)] if first < U else [U]
+    b = min(round(U / best_1f1b.microbatches), problem.common_cap() // unit)
+    if b < 2:
+        return []
+    backward = [b - 1, *near_equal(U - b + 1, b)]
     plans = []
     for r in sorted({S + offset for offset in RAMP_OFFSETS if 0 < S + offset < U}):
         forward = [1] * r + near_equal(U - r, b)
