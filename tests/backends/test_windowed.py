@@ -3,6 +3,8 @@ what they refuse."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -76,17 +78,24 @@ def test_golden_invalid_orders_score_invalid(
     assert evaluator.peak_held(population).tolist() == [[0] * problem.num_stages]
 
 
+def _tiny_repaired(
+    backend: str, monkeypatch: pytest.MonkeyPatch, count: int, seed: int
+) -> tuple[Any, Population]:
+    """The ordered evaluator of golden case ``tiny7_0`` on ``backend`` (run here) and
+    ``count`` random individuals with ``K = 8`` and repaired (valid) orders."""
+    run_here(backend, monkeypatch)
+    ticked = tick_problem(Problem.from_dict(case_named("tiny7_0")["problem"]))
+    rng = np.random.default_rng(seed)
+    population = random_orders(rng, random_individuals(rng, ticked, count, 8), repaired=1.0)
+    return create_evaluator(ticked, FAMILY, backend), population
+
+
 @pytest.mark.parametrize("backend", CPU_NAMES)
 def test_orders_too_narrow_for_any_op_score_invalid(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run_here(backend, monkeypatch)
-    problem = Problem.from_dict(case_named("tiny7_0")["problem"])
-    ticked = tick_problem(problem)
-    rng = np.random.default_rng(11)
-    population = random_orders(rng, random_individuals(rng, ticked, 3, 8), repaired=1.0)
+    evaluator, population = _tiny_repaired(backend, monkeypatch, 3, seed=11)
     narrow = Population(population.forward, population.backward, population.order[..., :0])
-    evaluator = create_evaluator(ticked, FAMILY, backend)
     assert evaluator.score(narrow).tolist() == [INVALID] * 3
     assert (evaluator.peak_held(narrow) == 0).all()
 
@@ -95,12 +104,8 @@ def test_orders_too_narrow_for_any_op_score_invalid(
 def test_sizes_that_are_not_partitions_are_refused(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run_here(backend, monkeypatch)
-    problem = Problem.from_dict(case_named("tiny7_0")["problem"])
-    ticked = tick_problem(problem)
-    rng = np.random.default_rng(7)
-    population = random_orders(rng, random_individuals(rng, ticked, 5, 8), repaired=1.0)
-    evaluator = create_evaluator(ticked, FAMILY, backend)
+    evaluator, population = _tiny_repaired(backend, monkeypatch, 5, seed=7)
+    ticked = evaluator.ticked
     assert (evaluator.score(population) < INVALID).all()
     # a row summing to more than U, a size after the padding, a negative size, and sizes
     # summing to U with a zero between them
