@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import datetime
 import importlib
-import os
 import platform
 import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -29,6 +27,7 @@ from tidgap import __version__
 from tidgap.analysis.workload import BASE, Workload, population_arrays, repeated
 from tidgap.backends import BACKENDS, Backend
 from tidgap.backends.evaluator import Evaluator, create_evaluator
+from tidgap.host import cpu_model
 from tidgap.optimize.genome import Population
 from tidgap.optimize.memory import default_budget, format_bytes, joint_footprint, search_footprint
 from tidgap.schedules.families import SCHEDULES
@@ -180,18 +179,6 @@ def measure_backend(
             seconds = time_evaluations(evaluator, population, xp, repeats, warmup)
             yield Row(record.name, family, size, seconds, bytes_per_evaluation(population), peak)
             del population
-
-
-def cpu_model() -> str:
-    """``N-core MODEL`` from ``/proc/cpuinfo`` where there is one, else from ``platform``."""
-    model = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{os.cpu_count()}-core {model}"
 
 
 def _version(module: str) -> str | None:

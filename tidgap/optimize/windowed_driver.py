@@ -51,7 +51,7 @@ from tidgap.optimize.preparation import (
 )
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
-from tidgap.schedules.baselines import BaselineResult, best_baselines
+from tidgap.schedules.baselines import BaselineResult, best_baselines, equal_sizes
 from tidgap.schedules.families import (
     SCHEDULES,
     TIMED_BASELINES,
@@ -105,10 +105,8 @@ def seed_plans(
 
 
 def near_equal(units: int, size: int) -> list[int]:
-    """``units`` as ``ceil(units / size)`` near-equal sizes (larger first), in units."""
-    count = max(1, -(-units // size))
-    q, r = divmod(units, count)
-    return [q + 1] * r + [q] * (count - r)
+    """``units`` (at least 1) as ``ceil(units / size)`` near-equal sizes, larger first."""
+    return equal_sizes(units, -(-units // size))
 
 
 def ramp_plans(problem: Problem, width: int, best_1f1b: BaselineResult) -> list[Plan]:
@@ -124,7 +122,9 @@ def ramp_plans(problem: Problem, width: int, best_1f1b: BaselineResult) -> list[
         return []
     backward = [b - 1, *near_equal(U - b + 1, b)]
     plans = []
-    for r in sorted({S + offset for offset in RAMP_OFFSETS if 0 < S + offset < U}):
+    for r in (S + offset for offset in RAMP_OFFSETS):
+        if not 0 < r < U:
+            continue
         forward = [1] * r + near_equal(U - r, b)
         if max(len(forward), len(backward)) <= width:
             rows = [[x * unit for x in forward]] * S, [[x * unit for x in backward]] * S

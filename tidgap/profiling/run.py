@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from tidgap import __version__
-from tidgap.analysis.throughput import cpu_model
+from tidgap.host import cpu_model
 from tidgap.model.errors import InputError
 from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
 from tidgap.profiling.measure import (

@@ -33,10 +33,16 @@ class BaselineResult:
     iteration_time: float
 
 
+def equal_sizes(units: int, count: int) -> list[int]:
+    """``count`` sizes summing to ``units``: ``units = q*count + r``; the first ``r`` are
+    ``q+1``, the others ``q``."""
+    q, r = divmod(units, count)
+    return [q + 1] * r + [q] * (count - r)
+
+
 def equal_partition(problem: Problem, m: int) -> list[int]:
-    """``m`` sizes in samples: ``U = q*m + r``; the first ``r`` get ``q+1`` units, others ``q``."""
-    q, r = divmod(problem.num_units, m)
-    return [(q + 1) * problem.unit] * r + [q * problem.unit] * (m - r)
+    """``m`` sizes in samples: :func:`equal_sizes` of ``U`` units, times the unit."""
+    return [size * problem.unit for size in equal_sizes(problem.num_units, m)]
 
 
 def largest_microbatch(problem: Problem, m: int | np.ndarray) -> int | np.ndarray:
