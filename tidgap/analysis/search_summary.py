@@ -46,12 +46,17 @@ def over_limit(result: SearchResult, rival: BaselineResult) -> str:
     return " (over the memory limit)"
 
 
+#: Phases of a search that run after its GA (timed, but not setup).
+AFTER_GA = ("anneal", "polish")
+
+
 def summary_lines(result: SearchResult) -> list[str]:
     """The search's headline and its comparison with the best baseline overall."""
     unit = result.problem.time_unit
     family = SCHEDULES[result.schedule]
-    setup = sum(result.setup.values())
+    setup = sum(t for phase, t in result.setup.items() if phase.split()[-1] not in AFTER_GA)
     compiling = sum(t for phase, t in result.setup.items() if phase.endswith("compile"))
+    annealing = result.setup.get("anneal")
     plan_time = result.evaluation.iteration_time
     rival = best_rival(result.baselines)
     return [
@@ -59,7 +64,8 @@ def summary_lines(result: SearchResult) -> list[str]:
         f"GPipe ({family.name}, {result.generations} generations, {result.evaluations} "
         "evaluations, "
         f"{result.wall_time:.1f} s of which setup {setup:.1f} s (compile "
-        f"{compiling:.1f} s), {result.backend}, "
+        f"{compiling:.1f} s){'' if annealing is None else f', annealing {annealing:.1f} s'}, "
+        f"{result.backend}, "
         f"stopped on {result.stop_reason})",
         f"  {verdict(plan_time, rival, unit, family.has_flush)}{over_limit(result, rival)}",
         *tradeoff_lines(result),

@@ -15,6 +15,7 @@ PHASES = {
     "baselines": "setup: best GPipe, 1F1B and PipeDream over every microbatch count",
     "heuristics": "setup: local greedy and global DP plans",
     "seeding": "setup: seeding the populations",
+    "anneal": "annealing every island's plans",
     "polish": "polishing the best plan",
 }
 

@@ -90,7 +90,8 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
 @click.option(
     "--generations",
     type=click.IntRange(min=0),
-    help="Stop after this many generations. With a seed, gives the same plan every run.",
+    help="Stop the GA after this many generations (a windowed search then anneals for "
+    "half as many steps). With a seed, gives the same plan every run.",
 )
 @click.option(
     "--time-limit",

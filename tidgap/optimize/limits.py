@@ -135,8 +135,8 @@ def tradeoff_levels(
 
 def penalised(times: Any, peaks: Any, held: Any) -> Any:
     """``(P,)`` fitness: ``times`` where every stage's ``peaks`` ``(P, S)`` is within
-    ``held`` ``(S,)``, else :data:`OVER_LIMIT` plus the samples over (invalid orders keep
-    their score, which is larger)."""
+    ``held`` (``(S,)``, or ``(P, S)``: one level per individual), else :data:`OVER_LIMIT`
+    plus the samples over (invalid orders keep their score, which is larger)."""
     xp = namespace(times)
-    over = xp.maximum(peaks - held[None, :], 0).sum(axis=1)
+    over = xp.maximum(peaks - held, 0).sum(axis=1)
     return xp.where(over > 0, xp.maximum(times, OVER_LIMIT + over), times)

@@ -3,9 +3,10 @@ islands, one per memory level, seeded so that it is never slower than the best 1
 best GPipe or the best flush plan found.
 
 It runs a short flush search first (its plan, the heuristics and the baselines become
-seeds), then the joint GA (:mod:`tidgap.optimize.joint`) for the rest of the budget. Its
-result is the fastest plan within the memory limit in force, checked with the reference
-simulator, and the fastest within each level of the trade-off.
+seeds), then the joint GA (:mod:`tidgap.optimize.joint`), then anneals every island's
+population (:mod:`tidgap.optimize.anneal`) and polishes each level's best. Its result is
+the fastest plan within the memory limit in force, checked with the reference simulator,
+and the fastest within each level of the trade-off.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.anneal import Annealing, anneal
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
@@ -71,6 +73,10 @@ SEARCHED = SCHEDULES["windowed"]
 FLUSH_SHARE = 0.25
 FLUSH_GENERATIONS = 300
 FLUSH_STAGNATION = 100
+#: The annealing after the GA: its share of a time limit, and without one its steps per
+#: generation the GA ran.
+ANNEAL_SHARE = 0.4
+ANNEAL_STEPS_PER_GENERATION = 0.5
 
 
 def flush_generations(generations: int | None) -> int:
@@ -295,7 +301,7 @@ def prepare_windowed(
     # The first search's generations count in ``generations``, unless it ran before a resume.
     done = 0 if first_search is not None else first[0]
     left = None if generations is None else max(generations - done, 0)
-    ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE)
+    ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE - ANNEAL_SHARE)
     # The time limit does not cover compiling (the flush search's and this one's).
     clock = started + phases.seconds.get("flush compile", 0.0) + phases.seconds["compile"]
     stop = StopRule(left, ga_limit, stagnation, interrupted, started=clock)
@@ -365,6 +371,25 @@ def prepare_windowed(
     )
 
 
+def annealed(
+    run: WindowedRun, found: list[tuple[JointGenes, int] | None]
+) -> list[tuple[JointGenes, int] | None]:
+    """:func:`anneal` from every island, then each level takes the fastest it admits of
+    ``found`` and the chains' bests. The chains run for :data:`ANNEAL_SHARE` of a time
+    limit; when the GA stops on generations or stagnation, for at most
+    :data:`ANNEAL_STEPS_PER_GENERATION` steps per generation it ran (so the same seed and
+    generations give the same plan)."""
+    optimizer, time_limit, stop = run.optimizer, run.time_limit, run.stop
+    steps = None
+    if time_limit is None or stop.generations is not None or stop.stagnation is not None:
+        steps = round(ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation)
+    deadline = None if time_limit is None else run.clock + time_limit * (1 - POLISH_SHARE)
+    annealing = Annealing(steps, deadline, run.stop.interrupted)
+    reached, done = anneal(optimizer.islands, optimizer.space, optimizer.rng, annealing)
+    optimizer.counters.evaluations += done * sum(i.genes.size for i in optimizer.islands)
+    return [fastest_admitted([*found, *reached], level, optimizer.space) for level in run.levels]
+
+
 def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
     """The result of ``run`` after its generations stopped for ``stop_reason``: each level's
     best polished (unless a signal stopped it, or a fitness of the user's own ranks them:
@@ -373,6 +398,8 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
     phases, time_limit, clock = run.phases, run.time_limit, run.clock
     found = [optimizer.best_within(level) for level in levels]
     if stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None:
+        with phases("anneal"):
+            found = annealed(run, found)
         with phases("polish"):
             found = polished(
                 found, levels, optimizer.space, None if time_limit is None else clock + time_limit

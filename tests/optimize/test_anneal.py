@@ -1,0 +1,108 @@
+"""The batched annealing after the joint GA: chains stay within their island's level, end
+no worse than the island's best, and are the same for the same seed on every backend."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tidgap import evaluate, load_problem, search
+from tidgap.analysis.search_summary import summary_lines
+from tidgap.backends.evaluator import create_evaluator
+from tidgap.backends.ticks import tick_problem
+from tidgap.optimize import windowed_driver
+from tidgap.optimize.anneal import Annealing, anneal
+from tidgap.optimize.genome import decode_plan
+from tidgap.optimize.joint import Island, JointSpace
+from tidgap.optimize.joint_operators import JointGenes
+from tidgap.optimize.limits import OVER_LIMIT, MemoryLevel, stage_level
+from tidgap.optimize.rng import CounterRng
+from tidgap.optimize.windowed_driver import one_f_one_b_level
+from tidgap.schedules.baselines import best_baselines
+
+
+def _islands(name: str, backend: str, size: int = 24) -> tuple[object, JointSpace, list[Island]]:
+    """Two islands of random repaired individuals: within the best 1F1B's memory, unlimited."""
+    problem = load_problem(f"example:{name}")
+    ticked = tick_problem(problem)
+    evaluator = create_evaluator(ticked, "windowed", backend)
+    space = JointSpace(evaluator, ticked.forward_caps, ticked.backward_caps, 16)
+    levels = [one_f_one_b_level(problem, best_baselines(problem)["1f1b"]), stage_level(problem)]
+    genes = space.random(size, CounterRng(3))
+    scored = (genes, *space.evaluate(genes))
+    return problem, space, [Island.seeded(level, *scored, size) for level in levels]
+
+
+def _plain(found: tuple[JointGenes, int] | None) -> tuple | None:
+    return None if found is None else (*(a.tolist() for a in found[0].arrays()), found[1])
+
+
+@pytest.mark.parametrize("name", ["gpt1-14", "hetero-8"])
+def test_chains_stay_within_their_level_and_never_end_worse(name: str) -> None:
+    problem, space, islands = _islands(name, "numba")
+    starts = [int(island.fitness.min()) for island in islands]
+    found, steps = anneal(islands, space, CounterRng(1), Annealing(steps=40))
+    assert steps == 40
+    for island, start, best in zip(islands, starts, found, strict=True):
+        if best is None:
+            assert start >= OVER_LIMIT  # nothing within the level to start from, none reached
+            continue
+        genes, ticks = best
+        assert ticks <= start
+        plan = decode_plan(genes.forward[0], genes.backward[0], problem, genes.codes[0])
+        reference = evaluate(problem, plan)
+        assert island.level.admits(reference.peak_held)
+        assert reference.iteration_time == pytest.approx(space.evaluator.ticked.to_time(ticks))
+
+
+def test_annealing_improves_random_plans() -> None:
+    _, space, islands = _islands("gpt1-14", "numba")
+    unlimited = int(islands[1].fitness.min())
+    found, _ = anneal(islands, space, CounterRng(1), Annealing(steps=60))
+    assert found[1] is not None and found[1][1] < unlimited
+
+
+def test_the_same_seed_gives_the_same_chains_on_numpy_and_numba() -> None:
+    results = []
+    for backend in ("numpy", "numba", "numba"):
+        _, space, islands = _islands("hetero-8", backend)
+        found, _ = anneal(islands, space, CounterRng(7), Annealing(steps=15))
+        results.append([_plain(best) for best in found])
+    assert results[0] == results[1] == results[2]
+
+
+def test_the_schedule_ends_on_steps_or_deadline() -> None:
+    assert Annealing(steps=0).progress(0, time.perf_counter()) == 1
+    assert Annealing(steps=10).progress(5, time.perf_counter()) == 0.5
+    started = time.perf_counter()
+    assert Annealing(deadline=started - 1).progress(0, started) >= 1
+    assert Annealing(steps=10, interrupted=lambda: "SIGINT").progress(0, started) == 1
+    _, space, islands = _islands("tiny-2", "numba", size=8)
+    _, steps = anneal(islands, space, CounterRng(0), Annealing(deadline=time.perf_counter()))
+    assert steps == 0
+
+
+def test_over_limit_moves_are_never_taken() -> None:
+    # A level of one sample per stage admits no plan: every chain keeps its start.
+    problem, space, islands = _islands("tiny-2", "numba", size=8)
+    source = islands[0]
+    tight = MemoryLevel("tight", (1,) * problem.num_stages)
+    island = Island.seeded(tight, source.genes, source.times, source.peaks, 8)
+    assert int(island.fitness.min()) >= OVER_LIMIT
+    found, _ = anneal([island], space, CounterRng(2), Annealing(steps=10))
+    assert found == [None]
+
+
+def test_a_windowed_search_anneals_after_the_ga_and_says_so(monkeypatch) -> None:
+    problem = load_problem("example:gpt1-14")
+    options = dict(generations=40, population=16, memory_limit="1f1b", backend="numba")
+    seen: list[str] = []
+    result = search(problem, on_phase=seen.append, **options)
+    assert seen[-2:] == ["anneal", "polish"]
+    headline = summary_lines(result)[0]
+    assert f"annealing {result.setup['anneal']:.1f} s" in headline
+    monkeypatch.setattr(windowed_driver, "ANNEAL_STEPS_PER_GENERATION", 0)
+    without = search(problem, **options)
+    chains = result.evaluations - without.evaluations
+    assert chains > 0 and chains % 16 == 0  # whole steps of every island's chains
