@@ -42,8 +42,8 @@ def _plain(found: tuple[JointGenes, int] | None) -> tuple | None:
 def test_chains_stay_within_their_level_and_never_end_worse(name: str) -> None:
     problem, space, islands = _islands(name, "numba")
     starts = [int(island.fitness.min()) for island in islands]
-    found, steps = anneal(islands, space, CounterRng(1), Annealing(steps=40))
-    assert steps == 40
+    found, evaluations = anneal(islands, space, CounterRng(1), Annealing(steps=40))
+    assert evaluations == 40 * 2 * 24
     for island, start, best in zip(islands, starts, found, strict=True):
         if best is None:
             assert start >= OVER_LIMIT  # nothing within the level to start from, none reached
@@ -79,8 +79,12 @@ def test_the_schedule_ends_on_steps_or_deadline() -> None:
     assert Annealing(deadline=started - 1).progress(0, started) >= 1
     assert Annealing(steps=10, interrupted=lambda: "SIGINT").progress(0, started) == 1
     _, space, islands = _islands("tiny-2", "numba", size=8)
-    _, steps = anneal(islands, space, CounterRng(0), Annealing(deadline=time.perf_counter()))
-    assert steps == 0
+    _, evaluations = anneal(
+        islands, space, CounterRng(0), Annealing(deadline=time.perf_counter()), per_island=4
+    )
+    assert evaluations == 0
+    _, evaluations = anneal(islands, space, CounterRng(0), Annealing(steps=3), per_island=4)
+    assert evaluations == 3 * 2 * 4
 
 
 def test_over_limit_moves_are_never_taken() -> None:

@@ -91,7 +91,7 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
     "--generations",
     type=click.IntRange(min=0),
     help="Stop the GA after this many generations (a windowed search then anneals for "
-    "half as many steps). With a seed, gives the same plan every run.",
+    "4 steps per generation). With a seed, gives the same plan every run.",
 )
 @click.option(
     "--time-limit",

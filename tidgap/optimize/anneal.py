@@ -1,5 +1,5 @@
-"""Batched simulated annealing after the joint GA: every island's population becomes a set
-of annealing chains, all stepped at once.
+"""Batched simulated annealing after the joint GA: every island's fittest individuals
+become annealing chains, all stepped at once.
 
 Each step gives every chain one mutation drawn from the joint GA's registry
 (:func:`~tidgap.optimize.joint_operators.joint_mutate`, rate 1), repairs and scores the
@@ -67,16 +67,19 @@ class Chains:
     level: Any
 
     @classmethod
-    def of(cls, islands: list[Island]) -> Chains:
-        """One chain per individual of every island, island after island."""
+    def of(cls, islands: list[Island], count: int | None = None) -> Chains:
+        """One chain per individual of every island (its ``count`` fittest, when given),
+        island after island."""
         xp = namespace(islands[0].fitness)
-        sizes = [island.genes.size for island in islands]
-        index = xp.concatenate([xp.full(n, i, dtype=xp.int64) for i, n in enumerate(sizes)])
+        chosen = [
+            island.elites(island.genes.size if count is None else count) for island in islands
+        ]
+        index = xp.concatenate([xp.full(len(c), i, dtype=xp.int64) for i, c in enumerate(chosen)])
         held = xp.stack([island.held for island in islands])[index]
         best = xp.asarray([int(island.fitness.min()) for island in islands], dtype=xp.float64)
         return cls(
-            JointGenes.concatenate([island.genes for island in islands]),
-            xp.concatenate([island.fitness for island in islands]),
+            JointGenes.concatenate([i.genes.take(c) for i, c in zip(islands, chosen, strict=True)]),
+            xp.concatenate([i.fitness[c] for i, c in zip(islands, chosen, strict=True)]),
             held,
             xp.minimum(best, float(OVER_LIMIT))[index],
             index,
@@ -84,13 +87,18 @@ class Chains:
 
 
 def anneal(
-    islands: list[Island], space: JointSpace, rng: CounterRng, annealing: Annealing
+    islands: list[Island],
+    space: JointSpace,
+    rng: CounterRng,
+    annealing: Annealing,
+    per_island: int | None = None,
 ) -> tuple[list[tuple[JointGenes, int] | None], int]:
-    """Anneal chains started from every island's population; returns, per island, the
-    fittest individual any of its chains reached (``(1, S, K)`` genes and its fitness in
-    ticks, ``None`` if none is within the island's level) and the steps run."""
+    """Anneal chains started from every island's population (its ``per_island`` fittest,
+    when given); returns, per island, the fittest individual any of its chains reached
+    (``(1, S, K)`` genes and its fitness in ticks, ``None`` if none is within the island's
+    level) and the evaluations made (steps times chains)."""
     xp = namespace(islands[0].fitness)
-    chains = Chains.of(islands)
+    chains = Chains.of(islands, per_island)
     best_fitness = [int(island.fitness.min()) for island in islands]
     best = [island.genes.take(island.elites(1)) for island in islands]
     started, step = time.perf_counter(), 0
@@ -113,7 +121,7 @@ def anneal(
         (genes, value) if value < OVER_LIMIT else None
         for genes, value in zip(best, best_fitness, strict=True)
     ]
-    return found, step
+    return found, step * chains.genes.size
 
 
 def _where(take: Any, moved: JointGenes, kept: JointGenes) -> JointGenes:

@@ -76,7 +76,9 @@ FLUSH_STAGNATION = 100
 #: The annealing after the GA: its share of a time limit, and without one its steps per
 #: generation the GA ran.
 ANNEAL_SHARE = 0.4
-ANNEAL_STEPS_PER_GENERATION = 0.5
+ANNEAL_STEPS_PER_GENERATION = 4
+#: Annealing chains per island (its fittest; ``None``: its whole population).
+ANNEAL_CHAINS: int | None = 128
 
 
 def flush_generations(generations: int | None) -> int:
@@ -385,8 +387,10 @@ def annealed(
         steps = round(ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation)
     deadline = None if time_limit is None else run.clock + time_limit * (1 - POLISH_SHARE)
     annealing = Annealing(steps, deadline, run.stop.interrupted)
-    reached, done = anneal(optimizer.islands, optimizer.space, optimizer.rng, annealing)
-    optimizer.counters.evaluations += done * sum(i.genes.size for i in optimizer.islands)
+    reached, evaluations = anneal(
+        optimizer.islands, optimizer.space, optimizer.rng, annealing, ANNEAL_CHAINS
+    )
+    optimizer.counters.evaluations += evaluations
     return [fastest_admitted([*found, *reached], level, optimizer.space) for level in run.levels]
 
 
