@@ -110,3 +110,18 @@ def test_a_windowed_search_anneals_after_the_ga_and_says_so(monkeypatch) -> None
     without = search(problem, **options)
     chains = result.evaluations - without.evaluations
     assert chains > 0 and chains % 16 == 0  # whole steps of every island's chains
+
+
+def test_a_signal_during_the_annealing_stops_it_and_skips_the_polish() -> None:
+    problem = load_problem("example:gpt1-14")
+    annealing = []
+    result = search(
+        problem,
+        generations=30,
+        population=16,
+        on_phase=annealing.append,
+        interrupted=lambda: "SIGINT" if "anneal" in annealing else None,
+    )
+    assert result.interrupted and result.stop_reason == "SIGINT"
+    assert result.generations == 30 and "polish" not in result.setup
+    assert result.evaluation.iteration_time <= result.baselines["1f1b"].iteration_time

@@ -2,7 +2,8 @@
 put it beside the baselines people use today.
 
 A short driver over :class:`tidgap.optimize.optimizer.Optimizer`: set up, run generations
-(ask, evaluate, tell) until the stopping rule says so, checkpointing as asked, then polish.
+(ask, evaluate, tell) until the stopping rule says so, checkpointing as asked, then anneal
+(windowed) and polish.
 The family's record chooses the GA: a separable family (``flush``) runs the dual GA
 (:mod:`tidgap.optimize.flush_driver`), any other (``windowed``) the joint GA on memory
 islands (:mod:`tidgap.optimize.windowed_driver`).

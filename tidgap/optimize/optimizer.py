@@ -13,7 +13,7 @@ fitness and makes the next generation. The fitness is the built-in evaluator's
 (:meth:`Optimizer.evaluate`, :class:`~tidgap.optimize.scores.Scores`), a function of the
 user's own given as ``fitness=`` (:data:`~tidgap.optimize.scores.Fitness`), or values the
 caller computed. :func:`tidgap.search` is this loop with a stopping rule, checkpoints and
-a final polish (:meth:`Optimizer.result`).
+a final annealing (windowed) and polish (:meth:`Optimizer.result`).
 """
 
 from __future__ import annotations
@@ -260,7 +260,8 @@ class Optimizer:
         return drive(self.run, checkpoint)
 
     def result(self, stop_reason: str = "generations") -> SearchResult:
-        """The search's result now: the best plans polished (unless ``stop_reason`` names a
-        signal), decoded and checked with the reference simulator, beside the baselines."""
+        """The search's result now: the best plans annealed (windowed) and polished (unless
+        ``stop_reason`` names a signal), decoded and checked with the reference simulator,
+        beside the baselines."""
         finish = finish_flush if self.separable else finish_windowed
         return finish(self.run, stop_reason)

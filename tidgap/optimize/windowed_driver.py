@@ -396,18 +396,20 @@ def annealed(
 
 def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
     """The result of ``run`` after its generations stopped for ``stop_reason``: each level's
-    best polished (unless a signal stopped it, or a fitness of the user's own ranks them:
-    the polish minimises the iteration time), decoded and checked."""
+    best annealed, then polished (unless a signal stopped it, or a fitness of the user's
+    own ranks them: both minimise the iteration time; a signal during the annealing skips
+    the polish and becomes the stop reason), decoded and checked."""
     optimizer, levels, in_force, problem = run.optimizer, run.levels, run.in_force, run.problem
     phases, time_limit, clock = run.phases, run.time_limit, run.clock
     found = [optimizer.best_within(level) for level in levels]
     if stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None:
         with phases("anneal"):
             found = annealed(run, found)
-        with phases("polish"):
-            found = polished(
-                found, levels, optimizer.space, None if time_limit is None else clock + time_limit
-            )
+        stop_reason = run.stop.signal() or stop_reason
+        if stop_reason not in STOP_SIGNALS.values():
+            with phases("polish"):
+                deadline = None if time_limit is None else clock + time_limit
+                found = polished(found, levels, optimizer.space, deadline)
     tradeoff = [
         TradeoffPoint(level, None, None) if best is None else decoded(best[0], problem, level)
         for level, best in zip(levels, found, strict=True)
