@@ -19,6 +19,10 @@ level, built as the windowed search builds them (``JointSpace.random``, ``Island
 on the ``S = 8`` problem; it scores
 ``P - elites`` children (its evaluations), ``extra_info`` holds generations/s.
 
+One annealing step: :func:`tidgap.optimize.anneal.anneal` for one step on four such
+islands of ``ANNEAL_CHAINS`` (128, the search's chains per island: a search with four
+memory levels): a mutation per chain, the repair, the evaluation and the acceptance.
+
 Run: ``pytest bench/bench_windowed.py --benchmark-only`` (targets at ``S = 8``: Numba
 >= 3e5/s, NumPy >= 2e4/s, Numba >= 50x the reference).
 """
@@ -39,11 +43,13 @@ from tidgap.backends import BACKENDS
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import to_host
+from tidgap.optimize.anneal import Annealing, anneal
 from tidgap.optimize.ga import GeneticSettings
 from tidgap.optimize.genome import Population, decode_plan
 from tidgap.optimize.joint import Island, JointSpace, backend_breeding
 from tidgap.optimize.limits import stage_level
 from tidgap.optimize.rng import CounterRng
+from tidgap.optimize.windowed_driver import ANNEAL_CHAINS
 from tidgap.schedules.families import SCHEDULES
 
 ORACLE_SLICE = 64
@@ -192,3 +198,21 @@ def test_windowed_generation(benchmark: Any, throughput: Any, backend: str) -> N
     throughput(f"generation-{backend} S=8 B=256 P={ISLAND}", benchmark, children)
     if benchmark.stats is not None:
         benchmark.extra_info["generations_per_second"] = 1 / benchmark.stats.stats.median
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_windowed_anneal_step(benchmark: Any, throughput: Any, backend: str) -> None:
+    chains = ANNEAL_CHAINS or ISLAND
+    islands = [Generation.on(backend, chains, seed).island for seed in range(4)]
+    generation = Generation.on(backend, chains)
+
+    def step() -> int:
+        return anneal(islands, generation.space, generation.rng, Annealing(steps=1))[1]
+
+    evaluations = step()  # warm-up: Numba compiles (or loads its cache)
+    assert evaluations == 4 * chains
+    benchmark.group = f"windowed annealing step S=8 B=256 4x{chains} chains"
+    benchmark(step)
+    throughput(f"anneal-{backend} S=8 B=256 4x{chains}", benchmark, evaluations)
+    if benchmark.stats is not None:
+        benchmark.extra_info["steps_per_second"] = 1 / benchmark.stats.stats.median
