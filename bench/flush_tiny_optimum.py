@@ -2,10 +2,8 @@
 
 For random tiny problems (``tidgap.profiling.synth.synth_problem``: 2 stages of 8 samples
 or 3 stages of 7, unit 1, the three curve shapes in turn) the flush optimum is found by
-brute force: the flush time is ``forward_end + backward_span`` and each term depends on
-one direction's partitions only (model.md, separability), so each term is minimised over
-every per-stage composition of the batch within the caps, scored with the Numba
-evaluator. Then ``search(schedule="flush", seed=0, time_limit=10)`` runs on each problem.
+enumeration (:func:`tidgap.analysis.exhaustive.flush_optimum`, on Numba); then
+``search(schedule="flush", seed=0, time_limit=10)`` runs on each problem.
 
 Run: ``python bench/flush_tiny_optimum.py [--problems N] [--time-limit S]``; prints one
 line per problem and the number of misses.
@@ -14,49 +12,13 @@ line per problem and the number of misses.
 from __future__ import annotations
 
 import argparse
-import itertools
 
 import numpy as np
 
 from tidgap import search
-from tidgap.backends.evaluator import create_evaluator
-from tidgap.backends.ticks import tick_problem
+from tidgap.analysis.exhaustive import flush_optimum
 from tidgap.model.problem import Problem
 from tidgap.profiling.synth import SHAPES, synth_problem
-
-#: Individuals scored per call of the evaluator.
-CHUNK = 1 << 16
-
-
-def compositions(total: int, cap: int) -> list[list[int]]:
-    """Every sequence of sizes ``1..cap`` summing to ``total``."""
-    if total == 0:
-        return [[]]
-    return [
-        [first, *rest]
-        for first in range(1, min(cap, total) + 1)
-        for rest in compositions(total - first, cap)
-    ]
-
-
-def flush_optimum(problem: Problem) -> float:
-    """The least flush iteration time of ``problem`` (time unit), by brute force."""
-    ticked = tick_problem(problem)
-    evaluator = create_evaluator(ticked, "flush", "numba")
-    stages, units = problem.num_stages, problem.num_units
-    total = 0
-    for caps, term in (
-        (ticked.forward_caps, evaluator.forward_end),
-        (ticked.backward_caps, evaluator.backward_span),
-    ):
-        rows = [compositions(units, int(caps[s])) for s in range(stages)]
-        combos = list(itertools.product(*rows))
-        genes = np.zeros((len(combos), stages, units), dtype=np.int32)
-        for i, combo in enumerate(combos):
-            for s, sizes in enumerate(combo):
-                genes[i, s, : len(sizes)] = sizes
-        total += min(int(term(genes[i : i + CHUNK]).min()) for i in range(0, len(genes), CHUNK))
-    return ticked.to_time(total)
 
 
 def tiny_problem(seed: int) -> Problem:
@@ -81,7 +43,7 @@ def main() -> None:
     misses = 0
     for seed in range(100, 100 + args.problems):
         problem = tiny_problem(seed)
-        optimum = flush_optimum(problem)
+        _, optimum = flush_optimum(problem)
         result = search(problem, schedule="flush", seed=0, time_limit=args.time_limit)
         found = result.evaluation.iteration_time
         missed = found > optimum * (1 + 1e-9)

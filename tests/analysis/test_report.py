@@ -17,6 +17,7 @@ from tests.support.cli_helpers import case_named, json_output, run_cli, write_js
 from tests.support.strategies import plans, problems
 from tidgap import Plan, Problem, best_baselines, evaluate, gpipe_plan, load_problem
 from tidgap.analysis.bound import least_total, lower_bound
+from tidgap.analysis.exhaustive import compositions
 from tidgap.analysis.report import report
 from tidgap.model.examples import example_names
 from tidgap.schedules.families import plan_timeline
@@ -29,17 +30,6 @@ TINY = [case for case in golden_cases() if "optimum" in case]
 def at_most(bound: float, value: float) -> bool:
     """``bound <= value`` up to rounding."""
     return bound <= value or math.isclose(bound, value, rel_tol=1e-12, abs_tol=1e-12)
-
-
-def compositions(units: int, largest: int) -> list[list[int]]:
-    """Every ordered partition of ``units`` into parts of ``1..largest``."""
-    if units == 0:
-        return [[]]
-    return [
-        [part, *rest]
-        for part in range(1, min(units, largest) + 1)
-        for rest in compositions(units - part, largest)
-    ]
 
 
 def optimum(problem: Problem) -> float:

@@ -4,7 +4,6 @@ golden and random problems; optimality claims only where they hold (one stage)."
 from __future__ import annotations
 
 import math
-from itertools import product
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 
 from tests.support.strategies import partitions, problems
 from tidgap import Link, Plan, Problem, Stage, affine, check_plan, equal_partition, evaluate
+from tidgap.analysis.exhaustive import compositions
 from tidgap.optimize.heuristics import (
     State,
     backward_chain,
@@ -46,22 +46,6 @@ def sub_batch(problem: Problem, units: int) -> Problem:
     """``problem`` with a batch of ``units`` units (caps above it act as the batch)."""
     data = problem.model_dump(exclude_none=True)
     return Problem.from_dict({**data, "batch_size": units * problem.unit})
-
-
-def compositions(units: int, largest: int) -> list[list[int]]:
-    """Every ordered partition of ``units`` into parts of at most ``largest`` (units)."""
-    result = []
-    for cuts in product((False, True), repeat=units - 1):
-        parts, size = [], 1
-        for cut in cuts:
-            if cut:
-                parts.append(size)
-                size = 0
-            size += 1
-        parts.append(size)
-        if max(parts) <= largest:
-            result.append(parts)
-    return result
 
 
 def common_plan(problem: Problem, direction: str, sizes: list[int]) -> Plan:

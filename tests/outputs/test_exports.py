@@ -30,6 +30,7 @@ from tests.support.golden_ordered import (
 )
 from tests.support.strategies import ordered_plans, plans, problems
 from tidgap import Plan, Problem, check_plan, evaluate, load_plan
+from tidgap.analysis.exhaustive import compositions
 from tidgap.analysis.search_summary import best_rival
 from tidgap.optimize.driver import search
 from tidgap.outputs.exports import (
@@ -383,15 +384,6 @@ def test_same_partition_finds_the_best_common_plan_on_a_tiny_case() -> None:
     U, unit = problem.num_units, problem.unit
     fcap = min(problem.forward_cap(s) for s in range(problem.num_stages)) // unit
     bcap = min(problem.backward_cap(s) for s in range(problem.num_stages)) // unit
-
-    def compositions(units: int, largest: int) -> list[list[int]]:
-        if units == 0:
-            return [[]]
-        return [
-            [p, *rest]
-            for p in range(1, min(units, largest) + 1)
-            for rest in compositions(units - p, largest)
-        ]
 
     S = problem.num_stages
     best_forward = min(
