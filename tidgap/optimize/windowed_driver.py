@@ -4,7 +4,7 @@ best GPipe or the best flush plan found.
 
 It runs a short flush search first (its plan, the heuristics and the baselines become
 seeds), then the joint GA (:mod:`tidgap.optimize.joint`), then anneals every island's
-population (:mod:`tidgap.optimize.anneal`) and polishes each level's best. Its result is
+fittest (:mod:`tidgap.optimize.anneal`) and polishes each level's best. Its result is
 the fastest plan within the memory limit in force, checked with the reference simulator,
 and the fastest within each level of the trade-off.
 """
@@ -386,7 +386,7 @@ def annealed(
     if time_limit is None or stop.generations is not None or stop.stagnation is not None:
         steps = round(ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation)
     deadline = None if time_limit is None else run.clock + time_limit * (1 - POLISH_SHARE)
-    annealing = Annealing(steps, deadline, run.stop.interrupted)
+    annealing = Annealing(steps, deadline, stop.interrupted)
     reached, evaluations = anneal(
         optimizer.islands, optimizer.space, optimizer.rng, annealing, ANNEAL_CHAINS
     )
