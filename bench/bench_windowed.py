@@ -203,11 +203,11 @@ def test_windowed_generation(benchmark: Any, throughput: Any, backend: str) -> N
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_windowed_anneal_step(benchmark: Any, throughput: Any, backend: str) -> None:
     chains = ANNEAL_CHAINS or ISLAND
-    islands = [Generation.on(backend, chains, seed).island for seed in range(4)]
-    generation = Generation.on(backend, chains)
+    generations = [Generation.on(backend, chains, seed) for seed in range(4)]
+    islands, first = [g.island for g in generations], generations[0]
 
     def step() -> int:
-        return anneal(islands, generation.space, generation.rng, Annealing(steps=1))[1]
+        return anneal(islands, first.space, first.rng, Annealing(steps=1))[1]
 
     evaluations = step()  # warm-up: Numba compiles (or loads its cache)
     assert evaluations == 4 * chains

@@ -57,6 +57,7 @@ def summary_lines(result: SearchResult) -> list[str]:
     setup = sum(t for phase, t in result.setup.items() if phase.split()[-1] not in AFTER_GA)
     compiling = sum(t for phase, t in result.setup.items() if phase.endswith("compile"))
     annealing = result.setup.get("anneal")
+    after = "" if annealing is None else f", annealing {annealing:.1f} s"
     plan_time = result.evaluation.iteration_time
     rival = best_rival(result.baselines)
     return [
@@ -64,8 +65,7 @@ def summary_lines(result: SearchResult) -> list[str]:
         f"GPipe ({family.name}, {result.generations} generations, {result.evaluations} "
         "evaluations, "
         f"{result.wall_time:.1f} s of which setup {setup:.1f} s (compile "
-        f"{compiling:.1f} s){'' if annealing is None else f', annealing {annealing:.1f} s'}, "
-        f"{result.backend}, "
+        f"{compiling:.1f} s){after}, {result.backend}, "
         f"stopped on {result.stop_reason})",
         f"  {verdict(plan_time, rival, unit, family.has_flush)}{over_limit(result, rival)}",
         *tradeoff_lines(result),

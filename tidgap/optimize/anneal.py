@@ -17,12 +17,12 @@ the stand-in; on a real GPU, ``exp`` may round differently in the last place).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tidgap.backends.evaluator import INVALID
 from tidgap.backends.xp import namespace
 from tidgap.optimize.joint import Island, JointSpace
 from tidgap.optimize.joint_operators import JointGenes, joint_mutate
@@ -49,7 +49,9 @@ class Annealing:
         once a signal asked to stop)."""
         if self.interrupted is not None and self.interrupted() is not None:
             return 1.0
-        done = 0.0 if self.steps is None else step / self.steps if self.steps else 1.0
+        if self.steps == 0:
+            return 1.0
+        done = 0.0 if self.steps is None else step / self.steps
         if self.deadline is not None:
             span = max(self.deadline - started, 1e-9)
             done = max(done, (time.perf_counter() - started) / span)
@@ -58,33 +60,34 @@ class Annealing:
 
 @dataclass
 class Chains:
-    """The chains: ``genes`` (``(C, S, K)``, repaired), ``fitness`` ``(C,)`` ticks under
-    each chain's level, ``held`` ``(C, S)`` its level's samples, ``scale`` ``(C,)`` its
-    level's best time at the start (ticks), ``level`` ``(C,)`` its island's index."""
+    """The chains, island after island: ``genes`` (``(C, S, K)``, repaired), ``fitness``
+    ``(C,)`` ticks under each chain's level, ``held`` ``(C, S)`` its level's samples,
+    ``scale`` ``(C,)`` its level's best time at the start (ticks), ``offsets`` where each
+    island's chains start (its fittest first) and where the last island's end."""
 
     genes: JointGenes
     fitness: Any
     held: Any
     scale: Any
-    level: Any
+    offsets: list[int]
 
     @classmethod
     def of(cls, islands: list[Island], count: int | None = None) -> Chains:
-        """One chain per individual of every island (its ``count`` fittest, when given),
-        island after island."""
+        """One chain per individual of every island (its ``count`` fittest, when given)."""
         xp = namespace(islands[0].fitness)
         chosen = [
             island.elites(island.genes.size if count is None else count) for island in islands
         ]
-        index = xp.concatenate([xp.full(len(c), i, dtype=xp.int64) for i, c in enumerate(chosen)])
-        held = xp.stack([island.held for island in islands])[index]
-        best = xp.asarray([int(island.fitness.min()) for island in islands], dtype=xp.float64)
+        sizes = [len(c) for c in chosen]
+        offsets = [0, *itertools.accumulate(sizes)]
+        fitness = xp.concatenate([i.fitness[c] for i, c in zip(islands, chosen, strict=True)])
+        best = xp.minimum(fitness[xp.asarray(offsets[:-1])].astype(xp.float64), float(OVER_LIMIT))
         return cls(
             JointGenes.concatenate([i.genes.take(c) for i, c in zip(islands, chosen, strict=True)]),
-            xp.concatenate([i.fitness[c] for i, c in zip(islands, chosen, strict=True)]),
-            held,
-            xp.minimum(best, float(OVER_LIMIT))[index],
-            index,
+            fitness,
+            xp.repeat(xp.stack([island.held for island in islands]), sizes, axis=0),
+            xp.repeat(best, sizes),
+            offsets,
         )
 
 
@@ -101,8 +104,9 @@ def anneal(
     level) and the evaluations made (steps times chains)."""
     xp = namespace(islands[0].fitness)
     chains = Chains.of(islands, per_island)
-    best_fitness = [int(island.fitness.min()) for island in islands]
-    best = [island.genes.take(island.elites(1)) for island in islands]
+    first = chains.offsets[:-1]
+    best = [chains.genes.take(slice(i, i + 1)) for i in first]
+    best_fitness = [int(chains.fitness[i]) for i in first]
     started, step = time.perf_counter(), 0
     ratio = END_TEMPERATURE / START_TEMPERATURE
     while (done := annealing.progress(step, started)) < 1:
@@ -117,7 +121,7 @@ def anneal(
         take &= fitness < OVER_LIMIT
         chains.genes = _where(take, moved, chains.genes)
         chains.fitness = xp.where(take, fitness, chains.fitness)
-        _keep_best(best, best_fitness, moved, fitness, chains.level)
+        _keep_best(best, best_fitness, moved, fitness, chains.offsets)
         step += 1
     found = [
         (genes, value) if value < OVER_LIMIT else None
@@ -135,13 +139,17 @@ def _where(take: Any, moved: JointGenes, kept: JointGenes) -> JointGenes:
 
 
 def _keep_best(
-    best: list[JointGenes], best_fitness: list[int], moved: JointGenes, fitness: Any, level: Any
+    best: list[JointGenes],
+    best_fitness: list[int],
+    moved: JointGenes,
+    fitness: Any,
+    offsets: list[int],
 ) -> None:
-    """Each island's fittest so far, updated with this step's ``moved`` chains."""
+    """Each island's fittest so far, updated with this step's ``moved`` chains (island
+    ``i``'s at ``offsets[i]:offsets[i + 1]``)."""
     xp = namespace(fitness)
-    for i in range(len(best)):
-        mine = xp.where(level == i, fitness, INVALID)
-        index = int(xp.argmin(mine))
-        if int(mine[index]) < best_fitness[i]:
-            best_fitness[i] = int(mine[index])
+    for i, (start, end) in enumerate(itertools.pairwise(offsets)):
+        index = start + int(xp.argmin(fitness[start:end]))
+        if int(fitness[index]) < best_fitness[i]:
+            best_fitness[i] = int(fitness[index])
             best[i] = moved.take(slice(index, index + 1))

@@ -185,18 +185,20 @@ def polished(
         if deadline is not None:
             share = time.perf_counter() + (deadline - time.perf_counter()) / (len(levels) - i)
         result.append(None if best is None else joint_polish(*best, level, space, share))
-    return [fastest_admitted(result, level, space) for level in levels]
+    return fastest_admitted(result, levels, space)
 
 
 def fastest_admitted(
-    found: list[tuple[JointGenes, int] | None], level: MemoryLevel, space: JointSpace
-) -> tuple[JointGenes, int] | None:
-    """The fastest of ``found`` (first on ties) within ``level``, or ``None``."""
+    found: list[tuple[JointGenes, int] | None], levels: list[MemoryLevel], space: JointSpace
+) -> list[tuple[JointGenes, int] | None]:
+    """For each of ``levels``, the fastest of ``found`` (first on ties) within it, or
+    ``None`` (``found`` scored once)."""
     kept = [best for best in found if best is not None]
     if not kept:
-        return None
-    index = fastest_within(*space.evaluate(JointGenes.concatenate([b[0] for b in kept])), level)
-    return None if index is None else kept[index]
+        return [None] * len(levels)
+    scored = space.evaluate(JointGenes.concatenate([b[0] for b in kept]))
+    chosen = [fastest_within(*scored, level) for level in levels]
+    return [None if index is None else kept[index] for index in chosen]
 
 
 def decoded(genes: JointGenes, problem: Problem, level: MemoryLevel) -> TradeoffPoint:
@@ -391,7 +393,7 @@ def annealed(
         optimizer.islands, optimizer.space, optimizer.rng, annealing, ANNEAL_CHAINS
     )
     optimizer.counters.evaluations += evaluations
-    return [fastest_admitted([*found, *reached], level, optimizer.space) for level in run.levels]
+    return fastest_admitted([*found, *reached], run.levels, optimizer.space)
 
 
 def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
