@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.support.host_build import build_host
-from tests.support.populations import random_population
+from tests.support.populations import assert_same_children, random_joint
 from tidgap.backends.gpu import gpu_unusable_reason
 from tidgap.kernels.source import KERNEL_DIR, kernel_source, operation_defines
 from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes, joint_breed
@@ -92,27 +92,6 @@ def host_children(
         *(pointer(rows) for rows in (out.forward, out.backward, out.lead, out.codes)),
     )
     return out
-
-
-def random_joint(
-    rng: np.random.Generator, stages: int, width: int, size: int
-) -> tuple[JointGenes, np.ndarray, np.ndarray]:
-    """``(genes, forward_caps, backward_caps)``: valid random partitions of a random unit
-    count within random caps per direction, and random leads (not repaired: some far out of
-    range, padding not 0)."""
-    units = int(rng.integers(1, 3 * width))
-    fewest = -(-units // width)
-    caps = [rng.integers(fewest, units + 1, size=stages).astype(np.int64) for _ in range(2)]
-    forward, backward = (random_population(rng, c, units, size, width) for c in caps)
-    lead = rng.integers(-3, stages + 3, size=(size, stages, width)).astype(np.int32)
-    return JointGenes(forward, backward, lead), caps[0], caps[1]
-
-
-def assert_same_children(got: JointGenes, expected: JointGenes) -> None:
-    for name in ("forward", "backward", "lead", "codes"):
-        want = getattr(expected, name)
-        assert getattr(got, name).dtype == want.dtype, name
-        np.testing.assert_array_equal(getattr(got, name), want, err_msg=name)
 
 
 @pytest.mark.parametrize("width", [3, 8, 32])

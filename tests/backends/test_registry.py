@@ -57,7 +57,12 @@ def test_every_record_names_its_code_and_devices() -> None:
     for name, record in BACKENDS.items():
         assert record.name == name and record.device in ("cpu", "gpu")
         assert record.evaluators, name
-        for spec in (*record.evaluators.values(), *filter(None, [record.breeder])):
+        for spec in (
+            *record.evaluators.values(),
+            *filter(
+                None, [record.breeder, record.joint_breeder, record.joint_mutator, record.repair]
+            ),
+        ):
             module, attribute = spec.split(":")
             assert module.startswith("tidgap.") and attribute.isidentifier(), spec
     assert load("tidgap.backends:first_usable") is first_usable

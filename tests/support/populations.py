@@ -1,5 +1,5 @@
-"""Random feasible populations (with random orders, valid or not) and random tick tables, for
-backend and kernel tests."""
+"""Random feasible populations (with random orders, valid or not; joint-GA genes), random tick
+tables, and the check that two sets of children are equal, for backend and kernel tests."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 from tidgap import Order, Plan
 from tidgap.backends.ticks import TickedProblem
 from tidgap.optimize.genome import FORWARD_OP, NO_OP, ORDER_GENE, Population, encode_order
+from tidgap.optimize.joint_operators import JointGenes
 from tidgap.schedules.ir import repair
 
 
@@ -117,3 +118,25 @@ def random_orders(
             s = int(rng.integers(stages))
             genes[p, s, int(rng.integers(2 * width))] = rng.choice([NO_OP, FORWARD_OP, 2])
     return replace(population, order=genes)
+
+
+def random_joint(
+    rng: np.random.Generator, stages: int, width: int, size: int
+) -> tuple[JointGenes, np.ndarray, np.ndarray]:
+    """``(genes, forward_caps, backward_caps)``: valid random partitions of a random unit
+    count within random caps per direction, and random leads (not repaired: some far out of
+    range, padding not 0)."""
+    units = int(rng.integers(1, 3 * width))
+    fewest = -(-units // width)
+    caps = [rng.integers(fewest, units + 1, size=stages).astype(np.int64) for _ in range(2)]
+    forward, backward = (random_population(rng, c, units, size, width) for c in caps)
+    lead = rng.integers(-3, stages + 3, size=(size, stages, width)).astype(np.int32)
+    return JointGenes(forward, backward, lead), caps[0], caps[1]
+
+
+def assert_same_children(got: JointGenes, expected: JointGenes) -> None:
+    """Forward, backward, leads and codes equal, with the same dtypes."""
+    for name in ("forward", "backward", "lead", "codes"):
+        want = getattr(expected, name)
+        assert getattr(got, name).dtype == want.dtype, name
+        np.testing.assert_array_equal(getattr(got, name), want, err_msg=name)

@@ -33,6 +33,9 @@ class Backend:
       :func:`tidgap.optimize.operators.breed`, or ``None`` for those operators over ``xp``;
     - ``joint_breeder``: the same for the joint GA
       (:func:`tidgap.optimize.joint_operators.joint_breed`), ``None`` for the ``xp`` operators;
+    - ``joint_mutator``: ``"module:function"`` of a fused
+      :func:`tidgap.optimize.joint_operators.mutate_repaired` (the annealing's step),
+      ``None`` for the ``xp`` operators;
     - ``repair``: ``"module:function"`` of a compiled
       :func:`tidgap.optimize.order_genes.canonical` (same results), ``None`` for the ``xp`` one;
     - ``free_memory()``: free bytes of the device memory its populations live in, ``None``
@@ -47,6 +50,7 @@ class Backend:
     evaluators: Mapping[str, str]
     breeder: str | None = None
     joint_breeder: str | None = None
+    joint_mutator: str | None = None
     repair: str | None = None
     free_memory: Callable[[], int | None] | None = None
 
@@ -112,6 +116,9 @@ BACKENDS: dict[str, Backend] = {
                 "flush": "tidgap.backends.evaluator:flush_numba",
                 "windowed": "tidgap.backends.evaluator:windowed_numba",
             },
+            breeder="tidgap.fallback_cpu.breed_numba:numba_breed",
+            joint_breeder="tidgap.fallback_cpu.breed_numba:numba_joint_breed",
+            joint_mutator="tidgap.fallback_cpu.breed_numba:numba_joint_mutate",
             repair="tidgap.fallback_cpu.repair_numba:canonical",
         ),
         Backend(

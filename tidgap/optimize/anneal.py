@@ -1,13 +1,14 @@
 """Batched simulated annealing after the joint GA: every island's fittest individuals
 become annealing chains, all stepped at once.
 
-Each step gives every chain one mutation drawn from the joint GA's registry
-(:func:`~tidgap.optimize.joint_operators.joint_mutate`, rate 1), repairs and scores the
-whole batch with the backend's evaluator, and each chain takes its move if it is no
-slower under its island's memory level, or else with probability ``exp(-delta / T)``
-(Metropolis). ``T`` falls geometrically from :data:`START_TEMPERATURE` to
-:data:`END_TEMPERATURE` times the level's best time at the start, over the steps or the
-time given. A move over the level is never taken, so a chain within it stays within it.
+Each step gives every chain one mutation drawn from the joint GA's registry and repairs it
+(the space's ``mutate``: :func:`~tidgap.optimize.joint_operators.mutate_repaired`, rate 1,
+or the backend's fused twin), scores the whole batch with the backend's evaluator, and
+each chain takes its move if it is no slower under its island's memory level, or else with
+probability ``exp(-delta / T)`` (Metropolis). ``T`` falls geometrically from
+:data:`START_TEMPERATURE` to :data:`END_TEMPERATURE` times the level's best time at the
+start, over the steps or the time given. A move over the level is never taken, so a chain
+within it stays within it.
 The GA converges into one basin; the chains' uphill moves cross to neighbouring ones
 (gpt1-14 within 1F1B's memory, 20 s: from the GA's 7214.71 ms to 7172.12; the best plan
 known there takes 7153.19). The same seed and step count give the same chains on NumPy
@@ -25,7 +26,7 @@ from typing import Any
 
 from tidgap.backends.xp import namespace
 from tidgap.optimize.joint import Island, JointSpace
-from tidgap.optimize.joint_operators import JointGenes, joint_mutate
+from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import OVER_LIMIT, penalised
 from tidgap.optimize.rng import CounterRng
 
@@ -110,9 +111,7 @@ def anneal(
     started, step = time.perf_counter(), 0
     ratio = END_TEMPERATURE / START_TEMPERATURE
     while (done := annealing.progress(step, started)) < 1:
-        moved = joint_mutate(
-            chains.genes, space.forward_caps, space.backward_caps, rng, 1.0
-        ).repaired(space.repair)
+        moved = space.mutate(chains.genes, space.forward_caps, space.backward_caps, rng, 1.0)
         fitness = penalised(*space.evaluate(moved), chains.held)
         delta = (fitness - chains.fitness).astype(xp.float64)
         temperature = chains.scale * (START_TEMPERATURE * ratio**done)

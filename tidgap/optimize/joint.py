@@ -23,7 +23,13 @@ from tidgap.backends.evaluator import INVALID, OrderedEvaluator
 from tidgap.backends.xp import namespace
 from tidgap.optimize.ga import GeneticSettings, random_chromosomes
 from tidgap.optimize.genome import GENE, Population
-from tidgap.optimize.joint_operators import JointGenes, Repair, joint_breed
+from tidgap.optimize.joint_operators import (
+    JointGenes,
+    Mutator,
+    Repair,
+    joint_breed,
+    mutate_repaired,
+)
 from tidgap.optimize.limits import MemoryLevel, penalised
 from tidgap.optimize.order_genes import canonical, misaligned
 from tidgap.optimize.rng import CounterRng
@@ -34,22 +40,28 @@ MIGRATION_INTERVAL = 10
 MIGRANTS = 4
 
 
-def backend_breeding(record: Backend) -> tuple[Callable[..., JointGenes], Repair]:
-    """``(breed, repair)`` on ``record``'s backend: its fused breeding kernel and compiled
-    repair where it has them, else :func:`joint_breed` and :func:`canonical` over its
-    array module."""
+def backend_breeding(
+    record: Backend,
+) -> tuple[Callable[..., JointGenes], Repair, Mutator]:
+    """``(breed, repair, mutate)`` on ``record``'s backend: its fused breeding and mutation
+    kernels and compiled repair where it has them, else :func:`joint_breed`,
+    :func:`canonical` and :func:`mutate_repaired` over its array module."""
     repair = canonical if record.repair is None else load(record.repair)
     breeder = partial(joint_breed, repair=repair)
     if record.joint_breeder is not None:
         breeder = load(record.joint_breeder)
-    return breeder, repair
+    mutator = partial(mutate_repaired, repair=repair)
+    if record.joint_mutator is not None:
+        mutator = load(record.joint_mutator)
+    return breeder, repair, mutator
 
 
 @dataclass(frozen=True)
 class JointSpace:
     """What every island shares: the evaluator, the caps (``(S,)`` units per direction),
     ``width`` (the chromosomes' ``K``), the breeder (:func:`joint_breed` or a fused kernel
-    with its signature), the repair, and ``aligned``: plans whose backward boundaries are
+    with its signature), the repair, the mutation the annealing steps with
+    (:func:`mutate_repaired` or a fused twin), and ``aligned``: plans whose backward boundaries are
     not forward boundaries (they need recomputation to run) score
     :data:`~tidgap.backends.evaluator.INVALID`."""
 
@@ -59,6 +71,7 @@ class JointSpace:
     width: int
     breed: Callable[..., JointGenes] = joint_breed
     repair: Repair = canonical
+    mutate: Mutator = mutate_repaired
     aligned: bool = False
 
     def evaluate(self, genes: JointGenes) -> tuple[Any, Any]:

@@ -222,6 +222,23 @@ def joint_mutate(
     return JointGenes(forward, backward, lead)
 
 
+def mutate_repaired(
+    genes: JointGenes,
+    forward_caps: Any,
+    backward_caps: Any,
+    rng: CounterRng,
+    rate: float,
+    repair: Repair = canonical,
+) -> JointGenes:
+    """:func:`joint_mutate` (three draws), then ``repair``: new valid individuals."""
+    return joint_mutate(genes, forward_caps, backward_caps, rng, rate).repaired(repair)
+
+
+#: ``mutate(genes, forward_caps, backward_caps, rng, rate) -> genes``: :func:`mutate_repaired`
+#: with the backend's repair, or a fused twin with the same draws and results.
+Mutator = Callable[[JointGenes, Any, Any, CounterRng, float], JointGenes]
+
+
 def joint_crossover(first: JointGenes, second: JointGenes, u: Any) -> JointGenes:
     """Uniform crossover of whole stages: child stage ``s`` (its three rows) is ``first``'s
     if ``u[p, s] < 0.5``, else ``second``'s."""

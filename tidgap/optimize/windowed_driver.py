@@ -30,7 +30,7 @@ from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
 from tidgap.optimize.joint import Island, JointSpace, backend_breeding, fastest_within
-from tidgap.optimize.joint_operators import JointGenes, Repair
+from tidgap.optimize.joint_operators import JointGenes, Mutator, Repair
 from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.joint_polish import joint_polish
 from tidgap.optimize.limits import (
@@ -159,15 +159,21 @@ def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
 
 
 def _compile(
-    evaluator: OrderedEvaluator, ticked: TickedProblem, xp: ModuleType, repair: Repair
+    evaluator: OrderedEvaluator,
+    ticked: TickedProblem,
+    xp: ModuleType,
+    breeding: tuple[Callable[..., JointGenes], Repair, Mutator],
 ) -> None:
-    """Compile (or load from the disk cache) the backend's evaluator and repair on one tiny
-    individual."""
-    genes = np.zeros((1, ticked.num_stages, 1), dtype=GENE)
-    genes[...] = ticked.num_units
-    lead = np.zeros_like(genes)
-    one = JointGenes(xp.asarray(genes), xp.asarray(genes), xp.asarray(lead)).repaired(repair)
-    JointSpace(evaluator, None, None, 1).evaluate(one)
+    """Compile (or load from the disk cache) the backend's evaluator, repair, breeding and
+    mutation on one tiny individual (one microbatch of ``U`` units per stage, caps ``U``:
+    every mutation keeps it valid)."""
+    genes = xp.full((1, ticked.num_stages, 1), ticked.num_units, dtype=GENE)
+    caps = xp.full((ticked.num_stages,), ticked.num_units, dtype=xp.int64)
+    space = JointSpace(evaluator, caps, caps, 1, *breeding)
+    one = JointGenes(genes, genes, xp.zeros_like(genes)).repaired(space.repair)
+    space.evaluate(one)
+    space.mutate(one, caps, caps, CounterRng(0, xp), 1.0)
+    space.breed(one, xp.zeros((1,), dtype=xp.int64), caps, caps, CounterRng(0, xp), 1, 1.0, 1.0, 2)
 
 
 def polished(
@@ -291,8 +297,8 @@ def prepare_windowed(
         ticked = tick_problem(problem)
         evaluator = create_evaluator(ticked, SEARCHED.name, backend)
         xp = record.namespace()
-        breeder, repair = backend_breeding(record)
-        _compile(evaluator, ticked, xp, repair)
+        breeding = backend_breeding(record)
+        _compile(evaluator, ticked, xp, breeding)
     with phases("baselines"):
         baselines = flush.baselines if flush else best_baselines(problem)
         one_f_one_b = one_f_one_b_level(problem, baselines["1f1b"])
@@ -331,7 +337,7 @@ def prepare_windowed(
     settings = GeneticSettings(population=population)
     rng = CounterRng(seed, xp)
     caps = (xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
-    space = JointSpace(evaluator, *caps, width, breeder, repair, aligned=no_recompute)
+    space = JointSpace(evaluator, *caps, width, *breeding, aligned=no_recompute)
     with phases("seeding"):
         found = [*equal, *plans, *windowed_seeds(partitions, levels)]
         seeds = encode_plans(found, problem, width)
@@ -340,7 +346,7 @@ def prepare_windowed(
         )
         fill = max(population - seeds.size, population // 2)
         candidates = JointGenes.concatenate(
-            [device_seeds.repaired(repair), space.random(fill, rng)]
+            [device_seeds.repaired(space.repair), space.random(fill, rng)]
         )
         scored = (candidates, *space.evaluate(candidates))
         islands = [Island.seeded(level, *scored, population) for level in levels]
