@@ -23,7 +23,7 @@ from numba import njit, prange
 
 from tidgap.fallback_cpu.repair_numba import _individual as _repair
 from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes
-from tidgap.optimize.operators import MUTATIONS
+from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng
 
 #: The partition mutations, in the numbering the loops use.
@@ -48,10 +48,6 @@ MOVE, SHIFT, SPLIT, MERGE, COPY, EQUALISE = range(len(PARTITION_KINDS))
 ALIGN, NUDGE, SHIFT_LEADS, SET_LEAD, FLUSH, FROM_NEIGHBOUR = range(
     len(PARTITION_KINDS), len(PARTITION_KINDS) + len(ORDER_KINDS)
 )
-#: Draws a generation's breeding makes (its stream keys, in order).
-BREED_DRAWS = 7
-#: Draws a mutation makes: the operator, whether to mutate, the uniforms.
-MUTATE_DRAWS = 3
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -3,8 +3,8 @@
 // Computes child c of tidgap.optimize.operators.breed exactly: two tournaments over `fitness`,
 // crossover of whole stages, then at most one mutation of one stage, with the same draws.
 // `streams` holds the seven stream keys in draw order: tournament 1, tournament 2,
-// crossover (c * S + s), use-crossover (c), mutation operator (c), mutate-or-not (c),
-// mutation uniforms (c * 3 + j). Arrays (row-major): genes (P, S, K) int32 parents,
+// crossover (c * S + s), use-crossover (c), then the mutation's three (MUTATION_DRAWS, from
+// `streams + 4`): operator (c), mutate-or-not (c), uniforms (c * 3 + j). Arrays (row-major): genes (P, S, K) int32 parents,
 // fitness (P,) int64, caps (S,) int64, child (S, K) int32 out. The mutation order is the
 // registry's: move, shift, split, merge, copy neighbour, equalise.
 #ifndef TIDGAP_BREED_CUH
@@ -128,17 +128,19 @@ __host__ __device__ inline long long tidgap_stage_parent(
     return (parents.use_cross && !take_first) ? parents.second : parents.first;
 }
 
-// Child c's mutation, a registry position, or -1 for none (streams 4 and 5, index c).
+// Child c's mutation, a registry position, or -1 for none (`mutation_streams` 0 and 1,
+// index c: tidgap.optimize.operators.mutate's first two draws).
 __host__ __device__ inline int tidgap_drawn_mutation(
-    long long c, int num_mutations, double mutation_rate, const tidgap_u64* streams) {
-    int op = (int)tidgap_uniform_int(tidgap_uniform(streams[4], c), 0, num_mutations);
-    return tidgap_uniform(streams[5], c) < mutation_rate ? op : -1;
+    long long c, int num_mutations, double mutation_rate, const tidgap_u64* mutation_streams) {
+    int op = (int)tidgap_uniform_int(tidgap_uniform(mutation_streams[0], c), 0, num_mutations);
+    return tidgap_uniform(mutation_streams[1], c) < mutation_rate ? op : -1;
 }
 
-// Uniform j (0: stage, 1: position, 2: value) of child c's mutation (stream 6, c * 3 + j).
+// Uniform j (0: stage, 1: position, 2: value) of child c's mutation (`mutation_streams` 2,
+// index c * 3 + j).
 __host__ __device__ inline double tidgap_mutation_uniform(
-    long long c, int j, const tidgap_u64* streams) {
-    return tidgap_uniform(streams[6], c * 3 + j);
+    long long c, int j, const tidgap_u64* mutation_streams) {
+    return tidgap_uniform(mutation_streams[2], c * 3 + j);
 }
 
 __host__ __device__ inline void tidgap_breed_child(
@@ -153,11 +155,12 @@ __host__ __device__ inline void tidgap_breed_child(
         const int* source = genes + (parent * stages + s) * width;
         for (int col = 0; col < width; ++col) child[s * width + col] = source[col];
     }
-    int op = tidgap_drawn_mutation(c, num_mutations, mutation_rate, streams);
+    const tidgap_u64* mutation_streams = streams + 4;
+    int op = tidgap_drawn_mutation(c, num_mutations, mutation_rate, mutation_streams);
     if (op >= 0) {
-        tidgap_mutate(op, tidgap_mutation_uniform(c, 0, streams),
-                      tidgap_mutation_uniform(c, 1, streams),
-                      tidgap_mutation_uniform(c, 2, streams), child, stages, width, caps);
+        tidgap_mutate(op, tidgap_mutation_uniform(c, 0, mutation_streams),
+                      tidgap_mutation_uniform(c, 1, mutation_streams),
+                      tidgap_mutation_uniform(c, 2, mutation_streams), child, stages, width, caps);
     }
 }
 

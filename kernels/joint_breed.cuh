@@ -153,6 +153,32 @@ __host__ __device__ inline void tidgap_canonical(
     }
 }
 
+// tidgap.optimize.joint_operators.mutate_repaired on child c in place: at most one mutation
+// from the JOINT_MUTATIONS registry (joint_mutate's three draws, from `mutation_streams`),
+// then the repair. The child's rows: forward, backward, lead (S, K); codes (S, 2K) out.
+__host__ __device__ inline void tidgap_joint_mutate_child(
+    long long c, int stages, int width, const long long* forward_caps,
+    const long long* backward_caps, double mutation_rate, int num_mutations,
+    const tidgap_u64* mutation_streams, int* child_forward, int* child_backward,
+    int* child_lead, signed char* child_codes) {
+    int op = tidgap_drawn_mutation(c, num_mutations, mutation_rate, mutation_streams);
+    if (op >= 0) {
+        double u0 = tidgap_mutation_uniform(c, 0, mutation_streams);
+        double u1 = tidgap_mutation_uniform(c, 1, mutation_streams);
+        double u2 = tidgap_mutation_uniform(c, 2, mutation_streams);
+        bool on_backward;
+        int partition = tidgap_partition_mutation(op, &on_backward);
+        if (partition >= 0) {
+            tidgap_mutate(partition, u0, u1, u2, on_backward ? child_backward : child_forward,
+                          stages, width, on_backward ? backward_caps : forward_caps);
+        } else {
+            tidgap_mutate_order(op, u0, u1, u2, child_forward, child_backward, child_lead, stages,
+                                width, forward_caps, backward_caps);
+        }
+    }
+    tidgap_canonical(child_forward, child_backward, child_lead, child_codes, stages, width);
+}
+
 __host__ __device__ inline void tidgap_joint_breed_child(
     long long c, const int* forward, const int* backward, const int* lead,
     const long long* fitness, long long population, int stages, int width,
@@ -170,22 +196,9 @@ __host__ __device__ inline void tidgap_joint_breed_child(
             child_lead[s * width + col] = lead[offset + col];
         }
     }
-    int op = tidgap_drawn_mutation(c, num_mutations, mutation_rate, streams);
-    if (op >= 0) {
-        double u0 = tidgap_mutation_uniform(c, 0, streams);
-        double u1 = tidgap_mutation_uniform(c, 1, streams);
-        double u2 = tidgap_mutation_uniform(c, 2, streams);
-        bool on_backward;
-        int partition = tidgap_partition_mutation(op, &on_backward);
-        if (partition >= 0) {
-            tidgap_mutate(partition, u0, u1, u2, on_backward ? child_backward : child_forward,
-                          stages, width, on_backward ? backward_caps : forward_caps);
-        } else {
-            tidgap_mutate_order(op, u0, u1, u2, child_forward, child_backward, child_lead, stages,
-                                width, forward_caps, backward_caps);
-        }
-    }
-    tidgap_canonical(child_forward, child_backward, child_lead, child_codes, stages, width);
+    tidgap_joint_mutate_child(c, stages, width, forward_caps, backward_caps, mutation_rate,
+                              num_mutations, streams + 4, child_forward, child_backward,
+                              child_lead, child_codes);
 }
 
 #endif  // TIDGAP_JOINT_BREED_CUH

@@ -18,13 +18,10 @@ from tidgap.backends.evaluator import OrderedEvaluator, SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
 from tidgap.kernels.source import kernel_source, operation_defines, scratch_width
 from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes
-from tidgap.optimize.operators import MUTATIONS
+from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng
 
 THREADS_PER_BLOCK = 128
-#: Draws :func:`tidgap.optimize.operators.breed` (and
-#: :func:`tidgap.optimize.joint_operators.joint_breed`) make per generation, in order.
-BREED_DRAWS = 7
 
 
 @functools.cache
@@ -164,9 +161,25 @@ def windowed_cuda(ticked: TickedProblem) -> OrderedEvaluator:
     return OrderedEvaluator(ticked, CudaOrderedEnds(ticked))
 
 
-def _breed_streams(rng: CounterRng) -> cupy.ndarray:
-    """The keys of a generation's :data:`BREED_DRAWS` draws, ``(7,)`` uint64 on the device."""
-    return cupy.asarray(np.array([rng.stream() for _ in range(BREED_DRAWS)], dtype=np.uint64))
+def _breed_streams(rng: CounterRng, draws: int = BREED_DRAWS) -> cupy.ndarray:
+    """The keys of the next ``draws`` draws (a generation's :data:`BREED_DRAWS`), ``(draws,)``
+    uint64 on the device."""
+    return cupy.asarray(np.array([rng.stream() for _ in range(draws)], dtype=np.uint64))
+
+
+def _joint_rows(genes: JointGenes) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
+    """``genes``' forward, backward and lead rows as contiguous int32 device arrays."""
+    rows = (genes.forward, genes.backward, genes.lead)
+    forward, backward, lead = (cupy.ascontiguousarray(r, dtype=cupy.int32) for r in rows)
+    return forward, backward, lead
+
+
+def _empty_joint(count: int, stages: int, width: int) -> JointGenes:
+    """``count`` uninitialised individuals on the device, codes included."""
+    return JointGenes(
+        *(cupy.empty((count, stages, width), dtype=cupy.int32) for _ in range(3)),
+        cupy.empty((count, stages, 2 * width), dtype=cupy.int8),
+    )
 
 
 def cuda_breed(
@@ -232,16 +245,10 @@ def cuda_joint_breed(
     ``(S,)`` units; returns ``children`` individuals on the device, ``(children, S, K)`` int32
     rows and ``(children, S, 2K)`` int8 codes.
     """
-    forward, backward, lead = (
-        cupy.ascontiguousarray(rows, dtype=cupy.int32)
-        for rows in (genes.forward, genes.backward, genes.lead)
-    )
+    forward, backward, lead = _joint_rows(genes)
     population, stages, width = forward.shape
     streams = _breed_streams(rng)
-    offspring = JointGenes(
-        *(cupy.empty((children, stages, width), dtype=cupy.int32) for _ in range(3)),
-        cupy.empty((children, stages, 2 * width), dtype=cupy.int8),
-    )
+    offspring = _empty_joint(children, stages, width)
     if children == 0:
         return offspring
     kernel = _kernel("joint_breed.cu", "tidgap_joint_breed", scratch_width(width))
@@ -271,3 +278,41 @@ def cuda_joint_breed(
         ),
     )
     return offspring
+
+
+def cuda_joint_mutate(
+    genes: JointGenes,
+    forward_caps: cupy.ndarray,
+    backward_caps: cupy.ndarray,
+    rng: CounterRng,
+    rate: float,
+) -> JointGenes:
+    """:func:`tidgap.optimize.joint_operators.mutate_repaired` in one kernel launch (the
+    annealing's step): the same three draws, the same repaired individuals, new arrays on the
+    device (``genes`` is left as it is)."""
+    forward, backward, lead = _joint_rows(genes)
+    population, stages, width = forward.shape
+    streams = _breed_streams(rng, MUTATE_DRAWS)
+    mutated = _empty_joint(population, stages, width)
+    if population == 0:
+        return mutated
+    kernel = _kernel("joint_breed.cu", "tidgap_joint_mutate", scratch_width(width))
+    kernel(
+        _grid(population),
+        (THREADS_PER_BLOCK,),
+        (
+            forward,
+            backward,
+            lead,
+            np.int64(population),
+            np.int32(stages),
+            np.int32(width),
+            cupy.ascontiguousarray(forward_caps, dtype=cupy.int64),
+            cupy.ascontiguousarray(backward_caps, dtype=cupy.int64),
+            np.float64(rate),
+            np.int32(len(JOINT_MUTATIONS)),
+            streams,
+            *mutated.arrays(),
+        ),
+    )
+    return mutated

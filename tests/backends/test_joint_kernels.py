@@ -1,6 +1,8 @@
 """The joint GA's fused breeding kernel without a GPU: ``joint_breed.cu`` compiles for sm_80
 and sm_90, and ``joint_breed.cuh``, built for the host, breeds exactly the children of
-:func:`tidgap.optimize.joint_operators.joint_breed` (partitions, leads and codes)."""
+:func:`tidgap.optimize.joint_operators.joint_breed` (partitions, leads and codes) and
+mutates exactly as :func:`~tidgap.optimize.joint_operators.mutate_repaired` (the
+annealing's step)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,13 @@ from tests.support.host_build import build_host
 from tests.support.populations import assert_same_children, random_joint
 from tidgap.backends.gpu import gpu_unusable_reason
 from tidgap.kernels.source import KERNEL_DIR, kernel_source, operation_defines
-from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes, joint_breed
-from tidgap.optimize.operators import MUTATIONS
+from tidgap.optimize.joint_operators import (
+    JOINT_MUTATIONS,
+    JointGenes,
+    joint_breed,
+    mutate_repaired,
+)
+from tidgap.optimize.operators import MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng, uniform_int
 
 
@@ -135,6 +142,57 @@ def test_host_joint_breed_exercises_every_mutation(host_joint_breed: Any) -> Non
             for gene in ("forward", "backward", "lead", "codes")
         ]
         assert any(changed), name
+
+
+@pytest.fixture(scope="module")
+def host_joint_mutate(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``tidgap_joint_mutate_host``: ``joint_breed.cuh``'s mutation and repair in place."""
+    return build_host(tmp_path_factory, "joint_breed_host", "tidgap_joint_mutate_host")
+
+
+@pytest.mark.parametrize("rate", [1.0, 0.4])
+@pytest.mark.parametrize("seed", range(3))
+def test_host_joint_mutate_equals_mutate_repaired(
+    host_joint_mutate: Any, seed: int, rate: float
+) -> None:
+    """The annealing's step: every mutation (or none, at a rate below 1), then the repair."""
+    rng = np.random.default_rng(40 + seed)
+    genes, forward_caps, backward_caps = random_joint(rng, seed + 2, width=16, size=1500)
+    expected = mutate_repaired(genes, forward_caps, backward_caps, CounterRng(seed), rate)
+    population, stages, width = genes.forward.shape
+    rows = [np.array(r, dtype=np.int32) for r in (genes.forward, genes.backward, genes.lead)]
+    codes = np.full((population, stages, 2 * width), 7, dtype=np.int8)
+    draws = CounterRng(seed)
+    streams = np.array([draws.stream() for _ in range(MUTATE_DRAWS)], dtype=np.uint64)
+    host_joint_mutate(
+        *(pointer(r) for r in rows),
+        ctypes.c_longlong(population),
+        ctypes.c_int(stages),
+        ctypes.c_int(width),
+        *(pointer(np.ascontiguousarray(c, dtype=np.int64)) for c in (forward_caps, backward_caps)),
+        ctypes.c_double(rate),
+        ctypes.c_int(len(JOINT_MUTATIONS)),
+        pointer(streams),
+        pointer(codes),
+    )
+    assert_same_children(JointGenes(*rows, codes), expected)
+
+
+@pytest.mark.usefixtures("fake_gpu")
+def test_the_mutation_launcher_drives_its_kernel_with_the_right_arguments() -> None:
+    """``cuda_joint_mutate`` through the CuPy stand-in equals ``mutate_repaired`` and leaves
+    its input as it was."""
+    from tidgap.kernels.launcher import cuda_joint_mutate
+
+    rng = np.random.default_rng(13)
+    genes, forward_caps, backward_caps = random_joint(rng, stages=5, width=32, size=300)
+    genes = genes.repaired()
+    kept = [rows.copy() for rows in genes.arrays()]
+    expected = mutate_repaired(genes, forward_caps, backward_caps, CounterRng(6), 1.0)
+    got = cuda_joint_mutate(genes, forward_caps, backward_caps, CounterRng(6), 1.0)
+    assert_same_children(got, expected)
+    for before, after in zip(kept, genes.arrays(), strict=True):
+        np.testing.assert_array_equal(before, after)
 
 
 @pytest.mark.usefixtures("fake_gpu")

@@ -21,6 +21,12 @@ Mutation = Callable[[Any, Any, Any], Any]
 
 #: Uniforms a mutation reads per individual.
 MUTATION_UNIFORMS = 3
+#: Draws :func:`mutate` (and the joint GA's ``joint_mutate``) makes, in order: the operator,
+#: whether to mutate, the uniforms.
+MUTATE_DRAWS = 3
+#: Draws :func:`breed` (and the joint GA's ``joint_breed``) makes per generation, in order:
+#: two tournaments, the crossover, whether to cross, then :func:`mutate`'s.
+BREED_DRAWS = 4 + MUTATE_DRAWS
 
 
 def microbatch_counts(genes: Any) -> Any:
