@@ -3,7 +3,8 @@ population sizes, one whole generation at ``P = 2**16``, and Numba beside them; 
 ordered-plan kernel (``windowed_evaluate.cu``) at several sizes on ``bench_windowed``'s
 population (issue 11's target: >= 2e8 evaluations/s at ``P >= 2**20`` on an H200), and one
 generation of the joint GA (``bench_windowed.Generation``) at ``P = 2**16`` (target: at
-most 2 ms).
+most 2 ms), and one annealing step of ``2**16`` chains (four islands of ``2**14``: the
+mutation kernel, the repair in it, the ordered-plan kernel and the acceptance).
 
 Workload as in ``bench_evaluate.py``: ``S = 8``, ``B = 256``, unit 1, 12..20 microbatches
 per stage and direction, ``K = 32``; one evaluation is ``forward_end + backward_span``.
@@ -28,6 +29,7 @@ from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.gpu import gpu_unusable_reason
 from tidgap.backends.ticks import tick_problem
 from tidgap.backends.xp import to_host
+from tidgap.optimize.anneal import Annealing, anneal
 from tidgap.optimize.genome import Population
 
 REASON = gpu_unusable_reason()
@@ -160,3 +162,24 @@ def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any) -> None
     throughput("cuda joint generation P=2^16", benchmark, children)
     if benchmark.stats is not None:
         benchmark.extra_info["generations_per_second"] = 1 / benchmark.stats.stats.median
+
+
+def test_cuda_anneal_step_at_65536(benchmark: Any, throughput: Any) -> None:
+    """One annealing step of every individual of four islands of ``2**14``."""
+    import cupy
+
+    generations = [Generation.on("cuda", 2**14, seed) for seed in range(4)]
+    islands, first = [g.island for g in generations], generations[0]
+
+    def step() -> int:
+        evaluations = anneal(islands, first.space, first.rng, Annealing(steps=1))[1]
+        cupy.cuda.Device().synchronize()
+        return evaluations
+
+    evaluations = step()  # compile (or load the kernel cache)
+    assert evaluations == 2**16
+    benchmark.group = "cuda annealing step 4x2^14 chains"
+    benchmark(step)
+    throughput("cuda anneal 4x2^14", benchmark, evaluations)
+    if benchmark.stats is not None:
+        benchmark.extra_info["steps_per_second"] = 1 / benchmark.stats.stats.median

@@ -3,8 +3,9 @@
 # 6 minutes (100 s tests, 150 s benchmarks, 100 s searches, each cut off by a timeout):
 # installs tidgap from this checkout without dependencies (pydantic comes from wheels in
 # .whl/, see bench/fetch_device_wheels.sh), runs the GPU tests, the GPU benchmarks (flush
-# and ordered-plan kernels at several population sizes, a flush and a joint generation at
-# 2^16), and a --gpu and a --cpu search on every built-in example, then prints a summary.
+# and ordered-plan kernels at several population sizes, a flush and a joint generation and
+# an annealing step at 2^16), and a --gpu and a --cpu search on every built-in example,
+# then prints a summary.
 # Usage: bash bench/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
