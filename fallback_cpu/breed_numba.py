@@ -18,6 +18,8 @@ is.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit, prange
 
@@ -54,14 +56,18 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
+@functools.cache
 def partition_kinds() -> np.ndarray:
-    """``(len(MUTATIONS),)`` int64: each partition mutation's kind number."""
-    return np.array([PARTITION_KINDS.index(name) for name in MUTATIONS], dtype=np.int64)
+    """``(len(MUTATIONS),)`` int64: each partition mutation's kind number (read-only)."""
+    kinds = np.array([PARTITION_KINDS.index(name) for name in MUTATIONS], dtype=np.int64)
+    kinds.flags.writeable = False
+    return kinds
 
 
+@functools.cache
 def joint_kinds() -> tuple[np.ndarray, np.ndarray]:
     """``(kinds, on_backward)`` ``(len(JOINT_MUTATIONS),)``: each joint mutation's kind
-    number and whether it changes the backward partitions."""
+    number and whether it changes the backward partitions (read-only)."""
     kinds, backward = [], []
     for name in JOINT_MUTATIONS:
         direction, _, partition = name.partition("_")
@@ -71,7 +77,10 @@ def joint_kinds() -> tuple[np.ndarray, np.ndarray]:
         else:
             kinds.append(len(PARTITION_KINDS) + ORDER_KINDS.index(name))
             backward.append(False)
-    return np.array(kinds, dtype=np.int64), np.array(backward, dtype=np.bool_)
+    arrays = np.array(kinds, dtype=np.int64), np.array(backward, dtype=np.bool_)
+    for array in arrays:
+        array.flags.writeable = False
+    return arrays
 
 
 @njit(cache=True, nogil=True)
@@ -303,10 +312,12 @@ def _streams(rng: CounterRng, draws: int) -> np.ndarray:
 
 
 def _int32(array: np.ndarray) -> np.ndarray:
+    """``array`` as contiguous int32 (a copy only where needed)."""
     return np.ascontiguousarray(array, dtype=np.int32)
 
 
 def _int64(array: np.ndarray) -> np.ndarray:
+    """``array`` as contiguous int64 (a copy only where needed)."""
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
@@ -387,8 +398,8 @@ def numba_joint_mutate(
     rng: CounterRng,
     rate: float,
 ) -> JointGenes:
-    """:func:`~tidgap.optimize.joint_operators.joint_mutate` then the repair, compiled: new
-    repaired individuals (``genes`` is left as it is)."""
+    """:func:`tidgap.optimize.joint_operators.mutate_repaired`, compiled: new repaired
+    individuals (``genes`` is left as it is)."""
     out = _empty_joint(genes.size, *genes.forward.shape[1:])
     for mine, given in zip(
         out.arrays()[:3], (genes.forward, genes.backward, genes.lead), strict=True
