@@ -2,11 +2,12 @@
 //
 // Computes child c of tidgap.optimize.operators.breed exactly: two tournaments over `fitness`,
 // crossover of whole stages, then at most one mutation of one stage, with the same draws.
-// `streams` holds the seven stream keys in draw order: tournament 1, tournament 2,
-// crossover (c * S + s), use-crossover (c), then the mutation's three (MUTATION_DRAWS, from
-// `streams + 4`): operator (c), mutate-or-not (c), uniforms (c * 3 + j). Arrays (row-major): genes (P, S, K) int32 parents,
-// fitness (P,) int64, caps (S,) int64, child (S, K) int32 out. The mutation order is the
-// registry's: move, shift, split, merge, copy neighbour, equalise.
+// `streams` holds the seven stream keys in draw order (BREED_DRAWS): tournament 1,
+// tournament 2, crossover (c * S + s), use-crossover (c), then the mutation's three
+// (MUTATE_DRAWS, from `streams + 4`): operator (c), mutate-or-not (c), uniforms (c * 3 + j).
+// Arrays (row-major): genes (P, S, K) int32 parents, fitness (P,) int64, caps (S,) int64,
+// child (S, K) int32 out. The mutation order is the registry's: move, shift, split, merge,
+// copy neighbour, equalise.
 #ifndef TIDGAP_BREED_CUH
 #define TIDGAP_BREED_CUH
 

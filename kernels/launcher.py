@@ -161,9 +161,8 @@ def windowed_cuda(ticked: TickedProblem) -> OrderedEvaluator:
     return OrderedEvaluator(ticked, CudaOrderedEnds(ticked))
 
 
-def _breed_streams(rng: CounterRng, draws: int = BREED_DRAWS) -> cupy.ndarray:
-    """The keys of the next ``draws`` draws (a generation's :data:`BREED_DRAWS`), ``(draws,)``
-    uint64 on the device."""
+def _streams(rng: CounterRng, draws: int) -> cupy.ndarray:
+    """The keys of ``rng``'s next ``draws`` draws, ``(draws,)`` uint64 on the device."""
     return cupy.asarray(np.array([rng.stream() for _ in range(draws)], dtype=np.uint64))
 
 
@@ -200,7 +199,7 @@ def cuda_breed(
     """
     genes = cupy.ascontiguousarray(genes, dtype=cupy.int32)
     population, stages, width = genes.shape
-    streams = _breed_streams(rng)
+    streams = _streams(rng, BREED_DRAWS)
     offspring = cupy.empty((children, stages, width), dtype=cupy.int32)
     if children == 0:
         return offspring
@@ -247,7 +246,7 @@ def cuda_joint_breed(
     """
     forward, backward, lead = _joint_rows(genes)
     population, stages, width = forward.shape
-    streams = _breed_streams(rng)
+    streams = _streams(rng, BREED_DRAWS)
     offspring = _empty_joint(children, stages, width)
     if children == 0:
         return offspring
@@ -292,7 +291,7 @@ def cuda_joint_mutate(
     device (``genes`` is left as it is)."""
     forward, backward, lead = _joint_rows(genes)
     population, stages, width = forward.shape
-    streams = _breed_streams(rng, MUTATE_DRAWS)
+    streams = _streams(rng, MUTATE_DRAWS)
     mutated = _empty_joint(population, stages, width)
     if population == 0:
         return mutated

@@ -149,16 +149,20 @@ def _polished(
     return polish(to_host(genes), fitness, caps, host_score, deadline)[0]
 
 
-def _compile(evaluator: SeparableEvaluator, ticked: TickedProblem, xp: ModuleType) -> None:
-    """Compile (or load from the disk cache) the setup's loops and the backend's code, on
-    tiny inputs in ``xp``."""
+def _compile(
+    evaluator: SeparableEvaluator, breeder: Breeder, ticked: TickedProblem, xp: ModuleType
+) -> None:
+    """Compile (or load from the disk cache) the setup's loops and the backend's evaluation
+    and breeding, on tiny inputs in ``xp`` (one microbatch of ``U`` units per stage, caps
+    ``U``: every mutation keeps it valid)."""
     from tidgap.fallback_cpu.setup_loops import warm_up
 
     warm_up()
-    genes = np.zeros((1, ticked.num_stages, 1), dtype=GENE)
-    genes[...] = ticked.num_units
-    evaluator.forward_end(xp.asarray(genes))
-    evaluator.backward_span(xp.asarray(genes))
+    genes = xp.full((1, ticked.num_stages, 1), ticked.num_units, dtype=GENE)
+    evaluator.forward_end(genes)
+    evaluator.backward_span(genes)
+    caps = xp.full((ticked.num_stages,), ticked.num_units, dtype=xp.int64)
+    breeder(genes, xp.zeros((1,), dtype=xp.int64), caps, CounterRng(0, xp), 1, 1.0, 1.0, 2)
 
 
 @dataclass
@@ -252,7 +256,7 @@ def prepare_flush(
         # The family searched is separable: its evaluators offer both halves (the dual GA).
         evaluator = cast(SeparableEvaluator, create_evaluator(ticked, SEARCHED.name, backend))
         xp = record.namespace()
-        _compile(evaluator, ticked, xp)
+        _compile(evaluator, _breeder(record), ticked, xp)
     ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE)
     stop = StopRule(generations, ga_limit, stagnation, interrupted)
     with phases("baselines"):
