@@ -172,7 +172,9 @@ def _mutate_partition(kind, u0, u1, u2, child, caps):  # pragma: no cover - comp
 
 
 @njit(cache=True, nogil=True)
-def _mutate_order(kind, u0, u1, u2, forward, backward, lead, forward_caps, backward_caps):  # noqa: E501 # pragma: no cover
+def _mutate_order(
+    kind, u0, u1, u2, forward, backward, lead, forward_caps, backward_caps
+):  # pragma: no cover - compiled
     """Order mutation ``kind`` (the joint GA's) on one stage of a child's ``(S, K)`` rows."""
     stages, width = lead.shape
     stage = _uniform_int(u0, 0, stages)
@@ -227,7 +229,9 @@ def _stage_parent(c, s, stages, first, second, use_cross, streams):  # pragma: n
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def _breed(genes, fitness, caps, kinds, size, crossover_rate, mutation_rate, streams, out):
+def _breed(
+    genes, fitness, caps, kinds, size, crossover_rate, mutation_rate, streams, out
+):  # pragma: no cover - compiled
     """:func:`numba_breed`'s children into ``out`` ``(C, S, K)``."""
     children, stages, _ = out.shape
     for c in prange(children):
@@ -240,7 +244,9 @@ def _breed(genes, fitness, caps, kinds, size, crossover_rate, mutation_rate, str
 
 
 @njit(cache=True, nogil=True)
-def _mutate_joint(op, u0, u1, u2, kinds, on_backward, forward, backward, lead, fcaps, bcaps):
+def _mutate_joint(
+    op, u0, u1, u2, kinds, on_backward, forward, backward, lead, fcaps, bcaps
+):  # pragma: no cover - compiled
     """Joint mutation number ``op`` (``-1``: none) on one child's ``(S, K)`` rows."""
     if op < 0:
         return
@@ -256,12 +262,13 @@ def _mutate_joint(op, u0, u1, u2, kinds, on_backward, forward, backward, lead, f
 
 @njit(cache=True, nogil=True)
 def _repaired(forward, backward, lead, codes):  # pragma: no cover - compiled
-    """The repair of one child in place (``lead`` canonical, ``codes`` written)."""
+    """The repair of one child in place (``lead`` canonical, ``codes`` written; the repair
+    reads each lead before it writes it, so one array serves as both)."""
     stages, width = forward.shape
     fp = np.empty((stages, width + 1), dtype=np.int64)
     bp = np.empty((stages, width + 1), dtype=np.int64)
     before = np.empty((stages, width), dtype=np.int64)
-    _repair(forward, backward, lead.copy(), lead, codes, fp, bp, before)
+    _repair(forward, backward, lead, lead, codes, fp, bp, before)
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -306,11 +313,6 @@ def _joint_mutate(fcaps, bcaps, kinds, on_backward, rate, streams, out):  # prag
         _repaired(out[0][c], out[1][c], out[2][c], out[3][c])
 
 
-def _streams(rng: CounterRng, draws: int) -> np.ndarray:
-    """The keys of the next ``draws`` draws of ``rng``, ``(draws,)`` uint64."""
-    return np.array([rng.stream() for _ in range(draws)], dtype=np.uint64)
-
-
 def _int32(array: np.ndarray) -> np.ndarray:
     """``array`` as contiguous int32 (a copy only where needed)."""
     return np.ascontiguousarray(array, dtype=np.int32)
@@ -334,7 +336,7 @@ def numba_breed(
     """:func:`tidgap.optimize.operators.breed`, compiled: ``genes`` ``(P, S, K)`` int32,
     ``fitness`` ``(P,)``, ``caps`` ``(S,)`` units; returns ``(children, S, K)`` int32."""
     genes = _int32(genes)
-    streams = _streams(rng, BREED_DRAWS)
+    streams = rng.streams(BREED_DRAWS)
     out = np.empty((children, *genes.shape[1:]), dtype=np.int32)
     if children:
         _breed(
@@ -351,12 +353,6 @@ def numba_breed(
     return out
 
 
-def _empty_joint(children: int, stages: int, width: int) -> JointGenes:
-    """Uninitialised ``children`` individuals with codes."""
-    rows = [np.empty((children, stages, width), dtype=np.int32) for _ in range(3)]
-    return JointGenes(*rows, np.empty((children, stages, 2 * width), dtype=np.int8))
-
-
 def numba_joint_breed(
     genes: JointGenes,
     fitness: np.ndarray,
@@ -371,8 +367,8 @@ def numba_joint_breed(
     """:func:`tidgap.optimize.joint_operators.joint_breed`, compiled: the same repaired
     children (``(children, S, K)`` int32 rows, ``(children, S, 2K)`` int8 codes)."""
     parents = tuple(_int32(rows) for rows in (genes.forward, genes.backward, genes.lead))
-    streams = _streams(rng, BREED_DRAWS)
-    out = _empty_joint(children, *parents[0].shape[1:])
+    streams = rng.streams(BREED_DRAWS)
+    out = JointGenes.empty(children, *parents[0].shape[1:], np)
     if children:
         kinds, on_backward = joint_kinds()
         _joint_breed(
@@ -400,12 +396,12 @@ def numba_joint_mutate(
 ) -> JointGenes:
     """:func:`tidgap.optimize.joint_operators.mutate_repaired`, compiled: new repaired
     individuals (``genes`` is left as it is)."""
-    out = _empty_joint(genes.size, *genes.forward.shape[1:])
+    out = JointGenes.empty(genes.size, *genes.forward.shape[1:], np)
     for mine, given in zip(
         out.arrays()[:3], (genes.forward, genes.backward, genes.lead), strict=True
     ):
         mine[...] = given
-    streams = _streams(rng, MUTATE_DRAWS)
+    streams = rng.streams(MUTATE_DRAWS)
     if genes.size:
         kinds, on_backward = joint_kinds()
         _joint_mutate(

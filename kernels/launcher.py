@@ -163,7 +163,7 @@ def windowed_cuda(ticked: TickedProblem) -> OrderedEvaluator:
 
 def _streams(rng: CounterRng, draws: int) -> cupy.ndarray:
     """The keys of ``rng``'s next ``draws`` draws, ``(draws,)`` uint64 on the device."""
-    return cupy.asarray(np.array([rng.stream() for _ in range(draws)], dtype=np.uint64))
+    return cupy.asarray(rng.streams(draws))
 
 
 def _joint_rows(genes: JointGenes) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
@@ -171,14 +171,6 @@ def _joint_rows(genes: JointGenes) -> tuple[cupy.ndarray, cupy.ndarray, cupy.nda
     rows = (genes.forward, genes.backward, genes.lead)
     forward, backward, lead = (cupy.ascontiguousarray(r, dtype=cupy.int32) for r in rows)
     return forward, backward, lead
-
-
-def _empty_joint(count: int, stages: int, width: int) -> JointGenes:
-    """``count`` uninitialised individuals on the device, codes included."""
-    return JointGenes(
-        *(cupy.empty((count, stages, width), dtype=cupy.int32) for _ in range(3)),
-        cupy.empty((count, stages, 2 * width), dtype=cupy.int8),
-    )
 
 
 def cuda_breed(
@@ -247,7 +239,7 @@ def cuda_joint_breed(
     forward, backward, lead = _joint_rows(genes)
     population, stages, width = forward.shape
     streams = _streams(rng, BREED_DRAWS)
-    offspring = _empty_joint(children, stages, width)
+    offspring = JointGenes.empty(children, stages, width, cupy)
     if children == 0:
         return offspring
     kernel = _kernel("joint_breed.cu", "tidgap_joint_breed", scratch_width(width))
@@ -292,7 +284,7 @@ def cuda_joint_mutate(
     forward, backward, lead = _joint_rows(genes)
     population, stages, width = forward.shape
     streams = _streams(rng, MUTATE_DRAWS)
-    mutated = _empty_joint(population, stages, width)
+    mutated = JointGenes.empty(population, stages, width, cupy)
     if population == 0:
         return mutated
     kernel = _kernel("joint_breed.cu", "tidgap_joint_mutate", scratch_width(width))

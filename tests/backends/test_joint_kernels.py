@@ -26,7 +26,7 @@ from tidgap.optimize.joint_operators import (
     joint_breed,
     mutate_repaired,
 )
-from tidgap.optimize.operators import MUTATE_DRAWS, MUTATIONS
+from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng, uniform_int
 
 
@@ -73,7 +73,7 @@ def host_children(
 ) -> JointGenes:
     """Call the host build as :func:`tidgap.kernels.launcher.cuda_joint_breed` calls the GPU."""
     population, stages, width = genes.forward.shape
-    streams = np.array([rng.stream() for _ in range(7)], dtype=np.uint64)
+    streams = rng.streams(BREED_DRAWS)
     inputs = [
         np.ascontiguousarray(rows, dtype=np.int32)
         for rows in (genes.forward, genes.backward, genes.lead)
@@ -162,8 +162,7 @@ def test_host_joint_mutate_equals_mutate_repaired(
     population, stages, width = genes.forward.shape
     rows = [np.array(r, dtype=np.int32) for r in (genes.forward, genes.backward, genes.lead)]
     codes = np.full((population, stages, 2 * width), 7, dtype=np.int8)
-    draws = CounterRng(seed)
-    streams = np.array([draws.stream() for _ in range(MUTATE_DRAWS)], dtype=np.uint64)
+    streams = CounterRng(seed).streams(MUTATE_DRAWS)
     host_joint_mutate(
         *(pointer(r) for r in rows),
         ctypes.c_longlong(population),

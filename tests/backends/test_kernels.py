@@ -20,7 +20,7 @@ from tidgap import Problem, load_problem
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.kernels.source import KERNEL_DIR, kernel_source, operation_defines, scratch_width
-from tidgap.optimize.operators import MUTATIONS, breed
+from tidgap.optimize.operators import BREED_DRAWS, MUTATIONS, breed
 from tidgap.optimize.rng import CounterRng, uniform_int
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -195,7 +195,7 @@ def host_breed_children(
 ) -> np.ndarray:
     """Call the host build like :func:`tidgap.kernels.launcher.cuda_breed` calls the GPU."""
     population, stages, width = genes.shape
-    streams = np.array([rng.stream() for _ in range(7)], dtype=np.uint64)
+    streams = rng.streams(BREED_DRAWS)
     out = np.zeros((children, stages, width), dtype=np.int32)
     kernel(
         pointer(np.ascontiguousarray(genes, dtype=np.int32)),

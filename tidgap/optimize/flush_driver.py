@@ -43,6 +43,7 @@ from tidgap.optimize.preparation import (
     progress_reporter,
     require_memory,
     start_search,
+    warm_up_inputs,
 )
 from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.rng import CounterRng
@@ -153,15 +154,13 @@ def _compile(
     evaluator: SeparableEvaluator, breeder: Breeder, ticked: TickedProblem, xp: ModuleType
 ) -> None:
     """Compile (or load from the disk cache) the setup's loops and the backend's evaluation
-    and breeding, on tiny inputs in ``xp`` (one microbatch of ``U`` units per stage, caps
-    ``U``: every mutation keeps it valid)."""
+    and breeding, on :func:`warm_up_inputs` in ``xp``."""
     from tidgap.fallback_cpu.setup_loops import warm_up
 
     warm_up()
-    genes = xp.full((1, ticked.num_stages, 1), ticked.num_units, dtype=GENE)
+    genes, caps = warm_up_inputs(ticked, xp)
     evaluator.forward_end(genes)
     evaluator.backward_span(genes)
-    caps = xp.full((ticked.num_stages,), ticked.num_units, dtype=xp.int64)
     breeder(genes, xp.zeros((1,), dtype=xp.int64), caps, CounterRng(0, xp), 1, 1.0, 1.0, 2)
 
 
@@ -256,7 +255,8 @@ def prepare_flush(
         # The family searched is separable: its evaluators offer both halves (the dual GA).
         evaluator = cast(SeparableEvaluator, create_evaluator(ticked, SEARCHED.name, backend))
         xp = record.namespace()
-        _compile(evaluator, _breeder(record), ticked, xp)
+        breeder = _breeder(record)
+        _compile(evaluator, breeder, ticked, xp)
     ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE)
     stop = StopRule(generations, ga_limit, stagnation, interrupted)
     with phases("baselines"):
@@ -298,7 +298,7 @@ def prepare_flush(
                     ticked.num_units,
                     score,
                     rng,
-                    _breeder(record),
+                    breeder,
                 )
             )
     optimizer = DualOptimizer(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from tidgap.backends.xp import namespace
@@ -55,6 +56,12 @@ class JointGenes:
         ``repair`` is :func:`~tidgap.optimize.order_genes.canonical` or a compiled twin."""
         lead, codes = repair(self.forward, self.backward, self.lead)
         return JointGenes(self.forward, self.backward, lead, codes)
+
+    @staticmethod
+    def empty(count: int, stages: int, width: int, xp: ModuleType) -> JointGenes:
+        """``count`` uninitialised individuals with codes, in ``xp``."""
+        rows = [xp.empty((count, stages, width), dtype=xp.int32) for _ in range(3)]
+        return JointGenes(*rows, xp.empty((count, stages, 2 * width), dtype=xp.int8))
 
     @staticmethod
     def concatenate(parts: list[JointGenes]) -> JointGenes:

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +17,7 @@ from tidgap.backends import BACKENDS, Backend, default_backend
 from tidgap.backends.ticks import TickedProblem
 from tidgap.model.problem import Problem
 from tidgap.optimize.ga import Progress
+from tidgap.optimize.genome import GENE
 from tidgap.optimize.memory import (
     SearchFootprint,
     default_budget,
@@ -42,6 +45,14 @@ class SearchStart:
     budget_source: str
     population: int
     started: float
+
+
+def warm_up_inputs(ticked: TickedProblem, xp: ModuleType) -> tuple[Any, Any]:
+    """``(genes, caps)`` for compiling a backend's loops: one individual with one microbatch
+    of ``U`` units per stage (``(1, S, 1)``) and caps of ``U`` units (``(S,)`` int64), which
+    every mutation keeps valid."""
+    genes = xp.full((1, ticked.num_stages, 1), ticked.num_units, dtype=GENE)
+    return genes, xp.full((ticked.num_stages,), ticked.num_units, dtype=xp.int64)
 
 
 def start_search(

@@ -55,6 +55,11 @@ class CounterRng:
         self.draws += 1
         return int(splitmix64(np.array([mixed], dtype=np.uint64))[0])
 
+    def streams(self, count: int) -> np.ndarray:
+        """The keys of the next ``count`` draws, ``(count,)`` uint64 on the host (what a
+        kernel that draws for itself is handed)."""
+        return np.array([self.stream() for _ in range(count)], dtype=np.uint64)
+
     def bits(self, shape: tuple[int, ...]) -> Any:
         """Uniform ``uint64`` words of ``shape``, element ``i`` = ``splitmix64(stream + i)``."""
         xp = self.xp

@@ -50,6 +50,7 @@ from tidgap.optimize.preparation import (
     progress_reporter,
     require_memory,
     start_search,
+    warm_up_inputs,
 )
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
@@ -165,10 +166,8 @@ def _compile(
     breeding: tuple[Callable[..., JointGenes], Repair, Mutator],
 ) -> None:
     """Compile (or load from the disk cache) the backend's evaluator, repair, breeding and
-    mutation on one tiny individual (one microbatch of ``U`` units per stage, caps ``U``:
-    every mutation keeps it valid)."""
-    genes = xp.full((1, ticked.num_stages, 1), ticked.num_units, dtype=GENE)
-    caps = xp.full((ticked.num_stages,), ticked.num_units, dtype=xp.int64)
+    mutation on :func:`warm_up_inputs` in ``xp``."""
+    genes, caps = warm_up_inputs(ticked, xp)
     space = JointSpace(evaluator, caps, caps, 1, *breeding)
     one = JointGenes(genes, genes, xp.zeros_like(genes)).repaired(space.repair)
     space.evaluate(one)
@@ -392,7 +391,7 @@ def annealed(
     optimizer, time_limit, stop = run.optimizer, run.time_limit, run.stop
     steps = None
     if time_limit is None or stop.generations is not None or stop.stagnation is not None:
-        steps = round(ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation)
+        steps = ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation
     deadline = None if time_limit is None else run.clock + time_limit * (1 - POLISH_SHARE)
     annealing = Annealing(steps, deadline, stop.interrupted)
     reached, evaluations = anneal(
