@@ -95,3 +95,31 @@ def test_the_cli_flush_search_without_recompute(tmp_path) -> None:
 
     problem = load_problem(EXAMPLE_PREFIX + "tiny-2")
     assert not any(recomputes(load_plan(out, problem)))
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-recompute"]])
+def test_the_summary_prices_a_plan_that_recomputes(tmp_path, extra: list[str]) -> None:
+    """A plan that recomputes when run gets a line with tidgap run's prediction (its
+    recomputed forwards priced); one that does not, none."""
+    from tidgap.model.plan import load_plan
+    from tidgap.runtime.pricing import priced_for_run
+    from tidgap.schedules.families import evaluate
+
+    out = tmp_path / "plan.json"
+    result = run_cli(
+        "search", "--generations", "30", "--seed", "0", "--out", str(out), *extra,
+        EXAMPLE_PREFIX + "hetero-8",
+    )  # fmt: skip
+    assert result.exit_code == 0, describe(result)
+    problem = load_problem(EXAMPLE_PREFIX + "hetero-8")
+    plan = load_plan(out, problem)
+    again = [s for s, flag in enumerate(recomputes(plan)) if flag]
+    assert bool(again) == (not extra)
+    lines = [line for line in result.stdout.splitlines() if "recompute when run" in line]
+    if not again:
+        assert lines == []
+        return
+    priced = evaluate(priced_for_run(problem, plan), plan).iteration_time
+    assert priced > evaluate(problem, plan).iteration_time
+    assert len(lines) == 1 and lines[0].startswith(f"  stage(s) {again} recompute when run")
+    assert f"tidgap run predicts {priced:.6g} ms" in lines[0]

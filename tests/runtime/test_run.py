@@ -20,9 +20,11 @@ pytest.importorskip("torch")
 from tests.support.cli_helpers import describe, run_cli, write_json  # noqa: E402
 from tidgap.cli.profile import INSTALL_HINT  # noqa: E402
 from tidgap.model.errors import InputError  # noqa: E402
+from tidgap.model.plan import load_plan  # noqa: E402
 from tidgap.model.problem import Problem  # noqa: E402
 from tidgap.profiling.synth import synth_problem  # noqa: E402
 from tidgap.runtime.job import Job  # noqa: E402
+from tidgap.runtime.pricing import priced_for_run  # noqa: E402
 from tidgap.runtime.report import measured_timeline  # noqa: E402
 from tidgap.schedules.baselines import one_f_one_b_plan  # noqa: E402
 
@@ -100,6 +102,10 @@ def test_plans_match_one_process(kind: str, problem_file: Path, tmp_path: Path) 
     assert run["max_gradient_relative_difference"] < 1e-4
     assert run["recompute"] == [kind == "recompute"] * 2
     assert len(run["measured"]["iterations"]) == 2
+    problem = Problem.from_dict(problem_document())
+    priced = problem_evaluation(priced_for_run(problem, load_plan(plan, problem)), plan)
+    assert run["predicted"] == pytest.approx(priced)  # recomputed forwards priced
+    assert (priced > problem_evaluation(problem, plan)) == (kind == "recompute")
 
 
 def test_three_stages_one_f_one_b(tmp_path: Path) -> None:
@@ -166,7 +172,6 @@ def test_one_f_one_b_json_and_trace(problem_file: Path, tmp_path: Path) -> None:
 
 
 def problem_evaluation(problem: Problem, plan: Path) -> float:
-    from tidgap.model.plan import load_plan
     from tidgap.schedules.families import evaluate
 
     return evaluate(problem, load_plan(plan, problem)).iteration_time
@@ -303,7 +308,7 @@ def test_recompute_against_a_stored_activation_profile_warns(
     result = run_cli("run", str(problem_file), str(plan), *MODEL, "--write-job", str(job))
     assert result.exit_code == 0, describe(result)
     assert "stage(s) [0, 1] recompute forwards" in result.stderr
-    assert "--recompute" in result.stderr
+    assert "prices each of their backwards as the profiled forward plus" in result.stderr
     saved = Job.load(job)
     assert saved.boundaries == [2] and Path(saved.plan) == plan.resolve()
     assert Path(saved.results) == (tmp_path / "results").resolve()

@@ -63,8 +63,9 @@ EPILOG = """\b
 Recomputation: a stage whose backward partition has a boundary that is not one of its
 forward boundaries (tidgap search may return such plans; --no-recompute avoids them)
 keeps its inputs instead of its graphs and re-runs the forward of each backward chunk
-before its backward, so its backwards cost about one forward more. The prediction counts
-that only if the problem was profiled with tidgap profile --recompute (a warning says so).
+before its backward, so its backwards cost about one forward more. The prediction prices
+each of its backwards as the profiled forward plus backward of the same samples (a problem
+profiled with tidgap profile --recompute has that in every backward already).
 Flush plans with equal partitions, GPipe and 1F1B never recompute.
 
 \b
@@ -121,6 +122,7 @@ def caveats(
     one, recomputing stages the profile did not time that way, and an ``optimizer`` step
     the stages' tails leave out (all 0) or another optimizer than the profiled one."""
     from tidgap.runtime.lowering import recomputes
+    from tidgap.runtime.pricing import profiled_with_recompute
 
     source = problem.source if isinstance(problem.source, dict) else {}
     found = []
@@ -134,12 +136,12 @@ def caveats(
             found.append(f"{spec}: source.model: profiled with {was}, running {now}")
     flags = recomputes(plan)
     again = [s for s, flag in enumerate(flags) if flag]
-    timing = source.get("timing")
-    profiled_again = isinstance(timing, dict) and timing.get("recompute") is True
+    profiled_again = profiled_with_recompute(problem)
     if again and not profiled_again:
         found.append(
-            f"stage(s) {again} recompute forwards, but {spec} was not profiled with "
-            "--recompute: the prediction leaves the recomputed forwards out"
+            f"stage(s) {again} recompute forwards, and {spec} was not profiled with "
+            "--recompute: the prediction prices each of their backwards as the profiled "
+            "forward plus backward of its samples"
         )
     stored = [s for s, flag in enumerate(flags) if not flag]
     if profiled_again and stored:

@@ -36,7 +36,7 @@ from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.limits import parse_memory_limit
 from tidgap.optimize.memory import parse_size
 from tidgap.outputs.files import check_outputs, write_comparison, write_json
-from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
+from tidgap.schedules.families import SCHEDULES, evaluate, family_of, plan_timeline
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
 DEFAULT_TIME_LIMIT = 10.0
@@ -255,6 +255,26 @@ def search_command(
     signals.exit_if_received()
 
 
+def recompute_note(result: SearchResult) -> str | None:
+    """A line for a plan whose stages recompute when ``tidgap run`` runs it (a backward
+    boundary that is no forward boundary), with the run's prediction, which prices those
+    forwards again (the search does not); ``None`` when no stage recomputes or the problem
+    was profiled with ``--recompute``."""
+    from tidgap.runtime.lowering import recomputes
+    from tidgap.runtime.pricing import priced_for_run
+
+    priced = priced_for_run(result.problem, result.plan)
+    if priced is result.problem:
+        return None
+    again = [s for s, flag in enumerate(recomputes(result.plan)) if flag]
+    time = evaluate(priced, result.plan).iteration_time
+    return (
+        f"  stage(s) {again} recompute when run (backward boundaries that are not forward "
+        f"boundaries): tidgap run predicts {time:.6g} {result.problem.time_unit} with their "
+        "forwards priced again; --no-recompute searches plans that need none"
+    )
+
+
 def _report(
     result: SearchResult,
     out: str | None,
@@ -279,6 +299,9 @@ def _report(
         click.echo(f"interrupted by {result.stop_reason}: the best plan found so far")
     for line in summary_lines(result):
         click.echo(line)
+    note = recompute_note(result)
+    if note is not None:
+        click.echo(note)
     bound = lower_bound(loaded) if family_of(result.plan).has_flush else None
     click.echo(f"  {summary(report(timeline, bound), unit)}")
     if quiet:

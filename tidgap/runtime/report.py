@@ -21,6 +21,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.outputs.trace import microseconds_per_unit
+from tidgap.runtime.pricing import priced_for_run
 from tidgap.schedules.families import evaluate, plan_timeline
 from tidgap.schedules.timeline import Step, Timeline, stage_names
 
@@ -115,7 +116,9 @@ class RunFigures:
 
     ``iterations``: each timed iteration's measured time; ``busy[s]``: stage ``s``'s
     measured forwards and backwards per iteration (median over iterations);
-    ``predicted_busy[s]``: the same in the model (its tail included); ``recompute[s]``:
+    ``predicted``, ``predicted_busy[s]`` (the same in the model, its tail included) and
+    ``predicted_timeline`` price a recomputing stage's forwards again
+    (:func:`tidgap.runtime.pricing.priced_for_run`); ``recompute[s]``:
     whether stage ``s`` re-ran forwards; ``gradient_difference``: the largest relative
     difference of any parameter's gradient from one process (``None``: not checked);
     ``timeline``: the median iteration, measured; ``predicted_timeline``: the model's;
@@ -204,9 +207,10 @@ def run_figures(
         statistics.median(stage_busy(ranks[s]) * scale for ranks in iterations)
         for s in range(problem.num_stages)
     ]
-    predicted = plan_timeline(problem, plan, f"{label} predicted")
+    priced = priced_for_run(problem, plan)
+    predicted = plan_timeline(priced, plan, f"{label} predicted")
     held = [result.get("peak_bytes") for result in results]
-    evaluation = evaluate(problem, plan)
+    evaluation = evaluate(priced, plan)
     return RunFigures(
         label=label,
         time_unit=problem.time_unit,
