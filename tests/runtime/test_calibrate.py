@@ -81,12 +81,13 @@ def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
     problem = write_json(tmp_path / "problem.json", table_document())
     out = tmp_path / "calibrated.json"
     quick = ["--iterations", "2", "--warmup", "0", "--timeout", "60"]
-    result = run_cli("calibrate", str(problem), *MODEL, *quick, "--out", str(out))
+    result = run_cli("calibrate", str(problem), *MODEL, *quick, "--rounds", "2", "--out", str(out))
     assert result.exit_code == 0, describe(result)
     assert "calibrated problem written to" in result.output
+    assert "running GPipe(8) (round 2)" in result.stderr
     fitted = json.loads(out.read_text())
     before = table_document()
-    assert fitted["source"]["calibration"]["runs"] == [f"GPipe({m})" for m in (1, 2, 4, 8)]
+    assert fitted["source"]["calibration"]["runs"] == [f"GPipe({m})" for m in (1, 2, 4, 8)] * 2
     for was, now in zip(before["stages"], fitted["stages"], strict=True):
         for direction in ("forward", "backward"):
             assert now[direction]["table"]["sizes"] == was[direction]["table"]["sizes"]

@@ -19,6 +19,15 @@ from tidgap.outputs.files import check_outputs, write_json
 @problem_argument()
 @worker_options
 @click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run every calibration plan this many times, in rounds (each round runs each plan "
+    "once), and take the medians over all of them: a machine whose speed drifts is "
+    "sampled at several moments.",
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False),
     required=True,
@@ -33,17 +42,18 @@ def calibrate_command(
     threads: int,
     seed: int,
     timeout: float,
+    rounds: int,
     out: str,
     **options: Any,
 ) -> None:
     """Measure PROBLEM's op times through tidgap run's workers and write it with them.
 
     Runs GPipe(m) (and a flush plan for a size no GPipe holds) so that every size of the
-    stages' tables is measured, and replaces each stage's forward and backward tables by
-    the median measured op duration at each size, and each link by a table of its measured
-    transfers: what the runtime really pays per op (chunking, sends and receives,
-    dispatch, the other stages' processes on the same machine). Search and evaluate plans
-    on the calibrated problem to predict tidgap run.
+    stages' tables is measured (--rounds times over), and replaces each stage's forward
+    and backward tables by the median measured op duration at each size, and each link by
+    a table of its measured transfers: what the runtime really pays per op (chunking,
+    sends and receives, dispatch, the other stages' processes on the same machine). Search
+    and evaluate plans on the calibrated problem to predict tidgap run.
     """
     from tidgap.runtime.calibrate import calibration_plans, measured_problem, table_sizes
 
@@ -68,11 +78,14 @@ def calibrate_command(
         timeout=timeout,
     )
     iterations = []
-    for label, plan in plans:
-        click.echo(f"running {label}", err=True)
-        results = launched(loaded, job, plan, False, f"calibration {label}")
-        iterations += list(zip(*(result["iterations"] for result in results), strict=True))
-    runs = [label for label, _ in plans]
+    for round_ in range(rounds):
+        for label, plan in plans:
+            click.echo(
+                f"running {label}" + (f" (round {round_ + 1})" if rounds > 1 else ""), err=True
+            )
+            results = launched(loaded, job, plan, False, f"calibration {label}")
+            iterations += list(zip(*(result["iterations"] for result in results), strict=True))
+    runs = [label for label, _ in plans] * rounds
     fitted = measured_problem(document, loaded, iterations, runs)
     write_json(out, fitted)
     for before, after in zip(document["stages"], fitted["stages"], strict=True):
