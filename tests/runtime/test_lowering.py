@@ -115,3 +115,35 @@ def test_an_order_that_breaks_rule_2_deadlocks_and_the_fakes_say_so() -> None:
     assert first_violation(plan.stage_order(), forward, backward) is not None
     with pytest.raises(TimeoutError):
         run(plan, timeout=0.5)
+
+
+def test_handlers_tell_the_transport_every_receive_in_order() -> None:
+    """The receives a rank expects are its receive instructions, in order, with the specs
+    (here: sizes) and peers the receives ask for."""
+    from tidgap.runtime.handlers import PipelineHandlers
+
+    class Recording:
+        def expect(self, receives: list) -> None:
+            self.receives = list(receives)
+
+    plan = Plan.of([[4, 4], [2, 2, 4], [8]], [[8], [2, 6], [3, 5]], ["FFB", "FBFFB", "FB"])
+    for rank, instructions in enumerate(lower(plan)):
+        transport = Recording()
+        handlers = PipelineHandlers(rank, SampleStage(rank == 0, rank == 2, []), transport)
+        handlers.expect(instructions)
+        wanted = [
+            (hi - lo, rank - 1 if step.kind == "recv_forward" else rank + 1)
+            for step in instructions
+            if step.kind.startswith("recv")
+            for lo, hi in [step.samples]
+        ]
+        assert wanted and transport.receives == wanted
+
+
+def test_the_fakes_refuse_a_receive_other_than_the_expected_one() -> None:
+    from tidgap.runtime.fake import QueueNetwork
+
+    transport = QueueNetwork(2, timeout=1.0).transport(1)
+    transport.expect([(3, 0)])
+    with pytest.raises(RuntimeError, match="expected"):
+        transport.recv(2, 0)

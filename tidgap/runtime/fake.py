@@ -31,13 +31,24 @@ class QueueNetwork:
 
 
 class _QueueTransport:
+    """Queues hold every chunk sent, so nothing is posted early; the expected receives are
+    checked against the ones made (same specs and peers, in order)."""
+
     def __init__(self, network: QueueNetwork, rank: int) -> None:
         self.network, self.rank = network, rank
+        self.expected: list[tuple[Any, int]] | None = None
 
     def send(self, payload: Any, peer: int) -> None:
         self.network.queues[(self.rank, peer)].put(payload)
 
+    def expect(self, receives: Sequence[tuple[Any, int]]) -> None:
+        self.expected = list(reversed(receives))
+
     def recv(self, spec: Any, peer: int) -> Any:
+        if self.expected is not None:
+            wanted = self.expected.pop() if self.expected else None
+            if wanted != (spec, peer):
+                raise RuntimeError(f"rank {self.rank} received {(spec, peer)}, expected {wanted}")
         try:
             return self.network.queues[(peer, self.rank)].get(timeout=self.network.timeout)
         except queue.Empty:
@@ -105,6 +116,7 @@ def run_ranks(
     def work(rank: int) -> None:
         try:
             handlers = PipelineHandlers(rank, stage(rank), network.transport(rank))
+            handlers.expect(lowered[rank])
             records[rank] = execute(lowered[rank], handlers)
         except BaseException as error:  # reported to the caller below
             errors.append(error)

@@ -8,7 +8,10 @@ lists of sample ids in the lowering tests.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
+
+from tidgap.runtime.lowering import Instruction
 
 
 class StageCompute(Protocol):
@@ -47,6 +50,11 @@ class Transport(Protocol):
     def wait(self) -> None:
         """Wait until every started send has completed."""
 
+    def expect(self, receives: Sequence[tuple[Any, int]]) -> None:
+        """Every receive this rank will make, in order, as ``(spec, peer)``: a transport
+        may start them before :meth:`recv` asks (a chunk then travels while the rank
+        computes)."""
+
 
 class PipelineHandlers:
     """:class:`~tidgap.runtime.executor.Handlers` for rank ``rank``: receives and sends go
@@ -56,6 +64,16 @@ class PipelineHandlers:
         self.rank, self.stage, self.transport = rank, stage, transport
         self._outputs: dict[int, Any] = {}
         self._gradients: dict[int, Any] = {}
+
+    def expect(self, instructions: Sequence[Instruction]) -> None:
+        """Tell the transport every receive of ``instructions`` (this rank's), in order."""
+        receives = []
+        for step in instructions:
+            if step.kind == "recv_forward":
+                receives.append((self.stage.input_spec(step.samples), self.rank - 1))
+            elif step.kind == "recv_backward":
+                receives.append((self.stage.gradient_spec(step.samples), self.rank + 1))
+        self.transport.expect(receives)
 
     def recv_forward(self, microbatch: int, samples: tuple[int, int]) -> None:
         payload = self.transport.recv(self.stage.input_spec(samples), self.rank - 1)

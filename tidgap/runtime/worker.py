@@ -174,6 +174,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
         )
         dist.barrier()
         start = time.perf_counter()
+        handlers.expect(instructions)
         records = execute(instructions, handlers)
         progress(f"ran an iteration ({'train' if train else 'eval'} mode)")
         rows: list[Row] = [
