@@ -1,10 +1,12 @@
 """How well the cost model predicts real runs (issue 12): profile a small GPT on 2 stages,
 calibrate it through the runtime (``tidgap calibrate``), search plans on the calibrated
-problem, run GPipe(m), 1F1B(m) and the searched plans with ``tidgap run`` (each
-``--repeats`` times), and print measured against both predictions, with the ranking of the
-plans by prediction and by measurement.
+problem (a flush and a windowed plan that recompute nothing, and a windowed plan free to
+recompute), run GPipe(m), 1F1B(m) and the searched plans with ``tidgap run`` (``--repeats``
+rounds, each running every plan once, so that every plan meets the machine's drift), and
+print measured against both predictions (a recomputing stage's forwards priced again, as
+``tidgap run`` does), with the ranking of the plans by prediction and by measurement.
 
-Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (about 5
+Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (about 8
 minutes on the 2-core development machine; 1 thread per stage process, as the profile).
 It prints a Markdown table for the README.
 """
@@ -24,6 +26,12 @@ MODEL_OPTIONS = ["--layers", "4", "--hidden", "128", "--heads", "4", "--seq-len"
 MODEL_OPTIONS += ["--vocab", "2000"]
 SHAPE = ["--stages", "2", "--batch-size", "16", "--threads", "1"]
 COUNTS = (2, 4, 8)
+#: The searched plans and their ``tidgap search`` options (on the calibrated problem).
+SEARCHES = {
+    "searched flush, no recompute": ["--schedule", "flush", "--no-recompute"],
+    "searched, no recompute": ["--no-recompute"],
+    "searched": [],
+}
 
 
 def tidgap(*args: str) -> str:
@@ -56,57 +64,83 @@ def run_plan(problem: Path, plan: Path, iterations: int) -> dict:
     return json.loads(report)["run"]
 
 
+def pairs_in_order(predicted: dict[str, float], measured: dict[str, float], apart: float) -> str:
+    """How many pairs of plans predicted more than ``apart`` (a fraction) apart ran in the
+    predicted order, as ``"k of n"``."""
+    labels = sorted(predicted)
+    pairs = [
+        (a, b)
+        for i, a in enumerate(labels)
+        for b in labels[i + 1 :]
+        if abs(predicted[a] / predicted[b] - 1) > apart
+    ]
+    same = sum((predicted[a] < predicted[b]) == (measured[a] < measured[b]) for a, b in pairs)
+    return f"{same} of {len(pairs)}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, default=Path("fidelity"))
     parser.add_argument("--iterations", type=int, default=7)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each plan")
+    parser.add_argument("--rounds", type=int, default=3, help="tidgap calibrate --rounds")
     parser.add_argument("--search-seconds", type=float, default=10.0)
     options = parser.parse_args()
     folder = options.out_dir
     folder.mkdir(parents=True, exist_ok=True)
     profiled, fitted = folder / "gpt2.json", folder / "gpt2-calibrated.json"
     tidgap("profile", MODEL, *MODEL_OPTIONS, *SHAPE, "--out", str(profiled), "-q")
-    tidgap("calibrate", str(profiled), "--model", MODEL, *MODEL_OPTIONS, "--out", str(fitted))
+    tidgap(
+        "calibrate", str(profiled), "--model", MODEL, *MODEL_OPTIONS,
+        "--rounds", str(options.rounds), "--out", str(fitted),
+    )  # fmt: skip
     plans = {}
     for name in ("gpipe", "1f1b"):
         for m in COUNTS:
             label = f"{'GPipe' if name == 'gpipe' else '1F1B'}({m})"
             plans[label] = baseline_plan(profiled, name, m, folder / f"{name}-{m}.json")
     limit = ["--time-limit", str(options.search_seconds), "--seed", "0", "-q"]
-    for label, extra in {"searched, no recompute": ["--no-recompute"], "searched": []}.items():
+    for label, extra in SEARCHES.items():
         out = folder / f"{label.replace(', ', '-').replace(' ', '-')}.json"
         tidgap("search", str(fitted), *extra, *limit, "--out", str(out))
         plans[label] = out
     from tidgap import evaluate, load_problem
     from tidgap.model.plan import load_plan
+    from tidgap.runtime.pricing import priced_for_run
 
     raw = load_problem(str(profiled))
-    rows = []
-    for label, plan in plans.items():
-        runs = [run_plan(fitted, plan, options.iterations) for _ in range(options.repeats)]
-        medians = sorted(run["measured"]["median"] for run in runs)
-        profile_time = evaluate(raw, load_plan(plan, raw)).iteration_time
-        rows.append((label, runs[0], profile_time, medians))
+    runs: dict[str, list[dict]] = {label: [] for label in plans}
+    for _ in range(options.repeats):  # in rounds: each plan sees the machine's drift
+        for label, plan in plans.items():
+            runs[label].append(run_plan(fitted, plan, options.iterations))
     print("| plan | recomputes | predicted: profile / calibrated (ms) | measured (ms) | error: "
           "profile / calibrated |")  # fmt: skip
     print("|---|---|---:|---:|---:|")
-    for label, run, profile_time, medians in rows:
-        middle = statistics.median(medians)
+    predicted, measured = {}, {}
+    for label, plan in plans.items():
+        run = runs[label][0]
+        medians = sorted(r["measured"]["median"] for r in runs[label])
+        loaded = load_plan(plan, raw)
+        profile_time = evaluate(priced_for_run(raw, loaded), loaded).iteration_time
+        predicted[label], measured[label] = run["predicted"], statistics.median(medians)
         stages = [s for s, flag in enumerate(run["recompute"]) if flag]
         print(
             f"| {label} | {stages or '-'} | {profile_time:.1f} / {run['predicted']:.1f} | "
-            f"{middle:.1f} ({medians[0]:.1f}-{medians[-1]:.1f}) | "
-            f"{100 * (middle / profile_time - 1):+.1f}% / "
-            f"{100 * (middle / run['predicted'] - 1):+.1f}% |"
+            f"{measured[label]:.1f} ({medians[0]:.1f}-{medians[-1]:.1f}) | "
+            f"{100 * (measured[label] / profile_time - 1):+.1f}% / "
+            f"{100 * (measured[label] / run['predicted'] - 1):+.1f}% |"
         )
-    by_prediction = [r[0] for r in sorted(rows, key=lambda r: r[1]["predicted"])]
-    by_measure = [r[0] for r in sorted(rows, key=lambda r: statistics.median(r[3]))]
+    by_prediction = sorted(plans, key=predicted.__getitem__)
+    by_measure = sorted(plans, key=measured.__getitem__)
     print(
         f"\nfastest predicted (calibrated): {by_prediction[0]}; fastest measured: {by_measure[0]}"
     )
     print(f"ranking predicted: {' < '.join(by_prediction)}")
     print(f"ranking measured:  {' < '.join(by_measure)}")
+    print(
+        f"pairs of plans in the predicted order: {pairs_in_order(predicted, measured, 0.0)}; "
+        f"of those predicted more than 5% apart: {pairs_in_order(predicted, measured, 0.05)}"
+    )
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 best flush plan and the windowed plan within the best 1F1B's memory and at any memory, with
 peak memory and wall time.
 
-Run: ``python bench/quality_table.py [--time-limit 20] [--seed 0] [--backend numba]``; it
-prints a Markdown table (one search of each family per example, each with the whole time
-limit; the first run also compiles Numba's loops, so run it twice for the wall times).
+Run: ``python bench/quality_table.py [--time-limit 20] [--seed 0] [--backend numba]
+[--no-recompute]``; it prints a Markdown table (one search of each family per example,
+each with the whole time limit; the first run also compiles Numba's loops, so run it twice
+for the wall times). ``--no-recompute``: only plans ``tidgap run`` runs without recomputing
+forwards.
 """
 
 from __future__ import annotations
@@ -32,10 +34,16 @@ def point(result: SearchResult, label: str) -> TradeoffPoint:
     return next(p for p in result.tradeoff if p.level.label == label)
 
 
-def row(name: str, time_limit: float, seed: int, backend: str) -> str:
+def row(name: str, time_limit: float, seed: int, backend: str, no_recompute: bool) -> str:
     """One example's row."""
     problem = load_problem(EXAMPLE_PREFIX + name)
-    common = dict(seed=seed, time_limit=time_limit, stagnation=None, backend=backend)
+    common = dict(
+        seed=seed,
+        time_limit=time_limit,
+        stagnation=None,
+        backend=backend,
+        no_recompute=no_recompute,
+    )
     flush = search(problem, schedule="flush", **common)
     windowed = search(problem, schedule="windowed", **common)
     baselines = windowed.baselines
@@ -67,6 +75,9 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", default="numba")
+    parser.add_argument(
+        "--no-recompute", action="store_true", help="only plans tidgap run runs without recomputing"
+    )
     args = parser.parse_args()
     print(
         "| example | best GPipe | best 1F1B | flush plan | windowed, 1F1B memory | "
@@ -74,7 +85,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|")
     for name in example_names():
-        print(row(name, args.time_limit, args.seed, args.backend), flush=True)
+        print(row(name, args.time_limit, args.seed, args.backend, args.no_recompute), flush=True)
 
 
 if __name__ == "__main__":
