@@ -92,7 +92,7 @@ def main() -> None:
     tidgap("profile", MODEL, *MODEL_OPTIONS, *SHAPE, "--out", str(profiled), "-q")
     tidgap(
         "calibrate", str(profiled), "--model", MODEL, *MODEL_OPTIONS,
-        "--rounds", str(options.rounds), "--out", str(fitted),
+        "--rounds", str(options.rounds), "--every-size", "--out", str(fitted),
     )  # fmt: skip
     plans = {}
     for name in ("gpipe", "1f1b"):

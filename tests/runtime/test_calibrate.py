@@ -12,7 +12,12 @@ from tests.support.cli_helpers import describe, run_cli, write_json
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem
 from tidgap.profiling.synth import synth_problem
-from tidgap.runtime.calibrate import calibrated, calibration_plans, table_sizes
+from tidgap.runtime.calibrate import (
+    calibrated,
+    calibration_plans,
+    calibration_sizes,
+    table_sizes,
+)
 
 MODEL = ["--model", "tests.runtime.pipeline_models:MLP", "--input-shape", "6"]
 
@@ -69,6 +74,18 @@ def test_measured_sizes_replace_the_tables_and_the_others_scale() -> None:
     assert document["stages"][1]["forward"] == table_document()["stages"][1]["forward"]  # a copy
     assert document["source"]["timing"]["recompute"] is True
     assert Problem.from_dict(out).links[0].forward(4) == pytest.approx(0.6)
+
+
+def test_every_size_adds_each_multiple_of_the_unit_up_to_the_largest_microbatch() -> None:
+    document = table_document()
+    document["stages"][1]["max_microbatch"] = 6
+    problem = Problem.from_dict(document)
+    tables = table_sizes(document, "p.json")
+    assert calibration_sizes(document, problem, "p.json", False) == tables == [1, 2, 4, 8]
+    every = calibration_sizes(document, problem, "p.json", True)
+    assert every == [1, 2, 3, 4, 5, 6, 8]
+    held = {size for _, plan in calibration_plans(problem, every) for size in plan.forward[0]}
+    assert set(every) <= held
 
 
 def test_an_affine_problem_is_refused_naming_the_field() -> None:

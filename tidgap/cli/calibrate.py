@@ -28,6 +28,14 @@ from tidgap.outputs.files import check_outputs, write_json
     "sampled at several moments.",
 )
 @click.option(
+    "--every-size",
+    is_flag=True,
+    help="Measure every microbatch size up to the largest one (multiples of the unit), not "
+    "only the profile's table sizes: a search picks any size, and between table sizes it "
+    "sees the profile's straight line, not what the size costs (more runs: about one per "
+    "size).",
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False),
     required=True,
@@ -43,6 +51,7 @@ def calibrate_command(
     seed: int,
     timeout: float,
     rounds: int,
+    every_size: bool,
     out: str,
     **options: Any,
 ) -> None:
@@ -55,12 +64,12 @@ def calibrate_command(
     sends and receives, dispatch, the other stages' processes on the same machine). Search
     and evaluate plans on the calibrated problem to predict tidgap run.
     """
-    from tidgap.runtime.calibrate import calibration_plans, measured_problem, table_sizes
+    from tidgap.runtime.calibrate import calibration_plans, calibration_sizes, measured_problem
 
     check_outputs(None, None, ("--out", out), inputs={"PROBLEM": problem})
     loaded = load_problem(problem)
     document = read_json(problem_path(problem))
-    plans = calibration_plans(loaded, table_sizes(document, problem))
+    plans = calibration_plans(loaded, calibration_sizes(document, loaded, problem, every_size))
     job, _ = worker_job(
         problem,
         "",

@@ -50,6 +50,19 @@ def table_sizes(document: dict[str, Any], source: str) -> list[int]:
     return sorted(sizes)
 
 
+def calibration_sizes(
+    document: dict[str, Any], problem: Problem, source: str, every_size: bool
+) -> list[int]:
+    """The sizes (samples) to measure: the stage tables' (:func:`table_sizes`), and with
+    ``every_size`` every multiple of the unit up to the largest microbatch every stage
+    takes (a search picks any of them; between table sizes the profile is a straight
+    line)."""
+    sizes = set(table_sizes(document, source))
+    if every_size:
+        sizes |= set(range(problem.unit, problem.common_cap() + 1, problem.unit))
+    return sorted(sizes)
+
+
 def calibration_plans(problem: Problem, sizes: Sequence[int]) -> list[tuple[str, Plan]]:
     """Plans whose microbatches hold each of ``sizes`` that fits the batch: GPipe(m) with
     ``m = ceil(B / size)`` (its sizes are ``ceil`` and ``floor`` of ``B/m``), and for a size
