@@ -2,12 +2,16 @@
 
 Sends are ``dist.isend`` of the payload (detached, contiguous), kept (request and tensor)
 until :meth:`DistTransport.wait`. Receives land in a tensor allocated from the compute's
-spec ``(shape, dtype)``; given the rank's receives in order (:meth:`DistTransport.expect`),
-each peer's next one is posted (``dist.irecv``) as soon as the one before it from that
-peer has arrived, so a chunk travels while the rank computes instead of when it asks for
-it (on a loaded 2-core machine gloo moved a GPipe(8) chunk only after its receive was
-posted, up to 3 ms later); any other receive is a blocking ``dist.recv``. Messages between
-two ranks keep their order (one tag), so receives need no tags
+spec ``(shape, dtype)``. Given the rank's receives in order (:meth:`DistTransport.expect`,
+at the start of an iteration), every one is posted at once (``dist.irecv``), so each chunk
+travels as soon as it is sent, as the model has it, instead of when the rank asks for it:
+on the 2-core development machine gloo moved a chunk only once its receive was posted, up
+to 10 ms after the send when the rank was computing (and keeping just the next receive
+posted did not help a stage that takes several chunks for one forward). The cost: buffers
+for every chunk of the iteration the rank receives (its boundary inputs and gradients,
+small beside the activations a stage keeps). Any other receive is a blocking
+``dist.recv``. Messages between two ranks keep their order (one tag), and receives from a
+peer are matched in the order they were posted, so they need no tags
 (:mod:`tidgap.runtime.lowering`).
 Tested on gloo (CPU) only; nothing device-specific is assumed beyond the spec's tensor.
 """
@@ -32,25 +36,15 @@ class DistTransport:
     def __init__(self, device: torch.device | None = None) -> None:
         self.device = device or torch.device("cpu")
         self._pending: list[tuple[dist.Work, Tensor]] = []
-        #: Per peer: the specs of its receives not yet posted, in order.
-        self._expected: dict[int, deque[Spec]] = {}
-        #: Per peer: its posted receive (request and tensor), at most one.
-        self._posted: dict[int, tuple[dist.Work, Tensor]] = {}
+        #: Per peer: its posted receives (request and tensor), in order.
+        self._posted: dict[int, deque[tuple[dist.Work, Tensor]]] = {}
 
     def expect(self, receives: Sequence[tuple[Spec, int]]) -> None:
-        """This rank's receives in order, ``(spec, peer)``; posts each peer's first."""
-        self._expected = defaultdict(deque)
-        for spec, peer in receives:
-            self._expected[peer].append(spec)
-        for peer in self._expected:
-            self._post(peer)
-
-    def _post(self, peer: int) -> None:
-        """Post the next expected receive from ``peer``, if any."""
-        if self._expected.get(peer):
-            shape, dtype = self._expected[peer].popleft()
+        """This rank's receives in order, ``(spec, peer)``: posts them all."""
+        self._posted = defaultdict(deque)
+        for (shape, dtype), peer in receives:
             tensor = torch.empty(shape, dtype=dtype, device=self.device)
-            self._posted[peer] = (dist.irecv(tensor, peer), tensor)
+            self._posted[peer].append((dist.irecv(tensor, peer), tensor))
 
     def send(self, payload: Tensor, peer: int) -> None:
         """Start sending ``payload`` (detached, made contiguous) to rank ``peer``."""
@@ -62,18 +56,17 @@ class DistTransport:
         """The next chunk from rank ``peer``: a new tensor of ``spec``'s shape and dtype
         (the posted receive's, which must be ``spec``'s: receives run as expected)."""
         shape, dtype = spec
-        if peer not in self._posted:
+        if not self._posted.get(peer):
             tensor = torch.empty(shape, dtype=dtype, device=self.device)
             dist.recv(tensor, peer)
             return tensor
-        work, tensor = self._posted.pop(peer)
+        work, tensor = self._posted[peer].popleft()
         if tuple(tensor.shape) != tuple(shape) or tensor.dtype != dtype:
             raise RuntimeError(
                 f"receive from rank {peer} of {tuple(shape)} {dtype} where "
                 f"{tuple(tensor.shape)} {tensor.dtype} was expected"
             )
         work.wait()
-        self._post(peer)
         return tensor
 
     def wait(self) -> None:
