@@ -98,12 +98,12 @@ def test_the_cli_flush_search_without_recompute(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("extra", [[], ["--no-recompute"]])
-def test_the_summary_prices_a_plan_that_recomputes(tmp_path, extra: list[str]) -> None:
-    """A plan that recomputes when run gets a line with tidgap run's prediction (its
-    recomputed forwards priced); one that does not, none."""
+def test_the_summary_gives_tidgap_runs_prediction(tmp_path, extra: list[str]) -> None:
+    """A plan that tidgap run runs at other op costs than the model's (recomputing stages,
+    backwards over several stored forward chunks) gets a line with its prediction; the
+    --no-recompute one names no recomputing stage."""
     from tidgap.model.plan import load_plan
-    from tidgap.runtime.pricing import priced_for_run
-    from tidgap.schedules.families import evaluate
+    from tidgap.runtime.pricing import run_backward_times, run_prediction
 
     out = tmp_path / "plan.json"
     result = run_cli(
@@ -115,11 +115,10 @@ def test_the_summary_prices_a_plan_that_recomputes(tmp_path, extra: list[str]) -
     plan = load_plan(out, problem)
     again = [s for s, flag in enumerate(recomputes(plan)) if flag]
     assert bool(again) == (not extra)
-    lines = [line for line in result.stdout.splitlines() if "recompute when run" in line]
-    if not again:
+    lines = [line for line in result.stdout.splitlines() if line.startswith("  when run, ")]
+    if not run_backward_times(problem, plan):
         assert lines == []
         return
-    priced = evaluate(priced_for_run(problem, plan), plan).iteration_time
-    assert priced > evaluate(problem, plan).iteration_time
-    assert len(lines) == 1 and lines[0].startswith(f"  stage(s) {again} recompute when run")
-    assert f"tidgap run predicts {priced:.6g} ms" in lines[0]
+    priced = run_prediction(problem, plan, "run")[0].iteration_time
+    assert len(lines) == 1 and f"tidgap run predicts {priced:.6g} ms" in lines[0]
+    assert (f"stage(s) {again} recompute" in lines[0]) == bool(again)

@@ -1,4 +1,6 @@
-"""The prediction of a run prices a recomputing stage's forwards again."""
+"""``tidgap run``'s prediction times each op as the runtime runs it: a recomputing stage's
+backward pays its forward again, and a stored-graph backward over several forward chunks
+pays each chunk's backward."""
 
 from __future__ import annotations
 
@@ -8,10 +10,12 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.lowering import recomputes
-from tidgap.runtime.pricing import priced_for_run, recompute_priced
-from tidgap.schedules.families import evaluate
+from tidgap.runtime.pricing import covered_chunks, run_backward_times, run_prediction
+from tidgap.schedules.families import evaluate, plan_timeline
+from tidgap.schedules.simulate import evaluate_order
 
-#: Stage 0's backward boundary 3 is no forward boundary (it recomputes); stage 1's are.
+#: Stage 0's backward boundary 3 is no forward boundary (it recomputes); stage 1's first
+#: backward covers its forward chunks of 2 and 2.
 PLAN = Plan.of([[4, 4], [2, 2, 4]], [[3, 5], [4, 4]])
 
 
@@ -20,25 +24,46 @@ def problem() -> Problem:
     return Problem.from_dict(synth_problem(0, 2, 8, 1, 0.5, "table", "tiny"))
 
 
-def test_a_recomputing_stage_pays_its_forward_in_each_backward(problem: Problem) -> None:
+def test_covered_chunks() -> None:
+    assert covered_chunks([1, 3, 4, 2], [4, 6]) == [[1, 3], [4, 2]]
+    assert covered_chunks([2, 2], [2, 2]) == [[2], [2]]
+
+
+def test_backwards_priced_as_the_runtime_runs_them(problem: Problem) -> None:
     assert recomputes(PLAN) == [True, False]
-    priced = priced_for_run(problem, PLAN)
-    again, stored = priced.stages
-    for size in range(1, 9):
-        want = problem.stages[0].forward(size) + problem.stages[0].backward(size)
-        assert again.backward(size) == pytest.approx(want, rel=1e-12)
-        assert stored.backward(size) == problem.stages[1].backward(size)
-    assert again.forward == problem.stages[0].forward
-    plain = evaluate(problem, PLAN).iteration_time
-    assert evaluate(priced, PLAN).iteration_time > plain
+    first, second = problem.stages
+    assert run_backward_times(problem, PLAN) == {
+        (0, 1): first.forward(3) + first.backward(3),
+        (0, 2): first.forward(5) + first.backward(5),
+        (1, 1): second.backward(2) + second.backward(2),
+    }
+    evaluation, timeline = run_prediction(problem, PLAN, "run")
+    assert evaluation.iteration_time > evaluate(problem, PLAN).iteration_time
+    assert timeline.iteration_time == pytest.approx(evaluation.iteration_time)
+    steps = [step for step in timeline.stages[1] if step.kind == "B"]
+    assert steps[0].end - steps[0].start == pytest.approx(2 * second.backward(2))
 
 
-def test_nothing_changes_without_recomputation(problem: Problem) -> None:
-    aligned = Plan.of([[4, 4], [2, 2, 4]], [[8], [4, 4]])
-    assert priced_for_run(problem, aligned) is problem
-    assert recompute_priced(problem, [False, False]) is problem
+def test_a_plan_the_runtime_runs_as_modelled_is_predicted_by_the_model(problem: Problem) -> None:
+    aligned = Plan.of([[4, 4], [2, 2, 4]], [[4, 4], [2, 2, 4]], ["FFBB", "FBFBFB"])
+    assert run_backward_times(problem, aligned) == {}
+    evaluation, timeline = run_prediction(problem, aligned, "run")
+    assert evaluation == evaluate(problem, aligned)
+    assert timeline == plan_timeline(problem, aligned, "run")
 
 
-def test_a_recompute_profile_is_priced_already(problem: Problem) -> None:
+def test_a_recompute_profile_prices_only_the_merged_backwards(problem: Problem) -> None:
     profiled = problem.model_copy(update={"source": {"timing": {"recompute": True}}})
-    assert priced_for_run(profiled, PLAN) is profiled
+    assert set(run_backward_times(profiled, PLAN)) == {(1, 1)}
+
+
+def test_the_model_op_times_given_explicitly_change_nothing(problem: Problem) -> None:
+    """The simulator's ``op_time`` hook with the problem's own times is the plain model."""
+
+    def model_time(s: int, op: str, k: int, size: int) -> float:
+        stage = problem.stages[s]
+        return stage.forward(size) if op == "F" else stage.backward(size)
+
+    order = PLAN.stage_order()
+    plain = evaluate_order(problem, PLAN.forward, PLAN.backward, order)
+    assert evaluate_order(problem, PLAN.forward, PLAN.backward, order, model_time) == plain

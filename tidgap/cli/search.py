@@ -36,7 +36,7 @@ from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.limits import parse_memory_limit
 from tidgap.optimize.memory import parse_size
 from tidgap.outputs.files import check_outputs, write_comparison, write_json
-from tidgap.schedules.families import SCHEDULES, evaluate, family_of, plan_timeline
+from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
 DEFAULT_TIME_LIMIT = 10.0
@@ -255,23 +255,29 @@ def search_command(
     signals.exit_if_received()
 
 
-def recompute_note(result: SearchResult) -> str | None:
-    """A line for a plan whose stages recompute when ``tidgap run`` runs it (a backward
-    boundary that is no forward boundary), with the run's prediction, which prices those
-    forwards again (the search does not); ``None`` when no stage recomputes or the problem
-    was profiled with ``--recompute``."""
+def run_note(result: SearchResult) -> str | None:
+    """A line for a plan that ``tidgap run`` runs at other op costs than the model's
+    (stages that recompute; stored-graph backwards over several forward chunks), with the
+    time it predicts for it (:func:`tidgap.runtime.pricing.run_prediction`); ``None`` when
+    it runs as the model has it."""
     from tidgap.runtime.lowering import recomputes
-    from tidgap.runtime.pricing import priced_for_run
+    from tidgap.runtime.pricing import run_backward_times, run_prediction
 
-    priced = priced_for_run(result.problem, result.plan)
-    if priced is result.problem:
+    priced = run_backward_times(result.problem, result.plan)
+    if not priced:
         return None
     again = [s for s, flag in enumerate(recomputes(result.plan)) if flag]
-    time = evaluate(priced, result.plan).iteration_time
+    merged = sorted({s for s, _ in priced} - set(again))
+    how = []
+    if again:
+        how.append(f"stage(s) {again} recompute (backward boundaries that are not forward ones)")
+    if merged:
+        how.append(f"stage(s) {merged} run backwards over several stored forward chunks")
+    time = run_prediction(result.problem, result.plan, "run")[0].iteration_time
+    advice = "; --no-recompute searches plans that need no recomputation" if again else ""
     return (
-        f"  stage(s) {again} recompute when run (backward boundaries that are not forward "
-        f"boundaries): tidgap run predicts {time:.6g} {result.problem.time_unit} with their "
-        "forwards priced again; --no-recompute searches plans that need none"
+        f"  when run, {' and '.join(how)}: tidgap run predicts {time:.6g} "
+        f"{result.problem.time_unit} for it{advice}"
     )
 
 
@@ -299,7 +305,7 @@ def _report(
         click.echo(f"interrupted by {result.stop_reason}: the best plan found so far")
     for line in summary_lines(result):
         click.echo(line)
-    note = recompute_note(result)
+    note = run_note(result)
     if note is not None:
         click.echo(note)
     bound = lower_bound(loaded) if family_of(result.plan).has_flush else None

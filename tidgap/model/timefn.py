@@ -123,22 +123,3 @@ def affine(base: float, per_sample: float) -> TimeFunction:
 def table(sizes: list[int], times: list[float]) -> TimeFunction:
     """Shorthand for a tabulated time function."""
     return TimeFunction(table=Table(sizes=list(sizes), times=list(times)))
-
-
-def plus(first: TimeFunction, second: TimeFunction) -> TimeFunction:
-    """``first(b) + second(b)``: affine when both are, else a table over the tables' sizes
-    within the range both cover (both are linear between consecutive sizes, so the sum is
-    too: equal to calling both, up to rounding). Raises ``ValueError`` when the two tables
-    share no size."""
-    if first.affine is not None and second.affine is not None:
-        return affine(
-            first.affine.base + second.affine.base,
-            first.affine.per_sample + second.affine.per_sample,
-        )
-    low = max(first.domain[0], second.domain[0])
-    high = min(first.domain[1], second.domain[1])
-    tables = [f.table for f in (first, second) if f.table is not None]
-    sizes = sorted({size for t in tables for size in t.sizes if low <= size <= high})
-    if not sizes:
-        raise ValueError(f"the tables share no size ({first.domain} and {second.domain})")
-    return table(sizes, [first(size) + second(size) for size in sizes])

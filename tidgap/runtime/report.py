@@ -21,8 +21,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.outputs.trace import microseconds_per_unit
-from tidgap.runtime.pricing import priced_for_run
-from tidgap.schedules.families import evaluate, plan_timeline
+from tidgap.runtime.pricing import run_prediction
 from tidgap.schedules.timeline import Step, Timeline, stage_names
 
 #: One record as a worker saves it: kind, microbatch, lo, hi (0-based, hi excluded),
@@ -117,8 +116,8 @@ class RunFigures:
     ``iterations``: each timed iteration's measured time; ``busy[s]``: stage ``s``'s
     measured forwards and backwards per iteration (median over iterations);
     ``predicted``, ``predicted_busy[s]`` (the same in the model, its tail included) and
-    ``predicted_timeline`` price a recomputing stage's forwards again
-    (:func:`tidgap.runtime.pricing.priced_for_run`); ``recompute[s]``:
+    ``predicted_timeline`` time each op as the runtime runs it
+    (:func:`tidgap.runtime.pricing.run_prediction`); ``recompute[s]``:
     whether stage ``s`` re-ran forwards; ``gradient_difference``: the largest relative
     difference of any parameter's gradient from one process (``None``: not checked);
     ``timeline``: the median iteration, measured; ``predicted_timeline``: the model's;
@@ -207,10 +206,8 @@ def run_figures(
         statistics.median(stage_busy(ranks[s]) * scale for ranks in iterations)
         for s in range(problem.num_stages)
     ]
-    priced = priced_for_run(problem, plan)
-    predicted = plan_timeline(priced, plan, f"{label} predicted")
+    evaluation, predicted = run_prediction(problem, plan, f"{label} predicted")
     held = [result.get("peak_bytes") for result in results]
-    evaluation = evaluate(priced, plan)
     return RunFigures(
         label=label,
         time_unit=problem.time_unit,

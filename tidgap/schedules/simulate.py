@@ -11,13 +11,18 @@ raises :class:`Deadlock`. Indices follow the spec: microbatches count from ``k =
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tidgap.model.problem import Problem
 from tidgap.schedules.evaluation import Evaluation, iteration_time
 from tidgap.schedules.ir import Order, holder, peak_held, prefix_sums
 from tidgap.schedules.timeline import Step, Timeline, stage_names, tail_steps
+
+#: ``op_time(s, op, k, size)``: how long stage ``s``'s ``op`` (``"F"`` or ``"B"``) number
+#: ``k`` (1-based) of ``size`` samples takes, in the problem's time unit; by default the
+#: problem's ``Tf_s(size)`` / ``Tb_s(size)``.
+OpTime = Callable[[int, str, int, int], float]
 
 
 class Deadlock(RuntimeError):
@@ -44,8 +49,10 @@ def simulate(
     forward: Sequence[Sequence[int]],
     backward: Sequence[Sequence[int]],
     order: Order,
+    op_time: OpTime | None = None,
 ) -> Simulation:
-    """Time ``order`` over the sizes ``forward[s]`` / ``backward[s]`` (samples).
+    """Time ``order`` over the sizes ``forward[s]`` / ``backward[s]`` (samples), each op
+    taking ``op_time`` (default: the problem's time functions).
 
     Forward ``k`` of ``s`` starts at ``max(free_s, A[s-1][i])``; backward ``k`` at
     ``max(free_s, EF[s][i_own], A'[s+1][i])``; ``A[s][k] = max(EF[s][k], A[s][k-1]) +
@@ -88,7 +95,7 @@ def simulate(
         k = len(ends)
         size = prefix[k] - prefix[k - 1]
         samples = (prefix[k - 1] + 1, prefix[k])
-        end = start + compute(size)
+        end = start + (compute(size) if op_time is None else op_time(s, op, k, size))
         ends.append(end)
         steps[s].append(Step(op, k - 1, samples, start, end))
         free[s] = end
@@ -130,10 +137,12 @@ def evaluate_order(
     forward: Sequence[Sequence[int]],
     backward: Sequence[Sequence[int]],
     order: Order,
+    op_time: OpTime | None = None,
 ) -> Evaluation:
     """End times, ``iteration_time = max_s(EB[s][N_s] + tail_s)`` and ``peak_held`` of a
-    valid ``order`` over the sizes ``forward`` / ``backward`` (samples)."""
-    simulation = simulate(problem, forward, backward, order)
+    valid ``order`` over the sizes ``forward`` / ``backward`` (samples); ``op_time`` as
+    :func:`simulate`."""
+    simulation = simulate(problem, forward, backward, order, op_time)
     return Evaluation.of(
         problem,
         [ends[-1] for ends in simulation.forward_ends],
@@ -148,9 +157,11 @@ def order_timeline(
     backward: Sequence[Sequence[int]],
     order: Order,
     label: str,
+    op_time: OpTime | None = None,
 ) -> Timeline:
-    """Every step of a valid ``order``, each stage's tail after its last backward."""
-    simulation = simulate(problem, forward, backward, order)
+    """Every step of a valid ``order``, each stage's tail after its last backward;
+    ``op_time`` as :func:`simulate`."""
+    simulation = simulate(problem, forward, backward, order, op_time)
     stages = [
         steps + tail_steps(problem, s, steps[-1].end) for s, steps in enumerate(simulation.stages)
     ]
