@@ -3,10 +3,10 @@ calibrate it through the runtime (``tidgap calibrate``), search plans on the cal
 problem (a flush and a windowed plan that recompute nothing, and a windowed plan free to
 recompute), run GPipe(m), 1F1B(m) and the searched plans with ``tidgap run`` (``--repeats``
 rounds, each running every plan once, so that every plan meets the machine's drift), and
-print measured against both predictions (a recomputing stage's forwards priced again, as
+print measured against both predictions (each op timed as the runtime runs it, as
 ``tidgap run`` does), with the ranking of the plans by prediction and by measurement.
 
-Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (about 8
+Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (about 4-5
 minutes on the 2-core development machine; 1 thread per stage process, as the profile).
 It prints a Markdown table for the README.
 """
@@ -104,9 +104,9 @@ def main() -> None:
         out = folder / f"{label.replace(', ', '-').replace(' ', '-')}.json"
         tidgap("search", str(fitted), *extra, *limit, "--out", str(out))
         plans[label] = out
-    from tidgap import evaluate, load_problem
+    from tidgap import load_problem
     from tidgap.model.plan import load_plan
-    from tidgap.runtime.pricing import priced_for_run
+    from tidgap.runtime.pricing import run_prediction
 
     raw = load_problem(str(profiled))
     runs: dict[str, list[dict]] = {label: [] for label in plans}
@@ -121,7 +121,7 @@ def main() -> None:
         run = runs[label][0]
         medians = sorted(r["measured"]["median"] for r in runs[label])
         loaded = load_plan(plan, raw)
-        profile_time = evaluate(priced_for_run(raw, loaded), loaded).iteration_time
+        profile_time = run_prediction(raw, loaded, label)[0].iteration_time
         predicted[label], measured[label] = run["predicted"], statistics.median(medians)
         stages = [s for s, flag in enumerate(run["recompute"]) if flag]
         print(

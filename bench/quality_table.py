@@ -6,7 +6,9 @@ Run: ``python bench/quality_table.py [--time-limit 20] [--seed 0] [--backend num
 [--no-recompute]``; it prints a Markdown table (one search of each family per example,
 each with the whole time limit; the first run also compiles Numba's loops, so run it twice
 for the wall times). ``--no-recompute``: only plans ``tidgap run`` runs without recomputing
-forwards.
+forwards. A searched plan's cell ends in ``run T`` when ``tidgap run`` runs it at other op
+costs than the model's (recomputation, backwards over several stored forward chunks): T is
+its prediction.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ import argparse
 
 from tidgap import example_names, load_problem, search
 from tidgap.model.examples import EXAMPLE_PREFIX
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
 from tidgap.optimize.results import SearchResult, TradeoffPoint
+from tidgap.runtime.pricing import run_backward_times, run_prediction
+from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import baseline_evaluation, baseline_label
 
 
@@ -27,6 +33,15 @@ def held(peaks: list[int]) -> str:
 def cell(time: float, peaks: list[int], reference: float) -> str:
     """``7458 (1.021x) 12/9/6/3``: time, gain over ``reference``, peak held per stage."""
     return f"{time:.5g} ({reference / time:.3f}x) {held(peaks)}"
+
+
+def searched_cell(problem: Problem, plan: Plan, evaluation: Evaluation, reference: float) -> str:
+    """:func:`cell` of a searched plan, with ``tidgap run``'s prediction when it runs the
+    plan at other op costs than the model's (``run 10207``)."""
+    text = cell(evaluation.iteration_time, evaluation.peak_held, reference)
+    if not run_backward_times(problem, plan):
+        return text
+    return f"{text} run {run_prediction(problem, plan, 'run')[0].iteration_time:.5g}"
 
 
 def point(result: SearchResult, label: str) -> TradeoffPoint:
@@ -57,13 +72,13 @@ def row(name: str, time_limit: float, seed: int, backend: str, no_recompute: boo
         cells.append(
             f"{label} {cell(evaluation.iteration_time, evaluation.peak_held, one_f_one_b)}"
         )
-    cells.append(cell(flush.evaluation.iteration_time, flush.evaluation.peak_held, one_f_one_b))
+    cells.append(searched_cell(problem, flush.plan, flush.evaluation, one_f_one_b))
     for label in ("1F1B", "unlimited"):
-        evaluation = point(windowed, label).evaluation
+        found = point(windowed, label)
         cells.append(
             "none"
-            if evaluation is None
-            else cell(evaluation.iteration_time, evaluation.peak_held, one_f_one_b)
+            if found.evaluation is None
+            else searched_cell(problem, found.plan, found.evaluation, one_f_one_b)
         )
     walls = f"{flush.wall_time:.1f} / {windowed.wall_time:.1f}"
     return f"| {name} | " + " | ".join(cells) + f" | {walls} |"
