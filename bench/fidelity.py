@@ -106,7 +106,7 @@ def main() -> None:
         plans[label] = out
     from tidgap import load_problem
     from tidgap.model.plan import load_plan
-    from tidgap.runtime.pricing import run_prediction
+    from tidgap.runtime.pricing import run_evaluation
 
     raw = load_problem(str(profiled))
     runs: dict[str, list[dict]] = {label: [] for label in plans}
@@ -121,7 +121,7 @@ def main() -> None:
         run = runs[label][0]
         medians = sorted(r["measured"]["median"] for r in runs[label])
         loaded = load_plan(plan, raw)
-        profile_time = run_prediction(raw, loaded, label)[0].iteration_time
+        profile_time = run_evaluation(raw, loaded).iteration_time
         predicted[label], measured[label] = run["predicted"], statistics.median(medians)
         stages = [s for s, flag in enumerate(run["recompute"]) if flag]
         print(

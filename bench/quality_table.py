@@ -20,7 +20,7 @@ from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.results import SearchResult, TradeoffPoint
-from tidgap.runtime.pricing import run_backward_times, run_prediction
+from tidgap.runtime.pricing import run_backward_times, run_evaluation
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import baseline_evaluation, baseline_label
 
@@ -39,9 +39,10 @@ def searched_cell(problem: Problem, plan: Plan, evaluation: Evaluation, referenc
     """:func:`cell` of a searched plan, with ``tidgap run``'s prediction when it runs the
     plan at other op costs than the model's (``run 10207``)."""
     text = cell(evaluation.iteration_time, evaluation.peak_held, reference)
-    if not run_backward_times(problem, plan):
+    backwards = run_backward_times(problem, plan)
+    if not backwards:
         return text
-    return f"{text} run {run_prediction(problem, plan, 'run')[0].iteration_time:.5g}"
+    return f"{text} run {run_evaluation(problem, plan, backwards).iteration_time:.5g}"
 
 
 def point(result: SearchResult, label: str) -> TradeoffPoint:

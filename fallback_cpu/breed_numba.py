@@ -366,7 +366,7 @@ def numba_joint_breed(
 ) -> JointGenes:
     """:func:`tidgap.optimize.joint_operators.joint_breed`, compiled: the same repaired
     children (``(children, S, K)`` int32 rows, ``(children, S, 2K)`` int8 codes)."""
-    parents = tuple(_int32(rows) for rows in (genes.forward, genes.backward, genes.lead))
+    parents = tuple(_int32(rows) for rows in genes.rows())
     streams = rng.streams(BREED_DRAWS)
     out = JointGenes.empty(children, *parents[0].shape[1:], np)
     if children:
@@ -397,9 +397,7 @@ def numba_joint_mutate(
     """:func:`tidgap.optimize.joint_operators.mutate_repaired`, compiled: new repaired
     individuals (``genes`` is left as it is)."""
     out = JointGenes.empty(genes.size, *genes.forward.shape[1:], np)
-    for mine, given in zip(
-        out.arrays()[:3], (genes.forward, genes.backward, genes.lead), strict=True
-    ):
+    for mine, given in zip(out.rows(), genes.rows(), strict=True):
         mine[...] = given
     streams = rng.streams(MUTATE_DRAWS)
     if genes.size:

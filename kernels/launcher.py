@@ -168,8 +168,7 @@ def _streams(rng: CounterRng, draws: int) -> cupy.ndarray:
 
 def _joint_rows(genes: JointGenes) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
     """``genes``' forward, backward and lead rows as contiguous int32 device arrays."""
-    rows = (genes.forward, genes.backward, genes.lead)
-    forward, backward, lead = (cupy.ascontiguousarray(r, dtype=cupy.int32) for r in rows)
+    forward, backward, lead = (cupy.ascontiguousarray(r, dtype=cupy.int32) for r in genes.rows())
     return forward, backward, lead
 
 

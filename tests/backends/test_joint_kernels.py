@@ -74,10 +74,7 @@ def host_children(
     """Call the host build as :func:`tidgap.kernels.launcher.cuda_joint_breed` calls the GPU."""
     population, stages, width = genes.forward.shape
     streams = rng.streams(BREED_DRAWS)
-    inputs = [
-        np.ascontiguousarray(rows, dtype=np.int32)
-        for rows in (genes.forward, genes.backward, genes.lead)
-    ]
+    inputs = [np.ascontiguousarray(rows, dtype=np.int32) for rows in genes.rows()]
     caps = [np.ascontiguousarray(c, dtype=np.int64) for c in (forward_caps, backward_caps)]
     out = JointGenes(
         *(np.full((children, stages, width), -7, dtype=np.int32) for _ in range(3)),
@@ -160,7 +157,7 @@ def test_host_joint_mutate_equals_mutate_repaired(
     genes, forward_caps, backward_caps = random_joint(rng, seed + 2, width=16, size=1500)
     expected = mutate_repaired(genes, forward_caps, backward_caps, CounterRng(seed), rate)
     population, stages, width = genes.forward.shape
-    rows = [np.array(r, dtype=np.int32) for r in (genes.forward, genes.backward, genes.lead)]
+    rows = [np.array(r, dtype=np.int32) for r in genes.rows()]
     codes = np.full((population, stages, 2 * width), 7, dtype=np.int8)
     streams = CounterRng(seed).streams(MUTATE_DRAWS)
     host_joint_mutate(

@@ -258,10 +258,10 @@ def search_command(
 def run_note(result: SearchResult) -> str | None:
     """A line for a plan that ``tidgap run`` runs at other op costs than the model's
     (stages that recompute; stored-graph backwards over several forward chunks), with the
-    time it predicts for it (:func:`tidgap.runtime.pricing.run_prediction`); ``None`` when
+    time it predicts for it (:func:`tidgap.runtime.pricing.run_evaluation`); ``None`` when
     it runs as the model has it."""
     from tidgap.runtime.lowering import recomputes
-    from tidgap.runtime.pricing import run_backward_times, run_prediction
+    from tidgap.runtime.pricing import run_backward_times, run_evaluation
 
     priced = run_backward_times(result.problem, result.plan)
     if not priced:
@@ -273,7 +273,7 @@ def run_note(result: SearchResult) -> str | None:
         how.append(f"stage(s) {again} recompute (backward boundaries that are not forward ones)")
     if merged:
         how.append(f"stage(s) {merged} run backwards over several stored forward chunks")
-    time = run_prediction(result.problem, result.plan, "run")[0].iteration_time
+    time = run_evaluation(result.problem, result.plan, priced).iteration_time
     advice = "; --no-recompute searches plans that need no recomputation" if again else ""
     return (
         f"  when run, {' and '.join(how)}: tidgap run predicts {time:.6g} "

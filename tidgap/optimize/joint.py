@@ -40,9 +40,11 @@ MIGRATION_INTERVAL = 10
 MIGRANTS = 4
 
 
-def backend_breeding(
-    record: Backend,
-) -> tuple[Callable[..., JointGenes], Repair, Mutator]:
+#: ``(breed, repair, mutate)`` of a backend (:func:`backend_breeding`).
+Breeding = tuple[Callable[..., JointGenes], Repair, Mutator]
+
+
+def backend_breeding(record: Backend) -> Breeding:
     """``(breed, repair, mutate)`` on ``record``'s backend: its fused breeding and mutation
     kernels and compiled repair where it has them, else :func:`joint_breed`,
     :func:`canonical` and :func:`mutate_repaired` over its array module."""

@@ -41,10 +41,13 @@ class JointGenes:
         """``P``."""
         return int(self.forward.shape[0])
 
+    def rows(self) -> tuple[Any, Any, Any]:
+        """``forward``, ``backward`` and ``lead``: the genes a repair reads."""
+        return self.forward, self.backward, self.lead
+
     def arrays(self) -> tuple[Any, ...]:
-        """``forward``, ``backward``, ``lead`` and, when present, ``codes``."""
-        genes = (self.forward, self.backward, self.lead)
-        return genes if self.codes is None else (*genes, self.codes)
+        """:meth:`rows` and, when present, ``codes``."""
+        return self.rows() if self.codes is None else (*self.rows(), self.codes)
 
     def take(self, index: Any) -> JointGenes:
         """The individuals at ``index`` (an index array or a slice)."""
@@ -54,7 +57,7 @@ class JointGenes:
     def repaired(self, repair: Repair = canonical) -> JointGenes:
         """The same partitions with canonical leads and their op codes (every order valid);
         ``repair`` is :func:`~tidgap.optimize.order_genes.canonical` or a compiled twin."""
-        lead, codes = repair(self.forward, self.backward, self.lead)
+        lead, codes = repair(*self.rows())
         return JointGenes(self.forward, self.backward, lead, codes)
 
     @staticmethod

@@ -29,8 +29,14 @@ from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
-from tidgap.optimize.joint import Island, JointSpace, backend_breeding, fastest_within
-from tidgap.optimize.joint_operators import JointGenes, Mutator, Repair
+from tidgap.optimize.joint import (
+    Breeding,
+    Island,
+    JointSpace,
+    backend_breeding,
+    fastest_within,
+)
+from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.joint_polish import joint_polish
 from tidgap.optimize.limits import (
@@ -163,7 +169,7 @@ def _compile(
     evaluator: OrderedEvaluator,
     ticked: TickedProblem,
     xp: ModuleType,
-    breeding: tuple[Callable[..., JointGenes], Repair, Mutator],
+    breeding: Breeding,
 ) -> None:
     """Compile (or load from the disk cache) the backend's evaluator, repair, breeding and
     mutation on :func:`warm_up_inputs` in ``xp``."""
@@ -340,9 +346,7 @@ def prepare_windowed(
     with phases("seeding"):
         found = [*equal, *plans, *windowed_seeds(partitions, levels)]
         seeds = encode_plans(found, problem, width)
-        device_seeds = JointGenes(
-            *(xp.asarray(a) for a in (seeds.forward, seeds.backward, seeds.lead))
-        )
+        device_seeds = JointGenes(*(xp.asarray(a) for a in seeds.rows()))
         fill = max(population - seeds.size, population // 2)
         candidates = JointGenes.concatenate(
             [device_seeds.repaired(space.repair), space.random(fill, rng)]

@@ -9,9 +9,9 @@ on the 2-core development machine gloo moved a chunk only once its receive was p
 to 10 ms after the send when the rank was computing (and keeping just the next receive
 posted did not help a stage that takes several chunks for one forward). The cost: buffers
 for every chunk of the iteration the rank receives (its boundary inputs and gradients,
-small beside the activations a stage keeps). Any other receive is a blocking
-``dist.recv``. Messages between two ranks keep their order (one tag), and receives from a
-peer are matched in the order they were posted, so they need no tags
+small beside the activations a stage keeps). Messages between two ranks keep their order
+(one tag), and receives from a peer are matched in the order they were posted, so they
+need no tags
 (:mod:`tidgap.runtime.lowering`).
 Tested on gloo (CPU) only; nothing device-specific is assumed beyond the spec's tensor.
 """
@@ -57,9 +57,7 @@ class DistTransport:
         (the posted receive's, which must be ``spec``'s: receives run as expected)."""
         shape, dtype = spec
         if not self._posted.get(peer):
-            tensor = torch.empty(shape, dtype=dtype, device=self.device)
-            dist.recv(tensor, peer)
-            return tensor
+            raise RuntimeError(f"a receive from rank {peer} that was not expected")
         work, tensor = self._posted[peer].popleft()
         if tuple(tensor.shape) != tuple(shape) or tensor.dtype != dtype:
             raise RuntimeError(

@@ -36,7 +36,7 @@ class _QueueTransport:
 
     def __init__(self, network: QueueNetwork, rank: int) -> None:
         self.network, self.rank = network, rank
-        self.expected: list[tuple[Any, int]] | None = None
+        self.expected: list[tuple[Any, int]] = []  # in reverse, the next one last
 
     def send(self, payload: Any, peer: int) -> None:
         self.network.queues[(self.rank, peer)].put(payload)
@@ -45,10 +45,9 @@ class _QueueTransport:
         self.expected = list(reversed(receives))
 
     def recv(self, spec: Any, peer: int) -> Any:
-        if self.expected is not None:
-            wanted = self.expected.pop() if self.expected else None
-            if wanted != (spec, peer):
-                raise RuntimeError(f"rank {self.rank} received {(spec, peer)}, expected {wanted}")
+        wanted = self.expected.pop() if self.expected else None
+        if wanted != (spec, peer):
+            raise RuntimeError(f"rank {self.rank} received {(spec, peer)}, expected {wanted}")
         try:
             return self.network.queues[(peer, self.rank)].get(timeout=self.network.timeout)
         except queue.Empty:

@@ -17,13 +17,20 @@ partition. The runtime (:mod:`tidgap.runtime.stage`) cannot always run it so:
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.runtime.lowering import recomputes
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import evaluate, plan_timeline
+from tidgap.schedules.ir import holder, prefix_sums
 from tidgap.schedules.simulate import OpTime, evaluate_order, order_timeline
 from tidgap.schedules.timeline import Timeline
+
+#: ``{(s, k): time}``: backward ``k`` (1-based) of stage ``s`` as the runtime runs it, in the
+#: problem's time unit (:func:`run_backward_times`).
+BackwardTimes = dict[tuple[int, int], float]
 
 
 def profiled_with_recompute(problem: Problem) -> bool:
@@ -36,18 +43,14 @@ def profiled_with_recompute(problem: Problem) -> bool:
 
 def covered_chunks(forward: list[int], backward: list[int]) -> list[list[int]]:
     """Per backward chunk, the sizes of the forward chunks it is made of (every backward
-    boundary a forward boundary)."""
-    out, i = [], 0
-    for size in backward:
-        parts: list[int] = []
-        while sum(parts) < size:
-            parts.append(forward[i])
-            i += 1
-        out.append(parts)
-    return out
+    boundary a forward boundary): backward ``k`` ends in forward chunk
+    ``holder(P, Q[k])``."""
+    P, Q = prefix_sums(forward), prefix_sums(backward)
+    ends = [holder(P, q) for q in Q]
+    return [forward[first:last] for first, last in pairwise(ends)]
 
 
-def run_backward_times(problem: Problem, plan: Plan) -> dict[tuple[int, int], float]:
+def run_backward_times(problem: Problem, plan: Plan) -> BackwardTimes:
     """``{(s, k): time}`` of every backward (``k`` 1-based) that ``tidgap run`` runs at
     another cost than the model's ``Tb_s``: a recomputing stage's, and a stored-graph
     backward over several forward chunks."""
@@ -66,12 +69,9 @@ def run_backward_times(problem: Problem, plan: Plan) -> dict[tuple[int, int], fl
     return times
 
 
-def run_op_time(problem: Problem, plan: Plan) -> OpTime | None:
-    """The simulator's op times as ``tidgap run`` runs ``plan``; ``None`` when every op
-    takes the model's time."""
-    backwards = run_backward_times(problem, plan)
-    if not backwards:
-        return None
+def run_op_time(problem: Problem, backwards: BackwardTimes) -> OpTime:
+    """The simulator's op times as ``tidgap run`` runs a plan whose backwards that differ
+    from the model's are ``backwards``."""
 
     def op_time(s: int, op: str, k: int, size: int) -> float:
         stage = problem.stages[s]
@@ -82,14 +82,26 @@ def run_op_time(problem: Problem, plan: Plan) -> OpTime | None:
     return op_time
 
 
+def run_evaluation(
+    problem: Problem, plan: Plan, backwards: BackwardTimes | None = None
+) -> Evaluation:
+    """The model's evaluation of ``plan`` with its ops timed as ``tidgap run`` runs them
+    (``backwards``: :func:`run_backward_times`, computed here when not given)."""
+    backwards = run_backward_times(problem, plan) if backwards is None else backwards
+    if not backwards:
+        return evaluate(problem, plan)
+    return evaluate_order(
+        problem, plan.forward, plan.backward, plan.stage_order(), run_op_time(problem, backwards)
+    )
+
+
 def run_prediction(problem: Problem, plan: Plan, label: str) -> tuple[Evaluation, Timeline]:
-    """The model's evaluation and timeline of ``plan`` with the op times of
-    :func:`run_op_time` (the model's own where they agree)."""
-    op_time = run_op_time(problem, plan)
-    if op_time is None:
-        return evaluate(problem, plan), plan_timeline(problem, plan, label)
-    order = plan.stage_order()
-    return (
-        evaluate_order(problem, plan.forward, plan.backward, order, op_time),
-        order_timeline(problem, plan.forward, plan.backward, order, label, op_time),
+    """:func:`run_evaluation` and the timeline of the same run of ``plan``."""
+    backwards = run_backward_times(problem, plan)
+    evaluation = run_evaluation(problem, plan, backwards)
+    if not backwards:
+        return evaluation, plan_timeline(problem, plan, label)
+    op_time = run_op_time(problem, backwards)
+    return evaluation, order_timeline(
+        problem, plan.forward, plan.backward, plan.stage_order(), label, op_time
     )
