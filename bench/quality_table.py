@@ -19,6 +19,7 @@ from tidgap import example_names, load_problem, search
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.backward_rules import ALIGNED, FREE
 from tidgap.optimize.results import SearchResult, TradeoffPoint
 from tidgap.runtime.pricing import run_backward_times, run_evaluation
 from tidgap.schedules.evaluation import Evaluation
@@ -58,7 +59,7 @@ def row(name: str, time_limit: float, seed: int, backend: str, no_recompute: boo
         time_limit=time_limit,
         stagnation=None,
         backend=backend,
-        no_recompute=no_recompute,
+        backward=ALIGNED if no_recompute else FREE,
     )
     flush = search(problem, schedule="flush", **common)
     windowed = search(problem, schedule="windowed", **common)

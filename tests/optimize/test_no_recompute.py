@@ -48,7 +48,7 @@ def test_the_constraint_binds_and_the_plan_needs_no_recompute(name: str) -> None
     alone may find a slower one: the GA is a heuristic)."""
     problem = load_problem(EXAMPLE_PREFIX + name)
     free = search(problem, generations=60, seed=0)
-    held = search(problem, generations=60, seed=0, no_recompute=True)
+    held = search(problem, generations=60, seed=0, backward="aligned")
     assert any(recomputes(free.plan))
     assert not any(recomputes(held.plan))
     assert held.no_recompute and held.plan_document()["search"]["no_recompute"]
@@ -65,12 +65,12 @@ def test_a_flush_search_returns_an_aligned_plan(name: str, same_partition: bool)
     problem = load_problem(EXAMPLE_PREFIX + name)
     options = dict(schedule="flush", generations=60, seed=0, same_partition=same_partition)
     free = search(problem, **options)
-    held = search(problem, no_recompute=True, **options)
+    held = search(problem, backward="aligned", **options)
     assert not any(recomputes(held.plan))
     assert held.no_recompute and held.plan_document()["search"]["no_recompute"]
     assert held.evaluation.iteration_time <= held.baselines["gpipe"].iteration_time
     assert held.evaluation.iteration_time >= free.evaluation.iteration_time
-    again = search(problem, no_recompute=True, **options)
+    again = search(problem, backward="aligned", **options)
     assert again.plan == held.plan
 
 
@@ -79,7 +79,7 @@ def test_the_flush_constraint_binds_on_vgg16() -> None:
     the best GPipe (measured 1331.2 ms against 1897)."""
     problem = load_problem(EXAMPLE_PREFIX + "vgg16")
     free = search(problem, schedule="flush", generations=60, seed=0)
-    held = search(problem, schedule="flush", generations=60, seed=0, no_recompute=True)
+    held = search(problem, schedule="flush", generations=60, seed=0, backward="aligned")
     assert any(recomputes(free.plan)) and not any(recomputes(held.plan))
     assert held.evaluation.iteration_time < held.baselines["gpipe"].iteration_time
 

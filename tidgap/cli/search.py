@@ -26,6 +26,7 @@ from tidgap.cli.progress import ProgressLine
 from tidgap.model.errors import InputError
 from tidgap.model.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
 from tidgap.model.problem import load_problem
+from tidgap.optimize.backward_rules import ALIGNED, FREE
 from tidgap.optimize.checkpoint import DEFAULT_EVERY, load_state
 from tidgap.optimize.driver import (
     SEARCHABLE,
@@ -240,7 +241,7 @@ def search_command(
                     max_microbatches=max_microbatches,
                     on_progress=progress,
                     same_partition=same_partition,
-                    no_recompute=no_recompute,
+                    backward=ALIGNED if no_recompute else FREE,
                     interrupted=signals.received,
                     on_phase=None if progress is None else progress.phase,
                     max_memory=max_memory,

@@ -3,7 +3,7 @@
 A state file is a NumPy ``.npz`` archive (no pickles): the populations and their scores
 (``state_arrays`` of the optimizer) and ``meta``, one JSON string: ``format``, the
 ``schedule``, the problem's ``digest`` (SHA-256 of its canonical JSON), ``seed``,
-``population``, ``backend``, ``same_partition``, ``no_recompute``, ``memory_limit``, the
+``population``, ``backend``, ``same_partition``, ``backward`` (the rule), ``memory_limit``, the
 generator's ``draws``, the ``counters`` (``generation``, ``evaluations``,
 ``since_improvement``, ``best`` ticks) and, for a windowed search, its first,
 flush search (``first_search``: plan, generations, evaluations). It is written atomically
@@ -31,6 +31,7 @@ import numpy as np
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.ga import StopRule
 from tidgap.optimize.generations import run_generations
 from tidgap.outputs.atomic import replace_atomically
@@ -70,7 +71,7 @@ class SearchIdentity:
     population: int
     backend: str
     same_partition: bool = False
-    no_recompute: bool = False
+    backward: str = FREE
     memory_limit: str | int | None = None
     max_microbatches: int | None = None
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.checkpoint import DEFAULT_EVERY, Checkpoint, SavedState
 from tidgap.optimize.optimizer import (
     DEFAULT_SCHEDULE,
@@ -60,7 +61,7 @@ def search(
     on_phase: Callable[[str], None] | None = None,
     max_memory: int | None = None,
     memory_limit: str | int | None = None,
-    no_recompute: bool = False,
+    backward: str = FREE,
     checkpoint: str | os.PathLike[str] | None = None,
     checkpoint_every: float = DEFAULT_EVERY,
     resume: str | os.PathLike[str] | SavedState | None = None,
@@ -97,7 +98,8 @@ def search(
     execute): a chromosome is one row, ``(P, 1, K)``; seeds whose stages differ are left
     out.
 
-    With ``no_recompute``, every stage's backward boundaries are forward boundaries, so
+    ``backward`` is the rule of the backward partitions (:mod:`tidgap.optimize.backward_rules`).
+    With ``aligned``, every stage's backward boundaries are forward boundaries, so
     ``tidgap run`` runs each backward on its forwards' stored graphs and recomputes nothing
     (:func:`tidgap.runtime.lowering.recomputes`): for the joint GA a constraint (other
     plans score as invalid; the 1F1B and GPipe seeds meet it); for flush, seeded and
@@ -124,7 +126,7 @@ def search(
         initial_plans=initial_plans,
         max_microbatches=max_microbatches,
         same_partition=same_partition,
-        no_recompute=no_recompute,
+        backward=backward,
         max_memory=max_memory,
         resume=resume,
         stopping=stopping,

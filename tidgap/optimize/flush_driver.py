@@ -19,6 +19,7 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.aligned import aligned_pair
+from tidgap.optimize.backward_rules import ALIGNED, FREE
 from tidgap.optimize.checkpoint import drive
 from tidgap.optimize.dual_optimizer import DualOptimizer
 from tidgap.optimize.ga import (
@@ -51,7 +52,7 @@ from tidgap.schedules.baselines import BaselineResult, best_baselines
 from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.held import require_flush_fits
 
-#: The best forward chromosomes whose best coarsening a ``no_recompute`` search tries.
+#: The best forward chromosomes whose best coarsening an ``aligned`` search tries.
 ALIGNED_CANDIDATES = 16
 #: Mixed into the seed of the alignment's own generator.
 ALIGN_STREAM = 0xA11C9
@@ -180,7 +181,7 @@ class FlushRun:
     time_limit: float | None
     phases: Phases
     on_progress: Callable[[SearchProgress], None] | None
-    no_recompute: bool = False
+    backward: str = FREE
     first: tuple[int, int] = (0, 0)
     flush_plan: None = None
 
@@ -213,7 +214,7 @@ def prepare_flush(
     interrupted: Callable[[], str | None] | None = None,
     on_phase: Callable[[str], None] | None = None,
     max_memory: int | None = None,
-    no_recompute: bool = False,
+    backward: str = FREE,
 ) -> FlushRun:
     """Everything a search of forward and backward partitions for ``problem`` with
     DGAP/TiDGAP does before its generations.
@@ -324,16 +325,16 @@ def prepare_flush(
         time_limit,
         phases,
         on_progress,
-        no_recompute,
+        backward,
     )
 
 
 def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
     """The result of ``run`` after its generations stopped for ``stop_reason``: the best
     chromosomes polished (unless a signal stopped it, or a fitness of the user's own ranks
-    them: the polish minimises the iteration time), decoded and checked. With
-    ``no_recompute`` the backward is then the best coarsening of one of the best forwards
-    (:func:`~tidgap.optimize.aligned.aligned_pair`, equal partitions among the candidates:
+    them: the polish minimises the iteration time), decoded and checked. Under the
+    ``aligned`` backward rule the backward is then the best coarsening of one of the best
+    forwards (:func:`~tidgap.optimize.aligned.aligned_pair`, equal partitions among the candidates:
     never slower than the best GPipe), so every backward boundary is a forward boundary."""
     optimizer, problem, phases = run.optimizer, run.problem, run.phases
     xp = optimizer.xp
@@ -344,7 +345,7 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
     with phases("polish"):
         if polish:
             forward = _polished(forward, forward_ticks, forward_caps, forward_score, xp, deadline)
-        if run.no_recompute:  # the best coarsening of a good forward: nothing recomputes
+        if run.backward == ALIGNED:  # the best coarsening of a good forward: nothing recomputes
             side = optimizer.sides[0]
             ranked = side.genes[xp.argsort(side.fitness, kind="stable")[:ALIGNED_CANDIDATES]]
             candidates = xp.concatenate([xp.asarray(forward)[None], ranked])
@@ -381,5 +382,5 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
         stop_reason=stop_reason,
         same_partition=optimizer.same_partition,
         setup=phases.seconds,
-        no_recompute=run.no_recompute,
+        backward=run.backward,
     )

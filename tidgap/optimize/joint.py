@@ -21,6 +21,7 @@ from typing import Any
 from tidgap.backends import Backend, load
 from tidgap.backends.evaluator import INVALID, OrderedEvaluator
 from tidgap.backends.xp import namespace
+from tidgap.optimize.backward_rules import FREE, breaks
 from tidgap.optimize.ga import GeneticSettings, random_chromosomes
 from tidgap.optimize.genome import GENE, Population
 from tidgap.optimize.joint_operators import (
@@ -31,7 +32,7 @@ from tidgap.optimize.joint_operators import (
     mutate_repaired,
 )
 from tidgap.optimize.limits import MemoryLevel, penalised
-from tidgap.optimize.order_genes import canonical, misaligned
+from tidgap.optimize.order_genes import canonical
 from tidgap.optimize.rng import CounterRng
 
 #: Generations between migrations.
@@ -63,8 +64,8 @@ class JointSpace:
     """What every island shares: the evaluator, the caps (``(S,)`` units per direction),
     ``width`` (the chromosomes' ``K``), the breeder (:func:`joint_breed` or a fused kernel
     with its signature), the repair, the mutation the annealing steps with
-    (:func:`mutate_repaired` or a fused twin), and ``aligned``: plans whose backward boundaries are
-    not forward boundaries (they need recomputation to run) score
+    (:func:`mutate_repaired` or a fused twin), and the ``backward`` rule
+    (:mod:`tidgap.optimize.backward_rules`): plans it refuses score
     :data:`~tidgap.backends.evaluator.INVALID`."""
 
     evaluator: OrderedEvaluator
@@ -74,16 +75,16 @@ class JointSpace:
     breed: Callable[..., JointGenes] = joint_breed
     repair: Repair = canonical
     mutate: Mutator = mutate_repaired
-    aligned: bool = False
+    backward: str = FREE
 
     def evaluate(self, genes: JointGenes) -> tuple[Any, Any]:
         """``(times (P,), peaks (P, S))`` of repaired ``genes`` in ticks and samples."""
         times, peaks = self.evaluator.evaluate(
             Population(genes.forward, genes.backward, genes.codes)
         )
-        if self.aligned:
+        if self.backward != FREE:
             xp = namespace(times)
-            times = xp.where(misaligned(genes.forward, genes.backward), INVALID, times)
+            times = xp.where(breaks(self.backward, genes.forward, genes.backward), INVALID, times)
         return times, peaks
 
     def random(self, count: int, rng: CounterRng) -> JointGenes:

@@ -26,6 +26,7 @@ from typing import Any
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.backward_rules import FREE, check_rule
 from tidgap.optimize.checkpoint import (
     Checkpoint,
     SavedState,
@@ -110,7 +111,7 @@ class Optimizer:
         initial_plans: Sequence[Plan] = (),
         max_microbatches: int | None = None,
         same_partition: bool = False,
-        no_recompute: bool = False,
+        backward: str = FREE,
         max_memory: int | None = None,
         fitness: Fitness | None = None,
         resume: str | os.PathLike[str] | SavedState | None = None,
@@ -126,7 +127,7 @@ class Optimizer:
             population,
             backend,
             same_partition,
-            no_recompute,
+            check_rule(backward),
             memory_limit,
             max_microbatches,
         )
@@ -149,16 +150,16 @@ class Optimizer:
             max_memory=max_memory,
         )
         self.separable = SCHEDULES[schedule].separable
-        if self.separable and no_recompute and fitness is not None:
+        if self.separable and backward != FREE and fitness is not None:
             raise ValueError(
-                "a flush search with no_recompute aligns its result by iteration time; it "
-                "takes no fitness of its own (search windowed plans, or drop no_recompute)"
+                "a flush search with a backward rule repairs its result by iteration time; it "
+                "takes no fitness of its own (search windowed plans, or drop the rule)"
             )
         if self.separable:
             if memory_limit is not None:
                 flush_memory_limit(problem, memory_limit)
             self.run: Any = prepare_flush(
-                problem, same_partition=same_partition, no_recompute=no_recompute, **options
+                problem, same_partition=same_partition, backward=backward, **options
             )
         else:
             if same_partition:
@@ -167,7 +168,7 @@ class Optimizer:
             self.run = prepare_windowed(
                 problem,
                 memory_limit=memory_limit,
-                no_recompute=no_recompute,
+                backward=backward,
                 first_search=first,
                 **options,
             )
@@ -231,7 +232,7 @@ class Optimizer:
     def best(self) -> tuple[Plan, float] | None:
         """The best plan so far (within the memory limit in force) and its fitness in the
         problem's time unit (its iteration time, for the built-in fitness); ``None`` when
-        no individual is within the limit. A flush optimizer with ``no_recompute`` aligns
+        no individual is within the limit. A flush optimizer with a backward rule repairs
         its plan in :meth:`result` only: this one may recompute."""
         return self.run.optimizer.best()
 

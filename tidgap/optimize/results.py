@@ -7,6 +7,7 @@ from typing import Any
 
 from tidgap.model.plan import PLAN_FORMAT, Plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.interrupts import STOP_SIGNALS
 from tidgap.optimize.limits import MemoryLevel
 from tidgap.schedules.baselines import BaselineResult
@@ -72,7 +73,13 @@ class SearchResult:
     schedule: str = "flush"
     memory_limit: MemoryLevel | None = None
     tradeoff: tuple[TradeoffPoint, ...] = ()
-    no_recompute: bool = False
+    backward: str = FREE
+
+    @property
+    def no_recompute(self) -> bool:
+        """Whether the search admitted only plans that ``tidgap run`` runs without
+        recomputing forwards (:mod:`tidgap.optimize.backward_rules`)."""
+        return self.backward != FREE
 
     @property
     def interrupted(self) -> bool:

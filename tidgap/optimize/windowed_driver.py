@@ -24,6 +24,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.anneal import Annealing, anneal
+from tidgap.optimize.backward_rules import FREE, refusal
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
@@ -243,7 +244,7 @@ class WindowedRun:
     clock: float
     time_limit: float | None
     phases: Phases
-    no_recompute: bool
+    backward: str
     on_progress: Callable[[SearchProgress], None] | None
 
     def report(self) -> Callable | None:
@@ -268,7 +269,7 @@ def prepare_windowed(
     on_phase: Callable[[str], None] | None = None,
     max_memory: int | None = None,
     memory_limit: str | int | None = None,
-    no_recompute: bool = False,
+    backward: str = FREE,
     first_search: tuple[Plan, int, int] | None = None,
 ) -> WindowedRun:
     """Everything a windowed search does before its generations (the first, flush
@@ -342,7 +343,7 @@ def prepare_windowed(
     settings = GeneticSettings(population=population)
     rng = CounterRng(seed, xp)
     caps = (xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
-    space = JointSpace(evaluator, *caps, width, *breeding, aligned=no_recompute)
+    space = JointSpace(evaluator, *caps, width, *breeding, backward=backward)
     with phases("seeding"):
         found = [*equal, *plans, *windowed_seeds(partitions, levels)]
         seeds = encode_plans(found, problem, width)
@@ -379,7 +380,7 @@ def prepare_windowed(
         clock,
         time_limit,
         phases,
-        no_recompute,
+        backward,
         on_progress,
     )
 
@@ -429,8 +430,7 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
     if chosen.plan is None or chosen.evaluation is None:
         raise InputError(
             f"no plan found within the memory limit ({in_force.label}: at most "
-            f"{list(in_force.held)} samples per stage)"
-            + (" that needs no recomputation" if run.no_recompute else ""),
+            f"{list(in_force.held)} samples per stage)" + refusal(run.backward),
             source="--memory-limit",
         )
     return SearchResult(
@@ -449,5 +449,5 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
         schedule=SEARCHED.name,
         memory_limit=in_force,
         tradeoff=tuple(tradeoff),
-        no_recompute=run.no_recompute,
+        backward=run.backward,
     )
