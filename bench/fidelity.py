@@ -1,12 +1,13 @@
 """How well the cost model predicts real runs (issue 12): profile a small GPT on 2 stages,
 calibrate it through the runtime (``tidgap calibrate``), search plans on the calibrated
-problem (a flush and a windowed plan that recompute nothing, and a windowed plan free to
-recompute), run GPipe(m), 1F1B(m) and the searched plans with ``tidgap run`` (``--repeats``
-rounds, each running every plan once, so that every plan meets the machine's drift), and
-print measured against both predictions (each op timed as the runtime runs it, as
-``tidgap run`` does), with the ranking of the plans by prediction and by measurement.
+problem (a flush and a windowed plan whose backward partitions are their forward ones, a
+windowed plan that recomputes nothing, and a windowed plan free to recompute), run
+GPipe(m), 1F1B(m) and the searched plans with ``tidgap run`` (``--repeats`` rounds, each
+running every plan once, so that every plan meets the machine's drift), and print measured
+against both predictions (each op timed as the runtime runs it, as ``tidgap run`` does),
+with the ranking of the plans by prediction and by measurement.
 
-Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (about 4-5
+Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (about 5
 minutes on the 2-core development machine; 1 thread per stage process, as the profile).
 It prints a Markdown table for the README.
 """
@@ -28,7 +29,8 @@ SHAPE = ["--stages", "2", "--batch-size", "16", "--threads", "1"]
 COUNTS = (2, 4, 8)
 #: The searched plans and their ``tidgap search`` options (on the calibrated problem).
 SEARCHES = {
-    "searched flush, no recompute": ["--schedule", "flush", "--no-recompute"],
+    "searched flush, mirrored": ["--schedule", "flush", "--mirrored"],
+    "searched, mirrored": ["--mirrored"],
     "searched, no recompute": ["--no-recompute"],
     "searched": [],
 }

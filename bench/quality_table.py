@@ -3,10 +3,12 @@ best flush plan and the windowed plan within the best 1F1B's memory and at any m
 peak memory and wall time.
 
 Run: ``python bench/quality_table.py [--time-limit 20] [--seed 0] [--backend numba]
-[--no-recompute]``; it prints a Markdown table (one search of each family per example,
-each with the whole time limit; the first run also compiles Numba's loops, so run it twice
-for the wall times). ``--no-recompute``: only plans ``tidgap run`` runs without recomputing
-forwards. A searched plan's cell ends in ``run T`` when ``tidgap run`` runs it at other op
+[--backward free|aligned|mirrored]``; it prints a Markdown table (one search of each family
+per example, each with the whole time limit; the first run also compiles Numba's loops, so
+run it twice for the wall times). ``--backward`` is the search's backward rule
+(:mod:`tidgap.optimize.backward_rules`): ``aligned``, only plans ``tidgap run`` runs without
+recomputing forwards; ``mirrored``, only plans it runs at the model's op costs. A searched
+plan's cell ends in ``run T`` when ``tidgap run`` runs it at other op
 costs than the model's (recomputation, backwards over several stored forward chunks): T is
 its prediction.
 """
@@ -19,7 +21,7 @@ from tidgap import example_names, load_problem, search
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.backward_rules import ALIGNED, FREE
+from tidgap.optimize.backward_rules import BACKWARD_RULES, FREE
 from tidgap.optimize.results import SearchResult, TradeoffPoint
 from tidgap.runtime.pricing import run_backward_times, run_evaluation
 from tidgap.schedules.evaluation import Evaluation
@@ -51,7 +53,7 @@ def point(result: SearchResult, label: str) -> TradeoffPoint:
     return next(p for p in result.tradeoff if p.level.label == label)
 
 
-def row(name: str, time_limit: float, seed: int, backend: str, no_recompute: bool) -> str:
+def row(name: str, time_limit: float, seed: int, backend: str, backward: str) -> str:
     """One example's row."""
     problem = load_problem(EXAMPLE_PREFIX + name)
     common = dict(
@@ -59,7 +61,7 @@ def row(name: str, time_limit: float, seed: int, backend: str, no_recompute: boo
         time_limit=time_limit,
         stagnation=None,
         backend=backend,
-        backward=ALIGNED if no_recompute else FREE,
+        backward=backward,
     )
     flush = search(problem, schedule="flush", **common)
     windowed = search(problem, schedule="windowed", **common)
@@ -92,9 +94,7 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", default="numba")
-    parser.add_argument(
-        "--no-recompute", action="store_true", help="only plans tidgap run runs without recomputing"
-    )
+    parser.add_argument("--backward", choices=BACKWARD_RULES, default=FREE)
     args = parser.parse_args()
     print(
         "| example | best GPipe | best 1F1B | flush plan | windowed, 1F1B memory | "
@@ -102,7 +102,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|")
     for name in example_names():
-        print(row(name, args.time_limit, args.seed, args.backend, args.no_recompute), flush=True)
+        print(row(name, args.time_limit, args.seed, args.backend, args.backward), flush=True)
 
 
 if __name__ == "__main__":

@@ -269,14 +269,15 @@ def test_the_breeding_launcher_drives_its_kernel_with_the_right_arguments() -> N
 
 @pytest.mark.usefixtures("fake_gpu")
 @pytest.mark.parametrize("schedule", ["flush", "windowed"])
-def test_gpu_search_matches_the_cpu_search(schedule: str) -> None:
+@pytest.mark.parametrize("backward", ["free", "mirrored"])
+def test_gpu_search_matches_the_cpu_search(schedule: str, backward: str) -> None:
     """``search(backend="cuda")`` (launchers, device populations, fused breeding, for the
     windowed search the joint breeding kernel) finds the same plan as the CPU search with
-    the same seed, under a memory limit too."""
+    the same seed, under a memory limit too, and under the mirrored backward rule."""
     from tidgap.optimize.driver import search
 
     problem = load_problem("example:vgg16")
-    options = dict(seed=4, generations=12, population=96, schedule=schedule)
+    options = dict(seed=4, generations=12, population=96, schedule=schedule, backward=backward)
     if schedule == "windowed":
         options["memory_limit"] = "1f1b"
     cpu = search(problem, backend="numba", **options)

@@ -3,6 +3,7 @@ plainly when a baseline is faster."""
 
 from __future__ import annotations
 
+from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult, TradeoffPoint
 from tidgap.schedules.baselines import BaselineResult
@@ -60,9 +61,10 @@ def summary_lines(result: SearchResult) -> list[str]:
     after = "" if annealing is None else f", annealing {annealing:.1f} s"
     plan_time = result.evaluation.iteration_time
     rival = best_rival(result.baselines)
+    rule = "" if result.backward == FREE else f" backward {result.backward}"
     return [
         f"best plan: iteration {plan_time:.6g} {unit}, {result.speedup_over_gpipe:.3f}x best "
-        f"GPipe ({family.name}, {result.generations} generations, {result.evaluations} "
+        f"GPipe ({family.name}{rule}, {result.generations} generations, {result.evaluations} "
         "evaluations, "
         f"{result.wall_time:.1f} s of which setup {setup:.1f} s (compile "
         f"{compiling:.1f} s){after}, {result.backend}, "

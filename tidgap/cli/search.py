@@ -26,7 +26,7 @@ from tidgap.cli.progress import ProgressLine
 from tidgap.model.errors import InputError
 from tidgap.model.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
 from tidgap.model.problem import load_problem
-from tidgap.optimize.backward_rules import ALIGNED, FREE
+from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
 from tidgap.optimize.checkpoint import DEFAULT_EVERY, load_state
 from tidgap.optimize.driver import (
     SEARCHABLE,
@@ -147,6 +147,13 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
     "search; flush: the backward made the best coarsening of a good forward).",
 )
 @click.option(
+    "--mirrored",
+    is_flag=True,
+    help="Only plans whose backward partition is the forward one on every stage: tidgap run "
+    "runs every backward on one forward's stored graph, at the model's op costs, so its "
+    "prediction is the searched time (implies --no-recompute).",
+)
+@click.option(
     "--max-memory",
     type=MemorySize(),
     help="Refuse a search whose estimated memory exceeds this (bytes, or 8G, 512MiB, ...; "
@@ -195,6 +202,7 @@ def search_command(
     cpu: bool,
     same_partition: bool,
     no_recompute: bool,
+    mirrored: bool,
     max_memory: int | None,
     out: str | None,
     checkpoint: str | None,
@@ -241,7 +249,7 @@ def search_command(
                     max_microbatches=max_microbatches,
                     on_progress=progress,
                     same_partition=same_partition,
-                    backward=ALIGNED if no_recompute else FREE,
+                    backward=MIRRORED if mirrored else ALIGNED if no_recompute else FREE,
                     interrupted=signals.received,
                     on_phase=None if progress is None else progress.phase,
                     max_memory=max_memory,
@@ -275,7 +283,7 @@ def run_note(result: SearchResult) -> str | None:
     if merged:
         how.append(f"stage(s) {merged} run backwards over several stored forward chunks")
     time = run_evaluation(result.problem, result.plan, priced).iteration_time
-    advice = "; --no-recompute searches plans that need no recomputation" if again else ""
+    advice = "; --mirrored searches plans that tidgap run runs at the model's costs"
     return (
         f"  when run, {' and '.join(how)}: tidgap run predicts {time:.6g} "
         f"{result.problem.time_unit} for it{advice}"

@@ -13,7 +13,8 @@ int32 sizes in units, zero padded (:mod:`tidgap.optimize.genome`), on NumPy or C
 - :func:`align_backward`: the repair of any backward chromosome: its boundaries snapped to
   the nearest forward boundary, then :func:`coarsen`;
 - :func:`aligned_search`: the best coarsening of one forward chromosome, by backward span;
-- :func:`aligned_pair`: the best (forward, coarsening) pair among candidate forwards.
+- :func:`aligned_pair`: the best (forward, coarsening) pair among candidate forwards;
+- :func:`mirrored_start`: the best candidate as both partitions (a mirrored plan).
 
 With the flush ``iteration = forward_end + backward_span`` (model.md, separability), so a
 pair's time is the sum of its two halves.
@@ -279,14 +280,14 @@ class AlignedPair:
 
 def _candidates(forwards: Any, forward_caps: Any, backward_caps: Any) -> Any:
     """``(n, S, K)``: ``forwards``, then the equal partitions within both caps on every
-    stage; duplicates (after the first) and forwards over a backward cap left out."""
+    stage; duplicates (after the first) and chromosomes over a cap left out."""
     xp = namespace(forwards)
     _, stages, width = forwards.shape
     units = int(forwards[0, 0].sum())
     least = int(to_host(xp.minimum(xp.asarray(forward_caps), xp.asarray(backward_caps))).min())
     counts = xp.arange(-(-units // least), min(width, units) + 1, dtype=xp.int64)
     every = xp.concatenate([forwards.astype(GENE), _equal(units, counts, stages, width)])
-    every = every[fits(every, backward_caps)]
+    every = every[fits(every, forward_caps) & fits(every, backward_caps)]
     if len(every) == 0:
         return every
     _, first = np.unique(to_host(every).reshape(len(every), -1), axis=0, return_index=True)
@@ -344,3 +345,20 @@ def aligned_pair(
             best = pair
     assert best is not None
     return best
+
+
+def mirrored_start(
+    chromosomes: Any, forward_caps: Any, backward_caps: Any, score: Score
+) -> tuple[Any, int]:
+    """The best of ``chromosomes`` ``(n, S, K)`` and the equal partitions within both
+    ``(S,)`` caps as both partitions of a plan: ``((S, K) chromosome, its ticks)`` by
+    ``score`` (forward plus backward time), the first on ties. ``ValueError`` if every
+    candidate is over a cap."""
+    candidates = _candidates(
+        namespace(chromosomes).asarray(chromosomes), forward_caps, backward_caps
+    )
+    if len(candidates) == 0:
+        raise ValueError("every candidate is over a cap: none can be mirrored")
+    ticks = to_host(score(candidates)).astype(np.int64)
+    best = int(np.argmin(ticks))
+    return candidates[best], int(ticks[best])

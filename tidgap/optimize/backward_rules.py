@@ -3,7 +3,11 @@
 - ``free``: any backward partition (model.md: the backward partition is its own);
 - ``aligned``: every backward boundary of a stage is one of its forward boundaries, so
   ``tidgap run`` runs each backward on its forwards' stored graphs and recomputes nothing
-  (:func:`tidgap.runtime.lowering.recomputes`).
+  (:func:`tidgap.runtime.lowering.recomputes`);
+- ``mirrored``: each stage's backward partition is its forward one, so every backward runs
+  on one forward's stored graph and ``tidgap run`` runs the plan at the model's op costs
+  (:func:`tidgap.runtime.pricing.run_backward_times` prices nothing): its prediction is
+  the model's time.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from tidgap.optimize.order_genes import misaligned
 
 FREE = "free"
 ALIGNED = "aligned"
+MIRRORED = "mirrored"
 #: The rules, by name.
-BACKWARD_RULES = (FREE, ALIGNED)
+BACKWARD_RULES = (FREE, ALIGNED, MIRRORED)
 
 
 def check_rule(rule: str) -> str:
@@ -30,9 +35,22 @@ def breaks(rule: str, forward: Any, backward: Any) -> Any:
     """``(P,)`` bool: the individuals whose ``(P, S, K)`` partitions ``rule`` refuses."""
     if rule == ALIGNED:
         return misaligned(forward, backward)
+    if rule == MIRRORED:
+        return (forward != backward).any(axis=(1, 2))
     return namespace(forward).zeros(forward.shape[0], dtype=bool)
+
+
+def rule_caps(rule: str, forward_caps: Any, backward_caps: Any) -> tuple[Any, Any]:
+    """The ``(S,)`` caps (units) of each direction under ``rule``: a mirrored partition is
+    within both directions' caps."""
+    if rule != MIRRORED:
+        return forward_caps, backward_caps
+    both = namespace(forward_caps).minimum(forward_caps, backward_caps)
+    return both, both
 
 
 def refusal(rule: str) -> str:
     """What ``rule`` asks of a plan, to end "no plan found ...": empty for ``free``."""
+    if rule == MIRRORED:
+        return " whose backward partitions are its forward ones"
     return "" if rule == FREE else " that needs no recomputation"

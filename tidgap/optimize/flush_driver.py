@@ -18,8 +18,8 @@ from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.aligned import aligned_pair
-from tidgap.optimize.backward_rules import ALIGNED, FREE
+from tidgap.optimize.aligned import aligned_pair, mirrored_start
+from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
 from tidgap.optimize.checkpoint import drive
 from tidgap.optimize.dual_optimizer import DualOptimizer
 from tidgap.optimize.ga import (
@@ -334,8 +334,11 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
     chromosomes polished (unless a signal stopped it, or a fitness of the user's own ranks
     them: the polish minimises the iteration time), decoded and checked. Under the
     ``aligned`` backward rule the backward is then the best coarsening of one of the best
-    forwards (:func:`~tidgap.optimize.aligned.aligned_pair`, equal partitions among the candidates:
-    never slower than the best GPipe), so every backward boundary is a forward boundary."""
+    forwards (:func:`~tidgap.optimize.aligned.aligned_pair`, equal partitions among the
+    candidates: never slower than the best GPipe), so every backward boundary is a forward
+    boundary; under ``mirrored`` both partitions are the best of the good chromosomes of
+    either side and the equal partitions (:func:`~tidgap.optimize.aligned.mirrored_start`),
+    polished as a pair."""
     optimizer, problem, phases = run.optimizer, run.problem, run.phases
     xp = optimizer.xp
     deadline = None if run.time_limit is None else run.stop.started + run.time_limit
@@ -345,10 +348,14 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
     with phases("polish"):
         if polish:
             forward = _polished(forward, forward_ticks, forward_caps, forward_score, xp, deadline)
+
+        def ranked(side: int) -> Any:
+            """The side's best chromosomes, best first."""
+            genes, fitness = optimizer.sides[side].genes, optimizer.sides[side].fitness
+            return genes[xp.argsort(fitness, kind="stable")[:ALIGNED_CANDIDATES]]
+
+        candidates = xp.concatenate([xp.asarray(forward)[None], ranked(0)])
         if run.backward == ALIGNED:  # the best coarsening of a good forward: nothing recomputes
-            side = optimizer.sides[0]
-            ranked = side.genes[xp.argsort(side.fitness, kind="stable")[:ALIGNED_CANDIDATES]]
-            candidates = xp.concatenate([xp.asarray(forward)[None], ranked])
             pair = aligned_pair(
                 candidates,
                 forward_caps,
@@ -360,6 +367,17 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
                 deadline=deadline,
             )
             forward, backward = pair.forward, pair.backward
+        elif run.backward == MIRRORED:  # the best good chromosome as both partitions
+            both = xp.concatenate([candidates, xp.asarray(backward)[None], ranked(1)])
+
+            def score(genes: Any) -> Any:
+                return forward_score(genes) + backward_score(genes)
+
+            forward, ticks = mirrored_start(both, forward_caps, backward_caps, score)
+            if polish:
+                caps = np.minimum(to_host(forward_caps), to_host(backward_caps))
+                forward = _polished(forward, ticks, caps, score, xp, deadline)
+            backward = forward
         elif polish:
             backward = _polished(
                 backward, backward_ticks, backward_caps, backward_score, xp, deadline

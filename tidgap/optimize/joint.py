@@ -21,7 +21,7 @@ from typing import Any
 from tidgap.backends import Backend, load
 from tidgap.backends.evaluator import INVALID, OrderedEvaluator
 from tidgap.backends.xp import namespace
-from tidgap.optimize.backward_rules import FREE, breaks
+from tidgap.optimize.backward_rules import FREE, MIRRORED, breaks
 from tidgap.optimize.ga import GeneticSettings, random_chromosomes
 from tidgap.optimize.genome import GENE, Population
 from tidgap.optimize.joint_operators import (
@@ -59,6 +59,15 @@ def backend_breeding(record: Backend) -> Breeding:
     return breeder, repair, mutator
 
 
+def mirror(genes: JointGenes, caps: Any) -> JointGenes:
+    """``genes`` with each individual's backward partition set to its forward one where
+    every forward microbatch is within the ``(S,)`` backward ``caps`` (units); elsewhere
+    unchanged (a rule that wants mirrored plans then refuses it). Codes dropped."""
+    xp = namespace(genes.forward)
+    fits = (genes.forward <= caps[None, :, None]).all(axis=(1, 2))[:, None, None]
+    return JointGenes(genes.forward, xp.where(fits, genes.forward, genes.backward), genes.lead)
+
+
 @dataclass(frozen=True)
 class JointSpace:
     """What every island shares: the evaluator, the caps (``(S,)`` units per direction),
@@ -66,7 +75,9 @@ class JointSpace:
     with its signature), the repair, the mutation the annealing steps with
     (:func:`mutate_repaired` or a fused twin), and the ``backward`` rule
     (:mod:`tidgap.optimize.backward_rules`): plans it refuses score
-    :data:`~tidgap.backends.evaluator.INVALID`."""
+    :data:`~tidgap.backends.evaluator.INVALID`, and under ``mirrored`` every individual is
+    made mirrored (:meth:`repaired`, :meth:`admitted`), with the caps of
+    :func:`~tidgap.optimize.backward_rules.rule_caps`."""
 
     evaluator: OrderedEvaluator
     forward_caps: Any
@@ -87,6 +98,18 @@ class JointSpace:
             times = xp.where(breaks(self.backward, genes.forward, genes.backward), INVALID, times)
         return times, peaks
 
+    def repaired(self, genes: JointGenes) -> JointGenes:
+        """``genes`` (any leads) made valid: mirrored under the ``mirrored`` rule
+        (:func:`mirror`), then repaired."""
+        if self.backward == MIRRORED:
+            genes = mirror(genes, self.backward_caps)
+        return genes.repaired(self.repair)
+
+    def admitted(self, genes: JointGenes) -> JointGenes:
+        """Repaired ``genes`` (a breeder's or mutator's) as the rule admits them: under
+        ``mirrored`` :meth:`repaired` again, else as they are."""
+        return self.repaired(genes) if self.backward == MIRRORED else genes
+
     def random(self, count: int, rng: CounterRng) -> JointGenes:
         """``count`` repaired random individuals: random partitions (as the flush GA draws
         them) and per stage one random lead ``0..S``."""
@@ -97,7 +120,7 @@ class JointSpace:
         backward = random_chromosomes(count, stages, width, units, self.backward_caps, rng)
         lead = rng.integers(0, stages + 1, (count, stages, 1))
         lead = xp.broadcast_to(lead, (count, stages, width)).astype(GENE)
-        return JointGenes(forward, backward, lead).repaired(self.repair)
+        return self.repaired(JointGenes(forward, backward, lead))
 
 
 @dataclass
@@ -150,7 +173,7 @@ class Island:
         self, settings: GeneticSettings, space: JointSpace, rng: CounterRng
     ) -> JointGenes:
         """The next generation's children (repaired), bred from this one."""
-        return space.breed(
+        bred = space.breed(
             self.genes,
             self.fitness,
             space.forward_caps,
@@ -161,6 +184,7 @@ class Island:
             settings.mutation_rate,
             settings.tournament_size,
         )
+        return space.admitted(bred)
 
     def accept(self, settings: GeneticSettings, genes: JointGenes, times: Any, peaks: Any) -> None:
         """The next generation: this one's elites, then ``genes`` with their ``times`` and

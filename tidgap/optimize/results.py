@@ -112,6 +112,7 @@ class SearchResult:
             "stop_reason": self.stop_reason,
             "same_partition": self.same_partition,
             "no_recompute": self.no_recompute,
+            "backward": self.backward,
             "setup_time": {phase: round(t, 3) for phase, t in self.setup.items()},
         }
         if self.memory_limit is not None:

@@ -24,7 +24,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.anneal import Annealing, anneal
-from tidgap.optimize.backward_rules import FREE, refusal
+from tidgap.optimize.backward_rules import FREE, refusal, rule_caps
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
@@ -342,16 +342,14 @@ def prepare_windowed(
     require_memory(footprint, begun.budget, begun.budget_source)
     settings = GeneticSettings(population=population)
     rng = CounterRng(seed, xp)
-    caps = (xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
+    caps = rule_caps(backward, xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
     space = JointSpace(evaluator, *caps, width, *breeding, backward=backward)
     with phases("seeding"):
         found = [*equal, *plans, *windowed_seeds(partitions, levels)]
         seeds = encode_plans(found, problem, width)
         device_seeds = JointGenes(*(xp.asarray(a) for a in seeds.rows()))
         fill = max(population - seeds.size, population // 2)
-        candidates = JointGenes.concatenate(
-            [device_seeds.repaired(space.repair), space.random(fill, rng)]
-        )
+        candidates = JointGenes.concatenate([space.repaired(device_seeds), space.random(fill, rng)])
         scored = (candidates, *space.evaluate(candidates))
         islands = [Island.seeded(level, *scored, population) for level in levels]
     optimizer = JointOptimizer(
