@@ -18,7 +18,9 @@ from tidgap.optimize.driver import search
 from tidgap.optimize.joint import mirror
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.order_genes import misaligned
+from tidgap.optimize.windowed_driver import growing_ramp_plans, ramp_size
 from tidgap.runtime.pricing import run_backward_times, run_evaluation
+from tidgap.schedules.baselines import best_baselines
 from tidgap.schedules.families import evaluate
 
 EXAMPLES = ["gpt1-14", "hetero-8", "vgg16"]
@@ -54,15 +56,16 @@ def test_mirror_copies_the_forward_where_it_fits_the_caps() -> None:
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_windowed_plans_are_mirrored_and_run_at_the_model_costs(name: str) -> None:
-    """Every plan of the trade-off is mirrored, so tidgap run's prediction is its time; never
-    slower than the best 1F1B; within 1F1B's memory where that limit is in force."""
+    """Every plan of the trade-off is mirrored, so tidgap run's prediction is its time;
+    faster than the best 1F1B within its memory on these three examples (the growing ramps
+    seed gpt1-14's and hetero-8's plans)."""
     problem = load_problem(EXAMPLE_PREFIX + name)
     result = search(problem, generations=30, seed=0, backward=MIRRORED, memory_limit="1f1b")
     assert result.backward == MIRRORED and result.no_recompute
     document = result.plan_document()["search"]
     assert document["backward"] == MIRRORED and document["no_recompute"]
     one_f_one_b = result.baselines["1f1b"].iteration_time
-    assert result.evaluation.iteration_time <= one_f_one_b
+    assert result.evaluation.iteration_time < one_f_one_b  # measured: 0.967x, 0.966x, 0.791x
     held = evaluate(problem, result.plan).peak_held
     assert all(h <= limit for h, limit in zip(held, result.memory_limit.held, strict=True))
     for point in result.tradeoff:
@@ -126,3 +129,23 @@ def test_the_cli_searches_mirrored_plans(tmp_path) -> None:
     document = json.loads(out.read_text())
     assert document["search"]["backward"] == MIRRORED
     assert document["forward"] == document["backward"]
+
+
+@pytest.mark.parametrize("name", EXAMPLES + ["tiny-2"])
+@pytest.mark.parametrize("width", [4, 32])
+def test_growing_ramp_seeds_are_mirrored_plans_that_start_small(name: str, width: int) -> None:
+    """Each seed is a valid plan, the same mirrored rows on every stage, opening with
+    ``1, 2, ..., k`` units (a different ``k`` each), then nothing above the best 1F1B's
+    size, within ``width``."""
+    problem = load_problem(EXAMPLE_PREFIX + name)
+    best = best_baselines(problem)["1f1b"]
+    plans = growing_ramp_plans(problem, width, best)
+    unit, S = problem.unit, problem.num_stages
+    b = ramp_size(problem, best)
+    for k, plan in enumerate(plans, start=1):
+        evaluate(problem, plan)
+        row = plan.forward[0]
+        assert _mirrored(plan) and plan.forward == [row] * S and len(row) <= width
+        assert row[:k] == [i * unit for i in range(1, k + 1)] and max(row[k:]) <= b * unit
+    if width == 32 and name != "tiny-2":
+        assert len(plans) == b - 1 >= 1

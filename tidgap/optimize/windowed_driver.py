@@ -24,7 +24,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.anneal import Annealing, anneal
-from tidgap.optimize.backward_rules import FREE, refusal, rule_caps
+from tidgap.optimize.backward_rules import FREE, MIRRORED, refusal, rule_caps
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
@@ -125,6 +125,31 @@ def near_equal(units: int, size: int) -> list[int]:
     return equal_sizes(units, -(-units // size))
 
 
+def ramp_size(problem: Problem, best_1f1b: BaselineResult) -> int:
+    """Units per microbatch of the best 1F1B, within the caps: where a ramp ends."""
+    return min(
+        round(problem.num_units / best_1f1b.microbatches), problem.common_cap() // problem.unit
+    )
+
+
+def growing_ramp_plans(problem: Problem, width: int, best_1f1b: BaselineResult) -> list[Plan]:
+    """Mirrored partitions that fill and drain the pipeline early: every stage's forwards
+    and backwards are ``1, 2, ..., k`` units (``k < b``, :func:`ramp_size`), then
+    near-equal ones of ``b`` units; those with at most ``width`` microbatches. Seeds of the
+    ``mirrored`` rule, whose mirror of a :func:`ramp_plans` seed runs its backward ramp in
+    single units (a 60 s mirrored search on gpt1-14 found ``1 2 3x9 2`` on every stage)."""
+    S, U, unit = problem.num_stages, problem.num_units, problem.unit
+    b, plans = ramp_size(problem, best_1f1b), []
+    for k in range(1, b):
+        head = list(range(1, k + 1))
+        if sum(head) >= U:
+            break
+        row = [x * unit for x in head + near_equal(U - sum(head), b)]
+        if len(row) <= width:
+            plans.append(Plan.of([row] * S, [row] * S, windows=[problem.batch_size] * S))
+    return plans
+
+
 def ramp_plans(problem: Problem, width: int, best_1f1b: BaselineResult) -> list[Plan]:
     """Partitions that fill and drain the pipeline early, for window orders: every stage's
     forwards start with ``r`` of one unit (``r = S + RAMP_OFFSETS``), then near-equal ones of
@@ -133,7 +158,7 @@ def ramp_plans(problem: Problem, width: int, best_1f1b: BaselineResult) -> list[
     row. None when ``b`` is one unit (all sizes one: an equal seed already). The GA rarely
     reaches this shape from equal partitions (the annealed gpt1-14 plan in docs/ has it)."""
     S, U, unit = problem.num_stages, problem.num_units, problem.unit
-    b = min(round(U / best_1f1b.microbatches), problem.common_cap() // unit)
+    b = ramp_size(problem, best_1f1b)
     if b < 2:
         return []
     backward = [b - 1, *near_equal(U - b + 1, b)]
@@ -335,6 +360,8 @@ def prepare_windowed(
     )
     equal = seed_plans(problem, width, population, baselines)
     ramps = ramp_plans(problem, width, baselines["1f1b"])
+    if backward == MIRRORED:
+        ramps += growing_ramp_plans(problem, width, baselines["1f1b"])
     partitions = [*equal[:: 2 * max(1, len(equal) // (2 * WINDOWED_SEED_COUNTS))], *ramps, *plans]
     footprint = joint_footprint(
         population, len(levels), S, width, U, len(equal) + len(partitions) * (len(levels) + 1)
