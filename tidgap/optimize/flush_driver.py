@@ -354,10 +354,10 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
             genes, fitness = optimizer.sides[side].genes, optimizer.sides[side].fitness
             return genes[xp.argsort(fitness, kind="stable")[:ALIGNED_CANDIDATES]]
 
-        candidates = xp.concatenate([xp.asarray(forward)[None], ranked(0)])
+        best = xp.asarray(forward)[None]
         if run.backward == ALIGNED:  # the best coarsening of a good forward: nothing recomputes
             pair = aligned_pair(
-                candidates,
+                xp.concatenate([best, ranked(0)]),
                 forward_caps,
                 forward_score,
                 backward,
@@ -368,7 +368,7 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
             )
             forward, backward = pair.forward, pair.backward
         elif run.backward == MIRRORED:  # the best good chromosome as both partitions
-            both = xp.concatenate([candidates, xp.asarray(backward)[None], ranked(1)])
+            both = xp.concatenate([best, ranked(0), xp.asarray(backward)[None], ranked(1)])
 
             def score(genes: Any) -> Any:
                 return forward_score(genes) + backward_score(genes)
