@@ -76,15 +76,12 @@ def round_speeds(predicted: dict[str, float], rounds: dict[str, list[float]]) ->
     return [statistics.median(rounds[p][r] / predicted[p] for p in predicted) for r in range(count)]
 
 
-def drift_corrected(
-    predicted: dict[str, float], rounds: dict[str, list[float]]
-) -> dict[str, float]:
+def drift_corrected(rounds: dict[str, list[float]], speeds: list[float]) -> dict[str, float]:
     """Each plan's median over rounds of its measured time over its round's speed factor
     (:func:`round_speeds`), in the predictions' scale."""
-    speeds = round_speeds(predicted, rounds)
     return {
-        p: statistics.median(m / f for m, f in zip(rounds[p], speeds, strict=True))
-        for p in predicted
+        p: statistics.median(m / f for m, f in zip(times, speeds, strict=True))
+        for p, times in rounds.items()
     }
 
 
@@ -140,7 +137,8 @@ def main() -> None:
     rounds = {label: [r["measured"]["median"] for r in runs[label]] for label in plans}
     predicted = {label: runs[label][0]["predicted"] for label in plans}
     measured = {label: statistics.median(rounds[label]) for label in plans}
-    steady = drift_corrected(predicted, rounds)
+    speeds = round_speeds(predicted, rounds)
+    steady = drift_corrected(rounds, speeds)
     from_profile = {
         label: run_evaluation(raw, load_plan(plan, raw)).iteration_time
         for label, plan in plans.items()
@@ -174,9 +172,9 @@ def main() -> None:
         f"pairs of plans in the predicted order: {pairs_in_order(predicted, measured, 0.0)}; "
         f"of those predicted more than 5% apart: {pairs_in_order(predicted, measured, 0.05)}"
     )
-    speeds = ", ".join(f"{f:.3f}" for f in round_speeds(predicted, rounds))
+    shown = ", ".join(f"{f:.3f}" for f in speeds)
     print(
-        f"after each round's drift (round speeds {speeds}): fastest "
+        f"after each round's drift (round speeds {shown}): fastest "
         f"{min(plans, key=steady.__getitem__)}; pairs more than 5% apart in the predicted "
         f"order: {pairs_in_order(predicted, steady, 0.05)}"
     )

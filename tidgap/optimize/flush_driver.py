@@ -19,7 +19,7 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.aligned import aligned_pair, mirrored_start
-from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
+from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED, rule_caps
 from tidgap.optimize.checkpoint import drive
 from tidgap.optimize.dual_optimizer import DualOptimizer
 from tidgap.optimize.ga import (
@@ -375,7 +375,7 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
 
             forward, ticks = mirrored_start(both, forward_caps, backward_caps, score)
             if polish:
-                caps = np.minimum(to_host(forward_caps), to_host(backward_caps))
+                caps = to_host(rule_caps(MIRRORED, forward_caps, backward_caps)[0])
                 forward = _polished(forward, ticks, caps, score, xp, deadline)
             backward = forward
         elif polish:

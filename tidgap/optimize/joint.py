@@ -98,6 +98,12 @@ class JointSpace:
             times = xp.where(breaks(self.backward, genes.forward, genes.backward), INVALID, times)
         return times, peaks
 
+    @property
+    def partition_genes(self) -> tuple[int, ...]:
+        """The partition rows a local step moves: the forward only under ``mirrored`` (the
+        backward follows it), else both (0 forward, 1 backward)."""
+        return (0,) if self.backward == MIRRORED else (0, 1)
+
     def repaired(self, genes: JointGenes) -> JointGenes:
         """``genes`` (any leads) made valid: mirrored under the ``mirrored`` rule
         (:func:`mirror`), then repaired."""

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 import numpy as np
 
 from tidgap.backends.xp import namespace, to_host
-from tidgap.optimize.backward_rules import MIRRORED
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel, penalised
@@ -43,15 +42,14 @@ def lead_rows_near(lead: np.ndarray, backwards: int) -> Iterator[np.ndarray]:
 
 
 def stacked_neighbours(
-    stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], partitions: int = 2
+    stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], genes: tuple[int, ...] = (0, 1)
 ) -> Iterator:
     """Every individual one step from ``stacked`` ``(3, S, K)``, one at a time; the
-    partition steps move the first ``partitions`` rows (1: the forward only, which a
-    mirrored plan's backward follows)."""
+    partition steps move the rows ``genes`` (0 forward, 1 backward)."""
     forward, backward, lead = stacked
     for s in range(forward.shape[0]):
-        for gene, row_caps in list(zip((0, 1), caps, strict=True))[:partitions]:
-            for row in rows_near(stacked[gene, s], int(row_caps[s])):
+        for gene in genes:
+            for row in rows_near(stacked[gene, s], int(caps[gene][s])):
                 changed = stacked.copy()
                 changed[gene, s] = row
                 yield changed
@@ -97,14 +95,13 @@ def joint_polish(
         [to_host(g)[0] for g in (individual.forward, individual.backward, individual.lead)]
     )
     batch = max(1, BATCH_BYTES // (start.size * BYTES_PER_CANDIDATE_GENE))
-    partitions = 1 if space.backward == MIRRORED else 2
 
     def score(candidates: np.ndarray) -> np.ndarray:
         times, peaks = space.evaluate(unstacked(candidates, space))
         return to_host(penalised(times, peaks, held))
 
     def batches(stacked: np.ndarray) -> Iterator[np.ndarray]:
-        return batched(stacked_neighbours(stacked, caps, partitions), batch)
+        return batched(stacked_neighbours(stacked, caps, space.partition_genes), batch)
 
     best, best_ticks = descend(start, ticks, batches, score, deadline)
     return unstacked(best[None], space), best_ticks
