@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit, prange
 
 from tidgap.fallback_cpu.repair_numba import _individual as _repair
-from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes
+from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes, mutation_table
 from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng
 
@@ -65,11 +65,14 @@ def partition_kinds() -> np.ndarray:
 
 
 @functools.cache
-def joint_kinds() -> tuple[np.ndarray, np.ndarray]:
-    """``(kinds, on_backward)`` ``(len(JOINT_MUTATIONS),)``: each joint mutation's kind
-    number and whether it changes the backward partitions (read-only)."""
+def joint_kinds(mirrored: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(kinds, on_backward)``, one entry per mutation of
+    :func:`~tidgap.optimize.joint_operators.mutation_table` (``mirrored`` or not), in its
+    order: each one's kind number and whether it changes the backward partitions
+    (read-only)."""
     kinds, backward = [], []
-    for name in JOINT_MUTATIONS:
+    names = list(JOINT_MUTATIONS)
+    for name in (names[position] for position in mutation_table(mirrored)):
         direction, _, partition = name.partition("_")
         if direction in ("forward", "backward") and partition in PARTITION_KINDS:
             kinds.append(PARTITION_KINDS.index(partition))
@@ -261,6 +264,18 @@ def _mutate_joint(
 
 
 @njit(cache=True, nogil=True)
+def _mirror(forward, backward, bcaps):  # pragma: no cover - compiled
+    """One child's backward rows set to its forward ones if every forward microbatch is
+    within ``bcaps`` (:func:`tidgap.optimize.joint_operators.mirror`)."""
+    stages, width = forward.shape
+    for s in range(stages):
+        for k in range(width):
+            if forward[s, k] > bcaps[s]:
+                return
+    backward[:, :] = forward
+
+
+@njit(cache=True, nogil=True)
 def _repaired(forward, backward, lead, codes):  # pragma: no cover - compiled
     """The repair of one child in place (``lead`` canonical, ``codes`` written; the repair
     reads each lead before it writes it, so one array serves as both)."""
@@ -279,6 +294,7 @@ def _joint_breed(
     bcaps,
     kinds,
     on_backward,
+    mirrored,
     size,
     crossover_rate,
     mutation_rate,
@@ -299,17 +315,23 @@ def _joint_breed(
         _mutate_joint(
             op, u0, u1, u2, kinds, on_backward, out[0][c], out[1][c], out[2][c], fcaps, bcaps
         )
+        if mirrored:
+            _mirror(out[0][c], out[1][c], bcaps)
         _repaired(out[0][c], out[1][c], out[2][c], out[3][c])
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def _joint_mutate(fcaps, bcaps, kinds, on_backward, rate, streams, out):  # pragma: no cover
+def _joint_mutate(
+    fcaps, bcaps, kinds, on_backward, mirrored, rate, streams, out
+):  # pragma: no cover - compiled
     """:func:`numba_joint_mutate` in place on ``out`` (forward, backward, lead, codes)."""
     for c in prange(out[0].shape[0]):
         op, u0, u1, u2 = _drawn(c, kinds.shape[0], rate, streams, 0)
         _mutate_joint(
             op, u0, u1, u2, kinds, on_backward, out[0][c], out[1][c], out[2][c], fcaps, bcaps
         )
+        if mirrored:
+            _mirror(out[0][c], out[1][c], bcaps)
         _repaired(out[0][c], out[1][c], out[2][c], out[3][c])
 
 
@@ -363,6 +385,7 @@ def numba_joint_breed(
     crossover_rate: float,
     mutation_rate: float,
     tournament_size: int,
+    mirrored: bool = False,
 ) -> JointGenes:
     """:func:`tidgap.optimize.joint_operators.joint_breed`, compiled: the same repaired
     children (``(children, S, K)`` int32 rows, ``(children, S, 2K)`` int8 codes)."""
@@ -370,7 +393,7 @@ def numba_joint_breed(
     streams = rng.streams(BREED_DRAWS)
     out = JointGenes.empty(children, *parents[0].shape[1:], np)
     if children:
-        kinds, on_backward = joint_kinds()
+        kinds, on_backward = joint_kinds(mirrored)
         _joint_breed(
             parents,
             _int64(fitness),
@@ -378,6 +401,7 @@ def numba_joint_breed(
             _int64(backward_caps),
             kinds,
             on_backward,
+            mirrored,
             tournament_size,
             float(crossover_rate),
             float(mutation_rate),
@@ -393,6 +417,7 @@ def numba_joint_mutate(
     backward_caps: np.ndarray,
     rng: CounterRng,
     rate: float,
+    mirrored: bool = False,
 ) -> JointGenes:
     """:func:`tidgap.optimize.joint_operators.mutate_repaired`, compiled: new repaired
     individuals (``genes`` is left as it is)."""
@@ -401,12 +426,13 @@ def numba_joint_mutate(
         mine[...] = given
     streams = rng.streams(MUTATE_DRAWS)
     if genes.size:
-        kinds, on_backward = joint_kinds()
+        kinds, on_backward = joint_kinds(mirrored)
         _joint_mutate(
             _int64(forward_caps),
             _int64(backward_caps),
             kinds,
             on_backward,
+            mirrored,
             float(rate),
             streams,
             out.arrays(),

@@ -15,7 +15,8 @@
 
 // The joint mutations' numbers, their positions in JOINT_MUTATIONS, and the op codes of
 // tidgap.optimize.genome come as -D defines from tidgap.kernels.source.operation_defines().
-#if !defined(TIDGAP_JOINT_LEAD_FROM_NEIGHBOUR) || !defined(TIDGAP_NO_OP)
+#if !defined(TIDGAP_JOINT_LEAD_FROM_NEIGHBOUR) || !defined(TIDGAP_NO_OP) || \
+    !defined(TIDGAP_MIRRORED_MUTATIONS)
 #error "compile with tidgap.kernels.source.operation_defines() (-DTIDGAP_JOINT_<NAME>=i)"
 #endif
 
@@ -42,6 +43,29 @@ __host__ __device__ inline int tidgap_largest(const int* row, int width) {
     int largest = 0;
     for (int col = 0; col < width; ++col) largest = row[col] > largest ? row[col] : largest;
     return largest;
+}
+
+// The JOINT_MUTATIONS position of a mirrored search's mutation number `drawn`: entry `drawn`
+// of tidgap.optimize.joint_operators.MIRRORED_MUTATIONS, the set bits of
+// TIDGAP_MIRRORED_MUTATIONS (bit i: position i), in increasing order.
+__host__ __device__ inline int tidgap_mirrored_mutation(int drawn) {
+    int position = 0;
+    for (int seen = -1; position < 64; ++position) {
+        if ((TIDGAP_MIRRORED_MUTATIONS >> position) & 1ULL) {
+            if (++seen == drawn) break;
+        }
+    }
+    return position;
+}
+
+// tidgap.optimize.joint_operators.mirror on one child's (S, K) rows: the backward set to
+// the forward if every forward microbatch is within its stage's backward cap.
+__host__ __device__ inline void tidgap_mirror(const int* forward, int* backward, int stages,
+                                              int width, const long long* backward_caps) {
+    for (int s = 0; s < stages; ++s) {
+        if (tidgap_largest(forward + s * width, width) > backward_caps[s]) return;
+    }
+    for (int i = 0; i < stages * width; ++i) backward[i] = forward[i];
 }
 
 // Order mutation `op` (align_directions and the lead mutations) on one stage of the child's
@@ -154,14 +178,17 @@ __host__ __device__ inline void tidgap_canonical(
 }
 
 // tidgap.optimize.joint_operators.mutate_repaired on child c in place: at most one mutation
-// from the JOINT_MUTATIONS registry (joint_mutate's three draws, from `mutation_streams`),
-// then the repair. The child's rows: forward, backward, lead (S, K); codes (S, 2K) out.
+// (joint_mutate's three draws, from `mutation_streams`) from the JOINT_MUTATIONS registry, or
+// from MIRRORED_MUTATIONS when `mirrored` (then the child is mirrored), then the repair.
+// `num_mutations`: the length of the table drawn from. The child's rows: forward, backward,
+// lead (S, K); codes (S, 2K) out.
 __host__ __device__ inline void tidgap_joint_mutate_child(
     long long c, int stages, int width, const long long* forward_caps,
-    const long long* backward_caps, double mutation_rate, int num_mutations,
+    const long long* backward_caps, double mutation_rate, int num_mutations, int mirrored,
     const tidgap_u64* mutation_streams, int* child_forward, int* child_backward,
     int* child_lead, signed char* child_codes) {
     int op = tidgap_drawn_mutation(c, num_mutations, mutation_rate, mutation_streams);
+    if (op >= 0 && mirrored) op = tidgap_mirrored_mutation(op);
     if (op >= 0) {
         double u0 = tidgap_mutation_uniform(c, 0, mutation_streams);
         double u1 = tidgap_mutation_uniform(c, 1, mutation_streams);
@@ -176,6 +203,7 @@ __host__ __device__ inline void tidgap_joint_mutate_child(
                                 width, forward_caps, backward_caps);
         }
     }
+    if (mirrored) tidgap_mirror(child_forward, child_backward, stages, width, backward_caps);
     tidgap_canonical(child_forward, child_backward, child_lead, child_codes, stages, width);
 }
 
@@ -183,8 +211,9 @@ __host__ __device__ inline void tidgap_joint_breed_child(
     long long c, const int* forward, const int* backward, const int* lead,
     const long long* fitness, long long population, int stages, int width,
     const long long* forward_caps, const long long* backward_caps, int tournament_size,
-    double crossover_rate, double mutation_rate, int num_mutations, const tidgap_u64* streams,
-    int* child_forward, int* child_backward, int* child_lead, signed char* child_codes) {
+    double crossover_rate, double mutation_rate, int num_mutations, int mirrored,
+    const tidgap_u64* streams, int* child_forward, int* child_backward, int* child_lead,
+    signed char* child_codes) {
     tidgap_parents parents =
         tidgap_select(c, fitness, population, tournament_size, crossover_rate, streams);
     for (int s = 0; s < stages; ++s) {
@@ -197,8 +226,8 @@ __host__ __device__ inline void tidgap_joint_breed_child(
         }
     }
     tidgap_joint_mutate_child(c, stages, width, forward_caps, backward_caps, mutation_rate,
-                              num_mutations, streams + 4, child_forward, child_backward,
-                              child_lead, child_codes);
+                              num_mutations, mirrored, streams + 4, child_forward,
+                              child_backward, child_lead, child_codes);
 }
 
 #endif  // TIDGAP_JOINT_BREED_CUH

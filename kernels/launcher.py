@@ -17,7 +17,7 @@ import numpy as np
 from tidgap.backends.evaluator import OrderedEvaluator, SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
 from tidgap.kernels.source import kernel_source, operation_defines, scratch_width
-from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes
+from tidgap.optimize.joint_operators import JointGenes, mutation_table
 from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng
 
@@ -227,9 +227,10 @@ def cuda_joint_breed(
     crossover_rate: float,
     mutation_rate: float,
     tournament_size: int,
+    mirrored: bool = False,
 ) -> JointGenes:
     """:func:`tidgap.optimize.joint_operators.joint_breed` in one kernel launch: the same
-    draws, the same repaired children.
+    draws, the same repaired children (``mirrored`` or not).
 
     ``genes``' ``(P, S, K)`` int32 rows (codes unused), ``fitness`` ``(P,)`` int64, caps
     ``(S,)`` units; returns ``children`` individuals on the device, ``(children, S, K)`` int32
@@ -258,7 +259,8 @@ def cuda_joint_breed(
             np.int32(tournament_size),
             np.float64(crossover_rate),
             np.float64(mutation_rate),
-            np.int32(len(JOINT_MUTATIONS)),
+            np.int32(len(mutation_table(mirrored))),
+            np.int32(mirrored),
             streams,
             np.int64(children),
             offspring.forward,
@@ -276,10 +278,11 @@ def cuda_joint_mutate(
     backward_caps: cupy.ndarray,
     rng: CounterRng,
     rate: float,
+    mirrored: bool = False,
 ) -> JointGenes:
     """:func:`tidgap.optimize.joint_operators.mutate_repaired` in one kernel launch (the
-    annealing's step): the same three draws, the same repaired individuals, new arrays on the
-    device (``genes`` is left as it is)."""
+    annealing's step): the same three draws, the same repaired individuals (``mirrored`` or
+    not), new arrays on the device (``genes`` is left as it is)."""
     forward, backward, lead = _joint_rows(genes)
     population, stages, width = forward.shape
     streams = _streams(rng, MUTATE_DRAWS)
@@ -300,7 +303,8 @@ def cuda_joint_mutate(
             cupy.ascontiguousarray(forward_caps, dtype=cupy.int64),
             cupy.ascontiguousarray(backward_caps, dtype=cupy.int64),
             np.float64(rate),
-            np.int32(len(JOINT_MUTATIONS)),
+            np.int32(len(mutation_table(mirrored))),
+            np.int32(mirrored),
             streams,
             *mutated.arrays(),
         ),

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP
-from tidgap.optimize.joint_operators import JOINT_MUTATIONS
+from tidgap.optimize.joint_operators import JOINT_MUTATIONS, MIRRORED_MUTATIONS
 from tidgap.optimize.operators import MUTATIONS
 
 KERNEL_DIR = Path(__file__).resolve().parent
@@ -36,10 +36,13 @@ def operation_defines() -> tuple[str, ...]:
     and ``-DTIDGAP_JOINT_<NAME>=i`` for each of
     :data:`tidgap.optimize.joint_operators.JOINT_MUTATIONS` (``i`` its position in the
     registry, the number the operators draw; ``breed.cuh`` and ``joint_breed.cuh`` test them
-    by name), then the op codes of :mod:`tidgap.optimize.genome`."""
+    by name), ``-DTIDGAP_MIRRORED_MUTATIONS=<mask>ULL`` (bit ``i`` set for each position ``i``
+    in :data:`~tidgap.optimize.joint_operators.MIRRORED_MUTATIONS`), then the op codes of
+    :mod:`tidgap.optimize.genome`."""
     return (
         *(f"-DTIDGAP_OP_{name.upper()}={i}" for i, name in enumerate(MUTATIONS)),
         *(f"-DTIDGAP_JOINT_{name.upper()}={i}" for i, name in enumerate(JOINT_MUTATIONS)),
+        f"-DTIDGAP_MIRRORED_MUTATIONS={sum(1 << i for i in MIRRORED_MUTATIONS)}ULL",
         f"-DTIDGAP_FORWARD_OP={FORWARD_OP}",
         f"-DTIDGAP_BACKWARD_OP={BACKWARD_OP}",
         f"-DTIDGAP_NO_OP={NO_OP}",

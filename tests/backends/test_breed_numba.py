@@ -12,7 +12,13 @@ import pytest
 from tests.support.populations import assert_same_children, random_joint, random_population
 from tidgap.backends import BACKENDS, load
 from tidgap.optimize.joint import backend_breeding
-from tidgap.optimize.joint_operators import JOINT_MUTATIONS, joint_breed, mutate_repaired
+from tidgap.optimize.joint_operators import (
+    JOINT_MUTATIONS,
+    joint_breed,
+    mirror,
+    mutate_repaired,
+    mutation_table,
+)
 from tidgap.optimize.operators import breed
 from tidgap.optimize.rng import CounterRng, uniform_int
 
@@ -37,38 +43,48 @@ def test_numba_breed_equals_the_xp_operators(seed: int) -> None:
     assert (got != genes[:290]).any()
 
 
+@pytest.mark.parametrize("mirrored", [False, True])
 @pytest.mark.parametrize("width", [3, 8, 32])
 @pytest.mark.parametrize("seed", range(4))
-def test_numba_joint_breed_equals_the_xp_operators(seed: int, width: int) -> None:
-    """Partitions, leads and codes of ``joint_breed``'s children, for S = 1..4 (leads not
-    repaired in the parents: the repair runs on every child)."""
+def test_numba_joint_breed_equals_the_xp_operators(seed: int, width: int, mirrored: bool) -> None:
+    """Partitions, leads and codes of ``joint_breed``'s children (``mirrored`` or not), for
+    S = 1..4 (leads not repaired in the parents: the repair runs on every child)."""
     numba_joint_breed = load(NUMBA.joint_breeder or "")
     rng = np.random.default_rng(1000 * width + seed)
     genes, forward_caps, backward_caps = random_joint(rng, seed + 1, width, size=800)
     fitness = rng.integers(0, 100, size=800).astype(np.int64)
-    settings = dict(children=790, crossover_rate=0.7, mutation_rate=0.9, tournament_size=3)
+    settings = dict(
+        children=790, crossover_rate=0.7, mutation_rate=0.9, tournament_size=3, mirrored=mirrored
+    )
     args = (genes, fitness, forward_caps, backward_caps)
     expected = joint_breed(*args, CounterRng(seed), **settings)
     assert_same_children(numba_joint_breed(*args, CounterRng(seed), **settings), expected)
 
 
+@pytest.mark.parametrize("mirrored", [False, True])
 @pytest.mark.parametrize("seed", range(4))
-def test_numba_mutation_equals_mutate_repaired_and_uses_every_mutation(seed: int) -> None:
-    """The annealing's step: one mutation per individual, then the repair; each registry
-    mutation changes some individuals; the given genes are left as they were."""
+def test_numba_mutation_equals_mutate_repaired_and_uses_every_mutation(
+    seed: int, mirrored: bool
+) -> None:
+    """The annealing's step: one mutation per individual, then the repair; each mutation of
+    the table (all, or the mirrored ones) changes some individuals; the given genes are left
+    as they were."""
     rng = np.random.default_rng(seed)
     genes, forward_caps, backward_caps = random_joint(rng, stages=4, width=12, size=1500)
+    if mirrored:  # mirrored parents, as a mirrored search has
+        genes = mirror(genes, np.minimum(forward_caps, backward_caps))
     genes = genes.repaired()
     kept = [rows.copy() for rows in genes.arrays()]
     _, _, mutate = backend_breeding(NUMBA)
-    got = mutate(genes, forward_caps, backward_caps, CounterRng(seed), 1.0)
-    assert_same_children(
-        got, mutate_repaired(genes, forward_caps, backward_caps, CounterRng(seed), 1.0)
-    )
+    args = (genes, forward_caps, backward_caps)
+    got = mutate(*args, CounterRng(seed), 1.0, mirrored)
+    assert_same_children(got, mutate_repaired(*args, CounterRng(seed), 1.0, mirrored))
     for before, after in zip(kept, genes.arrays(), strict=True):
         np.testing.assert_array_equal(before, after)
-    chosen = uniform_int(CounterRng(seed).random((1500,)), 0, len(JOINT_MUTATIONS))
-    for index, name in enumerate(JOINT_MUTATIONS):
+    table = mutation_table(mirrored)
+    chosen = uniform_int(CounterRng(seed).random((1500,)), 0, len(table))
+    names = list(JOINT_MUTATIONS)
+    for index, name in enumerate(names[position] for position in table):
         members = chosen == index
         pairs = zip(got.arrays(), kept, strict=True)
         assert any((a[members] != b[members]).any() for a, b in pairs), name

@@ -25,6 +25,7 @@ from tidgap.optimize.joint_operators import (
     JointGenes,
     joint_breed,
     mutate_repaired,
+    mutation_table,
 )
 from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng, uniform_int
@@ -70,6 +71,7 @@ def host_children(
     crossover_rate: float,
     mutation_rate: float,
     tournament_size: int,
+    mirrored: bool = False,
 ) -> JointGenes:
     """Call the host build as :func:`tidgap.kernels.launcher.cuda_joint_breed` calls the GPU."""
     population, stages, width = genes.forward.shape
@@ -90,7 +92,8 @@ def host_children(
         ctypes.c_int(tournament_size),
         ctypes.c_double(crossover_rate),
         ctypes.c_double(mutation_rate),
-        ctypes.c_int(len(JOINT_MUTATIONS)),
+        ctypes.c_int(len(mutation_table(mirrored))),
+        ctypes.c_int(mirrored),
         pointer(streams),
         ctypes.c_longlong(children),
         *(pointer(rows) for rows in (out.forward, out.backward, out.lead, out.codes)),
@@ -98,18 +101,22 @@ def host_children(
     return out
 
 
+@pytest.mark.parametrize("mirrored", [False, True])
 @pytest.mark.parametrize("width", [3, 8, 32])
 @pytest.mark.parametrize("seed", range(6))
 def test_host_joint_breed_equals_the_xp_operators(
-    host_joint_breed: Any, seed: int, width: int
+    host_joint_breed: Any, seed: int, width: int, mirrored: bool
 ) -> None:
-    """Selection, crossover, every mutation and the repair: the kernel's children are
-    ``joint_breed``'s, all four arrays, for S = 1..6."""
+    """Selection, crossover, every mutation (of the mirrored table, then the mirror, when
+    ``mirrored``) and the repair: the kernel's children are ``joint_breed``'s, all four
+    arrays, for S = 1..6."""
     rng = np.random.default_rng(1000 * width + seed)
     stages = seed + 1
     genes, forward_caps, backward_caps = random_joint(rng, stages, width, size=1000)
     fitness = rng.integers(0, 100, size=1000).astype(np.int64)  # ties on purpose
-    settings = dict(children=990, crossover_rate=0.7, mutation_rate=0.9, tournament_size=3)
+    settings = dict(
+        children=990, crossover_rate=0.7, mutation_rate=0.9, tournament_size=3, mirrored=mirrored
+    )
     args = (genes, fitness, forward_caps, backward_caps)
     expected = joint_breed(*args, CounterRng(seed), **settings)
     got = host_children(host_joint_breed, *args, CounterRng(seed), **settings)
@@ -147,15 +154,16 @@ def host_joint_mutate(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return build_host(tmp_path_factory, "joint_breed_host", "tidgap_joint_mutate_host")
 
 
+@pytest.mark.parametrize("mirrored", [False, True])
 @pytest.mark.parametrize("rate", [1.0, 0.4])
 @pytest.mark.parametrize("seed", range(3))
 def test_host_joint_mutate_equals_mutate_repaired(
-    host_joint_mutate: Any, seed: int, rate: float
+    host_joint_mutate: Any, seed: int, rate: float, mirrored: bool
 ) -> None:
     """The annealing's step: every mutation (or none, at a rate below 1), then the repair."""
     rng = np.random.default_rng(40 + seed)
     genes, forward_caps, backward_caps = random_joint(rng, seed + 2, width=16, size=1500)
-    expected = mutate_repaired(genes, forward_caps, backward_caps, CounterRng(seed), rate)
+    expected = mutate_repaired(genes, forward_caps, backward_caps, CounterRng(seed), rate, mirrored)
     population, stages, width = genes.forward.shape
     rows = [np.array(r, dtype=np.int32) for r in genes.rows()]
     codes = np.full((population, stages, 2 * width), 7, dtype=np.int8)
@@ -167,15 +175,17 @@ def test_host_joint_mutate_equals_mutate_repaired(
         ctypes.c_int(width),
         *(pointer(np.ascontiguousarray(c, dtype=np.int64)) for c in (forward_caps, backward_caps)),
         ctypes.c_double(rate),
-        ctypes.c_int(len(JOINT_MUTATIONS)),
+        ctypes.c_int(len(mutation_table(mirrored))),
+        ctypes.c_int(mirrored),
         pointer(streams),
         pointer(codes),
     )
     assert_same_children(JointGenes(*rows, codes), expected)
 
 
+@pytest.mark.parametrize("mirrored", [False, True])
 @pytest.mark.usefixtures("fake_gpu")
-def test_the_mutation_launcher_drives_its_kernel_with_the_right_arguments() -> None:
+def test_the_mutation_launcher_drives_its_kernel_with_the_right_arguments(mirrored: bool) -> None:
     """``cuda_joint_mutate`` through the CuPy stand-in equals ``mutate_repaired`` and leaves
     its input as it was."""
     from tidgap.kernels.launcher import cuda_joint_mutate
@@ -184,15 +194,19 @@ def test_the_mutation_launcher_drives_its_kernel_with_the_right_arguments() -> N
     genes, forward_caps, backward_caps = random_joint(rng, stages=5, width=32, size=300)
     genes = genes.repaired()
     kept = [rows.copy() for rows in genes.arrays()]
-    expected = mutate_repaired(genes, forward_caps, backward_caps, CounterRng(6), 1.0)
-    got = cuda_joint_mutate(genes, forward_caps, backward_caps, CounterRng(6), 1.0)
+    args = (genes, forward_caps, backward_caps)
+    expected = mutate_repaired(*args, CounterRng(6), 1.0, mirrored)
+    got = cuda_joint_mutate(*args, CounterRng(6), 1.0, mirrored)
     assert_same_children(got, expected)
     for before, after in zip(kept, genes.arrays(), strict=True):
         np.testing.assert_array_equal(before, after)
 
 
+@pytest.mark.parametrize("mirrored", [False, True])
 @pytest.mark.usefixtures("fake_gpu")
-def test_the_joint_breeding_launcher_drives_its_kernel_with_the_right_arguments() -> None:
+def test_the_joint_breeding_launcher_drives_its_kernel_with_the_right_arguments(
+    mirrored: bool,
+) -> None:
     """``cuda_joint_breed`` through the CuPy stand-in equals ``joint_breed``, codes included."""
     from tidgap.kernels.launcher import cuda_joint_breed
 
@@ -201,7 +215,7 @@ def test_the_joint_breeding_launcher_drives_its_kernel_with_the_right_arguments(
     genes = genes.repaired()
     fitness = rng.integers(0, 1000, size=200).astype(np.int64)
     args = (genes, fitness, forward_caps, backward_caps)
-    settings = (190, 0.8, 0.9, 3)
+    settings = (190, 0.8, 0.9, 3, mirrored)
     expected = joint_breed(*args, CounterRng(2), *settings)
     assert_same_children(cuda_joint_breed(*args, CounterRng(2), *settings), expected)
 
@@ -209,8 +223,9 @@ def test_the_joint_breeding_launcher_drives_its_kernel_with_the_right_arguments(
 GPU_REASON = gpu_unusable_reason()
 
 
+@pytest.mark.parametrize("mirrored", [False, True])
 @pytest.mark.skipif(GPU_REASON is not None, reason=f"no usable GPU: {GPU_REASON}")
-def test_the_joint_breeding_kernel_on_a_gpu_equals_the_xp_operators() -> None:
+def test_the_joint_breeding_kernel_on_a_gpu_equals_the_xp_operators(mirrored: bool) -> None:
     """On a real GPU (NVRTC, device arrays, many blocks): ``joint_breed``'s children."""
     import cupy
 
@@ -219,7 +234,7 @@ def test_the_joint_breeding_kernel_on_a_gpu_equals_the_xp_operators() -> None:
     rng = np.random.default_rng(12)
     genes, forward_caps, backward_caps = random_joint(rng, stages=6, width=32, size=4096)
     fitness = rng.integers(0, 1000, size=4096).astype(np.int64)
-    settings = (65536, 0.8, 0.9, 3)
+    settings = (65536, 0.8, 0.9, 3, mirrored)
     expected = joint_breed(genes, fitness, forward_caps, backward_caps, CounterRng(4), *settings)
     device = JointGenes(
         *(cupy.asarray(rows) for rows in (genes.forward, genes.backward)), cupy.asarray(genes.lead)

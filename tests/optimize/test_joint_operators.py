@@ -12,10 +12,13 @@ from tests.support.populations import random_population
 from tidgap.optimize.genome import GENE, decode_order, decode_partitions
 from tidgap.optimize.joint_operators import (
     JOINT_MUTATIONS,
+    MIRRORED_MUTATIONS,
     JointGenes,
     joint_breed,
     joint_crossover,
     joint_mutate,
+    mirror,
+    mutation_table,
 )
 from tidgap.optimize.operators import MUTATION_UNIFORMS
 from tidgap.optimize.order_genes import canonical
@@ -116,6 +119,43 @@ def test_mutate_keeps_its_rate_and_one_change_per_individual(population: JointGe
     pieces = changed_pieces(child, population)
     assert_partitions_feasible(child)
     assert (pieces <= 1).all() and (pieces == 1).mean() > 0.5
+
+
+def test_the_mirrored_table_leaves_out_exactly_what_a_mirror_undoes() -> None:
+    names = [list(JOINT_MUTATIONS)[position] for position in MIRRORED_MUTATIONS]
+    left_out = set(JOINT_MUTATIONS) - set(names)
+    assert left_out == {n for n in JOINT_MUTATIONS if n.startswith("backward_")} | {
+        "align_directions"
+    }
+    assert names == sorted(names, key=list(JOINT_MUTATIONS).index)
+    assert mutation_table(False) == tuple(range(len(JOINT_MUTATIONS)))
+
+
+def test_a_mirrored_mutation_changes_one_stage_and_keeps_every_child_mirrored() -> None:
+    caps = np.minimum(FORWARD_CAPS, BACKWARD_CAPS)
+    parents = mirror(individuals(3, 512, caps, caps), caps).repaired()
+    assert (parents.forward == parents.backward).all()
+    child = joint_mutate(parents, caps, caps, CounterRng(1), rate=1.0, mirrored=True)
+    assert_feasible(child.forward, caps, UNITS)
+    np.testing.assert_array_equal(child.forward, child.backward)
+    forward_rows = (child.forward != parents.forward).any(axis=2).sum(axis=1)
+    lead_rows = (child.lead != parents.lead).any(axis=2).sum(axis=1)
+    assert (forward_rows + lead_rows <= 1).all()
+    full = mirror(joint_mutate(parents, caps, caps, CounterRng(1), rate=1.0), caps)
+    full_rows = sum((getattr(full, g) != getattr(parents, g)).any(axis=2).sum(axis=1)
+                    for g in ("forward", "lead"))  # fmt: skip
+    # the full table's backward and align mutations are undone by the mirror
+    assert (forward_rows + lead_rows == 1).mean() > (full_rows == 1).mean() + 0.2
+
+
+def test_the_mirror_leaves_an_individual_over_the_backward_caps_as_it_is(
+    population: JointGenes,
+) -> None:
+    mirrored = mirror(population, BACKWARD_CAPS)
+    fits = (population.forward <= BACKWARD_CAPS[None, :, None]).all(axis=(1, 2))
+    assert fits.any() and (~fits).any()
+    np.testing.assert_array_equal(mirrored.backward[fits], population.forward[fits])
+    np.testing.assert_array_equal(mirrored.backward[~fits], population.backward[~fits])
 
 
 def test_crossover_takes_each_stages_three_rows_from_one_parent() -> None:

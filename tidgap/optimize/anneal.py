@@ -111,8 +111,8 @@ def anneal(
     started, step = time.perf_counter(), 0
     ratio = END_TEMPERATURE / START_TEMPERATURE
     while (done := annealing.progress(step, started)) < 1:
-        moved = space.admitted(
-            space.mutate(chains.genes, space.forward_caps, space.backward_caps, rng, 1.0)
+        moved = space.mutate(
+            chains.genes, space.forward_caps, space.backward_caps, rng, 1.0, space.mirrored
         )
         fitness = penalised(*space.evaluate(moved), chains.held)
         delta = (fitness - chains.fitness).astype(xp.float64)

@@ -29,6 +29,7 @@ from tidgap.optimize.joint_operators import (
     Mutator,
     Repair,
     joint_breed,
+    mirror,
     mutate_repaired,
 )
 from tidgap.optimize.limits import MemoryLevel, penalised
@@ -59,15 +60,6 @@ def backend_breeding(record: Backend) -> Breeding:
     return breeder, repair, mutator
 
 
-def mirror(genes: JointGenes, caps: Any) -> JointGenes:
-    """``genes`` with each individual's backward partition set to its forward one where
-    every forward microbatch is within the ``(S,)`` backward ``caps`` (units); elsewhere
-    unchanged (a rule that wants mirrored plans then refuses it). Codes dropped."""
-    xp = namespace(genes.forward)
-    fits = (genes.forward <= caps[None, :, None]).all(axis=(1, 2))[:, None, None]
-    return JointGenes(genes.forward, xp.where(fits, genes.forward, genes.backward), genes.lead)
-
-
 @dataclass(frozen=True)
 class JointSpace:
     """What every island shares: the evaluator, the caps (``(S,)`` units per direction),
@@ -76,7 +68,8 @@ class JointSpace:
     (:func:`mutate_repaired` or a fused twin), and the ``backward`` rule
     (:mod:`tidgap.optimize.backward_rules`): plans it refuses score
     :data:`~tidgap.backends.evaluator.INVALID`, and under ``mirrored`` every individual is
-    made mirrored (:meth:`repaired`, :meth:`admitted`), with the caps of
+    made mirrored (:meth:`repaired`; the breeder and mutator are told :attr:`mirrored`), with
+    the caps of
     :func:`~tidgap.optimize.backward_rules.rule_caps`."""
 
     evaluator: OrderedEvaluator
@@ -102,19 +95,19 @@ class JointSpace:
     def partition_genes(self) -> tuple[int, ...]:
         """The partition rows a local step moves: the forward only under ``mirrored`` (the
         backward follows it), else both (0 forward, 1 backward)."""
-        return (0,) if self.backward == MIRRORED else (0, 1)
+        return (0,) if self.mirrored else (0, 1)
 
     def repaired(self, genes: JointGenes) -> JointGenes:
         """``genes`` (any leads) made valid: mirrored under the ``mirrored`` rule
         (:func:`mirror`), then repaired."""
-        if self.backward == MIRRORED:
+        if self.mirrored:
             genes = mirror(genes, self.backward_caps)
         return genes.repaired(self.repair)
 
-    def admitted(self, genes: JointGenes) -> JointGenes:
-        """Repaired ``genes`` (a breeder's or mutator's) as the rule admits them: under
-        ``mirrored`` :meth:`repaired` again, else as they are."""
-        return self.repaired(genes) if self.backward == MIRRORED else genes
+    @property
+    def mirrored(self) -> bool:
+        """Whether the breeder and mutator make mirrored children (the ``mirrored`` rule)."""
+        return self.backward == MIRRORED
 
     def random(self, count: int, rng: CounterRng) -> JointGenes:
         """``count`` repaired random individuals: random partitions (as the flush GA draws
@@ -179,7 +172,7 @@ class Island:
         self, settings: GeneticSettings, space: JointSpace, rng: CounterRng
     ) -> JointGenes:
         """The next generation's children (repaired), bred from this one."""
-        bred = space.breed(
+        return space.breed(
             self.genes,
             self.fitness,
             space.forward_caps,
@@ -189,8 +182,8 @@ class Island:
             settings.crossover_rate,
             settings.mutation_rate,
             settings.tournament_size,
+            mirrored=space.mirrored,
         )
-        return space.admitted(bred)
 
     def accept(self, settings: GeneticSettings, genes: JointGenes, times: Any, peaks: Any) -> None:
         """The next generation: this one's elites, then ``genes`` with their ``times`` and

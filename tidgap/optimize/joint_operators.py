@@ -212,24 +212,60 @@ JOINT_MUTATIONS: dict[str, JointMutation] = {
 }
 
 
+#: The positions in :data:`JOINT_MUTATIONS` of the mutations a mirrored search draws from:
+#: under the ``mirrored`` rule the backward partition is the forward one, so the mutations
+#: of the backward partition and ``align_directions`` would change nothing.
+MIRRORED_MUTATIONS: tuple[int, ...] = tuple(
+    i
+    for i, name in enumerate(JOINT_MUTATIONS)
+    if not name.startswith("backward_") and name != "align_directions"
+)
+
+
+def mutation_table(mirrored: bool) -> tuple[int, ...]:
+    """The positions in :data:`JOINT_MUTATIONS` a mutation is drawn from: all of them, or
+    :data:`MIRRORED_MUTATIONS` for a ``mirrored`` search."""
+    return MIRRORED_MUTATIONS if mirrored else tuple(range(len(JOINT_MUTATIONS)))
+
+
+def mirror(genes: JointGenes, caps: Any) -> JointGenes:
+    """``genes`` with each individual's backward partition set to its forward one where
+    every forward microbatch is within the ``(S,)`` backward ``caps`` (units); elsewhere
+    unchanged (a rule that wants mirrored plans then refuses it). Codes dropped."""
+    xp = namespace(genes.forward)
+    fits = (genes.forward <= caps[None, :, None]).all(axis=(1, 2))[:, None, None]
+    return JointGenes(genes.forward, xp.where(fits, genes.forward, genes.backward), genes.lead)
+
+
 def joint_mutate(
-    genes: JointGenes, forward_caps: Any, backward_caps: Any, rng: CounterRng, rate: float
+    genes: JointGenes,
+    forward_caps: Any,
+    backward_caps: Any,
+    rng: CounterRng,
+    rate: float,
+    mirrored: bool = False,
 ) -> JointGenes:
-    """With probability ``rate`` per individual, one mutation drawn from the registry (the
-    three draws of :func:`tidgap.optimize.operators.mutate`); codes dropped."""
+    """With probability ``rate`` per individual, one mutation drawn from
+    :func:`mutation_table` (the three draws of :func:`tidgap.optimize.operators.mutate`),
+    then, when ``mirrored``, :func:`mirror`; codes dropped."""
     xp = namespace(genes.forward)
     population = genes.size
-    chosen = rng.integers(0, len(JOINT_MUTATIONS), (population,))
+    table = mutation_table(mirrored)
+    chosen = rng.integers(0, len(table), (population,))
     chosen = xp.where(rng.random((population,)) < rate, chosen, -1)
     u = rng.random((population, MUTATION_UNIFORMS))
     forward, backward, lead = genes.forward.copy(), genes.backward.copy(), genes.lead.copy()
-    for index, operator in enumerate(JOINT_MUTATIONS.values()):
+    operators = list(JOINT_MUTATIONS.values())
+    for index, position in enumerate(table):
         members = xp.nonzero(chosen == index)[0]
         if members.size:
-            changed = operator(genes.take(members), forward_caps, backward_caps, u[members])
+            changed = operators[position](
+                genes.take(members), forward_caps, backward_caps, u[members]
+            )
             forward[members], backward[members] = changed.forward, changed.backward
             lead[members] = changed.lead
-    return JointGenes(forward, backward, lead)
+    mutated = JointGenes(forward, backward, lead)
+    return mirror(mutated, backward_caps) if mirrored else mutated
 
 
 def mutate_repaired(
@@ -238,15 +274,17 @@ def mutate_repaired(
     backward_caps: Any,
     rng: CounterRng,
     rate: float,
+    mirrored: bool = False,
     repair: Repair = canonical,
 ) -> JointGenes:
     """:func:`joint_mutate` (three draws), then ``repair``: new valid individuals."""
-    return joint_mutate(genes, forward_caps, backward_caps, rng, rate).repaired(repair)
+    return joint_mutate(genes, forward_caps, backward_caps, rng, rate, mirrored).repaired(repair)
 
 
-#: ``mutate(genes, forward_caps, backward_caps, rng, rate) -> genes``: :func:`mutate_repaired`
-#: with the backend's repair, or a fused twin with the same draws and results.
-Mutator = Callable[[JointGenes, Any, Any, CounterRng, float], JointGenes]
+#: ``mutate(genes, forward_caps, backward_caps, rng, rate, mirrored=False) -> genes``:
+#: :func:`mutate_repaired` with the backend's repair, or a fused twin with the same draws
+#: and results.
+Mutator = Callable[..., JointGenes]
 
 
 def joint_crossover(first: JointGenes, second: JointGenes, u: Any) -> JointGenes:
@@ -271,15 +309,17 @@ def joint_breed(
     crossover_rate: float,
     mutation_rate: float,
     tournament_size: int,
+    mirrored: bool = False,
     repair: Repair = canonical,
 ) -> JointGenes:
     """``children`` valid offspring: two tournaments, stage crossover (with probability
-    ``crossover_rate``, else the first parent), :func:`joint_mutate`, then ``repair``.
-    Seven draws, in order, as :func:`tidgap.optimize.operators.breed`."""
+    ``crossover_rate``, else the first parent), :func:`joint_mutate` (``mirrored`` or not),
+    then ``repair``. Seven draws, in order, as :func:`tidgap.optimize.operators.breed`."""
     xp = namespace(genes.forward)
     first = genes.take(tournament(fitness, rng, children, tournament_size))
     second = genes.take(tournament(fitness, rng, children, tournament_size))
     crossed = joint_crossover(first, second, rng.random((children, genes.forward.shape[1])))
     use_cross = (rng.random((children,)) < crossover_rate)[:, None]
     mixed = joint_crossover(crossed, first, xp.where(use_cross, 0.0, 1.0))
-    return joint_mutate(mixed, forward_caps, backward_caps, rng, mutation_rate).repaired(repair)
+    mutated = joint_mutate(mixed, forward_caps, backward_caps, rng, mutation_rate, mirrored)
+    return mutated.repaired(repair)
