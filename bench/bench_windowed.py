@@ -17,7 +17,9 @@ One generation: ``Island.step`` (the backend's breeding and repair as the search
 ``backend_breeding``, then ``evaluate``) on one island of ``P = 512`` under the stages' own
 level, built as the windowed search builds them (``JointSpace.random``, ``Island.seeded``),
 on the ``S = 8`` problem; it scores
-``P - elites`` children (its evaluations), ``extra_info`` holds generations/s.
+``P - elites`` children (its evaluations), ``extra_info`` holds generations/s. Numba also
+under the ``mirrored`` rule (``tidgap search --mirrored``: the island and every child
+mirrored).
 
 One annealing step: :func:`tidgap.optimize.anneal.anneal` for one step on four such
 islands of ``ANNEAL_CHAINS`` (128, the search's chains per island: a search with four
@@ -44,6 +46,7 @@ from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import to_host
 from tidgap.optimize.anneal import Annealing, anneal
+from tidgap.optimize.backward_rules import FREE, MIRRORED, rule_caps
 from tidgap.optimize.ga import GeneticSettings
 from tidgap.optimize.genome import Population, decode_plan
 from tidgap.optimize.joint import Island, JointSpace, backend_breeding
@@ -156,18 +159,20 @@ class Generation:
     rng: CounterRng
 
     @classmethod
-    def on(cls, backend: str, size: int, seed: int = 0) -> Generation:
-        """An island of ``size`` random individuals (``K = 32``) on ``backend``."""
+    def on(cls, backend: str, size: int, seed: int = 0, backward: str = FREE) -> Generation:
+        """An island of ``size`` random individuals (``K = 32``) on ``backend``, searched
+        under the ``backward`` rule (its caps, :func:`rule_caps`)."""
         problem = synthetic_problem()
         ticked = tick_problem(problem)
         record = BACKENDS[backend]
         xp = record.namespace()
+        caps = rule_caps(backward, ticked.forward_caps, ticked.backward_caps)
         space = JointSpace(
             create_evaluator(ticked, "windowed", backend),
-            xp.asarray(ticked.forward_caps),
-            xp.asarray(ticked.backward_caps),
+            *(xp.asarray(c) for c in caps),
             WIDTH,
             *backend_breeding(record),
+            backward=backward,
         )
         rng = CounterRng(seed, xp)
         start = space.random(size, rng)
@@ -188,14 +193,19 @@ class Generation:
         assert int(self.island.fitness.min()) <= self.island.best_fitness
 
 
-@pytest.mark.parametrize("backend", ["numba", "numpy"])
-def test_windowed_generation(benchmark: Any, throughput: Any, backend: str) -> None:
-    generation = Generation.on(backend, ISLAND)
+@pytest.mark.parametrize(
+    ("backend", "backward"), [("numba", FREE), ("numpy", FREE), ("numba", MIRRORED)]
+)
+def test_windowed_generation(benchmark: Any, throughput: Any, backend: str, backward: str) -> None:
+    generation = Generation.on(backend, ISLAND, backward=backward)
     children = generation.step()  # warm-up: Numba compiles (or loads its cache)
-    benchmark.group = f"windowed generation S=8 B=256 P={ISLAND}"
+    rule = "" if backward == FREE else f" {backward}"
+    benchmark.group = f"windowed generation{rule} S=8 B=256 P={ISLAND}"
     benchmark(generation.step)
     generation.check()
-    throughput(f"generation-{backend} S=8 B=256 P={ISLAND}", benchmark, children)
+    genes = generation.island.genes
+    assert backward == FREE or (to_host(genes.forward) == to_host(genes.backward)).all()
+    throughput(f"generation-{backend}{rule} S=8 B=256 P={ISLAND}", benchmark, children)
     if benchmark.stats is not None:
         benchmark.extra_info["generations_per_second"] = 1 / benchmark.stats.stats.median
 
