@@ -1,5 +1,6 @@
-"""What the ``tidgap`` commands share: the PROBLEM argument, ``--population`` and
-``--backend`` of a search, ``--json``, ``--gantt`` and ``--trace``, and how they print."""
+"""What the ``tidgap`` commands share: the PROBLEM argument, ``--population``,
+``--backend``, ``--no-recompute`` and ``--mirrored`` of a search, ``--json``, ``--gantt``
+and ``--trace``, and how they print."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tidgap.backends import BACKENDS
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.model.text import printable
+from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
 
 Command = Callable[..., Any]
 
@@ -55,6 +57,31 @@ def backend_option(help_text: str) -> Callable[[Command], Command]:
         show_default=True,
         help=help_text,
     )
+
+
+def backward_rule_options(command: Command) -> Command:
+    """``--no-recompute`` and ``--mirrored``: the backward rule of a search
+    (:func:`backward_rule`)."""
+    command = click.option(
+        "--mirrored",
+        is_flag=True,
+        help="Only plans whose backward partition is the forward one on every stage: tidgap "
+        "run runs every backward on one forward's stored graph, at the model's op costs, so "
+        "its prediction is the searched time (implies --no-recompute).",
+    )(command)
+    return click.option(
+        "--no-recompute",
+        is_flag=True,
+        help="Only plans whose backward boundaries are forward boundaries on every stage: "
+        "tidgap run executes them without recomputing forwards (windowed: a constraint of the "
+        "search; flush: the backward made the best coarsening of a good forward).",
+    )(command)
+
+
+def backward_rule(no_recompute: bool, mirrored: bool) -> str:
+    """The backward rule (:mod:`tidgap.optimize.backward_rules`) the two flags ask for:
+    ``mirrored`` over ``aligned`` (``--no-recompute``) over ``free``."""
+    return MIRRORED if mirrored else ALIGNED if no_recompute else FREE
 
 
 def json_option(command: Command) -> Command:

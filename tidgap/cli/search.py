@@ -14,6 +14,8 @@ from tidgap.backends import UnusableBackend, first_usable, get_backend, require_
 from tidgap.cli.options import (
     about_problem,
     backend_option,
+    backward_rule,
+    backward_rule_options,
     compact_sizes,
     describe_problem,
     echo_json,
@@ -26,7 +28,6 @@ from tidgap.cli.progress import ProgressLine
 from tidgap.model.errors import InputError
 from tidgap.model.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
 from tidgap.model.problem import load_problem
-from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
 from tidgap.optimize.checkpoint import DEFAULT_EVERY, load_state
 from tidgap.optimize.driver import (
     SEARCHABLE,
@@ -139,20 +140,7 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
     help="Give every stage the same partition (one per direction): plans that runtimes "
     "with variable microbatch sizes but one partition (Megatron, DynaPipe) run as is.",
 )
-@click.option(
-    "--no-recompute",
-    is_flag=True,
-    help="Only plans whose backward boundaries are forward boundaries on every stage: "
-    "tidgap run executes them without recomputing forwards (windowed: a constraint of the "
-    "search; flush: the backward made the best coarsening of a good forward).",
-)
-@click.option(
-    "--mirrored",
-    is_flag=True,
-    help="Only plans whose backward partition is the forward one on every stage: tidgap run "
-    "runs every backward on one forward's stored graph, at the model's op costs, so its "
-    "prediction is the searched time (implies --no-recompute).",
-)
+@backward_rule_options
 @click.option(
     "--max-memory",
     type=MemorySize(),
@@ -249,7 +237,7 @@ def search_command(
                     max_microbatches=max_microbatches,
                     on_progress=progress,
                     same_partition=same_partition,
-                    backward=MIRRORED if mirrored else ALIGNED if no_recompute else FREE,
+                    backward=backward_rule(no_recompute, mirrored),
                     interrupted=signals.received,
                     on_phase=None if progress is None else progress.phase,
                     max_memory=max_memory,
