@@ -18,8 +18,11 @@ from tests.support.cli_helpers import case_named, describe, run_cli, write_json
 from tidgap import InputError, Problem
 from tidgap.analysis.sweep_summary import COLUMNS
 from tidgap.cli import sweep
+from tidgap.model.plan import load_plan
+from tidgap.model.problem import load_problem
 from tidgap.optimize import many
 from tidgap.optimize.results import SearchResult
+from tidgap.runtime.pricing import run_evaluation
 
 SHORT = ("--generations", "5", "--population", "16")
 TINY = "example:tiny-2"
@@ -67,6 +70,10 @@ def test_sweep_writes_the_search_plans_and_the_summary(tmp_path: Path) -> None:
         assert row["gain_over_1f1b_pct"] == pytest.approx(
             (one_f_one_b["iteration_time"] / time - 1) * 100, rel=1e-12
         )
+        assert row["backward"] == "free" == expected["search"]["backward"]
+        problem = load_problem(spec)
+        run = run_evaluation(problem, load_plan(out / row["plan_file"], problem))
+        assert row["run_time"] == run.iteration_time
         assert row["peak_held"] == expected["predicted"]["peak_held"]
         assert row["peak_memory"] == expected["predicted"].get("peak_memory")
         assert row["wall_time"] >= 0
@@ -74,6 +81,33 @@ def test_sweep_writes_the_search_plans_and_the_summary(tmp_path: Path) -> None:
         assert float(line[COLUMNS.index("plan_time")]) == time
     assert rows[0]["peak_memory"] is None and rows[1]["peak_memory"] is not None
     assert "tiny7_1_mem.json" in result.stdout and "2 plan(s)" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "rule"), [("--mirrored", "mirrored"), ("--no-recompute", "aligned")]
+)
+def test_sweep_searches_under_the_backward_rule_asked_for(
+    tmp_path: Path, flag: str, rule: str
+) -> None:
+    """Each plan is ``tidgap search FLAG``'s; under ``--mirrored`` each stage's backward
+    partition is its forward one and tidgap run's prediction is the plan's time."""
+    problems = [TINY, _problem_file(tmp_path, "tiny7_1_mem")]
+    out = tmp_path / "out"
+    result = run_cli("sweep", *problems, flag, "--workers", "1", *SHORT, "--out-dir", str(out))
+    assert result.exit_code == 0, describe(result)
+    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["problems"]
+    for spec, row in zip(problems, rows, strict=True):
+        searched = tmp_path / "one.json"
+        alone = run_cli("search", spec, flag, *SHORT, "--out", str(searched), "-q")
+        assert alone.exit_code == 0, describe(alone)
+        plan = json.loads((out / row["plan_file"]).read_text(encoding="utf-8"))
+        expected = json.loads(searched.read_text(encoding="utf-8"))
+        assert _without_timings(plan) == _without_timings(expected)
+        assert row["backward"] == rule == plan["search"]["backward"]
+        if rule == "mirrored":
+            assert plan["forward"] == plan["backward"]
+            assert row["run_time"] == row["plan_time"]
+    assert " as run " in result.stdout
 
 
 def test_a_failed_search_leaves_the_other_plans_and_exits_2(tmp_path: Path) -> None:

@@ -15,12 +15,14 @@ COLUMNS = (
     "name",
     "plan_file",
     "schedule",
+    "backward",
     "time_unit",
     "gpipe_time",
     "gpipe_microbatches",
     "1f1b_time",
     "1f1b_microbatches",
     "plan_time",
+    "run_time",
     "gain_over_1f1b_pct",
     "gain_over_gpipe_pct",
     "peak_held",
@@ -35,11 +37,14 @@ def gain_pct(baseline_time: float, plan_time: float) -> float:
     return (baseline_time / plan_time - 1) * 100
 
 
-def sweep_row(problem: str, plan_file: str, result: SearchResult) -> dict[str, Any]:
-    """One problem's row: ``problem`` as given, the plan's file, the best GPipe and 1F1B
-    (time in ``time_unit``, microbatches), the plan's time and gains, its peak per stage
-    (``peak_held`` samples; ``peak_memory`` bytes or ``None`` without ``activation_bytes``)
-    and the search's wall time (seconds)."""
+def sweep_row(
+    problem: str, plan_file: str, result: SearchResult, run_time: float
+) -> dict[str, Any]:
+    """One problem's row: ``problem`` as given, the plan's file, the search's schedule and
+    backward rule, the best GPipe and 1F1B (time in ``time_unit``, microbatches), the plan's
+    time (the model's), ``run_time`` (``tidgap run``'s prediction for it, the same unit) and
+    its gains, its peak per stage (``peak_held`` samples; ``peak_memory`` bytes or ``None``
+    without ``activation_bytes``) and the search's wall time (seconds)."""
     gpipe, one_f_one_b = result.baselines["gpipe"], result.baselines["1f1b"]
     plan_time = result.evaluation.iteration_time
     memory = result.evaluation.peak_memory
@@ -48,12 +53,14 @@ def sweep_row(problem: str, plan_file: str, result: SearchResult) -> dict[str, A
         "name": result.problem.name,
         "plan_file": plan_file,
         "schedule": result.schedule,
+        "backward": result.backward,
         "time_unit": result.problem.time_unit,
         "gpipe_time": gpipe.iteration_time,
         "gpipe_microbatches": gpipe.microbatches,
         "1f1b_time": one_f_one_b.iteration_time,
         "1f1b_microbatches": one_f_one_b.microbatches,
         "plan_time": plan_time,
+        "run_time": run_time,
         "gain_over_1f1b_pct": gain_pct(one_f_one_b.iteration_time, plan_time),
         "gain_over_gpipe_pct": gain_pct(gpipe.iteration_time, plan_time),
         "peak_held": list(result.evaluation.peak_held),
@@ -88,12 +95,17 @@ def _peak(row: dict[str, Any]) -> str:
 
 
 def format_sweep_table(rows: list[dict[str, Any]]) -> str:
-    """A fixed-width text table of ``rows``: times in each problem's unit, gains in %."""
-    header = ("problem", "plan", "best GPipe", "best 1F1B", "vs 1F1B", "vs GPipe", "peak", "wall")
+    """A fixed-width text table of ``rows``: times in each problem's unit (the plan's in the
+    model and as ``tidgap run`` predicts it), gains in %."""
+    header = (
+        "problem", "plan", "as run", "best GPipe", "best 1F1B", "vs 1F1B", "vs GPipe", "peak",
+        "wall",
+    )  # fmt: skip
     body = [
         (
             row["problem"],
             f"{row['plan_time']:.6g} {row['time_unit']}",
+            f"{row['run_time']:.6g}",
             f"{row['gpipe_time']:.6g} (m={row['gpipe_microbatches']})",
             f"{row['1f1b_time']:.6g} (m={row['1f1b_microbatches']})",
             f"{row['gain_over_1f1b_pct']:+.2f}%",

@@ -13,7 +13,12 @@ from typing import Any
 import click
 
 from tidgap.analysis.sweep_summary import format_sweep_table, summary_csv, sweep_row
-from tidgap.cli.options import backend_option, population_option
+from tidgap.cli.options import (
+    backend_option,
+    backward_rule,
+    backward_rule_options,
+    population_option,
+)
 from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit, chosen_backend
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem, problem_path
@@ -25,6 +30,7 @@ from tidgap.optimize.optimizer import flush_memory_limit
 from tidgap.optimize.results import SearchResult
 from tidgap.outputs.atomic import write_text_atomically
 from tidgap.outputs.files import check_outputs, write_json, writing
+from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.families import SCHEDULES
 
 #: The summary files written into ``--out-dir``.
@@ -132,6 +138,7 @@ def _executor(
 @click.option(
     "--memory-limit", type=MemoryLimit(), help="As tidgap search --memory-limit, per problem."
 )
+@backward_rule_options
 @population_option
 @backend_option("Evaluation backend of every search.")
 def sweep_command(
@@ -144,10 +151,13 @@ def sweep_command(
     time_limit: float | None,
     schedule: str | None,
     memory_limit: str | int | None,
+    no_recompute: bool,
+    mirrored: bool,
     population: int,
     backend: str,
 ) -> None:
-    """Search a plan for every PROBLEM at once and write them with a summary table.
+    """Search a plan for every PROBLEM at once and write them with a summary table (each
+    plan's time in the model and as tidgap run predicts it: the same under --mirrored).
 
     Every problem is loaded and checked before any search starts (with --schedule flush,
     against a --memory-limit no flush plan meets too): a bad one exits 2 naming its file,
@@ -185,6 +195,7 @@ def sweep_command(
                 seeds=seed,
                 schedule=schedule,
                 memory_limit=memory_limit,
+                backward=backward_rule(no_recompute, mirrored),
                 population=population,
                 generations=generations,
                 time_limit=time_limit,
@@ -228,12 +239,14 @@ def _write(
     summaries: tuple[Path, Path],
     results: list[SearchResult | None],
 ) -> list[dict[str, Any]]:
-    """Write each plan found and the summary files (CSV, JSON); return the summary's rows."""
+    """Write each plan found and the summary files (CSV, JSON); return the summary's rows
+    (each with ``tidgap run``'s prediction for its plan)."""
     rows = []
     for spec, path, result in zip(specs, plans, results, strict=True):
         if result is not None:
             write_json(str(path), result.plan_document())
-            rows.append(sweep_row(spec, path.name, result))
+            run_time = run_evaluation(result.problem, result.plan).iteration_time
+            rows.append(sweep_row(spec, path.name, result, run_time))
     csv_path, json_path = summaries
     with writing(csv_path):
         write_text_atomically(csv_path, summary_csv(rows))
