@@ -1,6 +1,7 @@
 """What the ``tidgap`` commands share: the PROBLEM argument, ``--population``,
 ``--backend``, ``--no-recompute`` and ``--mirrored`` of a search, ``--json``, ``--gantt``
-and ``--trace``, and how they print."""
+and ``--trace``, and how they print (a plan's ``tidgap run`` prediction where it differs
+from the model's: :func:`run_note`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import click
 
 from tidgap.backends import BACKENDS
 from tidgap.model.errors import InputError
+from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.text import printable
 from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
@@ -127,3 +129,29 @@ def compact_sizes(sizes: list[int]) -> str:
         else:
             runs.append([size, 1])
     return " ".join(f"{size}x{count}" if count > 1 else str(size) for size, count in runs)
+
+
+def run_note(problem: Problem, plan: Plan) -> str | None:
+    """A line for a ``plan`` that ``tidgap run`` runs at other op costs than the model's
+    (stages that recompute; stored-graph backwards over several forward chunks), with the
+    time it predicts for it (:func:`tidgap.runtime.pricing.run_evaluation`); ``None`` when
+    it runs as the model has it."""
+    from tidgap.runtime.lowering import recomputes
+    from tidgap.runtime.pricing import run_backward_times, run_evaluation
+
+    priced = run_backward_times(problem, plan)
+    if not priced:
+        return None
+    again = [s for s, flag in enumerate(recomputes(plan)) if flag]
+    merged = sorted({s for s, _ in priced} - set(again))
+    how = []
+    if again:
+        how.append(f"stage(s) {again} recompute (backward boundaries that are not forward ones)")
+    if merged:
+        how.append(f"stage(s) {merged} run backwards over several stored forward chunks")
+    time = run_evaluation(problem, plan, priced).iteration_time
+    advice = "; --mirrored searches plans that tidgap run runs at the model's costs"
+    return (
+        f"  when run, {' and '.join(how)}: tidgap run predicts {time:.6g} "
+        f"{problem.time_unit} for it{advice}"
+    )

@@ -23,6 +23,7 @@ from tidgap.cli.options import (
     output_options,
     population_option,
     problem_argument,
+    run_note,
 )
 from tidgap.cli.progress import ProgressLine
 from tidgap.model.errors import InputError
@@ -252,32 +253,6 @@ def search_command(
     signals.exit_if_received()
 
 
-def run_note(result: SearchResult) -> str | None:
-    """A line for a plan that ``tidgap run`` runs at other op costs than the model's
-    (stages that recompute; stored-graph backwards over several forward chunks), with the
-    time it predicts for it (:func:`tidgap.runtime.pricing.run_evaluation`); ``None`` when
-    it runs as the model has it."""
-    from tidgap.runtime.lowering import recomputes
-    from tidgap.runtime.pricing import run_backward_times, run_evaluation
-
-    priced = run_backward_times(result.problem, result.plan)
-    if not priced:
-        return None
-    again = [s for s, flag in enumerate(recomputes(result.plan)) if flag]
-    merged = sorted({s for s, _ in priced} - set(again))
-    how = []
-    if again:
-        how.append(f"stage(s) {again} recompute (backward boundaries that are not forward ones)")
-    if merged:
-        how.append(f"stage(s) {merged} run backwards over several stored forward chunks")
-    time = run_evaluation(result.problem, result.plan, priced).iteration_time
-    advice = "; --mirrored searches plans that tidgap run runs at the model's costs"
-    return (
-        f"  when run, {' and '.join(how)}: tidgap run predicts {time:.6g} "
-        f"{result.problem.time_unit} for it{advice}"
-    )
-
-
 def _report(
     result: SearchResult,
     out: str | None,
@@ -302,7 +277,7 @@ def _report(
         click.echo(f"interrupted by {result.stop_reason}: the best plan found so far")
     for line in summary_lines(result):
         click.echo(line)
-    note = run_note(result)
+    note = run_note(result.problem, result.plan)
     if note is not None:
         click.echo(note)
     bound = lower_bound(loaded) if family_of(result.plan).has_flush else None
