@@ -97,11 +97,12 @@ def test_the_cli_flush_search_without_recompute(tmp_path) -> None:
     assert not any(recomputes(load_plan(out, problem)))
 
 
-@pytest.mark.parametrize("extra", [[], ["--no-recompute"]])
+@pytest.mark.parametrize("extra", [[], ["--no-recompute"], ["--mirrored"]])
 def test_the_summary_gives_tidgap_runs_prediction(tmp_path, extra: list[str]) -> None:
     """A plan that tidgap run runs at other op costs than the model's (recomputing stages,
-    backwards over several stored forward chunks) gets a line with its prediction; the
-    --no-recompute one names no recomputing stage."""
+    backwards over several stored forward chunks) gets a line with its prediction, in
+    tidgap search's summary and in tidgap evaluate's report of the plan file; the
+    --no-recompute one names no recomputing stage; a --mirrored one gets none."""
     from tidgap.model.plan import load_plan
     from tidgap.runtime.pricing import run_backward_times, run_prediction
 
@@ -116,6 +117,13 @@ def test_the_summary_gives_tidgap_runs_prediction(tmp_path, extra: list[str]) ->
     again = [s for s, flag in enumerate(recomputes(plan)) if flag]
     assert bool(again) == (not extra)
     lines = [line for line in result.stdout.splitlines() if line.startswith("  when run, ")]
+    evaluated = run_cli("evaluate", EXAMPLE_PREFIX + "hetero-8", str(out))
+    assert evaluated.exit_code == 0, describe(evaluated)
+    assert [line for line in evaluated.stdout.splitlines() if line.startswith("  when run, ")] == (
+        lines
+    )
+    if extra == ["--mirrored"]:
+        assert not run_backward_times(problem, plan)
     if not run_backward_times(problem, plan):
         assert lines == []
         return

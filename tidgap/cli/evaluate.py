@@ -15,6 +15,7 @@ from tidgap.cli.options import (
     json_option,
     output_options,
     problem_argument,
+    run_note,
 )
 from tidgap.model.errors import InputError
 from tidgap.model.plan import load_plan
@@ -70,7 +71,9 @@ def evaluate_command(
     as_json: bool,
 ) -> None:
     """Iteration time of PLAN, or of a baseline with --schedule and --microbatches, with
-    per-stage busy time, bubbles, peak memory and the lower bound for any flush plan."""
+    per-stage busy time, bubbles, peak memory and the lower bound for any flush plan; for a
+    plan tidgap run runs at other op costs (recomputation, backwards over several stored
+    forward chunks), also the time tidgap run predicts."""
     if plan_file is not None and schedule is not None:
         raise click.UsageError("give PLAN or --schedule, not both")
     if schedule is None and microbatches is not None:
@@ -105,6 +108,9 @@ def evaluate_command(
         f"{loaded.batch_size / evaluation.iteration_time:.6g} samples/{unit}, "
         f"forwards end at {evaluation.forward_end:.6g} {unit}"
     )
+    note = run_note(loaded, plan)
+    if note is not None:
+        click.echo(note)
     order = plan.stage_order()
     for s in range(loaded.num_stages):
         ordered = "" if plan.order_field is None else f", order {order.stages[s]}"
