@@ -15,6 +15,7 @@ from tidgap.optimize.heuristics import global_dp, local_greedy
 from tidgap.optimize.many import search_many
 from tidgap.optimize.optimizer import Optimizer
 from tidgap.optimize.scores import Scores, per_plan
+from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.baselines import (
     BaselineResult,
     best_baselines,
@@ -69,6 +70,7 @@ __all__ = [
     "one_f_one_b_plan",
     "per_plan",
     "pipedream",
+    "run_evaluation",
     "search",
     "search_many",
     "table",

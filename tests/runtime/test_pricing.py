@@ -67,3 +67,15 @@ def test_the_model_op_times_given_explicitly_change_nothing(problem: Problem) ->
     order = PLAN.stage_order()
     plain = evaluate_order(problem, PLAN.forward, PLAN.backward, order)
     assert evaluate_order(problem, PLAN.forward, PLAN.backward, order, model_time) == plain
+
+
+def test_the_public_run_evaluation_prices_as_the_runtime_runs(problem: Problem) -> None:
+    """``tidgap.run_evaluation``: the model's evaluation for a mirrored plan (run as
+    modelled), a longer time for one that recomputes."""
+    import tidgap
+
+    mirrored = Plan.of(PLAN.forward, PLAN.forward)
+    assert tidgap.run_evaluation(problem, mirrored) == evaluate(problem, mirrored)
+    assert any(recomputes(PLAN))
+    priced = tidgap.run_evaluation(problem, PLAN).iteration_time
+    assert priced > evaluate(problem, PLAN).iteration_time
