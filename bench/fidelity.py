@@ -9,7 +9,8 @@ with the ranking of the plans by prediction and by measurement. A last column di
 round by its median measured/predicted ratio over all plans (the machine's speed in that
 round) before taking each plan's median: what is left is the model's error in comparing
 plans, not in absolute time (a uniform error, the machine's or the model's, drops out).
-The per-round medians and predictions go to ``DIR/fidelity.json``.
+The per-round medians and predictions go to ``DIR/fidelity.json``. A last line compares
+1F1B(m) with GPipe(m) (the same ops in another order, predicted alike on 2 stages).
 
 Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (about 5
 minutes on the 2-core development machine; 1 thread per stage process, as the profile).
@@ -178,6 +179,20 @@ def main() -> None:
         f"{min(plans, key=steady.__getitem__)}; pairs more than 5% apart in the predicted "
         f"order: {pairs_in_order(predicted, steady, 0.05)}"
     )
+    print(f"order effect: {order_effect(predicted, rounds)}")
+
+
+def order_effect(predicted: dict[str, float], rounds: dict[str, list[float]]) -> str:
+    """1F1B(m) against GPipe(m) for each ``m`` of :data:`COUNTS`: the same partitions and ops
+    in another order, so the model predicts them alike on 2 stages; the median over rounds
+    of the measured ratio beside the predicted one, as ``"m: measured (predicted)"``."""
+    shown = []
+    for m in COUNTS:
+        one, gpipe = f"1F1B({m})", f"GPipe({m})"
+        ratios = [a / b for a, b in zip(rounds[one], rounds[gpipe], strict=True)]
+        measured, model = statistics.median(ratios), predicted[one] / predicted[gpipe]
+        shown.append(f"{m}: {measured:.3f} ({model:.3f})")
+    return "1F1B(m) / GPipe(m), measured (predicted), median over rounds: " + ", ".join(shown)
 
 
 if __name__ == "__main__":
