@@ -69,8 +69,7 @@ class JointSpace:
     (:mod:`tidgap.optimize.backward_rules`): plans it refuses score
     :data:`~tidgap.backends.evaluator.INVALID`, and under ``mirrored`` every individual is
     made mirrored (:meth:`repaired`; the breeder and mutator are told :attr:`mirrored`), with
-    the caps of
-    :func:`~tidgap.optimize.backward_rules.rule_caps`."""
+    the caps of :func:`~tidgap.optimize.backward_rules.rule_caps`."""
 
     evaluator: OrderedEvaluator
     forward_caps: Any
@@ -92,6 +91,11 @@ class JointSpace:
         return times, peaks
 
     @property
+    def mirrored(self) -> bool:
+        """Whether the breeder and mutator make mirrored children (the ``mirrored`` rule)."""
+        return self.backward == MIRRORED
+
+    @property
     def partition_genes(self) -> tuple[int, ...]:
         """The partition rows a local step moves: the forward only under ``mirrored`` (the
         backward follows it), else both (0 forward, 1 backward)."""
@@ -103,11 +107,6 @@ class JointSpace:
         if self.mirrored:
             genes = mirror(genes, self.backward_caps)
         return genes.repaired(self.repair)
-
-    @property
-    def mirrored(self) -> bool:
-        """Whether the breeder and mutator make mirrored children (the ``mirrored`` rule)."""
-        return self.backward == MIRRORED
 
     def random(self, count: int, rng: CounterRng) -> JointGenes:
         """``count`` repaired random individuals: random partitions (as the flush GA draws
