@@ -18,6 +18,8 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.text import printable
 from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
+from tidgap.runtime.lowering import recomputes
+from tidgap.runtime.pricing import run_backward_times, run_evaluation
 
 Command = Callable[..., Any]
 
@@ -136,9 +138,6 @@ def run_note(problem: Problem, plan: Plan) -> str | None:
     (stages that recompute; stored-graph backwards over several forward chunks), with the
     time it predicts for it (:func:`tidgap.runtime.pricing.run_evaluation`); ``None`` when
     it runs as the model has it."""
-    from tidgap.runtime.lowering import recomputes
-    from tidgap.runtime.pricing import run_backward_times, run_evaluation
-
     priced = run_backward_times(problem, plan)
     if not priced:
         return None

@@ -112,7 +112,7 @@ def anneal(
     ratio = END_TEMPERATURE / START_TEMPERATURE
     while (done := annealing.progress(step, started)) < 1:
         moved = space.mutate(
-            chains.genes, space.forward_caps, space.backward_caps, rng, 1.0, space.mirrored
+            chains.genes, space.forward_caps, space.backward_caps, rng, 1.0, mirrored=space.mirrored
         )
         fitness = penalised(*space.evaluate(moved), chains.held)
         delta = (fitness - chains.fitness).astype(xp.float64)
