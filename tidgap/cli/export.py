@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tidgap.analysis.search_summary import best_rival
-from tidgap.cli.options import about_problem, compact_sizes, problem_argument
+from tidgap.cli.options import Number, about_problem, compact_sizes, problem_argument
 from tidgap.cli.search import DEFAULT_TIME_LIMIT
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, load_plan
@@ -41,7 +41,7 @@ EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
 )
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0),
+    type=Number(min=0, infinite=True),
     help="same-partition: stop after this many seconds (default 10 unless --generations).",
 )
 def export_command(

@@ -1,4 +1,5 @@
-"""What the ``tidgap`` commands share: the PROBLEM argument, ``--population``,
+"""What the ``tidgap`` commands share: the PROBLEM argument, number options that refuse
+NaN (:class:`Number`), ``--population``,
 ``--backend``, ``--no-recompute`` and ``--mirrored`` of a search, ``--json``, ``--gantt``
 and ``--trace``, and how they print (a plan's ``tidgap run`` prediction where it differs
 from the model's: :func:`run_note`)."""
@@ -6,6 +7,7 @@ from the model's: :func:`run_note`)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,6 +20,7 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.text import printable
 from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
+from tidgap.optimize.optimizer import MIN_POPULATION
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.pricing import run_backward_times, run_evaluation
 
@@ -41,11 +44,27 @@ def about_problem(spec: str) -> Iterator[None]:
         raise error.within(spec) from None
 
 
+class Number(click.FloatRange):
+    """A float option within a range that also refuses NaN (which passes every comparison,
+    so ``click.FloatRange`` lets it through) and, unless ``infinite``, infinity."""
+
+    def __init__(self, *args: Any, infinite: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.infinite = infinite
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number) or (math.isinf(number) and not self.infinite):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 def population_option(command: Command) -> Command:
-    """``--population``: individuals per generation of a search (at least 8, default 512)."""
+    """``--population``: individuals per generation of a search (at least
+    :data:`~tidgap.optimize.optimizer.MIN_POPULATION`, default 512)."""
     return click.option(
         "--population",
-        type=click.IntRange(min=8),
+        type=click.IntRange(min=MIN_POPULATION),
         default=512,
         show_default=True,
         help="Individuals per generation.",

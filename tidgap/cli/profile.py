@@ -19,7 +19,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tidgap.cli.options import Command
+from tidgap.cli.options import Command, Number
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.outputs.files import check_outputs, write_json
@@ -212,7 +212,7 @@ def optimizer_options(command: Command) -> Command:
         ),
         click.option(
             "--lr",
-            type=click.FloatRange(min=0, min_open=True),
+            type=Number(min=0, min_open=True),
             help=f"--optimizer's learning rate [{DEFAULT_LR:g}].",
         ),
     ]
@@ -273,14 +273,14 @@ def learning_rate(optimizer: str | None, lr: float | None) -> float | None:
 )
 @click.option(
     "--bandwidth",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(min=0, min_open=True),
     default=DEFAULT_BANDWIDTH_GBPS,
     show_default=True,
     help="Link bandwidth in GB/s (1e9 bytes/s), both ways.",
 )
 @click.option(
     "--latency",
-    type=click.FloatRange(min=0),
+    type=Number(min=0),
     default=DEFAULT_LATENCY_MS,
     show_default=True,
     help="Link latency per transfer in ms.",
@@ -431,7 +431,7 @@ def profile_command(
 @shape_options(batch_size=64)
 @click.option(
     "--heterogeneity",
-    type=click.FloatRange(min=0, max=2),
+    type=Number(min=0, max=2),
     default=0.5,
     show_default=True,
     help="Spread between stages: each parameter is the reference's times "

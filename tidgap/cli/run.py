@@ -20,6 +20,7 @@ import click
 
 from tidgap.cli.options import (
     Command,
+    Number,
     about_problem,
     describe_problem,
     echo_json,
@@ -343,7 +344,7 @@ def worker_options(command: Command) -> Command:
         ),
         click.option(
             "--timeout",
-            type=click.FloatRange(min=0, min_open=True),
+            type=Number(min=0, min_open=True),
             default=300.0,
             show_default=True,
             help="Seconds each run may take; then every worker is killed (exit 1).",

@@ -12,6 +12,7 @@ from tidgap.analysis.report import report, summary
 from tidgap.analysis.search_summary import summary_lines
 from tidgap.backends import UnusableBackend, first_usable, get_backend, require_usable
 from tidgap.cli.options import (
+    Number,
     about_problem,
     backend_option,
     backward_rule,
@@ -98,7 +99,7 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
 )
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0),
+    type=Number(min=0, infinite=True),
     help="Stop after this many seconds (default 10 unless --generations is given). "
     "A time limit may stop at a different generation on a busier machine, so the plan "
     "can differ between runs; use --generations for reproducible plans.",
@@ -161,7 +162,7 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
 )
 @click.option(
     "--checkpoint-every",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(min=0, min_open=True),
     default=DEFAULT_EVERY,
     show_default=True,
     help="Seconds between checkpoints.",

@@ -14,6 +14,7 @@ import click
 
 from tidgap.analysis.sweep_summary import format_sweep_table, summary_csv, sweep_row
 from tidgap.cli.options import (
+    Number,
     backend_option,
     backward_rule,
     backward_rule_options,
@@ -128,7 +129,7 @@ def _executor(
 )
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0),
+    type=Number(min=0, infinite=True),
     help=f"Stop each search after this many seconds (default {DEFAULT_TIME_LIMIT:g} unless "
     "--generations is given); plans then depend on the load.",
 )

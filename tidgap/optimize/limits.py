@@ -54,6 +54,22 @@ def parse_memory_limit(text: str) -> str | int:
     return value
 
 
+def checked_memory_limit(limit: str | int | None) -> str | int | None:
+    """A search's ``memory_limit`` as given to the Python API: ``None``, ``"1f1b"``, a size
+    (:func:`parse_memory_limit`) or a positive number of bytes; :class:`InputError` on
+    ``memory_limit`` otherwise."""
+    if limit is None:
+        return None
+    try:
+        if isinstance(limit, str):
+            return parse_memory_limit(limit)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise ValueError(f"{limit!r} is not {ONE_F_ONE_B!r}, a size or a positive int of bytes")
+    except ValueError as error:
+        raise InputError(str(error), source="memory_limit") from None
+    return limit
+
+
 def held_within(limit: float, activation_bytes: float, batch_size: int) -> int:
     """The most samples ``h`` with ``h * activation_bytes <= limit`` (the whole batch when
     a sample takes no memory)."""

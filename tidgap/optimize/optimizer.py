@@ -38,7 +38,7 @@ from tidgap.optimize.checkpoint import (
 )
 from tidgap.optimize.flush_driver import finish_flush, prepare_flush
 from tidgap.optimize.genome import Population
-from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level
+from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level, checked_memory_limit
 from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.scores import Fitness, Scores, to_ticks
 from tidgap.optimize.windowed_driver import finish_windowed, prepare_windowed
@@ -48,6 +48,8 @@ from tidgap.schedules.families import SCHEDULES
 SEARCHABLE = tuple(name for name, family in SCHEDULES.items() if not family.is_baseline)
 #: The family searched by default.
 DEFAULT_SCHEDULE = "windowed"
+#: The smallest population a search takes (``--population``'s least).
+MIN_POPULATION = 8
 #: The family ``same_partition`` searches: the separable one (the dual GA shares a row).
 SAME_PARTITION_SCHEDULE = next(name for name in SEARCHABLE if SCHEDULES[name].separable)
 
@@ -64,6 +66,19 @@ class Stopping:
     interrupted: Callable[[], str | None] | None = None
     on_progress: Callable[[SearchProgress], None] | None = None
     on_phase: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse counts below their least (0 generations, 1 stagnant one) and a time limit
+        that is negative or NaN (which no elapsed time reaches: the search would not stop);
+        infinity is allowed (stop on a signal)."""
+        for name, least in (("generations", 0), ("stagnation", 1)):
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise InputError(f"must be at least {least} (got {value})", source=name)
+        if self.time_limit is not None and not self.time_limit >= 0:
+            raise InputError(
+                f"must be a number of seconds >= 0 (got {self.time_limit})", source="time_limit"
+            )
 
 
 def flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
@@ -121,6 +136,13 @@ class Optimizer:
             schedule = SAME_PARTITION_SCHEDULE if same_partition else DEFAULT_SCHEDULE
         if schedule not in SEARCHABLE:
             raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
+        memory_limit = checked_memory_limit(memory_limit)
+        for name, value, least in (
+            ("population", population, MIN_POPULATION),
+            ("max_microbatches", max_microbatches, 1),
+        ):
+            if value is not None and value < least:
+                raise InputError(f"must be at least {least} (got {value})", source=name)
         self.identity = SearchIdentity(
             schedule,
             seed,
