@@ -18,11 +18,13 @@ from types import ModuleType
 
 import numpy as np
 
+from tidgap.backends import Backend
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
+from tidgap.optimize import background_compile
 from tidgap.optimize.anneal import Annealing, anneal
 from tidgap.optimize.backward_rules import FREE, MIRRORED, refusal, rule_caps
 from tidgap.optimize.flush_driver import flush_search
@@ -191,20 +193,23 @@ def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
     return MemoryLevel("1F1B", tuple(held.peak_held))
 
 
-def _compile(
-    evaluator: OrderedEvaluator,
-    ticked: TickedProblem,
-    xp: ModuleType,
-    breeding: Breeding,
-) -> None:
-    """Compile (or load from the disk cache) the backend's evaluator, repair, breeding and
-    mutation on :func:`warm_up_inputs` in ``xp``."""
+def compiled_loops(
+    problem: Problem, record: Backend
+) -> tuple[TickedProblem, OrderedEvaluator, ModuleType, Breeding]:
+    """The tick tables of ``problem``, and the evaluator, array module and breeding of the
+    backend ``record``, its evaluator, repair, breeding and mutation compiled (or loaded
+    from the disk cache) on :func:`warm_up_inputs`."""
+    ticked = tick_problem(problem)
+    evaluator = create_evaluator(ticked, SEARCHED.name, record.name)
+    xp = record.namespace()
+    breeding = backend_breeding(record)
     genes, caps = warm_up_inputs(ticked, xp)
     space = JointSpace(evaluator, caps, caps, 1, *breeding)
     one = JointGenes(genes, genes, xp.zeros_like(genes)).repaired(space.repair)
     space.evaluate(one)
     space.mutate(one, caps, caps, CounterRng(0, xp), 1.0)
     space.breed(one, xp.zeros((1,), dtype=xp.int64), caps, caps, CounterRng(0, xp), 1, 1.0, 1.0, 2)
+    return ticked, evaluator, xp, breeding
 
 
 def polished(
@@ -307,29 +312,32 @@ def prepare_windowed(
         bytes_level(problem, int(memory_limit))  # refuse a byte limit before any work
     phases = Phases(on_phase)
     flush = None
-    if flush_fits(problem) and first_search is None:
-        flush = flush_search(
-            problem,
-            seed=seed,
-            population=population,
-            generations=flush_generations(generations),
-            time_limit=None if time_limit is None else time_limit * FLUSH_SHARE,
-            stagnation=FLUSH_STAGNATION,
-            backend=backend,
-            max_microbatches=max_microbatches,
-            on_progress=on_progress,
-            initial_plans=[p for p in initial_plans if family_of(p).separable],
-            interrupted=interrupted,
-            on_phase=None if on_phase is None else lambda name: on_phase(f"flush {name}"),
-            max_memory=max_memory,
-        )
-        phases.seconds |= {f"flush {name}": t for name, t in flush.setup.items()}
-    with phases("compile"):
-        ticked = tick_problem(problem)
-        evaluator = create_evaluator(ticked, SEARCHED.name, backend)
-        xp = record.namespace()
-        breeding = backend_breeding(record)
-        _compile(evaluator, ticked, xp, breeding)
+    first_flush = flush_fits(problem) and first_search is None
+    # A first run compiles the windowed loops beside the flush search's.
+    helper = background_compile.start(backend) if first_flush else None
+    try:
+        if first_flush:
+            flush = flush_search(
+                problem,
+                seed=seed,
+                population=population,
+                generations=flush_generations(generations),
+                time_limit=None if time_limit is None else time_limit * FLUSH_SHARE,
+                stagnation=FLUSH_STAGNATION,
+                backend=backend,
+                max_microbatches=max_microbatches,
+                on_progress=on_progress,
+                initial_plans=[p for p in initial_plans if family_of(p).separable],
+                interrupted=interrupted,
+                on_phase=None if on_phase is None else lambda name: on_phase(f"flush {name}"),
+                max_memory=max_memory,
+            )
+            phases.seconds |= {f"flush {name}": t for name, t in flush.setup.items()}
+        with phases("compile"):
+            background_compile.finish(helper)
+            ticked, evaluator, xp, breeding = compiled_loops(problem, record)
+    finally:
+        background_compile.stop(helper)
     with phases("baselines"):
         baselines = flush.baselines if flush else best_baselines(problem)
         one_f_one_b = one_f_one_b_level(problem, baselines["1f1b"])
