@@ -62,6 +62,7 @@ def test_every_record_names_its_code_and_devices() -> None:
             *filter(
                 None, [record.breeder, record.joint_breeder, record.joint_mutator, record.repair]
             ),
+            *record.cached_loops,
         ):
             module, attribute = spec.split(":")
             assert module.startswith("tidgap.") and attribute.isidentifier(), spec

@@ -24,15 +24,13 @@ def _sleeper() -> subprocess.Popen[bytes]:
 
 
 def test_the_loops_are_cached_once_compiled() -> None:
-    compiled_loops(tidgap.load_problem(TINY), BACKENDS["numba"])
-    assert background_compile.cached()
+    numba = BACKENDS["numba"]
+    compiled_loops(tidgap.load_problem(TINY), numba)
+    assert numba.cached_loops and background_compile.cached(numba.cached_loops)
 
 
-def test_a_numba_version_without_the_private_cache_api_starts_nothing(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(background_compile, "LOOPS", (("tidgap.fallback_cpu", "no_such"),))
-    assert background_compile.cached()
+def test_a_numba_version_without_the_private_cache_api_starts_nothing() -> None:
+    assert background_compile.cached(("tidgap.fallback_cpu.breed_numba:numba_breed",))
 
 
 @pytest.mark.parametrize(
@@ -49,11 +47,11 @@ def test_the_helper_starts_only_where_it_saves_time(
     monkeypatch: pytest.MonkeyPatch, backend: str, cores: int, cached: bool, starts: bool
 ) -> None:
     started: list[list[str]] = []
-    monkeypatch.setattr(background_compile, "cached", lambda: cached)
+    monkeypatch.setattr(background_compile, "cached", lambda loops: cached)
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     monkeypatch.setattr(subprocess, "Popen", lambda command, **_: started.append(command))
-    background_compile.start(backend)
-    expected = [[sys.executable, "-m", "tidgap.optimize.background_compile"]]
+    background_compile.start(BACKENDS[backend])
+    expected = [[sys.executable, "-m", "tidgap.optimize.background_compile", backend]]
     assert started == (expected if starts else [])
 
 
@@ -72,7 +70,7 @@ def test_a_search_that_fails_before_the_compile_ends_its_helper(
 ) -> None:
     helpers: list[subprocess.Popen[bytes]] = []
 
-    def start(backend: str) -> subprocess.Popen[bytes]:
+    def start(record: object) -> subprocess.Popen[bytes]:
         helpers.append(_sleeper())
         return helpers[-1]
 
@@ -89,13 +87,17 @@ def test_a_search_that_fails_before_the_compile_ends_its_helper(
 def test_the_helper_fills_an_empty_cache_that_the_search_then_reads(tmp_path: Path) -> None:
     """In processes with their own, empty Numba cache (about 30 s: the helper compiles)."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    ask = [sys.executable, "-c", "from tidgap.optimize import background_compile as b; "
-           "print(b.cached())"]  # fmt: skip
+    script = (
+        "from tidgap.backends import BACKENDS\n"
+        "from tidgap.optimize.background_compile import cached\n"
+        "print(cached(BACKENDS['numba'].cached_loops))"
+    )
+    ask = [sys.executable, "-c", script]
 
     def cached() -> str:
         return subprocess.run(ask, env=env, capture_output=True, text=True, check=True).stdout
 
     assert cached() == "False\n"
-    helper = [sys.executable, "-m", "tidgap.optimize.background_compile"]
+    helper = [sys.executable, "-m", "tidgap.optimize.background_compile", "numba"]
     subprocess.run(helper, env=env, check=True, timeout=600)
     assert cached() == "True\n"

@@ -38,13 +38,13 @@ def test_a_flush_plan_with_long_backward_partitions_still_seeds_the_windowed_sea
 
 
 def test_compiling_is_outside_the_time_limit(monkeypatch) -> None:
-    real = windowed_driver._compile
+    real = windowed_driver.compiled_loops
 
-    def slow(*args: object) -> None:
+    def slow(*args: object) -> object:
         time.sleep(1.5)
-        real(*args)
+        return real(*args)
 
-    monkeypatch.setattr(windowed_driver, "_compile", slow)
+    monkeypatch.setattr(windowed_driver, "compiled_loops", slow)
     problem = _cheap_backwards()
     result = search(problem, time_limit=1.0, stagnation=None, population=16)
     assert result.stop_reason == "time limit" and result.generations > 1

@@ -39,7 +39,10 @@ class Backend:
     - ``repair``: ``"module:function"`` of a compiled
       :func:`tidgap.optimize.order_genes.canonical` (same results), ``None`` for the ``xp`` one;
     - ``free_memory()``: free bytes of the device memory its populations live in, ``None``
-      where it cannot say; the field is ``None`` for backends in host memory.
+      where it cannot say; the field is ``None`` for backends in host memory;
+    - ``cached_loops``: ``"module:function"`` of the disk-cached compiled loops of its
+      windowed search, which a first run compiles in a second process
+      (:mod:`tidgap.optimize.background_compile`); empty where there are none.
     """
 
     name: str
@@ -53,6 +56,7 @@ class Backend:
     joint_mutator: str | None = None
     repair: str | None = None
     free_memory: Callable[[], int | None] | None = None
+    cached_loops: tuple[str, ...] = ()
 
 
 class UnusableBackend(RuntimeError):
@@ -121,6 +125,12 @@ BACKENDS: dict[str, Backend] = {
             joint_breeder="tidgap.fallback_cpu.breed_numba:numba_joint_breed",
             joint_mutator="tidgap.fallback_cpu.breed_numba:numba_joint_mutate",
             repair="tidgap.fallback_cpu.repair_numba:canonical",
+            cached_loops=(
+                "tidgap.fallback_cpu.windowed_numba:_ordered_kernel",
+                "tidgap.fallback_cpu.breed_numba:_joint_breed",
+                "tidgap.fallback_cpu.breed_numba:_joint_mutate",
+                "tidgap.fallback_cpu.repair_numba:_canonical",
+            ),
         ),
         Backend(
             name="numpy",

@@ -1,56 +1,50 @@
-"""The windowed search's Numba loops compiled in a second process on a machine's first run.
+"""A windowed search's compiled loops built in a second process on a machine's first run.
 
-A first search compiles Numba's loops into the disk cache (about 35-50 s on the 2-core
+A first search compiles Numba's loops into the disk cache (35-65 s on the 2-core
 development machine; later runs load them in well under a second). A process compiles one
 function at a time on one core, so while a windowed search compiles and runs the flush
-search it starts with, a second process (``python -m tidgap.optimize.background_compile``)
-compiles the windowed loops (ordered-plan evaluation, breeding, the annealing's mutation,
-the repair) on a tiny problem, with the types every problem gives them; the search waits
-for it and loads them from the cache. Numba writes a cache entry to a temporary file and
-renames it, so the two processes never see half an entry; if the helper fails, the search
-compiles the loops itself, as without it.
+search it starts with, a second process (``python -m tidgap.optimize.background_compile
+BACKEND``) compiles the windowed loops (ordered-plan evaluation, breeding, the annealing's
+mutation, the repair: the backend record's ``cached_loops``) on a tiny problem, with the
+types every problem gives them; the search waits for it and loads them from the cache.
+Numba writes a cache entry to a temporary file and renames it, so the two processes never
+see half an entry; if the helper fails, the search compiles the loops itself, as without
+it.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
 
-#: The windowed search's compiled loops on the ``numba`` backend, ``(module, function)``.
-LOOPS = (
-    ("tidgap.fallback_cpu.windowed_numba", "_ordered_kernel"),
-    ("tidgap.fallback_cpu.breed_numba", "_joint_breed"),
-    ("tidgap.fallback_cpu.breed_numba", "_joint_mutate"),
-    ("tidgap.fallback_cpu.repair_numba", "_canonical"),
-)
+from tidgap.backends import BACKENDS, Backend, load
+
 #: The problem the helper compiles on (types do not depend on the problem).
 EXAMPLE = "example:tiny-2"
 
 
-def cached() -> bool:
-    """Whether every loop of :data:`LOOPS` has an up-to-date entry in Numba's disk cache.
+def cached(loops: tuple[str, ...]) -> bool:
+    """Whether every loop (``"module:function"``, a Numba dispatcher) has an up-to-date
+    entry in Numba's disk cache.
 
     Reads Numba's cache index through its private attributes; where that fails (another
     Numba version), says ``True`` so that nothing is started."""
     try:
-        for module, name in LOOPS:
-            dispatcher = getattr(importlib.import_module(module), name)
-            if not dispatcher._cache._cache_file._load_index():
-                return False
+        return all(load(loop)._cache._cache_file._load_index() for loop in loops)
     except Exception:  # noqa: BLE001 (a private API: any failure means "do not start")
         return True
-    return True
 
 
-def start(backend: str) -> subprocess.Popen[bytes] | None:
-    """The helper process compiling :data:`LOOPS`, where it saves time: on the ``numba``
-    backend, with two cores or more, when the loops are not in the cache; else ``None``."""
-    if backend != "numba" or (os.cpu_count() or 1) < 2 or cached():
+def start(record: Backend) -> subprocess.Popen[bytes] | None:
+    """The helper process compiling ``record``'s :attr:`~Backend.cached_loops`, where it
+    saves time: the backend has such loops, the machine two cores or more, and the loops
+    are not in the cache; else ``None``."""
+    loops = record.cached_loops
+    if not loops or (os.cpu_count() or 1) < 2 or cached(loops):
         return None
     return subprocess.Popen(
-        [sys.executable, "-m", __name__],
+        [sys.executable, "-m", __name__, record.name],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -70,14 +64,13 @@ def stop(helper: subprocess.Popen[bytes] | None) -> None:
         helper.wait()
 
 
-def main() -> None:
-    """Compile :data:`LOOPS` on :data:`EXAMPLE` (the helper's work)."""
-    from tidgap.backends import BACKENDS
+def main(backend: str) -> None:
+    """Compile the windowed loops of ``backend`` on :data:`EXAMPLE` (the helper's work)."""
     from tidgap.model.problem import load_problem
     from tidgap.optimize.windowed_driver import compiled_loops
 
-    compiled_loops(load_problem(EXAMPLE), BACKENDS["numba"])
+    compiled_loops(load_problem(EXAMPLE), BACKENDS[backend])
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])

@@ -314,7 +314,7 @@ def prepare_windowed(
     flush = None
     first_flush = flush_fits(problem) and first_search is None
     # A first run compiles the windowed loops beside the flush search's.
-    helper = background_compile.start(backend) if first_flush else None
+    helper = background_compile.start(record) if first_flush else None
     try:
         if first_flush:
             flush = flush_search(
