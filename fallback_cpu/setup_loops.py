@@ -297,7 +297,8 @@ def baseline_times(
     work = np.diff(starts) * ms[starts[1:] - 1]
     largest_first = np.argsort(-work, kind="stable").astype(np.int64)
     threads = min(_threads(), len(largest_first))
-    shares = [largest_first[t::threads] for t in range(threads)]
+    # Contiguous, so that the kernel is compiled for one layout (a strided share is 'A').
+    shares = [np.ascontiguousarray(largest_first[t::threads]) for t in range(threads)]
     starts = starts.astype(np.int64)
     remainders = num_units % ms
     arrays = [
