@@ -54,6 +54,14 @@ MIN_POPULATION = 8
 SAME_PARTITION_SCHEDULE = next(name for name in SEARCHABLE if SCHEDULES[name].separable)
 
 
+def at_least(*arguments: tuple[str, int | None, int]) -> None:
+    """:class:`InputError` naming the first ``(name, value, least)`` whose value (unless
+    ``None``) is below its least."""
+    for name, value, least in arguments:
+        if value is not None and value < least:
+            raise InputError(f"must be at least {least} (got {value})", source=name)
+
+
 @dataclass(frozen=True)
 class Stopping:
     """How a search driven by :func:`tidgap.search` stops and reports (the setup obeys
@@ -71,10 +79,7 @@ class Stopping:
         """Refuse counts below their least (0 generations, 1 stagnant one) and a time limit
         that is negative or NaN (which no elapsed time reaches: the search would not stop);
         infinity is allowed (stop on a signal)."""
-        for name, least in (("generations", 0), ("stagnation", 1)):
-            value = getattr(self, name)
-            if value is not None and value < least:
-                raise InputError(f"must be at least {least} (got {value})", source=name)
+        at_least(("generations", self.generations, 0), ("stagnation", self.stagnation, 1))
         if self.time_limit is not None and not self.time_limit >= 0:
             raise InputError(
                 f"must be a number of seconds >= 0 (got {self.time_limit})", source="time_limit"
@@ -137,12 +142,9 @@ class Optimizer:
         if schedule not in SEARCHABLE:
             raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
         memory_limit = checked_memory_limit(memory_limit)
-        for name, value, least in (
-            ("population", population, MIN_POPULATION),
-            ("max_microbatches", max_microbatches, 1),
-        ):
-            if value is not None and value < least:
-                raise InputError(f"must be at least {least} (got {value})", source=name)
+        at_least(
+            ("population", population, MIN_POPULATION), ("max_microbatches", max_microbatches, 1)
+        )
         self.identity = SearchIdentity(
             schedule,
             seed,
