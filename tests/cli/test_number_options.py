@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 
 from tests.support.cli_helpers import describe, run_cli
 
@@ -32,7 +33,7 @@ FLOAT_OPTIONS = [
 IDS = [f"{args[0]}{option}" for args, option, _ in FLOAT_OPTIONS]
 
 
-def _refused(result: object, option: str, *reasons: str) -> None:
+def _refused(result: Result, option: str, *reasons: str) -> None:
     """Exit 2 with one line naming ``option`` and one of ``reasons``."""
     assert result.exit_code == 2, describe(result)
     assert result.stderr.count("\n") == 1, result.stderr

@@ -62,7 +62,8 @@ def test_stop_ends_a_running_helper_and_finish_waits() -> None:
     quick = subprocess.Popen([sys.executable, "-c", "pass"])
     background_compile.finish(quick)
     assert quick.returncode == 0
-    background_compile.stop(None), background_compile.finish(None)
+    background_compile.stop(None)  # no helper: nothing to do
+    background_compile.finish(None)
 
 
 def test_a_search_that_fails_before_the_compile_ends_its_helper(
