@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import platform
 import random
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from tidgap.cli import cli
 from tidgap.cli.main import TidgapGroup
 from tidgap.cli.profile import profile_command, synth_command
 from tidgap.model.problem import Problem
+from tidgap.profiling.allocator import ALLOCATOR_KEPT
 from tidgap.profiling.build import measurement_sizes, non_decreasing
 from tidgap.profiling.split import balanced_split, parse_split
 
@@ -144,6 +146,10 @@ def test_profile_mlp_end_to_end(torch: Any, tmp_path: Path) -> None:
     assert source["measured"] is True and source["device"] == "cpu"
     assert source["versions"]["torch"] == torch.__version__
     assert source["threads"] == torch.get_num_threads()
+    glibc = platform.libc_ver()[0] == "glibc"
+    assert source["timing"]["allocator"] == (
+        ALLOCATOR_KEPT if glibc else "the C library's defaults"
+    )
     assert source["split"]["method"].startswith("balanced")
     assert list(source["split"]["layer_ms"]) == MLP_LAYERS
     bounds = source["split"]["boundaries"]

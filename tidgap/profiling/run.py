@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from tidgap import __version__
 from tidgap.host import cpu_model
 from tidgap.model.errors import InputError
+from tidgap.profiling.allocator import ALLOCATOR_KEPT, keep_freed_memory
 from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
 from tidgap.profiling.measure import (
     Measurement,
@@ -192,7 +193,9 @@ def profile(
 
     ``on_step(label)`` follows each of the :func:`step_count` timings; ``command``
     (the command line) is recorded in ``source``. Bad settings raise :class:`InputError`
-    before anything is measured. PyTorch's thread count is restored afterwards.
+    before anything is measured. PyTorch's thread count is restored afterwards; the C
+    library's ``malloc`` is left keeping freed memory, as in ``tidgap run``'s workers
+    (:func:`~tidgap.profiling.allocator.keep_freed_memory`).
     """
     names = [name for name, _ in model.layers.named_children()]
     if settings.stages > len(names):
@@ -204,6 +207,7 @@ def profile(
     given = None if settings.split is None else parse_split(settings.split, names, settings.stages)
     device = torch_device(settings.device)
     sizes = measurement_sizes(settings.unit, settings.cap)
+    kept_freed_memory = keep_freed_memory()
     previous_threads = torch.get_num_threads()
     try:
         if settings.threads is not None:
@@ -255,6 +259,7 @@ def profile(
                 else ""
             ),
             "recompute": settings.recompute,
+            "allocator": ALLOCATOR_KEPT if kept_freed_memory else "the C library's defaults",
             "monotone": "times are the cumulative maximum over sizes (noisy medians may dip)",
             "tail": tail_rule(settings),
             "optimizer": None

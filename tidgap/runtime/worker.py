@@ -116,6 +116,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
     from tidgap.cli.profile import build_model
     from tidgap.model.plan import load_plan
     from tidgap.model.problem import load_problem
+    from tidgap.profiling.allocator import keep_freed_memory
     from tidgap.profiling.run import stage_modules
     from tidgap.runtime.dist_transport import DistTransport
     from tidgap.runtime.executor import execute
@@ -126,6 +127,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
     from tidgap.runtime.task import make_task
 
     progress("building the model")
+    keep_freed_memory()
     torch.set_num_threads(job.threads)
     problem = load_problem(job.problem)
     plan = load_plan(job.plan, problem)
