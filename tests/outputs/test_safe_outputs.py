@@ -30,7 +30,7 @@ from tests.support.cli_helpers import (
     write_json,
 )
 from tidgap.model.errors import InputError
-from tidgap.outputs.atomic import probe, replace_atomically
+from tidgap.outputs.atomic import probe, replace_atomically, write_together
 
 CASE = "tiny7_1"  # two stages: every command here runs in well under a second
 QUICK_SEARCH = ("--generations", "1", "--population", "8", "--seed", "3")
@@ -154,6 +154,71 @@ def test_a_fifo_without_a_reader_passes_the_probe_without_blocking(tmp_path: Pat
     os.mkfifo(fifo)
     probe(fifo)
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+# --- a command's files are written together ----------------------------------------------------
+
+
+def test_files_written_together_change_nothing_when_one_cannot_be_made(tmp_path: Path) -> None:
+    """The first file is made, the second fails: neither path changes, nothing is left."""
+    first, second = tmp_path / "plan.json", tmp_path / "picture.png"
+    first.write_text("old plan", encoding="utf-8")
+
+    def fail(temporary: Path) -> None:
+        temporary.write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    files = [(first, lambda temporary: temporary.write_text("new", encoding="utf-8"))]
+    with pytest.raises(InputError, match="picture.png: cannot write: No space left on device"):
+        write_together([*files, (second, fail)])
+    assert first.read_text(encoding="utf-8") == "old plan" and not second.exists()
+    assert others(tmp_path, first) == []
+
+
+def test_a_stream_that_fails_is_written_before_any_file_is_replaced(tmp_path: Path) -> None:
+    """A full device is written first: its failure leaves the other file as it was."""
+    node = device(tmp_path / "full", FULL)
+    plan = tmp_path / "plan.json"
+    plan.write_text("old plan", encoding="utf-8")
+    new = [(plan, lambda t: t.write_text("new", encoding="utf-8"))]
+    with pytest.raises(InputError, match="full: cannot write: No space left on device"):
+        write_together([*new, (node, lambda t: t.write_text("trace", encoding="utf-8"))])
+    assert plan.read_text(encoding="utf-8") == "old plan" and others(tmp_path, plan, node) == []
+
+
+def test_a_search_that_cannot_write_its_trace_keeps_the_old_plan(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    """One line, exit 2, and the plan already at ``--out`` keeps its content."""
+    node = device(tmp_path / "full", FULL)
+    old = tmp_path / "plan-out.json"
+    old.write_text("kept", encoding="utf-8")
+    words = ("search", "PROBLEM", *QUICK_SEARCH, "--out", str(old), "--trace", "OUT")
+    line = error_line(run_filled(words, inputs, node))
+    assert line == f"tidgap: error: {node}: cannot write: No space left on device"
+    assert old.read_text(encoding="utf-8") == "kept"
+
+
+def test_an_export_that_cannot_write_its_sidecar_keeps_the_old_csv(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    node = device(tmp_path / "full", FULL)
+    old = tmp_path / "plan.csv"
+    old.write_text("kept", encoding="utf-8")
+    sidecar = tmp_path / "plan.microbatches.json"
+    sidecar.symlink_to(node)
+    line = error_line(run_filled((*EXPORT, "pytorch-csv", "--out", "OUT"), inputs, old))
+    assert line == f"tidgap: error: {sidecar}: cannot write: No space left on device"
+    assert old.read_text(encoding="utf-8") == "kept"
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_line(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    node = device(tmp_path / "full", FULL)
+    words = ("search", "PROBLEM", *QUICK_SEARCH, "--checkpoint", "OUT")
+    line = error_line(run_filled(words, inputs, node))
+    assert line == f"tidgap: error: {node}: cannot write: No space left on device"
 
 
 # --- regular files: links, mode and owner kept ----------------------------------------------------

@@ -16,7 +16,7 @@ from tidgap.cli.options import (
 )
 from tidgap.model.plan import load_plan
 from tidgap.model.problem import load_problem
-from tidgap.outputs.files import check_outputs, write_comparison
+from tidgap.outputs.files import check_outputs, comparison_files, write_files
 from tidgap.schedules.baselines import best_baselines
 from tidgap.schedules.families import SCHEDULES, plan_timeline
 
@@ -51,7 +51,7 @@ def compare_command(
     rows = compare(loaded, plan, baselines=baselines)
     bound = lower_bound(loaded)
     plans = [plan_timeline(loaded, plan)] if plan is not None else []
-    written = write_comparison(loaded, plans, baselines, gantt, trace)
+    written = write_files(comparison_files(loaded, plans, baselines, gantt, trace))
     if as_json:
         echo_json(
             {

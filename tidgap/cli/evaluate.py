@@ -20,7 +20,7 @@ from tidgap.cli.options import (
 from tidgap.model.errors import InputError
 from tidgap.model.plan import load_plan
 from tidgap.model.problem import Problem, load_problem
-from tidgap.outputs.files import check_outputs, write_timelines
+from tidgap.outputs.files import check_outputs, timeline_files, write_files
 from tidgap.schedules.baselines import require_feasible
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import (
@@ -97,7 +97,7 @@ def evaluate_command(
     family = family_of(plan)
     evaluation = evaluate(loaded, plan)
     timeline = plan_timeline(loaded, plan)
-    written = write_timelines([timeline], gantt, trace, loaded.name)
+    written = write_files(timeline_files([timeline], gantt, trace, loaded.name))
     if as_json:
         echo_json(evaluation.as_dict())
         return
@@ -141,7 +141,8 @@ def _evaluate_baseline(
     evaluation = baseline_evaluation(problem, schedule, m)
     time = family.time(problem, m) if evaluation is None else evaluation.iteration_time
     timeline = baseline_timeline(problem, schedule, m) if family.has_timeline else None
-    written = [] if timeline is None else write_timelines([timeline], gantt, trace, problem.name)
+    files = [] if timeline is None else timeline_files([timeline], gantt, trace, problem.name)
+    written = write_files(files)
     throughput = problem.batch_size / time
     document: dict[str, Any] = {
         "schedule": schedule,

@@ -12,7 +12,6 @@ from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import stop_on_signals
-from tidgap.outputs.atomic import write_text_atomically
 from tidgap.outputs.exports import (
     SAME_PARTITION_ADVICE,
     lowered_plan,
@@ -23,7 +22,7 @@ from tidgap.outputs.exports import (
     schedule_document,
     slower_than_rival_warning,
 )
-from tidgap.outputs.files import check_outputs, write_json, writing
+from tidgap.outputs.files import check_outputs, json_file, text_file, write_files, write_json
 from tidgap.schedules.baselines import BaselineResult, best_baselines
 from tidgap.schedules.families import evaluate, family_of, plan_timeline
 
@@ -147,9 +146,8 @@ def _export_pytorch_csv(problem: Problem, plan: Plan, out: str, sidecar: str) ->
     unit = problem.time_unit
     rival, advice = _rival(plan, best_baselines(problem))
     warning = slower_than_rival_warning(lowered, rival, advice, unit)
-    with writing(out):
-        write_text_atomically(out, pytorch_csv(common.stage_order()))
-    write_json(sidecar, microbatches_document(problem, sizes, evaluation, lowered, out))
+    document = microbatches_document(problem, sizes, evaluation, lowered, out)
+    write_files([text_file(out, pytorch_csv(common.stage_order())), json_file(sidecar, document)])
     kept = "" if family_of(plan).has_flush else ", in the plan's order"
     click.echo(
         f"lowered to one partition of {len(sizes)} microbatches (every stage's boundaries"

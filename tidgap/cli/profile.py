@@ -22,7 +22,7 @@ from click.core import ParameterSource
 from tidgap.cli.options import Command, Number
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
-from tidgap.outputs.files import check_outputs, write_json
+from tidgap.outputs.files import check_outputs, json_file, write_files, write_json
 from tidgap.profiling.synth import SHAPES, synth_problem
 from tidgap.runtime.optimizers import DEFAULT_LR, OPTIMIZERS
 
@@ -508,7 +508,9 @@ def synth_command(
     ]
     paths = [str(folder / f"{document['name']}.json") for document in documents]
     check_outputs(None, None, *[("--out-dir", path) for path in paths])
-    for document, path in zip(documents, paths, strict=True):
-        _emit(document, path, as_json)
-        if not (quiet or as_json):
-            click.echo(f"wrote {path}")
+    files = [json_file(path, d, f"wrote {path}") for d, path in zip(documents, paths, strict=True)]
+    written = write_files(files)
+    if as_json:  # one problem (--count 1)
+        click.echo(json.dumps(documents[0], indent=1, allow_nan=False))
+    elif not quiet:
+        click.echo("\n".join(written))

@@ -39,7 +39,7 @@ from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import read_json
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem, problem_path
-from tidgap.outputs.files import check_outputs, write_json, write_timelines
+from tidgap.outputs.files import check_outputs, timeline_files, write_files, write_json
 from tidgap.profiling.split import parse_split
 from tidgap.runtime.job import Job
 from tidgap.runtime.optimizers import describe
@@ -519,7 +519,7 @@ def run_command(
             for label, each, given in to_run(loaded, plan, baselines)
         ]
     timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]
-    written = write_timelines(timelines, None, trace, loaded.name)
+    written = write_files(timeline_files(timelines, None, trace, loaded.name))
     tolerance = TOLERANCE[float64]
     if as_json:
         echo_json(document(loaded, plan_file, job, runs, tolerance))

@@ -39,7 +39,7 @@ from tidgap.optimize.driver import (
 from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.limits import parse_memory_limit
 from tidgap.optimize.memory import parse_size
-from tidgap.outputs.files import check_outputs, write_comparison, write_json
+from tidgap.outputs.files import check_outputs, comparison_files, json_file, write_files
 from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
@@ -265,10 +265,10 @@ def _report(
     """Write the plan and pictures where asked and print the summary (or the JSON plan)."""
     loaded = result.problem
     document = result.plan_document()
-    if out is not None:
-        write_json(out, document)
     timeline = plan_timeline(loaded, result.plan, label="tidgap")
-    written = write_comparison(loaded, [timeline], result.baselines, gantt, trace)
+    files = [] if out is None else [json_file(out, document)]
+    files += comparison_files(loaded, [timeline], result.baselines, gantt, trace)
+    written = write_files(files)
     if as_json:
         echo_json(document)
         return

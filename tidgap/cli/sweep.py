@@ -29,8 +29,7 @@ from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level
 from tidgap.optimize.many import SearchFailed, local_pool, search_many
 from tidgap.optimize.optimizer import flush_memory_limit
 from tidgap.optimize.results import SearchResult
-from tidgap.outputs.atomic import write_text_atomically
-from tidgap.outputs.files import check_outputs, write_json, writing
+from tidgap.outputs.files import check_outputs, json_file, text_file, write_files, writing
 from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.families import SCHEDULES
 
@@ -242,14 +241,13 @@ def _write(
 ) -> list[dict[str, Any]]:
     """Write each plan found and the summary files (CSV, JSON); return the summary's rows
     (each with ``tidgap run``'s prediction for its plan)."""
-    rows = []
+    rows, files = [], []
     for spec, path, result in zip(specs, plans, results, strict=True):
         if result is not None:
-            write_json(str(path), result.plan_document())
+            files.append(json_file(path, result.plan_document()))
             run_time = run_evaluation(result.problem, result.plan).iteration_time
             rows.append(sweep_row(spec, path.name, result, run_time))
     csv_path, json_path = summaries
-    with writing(csv_path):
-        write_text_atomically(csv_path, summary_csv(rows))
-    write_json(str(json_path), {"problems": rows})
+    files += [text_file(csv_path, summary_csv(rows)), json_file(json_path, {"problems": rows})]
+    write_files(files)
     return rows

@@ -205,7 +205,12 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     return document
 
 
+def json_text(document: Any) -> str:
+    """``document`` as the JSON text tidgap writes (indented, finite numbers only)."""
+    return json.dumps(document, indent=1, allow_nan=False) + "\n"
+
+
 def write_json_atomic(path: str | os.PathLike[str], document: Any) -> None:
     """Write ``document`` as JSON to ``path`` with :mod:`tidgap.outputs.atomic`'s one writer:
     readers never see half a file, and on failure ``path`` keeps its old content."""
-    write_text_atomically(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
+    write_text_atomically(path, json_text(document))

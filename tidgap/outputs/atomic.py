@@ -173,33 +173,83 @@ def _write_in_place(content: Path, where: Destination) -> None:
             os.fsync(writer.fileno())
 
 
-def replace_atomically(path: str | os.PathLike[str], produce: Callable[[Path], None]) -> None:
-    """Call ``produce(temporary)`` to make the file, then put it at ``path`` (see the module).
+#: Makes one file's content at the temporary path it is given.
+Producer = Callable[[Path], None]
 
-    The temporary file keeps ``path``'s suffix, so writers that infer the format from it
-    work. On any failure ``path`` keeps its old content and the temporary file is removed
-    (in place, only a failure while copying the finished file can leave part of it).
-    """
+
+@dataclass(frozen=True)
+class _Staged:
+    """One file made and not yet put in place: ``content`` is beside ``where.target``
+    (replaced by renaming) or in a private folder (copied in place)."""
+
+    shown: str
+    where: Destination
+    content: Path
+
+
+def _stage(path: str | os.PathLike[str], produce: Producer, folder: Path) -> _Staged:
+    """Make ``path``'s content with ``produce``: in ``folder`` for a file written in place,
+    else beside the target (same file system, so the rename is atomic)."""
     where = destination(path)
     suffix = Path(path).suffix
     if where.in_place:
-        with tempfile.TemporaryDirectory(prefix="tidgap-") as folder:
-            content = Path(folder) / f"content{suffix}"
-            produce(content)
-            _write_in_place(content, where)
-        return
-    target = where.target
-    descriptor, name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=suffix, dir=target.parent)
-    os.close(descriptor)
-    temporary = Path(name)
+        content = Path(tempfile.mkdtemp(dir=folder)) / f"content{suffix}"
+    else:
+        descriptor, name = tempfile.mkstemp(
+            prefix=f".{where.target.stem}.", suffix=suffix, dir=where.target.parent
+        )
+        os.close(descriptor)
+        content = Path(name)
     try:
-        produce(temporary)
-        _settle(temporary, where.status)
-        os.replace(temporary, target)
+        produce(content)
+        if not where.in_place:
+            _settle(content, where.status)
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        content.unlink(missing_ok=True)
         raise
-    _sync_folder(target.parent)
+    return _Staged(str(path), where, content)
+
+
+def _put_in_place(staged: _Staged) -> None:
+    if staged.where.in_place:
+        _write_in_place(staged.content, staged.where)
+        return
+    os.replace(staged.content, staged.where.target)
+    _sync_folder(staged.where.target.parent)
+
+
+def write_together(files: list[tuple[str | os.PathLike[str], Producer]]) -> None:
+    """Write several files as one: every file is made first (``produce(temporary)``, see
+    the module), and only when all are made are they put in place, those written in place
+    (devices, FIFOs, hard links: they can still fail) before the renames (which do not).
+
+    So a failure while making any file leaves every path as it was, and the temporary
+    files are removed. An :class:`OSError` becomes an :class:`InputError` naming the path;
+    anything else ``produce`` raises passes through.
+    """
+    staged: list[_Staged] = []
+    shown = ""
+    with tempfile.TemporaryDirectory(prefix="tidgap-") as folder:
+        try:
+            for path, produce in files:
+                shown = str(path)
+                staged.append(_stage(path, produce, Path(folder)))
+            for item in sorted(staged, key=lambda item: not item.where.in_place):
+                shown = item.shown
+                _put_in_place(item)
+        except OSError as error:
+            raise InputError(f"cannot write: {_reason(error)}", source=shown) from None
+        finally:
+            for item in staged:
+                if not item.where.in_place:
+                    item.content.unlink(missing_ok=True)
+
+
+def replace_atomically(path: str | os.PathLike[str], produce: Producer) -> None:
+    """Write one file with :func:`write_together`: ``path`` keeps its old content on any
+    failure (in place, only a failure while copying the finished file can leave part of
+    it)."""
+    write_together([(path, produce)])
 
 
 def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:

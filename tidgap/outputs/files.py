@@ -1,7 +1,8 @@
 """The files a command writes besides its text: pictures (``--gantt``), traces
 (``--trace``) and exports. Before any long work each path is checked (not an input, not
-another output, really writable); each file is written by :mod:`tidgap.outputs.atomic`, and a
-failure is bad input (one line, exit status 2), never a traceback.
+another output, really writable); a command's files are written together by
+:mod:`tidgap.outputs.atomic` (all made before any is put in place), and a failure is bad
+input (one line, exit status 2), never a traceback.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
-from tidgap.model.fileio import write_json_atomic
+from tidgap.model.fileio import json_text
 from tidgap.model.problem import Problem
-from tidgap.outputs.atomic import Identity, identity, probe
+from tidgap.outputs.atomic import Identity, Producer, identity, probe, write_together
 from tidgap.schedules.baselines import BaselineResult
 from tidgap.schedules.families import TIMED_BASELINES, baseline_timeline
 from tidgap.schedules.timeline import Timeline
@@ -66,42 +68,67 @@ def writing(path: str | os.PathLike[str]) -> Iterator[None]:
         raise InputError(f"cannot write: {error.strerror or error}", source=str(path)) from None
 
 
-def write_json(path: str, document: Any) -> None:
-    """Write ``document`` to ``path`` atomically (see :func:`writing`)."""
-    with writing(path):
-        write_json_atomic(path, document)
+@dataclass(frozen=True)
+class OutputFile:
+    """One file a command writes: its path, what makes its content at a temporary path,
+    and the line to print once it is written (``None``: none)."""
+
+    path: str | os.PathLike[str]
+    produce: Producer
+    said: str | None = None
 
 
-def write_timelines(
+def text_file(path: str | os.PathLike[str], text: str, said: str | None = None) -> OutputFile:
+    """``text`` (UTF-8) as an :class:`OutputFile`."""
+    return OutputFile(path, lambda temporary: temporary.write_text(text, encoding="utf-8"), said)
+
+
+def json_file(path: str | os.PathLike[str], document: Any, said: str | None = None) -> OutputFile:
+    """``document`` as JSON (:func:`tidgap.model.fileio.json_text`)."""
+    return text_file(path, json_text(document), said)
+
+
+def write_files(files: list[OutputFile]) -> list[str]:
+    """Write ``files`` together (:func:`tidgap.outputs.atomic.write_together`: a failure
+    while making any leaves every path as it was; :class:`InputError` naming the path);
+    return the lines they say."""
+    write_together([(file.path, file.produce) for file in files])
+    return [file.said for file in files if file.said is not None]
+
+
+def write_json(path: str | os.PathLike[str], document: Any) -> None:
+    """Write ``document`` to ``path`` atomically."""
+    write_files([json_file(path, document)])
+
+
+def timeline_files(
     timelines: list[Timeline], gantt: str | None, trace: str | None, problem_name: str | None
-) -> list[str]:
-    """Draw and trace ``timelines`` where asked; return one line per file written."""
-    written = []
+) -> list[OutputFile]:
+    """The picture and trace of ``timelines``, where asked."""
+    files = []
     if gantt is not None:
-        from tidgap.outputs.gantt import draw
+        from tidgap.outputs.gantt import picture
 
-        with writing(gantt):
-            draw(timelines, gantt)
-        written.append(f"picture written to {gantt}")
+        files.append(OutputFile(gantt, picture(timelines), f"picture written to {gantt}"))
     if trace is not None:
         from tidgap.outputs.trace import trace_document
 
-        write_json(trace, trace_document(timelines, problem_name))
-        written.append(f"trace written to {trace}")
-    return written
+        document = trace_document(timelines, problem_name)
+        files.append(json_file(trace, document, f"trace written to {trace}"))
+    return files
 
 
-def write_comparison(
+def comparison_files(
     problem: Problem,
     plans: list[Timeline],
     baselines: dict[str, BaselineResult],
     gantt: str | None,
     trace: str | None,
-) -> list[str]:
+) -> list[OutputFile]:
     """Picture and trace (where asked) of ``plans`` above the best GPipe and 1F1B."""
     if gantt is None and trace is None:
         return []
     timelines = plans + [
         baseline_timeline(problem, name, baselines[name].microbatches) for name in TIMED_BASELINES
     ]
-    return write_timelines(timelines, gantt, trace, problem.name)
+    return timeline_files(timelines, gantt, trace, problem.name)

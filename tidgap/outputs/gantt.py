@@ -16,7 +16,7 @@ from typing import Any
 
 from tidgap.analysis.report import report
 from tidgap.model.errors import InputError
-from tidgap.outputs.atomic import replace_atomically
+from tidgap.outputs.atomic import Producer, replace_atomically
 from tidgap.schedules.timeline import Step, Timeline
 
 FORMATS = (".png", ".svg")
@@ -175,11 +175,19 @@ def _legend(figure: Any) -> None:
     )
 
 
-def draw(timelines: list[Timeline], path: str | os.PathLike[str]) -> None:
-    """Write the picture of ``timelines`` (top to bottom, one time axis) to ``path``.
+def picture(timelines: list[Timeline]) -> Producer:
+    """What draws ``timelines`` (top to bottom, one time axis) into the file it is given,
+    for :func:`tidgap.outputs.atomic.write_together`; the format follows that file's
+    suffix (.png or .svg)."""
+    return lambda temporary: _save(timelines, temporary)
 
-    The format follows the suffix (.png or .svg); the file is replaced atomically.
-    """
+
+def draw(timelines: list[Timeline], path: str | os.PathLike[str]) -> None:
+    """Write the picture of ``timelines`` to ``path`` (see :func:`picture`), atomically."""
+    replace_atomically(path, picture(timelines))
+
+
+def _save(timelines: list[Timeline], path: Path) -> None:
     from matplotlib.figure import Figure
 
     width, height = figure_size(timelines)
@@ -199,5 +207,4 @@ def draw(timelines: list[Timeline], path: str | os.PathLike[str]) -> None:
     for ax in axes[:, 0]:
         ax.tick_params(axis="x", labelsize=FONT_SIZE + 1)
     _legend(figure)
-    suffix = Path(path).suffix.lower().lstrip(".")
-    replace_atomically(path, lambda temporary: figure.savefig(temporary, format=suffix, dpi=DPI))
+    figure.savefig(path, format=path.suffix.lower().lstrip("."), dpi=DPI)
