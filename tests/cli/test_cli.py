@@ -206,6 +206,26 @@ def test_evaluate_schedule_short_option_and_text(tmp_path: Path, schedule: str) 
     assert result.stderr == ""
 
 
+@pytest.mark.parametrize(
+    ("m", "message"),
+    [
+        (0, "0 is outside 1..1000000"),
+        (1_000_001, "1000001 is outside 1..1000000"),
+        (500_001, "500001 microbatches on 2 stage(s) are 1000002 forward steps, more than the"),
+    ],
+)
+def test_evaluate_schedule_refuses_counts_it_cannot_run(tmp_path: Path, m: int, message: str):
+    """A count outside ``1..U``, or one whose run would take minutes and gigabytes: one
+    line naming ``--microbatches``, at once."""
+    problem = tmp_path / "wide.json"
+    made = run_cli("synth", "--stages", "2", "--batch-size", "1000000", "--out", str(problem))
+    assert made.exit_code == 0, describe(made)
+    result = run_cli("evaluate", str(problem), "--schedule", "1f1b", "--microbatches", str(m))
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.startswith(f"tidgap: error: --microbatches: {message}"), describe(result)
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
 # --- compare PROBLEM [PLAN] ----------------------------------------------------------------------
 
 
