@@ -4,6 +4,7 @@ files are versioned and rejected cleanly."""
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 
 import numpy as np
@@ -87,6 +88,56 @@ def test_bad_state_files_are_refused(tmp_path, damage, message):
     with pytest.raises(InputError, match=message) as caught:
         tidgap.search(problem, generations=5, resume=path, **options)
     assert str(path) in str(caught.value)
+
+
+def _counters(**changes):
+    return lambda p: _rewrite_meta(p, lambda m: m["counters"].update(changes))
+
+
+def _meta_text(path, text):
+    """Replace the meta string of the state at ``path`` with ``text`` as it is."""
+    with np.load(path) as archive:
+        arrays = {name: archive[name] for name in archive.files if name != "meta"}
+    with path.open("wb") as file:
+        np.savez(file, meta=np.array(text), **arrays)
+
+
+def _huge_array(path):
+    """A state whose one array claims 2**40 doubles in its header."""
+    header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1099511627776,), }"
+    header += " " * (117 - len(header)) + "\n"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(
+            "meta.npy", b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
+        )
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (_counters(generation=-1), "counters.generation -1 is not a count"),
+        (_counters(evaluations=True), "counters.evaluations True is not a count"),
+        (_counters(best=1.5), "counters.best 1.5 is not a count"),
+        (_counters(generation=10**15), "counters.generation 1000000000000000 above"),
+        (_counters(generation=3, since_improvement=4), "since_improvement above"),
+        (lambda p: _rewrite_meta(p, lambda m: m.update(counters=[1])), "counters is not an"),
+        (lambda p: _meta_text(p, "[" * 100_000 + "]" * 100_000), "meta: nested deeper than 64"),
+        (lambda p: _meta_text(p, '{"format": NaN}'), "meta.format: "),
+        (lambda p: _meta_text(p, "{"), "meta: not valid JSON"),
+        (_huge_array, "is not a tidgap state file (MemoryError)"),
+    ],
+)
+def test_damaged_meta_is_one_error(tmp_path, damage, message):
+    """Counters, meta JSON and array headers a search never writes: an :class:`InputError`
+    naming the file, never a hang, a traceback or a huge allocation."""
+    problem = tidgap.load_problem("example:tiny-2")
+    path = tmp_path / "s.state"
+    options = dict(schedule="windowed", population=16, seed=0)
+    tidgap.search(problem, generations=2, checkpoint=path, **options)
+    damage(path)
+    with pytest.raises(InputError, match=re.escape(message)) as caught:
+        tidgap.search(problem, generations=2, resume=path, **options)
+    assert str(caught.value).startswith(f"{path}: ")
 
 
 def test_truncated_state_file_is_refused(tmp_path):

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tidgap.model.errors import InputError
+from tidgap.model.errors import InputError, JsonPath
 from tidgap.model.text import printable
 from tidgap.outputs.atomic import write_text_atomically
 
@@ -126,12 +126,13 @@ def _lone_surrogate(text: str) -> str | None:
     return next((ch for ch in text if "\ud800" <= ch <= "\udfff"), None)
 
 
-def _check_values(document: Any) -> None:
+def _check_values(document: Any, root: JsonPath = ()) -> None:
     """Raise :class:`InputError` at the first value, in file order, that no command can
     use: nesting deeper than :data:`MAX_DEPTH`, an integer longer than
     :data:`MAX_INTEGER_DIGITS` digits, a number that is not finite, or a string or key
-    holding a lone surrogate (not Unicode text: it cannot be printed or written)."""
-    stack: list[tuple[Any, tuple[str | int, ...], int]] = [(document, (), 1)]
+    holding a lone surrogate (not Unicode text: it cannot be printed or written). Paths
+    start at ``root`` (the field holding ``document``)."""
+    stack: list[tuple[Any, tuple[str | int, ...], int]] = [(document, tuple(root), 1)]
     while stack:
         value, path, depth = stack.pop()
         if isinstance(value, _Unusable):
@@ -183,6 +184,12 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise InputError(
             f"not UTF-8 text (byte {error.start}: {error.reason})", source=source
         ) from None
+    return parse_json(text, source)
+
+
+def parse_json(text: str, source: str, field: JsonPath = ()) -> Any:
+    """Decode JSON ``text`` held in ``source`` (at ``field``, for JSON inside a file) by
+    :func:`read_json`'s rules; :class:`InputError` naming both."""
     try:
         document = json.loads(
             text, parse_int=_integer, parse_float=_number, parse_constant=_constant
@@ -190,16 +197,18 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     except json.JSONDecodeError as error:
         raise InputError(
             f"not valid JSON (line {error.lineno}, column {error.colno}): {error.msg}",
+            field,
             source=source,
         ) from None
     except RecursionError:
         line, column = _too_deep_at(text)
         raise InputError(
             f"nested deeper than {MAX_DEPTH} levels (line {line}, column {column})",
+            field,
             source=source,
         ) from None
     try:
-        _check_values(document)
+        _check_values(document, field)
     except InputError as error:
         raise error.within(source) from None
     return document

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tidgap.model.errors import InputError
+from tidgap.model.fileio import parse_json
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import FREE
@@ -40,6 +41,9 @@ from tidgap.schedules.families import SCHEDULES
 STATE_FORMAT = "tidgap.state/1"
 #: Seconds between checkpoints when none is given.
 DEFAULT_EVERY = 60.0
+#: Most generations a state may count: more than a day of the fastest searches (a
+#: generation takes tens of microseconds at least), so a larger count is a damaged file.
+MAX_GENERATION = 10**9
 
 
 def problem_digest(problem: Problem) -> str:
@@ -122,9 +126,8 @@ class SavedState:
         """Put this state into ``optimizer`` (built by the same setup)."""
         try:
             optimizer.restore_arrays(self.arrays)
-            counters = self.meta["counters"]
-            for name in ("generation", "evaluations", "since_improvement", "best"):
-                setattr(optimizer.counters, name, int(counters[name]))
+            for name, value in _counters(self.meta["counters"]).items():
+                setattr(optimizer.counters, name, value)
             draws = int(self.meta["draws"])
             if not 0 <= draws < 2**64:
                 raise ValueError(f"draws {draws} out of range")
@@ -132,6 +135,25 @@ class SavedState:
             optimizer.rescore()  # the scores from the restored genes, with today's fitness
         except (KeyError, TypeError, ValueError, OverflowError, IndexError) as error:
             raise InputError(f"does not fit this search ({error})", source=self.source) from None
+
+
+def _counters(saved: Any) -> dict[str, int]:
+    """The saved ``counters``, checked: integers, none negative, ``generation`` at most
+    :data:`MAX_GENERATION` (the annealing after a resumed search takes steps in proportion)
+    and ``since_improvement`` at most ``generation``. :class:`ValueError` otherwise."""
+    if not isinstance(saved, dict):
+        raise ValueError("counters is not an object")
+    counters = {}
+    for name in ("generation", "evaluations", "since_improvement", "best"):
+        value = saved[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"counters.{name} {value!r} is not a count")
+        counters[name] = value
+    if counters["generation"] > MAX_GENERATION:
+        raise ValueError(f"counters.generation {counters['generation']} above {MAX_GENERATION}")
+    if counters["since_improvement"] > counters["generation"]:
+        raise ValueError("counters.since_improvement above counters.generation")
+    return counters
 
 
 def state_meta(run: Prepared, identity: SearchIdentity) -> dict[str, Any]:
@@ -186,16 +208,13 @@ def load_state(path: str | os.PathLike[str]) -> SavedState:
             arrays = {name: archive[name] for name in archive.files}
     except FileNotFoundError:
         raise InputError("no such file", source=source) from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+    except (OSError, ValueError, EOFError, MemoryError, zipfile.BadZipFile) as error:
         raise InputError(
             f"is not a tidgap state file ({type(error).__name__})", source=source
         ) from None
     if "meta" not in arrays:
         raise InputError("is not a tidgap state file (no meta)", source=source)
-    try:
-        meta = json.loads(str(arrays.pop("meta")))
-    except ValueError:
-        raise InputError("is not JSON", ("meta",), source=source) from None
+    meta = parse_json(str(arrays.pop("meta")), source, ("meta",))
     if not isinstance(meta, dict) or meta.get("format") != STATE_FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
         raise InputError(
