@@ -259,6 +259,12 @@ def test_bad_split_exits_2_naming_split(
         ((*TINY_GPT, "--heads", "3"), "--heads: 3 heads do not divide hidden size 32"),
         ((*MLP, "--batch-size", "10", "--unit", "4"), "--batch-size: 10 is not a multiple"),
         ((*MLP, "--batch-size", "8", "--max-microbatch", "6", "--unit", "4"), "--max-microbatch"),
+        ((*MLP, "--batch-size", str(2**31)), "2147483648 is not in the range 1<=x<=2147483647"),
+        ((*MLP, "--threads", "1025"), "1025 is not in the range 1<=x<=1024"),
+        ((*MLP, "--stages", str(10**20)), "is not in the range 1<=x<=1024"),
+        (("gpt", "--layers", str(2**31 - 1)), "gpt: about 1.52e+16 parameters need 1.22e+08 GB"),
+        (("vgg16", "--classes", str(2**31 - 1)), "vgg16: about 8.8e+12 parameters need"),
+        (("vgg16", "--image-size", str(2**31 - 1)), "vgg16: cannot make an input of 32 samples"),
     ],
 )
 def test_bad_profile_input_exits_2(
@@ -275,6 +281,7 @@ def test_bad_profile_input_exits_2(
     [
         ("UNBATCHED", "layer '1' returned shape (32,), whose first dimension is not the"),
         ("MISMATCHED", "layer '1' failed on 4 samples: mat1 and mat2 shapes cannot be"),
+        ("RAISING", "layer '1' failed on 4 samples: ValueError: this layer takes no input"),
     ],
 )
 def test_bad_layer_exits_2(torch: Any, tmp_path: Path, model: str, expected: str) -> None:
@@ -283,6 +290,48 @@ def test_bad_layer_exits_2(torch: Any, tmp_path: Path, model: str, expected: str
     line = error_line(run("profile", *args, "--batch-size", "4", "--out", str(out)))
     assert f"tidgap: error: tests.support.tiny_models:{model}: {expected}" in line, line
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("def broken(:\n", "importing 'usermodel' failed: SyntaxError: invalid syntax"),
+        ("raise KeyError('no weights')\n", "importing 'usermodel' failed: KeyError: 'no weights'"),
+        ("import sys\nsys.exit(3)\n", "importing 'usermodel' failed: SystemExit: 3"),
+        ("import not_a_module_anywhere\n", "cannot import 'usermodel': No module named"),
+    ],
+    ids=["syntax", "raises", "exits", "missing import"],
+)
+def test_a_module_that_fails_on_import_exits_2(
+    torch: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_measuring: None,
+    source: str,
+    expected: str,
+) -> None:
+    """The user's module's own error on import: one line naming it, never a traceback."""
+    (tmp_path / "usermodel.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "usermodel", raising=False)
+    args = ("usermodel:MODEL", "--input-shape", "16", "--out", str(tmp_path / "p.json"))
+    line = error_line(run("profile", *args))
+    assert line.startswith(f"tidgap: error: usermodel:MODEL: {expected}"), line
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_what_a_module_prints_on_import_stays_off_json(
+    torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = "print('loading weights...')\nfrom tests.support.tiny_models import MLP\n"
+    (tmp_path / "chatty.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "chatty", raising=False)
+    args = ("chatty:MLP", "--input-shape", "16", "--batch-size", "4", "--stages", "2")
+    result = run("profile", *args, *FAST, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stages"]
+    assert "loading weights..." in result.stderr
 
 
 def test_unwritable_out_fails_before_measuring(

@@ -136,6 +136,9 @@ def test_synthetic_problem_is_searched(tmp_path: Path) -> None:
         (("--out", "x.json", "--out-dir", "d"), "give --out or --out-dir, not both"),
         (("--out", "no/such/folder/x.json",), "does not exist"),
         (("--count", "2", "--out-dir", "d", "--json"), "not --count > 1"),
+        (("--stages", "1025"), "1025 is not in the range 1<=x<=1024"),
+        (("--count", str(10**20), "--out-dir", "d"), "is not in the range 1<=x<=100000"),
+        (("--batch-size", str(2**31)), "is not in the range 1<=x<=2147483647"),
     ],
 )  # fmt: skip
 def test_bad_synth_input_exits_2(args: tuple[str, ...], expected: str) -> None:

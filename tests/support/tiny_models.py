@@ -28,3 +28,14 @@ UNBATCHED = nn.Sequential(nn.Linear(16, 8), nn.Flatten(0))
 
 #: A Sequential whose second layer does not take the first one's output.
 MISMATCHED = nn.Sequential(nn.Linear(16, 8), nn.Linear(4, 2))
+
+
+class Refusing(nn.Module):
+    """A layer that raises its own (non-PyTorch) error on every input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("this layer takes no input\nsecond line")
+
+
+#: A Sequential whose second layer raises a ValueError.
+RAISING = nn.Sequential(nn.Linear(16, 8), Refusing())

@@ -14,7 +14,13 @@ from tidgap.analysis.throughput import (
 )
 from tidgap.analysis.workload import Workload, default_workload, problem_workload
 from tidgap.backends import BACKENDS, Backend, UnusableBackend, require_usable
-from tidgap.cli.options import describe_problem, echo_json, json_option, problem_argument
+from tidgap.cli.options import (
+    count_range,
+    describe_problem,
+    echo_json,
+    json_option,
+    problem_argument,
+)
 from tidgap.cli.search import MemorySize
 from tidgap.model.errors import InputError
 from tidgap.model.problem import load_problem
@@ -139,12 +145,10 @@ def _line(row: Row) -> str:
     show_default=True,
     help="Population sizes, comma-separated.",
 )
-@click.option(
-    "--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Timed runs."
-)
+@click.option("--repeats", type=count_range(1), default=5, show_default=True, help="Timed runs.")
 @click.option(
     "--warmup",
-    type=click.IntRange(min=0),
+    type=count_range(0),
     default=1,
     show_default=True,
     help="Untimed runs before them (compilation, caches).",

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tidgap.cli.options import problem_argument
+from tidgap.cli.options import count_range, problem_argument
 from tidgap.cli.run import launched, worker_job, worker_options
 from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
@@ -20,7 +20,7 @@ from tidgap.outputs.files import check_outputs, write_json
 @worker_options
 @click.option(
     "--rounds",
-    type=click.IntRange(min=1),
+    type=count_range(1),
     default=1,
     show_default=True,
     help="Run every calibration plan this many times, in rounds (each round runs each plan "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tidgap.analysis.search_summary import best_rival
-from tidgap.cli.options import Number, about_problem, compact_sizes, problem_argument
+from tidgap.cli.options import Number, about_problem, compact_sizes, count_range, problem_argument
 from tidgap.cli.search import DEFAULT_TIME_LIMIT
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, load_plan
@@ -36,7 +36,7 @@ EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="Write it here.")
 @click.option("--seed", type=int, help="same-partition: random seed (default 0).")
 @click.option(
-    "--generations", type=click.IntRange(min=0), help="same-partition: stop after G generations."
+    "--generations", type=count_range(0), help="same-partition: stop after G generations."
 )
 @click.option(
     "--time-limit",

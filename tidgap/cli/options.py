@@ -27,6 +27,20 @@ from tidgap.runtime.pricing import run_backward_times, run_evaluation
 Command = Callable[..., Any]
 
 
+#: The largest number a count option takes (a C ``int``): samples, sizes, rounds.
+MAX_COUNT = 2**31 - 1
+#: The most stages a command builds a problem or a run for, and threads per process.
+MAX_STAGES = 1024
+MAX_THREADS = 1024
+#: The seeds PyTorch takes (``torch.manual_seed``) that tidgap passes on: ``0..2**63-1``.
+TORCH_SEED = click.IntRange(min=0, max=2**63 - 1)
+
+
+def count_range(least: int = 1, most: int = MAX_COUNT) -> click.IntRange:
+    """An integer option in ``least..most`` (refused with click's one line otherwise)."""
+    return click.IntRange(min=least, max=most)
+
+
 def problem_argument(required: bool = True) -> Callable[[Command], Command]:
     """The ``PROBLEM`` argument: a problem file, or ``example:NAME`` for a built-in one."""
     return click.argument(
@@ -64,7 +78,7 @@ def population_option(command: Command) -> Command:
     :data:`~tidgap.optimize.optimizer.MIN_POPULATION`, default 512)."""
     return click.option(
         "--population",
-        type=click.IntRange(min=MIN_POPULATION),
+        type=count_range(MIN_POPULATION),
         default=512,
         show_default=True,
         help="Individuals per generation.",

@@ -19,7 +19,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tidgap.cli.options import Command, Number
+from tidgap.cli.options import MAX_STAGES, MAX_THREADS, Command, Number, count_range
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.outputs.files import check_outputs, json_file, write_files, write_json
@@ -27,6 +27,8 @@ from tidgap.profiling.synth import SHAPES, synth_problem
 from tidgap.runtime.optimizers import DEFAULT_LR, OPTIMIZERS
 
 #: Link defaults: PCIe 3.0 x16-class bandwidth, a small per-transfer latency.
+#: The most problems one synth writes.
+MAX_SYNTH_COUNT = 10**5
 DEFAULT_BANDWIDTH_GBPS = 10.0
 DEFAULT_LATENCY_MS = 0.05
 #: Warn when other processes kept more cores than this busy while measuring.
@@ -137,7 +139,7 @@ def shape_options(batch_size: int) -> Callable[[Command], Command]:
         click.option(
             "--stages",
             "-s",
-            type=click.IntRange(min=1),
+            type=count_range(1, MAX_STAGES),
             default=4,
             show_default=True,
             help="Pipeline stages.",
@@ -145,14 +147,14 @@ def shape_options(batch_size: int) -> Callable[[Command], Command]:
         click.option(
             "--batch-size",
             "-b",
-            type=click.IntRange(min=1),
+            type=count_range(1),
             default=batch_size,
             show_default=True,
             help="Mini-batch size in samples.",
         ),
         click.option(
             "--unit",
-            type=click.IntRange(min=1),
+            type=count_range(1),
             default=1,
             show_default=True,
             help="Microbatch sizes are multiples of this.",
@@ -171,22 +173,20 @@ def model_options(command: Command) -> Command:
     """The model options (:data:`MODEL_OPTIONS`), shared by ``profile`` and ``run``; they
     reach the command as keyword arguments, ``None`` when not given."""
     options = [
-        click.option("--layers", type=click.IntRange(min=1), help="gpt: transformer blocks [14]."),
-        click.option("--hidden", type=click.IntRange(min=1), help="gpt: hidden size [768]."),
-        click.option(
-            "--heads", type=click.IntRange(min=1), help="gpt: attention heads [hidden/64]."
-        ),
-        click.option("--seq-len", type=click.IntRange(min=1), help="gpt: tokens per sample [512]."),
+        click.option("--layers", type=count_range(1), help="gpt: transformer blocks [14]."),
+        click.option("--hidden", type=count_range(1), help="gpt: hidden size [768]."),
+        click.option("--heads", type=count_range(1), help="gpt: attention heads [hidden/64]."),
+        click.option("--seq-len", type=count_range(1), help="gpt: tokens per sample [512]."),
         click.option(
             "--vocab",
-            type=click.IntRange(min=1),
+            type=count_range(1),
             help="gpt: vocabulary [40478]; module:attribute: feed token ids below this "
             "instead of random floats.",
         ),
         click.option(
-            "--image-size", type=click.IntRange(min=1), help="vgg16: image side in pixels [224]."
+            "--image-size", type=count_range(1), help="vgg16: image side in pixels [224]."
         ),
-        click.option("--classes", type=click.IntRange(min=1), help="vgg16: classes [1000]."),
+        click.option("--classes", type=count_range(1), help="vgg16: classes [1000]."),
         click.option(
             "--input-shape",
             metavar="D1,D2,..",
@@ -236,7 +236,7 @@ def learning_rate(optimizer: str | None, lr: float | None) -> float | None:
 @shape_options(batch_size=32)
 @click.option(
     "--max-microbatch",
-    type=click.IntRange(min=1),
+    type=count_range(1),
     help="Largest microbatch (a memory cap, a multiple of --unit); default --batch-size.",
 )
 @click.option(
@@ -254,21 +254,21 @@ def learning_rate(optimizer: str | None, lr: float | None) -> float | None:
 )
 @click.option(
     "--repeats",
-    type=click.IntRange(min=1),
+    type=count_range(1),
     default=5,
     show_default=True,
     help="Timed rounds, each timing every stage at every size once; medians are kept.",
 )
 @click.option(
     "--warmup",
-    type=click.IntRange(min=0),
+    type=count_range(0),
     default=2,
     show_default=True,
     help="Untimed rounds before them.",
 )
 @click.option(
     "--threads",
-    type=click.IntRange(min=1),
+    type=count_range(1, MAX_THREADS),
     help="torch.set_num_threads (default: PyTorch's choice); recorded in source.",
 )
 @click.option(
@@ -453,7 +453,7 @@ def profile_command(
 )
 @click.option(
     "--count",
-    type=click.IntRange(min=1),
+    type=count_range(1, MAX_SYNTH_COUNT),
     default=1,
     show_default=True,
     help="With --out-dir: how many problems, seeds SEED..SEED+COUNT-1.",

@@ -19,9 +19,12 @@ from typing import Any
 import click
 
 from tidgap.cli.options import (
+    MAX_THREADS,
+    TORCH_SEED,
     Command,
     Number,
     about_problem,
+    count_range,
     describe_problem,
     echo_json,
     json_option,
@@ -316,28 +319,28 @@ def worker_options(command: Command) -> Command:
         ),
         click.option(
             "--iterations",
-            type=click.IntRange(min=1),
+            type=count_range(1),
             default=5,
             show_default=True,
             help="Timed iterations (the median is reported).",
         ),
         click.option(
             "--warmup",
-            type=click.IntRange(min=0),
+            type=count_range(0),
             default=1,
             show_default=True,
             help="Untimed iterations before them.",
         ),
         click.option(
             "--threads",
-            type=click.IntRange(min=1),
+            type=count_range(1, MAX_THREADS),
             default=1,
             show_default=True,
             help="PyTorch threads per stage process.",
         ),
         click.option(
             "--seed",
-            type=int,
+            type=TORCH_SEED,
             default=0,
             show_default=True,
             help="Seed of the weights and the data.",

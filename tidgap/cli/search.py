@@ -18,6 +18,7 @@ from tidgap.cli.options import (
     backward_rule,
     backward_rule_options,
     compact_sizes,
+    count_range,
     describe_problem,
     echo_json,
     json_option,
@@ -93,7 +94,7 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option(
     "--generations",
-    type=click.IntRange(min=0),
+    type=count_range(0),
     help="Stop the GA after this many generations (a windowed search then anneals for "
     "4 steps per generation). With a seed, gives the same plan every run.",
 )
@@ -120,14 +121,14 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
 )
 @click.option(
     "--stagnation",
-    type=click.IntRange(min=1),
+    type=count_range(1),
     help="Stop after this many generations without improvement. Without it, the search "
     "runs to --time-limit or --generations (what stagnates restarts, keeping the best).",
 )
 @population_option
 @click.option(
     "--max-microbatches",
-    type=click.IntRange(min=1),
+    type=count_range(1),
     help="Most microbatches per stage and direction (default 64, raised if a baseline "
     "or the caps need more; at most batch_size/unit).",
 )

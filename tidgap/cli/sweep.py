@@ -18,6 +18,7 @@ from tidgap.cli.options import (
     backend_option,
     backward_rule,
     backward_rule_options,
+    count_range,
     population_option,
 )
 from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit, chosen_backend
@@ -112,7 +113,7 @@ def _executor(
 )
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=count_range(1),
     help="Searches at once in local processes (default: one per core, at most one per problem).",
 )
 @click.option(
@@ -123,7 +124,7 @@ def _executor(
 @click.option("--seed", type=int, default=0, show_default=True, help="Every search's seed.")
 @click.option(
     "--generations",
-    type=click.IntRange(min=0),
+    type=count_range(0),
     help="Stop each search after this many generations (reproducible plans).",
 )
 @click.option(

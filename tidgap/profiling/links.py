@@ -202,7 +202,7 @@ def with_measured_links(document: Json, model: Model, device: torch.device) -> J
     modules = [
         module for _, _, module in stage_modules(model, document["source"]["split"]["boundaries"])
     ]
-    specs = boundary_specs(modules, model.make_input(1, device))[:-1]
+    specs = boundary_specs(modules, model.input(1, device))[:-1]
     out = copy.deepcopy(document)
     if specs:
         job = LinkJob(

@@ -17,6 +17,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from tidgap.model.errors import InputError
+from tidgap.profiling.user_code import user_errors
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,10 @@ def _check_output(name: str, output: object, size: int) -> Tensor:
     return output
 
 
-def _failed(name: str, size: int, error: RuntimeError) -> InputError:
-    """A layer's runtime error (a shape mismatch, say) as one line of bad input."""
-    lines = str(error).strip().splitlines() or [type(error).__name__]
-    return InputError(f"layer {name!r} failed on {size} samples: {lines[0]}")
+def layer_errors(name: str, size: int) -> AbstractContextManager[None]:
+    """Any error a layer raises on ``size`` samples (a shape mismatch, say, or the user's
+    own exception) as one line of bad input naming the layer."""
+    return user_errors(f"layer {name!r} failed on {size} samples")
 
 
 def time_module(
@@ -78,15 +80,13 @@ def time_module(
     x = given.detach()
     if not first and x.is_floating_point():
         x.requires_grad_(True)
-    try:
+    with layer_errors(name, size):
         output, forward_ms = _timed(module, device, x)
         output = _check_output(name, output, size)
         backward_ms = 0.0
         if output.requires_grad:  # a parameter-free layer on the data has no backward
             gradient = torch.randn_like(output)
             _, backward_ms = _timed(output.backward, device, gradient)
-    except RuntimeError as error:
-        raise _failed(name, size, error) from None
     return Measurement(forward_ms, backward_ms, output.numel() * output.element_size() // size)
 
 
@@ -95,10 +95,8 @@ def chain_inputs(modules: Sequence[tuple[str, nn.Module]], first: Tensor) -> lis
     inputs = [first]
     with torch.no_grad():
         for name, module in modules[:-1]:
-            try:
+            with layer_errors(name, first.shape[0]):
                 output = module(inputs[-1])
-            except RuntimeError as error:
-                raise _failed(name, first.shape[0], error) from None
             inputs.append(_check_output(name, output, first.shape[0]))
     return inputs
 
@@ -188,12 +186,10 @@ def time_steps(
         x = given.detach()
         if m > 0 and x.is_floating_point():
             x.requires_grad_(True)
-        try:
+        with layer_errors(name, x.shape[0]):
             output = _check_output(name, module(x), x.shape[0])
             if output.requires_grad:
                 output.backward(torch.randn_like(output))
-        except RuntimeError as error:
-            raise _failed(name, x.shape[0], error) from None
         gradients = [p.grad for p in parameters]
         stepped.append((name, parameters, gradients, build_optimizer(optimizer, parameters, lr)))
     rounds = warmup + repeats

@@ -7,7 +7,9 @@ no trained weights and nothing is downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +20,8 @@ from torch import Tensor, nn
 from torch.nn import functional
 
 from tidgap.model.errors import InputError
+from tidgap.optimize.memory import available_memory
+from tidgap.profiling.user_code import user_errors
 
 #: VGG16's convolutions: output channels, ``"M"`` for a 2x2 max-pool.
 VGG16_CFG: list[int | str] = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M"]
@@ -38,6 +42,37 @@ class Model:
     make_input: Callable[[int, torch.device], Tensor]
     config: dict[str, Any] = field(default_factory=dict)
 
+    def input(self, size: int, device: torch.device) -> Tensor:
+        """``make_input(size, device)``; its errors (an allocation too large, say) are bad
+        input naming the model."""
+        with user_errors(f"cannot make an input of {size} samples", self.name):
+            return self.make_input(size, device)
+
+
+#: Bytes a parameter takes at least while profiling: float32 weights and gradients.
+BYTES_PER_PARAMETER = 8
+#: VGG16's parameters besides ``fc8``: the convolutions, ``fc6`` and ``fc7``.
+VGG16_BODY_PARAMETERS = 134_260_544
+
+
+def gpt_parameters(layers: int, hidden: int, seq_len: int, vocab: int) -> int:
+    """About how many parameters :func:`gpt` has: ``12 h^2 + 13 h`` per block, the token
+    and position embeddings and the untied head."""
+    return layers * (12 * hidden**2 + 13 * hidden) + (seq_len + 2 * vocab) * hidden
+
+
+def require_room(name: str, parameters: int) -> None:
+    """:class:`InputError` on ``name`` if ``parameters`` cannot fit in the memory
+    available now (:data:`BYTES_PER_PARAMETER` each): before building, so a model too large
+    is one line, not minutes of allocation ending in the out-of-memory killer."""
+    needed, available = parameters * BYTES_PER_PARAMETER, available_memory()
+    if needed > available:
+        raise InputError(
+            f"about {parameters:.3g} parameters need {needed / 1e9:.3g} GB for weights and "
+            f"gradients in float32, more than the {available / 1e9:.3g} GB available",
+            source=name,
+        )
+
 
 def vgg16(image_size: int = 224, classes: int = 1000) -> Model:
     """VGG16 (configuration D): 13 conv layers and 3 FC layers on ``(b, 3, H, H)`` images.
@@ -50,6 +85,7 @@ def vgg16(image_size: int = 224, classes: int = 1000) -> Model:
         raise InputError(
             f"must be at least 32 (five 2x2 pools), got {image_size}", source="--image-size"
         )
+    require_room("vgg16", VGG16_BODY_PARAMETERS + 4097 * classes)
     children: OrderedDict[str, nn.Module] = OrderedDict()
     channels, block, index = 3, 1, 0
     for position, item in enumerate(VGG16_CFG):
@@ -142,6 +178,7 @@ def gpt(
     heads = heads or max(1, hidden // 64)
     if hidden % heads:
         raise InputError(f"{heads} heads do not divide hidden size {hidden}", source="--heads")
+    require_room("gpt", gpt_parameters(layers, hidden, seq_len, vocab))
     children: OrderedDict[str, nn.Module] = OrderedDict(
         embed=Embedding(vocab, seq_len, hidden, 0.1)
     )
@@ -157,6 +194,19 @@ def gpt(
     return Model("gpt", nn.Sequential(children), make_input, config)
 
 
+def _imported(module_name: str, reference: str) -> Any:
+    """The module ``module_name``; what it prints on import goes to stderr (off
+    ``--json``). :class:`InputError` naming ``reference`` if importing it fails, with the
+    first line of the error its code raised (``SystemExit`` included)."""
+    raised = user_errors(f"importing {module_name!r} failed", reference)
+    with contextlib.redirect_stdout(sys.stderr), raised:
+        try:
+            return importlib.import_module(module_name)
+        except ImportError as error:
+            message = f"cannot import {module_name!r}: {error}"
+            raise InputError(message, source=reference) from None
+
+
 def from_reference(reference: str, input_shape: tuple[int, ...], vocab: int | None) -> Model:
     """The ``torch.nn.Sequential`` named ``module:attribute`` (the attribute may be dotted).
 
@@ -165,12 +215,10 @@ def from_reference(reference: str, input_shape: tuple[int, ...], vocab: int | No
     module_name, _, attribute = reference.partition(":")
     if not module_name or not attribute:
         raise InputError("expected module:attribute", source=reference)
+    found: Any = _imported(module_name, reference)
     try:
-        found: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
             found = getattr(found, part)
-    except ImportError as error:
-        raise InputError(f"cannot import {module_name!r}: {error}", source=reference) from None
     except AttributeError:
         raise InputError(
             f"{module_name!r} has no attribute {attribute!r}", source=reference

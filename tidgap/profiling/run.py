@@ -80,7 +80,7 @@ def balance(
 ) -> tuple[list[int], Json]:
     """Boundaries balancing per-layer forward+backward time at the cap, and how (``source``)."""
     layers = list(model.layers.named_children())
-    first = model.make_input(settings.cap, device)
+    first = model.input(settings.cap, device)
     (measured,) = measure(layers, [first], device, settings.repeats, settings.warmup, on_step)
     costs = [m.forward_ms + m.backward_ms for m in measured]
     boundaries = balanced_split(costs, settings.stages)
@@ -147,7 +147,7 @@ def measure_stages(
     named = [(label, module) for label, _, module in stages]
     task = make_task(model, max(sizes), 0, device, torch.get_default_dtype())
     named[-1] = (named[-1][0], WithLoss(named[-1][1], task))
-    inputs = [model.make_input(size, device) for size in sizes]
+    inputs = [model.input(size, device) for size in sizes]
     runs = measure(named, inputs, device, settings.repeats, settings.warmup, on_step)
     fed = chain_inputs(named, inputs[-1])
     held = [
