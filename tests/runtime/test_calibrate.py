@@ -95,9 +95,11 @@ def test_an_affine_problem_is_refused_naming_the_field() -> None:
 
 
 def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
+    """Calibrated on another split than the profile's: the problem records the one its
+    times were measured on."""
     problem = write_json(tmp_path / "problem.json", table_document())
     out = tmp_path / "calibrated.json"
-    quick = ["--iterations", "2", "--warmup", "0", "--timeout", "60"]
+    quick = ["--iterations", "2", "--warmup", "0", "--timeout", "60", "--split", "1"]
     result = run_cli("calibrate", str(problem), *MODEL, *quick, "--rounds", "2", "--out", str(out))
     assert result.exit_code == 0, describe(result)
     assert "calibrated problem written to" in result.output
@@ -112,6 +114,10 @@ def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
             times = now[direction]["table"]["times"]
             assert times == sorted(times) and times[0] > 0
     assert load_problem(out).num_stages == 2
+    assert fitted["source"]["split"] == {
+        "method": "given by tidgap calibrate --split",
+        "boundaries": [1],
+    }
 
 
 def test_calibrate_refuses_an_affine_problem_before_running(tmp_path: Path) -> None:

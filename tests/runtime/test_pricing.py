@@ -4,13 +4,21 @@ pays each chunk's backward."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.lowering import recomputes
-from tidgap.runtime.pricing import covered_chunks, run_backward_times, run_prediction
+from tidgap.runtime.pricing import (
+    covered_chunks,
+    run_backward_times,
+    run_evaluation,
+    run_prediction,
+)
 from tidgap.schedules.families import evaluate, plan_timeline
 from tidgap.schedules.simulate import evaluate_order
 
@@ -79,3 +87,26 @@ def test_the_public_run_evaluation_prices_as_the_runtime_runs(problem: Problem) 
     assert any(recomputes(PLAN))
     priced = tidgap.run_evaluation(problem, PLAN).iteration_time
     assert priced > evaluate(problem, PLAN).iteration_time
+
+
+@pytest.mark.parametrize("evaluator", [evaluate, run_evaluation], ids=["evaluate", "run"])
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        (Plan.of([[8]], [[8]]), "plan: forward: has 1 stage(s), the problem has 2"),
+        (Plan.of([[4, 4], [4, 4]], [[4, 4], [8, 1]]), "plan: backward[1]: sizes sum to 9"),
+        (
+            Plan.of([[4, 4], [4, 4]], [[4, 4], [4, 4]], order=["BBFF", "FBFB"]),
+            "plan: order[0]: ",
+        ),
+    ],
+    ids=["another problem", "sizes", "order"],
+)
+def test_a_plan_that_does_not_fit_is_one_input_error(
+    problem: Problem, evaluator: Any, plan: Plan, message: str
+) -> None:
+    """The Python API checks the plan against the problem: an :class:`InputError` naming
+    the field, never an ``IndexError`` or a deadlock."""
+    with pytest.raises(InputError) as caught:
+        evaluator(problem, plan)
+    assert str(caught.value).startswith(message), str(caught.value)

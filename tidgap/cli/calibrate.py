@@ -62,7 +62,9 @@ def calibrate_command(
     and backward tables by the median measured op duration at each size, and each link by
     a table of its measured transfers: what the runtime really pays per op (chunking,
     sends and receives, dispatch, the other stages' processes on the same machine). Search
-    and evaluate plans on the calibrated problem to predict tidgap run.
+    and evaluate plans on the calibrated problem to predict tidgap run. With a --split
+    other than the one PROBLEM records, the calibrated problem records --split (the split
+    its times were measured on).
     """
     from tidgap.runtime.calibrate import calibration_plans, calibration_sizes, measured_problem
 
@@ -96,6 +98,12 @@ def calibrate_command(
             iterations += list(zip(*(result["iterations"] for result in results), strict=True))
     runs = [label for label, _ in plans] * rounds
     fitted = measured_problem(document, loaded, iterations, runs)
+    how = fitted["source"].get("split")
+    if not isinstance(how, dict) or how.get("boundaries") != job.boundaries:
+        fitted["source"]["split"] = {  # the split the stages' times were measured on
+            "method": "given by tidgap calibrate --split",
+            "boundaries": list(job.boundaries),
+        }
     write_json(out, fitted)
     for before, after in zip(document["stages"], fitted["stages"], strict=True):
         shown = []

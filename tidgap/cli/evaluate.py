@@ -34,6 +34,10 @@ from tidgap.schedules.families import (
     plan_timeline,
 )
 
+#: Most forward steps (stages times microbatches) of one ``--schedule`` run, evaluated and
+#: timed step by step (about a minute and 1 GB at this size).
+MAX_BASELINE_RUN_STEPS = 10**6
+
 
 def memory_lines(evaluation: Evaluation) -> list[str]:
     """``peak held`` per stage (samples) and, where the problem gives ``activation_bytes``,
@@ -137,6 +141,13 @@ def _evaluate_baseline(
     """``evaluate --schedule``: the baseline's time, what it holds and, if it has a
     timeline, its report (with the lower bound where the flush bound holds)."""
     require_feasible(problem, m)
+    steps = problem.num_stages * m
+    if steps > MAX_BASELINE_RUN_STEPS:
+        raise InputError(
+            f"{m} microbatches on {problem.num_stages} stage(s) are {steps} forward steps, "
+            f"more than the {MAX_BASELINE_RUN_STEPS:,} one evaluation takes",
+            source="--microbatches",
+        )
     family = SCHEDULES[schedule]
     evaluation = baseline_evaluation(problem, schedule, m)
     time = family.time(problem, m) if evaluation is None else evaluation.iteration_time

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from tidgap.model.errors import InputError
-from tidgap.model.fileio import parse_model, read_json
+from tidgap.model.fileio import input_error_from, parse_model, read_json
 from tidgap.model.problem import Problem
 from tidgap.model.timefn import Samples, StrictModel
 from tidgap.schedules.ir import Order, first_violation, flush_order, window_order
@@ -71,13 +71,17 @@ class Plan(StrictModel):
         windows: list[int] | None = None,
     ) -> Plan:
         """A plan from per-stage size lists and, for an ordered plan, per-stage letters or
-        windows (shape only; see :func:`check_plan`)."""
+        windows (shape only; see :func:`check_plan`). :class:`InputError` on ``plan``
+        naming the first field that is not of that shape."""
         given = {"order": order, "windows": windows}
-        return cls(
-            forward=[list(p) for p in forward],
-            backward=[list(p) for p in backward],
-            **{key: list(value) for key, value in given.items() if value is not None},
-        )
+        try:
+            return cls(
+                forward=[list(p) for p in forward],
+                backward=[list(p) for p in backward],
+                **{key: list(value) for key, value in given.items() if value is not None},
+            )
+        except ValidationError as error:
+            raise input_error_from(error).within("plan") from None
 
     def stage_order(self) -> Order:
         """Each stage's letters: the given ``order``, the one ``windows`` stand for, or the
@@ -89,8 +93,16 @@ class Plan(StrictModel):
         return flush_order(self.forward, self.backward)
 
 
-def check_plan(plan: Plan, problem: Problem) -> None:
-    """Raise :class:`InputError` unless ``plan`` is feasible for ``problem`` (model.md, A plan)."""
+def check_plan(plan: Plan, problem: Problem, source: str | None = None) -> None:
+    """Raise :class:`InputError` (on ``source``, when given) unless ``plan`` is feasible for
+    ``problem`` (model.md, A plan)."""
+    try:
+        _check_plan(plan, problem)
+    except InputError as error:
+        raise (error if source is None else error.within(source)) from None
+
+
+def _check_plan(plan: Plan, problem: Problem) -> None:
     stages = problem.num_stages
     for direction in ("forward", "backward"):
         partitions = getattr(plan, direction)

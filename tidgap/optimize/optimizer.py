@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
@@ -54,11 +56,16 @@ MIN_POPULATION = 8
 SAME_PARTITION_SCHEDULE = next(name for name in SEARCHABLE if SCHEDULES[name].separable)
 
 
-def at_least(*arguments: tuple[str, int | None, int]) -> None:
+def at_least(*arguments: tuple[str, int | None, int | None]) -> None:
     """:class:`InputError` naming the first ``(name, value, least)`` whose value (unless
-    ``None``) is below its least."""
+    ``None``) is not an integer (``bool`` is not one) or is below its least (``None``: no
+    least)."""
     for name, value, least in arguments:
-        if value is not None and value < least:
+        if value is None:
+            continue
+        if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+            raise InputError(f"must be an integer (got {value!r})", source=name)
+        if least is not None and value < least:
             raise InputError(f"must be at least {least} (got {value})", source=name)
 
 
@@ -137,13 +144,20 @@ class Optimizer:
         resume: str | os.PathLike[str] | SavedState | None = None,
         stopping: Stopping = Stopping(),
     ) -> None:
+        if not isinstance(problem, Problem):
+            raise TypeError(
+                f"problem must be a tidgap.Problem (tidgap.load_problem(path)), not a "
+                f"{type(problem).__name__}"
+            )
         if schedule is None:
             schedule = SAME_PARTITION_SCHEDULE if same_partition else DEFAULT_SCHEDULE
         if schedule not in SEARCHABLE:
             raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
         memory_limit = checked_memory_limit(memory_limit)
         at_least(
-            ("population", population, MIN_POPULATION), ("max_microbatches", max_microbatches, 1)
+            ("seed", seed, None),
+            ("population", population, MIN_POPULATION),
+            ("max_microbatches", max_microbatches, 1),
         )
         self.identity = SearchIdentity(
             schedule,

@@ -10,11 +10,9 @@ from tidgap.model.errors import InputError
 
 
 def first_line(error: BaseException) -> str:
-    """``error`` in one line: its first line, with its type unless it is PyTorch's usual
-    ``RuntimeError`` (whose message says enough), e.g. ``ValueError: bad input``."""
+    """``error`` in one line: its type and its message's first line, e.g.
+    ``ValueError: bad input``."""
     first = (str(error).strip().splitlines() or [""])[0]
-    if first and type(error) is RuntimeError:
-        return first
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 

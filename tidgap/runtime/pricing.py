@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from tidgap.model.plan import Plan
+from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.runtime.lowering import recomputes
 from tidgap.schedules.evaluation import Evaluation
@@ -86,7 +86,9 @@ def run_evaluation(
     problem: Problem, plan: Plan, backwards: BackwardTimes | None = None
 ) -> Evaluation:
     """The model's evaluation of ``plan`` with its ops timed as ``tidgap run`` runs them
-    (``backwards``: :func:`run_backward_times`, computed here when not given)."""
+    (``backwards``: :func:`run_backward_times`, computed here when not given).
+    :class:`InputError` unless ``plan`` is feasible for ``problem``."""
+    check_plan(plan, problem, "plan")
     backwards = run_backward_times(problem, plan) if backwards is None else backwards
     if not backwards:
         return evaluate(problem, plan)

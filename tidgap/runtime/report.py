@@ -22,6 +22,7 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.outputs.trace import microseconds_per_unit
 from tidgap.runtime.pricing import run_prediction
+from tidgap.runtime.results_check import check_result
 from tidgap.schedules.timeline import Step, Timeline, stage_names
 
 #: One record as a worker saves it: kind, microbatch, lo, hi (0-based, hi excluded),
@@ -54,6 +55,14 @@ def load_results(folder: str | os.PathLike[str], world_size: int) -> list[dict[s
             raise InputError(
                 f"cannot read rank {rank}'s result: {reason}", source=str(path)
             ) from None
+        try:
+            check_result(results[-1], rank)
+        except InputError as error:
+            raise error.within(str(path)) from None
+    counts = {len(result["iterations"]) for result in results}
+    if len(counts) > 1:
+        message = f"the ranks timed different numbers of iterations {sorted(counts)}"
+        raise InputError(message, source=str(folder))
     return results
 
 

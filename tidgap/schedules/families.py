@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tidgap.model.plan import Plan
+from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.schedules import baselines, flush
 from tidgap.schedules.baselines import BaselineResult, require_feasible
@@ -147,8 +147,11 @@ def family_of(plan: Plan) -> Family:
 
 
 def evaluate(problem: Problem, plan: Plan) -> Evaluation:
-    """Iteration time, end times and memory of a feasible ``plan`` of any family (see
-    :func:`tidgap.model.plan.check_plan`): the flush recurrences or the event simulator."""
+    """Iteration time, end times and memory of ``plan`` of any family: the flush
+    recurrences or the event simulator. :class:`InputError` naming the field unless the
+    plan is feasible for ``problem`` (:func:`tidgap.model.plan.check_plan`: a plan for
+    another problem, say)."""
+    check_plan(plan, problem, "plan")
     return family_of(plan).evaluate(problem, plan)
 
 

@@ -1,0 +1,104 @@
+"""``tidgap run --results`` reads rank files it did not write: each is checked field by
+field, so a damaged, foreign or swapped file is one :class:`InputError` naming the file and
+the field, never a ``KeyError`` or ``TypeError`` later."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tidgap.model.errors import InputError  # noqa: E402
+from tidgap.runtime.report import load_results  # noqa: E402
+from tidgap.runtime.results_check import check_result  # noqa: E402
+from tidgap.runtime.worker import result_path  # noqa: E402
+
+
+def result(rank: int) -> dict[str, Any]:
+    """A rank's result as a worker writes it: two timed iterations of one microbatch."""
+    rows = [("forward", 0, 0, 4, 0.0, 0.5), ("backward", 0, 0, 4, 0.6, 1.0)]
+    return {
+        "job": {"problem": "p.json"},
+        "rank": rank,
+        "stage": f"s{rank}",
+        "layers": ["0", "1"],
+        "threads": 1,
+        "recompute": False,
+        "iterations": [list(rows), list(rows)],
+        "peak_bytes": [64, 64],
+        "gradients": {"0.weight": torch.zeros(2)},
+        "weights": None,
+        "stepped": None,
+    }
+
+
+def changed(**fields: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda r: r.update(fields)
+
+
+def row(change: tuple[Any, ...]) -> Callable[[dict[str, Any]], None]:
+    def apply(r: dict[str, Any]) -> None:
+        r["iterations"][1][1] = change
+
+    return apply
+
+
+def test_a_workers_result_passes() -> None:
+    check_result(result(1), 1)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda r: r.pop("iterations"), "iterations: is missing"),
+        (changed(rank=0), "rank: is 0: not rank 1's file"),
+        (changed(job=[1]), "job: is not an object"),
+        (changed(layers="0,1"), "layers: is not a list of layer names"),
+        (changed(recompute=1), "recompute: is not true or false"),
+        (changed(iterations=[]), "iterations: is not a non-empty list of iterations"),
+        (row(("forward", 0, 0, 4)), "iterations[1][1]: is not a record"),
+        (row(("dance", 0, 0, 4, 0.0, 1.0)), "iterations[1][1]: has kind 'dance'"),
+        (row(("forward", 0, 4, 0, 0.0, 1.0)), "iterations[1][1]: has a microbatch or samples"),
+        (row(("forward", 0, 0, 4, 1.0, float("nan"))), "iterations[1][1]: has times"),
+        (row(("forward", 0, 0, 4, 1.0, 0.5)), "iterations[1][1]: has times"),
+        (changed(peak_bytes=[64]), "peak_bytes: is not one byte count per iteration"),
+        (changed(gradients={"w": [1.0]}), "gradients: is not a mapping of parameter names"),
+    ],
+)
+def test_a_damaged_result_names_the_field(
+    damage: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    damaged = copy.deepcopy(result(1))
+    damage(damaged)
+    with pytest.raises(InputError) as caught:
+        check_result(damaged, 1)
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_not_a_dict_is_refused() -> None:
+    with pytest.raises(InputError, match="holds a list, not a rank's result"):
+        check_result([1, 2], 0)
+
+
+def test_swapped_rank_files_are_refused_naming_the_file(tmp_path: Path) -> None:
+    torch.save(result(1), result_path(tmp_path, 0))
+    torch.save(result(0), result_path(tmp_path, 1))
+    with pytest.raises(InputError) as caught:
+        load_results(tmp_path, 2)
+    assert str(caught.value) == f"{result_path(tmp_path, 0)}: rank: is 1: not rank 0's file"
+
+
+def test_ranks_with_different_iteration_counts_are_refused(tmp_path: Path) -> None:
+    short = result(1)
+    short["iterations"], short["peak_bytes"] = short["iterations"][:1], [64]
+    torch.save(result(0), result_path(tmp_path, 0))
+    torch.save(short, result_path(tmp_path, 1))
+    with pytest.raises(InputError, match=r"different numbers of iterations \[1, 2\]"):
+        load_results(tmp_path, 2)
+    torch.save(result(1), result_path(tmp_path, 1))
+    assert [r["rank"] for r in load_results(tmp_path, 2)] == [0, 1]

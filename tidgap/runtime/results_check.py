@@ -1,0 +1,89 @@
+"""What a rank's result file must hold before ``tidgap run --results`` reports it: the
+structure :func:`tidgap.runtime.worker.run_rank` writes, checked field by field, so a
+damaged, foreign or swapped file is one line naming the file and the field."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, get_args
+
+from tidgap.model.errors import InputError, JsonPath
+from tidgap.runtime.lowering import Kind
+
+#: Every record kind a worker writes: the lowered instructions' and the optimizer step's.
+RECORD_KINDS = frozenset((*get_args(Kind), "tail"))
+
+
+def _require(ok: bool, field: str | JsonPath, message: str) -> None:
+    if not ok:
+        raise InputError(message, (field,) if isinstance(field, str) else field)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_row(row: Any, where: JsonPath) -> None:
+    """A record: ``(kind, microbatch, lo, hi, start, end)``, finite times, start <= end."""
+    shaped = isinstance(row, (tuple, list)) and len(row) == 6
+    _require(shaped, where, "is not a record (kind, microbatch, lo, hi, start, end)")
+    kind, microbatch, lo, hi, start, end = row
+    _require(kind in RECORD_KINDS, where, f"has kind {kind!r}, not a record kind")
+    counts = all(_is_int(v) and v >= 0 for v in (microbatch, lo, hi)) and lo <= hi
+    _require(counts, where, "has a microbatch or samples that are not counts with lo <= hi")
+    times = all(isinstance(v, float) and math.isfinite(v) for v in (start, end))
+    _require(times and start <= end, where, "has times that are not finite with start <= end")
+
+
+def _check_tensors(value: Any, field: str) -> None:
+    """``None`` or a mapping of parameter names to tensors."""
+    if value is None:
+        return
+    import torch
+
+    ok = isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()
+    )
+    _require(ok, field, "is not a mapping of parameter names to tensors")
+
+
+def check_result(result: Any, rank: int) -> None:
+    """Raise :class:`InputError` (naming the field) unless ``result`` is rank ``rank``'s
+    result as :func:`tidgap.runtime.worker.run_rank` writes it."""
+    if not isinstance(result, dict):
+        raise InputError(f"holds a {type(result).__name__}, not a rank's result")
+    for field in ("job", "rank", "stage", "layers", "recompute", "iterations"):
+        _require(field in result, field, "is missing")
+    _require(result["rank"] == rank, "rank", f"is {result['rank']!r}: not rank {rank}'s file")
+    _require(isinstance(result["job"], dict), "job", "is not an object")
+    _require(isinstance(result["stage"], str), "stage", "is not a name")
+    layers = result["layers"]
+    _require(
+        isinstance(layers, list) and all(isinstance(n, str) for n in layers),
+        "layers",
+        "is not a list of layer names",
+    )
+    _require(isinstance(result["recompute"], bool), "recompute", "is not true or false")
+    iterations = result["iterations"]
+    _require(
+        isinstance(iterations, list) and bool(iterations),
+        "iterations",
+        "is not a non-empty list of iterations",
+    )
+    for i, rows in enumerate(iterations):
+        _require(
+            isinstance(rows, list) and bool(rows),
+            ("iterations", i),
+            "is not a non-empty list of records",
+        )
+        for j, row in enumerate(rows):
+            _check_row(row, ("iterations", i, j))
+    peaks = result.get("peak_bytes")
+    ok = peaks is None or (
+        isinstance(peaks, list)
+        and len(peaks) == len(iterations)
+        and all(_is_int(p) and p >= 0 for p in peaks)
+    )
+    _require(ok, "peak_bytes", "is not one byte count per iteration")
+    for field in ("gradients", "weights", "stepped"):
+        _check_tensors(result.get(field), field)
