@@ -122,3 +122,18 @@ def test_bad_input_exits_2_in_one_line_and_writes_nothing(
     assert result.stderr.count("\n") == 1 and named in result.stderr, result.stderr
     assert result.stdout == ""
     assert not out.exists()
+
+
+def test_stage_limits_no_plan_meets_are_blamed_on_the_stages(tmp_path: Path) -> None:
+    """No --memory-limit given: the error names the stages' memory_limit, not the option."""
+    made = run_cli("synth", "--stages", "2", "--batch-size", "8", "--out", str(tmp_path / "p.json"))
+    assert made.exit_code == 0, describe(made)
+    document = json.loads((tmp_path / "p.json").read_text(encoding="utf-8"))
+    for stage in document["stages"]:
+        stage["activation_bytes"], stage["memory_limit"] = 1000, 500  # not one sample
+    (tmp_path / "p.json").write_text(json.dumps(document), encoding="utf-8")
+    result = run_cli("search", str(tmp_path / "p.json"), "--generations", "1", "--population", "8")
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.startswith(
+        "tidgap: error: stages' memory_limit: no plan found within the memory limit"
+    ), describe(result)

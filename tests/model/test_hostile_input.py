@@ -408,3 +408,16 @@ def test_trace_names_stages_escaped(tmp_path: Path) -> None:
         if event["name"] == "thread_name"
     ]
     assert "stage 1: \\u202eevil" in names
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('"batch_size": 8', "batch_size"),
+        ('"notes": {"a": 1, "a": 2}', "notes.a"),
+    ],
+)
+def test_a_key_given_twice_is_bad_input(tmp_path: Path, text: str, field: str) -> None:
+    """JSON leaves a repeated key to the reader; tidgap names it rather than keep one."""
+    path = write(tmp_path, "p.json", json.dumps(tiny())[:-1] + ", " + text + "}")
+    assert_rejected(path, field, "key given more than once")

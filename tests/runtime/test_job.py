@@ -3,6 +3,9 @@ rate, refused with one :class:`InputError` naming the job file and ``lr`` otherw
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +56,41 @@ def test_valid_learning_rates_load(tmp_path: Path, fields: dict[str, Any], lr: A
 
 def test_without_an_optimizer_lr_is_not_checked(tmp_path: Path) -> None:
     assert Job.load(_job_file(tmp_path, optimizer=None, lr=None)).lr is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"problem": 3}, "problem: expected a file name or example:NAME"),
+        ({"boundaries": [2, "x"]}, "boundaries: expected a list of layer indices"),
+        ({"model_options": []}, "model_options: expected an object of model options"),
+        ({"iterations": 0}, "iterations: expected an integer in 1..2**31-1"),
+        ({"warmup": 1.5}, "warmup: expected an integer in 0..2**31-1"),
+        ({"threads": 10**20}, "threads: expected an integer in 1..1024"),
+        ({"check_gradients": "yes"}, "check_gradients: expected true or false"),
+        ({"seed": -1}, "seed: expected an integer in 0..2**63-1"),
+        ({"timeout": 0}, "timeout: expected a positive number of seconds"),
+    ],
+)
+def test_fields_of_the_wrong_kind_are_refused(
+    tmp_path: Path, fields: dict[str, Any], message: str
+) -> None:
+    """A job written by hand (for torchrun) is checked field by field before any work."""
+    path = _job_file(tmp_path, **fields)
+    with pytest.raises(InputError) as caught:
+        Job.load(path)
+    assert str(caught.value) == f"{path}: {message}"
+
+
+def test_a_worker_given_a_bad_job_is_one_line_and_status_2(tmp_path: Path) -> None:
+    """``python -m tidgap.runtime.worker JOB`` on a bad job: one line, exit 2, no traceback."""
+    path = _job_file(tmp_path, threads=0)
+    done = subprocess.run(
+        [sys.executable, "-m", "tidgap.runtime.worker", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RANK": "0", "WORLD_SIZE": "1"},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"tidgap worker: error: {path}: threads: expected an integer in 1..1024\n"

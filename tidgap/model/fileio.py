@@ -96,6 +96,15 @@ class _Unusable:
     reason: str
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: the object, with a marker for a key given more than once
+    (JSON leaves it to the reader; tidgap refuses it rather than keep one silently)."""
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        document[key] = _Unusable("key given more than once") if key in document else value
+    return document
+
+
 def _integer(literal: str) -> int | _Unusable:
     """``parse_int``: the integer, or a marker if it has more than MAX_INTEGER_DIGITS digits
     (which also keeps Python's own limit on converting long integers from raising)."""
@@ -192,7 +201,11 @@ def parse_json(text: str, source: str, field: JsonPath = ()) -> Any:
     :func:`read_json`'s rules; :class:`InputError` naming both."""
     try:
         document = json.loads(
-            text, parse_int=_integer, parse_float=_number, parse_constant=_constant
+            text,
+            parse_int=_integer,
+            parse_float=_number,
+            parse_constant=_constant,
+            object_pairs_hook=_object,
         )
     except json.JSONDecodeError as error:
         raise InputError(

@@ -26,6 +26,9 @@ TRADEOFF_FACTORS = (1.0, 1.5, 2.0)
 #: ``2**50`` ticks), below :data:`tidgap.backends.evaluator.INVALID`, plus the samples over.
 OVER_LIMIT = 2**56
 
+#: The label of the level the stages' own ``memory_limit`` make, without ``--memory-limit``.
+STAGE_LIMITS = "stage memory_limit"
+
 
 @dataclass(frozen=True)
 class MemoryLevel:
@@ -93,7 +96,7 @@ def stage_level(problem: Problem) -> MemoryLevel:
         for stage in problem.stages
     ]
     limited = any(stage.memory_limit is not None for stage in problem.stages)
-    return MemoryLevel("stage memory_limit" if limited else "unlimited", tuple(held))
+    return MemoryLevel(STAGE_LIMITS if limited else "unlimited", tuple(held))
 
 
 def bytes_level(problem: Problem, limit: int) -> MemoryLevel:

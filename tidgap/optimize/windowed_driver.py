@@ -44,6 +44,7 @@ from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.joint_polish import joint_polish
 from tidgap.optimize.limits import (
     ONE_F_ONE_B,
+    STAGE_LIMITS,
     MemoryLevel,
     bytes_level,
     limit_in_force,
@@ -464,7 +465,7 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
         raise InputError(
             f"no plan found within the memory limit ({in_force.label}: at most "
             f"{list(in_force.held)} samples per stage)" + refusal(run.backward),
-            source="--memory-limit",
+            source="stages' memory_limit" if in_force.label == STAGE_LIMITS else "--memory-limit",
         )
     return SearchResult(
         problem=problem,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,9 @@ class Job:
         ]
         if missing:
             raise InputError("is missing", (missing[0],), source=source)
+        for name, value in document.items():
+            if name in _KINDS and not _KINDS[name][0](value):
+                raise InputError(f"expected {_KINDS[name][1]}", (name,), source=source)
         if document.get("optimizer") not in (None, *OPTIMIZERS):
             raise InputError(
                 f"expected one of {', '.join(OPTIMIZERS)} or null", ("optimizer",), source=source
@@ -88,6 +92,40 @@ class Job:
                 source=source,
             )
         return cls(**{key: value for key, value in document.items() if key != "format"})
+
+
+def _count(least: int, most: int) -> Callable[[Any], bool]:
+    return lambda value: _integer(value) and least <= value <= most
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+#: What each field of a job file must be (beyond ``format``, ``optimizer`` and ``lr``),
+#: and how the error says it.
+_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "problem": (_text, "a file name or example:NAME"),
+    "plan": (_text, "a file name"),
+    "model": (_text, "gpt, vgg16 or module:attribute"),
+    "results": (lambda v: isinstance(v, str), "a folder name"),
+    "boundaries": (
+        lambda v: isinstance(v, list) and all(_integer(b) and b >= 0 for b in v),
+        "a list of layer indices",
+    ),
+    "model_options": (lambda v: isinstance(v, dict), "an object of model options"),
+    "iterations": (_count(1, 2**31 - 1), "an integer in 1..2**31-1"),
+    "warmup": (_count(0, 2**31 - 1), "an integer in 0..2**31-1"),
+    "threads": (_count(1, 1024), "an integer in 1..1024"),
+    "check_gradients": (lambda v: isinstance(v, bool), "true or false"),
+    "float64": (lambda v: isinstance(v, bool), "true or false"),
+    "seed": (_count(0, 2**63 - 1), "an integer in 0..2**63-1"),
+    "timeout": (lambda v: _positive_number(v), "a positive number of seconds"),
+}
 
 
 def _positive_number(value: Any) -> bool:

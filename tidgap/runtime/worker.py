@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from tidgap.model.errors import InputError
 from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.job import Job
 
@@ -250,15 +251,21 @@ def save_result(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The worker's entry point: 0 on success. On failure it reports and ends the process
-    at once with status 1, before the process group is torn down, so that a rank that
+    """The worker's entry point: 0 on success; a job file that is bad input is one line
+    ``tidgap worker: error: ...`` and status 2. On any other failure it reports and ends
+    the process at once with status 1, before the process group is torn down, so that a rank that
     fails because of this one (its connection closed) fails later, and this report is
     the last line of its output."""
     args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m tidgap.runtime.worker JOB.json", file=sys.stderr)
+        return 2
     try:
-        if len(args) != 1:
-            raise ValueError("usage: python -m tidgap.runtime.worker JOB.json")
         job = Job.load(args[0])
+    except InputError as error:  # bad input: one line, exit 2, as tidgap's commands
+        print(f"tidgap worker: error: {error}", file=sys.stderr)
+        return 2
+    try:
         start_watchdog(job.timeout)
         result = run_rank(job, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
         save_result(result, result_path(job.results, result["rank"]))
