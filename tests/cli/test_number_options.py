@@ -73,3 +73,18 @@ def test_an_infinite_time_limit_searches_until_another_rule_stops_it() -> None:
     result = run_cli("search", "example:tiny-2", "--time-limit", "inf", *SHORT)
     assert result.exit_code == 0, describe(result)
     assert "stopped on generations" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "reason"),
+    [
+        ("--latency", "1e300", "1e+300 is not in the range 0<=x<=1000000000.0"),
+        ("--bandwidth", "1e-300", "1e-300 is not in the range 1e-09<=x<=1000000000.0"),
+    ],
+)
+def test_link_guesses_that_would_break_the_time_bound_are_refused_before_profiling(
+    option: str, value: str, reason: str, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _refused(run_cli("profile", *TINY_GPT, "--out", "p.json", option, value), option, reason)
+    assert list(tmp_path.iterdir()) == []

@@ -334,6 +334,14 @@ def test_what_a_module_prints_on_import_stays_off_json(
     assert "loading weights..." in result.stderr
 
 
+def test_what_a_layer_prints_stays_off_json(torch: Any) -> None:
+    args = ("tests.support.tiny_models:CHATTY", "--input-shape", "16", "--stages", "2")
+    result = run("profile", *args, "--batch-size", "4", *FAST, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stages"]
+    assert "forward of (4, 8)" in result.stderr
+
+
 def test_unwritable_out_fails_before_measuring(
     torch: Any, tmp_path: Path, no_measuring: None
 ) -> None:

@@ -1,5 +1,7 @@
-"""``Job.load`` (issue 12 review): a job with an optimizer needs a positive finite learning
-rate, refused with one :class:`InputError` naming the job file and ``lr`` otherwise."""
+"""What a worker's job takes, checked before any work: the job file field by field
+(``Job.load``; an optimizer needs a positive finite learning rate) and the split recorded
+in its problem (``boundaries_of``), each refusal one :class:`InputError` naming file and
+field."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ from typing import Any
 import pytest
 
 from tests.support.cli_helpers import write_json
+from tidgap.cli.run import boundaries_of
 from tidgap.model.errors import InputError
+from tidgap.model.problem import Problem
+from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.job import JOB_FORMAT, Job
 
 BASE = {
@@ -94,3 +99,26 @@ def test_a_worker_given_a_bad_job_is_one_line_and_status_2(tmp_path: Path) -> No
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"tidgap worker: error: {path}: threads: expected an integer in 1..1024\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({}, "p.json: source.split.boundaries: records no split"),
+        ({"split": {"boundaries": ["2"]}}, "p.json: source.split.boundaries: is not a list of"),
+        ({"split": {"boundaries": [True]}}, "p.json: source.split.boundaries: is not a list of"),
+        ({"split": {"boundaries": [9]}}, "p.json: source.split.boundaries: does not fit the model"),
+    ],
+)
+def test_the_recorded_split_is_checked(source: dict[str, Any], message: str) -> None:
+    """The split a problem records (no --split given): missing, malformed or not this
+    model's, each with its own one line."""
+    document = synth_problem(0, 2, 8) | {"source": source}
+    with pytest.raises(InputError) as caught:
+        boundaries_of(Problem.from_dict(document), "p.json", None, ["0", "1", "2", "3"])
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_a_recorded_split_that_fits_is_used() -> None:
+    document = synth_problem(0, 2, 8) | {"source": {"split": {"boundaries": [3]}}}
+    assert boundaries_of(Problem.from_dict(document), "p.json", None, ["0", "1", "2", "3"]) == [3]

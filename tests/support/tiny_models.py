@@ -39,3 +39,15 @@ class Refusing(nn.Module):
 
 #: A Sequential whose second layer raises a ValueError.
 RAISING = nn.Sequential(nn.Linear(16, 8), Refusing())
+
+
+class Chatty(nn.Module):
+    """A layer that prints on every forward, as debugging code does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        print("forward of", tuple(x.shape))
+        return x
+
+
+#: The MLP with a printing layer in the middle.
+CHATTY = nn.Sequential(nn.Linear(16, 8), Chatty(), nn.Linear(8, 4))

@@ -273,14 +273,14 @@ def learning_rate(optimizer: str | None, lr: float | None) -> float | None:
 )
 @click.option(
     "--bandwidth",
-    type=Number(min=0, min_open=True),
+    type=Number(min=1e-9, max=1e9),
     default=DEFAULT_BANDWIDTH_GBPS,
     show_default=True,
     help="Link bandwidth in GB/s (1e9 bytes/s), both ways.",
 )
 @click.option(
     "--latency",
-    type=Number(min=0),
+    type=Number(min=0, max=1e9),
     default=DEFAULT_LATENCY_MS,
     show_default=True,
     help="Link latency per transfer in ms.",
@@ -383,15 +383,16 @@ def profile_command(
     )
     command = _command_line(context)
     show = not (quiet or as_json) and sys.stderr.isatty()
-    try:
-        with _progress(step_count(built, settings), f"profiling {built.name}", show) as step:
-            document = profile(built, settings, command, step)
-    except InputError as error:
-        raise error.within(model) from None
-    if measure_links:
-        from tidgap.profiling.links import with_measured_links
+    with contextlib.redirect_stdout(sys.stderr):  # what the model prints stays off --json
+        try:
+            with _progress(step_count(built, settings), f"profiling {built.name}", show) as step:
+                document = profile(built, settings, command, step)
+        except InputError as error:
+            raise error.within(model) from None
+        if measure_links:
+            from tidgap.profiling.links import with_measured_links
 
-        document = with_measured_links(document, built, torch_device(device))
+            document = with_measured_links(document, built, torch_device(device))
     loaded = Problem.from_dict(document)
     other = document["source"]["other_processes_cores"]
     if other is not None and other > BUSY_CORES:

@@ -105,12 +105,16 @@ def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[s
     source = problem.source if isinstance(problem.source, dict) else {}
     how = source.get("split")
     recorded = how.get("boundaries") if isinstance(how, dict) else None
-    if not isinstance(recorded, list) or not all(isinstance(b, int) for b in recorded):
+    if recorded is None:
         raise InputError(
             "records no split (not written by tidgap profile); give --split",
             SPLIT_PATH,
             source=spec,
         )
+    if not isinstance(recorded, list) or not all(
+        isinstance(b, int) and not isinstance(b, bool) for b in recorded
+    ):
+        raise InputError("is not a list of layer indices; give --split", SPLIT_PATH, source=spec)
     try:
         return parse_split(",".join(map(str, recorded)), layers, stages)
     except InputError as error:
