@@ -93,6 +93,30 @@ def test_bad_arguments_are_refused() -> None:
     assert search_many([], **SHORT) == []
 
 
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"seeds": "x"}, InputError, r"seeds\[0\]: must be an integer \(got 'x'\)"),
+        ({"seeds": [0, 1.5, 2]}, InputError, r"seeds\[1\]: must be an integer"),
+        ({"generations": 1.5}, InputError, r"generations: must be an integer"),
+        ({"problems": [None]}, TypeError, r"problems\[0\] must be a tidgap.Problem"),
+    ],
+)
+def test_arguments_of_the_wrong_kind_are_refused_before_any_task(
+    arguments: dict, error: type, message: str
+) -> None:
+    """Refused at once (no pool started, no ``SearchFailed`` after every search ran)."""
+    options = {"generations": 1, "population": 8, **arguments}
+    problems = options.pop("problems", PROBLEMS)
+    with pytest.raises(error, match=message):
+        search_many(problems, executor=_Refusing(), **options)
+
+
+class _Refusing(ThreadPoolExecutor):
+    def submit(self, *args, **kwargs):  # type: ignore[override]
+        raise AssertionError("a task was submitted")
+
+
 @pytest.mark.parametrize("option", ["checkpoint", "resume"])
 def test_one_state_file_for_every_search_is_refused(tmp_path: Path, option: str) -> None:
     state = tmp_path / "state.npz"

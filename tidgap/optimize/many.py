@@ -15,9 +15,13 @@ from concurrent.futures import Executor, ProcessPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+import numpy as np
+
+from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals
+from tidgap.optimize.optimizer import Stopping, at_least
 from tidgap.optimize.results import SearchResult
 
 __all__ = ["SearchFailed", "local_pool", "search_many"]
@@ -99,12 +103,24 @@ def _search(problem: Problem, seed: int, options: dict[str, Any]) -> SearchResul
 
 
 def _seed_list(seeds: int | Sequence[int], count: int) -> list[int]:
-    """One seed per problem: ``seeds`` for every one, or the sequence (its length ``count``)."""
-    if isinstance(seeds, int):
-        return [seeds] * count
-    listed = [int(seed) for seed in seeds]
+    """One seed per problem: ``seeds`` for every one, or the sequence (its length
+    ``count``); :class:`InputError` on ``seeds`` otherwise."""
+    listed = [seeds] * count if isinstance(seeds, (int, np.integer)) else list(seeds)
+    at_least(*((f"seeds[{i}]", seed, None) for i, seed in enumerate(listed)))
     if len(listed) != count:
-        raise ValueError(f"{len(listed)} seeds for {count} problems")
+        raise InputError(f"{len(listed)} seeds for {count} problems", source="seeds")
+    return [int(seed) for seed in listed]
+
+
+def _problem_list(problems: Sequence[Problem]) -> list[Problem]:
+    """``problems`` as a list; ``TypeError`` naming the first that is not a Problem."""
+    listed = list(problems)
+    for i, problem in enumerate(listed):
+        if not isinstance(problem, Problem):
+            raise TypeError(
+                f"problems[{i}] must be a tidgap.Problem (tidgap.load_problem(path)), not a "
+                f"{type(problem).__name__}"
+            )
     return listed
 
 
@@ -143,8 +159,13 @@ def search_many(
                 f"search_many does not take {option}=: one state file would be shared by "
                 "every search; checkpoint or resume each problem with tidgap.search"
             )
-    problems = list(problems)
+    problems = _problem_list(problems)
     seed_list = _seed_list(seeds, len(problems))
+    Stopping(  # refuses counts and time limits of the wrong kind before any task starts
+        search_options.get("generations"),
+        search_options.get("time_limit"),
+        search_options.get("stagnation"),
+    )
     if not problems:
         return []
     owned: AbstractContextManager[Executor] = (
