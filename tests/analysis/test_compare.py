@@ -198,7 +198,8 @@ def test_the_bound_line_names_flush_plans_only(tmp_path: Path) -> None:
 def test_compare_accepts_a_plan_object_of_either_family() -> None:
     """``compare`` takes flush and ordered plans alike and keeps the first row for them."""
     problem = Problem.from_dict(case_named("tiny7_2")["problem"])
-    flush = Plan.of([[7]] * problem.num_stages, [[7]] * problem.num_stages)
+    ones = [[1] * 7] * problem.num_stages  # within every cap (stage 2 takes 1 sample)
+    flush = Plan.of(ones, ones)
     ordered = ordered_plan(ordered_entry("tiny7_2", 1))
     assert compare(problem, flush, label="mine")[0].family == "flush"
     assert compare(problem, ordered, label="mine")[0].family == "windowed"

@@ -388,9 +388,7 @@ def test_same_partition_finds_the_best_common_plan_on_a_tiny_case() -> None:
     S = problem.num_stages
     best_forward = min(
         (
-            evaluate(
-                problem, Plan.of([[p * unit for p in f]] * S, [[problem.batch_size]] * S)
-            ).forward_end,
+            evaluate(problem, Plan.of([[p * unit for p in f]] * S, [[unit] * U] * S)).forward_end,
             f,
         )
         for f in compositions(U, fcap)
