@@ -186,29 +186,27 @@ def test_a_stream_that_fails_is_written_before_any_file_is_replaced(tmp_path: Pa
     assert plan.read_text(encoding="utf-8") == "old plan" and others(tmp_path, plan, node) == []
 
 
-def test_a_search_that_cannot_write_its_trace_keeps_the_old_plan(
-    tmp_path: Path, inputs: tuple[Path, Path]
+@pytest.mark.parametrize(
+    ("words", "failing"),
+    [
+        (("search", "PROBLEM", *QUICK_SEARCH, "--out", "OUT", "--trace", "FULL"), "full"),
+        ((*EXPORT, "pytorch-csv", "--out", "OUT"), "old.microbatches.json"),
+    ],
+    ids=["search --trace", "export's sidecar"],
+)
+def test_a_command_that_cannot_write_one_file_keeps_the_others(
+    tmp_path: Path, inputs: tuple[Path, Path], words: tuple[str, ...], failing: str
 ) -> None:
-    """One line, exit 2, and the plan already at ``--out`` keeps its content."""
+    """One line naming the file that failed (a full device, or a symlink to one), exit 2,
+    and the file already at ``--out`` keeps its content."""
     node = device(tmp_path / "full", FULL)
-    old = tmp_path / "plan-out.json"
+    if failing != node.name:
+        (tmp_path / failing).symlink_to(node)
+    old = tmp_path / "old.csv"
     old.write_text("kept", encoding="utf-8")
-    words = ("search", "PROBLEM", *QUICK_SEARCH, "--out", str(old), "--trace", "OUT")
-    line = error_line(run_filled(words, inputs, node))
-    assert line == f"tidgap: error: {node}: cannot write: No space left on device"
-    assert old.read_text(encoding="utf-8") == "kept"
-
-
-def test_an_export_that_cannot_write_its_sidecar_keeps_the_old_csv(
-    tmp_path: Path, inputs: tuple[Path, Path]
-) -> None:
-    node = device(tmp_path / "full", FULL)
-    old = tmp_path / "plan.csv"
-    old.write_text("kept", encoding="utf-8")
-    sidecar = tmp_path / "plan.microbatches.json"
-    sidecar.symlink_to(node)
-    line = error_line(run_filled((*EXPORT, "pytorch-csv", "--out", "OUT"), inputs, old))
-    assert line == f"tidgap: error: {sidecar}: cannot write: No space left on device"
+    filled = tuple(str(node) if word == "FULL" else word for word in words)
+    line = error_line(run_filled(filled, inputs, old))
+    assert line == f"tidgap: error: {tmp_path / failing}: cannot write: No space left on device"
     assert old.read_text(encoding="utf-8") == "kept"
 
 
