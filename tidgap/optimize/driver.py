@@ -77,7 +77,8 @@ def search(
 
     ``time_limit`` (seconds) covers the whole search after the backend's code is compiled
     (a first run compiles Numba's loops into the disk cache; ``setup["compile"]`` says how
-    long it took). ``stagnation`` stops after that many generations without improvement;
+    long it took); the setup's best baselines over every microbatch count are not cut
+    short, and take seconds on problems of tens of thousands of units. ``stagnation`` stops after that many generations without improvement;
     with ``None`` (the default) the search runs to ``time_limit`` or ``generations``,
     restarting what stagnates (keeping the best), and with neither given stops after
     :data:`DEFAULT_STAGNATION` generations without improvement. ``interrupted()`` is
