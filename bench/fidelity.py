@@ -12,7 +12,7 @@ plans, not in absolute time (a uniform error, the machine's or the model's, drop
 The per-round medians and predictions go to ``DIR/fidelity.json``. A last line compares
 1F1B(m) with GPipe(m) (the same ops in another order, predicted alike on 2 stages).
 
-Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (7 to 12
+Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (6 to 12
 minutes on the 2-core development machine; 1 thread per stage process, as the profile).
 It prints a Markdown table for the README.
 """

@@ -78,10 +78,11 @@ def search(
     ``time_limit`` (seconds) covers the whole search after the backend's code is compiled
     (a first run compiles Numba's loops into the disk cache; ``setup["compile"]`` says how
     long it took); the setup's best baselines over every microbatch count are not cut
-    short, and take seconds on problems of tens of thousands of units. ``stagnation`` stops after that many generations without improvement;
-    with ``None`` (the default) the search runs to ``time_limit`` or ``generations``,
-    restarting what stagnates (keeping the best), and with neither given stops after
-    :data:`DEFAULT_STAGNATION` generations without improvement. ``interrupted()`` is
+    short, and take seconds on problems of tens of thousands of units. ``stagnation``
+    stops after that many generations without improvement; with ``None`` (the default)
+    the search runs to ``time_limit`` or ``generations``, restarting what stagnates
+    (keeping the best), and with neither given stops after :data:`DEFAULT_STAGNATION`
+    generations without improvement. ``interrupted()`` is
     polled at every generation boundary: when it names a signal, the GA stops and the best
     plan so far is returned (``stop_reason`` is its name, ``"SIGINT"``). ``on_phase(name)``
     is called as each setup phase starts. ``max_memory`` (bytes, default half the available
