@@ -16,6 +16,7 @@ import click
 
 from tidgap.backends import BACKENDS
 from tidgap.model.errors import InputError
+from tidgap.model.numbers import MAX_COUNT, MAX_TORCH_SEED
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.text import printable
@@ -27,13 +28,8 @@ from tidgap.runtime.pricing import run_backward_times, run_evaluation
 Command = Callable[..., Any]
 
 
-#: The largest number a count option takes (a C ``int``): samples, sizes, rounds.
-MAX_COUNT = 2**31 - 1
-#: The most stages a command builds a problem or a run for, and threads per process.
-MAX_STAGES = 1024
-MAX_THREADS = 1024
-#: The seeds PyTorch takes (``torch.manual_seed``) that tidgap passes on: ``0..2**63-1``.
-TORCH_SEED = click.IntRange(min=0, max=2**63 - 1)
+#: The seeds tidgap passes to PyTorch.
+TORCH_SEED = click.IntRange(min=0, max=MAX_TORCH_SEED)
 
 
 def count_range(least: int = 1, most: int = MAX_COUNT) -> click.IntRange:

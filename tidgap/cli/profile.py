@@ -19,16 +19,17 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tidgap.cli.options import MAX_STAGES, MAX_THREADS, Command, Number, count_range
+from tidgap.cli.options import Command, Number, count_range
 from tidgap.model.errors import InputError
+from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
 from tidgap.outputs.files import check_outputs, json_file, write_files, write_json
 from tidgap.profiling.synth import SHAPES, synth_problem
 from tidgap.runtime.optimizers import DEFAULT_LR, OPTIMIZERS
 
-#: Link defaults: PCIe 3.0 x16-class bandwidth, a small per-transfer latency.
 #: The most problems one synth writes.
 MAX_SYNTH_COUNT = 10**5
+#: Link defaults: PCIe 3.0 x16-class bandwidth, a small per-transfer latency.
 DEFAULT_BANDWIDTH_GBPS = 10.0
 DEFAULT_LATENCY_MS = 0.05
 #: Warn when other processes kept more cores than this busy while measuring.

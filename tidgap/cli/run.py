@@ -19,7 +19,6 @@ from typing import Any
 import click
 
 from tidgap.cli.options import (
-    MAX_THREADS,
     TORCH_SEED,
     Command,
     Number,
@@ -40,6 +39,7 @@ from tidgap.cli.profile import (
 from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import read_json
+from tidgap.model.numbers import MAX_THREADS, is_integer
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.outputs.files import check_outputs, timeline_files, write_files, write_json
@@ -111,9 +111,7 @@ def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[s
             SPLIT_PATH,
             source=spec,
         )
-    if not isinstance(recorded, list) or not all(
-        isinstance(b, int) and not isinstance(b, bool) for b in recorded
-    ):
+    if not isinstance(recorded, list) or not all(is_integer(b) for b in recorded):
         raise InputError("is not a list of layer indices; give --split", SPLIT_PATH, source=spec)
     try:
         return parse_split(",".join(map(str, recorded)), layers, stages)

@@ -48,3 +48,10 @@ class InputError(ValueError):
     def __str__(self) -> str:
         parts = [p for p in (self.source, format_path(self.path)) if p]
         return printable(": ".join([*parts, self.message]))
+
+
+def first_line(error: BaseException) -> str:
+    """``error`` in one line: its type and its message's first line, e.g.
+    ``ValueError: bad input``."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__

@@ -10,13 +10,14 @@ from pydantic import Field, model_validator
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import parse_model, read_json
+from tidgap.model.numbers import MAX_COUNT
 from tidgap.model.text import printable
 from tidgap.model.timefn import Bytes, Duration, PositiveBytes, Samples, StrictModel, TimeFunction
 
 PROBLEM_FORMAT = "tidgap.problem/1"
 #: The largest sample count in a problem (``batch_size``, caps, table sizes): sizes are
 #: int32 or int64 in the array code.
-MAX_SAMPLES = 2**31 - 1
+MAX_SAMPLES = MAX_COUNT
 #: Every time value, and the longest iteration any plan could take (the sum over every
 #: stage and link of ``U`` times the largest value of each time function, plus the tails),
 #: must be below this, in the problem's time unit: sums and ratios stay finite.
@@ -307,3 +308,14 @@ def load_problem(spec: str | os.PathLike[str]) -> Problem:
         return problem
     except InputError as error:
         raise error.within(shown) from None
+
+
+def require_problem(value: Any, name: str = "problem") -> Problem:
+    """``value`` when it is a :class:`Problem`; a ``TypeError`` naming ``name`` and saying
+    how to get one otherwise (an API argument of the wrong kind)."""
+    if not isinstance(value, Problem):
+        raise TypeError(
+            f"{name} must be a tidgap.Problem (tidgap.load_problem(path)), not a "
+            f"{type(value).__name__}"
+        )
+    return value

@@ -30,6 +30,7 @@ import numpy as np
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import parse_json
+from tidgap.model.numbers import is_integer
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import FREE
@@ -146,7 +147,7 @@ def _counters(saved: Any) -> dict[str, int]:
     counters = {}
     for name in ("generation", "evaluations", "since_improvement", "best"):
         value = saved[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not is_integer(value) or value < 0:
             raise ValueError(f"counters.{name} {value!r} is not a count")
         counters[name] = value
     if counters["generation"] > MAX_GENERATION:

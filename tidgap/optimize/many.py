@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tidgap.model.errors import InputError
-from tidgap.model.problem import Problem
+from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals
 from tidgap.optimize.optimizer import Stopping, at_least
@@ -112,18 +112,6 @@ def _seed_list(seeds: int | Sequence[int], count: int) -> list[int]:
     return [int(seed) for seed in listed]
 
 
-def _problem_list(problems: Sequence[Problem]) -> list[Problem]:
-    """``problems`` as a list; ``TypeError`` naming the first that is not a Problem."""
-    listed = list(problems)
-    for i, problem in enumerate(listed):
-        if not isinstance(problem, Problem):
-            raise TypeError(
-                f"problems[{i}] must be a tidgap.Problem (tidgap.load_problem(path)), not a "
-                f"{type(problem).__name__}"
-            )
-    return listed
-
-
 def search_many(
     problems: Sequence[Problem],
     *,
@@ -159,7 +147,7 @@ def search_many(
                 f"search_many does not take {option}=: one state file would be shared by "
                 "every search; checkpoint or resume each problem with tidgap.search"
             )
-    problems = _problem_list(problems)
+    problems = [require_problem(p, f"problems[{i}]") for i, p in enumerate(problems)]
     seed_list = _seed_list(seeds, len(problems))
     Stopping(  # refuses counts and time limits of the wrong kind before any task starts
         search_options.get("generations"),

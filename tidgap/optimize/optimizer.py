@@ -23,11 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from tidgap.model.errors import InputError
+from tidgap.model.numbers import is_integer
 from tidgap.model.plan import Plan
-from tidgap.model.problem import Problem
+from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.backward_rules import FREE, check_rule
 from tidgap.optimize.checkpoint import (
     Checkpoint,
@@ -63,7 +62,7 @@ def at_least(*arguments: tuple[str, int | None, int | None]) -> None:
     for name, value, least in arguments:
         if value is None:
             continue
-        if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        if not is_integer(value):
             raise InputError(f"must be an integer (got {value!r})", source=name)
         if least is not None and value < least:
             raise InputError(f"must be at least {least} (got {value})", source=name)
@@ -144,11 +143,7 @@ class Optimizer:
         resume: str | os.PathLike[str] | SavedState | None = None,
         stopping: Stopping = Stopping(),
     ) -> None:
-        if not isinstance(problem, Problem):
-            raise TypeError(
-                f"problem must be a tidgap.Problem (tidgap.load_problem(path)), not a "
-                f"{type(problem).__name__}"
-            )
+        require_problem(problem)
         if schedule is None:
             schedule = SAME_PARTITION_SCHEDULE if same_partition else DEFAULT_SCHEDULE
         if schedule not in SEARCHABLE:

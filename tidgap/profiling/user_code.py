@@ -6,14 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tidgap.model.errors import InputError
-
-
-def first_line(error: BaseException) -> str:
-    """``error`` in one line: its type and its message's first line, e.g.
-    ``ValueError: bad input``."""
-    first = (str(error).strip().splitlines() or [""])[0]
-    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+from tidgap.model.errors import InputError, first_line
 
 
 @contextmanager

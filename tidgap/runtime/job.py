@@ -16,6 +16,7 @@ from typing import Any
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import read_json, write_json_atomic
+from tidgap.model.numbers import MAX_COUNT, MAX_THREADS, MAX_TORCH_SEED, is_integer
 from tidgap.runtime.optimizers import OPTIMIZERS
 
 JOB_FORMAT = "tidgap.job/1"
@@ -95,15 +96,16 @@ class Job:
 
 
 def _count(least: int, most: int) -> Callable[[Any], bool]:
-    return lambda value: _integer(value) and least <= value <= most
-
-
-def _integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return lambda value: is_integer(value) and least <= value <= most
 
 
 def _text(value: Any) -> bool:
     return isinstance(value, str) and value != ""
+
+
+def _positive_number(value: Any) -> bool:
+    """Whether ``value`` (from JSON, so finite) is a number above 0 (``true`` is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 #: What each field of a job file must be (beyond ``format``, ``optimizer`` and ``lr``),
@@ -114,20 +116,15 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model": (_text, "gpt, vgg16 or module:attribute"),
     "results": (lambda v: isinstance(v, str), "a folder name"),
     "boundaries": (
-        lambda v: isinstance(v, list) and all(_integer(b) and b >= 0 for b in v),
+        lambda v: isinstance(v, list) and all(is_integer(b) and b >= 0 for b in v),
         "a list of layer indices",
     ),
     "model_options": (lambda v: isinstance(v, dict), "an object of model options"),
-    "iterations": (_count(1, 2**31 - 1), "an integer in 1..2**31-1"),
-    "warmup": (_count(0, 2**31 - 1), "an integer in 0..2**31-1"),
-    "threads": (_count(1, 1024), "an integer in 1..1024"),
+    "iterations": (_count(1, MAX_COUNT), "an integer in 1..2**31-1"),
+    "warmup": (_count(0, MAX_COUNT), "an integer in 0..2**31-1"),
+    "threads": (_count(1, MAX_THREADS), f"an integer in 1..{MAX_THREADS}"),
     "check_gradients": (lambda v: isinstance(v, bool), "true or false"),
     "float64": (lambda v: isinstance(v, bool), "true or false"),
-    "seed": (_count(0, 2**63 - 1), "an integer in 0..2**63-1"),
-    "timeout": (lambda v: _positive_number(v), "a positive number of seconds"),
+    "seed": (_count(0, MAX_TORCH_SEED), "an integer in 0..2**63-1"),
+    "timeout": (_positive_number, "a positive number of seconds"),
 }
-
-
-def _positive_number(value: Any) -> bool:
-    """Whether ``value`` (from JSON, so finite) is a number above 0 (``true`` is not one)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0

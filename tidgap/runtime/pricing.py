@@ -23,7 +23,7 @@ from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.runtime.lowering import recomputes
 from tidgap.schedules.evaluation import Evaluation
-from tidgap.schedules.families import evaluate, plan_timeline
+from tidgap.schedules.families import family_of, plan_timeline
 from tidgap.schedules.ir import holder, prefix_sums
 from tidgap.schedules.simulate import OpTime, evaluate_order, order_timeline
 from tidgap.schedules.timeline import Timeline
@@ -91,7 +91,7 @@ def run_evaluation(
     check_plan(plan, problem, "plan")
     backwards = run_backward_times(problem, plan) if backwards is None else backwards
     if not backwards:
-        return evaluate(problem, plan)
+        return family_of(plan).evaluate(problem, plan)  # checked above
     return evaluate_order(
         problem, plan.forward, plan.backward, plan.stage_order(), run_op_time(problem, backwards)
     )

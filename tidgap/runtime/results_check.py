@@ -8,6 +8,7 @@ import math
 from typing import Any, get_args
 
 from tidgap.model.errors import InputError, JsonPath
+from tidgap.model.numbers import is_integer
 from tidgap.runtime.lowering import Kind
 
 #: Every record kind a worker writes: the lowered instructions' and the optimizer step's.
@@ -19,17 +20,13 @@ def _require(ok: bool, field: str | JsonPath, message: str) -> None:
         raise InputError(message, (field,) if isinstance(field, str) else field)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_row(row: Any, where: JsonPath) -> None:
     """A record: ``(kind, microbatch, lo, hi, start, end)``, finite times, start <= end."""
     shaped = isinstance(row, (tuple, list)) and len(row) == 6
     _require(shaped, where, "is not a record (kind, microbatch, lo, hi, start, end)")
     kind, microbatch, lo, hi, start, end = row
     _require(kind in RECORD_KINDS, where, f"has kind {kind!r}, not a record kind")
-    counts = all(_is_int(v) and v >= 0 for v in (microbatch, lo, hi)) and lo <= hi
+    counts = all(is_integer(v) and v >= 0 for v in (microbatch, lo, hi)) and lo <= hi
     _require(counts, where, "has a microbatch or samples that are not counts with lo <= hi")
     times = all(isinstance(v, float) and math.isfinite(v) for v in (start, end))
     _require(times and start <= end, where, "has times that are not finite with start <= end")
@@ -82,7 +79,7 @@ def check_result(result: Any, rank: int) -> None:
     ok = peaks is None or (
         isinstance(peaks, list)
         and len(peaks) == len(iterations)
-        and all(_is_int(p) and p >= 0 for p in peaks)
+        and all(is_integer(p) and p >= 0 for p in peaks)
     )
     _require(ok, "peak_bytes", "is not one byte count per iteration")
     for field in ("gradients", "weights", "stepped"):

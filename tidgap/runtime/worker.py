@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from tidgap.model.errors import InputError
+from tidgap.model.errors import InputError, first_line
 from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.job import Job
 
@@ -253,9 +253,9 @@ def save_result(result: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The worker's entry point: 0 on success; a job file that is bad input is one line
     ``tidgap worker: error: ...`` and status 2. On any other failure it reports and ends
-    the process at once with status 1, before the process group is torn down, so that a rank that
-    fails because of this one (its connection closed) fails later, and this report is
-    the last line of its output."""
+    the process at once with status 1, before the process group is torn down, so that a
+    rank that fails because of this one (its connection closed) fails later, and this
+    report is the last line of its output."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m tidgap.runtime.worker JOB.json", file=sys.stderr)
@@ -278,9 +278,7 @@ def die_reporting(error: BaseException) -> NoReturn:
     """Print the traceback, then one last line ``Error: message`` on stderr (the launcher
     quotes it), and end the process at once with status 1 (no teardown that could hang)."""
     traceback.print_exc()
-    message = str(error).strip().splitlines()
-    text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
-    print(text, file=sys.stderr, flush=True)
+    print(first_line(error), file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(1)
 

@@ -1,0 +1,21 @@
+"""What tidgap takes as an integer from input (files, options, API arguments), and the
+largest counts it takes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+#: The largest count tidgap takes (a C ``int``): samples, sizes, rounds, iterations.
+MAX_COUNT = 2**31 - 1
+#: The most stages a command builds a problem or a run for, and threads per process.
+MAX_STAGES = 1024
+MAX_THREADS = 1024
+#: The largest seed tidgap passes to PyTorch (``torch.manual_seed`` takes ``0..2**63-1``).
+MAX_TORCH_SEED = 2**63 - 1
+
+
+def is_integer(value: Any) -> bool:
+    """Whether ``value`` is an integer, Python's or NumPy's; ``True`` and ``False`` are not."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
