@@ -32,7 +32,14 @@ from tidgap.optimize.heuristics import (
     local_microbatches,
 )
 from tidgap.profiling.synth import synth_problem
-from tidgap.schedules.baselines import BASELINE_ROWS, baseline_times, gpipe_plan
+from tidgap.schedules import baselines as baselines_module
+from tidgap.schedules.baselines import (
+    BASELINE_ROWS,
+    baseline_bounds,
+    baseline_times,
+    count_tables,
+    gpipe_plan,
+)
 from tidgap.schedules.families import BASELINE_NAMES, SCHEDULES
 
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
@@ -128,6 +135,65 @@ def test_baselines_equal_the_references(problem: Problem) -> None:
 @given(problem=problems(max_stages=12))
 def test_baselines_equal_the_references_on_random_problems(problem: Problem) -> None:
     check_baselines(problem)
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
+def test_best_baselines_timing_one_count_first_are_exact(problem: Problem) -> None:
+    """With a single count timed before the bounds prune, the best baselines are still the
+    full scan's (the golden and synthetic problems have up to 200 counts)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(baselines_module, "FIRST_COUNTS", 1)
+        check_baselines(problem)
+
+
+def check_bounds(problem: Problem) -> None:
+    """Every count's bound is at most each baseline's time with that count."""
+    ms, times = baseline_times(problem)
+    bounds = baseline_bounds(count_tables(problem, ms), problem.num_units)
+    assert bounds.shape == times.shape
+    for bound, time in zip(bounds.flat, times.flat, strict=True):
+        assert at_most(float(bound), float(time))
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
+def test_baseline_bounds_are_below_the_times(problem: Problem) -> None:
+    check_bounds(problem)
+
+
+@PROPERTY
+@given(problem=problems(max_stages=12))
+def test_baseline_bounds_are_below_the_times_on_random_problems(problem: Problem) -> None:
+    check_bounds(problem)
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
+def test_baseline_times_of_some_counts_are_those_of_every_count(problem: Problem) -> None:
+    ms, every = baseline_times(problem)
+    some, times = baseline_times(problem, ms[1::3])
+    assert some.tolist() == ms[1::3].tolist()
+    assert times.tolist() == every[:, 1::3].tolist()
+
+
+@pytest.mark.parametrize("shape", ["affine", "saturating", "table"])
+def test_best_baselines_of_a_large_batch_time_few_counts(shape: str) -> None:
+    """4 stages of 20,000 units: the bounds leave under 0.5% of the steps (a count ``m``
+    takes ``m`` per stage) to time, and the best of each schedule is the full scan's."""
+    problem = Problem.from_dict(synth_problem(3, 4, 20_000, shape=shape))
+    timed: list[int] = []
+    real = baselines_module._timed
+
+    def counting(tables: baselines_module.CountTables, units: int) -> np.ndarray:
+        timed.append(int(tables.ms.sum()))
+        return real(tables, units)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(baselines_module, "_timed", counting)
+        best = best_baselines(problem)
+    ms, times = baseline_times(problem)
+    assert 0 < sum(timed) < 0.005 * ms.sum()
+    for row, schedule in zip(times, BASELINE_ROWS, strict=True):
+        i = int(np.argmin(row))
+        assert (best[schedule].microbatches, best[schedule].iteration_time) == (ms[i], row[i])
 
 
 def test_ties_go_to_the_fewest_microbatches() -> None:

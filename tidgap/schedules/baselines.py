@@ -20,7 +20,9 @@ from tidgap.schedules.simulate import evaluate_order
 
 #: The baselines in the row order of the compiled table (:func:`baseline_times`).
 BASELINE_ROWS = ("gpipe", "1f1b", "pipedream")
-#: Most recurrence steps :func:`best_baselines` takes on (about 20 s on 2 cores).
+#: Most steps of the baselines over every count (:func:`baseline_steps`) a problem may
+#: need: about 20 s on 2 cores if every count were timed (:func:`best_baselines` times few
+#: of them), and about what the global DP over every count takes.
 MAX_BASELINE_STEPS = 2 * 10**10
 
 
@@ -122,18 +124,32 @@ def pipedream(problem: Problem, m: int) -> float:
     return busiest
 
 
-def baseline_times(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
-    """Every feasible count ``ms`` (``(M,)``, ascending) and the iteration time of each
-    baseline of :data:`BASELINE_ROWS` with each count, ``(3, M)`` float64 in the problem's unit.
+#: How far (relative) a count's lower bound must lie above the best time found for
+#: :func:`best_baselines` to skip it: far above the float64 rounding of sums over the up to
+#: a few 1e5 ops per stage of a tractable problem (about 1e-11), far below any real gap.
+BOUND_MARGIN = 1e-9
+#: Counts of least lower bound per schedule that :func:`best_baselines` times first.
+FIRST_COUNTS = 8
 
-    Compiled and batched over ``m``, equal bit for bit to the baselines' own functions
-    (:func:`gpipe`, :func:`one_f_one_b`, :func:`pipedream`).
-    """
-    from tidgap.fallback_cpu.setup_loops import baseline_times as compiled
 
-    U, unit = problem.num_units, problem.unit
-    ms = np.asarray(feasible_microbatch_counts(problem), dtype=np.int64)
-    sizes = np.stack([largest_microbatch(problem, ms), U // ms * unit])  # (2, M)
+@dataclass(frozen=True)
+class CountTables:
+    """Each stage's and link's times at the large and the small microbatch of every count
+    of ``ms`` (``(M,)``, ascending): ``forward``/``backward`` ``(2, S, M)``,
+    ``forward_transfer``/``backward_transfer`` ``(2, S-1, M)`` (the sender's sizes), row 0
+    the large size; ``tails`` ``(S,)``; in the problem's unit."""
+
+    ms: np.ndarray
+    forward: np.ndarray
+    backward: np.ndarray
+    forward_transfer: np.ndarray
+    backward_transfer: np.ndarray
+    tails: np.ndarray
+
+
+def count_tables(problem: Problem, ms: np.ndarray) -> CountTables:
+    """:class:`CountTables` of the feasible counts ``ms`` (ascending)."""
+    sizes = np.stack([largest_microbatch(problem, ms), problem.num_units // ms * problem.unit])
 
     def times(functions: list[TimeFunction]) -> np.ndarray:
         """``(2, len(functions), M)``: each function of the large and the small size."""
@@ -142,16 +158,71 @@ def baseline_times(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
         )
 
     stages, links = problem.stages, problem.links
-    table = compiled(
+    return CountTables(
         ms,
         times([stage.forward for stage in stages]),
         times([stage.backward for stage in stages]),
         times([link.forward for link in links]),
         times([link.backward for link in links]),
         np.asarray([stage.tail for stage in stages], dtype=np.float64),
-        U,
     )
-    return ms, table
+
+
+def baseline_times(problem: Problem, ms: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The counts ``ms`` (``(M,)``, ascending; default every feasible count) and the
+    iteration time of each baseline of :data:`BASELINE_ROWS` with each count, ``(3, M)``
+    float64 in the problem's unit.
+
+    Compiled and batched over ``m``, equal bit for bit to the baselines' own functions
+    (:func:`gpipe`, :func:`one_f_one_b`, :func:`pipedream`).
+    """
+    if ms is None:
+        ms = np.asarray(feasible_microbatch_counts(problem), dtype=np.int64)
+    return ms, _timed(count_tables(problem, ms), problem.num_units)
+
+
+def _timed(tables: CountTables, num_units: int) -> np.ndarray:
+    """``(3, M)``: the baselines of :data:`BASELINE_ROWS` with each count of ``tables``."""
+    from tidgap.fallback_cpu.setup_loops import baseline_times as compiled
+
+    if not len(tables.ms):
+        return np.empty((len(BASELINE_ROWS), 0))
+    return compiled(
+        tables.ms,
+        tables.forward,
+        tables.backward,
+        tables.forward_transfer,
+        tables.backward_transfer,
+        tables.tails,
+        num_units,
+    )
+
+
+def baseline_bounds(tables: CountTables, num_units: int) -> np.ndarray:
+    """``(3, M)`` lower bounds on the rows of :func:`baseline_times` for each count (up to
+    float64 rounding), in ``O(S M)``.
+
+    GPipe and 1F1B: stage ``s`` starts when the first (large) microbatch has passed the
+    stages before it, runs all its ops, and after its last backward (the last, small
+    microbatch) the gradient passes back to stage 0 before stage 0's tail; the bound is the
+    largest such chain over stages. PipeDream: its busiest resource, as products.
+    """
+    ms = tables.ms
+    large = num_units % ms
+    small = ms - large
+    f, b = tables.forward, tables.backward
+    cf, cb = tables.forward_transfer, tables.backward_transfer
+    work = large * (f[0] + b[0]) + small * (f[1] + b[1])  # (S, M)
+    zero = np.zeros((1, len(ms)))
+    head = np.concatenate([zero, np.cumsum(f[0, :-1] + cf[0], axis=0)])
+    back = np.concatenate([zero, np.cumsum(b[1, :-1] + cb[1], axis=0)])
+    tails = tables.tails[:, None]
+    chain = (head + work + np.maximum(tails, back + tables.tails[0])).max(axis=0)
+    busiest = (work + tails).max(axis=0)
+    for c in (cf, cb):
+        if len(c[0]):
+            busiest = np.maximum(busiest, (large * c[0] + small * c[1]).max(axis=0))
+    return np.stack([chain, chain, busiest])
 
 
 def baseline_steps(problem: Problem) -> int:
@@ -163,13 +234,13 @@ def baseline_steps(problem: Problem) -> int:
 
 
 def require_tractable(problem: Problem) -> None:
-    """Raise :class:`InputError` on ``batch_size`` if the best baselines over every feasible
-    count would take more than :data:`MAX_BASELINE_STEPS` steps (tens of seconds)."""
+    """Raise :class:`InputError` on ``batch_size`` if the baselines over every feasible
+    count could take more than :data:`MAX_BASELINE_STEPS` steps (tens of seconds)."""
     steps = baseline_steps(problem)
     if steps > MAX_BASELINE_STEPS:
         raise InputError(
-            f"{problem.num_units} units on {problem.num_stages} stage(s): the best baselines "
-            f"over every microbatch count need about {steps:.2g} steps, more than the "
+            f"{problem.num_units} units on {problem.num_stages} stage(s): the baselines over "
+            f"every microbatch count could need about {steps:.2g} steps, more than the "
             f"{MAX_BASELINE_STEPS:.0g} tidgap runs; use a coarser unit",
             ("batch_size",),
         )
@@ -178,12 +249,34 @@ def require_tractable(problem: Problem) -> None:
 def best_baselines(problem: Problem) -> dict[str, BaselineResult]:
     """For each schedule, the feasible ``m`` with the least iteration time (ties: smallest m).
 
-    Refuses (:func:`require_tractable`) problems with too many units to try every ``m``.
+    Exact without timing every count: the :data:`FIRST_COUNTS` counts of least
+    :func:`baseline_bounds` per schedule are timed first, then every count whose bound does
+    not exceed a schedule's best time so far (by more than :data:`BOUND_MARGIN`); the others
+    cannot win. Refuses (:func:`require_tractable`) problems with too many units to try
+    every ``m``.
     """
     require_tractable(problem)
-    ms, table = baseline_times(problem)
+    U = problem.num_units
+    tables = count_tables(problem, np.asarray(feasible_microbatch_counts(problem), np.int64))
+    bounds = baseline_bounds(tables, U)
+    first = np.unique(np.argsort(bounds, axis=1, kind="stable")[:, :FIRST_COUNTS])
+    incumbents = _timed(_subset(tables, first), U).min(axis=1)
+    wanted = np.flatnonzero((bounds <= incumbents[:, None] * (1 + BOUND_MARGIN)).any(axis=0))
+    ms, table = tables.ms[wanted], _timed(_subset(tables, wanted), U)
     best: dict[str, BaselineResult] = {}
     for schedule, row in zip(BASELINE_ROWS, table, strict=True):
         i = int(np.argmin(row))
         best[schedule] = BaselineResult(schedule, int(ms[i]), float(row[i]))
     return best
+
+
+def _subset(tables: CountTables, keep: np.ndarray) -> CountTables:
+    """``tables`` for the counts at the ascending positions ``keep`` only."""
+    return CountTables(
+        tables.ms[keep],
+        tables.forward[..., keep],
+        tables.backward[..., keep],
+        tables.forward_transfer[..., keep],
+        tables.backward_transfer[..., keep],
+        tables.tails,
+    )
