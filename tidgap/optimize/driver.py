@@ -71,14 +71,14 @@ def search(
 
     The same seed, backend, input and stopping rule give the same plan, except that a
     time limit may stop at a different generation on a busier machine. The result is
-    never worse than the best GPipe, local greedy or global DP plan (they seed the GA),
+    never worse than the best GPipe, local greedy or global DP plan that ran (they seed the GA),
     nor than any feasible plan in ``initial_plans`` that fits the search; a windowed one
     is never worse than the best 1F1B nor than the best plan of its first, flush search.
 
     ``time_limit`` (seconds) covers the whole search after the backend's code is compiled
     (a first run compiles Numba's loops into the disk cache; ``setup["compile"]`` says how
-    long it took); the setup's best baselines over every microbatch count are not cut
-    short, and take seconds on problems of tens of thousands of units. ``stagnation``
+    long it took); a heuristic that would not end within it is skipped
+    (:func:`tidgap.optimize.preparation.add_heuristics`). ``stagnation``
     stops after that many generations without improvement; with ``None`` (the default)
     the search runs to ``time_limit`` or ``generations``, restarting what stagnates
     (keeping the best), and with neither given stops after :data:`DEFAULT_STAGNATION`

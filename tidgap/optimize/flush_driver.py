@@ -31,7 +31,6 @@ from tidgap.optimize.ga import (
     random_chromosomes,
 )
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
-from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
 from tidgap.optimize.memory import search_footprint
 from tidgap.optimize.operators import breed, equal_rows
@@ -39,8 +38,10 @@ from tidgap.optimize.polish import polish
 from tidgap.optimize.preparation import (
     POLISH_SHARE,
     Phases,
+    add_heuristics,
     chromosome_width,
     equal_seed_counts,
+    needed_counts,
     progress_reporter,
     require_memory,
     start_search,
@@ -221,13 +222,14 @@ def prepare_flush(
 
     The same seed, backend, input and stopping rule give the same plan, except that a
     time limit may stop at a different generation on a busier machine. The result is
-    never worse than the best GPipe, local greedy or global DP plan (they seed the GA),
+    never worse than the best GPipe, local greedy or global DP plan that ran (they seed the GA),
     nor than any feasible plan in ``initial_plans`` that fits the search.
 
     ``time_limit`` (seconds) covers the whole search after the backend's code is compiled
     (a first run compiles Numba's loops into the disk cache; ``setup["compile"]`` says how
-    long it took): baselines, heuristics (skipped when the limit has passed), seeding, the
-    GA (which leaves a tenth of the limit) and the polish. ``interrupted()`` is polled at
+    long it took): baselines, heuristics (each skipped when it would not end within the
+    limit), seeding, the GA (which leaves a tenth of the limit) and the polish.
+    ``interrupted()`` is polled at
     every generation boundary: when it names a signal, the GA stops, the polish is skipped
     and the best plan so far is returned (``stop_reason`` is its name, ``"SIGINT"``).
     ``on_phase(name)`` is called as each setup phase starts. ``max_memory`` (bytes,
@@ -264,14 +266,10 @@ def prepare_flush(
         baselines = best_baselines(problem)
     heuristics: dict[str, Plan] = {}
     with phases("heuristics"):
-        for name, build in HEURISTICS.items():
-            if not stop.out_of_time() and stop.signal() is None:
-                heuristics[name] = build(problem)
+        add_heuristics(problem, stop, heuristics)
     wanted = [b.microbatches for b in baselines.values()]
     width = chromosome_width(
-        problem,
-        max_microbatches,
-        wanted + [len(p) for plan in heuristics.values() for p in plan.forward + plan.backward],
+        problem, max_microbatches, needed_counts(problem, baselines, heuristics.values())
     )
     directions = _directions(ticked, evaluator, same_partition)
     counts = [

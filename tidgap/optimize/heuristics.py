@@ -181,13 +181,38 @@ def global_dp(problem: Problem) -> Plan:
     the flush allows (model.md), so the forward and backward partitions may differ.
     """
     S, unit, U = problem.num_stages, problem.unit, problem.num_units
-    chains = [forward_chain(problem), backward_chain(problem)]
-    forward, backward = compiled_chain_dps(chains, unit, U)
+    forward, backward = compiled_chain_dps(chains_of(problem), unit, U)
     return Plan.of([forward] * S, [backward] * S)
+
+
+#: Candidate steps per second of one compiled chain DP (the two directions run side by
+#: side): about 1.1e9 on the 2-core development machine (2026-12-03: 8 stages, 60,000
+#: units, 13 s); taken low, so that the estimate errs long.
+DP_STEPS_PER_SECOND = 1e9
+
+
+def global_dp_seconds(problem: Problem) -> float:
+    """About how long :func:`global_dp` takes: each direction's DP weighs, for every count
+    ``u`` of units, ``min(u, cap)`` last microbatches at each of ``S`` positions."""
+    U, S = problem.num_units, problem.num_stages
+    most = max(min(chain.cap // problem.unit, U) for chain in chains_of(problem))
+    steps = S * (most * (most + 1) // 2 + (U - most) * most)
+    return steps / DP_STEPS_PER_SECOND
+
+
+def chains_of(problem: Problem) -> list[Chain]:
+    """The forward and the backward chain of ``problem``."""
+    return [forward_chain(problem), backward_chain(problem)]
 
 
 #: The paper's non-genetic planners by display name: ``problem -> Plan``.
 HEURISTICS: dict[str, Callable[[Problem], Plan]] = {
     "local greedy": local_greedy,
     "global DP": global_dp,
+}
+#: About how long each heuristic of :data:`HEURISTICS` takes, in seconds (``problem ->
+#: float``); a time-limited search skips one that would overrun its limit.
+HEURISTIC_SECONDS: dict[str, Callable[[Problem], float]] = {
+    "local greedy": lambda problem: 0.0,
+    "global DP": global_dp_seconds,
 }

@@ -5,7 +5,7 @@ the progress reports."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
@@ -15,9 +15,11 @@ import numpy as np
 
 from tidgap.backends import BACKENDS, Backend, default_backend
 from tidgap.backends.ticks import TickedProblem
+from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.ga import Progress
+from tidgap.optimize.ga import Progress, StopRule
 from tidgap.optimize.genome import GENE
+from tidgap.optimize.heuristics import HEURISTIC_SECONDS, HEURISTICS
 from tidgap.optimize.memory import (
     SearchFootprint,
     default_budget,
@@ -25,7 +27,8 @@ from tidgap.optimize.memory import (
     search_footprint,
 )
 from tidgap.optimize.results import SearchProgress
-from tidgap.schedules.baselines import require_tractable
+from tidgap.schedules.baselines import BaselineResult, require_tractable
+from tidgap.schedules.flush import evaluate
 
 #: Default bound on microbatches per stage (raised when a baseline or the caps need more).
 DEFAULT_MAX_MICROBATCHES = 64
@@ -106,6 +109,25 @@ def chromosome_width(problem: Problem, requested: int | None, counts_needed: lis
     return min(problem.num_units, max(width, fewest))
 
 
+def needed_counts(
+    problem: Problem,
+    baselines: dict[str, BaselineResult],
+    heuristics: Iterable[Plan],
+    kept: Iterable[Plan] = (),
+) -> list[int]:
+    """Microbatch counts the chromosome width must hold (:func:`chromosome_width`): the
+    baselines' best counts, every stage of every plan of ``kept``, and of each heuristic
+    plan at most as slow as the best GPipe. A slower heuristic plan cannot be the result
+    (the best GPipe seeds every search), so it is seeded only where it fits: at scale the
+    global DP's hundreds of microbatches would otherwise widen every chromosome."""
+    gpipe_time = baselines["gpipe"].iteration_time
+    fast = [h for h in heuristics if evaluate(problem, h).iteration_time <= gpipe_time]
+    plans = [*kept, *fast]
+    return [b.microbatches for b in baselines.values()] + [
+        len(sizes) for plan in plans for sizes in plan.forward + plan.backward
+    ]
+
+
 def equal_seed_counts(units: int, cap: int, width: int, most: int, wanted: list[int]) -> list[int]:
     """Microbatch counts of the equal-partition seeds: every ``m`` in ``1..width`` whose
     parts fit ``cap`` units, or, if there are more than ``most``, the ``wanted`` ones (the
@@ -147,3 +169,17 @@ def require_memory(footprint: SearchFootprint, budget: int, budget_source: str) 
     }[cause]
     what = f"this search ({what} above all)"
     require_within(footprint.total, budget, what, budget_source, source, path)
+
+
+def add_heuristics(problem: Problem, stop: StopRule, heuristics: dict[str, Plan]) -> None:
+    """Add to ``heuristics`` the plan of each of :data:`HEURISTICS` it lacks, unless a
+    signal stopped the search or the heuristic would not end (by
+    :data:`HEURISTIC_SECONDS`) before ``stop``'s time limit."""
+    for name, build in HEURISTICS.items():
+        if name in heuristics or stop.signal() is not None:
+            continue
+        if (
+            stop.time_limit is None
+            or HEURISTIC_SECONDS[name](problem) < stop.time_limit - stop.elapsed()
+        ):
+            heuristics[name] = build(problem)

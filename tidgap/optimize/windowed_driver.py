@@ -30,7 +30,6 @@ from tidgap.optimize.backward_rules import FREE, MIRRORED, refusal, rule_caps
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
-from tidgap.optimize.heuristics import HEURISTICS
 from tidgap.optimize.interrupts import STOP_SIGNALS
 from tidgap.optimize.joint import (
     Breeding,
@@ -55,8 +54,10 @@ from tidgap.optimize.order_genes import encode_lead
 from tidgap.optimize.preparation import (
     POLISH_SHARE,
     Phases,
+    add_heuristics,
     chromosome_width,
     equal_seed_counts,
+    needed_counts,
     progress_reporter,
     require_memory,
     start_search,
@@ -357,15 +358,12 @@ def prepare_windowed(
     stop = StopRule(left, ga_limit, stagnation, interrupted, started=clock)
     heuristics = dict(flush.heuristics) if flush else {}
     with phases("heuristics"):
-        for name, build in HEURISTICS.items():
-            if name not in heuristics and not stop.out_of_time() and stop.signal() is None:
-                heuristics[name] = build(problem)
-    plans = [*([flush_plan] if flush_plan else []), *heuristics.values(), *initial_plans]
-    wanted = [b.microbatches for b in baselines.values()]
+        add_heuristics(problem, stop, heuristics)
+    first_plan = [flush_plan] if flush_plan else []
+    plans = [*first_plan, *heuristics.values(), *initial_plans]
+    kept = [*first_plan, *initial_plans]
     width = chromosome_width(
-        problem,
-        max_microbatches,
-        wanted + [len(p) for plan in plans for p in plan.forward + plan.backward],
+        problem, max_microbatches, needed_counts(problem, baselines, heuristics.values(), kept)
     )
     equal = seed_plans(problem, width, population, baselines)
     ramps = ramp_plans(problem, width, baselines["1f1b"])

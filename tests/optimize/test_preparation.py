@@ -1,0 +1,53 @@
+"""What a search settles before its generations at scale: which plans widen the chromosome
+(tidgap.optimize.preparation.needed_counts) and which heuristics a time limit leaves out
+(add_heuristics, by tidgap.optimize.heuristics.HEURISTIC_SECONDS)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidgap import Plan, Problem, best_baselines, evaluate, load_problem
+from tidgap.optimize.ga import StopRule
+from tidgap.optimize.heuristics import DP_STEPS_PER_SECOND, HEURISTICS, global_dp_seconds
+from tidgap.optimize.preparation import add_heuristics, needed_counts
+from tidgap.profiling.synth import synth_problem
+from tidgap.schedules.baselines import equal_partition, gpipe_plan
+
+
+def test_a_heuristic_slower_than_the_best_gpipe_does_not_widen() -> None:
+    problem = load_problem("example:gpt1-14")
+    baselines = best_baselines(problem)
+    U, S = problem.num_units, problem.num_stages
+    slow = Plan.of([equal_partition(problem, U)] * S, [equal_partition(problem, U)] * S)
+    gpipe = baselines["gpipe"]
+    assert evaluate(problem, slow).iteration_time > gpipe.iteration_time
+    own = [b.microbatches for b in baselines.values()]
+    assert needed_counts(problem, baselines, [slow]) == own
+    assert U in needed_counts(problem, baselines, [], [slow])  # a kept plan always widens
+    fastest = gpipe_plan(problem, gpipe.microbatches)  # as fast as the best GPipe: widens
+    assert needed_counts(problem, baselines, [fastest]) == own + [gpipe.microbatches] * 2 * S
+
+
+def test_global_dp_seconds_count_every_candidate() -> None:
+    document = synth_problem(4, 3, 40)
+    document["stages"][1]["max_microbatch"] = 6
+    problem = Problem.from_dict(document)
+    steps = problem.num_stages * sum(min(u, 6) for u in range(1, 41))
+    assert global_dp_seconds(problem) == pytest.approx(steps / DP_STEPS_PER_SECOND)
+
+
+def test_a_time_limit_leaves_out_a_heuristic_that_would_overrun_it() -> None:
+    """8 stages of 60,000 units: the global DP would take about 14 s; with 1 s left only
+    the local greedy runs, without a limit both do (on a small problem)."""
+    large = Problem.from_dict(synth_problem(0, 8, 60_000))
+    assert global_dp_seconds(large) > 10
+    found: dict[str, Plan] = {}
+    add_heuristics(large, StopRule(time_limit=1.0, stagnation=None), found)
+    assert list(found) == ["local greedy"]
+    small = load_problem("example:gpt1-14")
+    found = {}
+    add_heuristics(small, StopRule(stagnation=None), found)
+    assert list(found) == list(HEURISTICS)
+    kept = {"global DP": found["global DP"]}
+    add_heuristics(small, StopRule(time_limit=0.0, stagnation=None), kept)
+    assert list(kept) == ["global DP"]  # out of time: nothing added, nothing lost
