@@ -366,6 +366,14 @@ def test_error_naming_a_key_escapes_it(tmp_path: Path) -> None:
     assert line == f'tidgap: error: {path}: ["\\u001b[2Jkey\\n"]: unknown key'
 
 
+@pytest.mark.parametrize("key", ["x" * 100_000, "a b" * 30_000])
+def test_a_long_key_is_cut_in_the_error_line(tmp_path: Path, key: str) -> None:
+    path = write(tmp_path, "p.json", tiny() | {key: 1})
+    line = error_line(run_cli("evaluate", path, "--schedule", "gpipe", "-m", "1"))
+    shown = json.dumps(key)[:37]
+    assert line == f"tidgap: error: {path}: [{shown}...]: unknown key"
+
+
 def test_plan_for_another_problem_warns_with_the_names_escaped(tmp_path: Path) -> None:
     path = write(tmp_path, "p.json", tiny())
     plan = write(tmp_path, "plan.json", PLAN | {"problem": ESC})

@@ -10,17 +10,24 @@ from tidgap.model.text import printable
 JsonPath = Sequence[str | int]
 
 
+#: Most characters of a key a path shows; a longer key is quoted, cut and ended ``...``
+#: (as the values that messages quote are).
+KEY_CHARS = 40
+
+
 def format_path(path: JsonPath) -> str:
     """Render ``("stages", 2, "forward")`` as ``stages[2].forward``; a key that is not an
-    identifier is quoted, as in ``source["a b"]`` or ``[""]``."""
+    identifier is quoted, as in ``source["a b"]`` or ``[""]``, and one longer than
+    :data:`KEY_CHARS` is cut: ``["xxxxxxxx...]``."""
     text = ""
     for part in path:
         if isinstance(part, int):
             text += f"[{part}]"
-        elif not part.isidentifier():
-            text += f"[{json.dumps(part, ensure_ascii=False)}]"
-        else:
+        elif part.isidentifier() and len(part) <= KEY_CHARS:
             text += f".{part}" if text else part
+        else:
+            quoted = json.dumps(part, ensure_ascii=False)
+            text += f"[{quoted if len(quoted) <= KEY_CHARS else quoted[: KEY_CHARS - 3] + '...'}]"
     return text
 
 
