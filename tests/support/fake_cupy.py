@@ -9,8 +9,10 @@ kernel sources and the GPU code paths of the search run here; CuPy's own behavio
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
+import shutil
 import subprocess
 import tempfile
 import types
@@ -26,6 +28,7 @@ static const tidgap_fake_dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
 #define __global__
 """
 _BUILD = Path(tempfile.mkdtemp(prefix="fake_cupy_"))
+atexit.register(shutil.rmtree, _BUILD, ignore_errors=True)
 
 
 def _argument(value: Any) -> Any:
