@@ -111,19 +111,27 @@ def test_at_refuses_sizes_outside_the_table_like_call() -> None:
 
 
 def check_baselines(problem: Problem) -> None:
-    """Every schedule with every feasible count equals its reference exactly; the best of
-    each is the least time with the smallest count."""
+    """Every schedule with every feasible count equals its reference exactly, and is at
+    least its count's lower bound; the best of each is the least time with the smallest
+    count, also when a single count is timed before the bounds prune."""
     ms, times = baseline_times(problem)
     assert times.shape == (len(BASELINE_ROWS), len(ms))
     assert set(BASELINE_ROWS) == set(BASELINE_NAMES)
     for row, schedule in zip(times, BASELINE_ROWS, strict=True):
         expected = [SCHEDULES[schedule].time(problem, int(m)) for m in ms]
         assert row.tolist() == expected, schedule
-    best = best_baselines(problem)
-    for row, schedule in zip(times, BASELINE_ROWS, strict=True):
-        least = min(row)
-        assert best[schedule].iteration_time == least
-        assert best[schedule].microbatches == ms[row.tolist().index(least)]
+    bounds = baseline_bounds(count_tables(problem, ms), problem.num_units)
+    assert bounds.shape == times.shape
+    for bound, time in zip(bounds.flat, times.flat, strict=True):
+        assert at_most(float(bound), float(time))
+    for first in (baselines_module.FIRST_COUNTS, 1):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(baselines_module, "FIRST_COUNTS", first)
+            best = best_baselines(problem)
+        for row, schedule in zip(times, BASELINE_ROWS, strict=True):
+            least = min(row)
+            assert best[schedule].iteration_time == least
+            assert best[schedule].microbatches == ms[row.tolist().index(least)]
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
@@ -135,35 +143,6 @@ def test_baselines_equal_the_references(problem: Problem) -> None:
 @given(problem=problems(max_stages=12))
 def test_baselines_equal_the_references_on_random_problems(problem: Problem) -> None:
     check_baselines(problem)
-
-
-@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
-def test_best_baselines_timing_one_count_first_are_exact(problem: Problem) -> None:
-    """With a single count timed before the bounds prune, the best baselines are still the
-    full scan's (the golden and synthetic problems have up to 200 counts)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(baselines_module, "FIRST_COUNTS", 1)
-        check_baselines(problem)
-
-
-def check_bounds(problem: Problem) -> None:
-    """Every count's bound is at most each baseline's time with that count."""
-    ms, times = baseline_times(problem)
-    bounds = baseline_bounds(count_tables(problem, ms), problem.num_units)
-    assert bounds.shape == times.shape
-    for bound, time in zip(bounds.flat, times.flat, strict=True):
-        assert at_most(float(bound), float(time))
-
-
-@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
-def test_baseline_bounds_are_below_the_times(problem: Problem) -> None:
-    check_bounds(problem)
-
-
-@PROPERTY
-@given(problem=problems(max_stages=12))
-def test_baseline_bounds_are_below_the_times_on_random_problems(problem: Problem) -> None:
-    check_bounds(problem)
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
