@@ -264,7 +264,15 @@ def test_bad_split_exits_2_naming_split(
         ((*MLP, "--stages", str(10**20)), "is not in the range 1<=x<=1024"),
         (("gpt", "--layers", str(2**31 - 1)), "gpt: about 1.52e+16 parameters need 1.22e+08 GB"),
         (("vgg16", "--classes", str(2**31 - 1)), "vgg16: about 8.8e+12 parameters need"),
-        (("vgg16", "--image-size", str(2**31 - 1)), "vgg16: cannot make an input of 32 samples"),
+        (("vgg16", "--image-size", str(2**31 - 1)), "vgg16: cannot make an input of 1 samples"),
+        (
+            (*TINY_GPT, "--batch-size", str(2**31 - 1)),
+            "--batch-size: a microbatch of 2147483647 samples holds at least",
+        ),
+        (
+            (*TINY_GPT, "--batch-size", str(2**31 - 1), "--max-microbatch", str(2**31 - 2)),
+            "--max-microbatch: a microbatch of 2147483646 samples holds at least",
+        ),
     ],
 )
 def test_bad_profile_input_exits_2(
@@ -279,9 +287,9 @@ def test_bad_profile_input_exits_2(
 @pytest.mark.parametrize(
     ("model", "expected"),
     [
-        ("UNBATCHED", "layer '1' returned shape (32,), whose first dimension is not the"),
-        ("MISMATCHED", "layer '1' failed on 4 samples: RuntimeError: mat1 and mat2 shapes"),
-        ("RAISING", "layer '1' failed on 4 samples: ValueError: this layer takes no input"),
+        ("UNBATCHED", "layer '1' returned shape (8,), whose first dimension is not the"),
+        ("MISMATCHED", "layer '1' failed on 1 samples: RuntimeError: mat1 and mat2 shapes"),
+        ("RAISING", "layer '1' failed on 1 samples: ValueError: this layer takes no input"),
     ],
 )
 def test_bad_layer_exits_2(torch: Any, tmp_path: Path, model: str, expected: str) -> None:
@@ -355,3 +363,13 @@ def test_cuda_without_a_device_exits_2(torch: Any, tmp_path: Path, no_measuring:
         pytest.skip("a CUDA device is available here")
     line = error_line(run("profile", *MLP, "--device", "cuda", "--out", str(tmp_path / "p.json")))
     assert line.startswith("tidgap: error: --device: CUDA is not usable"), line
+
+
+def test_held_bytes_per_sample_are_the_input_and_the_largest_output(torch: Any) -> None:
+    from tidgap.profiling.measure import held_bytes_per_sample
+
+    chain = [("0", torch.nn.Linear(4, 8)), ("1", torch.nn.Linear(8, 2))]
+    first = torch.zeros(3, 4)  # float32: 16 bytes a sample; outputs 32 and 8
+    assert held_bytes_per_sample(chain, first) == 16 + 32
+    wide = [("0", torch.nn.Linear(8, 2).double())]  # float64: 64 bytes in, 16 out
+    assert held_bytes_per_sample(wide, torch.zeros(5, 8, dtype=torch.float64)) == 64 + 16

@@ -101,6 +101,20 @@ def chain_inputs(modules: Sequence[tuple[str, nn.Module]], first: Tensor) -> lis
     return inputs
 
 
+def held_bytes_per_sample(modules: Sequence[tuple[str, nn.Module]], first: Tensor) -> int:
+    """Bytes per sample that timing the chain holds at once at the least: the model's
+    input ``first`` ``(b, ...)`` and the largest module output (kept for the next module
+    or being timed), from one untimed pass without autograd (rounded up)."""
+    size = first.shape[0]
+    x, largest = first, 0
+    with torch.no_grad():
+        for name, module in modules:
+            with layer_errors(name, size):
+                x = _check_output(name, module(x), size)
+            largest = max(largest, x.numel() * x.element_size())
+    return -(-(first.numel() * first.element_size() + largest) // size)
+
+
 def saved_bytes_per_sample(module: nn.Module, given: Tensor, first: bool) -> int:
     """The bytes autograd saves for the backward in one forward of ``module`` on ``given``
     ``(b, ...)``, per sample (rounded up): every saved tensor's storage once, the module's

@@ -13,12 +13,14 @@ from torch import Tensor, nn
 from tidgap import __version__
 from tidgap.host import cpu_model
 from tidgap.model.errors import InputError
+from tidgap.optimize.memory import available_memory
 from tidgap.profiling.allocator import ALLOCATOR_KEPT, keep_freed_memory
 from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
 from tidgap.profiling.measure import (
     Measurement,
     OtherLoad,
     chain_inputs,
+    held_bytes_per_sample,
     measure,
     saved_bytes_per_sample,
     time_steps,
@@ -73,6 +75,27 @@ def machine(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return cpu_model()
+
+
+def require_activation_room(model: Model, settings: Settings, device: torch.device) -> None:
+    """:class:`InputError` on ``--batch-size`` (``--max-microbatch`` when it sets the cap) if
+    a microbatch of ``settings.cap`` samples cannot hold even the model's input and its
+    largest layer's output (:func:`held_bytes_per_sample` of ``settings.unit`` samples) in
+    the memory available: before measuring, so that an absurd batch is one line, not the
+    out-of-memory killer (Linux grants large allocations before it has the pages)."""
+    layers = list(model.layers.named_children())
+    per_sample = held_bytes_per_sample(layers, model.input(settings.unit, device))
+    needed = per_sample * settings.cap
+    available = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    available = available_memory() if available is None else available
+    if needed > available:
+        option = "--batch-size" if settings.cap == settings.batch_size else "--max-microbatch"
+        raise InputError(
+            f"a microbatch of {settings.cap} samples holds at least {needed / 1e9:.3g} GB "
+            f"(the input and the largest layer's output, {per_sample} bytes a sample), more "
+            f"than the {available / 1e9:.3g} GB available",
+            source=option,
+        )
 
 
 def balance(
@@ -214,6 +237,7 @@ def profile(
             torch.set_num_threads(settings.threads)
         threads = torch.get_num_threads()
         model.layers.to(device).train()
+        require_activation_room(model, settings, device)
         load = OtherLoad()
         stage_names, runs, held, tails, how = measure_stages(
             model, settings, given, device, sizes, on_step
