@@ -125,3 +125,16 @@ def test_a_signal_during_the_annealing_stops_it_and_skips_the_polish() -> None:
     assert result.interrupted and result.stop_reason == "SIGINT"
     assert result.generations == 30 and "polish" not in result.setup
     assert result.evaluation.iteration_time <= result.baselines["1f1b"].iteration_time
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_what_anneal_reports_is_what_it_found(steps: int) -> None:
+    """Each island's reported genes score the reported ticks, also when its best is still
+    the chain it started from and that chain has moved since (chains change in place)."""
+    for seed in range(6):
+        _, space, islands = _islands("hetero-8", "numba")
+        found, _ = anneal(islands, space, CounterRng(seed), Annealing(steps=steps))
+        for island, best in zip(islands, found, strict=True):
+            if best is not None:
+                ticks, peaks = space.evaluate(best[0])
+                assert int(ticks[0]) == best[1] and island.level.admits(peaks[0].tolist())

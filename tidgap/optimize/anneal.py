@@ -106,7 +106,7 @@ def anneal(
     xp = namespace(islands[0].fitness)
     chains = Chains.of(islands, per_island)
     first = chains.offsets[:-1]
-    best = [chains.genes.take(slice(i, i + 1)) for i in first]
+    best = [_copy(chains.genes.take(slice(i, i + 1))) for i in first]
     best_fitness = [int(chains.fitness[i]) for i in first]
     started, step = time.perf_counter(), 0
     ratio = END_TEMPERATURE / START_TEMPERATURE
@@ -120,7 +120,7 @@ def anneal(
         chance = xp.exp(-xp.clip(delta / temperature, 0.0, 700.0))
         take = (delta <= 0) | (rng.random((chains.genes.size,)) < chance)
         take &= fitness < OVER_LIMIT
-        chains.genes = _where(take, moved, chains.genes)
+        _take_moves(take, moved, chains.genes)
         chains.fitness = xp.where(take, fitness, chains.fitness)
         _keep_best(best, best_fitness, moved, fitness, chains.offsets)
         step += 1
@@ -131,12 +131,20 @@ def anneal(
     return found, step * chains.genes.size
 
 
-def _where(take: Any, moved: JointGenes, kept: JointGenes) -> JointGenes:
-    """Per chain, ``moved`` where ``take`` ``(C,)``, else ``kept``."""
+def _take_moves(take: Any, moved: JointGenes, chains: JointGenes) -> None:
+    """Copy into ``chains``, in place, the ``moved`` chains that ``take`` ``(C,)`` marks
+    (only their rows: most steps take few)."""
     xp = namespace(take)
-    rows = take[:, None, None]
-    pairs = zip(moved.arrays(), kept.arrays(), strict=True)
-    return JointGenes(*(xp.where(rows, m, k) for m, k in pairs))
+    index = xp.flatnonzero(take)
+    for new, old in zip(moved.arrays(), chains.arrays(), strict=True):
+        if new is not old:
+            old[index] = new[index]
+
+
+def _copy(genes: JointGenes) -> JointGenes:
+    """``genes`` in arrays of their own (not views of the chains, which change in place)."""
+    xp = namespace(genes.forward)
+    return JointGenes(*(xp.array(a, copy=True) for a in genes.arrays()))
 
 
 def _keep_best(
@@ -153,4 +161,4 @@ def _keep_best(
         index = start + int(xp.argmin(fitness[start:end]))
         if int(fitness[index]) < best_fitness[i]:
             best_fitness[i] = int(fitness[index])
-            best[i] = moved.take(slice(index, index + 1))
+            best[i] = _copy(moved.take(slice(index, index + 1)))
