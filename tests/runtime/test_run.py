@@ -268,6 +268,11 @@ def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
     short = str(plan_file(tmp_path, "short", forward=[[4, 4]], backward=[[4, 4]]))
     wide_file = str(write_json(tmp_path / "wide.json", wide))
     bare_file = str(write_json(tmp_path / "bare.json", unsplit))
+    huge = synth_problem(0, 2, 2**31 - 1, 1, 0.5, "affine", "huge")
+    huge["source"] = {"split": {"boundaries": [2]}}
+    huge_file = str(write_json(tmp_path / "huge.json", huge))
+    whole = str(plan_file(tmp_path, "whole", forward=[[2**31 - 1]] * 2, backward=[[2**31 - 1]] * 2))
+    huge_input = [*MODEL[:-1], "6,100000"]  # 2.4 MB a sample: far beyond any memory
     return {
         "plan for another problem": [problem, other, *MODEL],
         "plan of another shape": [problem, short, *MODEL],
@@ -277,6 +282,7 @@ def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
         "no recorded split": [bare_file, plan, *MODEL],
         "model cannot be imported": [problem, plan, "--model", "no_such_module:X"],
         "gpt option on a module": [problem, plan, *MODEL, "--hidden", "8"],
+        "a batch far beyond memory": [huge_file, whole, *huge_input],
     }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from tidgap.cli.options import count_range, problem_argument
-from tidgap.cli.run import launched, worker_job, worker_options
+from tidgap.cli.run import launched, require_batch_room, worker_job, worker_options
 from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json
@@ -72,7 +72,7 @@ def calibrate_command(
     loaded = load_problem(problem)
     document = read_json(problem_path(problem))
     plans = calibration_plans(loaded, calibration_sizes(document, loaded, problem, every_size))
-    job, _ = worker_job(
+    job, model = worker_job(
         problem,
         "",
         loaded,
@@ -88,6 +88,7 @@ def calibrate_command(
         seed=seed,
         timeout=timeout,
     )
+    require_batch_room(model, loaded, problem)
     iterations = []
     for round_ in range(rounds):
         for label, plan in plans:

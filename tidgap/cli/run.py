@@ -236,6 +236,29 @@ def reference_differences(
     return gradients, max_relative_difference(got, stepped)
 
 
+def require_batch_room(model: Any, problem: Problem, source: str) -> None:
+    """:class:`InputError` on ``source``'s ``batch_size`` if the stage processes of a run
+    here cannot hold even their copies of the batch's input (each makes the whole batch;
+    bytes a sample from one sample of ``model``'s input) in the memory available: before
+    any process starts, so that a batch far beyond memory is one line, not the
+    out-of-memory killer in a worker."""
+    import torch
+
+    from tidgap.optimize.memory import available_memory
+
+    sample = model.input(1, torch.device("cpu"))
+    per_sample = sample.numel() * sample.element_size()
+    needed, available = problem.num_stages * problem.batch_size * per_sample, available_memory()
+    if needed > available:
+        raise InputError(
+            f"each of the run's {problem.num_stages} processes makes the whole batch's input: "
+            f"{problem.batch_size} samples of {per_sample} bytes need at least "
+            f"{needed / 1e9:.3g} GB, more than the {available / 1e9:.3g} GB available",
+            ("batch_size",),
+            source,
+        )
+
+
 def launched(problem: Problem, job: Job, plan: Plan, given: bool, label: str) -> list[dict]:
     """Run ``plan`` with one worker per stage (the plan file of ``job`` when ``given``, else
     ``plan`` written to the run's temporary folder); the ranks' results."""
@@ -505,6 +528,8 @@ def run_command(
         click.echo(f"job written to {write_job} (results go to {folder})")
         return
     replay_with = read_json(problem_path(problem)) if replay else None
+    if results is None:
+        require_batch_room(model, loaded, problem)
     if results is not None:
         found = load_results(results, loaded.num_stages)
         with about_problem(results):
