@@ -138,3 +138,29 @@ def test_what_anneal_reports_is_what_it_found(steps: int) -> None:
             if best is not None:
                 ticks, peaks = space.evaluate(best[0])
                 assert int(ticks[0]) == best[1] and island.level.admits(peaks[0].tolist())
+
+
+def test_a_time_limited_search_anneals_and_polishes_again_to_the_limit() -> None:
+    """The polish ends early at a local optimum; the time left goes to more rounds of
+    annealing and polish, so the search ends within the last rounds' share of its limit."""
+    problem = load_problem("example:gpt1-14")
+    phases: list[str] = []
+    result = search(problem, seed=0, time_limit=2.0, backend="numba", on_phase=phases.append)
+    assert phases.count("anneal") >= 2 and phases[-1] == "polish"
+    compile_time = result.setup.get("flush compile", 0.0) + result.setup["compile"]
+    assert result.wall_time - compile_time >= 2.0 * (1 - windowed_driver.MORE_ROUNDS_SHARE)
+    assert result.stop_reason == "time limit"
+
+
+def test_an_island_adopts_in_place_of_its_least_fit() -> None:
+    _, space, islands = _islands("hetero-8", "numba")
+    island = islands[1]
+    worst, best = int(island.fitness.argmax()), int(island.fitness.argmin())
+    genes = island.genes.take(slice(best, best + 1))
+    times, peaks = space.evaluate(genes)
+    before = island.genes.size
+    island.adopt(genes, times, peaks)
+    assert island.genes.size == before
+    assert island.fitness[worst] == island.fitness[best] and island.times[worst] == times[0]
+    for mine, given in zip(island.genes.arrays(), genes.arrays(), strict=True):
+        assert (mine[worst] == given[0]).all()

@@ -149,6 +149,16 @@ class Island:
         island.best_fitness = int(fitness[keep[0]])
         return island
 
+    def adopt(self, genes: JointGenes, times: Any, peaks: Any) -> None:
+        """Put the one individual ``genes`` (``(1, S, K)``, repaired, with its ``times``
+        ``(1,)`` and ``peaks`` ``(1, S)``) in place of the least fit."""
+        xp = namespace(times)
+        worst = int(xp.argmax(self.fitness))
+        for mine, given in zip(self.genes.arrays(), genes.arrays(), strict=True):
+            mine[worst] = given[0]
+        self.times[worst], self.peaks[worst] = times[0], peaks[0]
+        self.fitness[worst] = penalised(times, peaks, self.held)[0]
+
     def _replace(self, genes: JointGenes, times: Any, peaks: Any) -> None:
         """Set the population (fitness recomputed under this island's level)."""
         self.genes, self.times, self.peaks = genes, times, peaks

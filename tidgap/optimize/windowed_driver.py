@@ -91,6 +91,9 @@ ANNEAL_SHARE = 0.4
 ANNEAL_STEPS_PER_GENERATION = 4
 #: Annealing chains per island (its fittest; ``None``: its whole population).
 ANNEAL_CHAINS: int | None = 128
+#: Share of a time limit that must be left after the polish for another round of annealing
+#: and polish (:func:`used_to_the_end`).
+MORE_ROUNDS_SHARE = 0.02
 
 
 def flush_generations(generations: int | None) -> int:
@@ -417,25 +420,63 @@ def prepare_windowed(
     )
 
 
+def timed_to_the_end(run: WindowedRun) -> bool:
+    """Whether the annealing runs to a deadline (a time limit, and no generations or
+    stagnation to stop on), rather than for a number of steps."""
+    stop = run.stop
+    return run.time_limit is not None and stop.generations is None and stop.stagnation is None
+
+
 def annealed(
-    run: WindowedRun, found: list[tuple[JointGenes, int] | None]
+    run: WindowedRun, found: list[tuple[JointGenes, int] | None], deadline: float | None = None
 ) -> list[tuple[JointGenes, int] | None]:
     """:func:`anneal` from every island, then each level takes the fastest it admits of
-    ``found`` and the chains' bests. The chains run for :data:`ANNEAL_SHARE` of a time
-    limit; when the GA stops on generations or stagnation, for at most
-    :data:`ANNEAL_STEPS_PER_GENERATION` steps per generation it ran (so the same seed and
-    generations give the same plan)."""
+    ``found`` and the chains' bests. The chains run until ``deadline`` (default: for
+    :data:`ANNEAL_SHARE` of a time limit, up to the polish's share); when the GA stops on
+    generations or stagnation, for at most :data:`ANNEAL_STEPS_PER_GENERATION` steps per
+    generation it ran (so the same seed and generations give the same plan)."""
     optimizer, time_limit, stop = run.optimizer, run.time_limit, run.stop
     steps = None
-    if time_limit is None or stop.generations is not None or stop.stagnation is not None:
+    if not timed_to_the_end(run):
         steps = ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation
-    deadline = None if time_limit is None else run.clock + time_limit * (1 - POLISH_SHARE)
+    if deadline is None and time_limit is not None:
+        deadline = run.clock + time_limit * (1 - POLISH_SHARE)
     annealing = Annealing(steps, deadline, stop.interrupted)
     reached, evaluations = anneal(
         optimizer.islands, optimizer.space, optimizer.rng, annealing, ANNEAL_CHAINS
     )
     optimizer.counters.evaluations += evaluations
     return fastest_admitted([*found, *reached], run.levels, optimizer.space)
+
+
+def used_to_the_end(
+    run: WindowedRun, found: list[tuple[JointGenes, int] | None], stop_reason: str
+) -> tuple[list[tuple[JointGenes, int] | None], str]:
+    """While a time-limited search (:func:`timed_to_the_end`) has more than
+    :data:`MORE_ROUNDS_SHARE` of its limit left after the polish (which ends early at a
+    local optimum): each island takes its level's best in place of its least fit, the
+    chains anneal from them until twice the last polish's time before the limit, and the
+    bests are polished again. Returns the bests and the stop reason (a signal's name if one
+    came)."""
+    if not timed_to_the_end(run):
+        return found, stop_reason
+    assert run.time_limit is not None, "timed to the end means a time limit"
+    optimizer, phases = run.optimizer, run.phases
+    end = run.clock + run.time_limit
+    polish_took = run.phases.seconds["polish"]
+    while end - time.perf_counter() > MORE_ROUNDS_SHARE * run.time_limit:
+        for island, best in zip(optimizer.islands, found, strict=True):
+            if best is not None:
+                island.adopt(best[0], *optimizer.space.evaluate(best[0]))
+        with phases("anneal"):
+            found = annealed(run, found, end - 2 * polish_took)
+        if (name := run.stop.signal()) is not None:
+            return found, name
+        started = time.perf_counter()
+        with phases("polish"):
+            found = polished(found, run.levels, optimizer.space, end)
+        polish_took = time.perf_counter() - started
+    return found, stop_reason
 
 
 def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
@@ -454,6 +495,7 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
             with phases("polish"):
                 deadline = None if time_limit is None else clock + time_limit
                 found = polished(found, levels, optimizer.space, deadline)
+            found, stop_reason = used_to_the_end(run, found, stop_reason)
     tradeoff = [
         TradeoffPoint(level, None, None) if best is None else decoded(best[0], problem, level)
         for level, best in zip(levels, found, strict=True)
