@@ -147,9 +147,7 @@ def test_a_time_limited_search_anneals_and_polishes_again_to_the_limit() -> None
     phases: list[str] = []
     result = search(problem, seed=0, time_limit=2.0, backend="numba", on_phase=phases.append)
     assert phases.count("anneal") >= 2 and phases[-1] == "polish"
-    compile_time = result.setup.get("flush compile", 0.0) + result.setup["compile"]
-    assert result.wall_time - compile_time >= 2.0 * (1 - windowed_driver.MORE_ROUNDS_SHARE)
-    assert result.stop_reason == "time limit"
+    assert result.stop_reason == "time limit"  # the wall time: test_search.py
 
 
 def test_an_island_adopts_in_place_of_its_least_fit() -> None:

@@ -164,3 +164,18 @@ def test_the_searched_family_is_separable_and_its_reference_gives_the_result() -
     problem = load_problem("example:tiny-2")
     result = search(problem, schedule="flush", generations=2)
     assert result.evaluation == SEARCHED.evaluate(problem, result.plan)
+
+
+@pytest.mark.parametrize("schedule", ["flush", "windowed"])
+def test_a_time_limited_search_runs_to_its_limit(schedule: str) -> None:
+    """The polish ends early at a local optimum; the time left goes to more rounds (flush:
+    generations; windowed: annealing), so the search ends within the last share of its
+    limit, and the plan is never worse than the baselines it is compared with."""
+    from tidgap.optimize.preparation import MORE_ROUNDS_SHARE
+
+    problem = load_problem("example:gpt1-14")
+    result = search(problem, seed=0, time_limit=2.0, backend="numba", schedule=schedule)
+    compile_time = result.setup.get("flush compile", 0.0) + result.setup["compile"]
+    assert result.wall_time - compile_time >= 2.0 * (1 - MORE_ROUNDS_SHARE)
+    assert result.stop_reason == "time limit"
+    assert result.evaluation.iteration_time <= result.baselines["gpipe"].iteration_time

@@ -34,6 +34,9 @@ from tidgap.schedules.flush import evaluate
 DEFAULT_MAX_MICROBATCHES = 64
 #: Share of a time limit a GA leaves to the final polish.
 POLISH_SHARE = 0.1
+#: Share of a time limit that must be left after the polish for another round of search
+#: and polish (the polish ends early at a local optimum).
+MORE_ROUNDS_SHARE = 0.02
 
 
 @dataclass(frozen=True)
@@ -183,3 +186,9 @@ def add_heuristics(problem: Problem, stop: StopRule, heuristics: dict[str, Plan]
             or HEURISTIC_SECONDS[name](problem) < stop.time_limit - stop.elapsed()
         ):
             heuristics[name] = build(problem)
+
+
+def runs_to_the_limit(stop: StopRule, time_limit: float | None) -> bool:
+    """Whether a search stops on its time limit only (no generations or stagnation rule),
+    so that time the polish leaves goes to more rounds."""
+    return time_limit is not None and stop.generations is None and stop.stagnation is None

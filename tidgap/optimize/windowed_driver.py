@@ -52,6 +52,7 @@ from tidgap.optimize.limits import (
 from tidgap.optimize.memory import joint_footprint
 from tidgap.optimize.order_genes import encode_lead
 from tidgap.optimize.preparation import (
+    MORE_ROUNDS_SHARE,
     POLISH_SHARE,
     Phases,
     add_heuristics,
@@ -60,6 +61,7 @@ from tidgap.optimize.preparation import (
     needed_counts,
     progress_reporter,
     require_memory,
+    runs_to_the_limit,
     start_search,
     warm_up_inputs,
 )
@@ -91,9 +93,6 @@ ANNEAL_SHARE = 0.4
 ANNEAL_STEPS_PER_GENERATION = 4
 #: Annealing chains per island (its fittest; ``None``: its whole population).
 ANNEAL_CHAINS: int | None = 128
-#: Share of a time limit that must be left after the polish for another round of annealing
-#: and polish (:func:`used_to_the_end`).
-MORE_ROUNDS_SHARE = 0.02
 
 
 def flush_generations(generations: int | None) -> int:
@@ -420,13 +419,6 @@ def prepare_windowed(
     )
 
 
-def timed_to_the_end(run: WindowedRun) -> bool:
-    """Whether the annealing runs to a deadline (a time limit, and no generations or
-    stagnation to stop on), rather than for a number of steps."""
-    stop = run.stop
-    return run.time_limit is not None and stop.generations is None and stop.stagnation is None
-
-
 def annealed(
     run: WindowedRun, found: list[tuple[JointGenes, int] | None], deadline: float | None = None
 ) -> list[tuple[JointGenes, int] | None]:
@@ -437,7 +429,7 @@ def annealed(
     generation it ran (so the same seed and generations give the same plan)."""
     optimizer, time_limit, stop = run.optimizer, run.time_limit, run.stop
     steps = None
-    if not timed_to_the_end(run):
+    if not runs_to_the_limit(run.stop, time_limit):
         steps = ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation
     if deadline is None and time_limit is not None:
         deadline = run.clock + time_limit * (1 - POLISH_SHARE)
@@ -452,15 +444,14 @@ def annealed(
 def used_to_the_end(
     run: WindowedRun, found: list[tuple[JointGenes, int] | None], stop_reason: str
 ) -> tuple[list[tuple[JointGenes, int] | None], str]:
-    """While a time-limited search (:func:`timed_to_the_end`) has more than
+    """While a time-limited search (:func:`runs_to_the_limit`) has more than
     :data:`MORE_ROUNDS_SHARE` of its limit left after the polish (which ends early at a
     local optimum): each island takes its level's best in place of its least fit, the
     chains anneal from them until twice the last polish's time before the limit, and the
     bests are polished again. Returns the bests and the stop reason (a signal's name if one
     came)."""
-    if not timed_to_the_end(run):
+    if run.time_limit is None or not runs_to_the_limit(run.stop, run.time_limit):
         return found, stop_reason
-    assert run.time_limit is not None, "timed to the end means a time limit"
     optimizer, phases = run.optimizer, run.phases
     end = run.clock + run.time_limit
     polish_took = run.phases.seconds["polish"]
