@@ -244,19 +244,18 @@ def require_batch_room(model: Any, problem: Problem, source: str) -> None:
     out-of-memory killer in a worker."""
     import torch
 
-    from tidgap.optimize.memory import available_memory
+    from tidgap.optimize.memory import require_available
 
     sample = model.input(1, torch.device("cpu"))
     per_sample = sample.numel() * sample.element_size()
-    needed, available = problem.num_stages * problem.batch_size * per_sample, available_memory()
-    if needed > available:
-        raise InputError(
-            f"each of the run's {problem.num_stages} processes makes the whole batch's input: "
-            f"{problem.batch_size} samples of {per_sample} bytes need at least "
-            f"{needed / 1e9:.3g} GB, more than the {available / 1e9:.3g} GB available",
-            ("batch_size",),
-            source,
-        )
+    needed = problem.num_stages * problem.batch_size * per_sample
+    require_available(
+        needed,
+        f"each of the run's {problem.num_stages} processes makes the whole batch's input: "
+        f"{problem.batch_size} samples of {per_sample} bytes need at least {needed / 1e9:.3g} GB",
+        source,
+        ("batch_size",),
+    )
 
 
 def launched(problem: Problem, job: Job, plan: Plan, given: bool, label: str) -> list[dict]:
@@ -528,14 +527,13 @@ def run_command(
         click.echo(f"job written to {write_job} (results go to {folder})")
         return
     replay_with = read_json(problem_path(problem)) if replay else None
-    if results is None:
-        require_batch_room(model, loaded, problem)
     if results is not None:
         found = load_results(results, loaded.num_stages)
         with about_problem(results):
             same_job(job, found)
             runs = [figures_of(loaded, job, plan, "plan", found, model, replay_with)]
     else:
+        require_batch_room(model, loaded, problem)
         runs = [
             figures_of(
                 loaded,

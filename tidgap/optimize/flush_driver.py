@@ -37,12 +37,12 @@ from tidgap.optimize.memory import search_footprint
 from tidgap.optimize.operators import breed, equal_rows
 from tidgap.optimize.polish import polish
 from tidgap.optimize.preparation import (
-    MORE_ROUNDS_SHARE,
     POLISH_SHARE,
     Phases,
     add_heuristics,
     chromosome_width,
     equal_seed_counts,
+    more_rounds,
     needed_counts,
     progress_reporter,
     require_memory,
@@ -331,29 +331,33 @@ def prepare_flush(
 
 
 def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
-    """:func:`finished`; then, while a search that stops on its time limit only
-    (:func:`runs_to_the_limit`) has more than :data:`MORE_ROUNDS_SHARE` of it left (the
-    polish ends early at a local optimum), more generations until twice the last ending's
-    time before the limit and another ending, keeping the faster plan (the populations
-    keep their elites, so the GA's own best never gets worse)."""
+    """:func:`finished`; then, for a search that stops on its time limit only
+    (:func:`runs_to_the_limit`), :func:`more_rounds` of generations and another ending,
+    keeping the faster plan (the populations keep their elites, so the GA's own best never
+    gets worse)."""
     started = time.perf_counter()
     result = finished(run, stop_reason)
     ending = time.perf_counter() - started
-    if run.time_limit is None or not runs_to_the_limit(run.stop, run.time_limit):
-        return result
-    end = run.stop.started + run.time_limit
-    while (
-        result.stop_reason == "time limit"
-        and run.optimizer.fitness is None
-        and end - time.perf_counter() > MORE_ROUNDS_SHARE * run.time_limit
+    if (
+        run.time_limit is None
+        or not runs_to_the_limit(run.stop, run.time_limit)
+        or result.stop_reason != "time limit"
+        or run.optimizer.fitness is not None
     ):
-        started = time.perf_counter()
-        more = replace(run.stop, time_limit=end - 2 * ending - run.stop.started)
+        return result
+
+    def round_(deadline: float) -> float | None:
+        nonlocal result
+        more = replace(run.stop, time_limit=deadline - run.stop.started)
         reason = run_generations(run.optimizer, more, run.report())
+        started = time.perf_counter()
         again = finished(run, reason)
-        ending = time.perf_counter() - started
+        took = time.perf_counter() - started
         faster = again.evaluation.iteration_time < result.evaluation.iteration_time
         result = again if faster else replace(again, plan=result.plan, evaluation=result.evaluation)
+        return took if reason == "time limit" else None
+
+    more_rounds(run.stop.started + run.time_limit, run.time_limit, ending, round_)
     return result
 
 

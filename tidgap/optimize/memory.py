@@ -126,6 +126,24 @@ def format_bytes(count: float) -> str:
     return f"{count / 1000:.3g} TB"
 
 
+def require_available(
+    needed: int,
+    saying: str,
+    source: str,
+    path: tuple[str, ...] = (),
+    available: int | None = None,
+) -> None:
+    """Raise :class:`InputError` on ``source`` / ``path`` if ``needed`` bytes exceed
+    ``available`` (default :func:`available_memory`): ``saying`` (what needs how much), then
+    ``, more than the N GB available``. For sizes whose allocation Linux would grant and
+    then meet with the out-of-memory killer."""
+    available = available_memory() if available is None else available
+    if needed > available:
+        raise InputError(
+            f"{saying}, more than the {available / 1e9:.3g} GB available", path, source
+        )
+
+
 def require_within(
     estimate: int,
     budget: int,

@@ -188,6 +188,20 @@ def add_heuristics(problem: Problem, stop: StopRule, heuristics: dict[str, Plan]
             heuristics[name] = build(problem)
 
 
+def more_rounds(
+    end: float, time_limit: float, ending: float, round_: Callable[[float], float | None]
+) -> None:
+    """While more than :data:`MORE_ROUNDS_SHARE` of ``time_limit`` is left before ``end``
+    (``time.perf_counter()`` seconds): ``round_(deadline)`` searches until ``deadline``
+    (twice the last ending's ``ending`` seconds before ``end``), then ends again (a polish)
+    and returns how long that ending took, or ``None`` to stop (a signal)."""
+    while end - time.perf_counter() > MORE_ROUNDS_SHARE * time_limit:
+        took = round_(end - 2 * ending)
+        if took is None:
+            return
+        ending = took
+
+
 def runs_to_the_limit(stop: StopRule, time_limit: float | None) -> bool:
     """Whether a search stops on its time limit only (no generations or stagnation rule),
     so that time the polish leaves goes to more rounds."""

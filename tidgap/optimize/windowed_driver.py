@@ -52,12 +52,12 @@ from tidgap.optimize.limits import (
 from tidgap.optimize.memory import joint_footprint
 from tidgap.optimize.order_genes import encode_lead
 from tidgap.optimize.preparation import (
-    MORE_ROUNDS_SHARE,
     POLISH_SHARE,
     Phases,
     add_heuristics,
     chromosome_width,
     equal_seed_counts,
+    more_rounds,
     needed_counts,
     progress_reporter,
     require_memory,
@@ -444,29 +444,31 @@ def annealed(
 def used_to_the_end(
     run: WindowedRun, found: list[tuple[JointGenes, int] | None], stop_reason: str
 ) -> tuple[list[tuple[JointGenes, int] | None], str]:
-    """While a time-limited search (:func:`runs_to_the_limit`) has more than
-    :data:`MORE_ROUNDS_SHARE` of its limit left after the polish (which ends early at a
-    local optimum): each island takes its level's best in place of its least fit, the
-    chains anneal from them until twice the last polish's time before the limit, and the
-    bests are polished again. Returns the bests and the stop reason (a signal's name if one
-    came)."""
+    """:func:`more_rounds` for a time-limited search (:func:`runs_to_the_limit`): each
+    round, each island takes its level's best in place of its least fit, the chains anneal
+    from them, and the bests are polished again. Returns the bests and the stop reason (a
+    signal's name if one came)."""
     if run.time_limit is None or not runs_to_the_limit(run.stop, run.time_limit):
         return found, stop_reason
     optimizer, phases = run.optimizer, run.phases
     end = run.clock + run.time_limit
-    polish_took = run.phases.seconds["polish"]
-    while end - time.perf_counter() > MORE_ROUNDS_SHARE * run.time_limit:
+
+    def round_(deadline: float) -> float | None:
+        nonlocal found, stop_reason
         for island, best in zip(optimizer.islands, found, strict=True):
             if best is not None:
                 island.adopt(best[0], *optimizer.space.evaluate(best[0]))
         with phases("anneal"):
-            found = annealed(run, found, end - 2 * polish_took)
+            found = annealed(run, found, deadline)
         if (name := run.stop.signal()) is not None:
-            return found, name
+            stop_reason = name
+            return None
         started = time.perf_counter()
         with phases("polish"):
             found = polished(found, run.levels, optimizer.space, end)
-        polish_took = time.perf_counter() - started
+        return time.perf_counter() - started
+
+    more_rounds(end, run.time_limit, phases.seconds["polish"], round_)
     return found, stop_reason
 
 

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch.nn import functional
 
 from tidgap.model.errors import InputError
-from tidgap.optimize.memory import available_memory
+from tidgap.optimize.memory import require_available
 from tidgap.profiling.user_code import user_errors
 
 #: VGG16's convolutions: output channels, ``"M"`` for a 2x2 max-pool.
@@ -65,13 +65,13 @@ def require_room(name: str, parameters: int) -> None:
     """:class:`InputError` on ``name`` if ``parameters`` cannot fit in the memory
     available now (:data:`BYTES_PER_PARAMETER` each): before building, so a model too large
     is one line, not minutes of allocation ending in the out-of-memory killer."""
-    needed, available = parameters * BYTES_PER_PARAMETER, available_memory()
-    if needed > available:
-        raise InputError(
-            f"about {parameters:.3g} parameters need {needed / 1e9:.3g} GB for weights and "
-            f"gradients in float32, more than the {available / 1e9:.3g} GB available",
-            source=name,
-        )
+    needed = parameters * BYTES_PER_PARAMETER
+    require_available(
+        needed,
+        f"about {parameters:.3g} parameters need {needed / 1e9:.3g} GB for weights and "
+        "gradients in float32",
+        name,
+    )
 
 
 def vgg16(image_size: int = 224, classes: int = 1000) -> Model:

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from tidgap import __version__
 from tidgap.host import cpu_model
 from tidgap.model.errors import InputError
-from tidgap.optimize.memory import available_memory
+from tidgap.optimize.memory import require_available
 from tidgap.profiling.allocator import ALLOCATOR_KEPT, keep_freed_memory
 from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
 from tidgap.profiling.measure import (
@@ -86,16 +86,13 @@ def require_activation_room(model: Model, settings: Settings, device: torch.devi
     layers = list(model.layers.named_children())
     per_sample = held_bytes_per_sample(layers, model.input(settings.unit, device))
     needed = per_sample * settings.cap
-    available = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
-    available = available_memory() if available is None else available
-    if needed > available:
-        option = "--batch-size" if settings.cap == settings.batch_size else "--max-microbatch"
-        raise InputError(
-            f"a microbatch of {settings.cap} samples holds at least {needed / 1e9:.3g} GB "
-            f"(the input and the largest layer's output, {per_sample} bytes a sample), more "
-            f"than the {available / 1e9:.3g} GB available",
-            source=option,
-        )
+    require_available(
+        needed,
+        f"a microbatch of {settings.cap} samples holds at least {needed / 1e9:.3g} GB (the "
+        f"input and the largest layer's output, {per_sample} bytes a sample)",
+        "--batch-size" if settings.cap == settings.batch_size else "--max-microbatch",
+        available=torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None,
+    )
 
 
 def balance(
