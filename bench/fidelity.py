@@ -3,7 +3,8 @@ calibrate it through the runtime (``tidgap calibrate``), search plans on the cal
 problem (a flush and a windowed plan whose backward partitions are their forward ones, a
 windowed plan that recomputes nothing, and a windowed plan free to recompute), run
 GPipe(m), 1F1B(m) and the searched plans with ``tidgap run`` (``--repeats`` rounds, each
-running every plan once, so that every plan meets the machine's drift), and print measured
+one ``tidgap run`` of all of them in turn, iteration by iteration, in the same processes
+(``--compare``), so that every plan meets the machine's same moments), and print measured
 against both predictions (each op timed as the runtime runs it, as ``tidgap run`` does),
 with the ranking of the plans by prediction and by measurement. A last column divides each
 round by its median measured/predicted ratio over all plans (the machine's speed in that
@@ -62,13 +63,17 @@ def baseline_plan(problem: Path, name: str, m: int, out: Path) -> Path:
     return out
 
 
-def run_plan(problem: Path, plan: Path, iterations: int) -> dict:
-    """``tidgap run --json``'s ``run`` object for ``plan`` on ``problem``."""
-    report = tidgap(
-        "run", str(problem), str(plan), "--model", MODEL, *MODEL_OPTIONS,
+def run_round(problem: Path, plans: dict[str, Path], iterations: int) -> dict[str, dict]:
+    """Per label, ``tidgap run --json``'s object for each of ``plans`` on ``problem``, all
+    run in turn in one ``tidgap run`` (the first plan, the others ``--compare``d)."""
+    first, *others = plans.values()
+    compared = [word for plan in others for word in ("--compare", str(plan))]
+    report = json.loads(tidgap(
+        "run", str(problem), str(first), *compared, "--model", MODEL, *MODEL_OPTIONS,
         "--iterations", str(iterations), "--warmup", "2", "--json",
-    )  # fmt: skip
-    return json.loads(report)["run"]
+    ))  # fmt: skip
+    ran = [report["run"], *report["baselines"]]
+    return dict(zip(plans, ran, strict=True))
 
 
 def round_speeds(predicted: dict[str, float], rounds: dict[str, list[float]]) -> list[float]:
@@ -133,8 +138,8 @@ def main() -> None:
     raw = load_problem(str(profiled))
     runs: dict[str, list[dict]] = {label: [] for label in plans}
     for _ in range(options.repeats):  # in rounds: each plan sees the machine's drift
-        for label, plan in plans.items():
-            runs[label].append(run_plan(fitted, plan, options.iterations))
+        for label, ran in run_round(fitted, plans, options.iterations).items():
+            runs[label].append(ran)
     rounds = {label: [r["measured"]["median"] for r in runs[label]] for label in plans}
     predicted = {label: runs[label][0]["predicted"] for label in plans}
     measured = {label: statistics.median(rounds[label]) for label in plans}

@@ -103,7 +103,7 @@ def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
     result = run_cli("calibrate", str(problem), *MODEL, *quick, "--rounds", "2", "--out", str(out))
     assert result.exit_code == 0, describe(result)
     assert "calibrated problem written to" in result.output
-    assert "running GPipe(8) (round 2)" in result.stderr
+    assert "running GPipe(1), GPipe(2), GPipe(4), GPipe(8) in turn (round 2)" in result.stderr
     fitted = json.loads(out.read_text())
     before = table_document()
     assert fitted["source"]["calibration"]["runs"] == [f"GPipe({m})" for m in (1, 2, 4, 8)] * 2

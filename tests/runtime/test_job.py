@@ -75,6 +75,8 @@ def test_without_an_optimizer_lr_is_not_checked(tmp_path: Path) -> None:
         ({"check_gradients": "yes"}, "check_gradients: expected true or false"),
         ({"seed": -1}, "seed: expected an integer in 0..2**63-1"),
         ({"timeout": 0}, "timeout: expected a positive number of seconds"),
+        ({"alternates": "b.json"}, "alternates: expected a list of file names"),
+        ({"alternates": ["b.json", ""]}, "alternates: expected a list of file names"),
     ],
 )
 def test_fields_of_the_wrong_kind_are_refused(
@@ -122,3 +124,9 @@ def test_the_recorded_split_is_checked(source: dict[str, Any], message: str) -> 
 def test_a_recorded_split_that_fits_is_used() -> None:
     document = synth_problem(0, 2, 8) | {"source": {"split": {"boundaries": [3]}}}
     assert boundaries_of(Problem.from_dict(document), "p.json", None, ["0", "1", "2", "3"]) == [3]
+
+
+def test_alternates_follow_the_plan(tmp_path: Path) -> None:
+    job = Job.load(_job_file(tmp_path, alternates=["b.json", "c.json"]))
+    assert job.plans == ["plan.json", "b.json", "c.json"]
+    assert Job.load(_job_file(tmp_path / "alone")).plans == ["plan.json"]

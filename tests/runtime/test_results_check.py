@@ -30,6 +30,7 @@ def result(rank: int) -> dict[str, Any]:
         "threads": 1,
         "recompute": False,
         "iterations": [list(rows), list(rows)],
+        "starts": [0.0, 1.5],
         "peak_bytes": [64, 64],
         "gradients": {"0.weight": torch.zeros(2)},
         "weights": None,
@@ -67,6 +68,8 @@ def test_a_workers_result_passes() -> None:
         (row(("forward", 0, 0, 4, 1.0, float("nan"))), "iterations[1][1]: has times"),
         (row(("forward", 0, 0, 4, 1.0, 0.5)), "iterations[1][1]: has times"),
         (changed(peak_bytes=[64]), "peak_bytes: is not one byte count per iteration"),
+        (changed(starts=[0.5]), "starts: is not one finite start time per iteration"),
+        (changed(starts=[0.5, float("inf")]), "starts: is not one finite start time"),
         (changed(gradients={"w": [1.0]}), "gradients: is not a mapping of parameter names"),
     ],
 )
@@ -95,7 +98,7 @@ def test_swapped_rank_files_are_refused_naming_the_file(tmp_path: Path) -> None:
 
 def test_ranks_with_different_iteration_counts_are_refused(tmp_path: Path) -> None:
     short = result(1)
-    short["iterations"], short["peak_bytes"] = short["iterations"][:1], [64]
+    short.update(iterations=short["iterations"][:1], peak_bytes=[64], starts=[0.0])
     torch.save(result(0), result_path(tmp_path, 0))
     torch.save(short, result_path(tmp_path, 1))
     with pytest.raises(InputError, match=r"different numbers of iterations \[1, 2\]"):

@@ -210,6 +210,50 @@ def test_baselines_run_and_report_speedups(problem_file: Path, tmp_path: Path) -
     assert sum(" vs " in line for line in lines) == 2
 
 
+def test_compared_plans_and_baselines_run_in_turn_each_checked(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """``--compare`` plans and ``--baselines`` run in the plan's processes, each with its
+    own gradients checked, recomputation and speedup."""
+    plan = plan_file(tmp_path, "aligned", **PLANS["ordered-aligned"])
+    other = plan_file(tmp_path, "recompute", **PLANS["recompute"])
+    document = run_json(str(problem_file), str(plan), "--compare", str(other), "--baselines")
+    compared, *baselines = document["baselines"]
+    assert compared["label"] == str(other)
+    assert [b["label"].split("(")[0] for b in baselines] == ["GPipe", "1F1B"]
+    assert [run["recompute"] for run in (document["run"], compared)] == [[False] * 2, [True] * 2]
+    for run in (document["run"], *document["baselines"]):
+        assert run["max_gradient_relative_difference"] < 1e-4
+        assert len(run["measured"]["iterations"]) == 2
+    for run in document["baselines"]:
+        measured = document["run"]["measured"]["median"] / run["measured"]["median"]
+        assert run["speedup"]["measured"] == pytest.approx(1 / measured)
+
+
+def test_a_jobs_plans_alternate_iteration_by_iteration(problem_file: Path, tmp_path: Path) -> None:
+    from tidgap.cli.run import launched
+
+    problem = Problem.from_dict(problem_document())
+    plans = [load_plan(plan_file(tmp_path, kind, **PLANS[kind]), problem) for kind in PLANS]
+    job = Job(str(problem_file), "", MODEL[1], [2], "", {"input_shape": "6"}, iterations=3)
+    found = launched(problem, job, plans, "three plans")
+    assert [[r["recompute"] for r in results] for results in found] == [
+        [kind == "recompute"] * 2 for kind in PLANS
+    ]
+    for rank in range(2):
+        starts = [results[rank]["starts"] for results in found]
+        in_turn = [start for iteration in zip(*starts, strict=True) for start in iteration]
+        assert len(in_turn) == 9 and in_turn == sorted(in_turn)
+
+
+def test_compared_plans_for_another_problem_exit_2(problem_file: Path, tmp_path: Path) -> None:
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    other = plan_file(tmp_path, "other", problem="not-tiny", **PLANS["flush-unequal"])
+    result = run_cli("run", str(problem_file), str(plan), *MODEL, "--compare", str(other))
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, describe(result)
+    assert f"{other}: problem: is a plan for 'not-tiny'" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("behaviour", "model", "message"),
     [

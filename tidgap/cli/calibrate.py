@@ -23,9 +23,10 @@ from tidgap.outputs.files import check_outputs, write_json
     type=count_range(1),
     default=1,
     show_default=True,
-    help="Run every calibration plan this many times, in rounds (each round runs each plan "
-    "once), and take the medians over all of them: a machine whose speed drifts is "
-    "sampled at several moments.",
+    help="Run the calibration plans this many times, in rounds (each round starts the "
+    "workers afresh and runs the plans in turn, iteration by iteration, so that every size "
+    "meets the machine's same moments), and take the medians over all of them: a machine "
+    "whose speed drifts is sampled at several moments.",
 )
 @click.option(
     "--every-size",
@@ -57,8 +58,9 @@ def calibrate_command(
 ) -> None:
     """Measure PROBLEM's op times through tidgap run's workers and write it with them.
 
-    Runs GPipe(m) (and a flush plan for a size no GPipe holds) so that every size of the
-    stages' tables is measured (--rounds times over), and replaces each stage's forward
+    Runs GPipe(m) (and a flush plan for a size no GPipe holds) in turn, iteration by
+    iteration, in one process per stage, so that every size of the stages' tables is
+    measured (--rounds times over), and replaces each stage's forward
     and backward tables by the median measured op duration at each size, and each link by
     a table of its measured transfers: what the runtime really pays per op (chunking,
     sends and receives, dispatch, the other stages' processes on the same machine). Search
@@ -90,14 +92,15 @@ def calibrate_command(
     )
     require_batch_room(model, loaded, problem)
     iterations = []
+    labels = [label for label, _ in plans]
     for round_ in range(rounds):
-        for label, plan in plans:
-            click.echo(
-                f"running {label}" + (f" (round {round_ + 1})" if rounds > 1 else ""), err=True
-            )
-            results = launched(loaded, job, plan, False, f"calibration {label}")
+        shown = ", ".join(labels)
+        click.echo(f"running {shown} in turn" + (f" (round {round_ + 1})" if rounds > 1 else ""),
+                   err=True)  # fmt: skip
+        found = launched(loaded, job, [plan for _, plan in plans], f"calibration ({shown})")
+        for results in found:
             iterations += list(zip(*(result["iterations"] for result in results), strict=True))
-    runs = [label for label, _ in plans] * rounds
+    runs = labels * rounds
     fitted = measured_problem(document, loaded, iterations, runs)
     how = fitted["source"].get("split")
     if not isinstance(how, dict) or how.get("boundaries") != job.boundaries:

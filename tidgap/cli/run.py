@@ -13,6 +13,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -258,17 +259,24 @@ def require_batch_room(model: Any, problem: Problem, source: str) -> None:
     )
 
 
-def launched(problem: Problem, job: Job, plan: Plan, given: bool, label: str) -> list[dict]:
-    """Run ``plan`` with one worker per stage (the plan file of ``job`` when ``given``, else
-    ``plan`` written to the run's temporary folder); the ranks' results."""
+def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> list[list[dict]]:
+    """Run ``plans`` in turn, iteration by iteration, with one worker per stage (the plans
+    written to the run's temporary folder); per plan, the ranks' results. ``job.timeout``
+    is per plan."""
     from tidgap.runtime.launch import WorkerError, launch
 
     folder: str | None = tempfile.mkdtemp(prefix="tidgap-run-")
     try:
-        job = dataclasses.replace(job, results=folder)
-        if not given:
-            job = dataclasses.replace(job, plan=str(Path(folder) / "plan.json"))
-            write_json(job.plan, plan.model_dump(mode="json", exclude_none=True))
+        paths = [str(Path(folder) / f"plan{k}.json") for k in range(len(plans))]
+        for path, plan in zip(paths, plans, strict=True):
+            write_json(path, plan.model_dump(mode="json", exclude_none=True))
+        job = dataclasses.replace(
+            job,
+            results=folder,
+            plan=paths[0],
+            alternates=paths[1:],
+            timeout=job.timeout * len(plans),
+        )
         job_path = Path(folder) / "job.json"
         job.save(job_path)
         try:
@@ -278,7 +286,7 @@ def launched(problem: Problem, job: Job, plan: Plan, given: bool, label: str) ->
             raise click.ClickException(
                 f"run: {label}: {error} (the workers' logs: {kept})"
             ) from None
-        return load_results(folder, problem.num_stages)
+        return [load_results(folder, problem.num_stages, k) for k in range(len(plans))]
     finally:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -309,10 +317,13 @@ def figures_of(
     return dataclasses.replace(figures, replayed=replayed_time(replay, problem, plan, results))
 
 
-def to_run(problem: Problem, plan: Plan, with_baselines: bool) -> list[tuple[str, Plan, bool]]:
-    """``(label, plan, is the given plan)`` of every run: the plan, then with
-    ``--baselines`` the best GPipe and the best 1F1B."""
-    runs = [("plan", plan, True)]
+def to_run(
+    problem: Problem, plan: Plan, with_baselines: bool, compared: Sequence[str]
+) -> list[tuple[str, Plan]]:
+    """``(label, plan)`` of every plan the run runs in turn: the plan, then the
+    ``--compare`` plan files (each checked against ``problem``, labelled with its name),
+    then with ``--baselines`` the best GPipe and the best 1F1B."""
+    runs = [("plan", plan), *((path, plan_for(path, problem)) for path in compared)]
     if with_baselines:
         from tidgap.schedules.baselines import best_baselines
         from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, baseline_label
@@ -320,7 +331,7 @@ def to_run(problem: Problem, plan: Plan, with_baselines: bool) -> list[tuple[str
         best = best_baselines(problem)
         for name in TIMED_BASELINES:
             m = best[name].microbatches
-            runs.append((baseline_label(name, m), SCHEDULES[name].baseline(problem, m), False))
+            runs.append((baseline_label(name, m), SCHEDULES[name].baseline(problem, m)))
     return runs
 
 
@@ -374,7 +385,8 @@ def worker_options(command: Command) -> Command:
             type=Number(min=0, min_open=True),
             default=300.0,
             show_default=True,
-            help="Seconds each run may take; then every worker is killed (exit 1).",
+            help="Seconds each plan's run may take (plans run in turn: that times their "
+            "number); then every worker is killed (exit 1).",
         ),
     ]
     model, *rest = options
@@ -434,6 +446,16 @@ def worker_job(
     "measured speedup beside the predicted one.",
 )
 @click.option(
+    "--compare",
+    "compared",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="PLAN2",
+    help="Also run this plan file for PROBLEM (repeatable) and print the speedup over it. "
+    "The plan, these and the baselines run in turn, iteration by iteration, in the same "
+    "processes, so that all meet the machine's same moments.",
+)
+@click.option(
     "--trace",
     type=click.Path(dir_okay=False),
     help="Write a Chrome trace: each run's predicted and measured timelines.",
@@ -471,6 +493,7 @@ def run_command(
     lr: float | None,
     seed: int,
     baselines: bool,
+    compared: tuple[str, ...],
     timeout: float,
     trace: str | None,
     replay: bool,
@@ -490,15 +513,18 @@ def run_command(
     trace; --check-gradients also checks the weights after one step). Needs PyTorch.
     """
     lr = learning_rate(optimizer, lr)
-    if results is not None and (baselines or write_job is not None):
-        raise click.UsageError("--results reports one finished run: no --baselines, --write-job")
-    if write_job is not None and (baselines or as_json or trace is not None):
+    if results is not None and (baselines or compared or write_job is not None):
         raise click.UsageError(
-            "--write-job writes the job and runs nothing: no --baselines, --json, --trace"
+            "--results reports one finished run: no --baselines, --compare, --write-job"
         )
-    check_outputs(
-        None, trace, ("--write-job", write_job), inputs={"PROBLEM": problem, "PLAN": plan_file}
-    )
+    if write_job is not None and (baselines or compared or as_json or trace is not None):
+        raise click.UsageError(
+            "--write-job writes the job and runs nothing: no --baselines, --compare, --json, "
+            "--trace"
+        )
+    inputs = {"PROBLEM": problem, "PLAN": plan_file}
+    inputs.update((f"--compare {path}", path) for path in compared)
+    check_outputs(None, trace, ("--write-job", write_job), inputs=inputs)
     loaded = load_problem(problem)
     plan = plan_for(plan_file, loaded)
     job, model = worker_job(
@@ -533,18 +559,13 @@ def run_command(
             same_job(job, found)
             runs = [figures_of(loaded, job, plan, "plan", found, model, replay_with)]
     else:
+        todo = to_run(loaded, plan, baselines, compared)
         require_batch_room(model, loaded, problem)
+        labels, plans = zip(*todo, strict=True)
+        found = launched(loaded, job, plans, ", ".join(labels))
         runs = [
-            figures_of(
-                loaded,
-                job,
-                each,
-                label,
-                launched(loaded, job, each, given, label),
-                model,
-                replay_with,
-            )
-            for label, each, given in to_run(loaded, plan, baselines)
+            figures_of(loaded, job, each, label, results, model, replay_with)
+            for (label, each), results in zip(todo, found, strict=True)
         ]
     timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]
     written = write_files(timeline_files(timelines, None, trace, loaded.name))

@@ -27,6 +27,9 @@ class Job:
     """What to run and how.
 
     ``problem``: a problem file or ``example:NAME``; ``plan``: a plan file for it;
+    ``alternates``: more plan files for it, run in turn with ``plan`` in the same
+    processes (every warm-up and timed iteration runs each plan once, ``plan`` first), so
+    that they meet the same moments of the machine;
     ``model``: ``gpt``, ``vgg16`` or ``module:attribute`` with ``model_options`` (the
     ``tidgap profile`` model options, ``None`` when not given); ``boundaries``: the first
     layer of stages ``1..S-1``; ``iterations`` timed after ``warmup`` untimed ones;
@@ -54,6 +57,12 @@ class Job:
     timeout: float = 300.0
     optimizer: str | None = None
     lr: float | None = None
+    alternates: list[str] = field(default_factory=list)
+
+    @property
+    def plans(self) -> list[str]:
+        """Every plan file the job runs, in turn: ``plan``, then the ``alternates``."""
+        return [self.plan, *self.alternates]
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the job to ``path`` atomically."""
@@ -113,6 +122,10 @@ def _positive_number(value: Any) -> bool:
 _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "problem": (_text, "a file name or example:NAME"),
     "plan": (_text, "a file name"),
+    "alternates": (
+        lambda v: isinstance(v, list) and all(_text(p) for p in v),
+        "a list of file names",
+    ),
     "model": (_text, "gpt, vgg16 or module:attribute"),
     "results": (lambda v: isinstance(v, str), "a folder name"),
     "boundaries": (

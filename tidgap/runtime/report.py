@@ -36,16 +36,19 @@ COMPUTE = {"forward": "F", "backward": "B", "tail": "T"}
 TRANSFERS = (("F", "send_forward", "recv_forward", 0), ("B", "send_backward", "recv_backward", 1))
 
 
-def load_results(folder: str | os.PathLike[str], world_size: int) -> list[dict[str, Any]]:
-    """Every rank's saved result, by rank (see :func:`tidgap.runtime.worker.result_path`);
-    a missing or unreadable one raises :class:`InputError` naming it."""
+def load_results(
+    folder: str | os.PathLike[str], world_size: int, plan: int = 0
+) -> list[dict[str, Any]]:
+    """Every rank's saved result of the job's plan ``plan`` (0: the plan, ``k``: its
+    ``k``-th alternate), by rank (see :func:`tidgap.runtime.worker.result_path`); a missing
+    or unreadable one raises :class:`InputError` naming it."""
     import torch
 
     from tidgap.runtime.worker import result_path
 
     results = []
     for rank in range(world_size):
-        path = result_path(folder, rank)
+        path = result_path(folder, rank, plan)
         try:
             results.append(torch.load(path, weights_only=True))
         except FileNotFoundError:

@@ -82,5 +82,12 @@ def check_result(result: Any, rank: int) -> None:
         and all(is_integer(p) and p >= 0 for p in peaks)
     )
     _require(ok, "peak_bytes", "is not one byte count per iteration")
+    starts = result.get("starts")
+    ok = starts is None or (
+        isinstance(starts, list)
+        and len(starts) == len(iterations)
+        and all(isinstance(t, float) and math.isfinite(t) for t in starts)
+    )
+    _require(ok, "starts", "is not one finite start time per iteration")
     for field in ("gradients", "weights", "stepped"):
         _check_tensors(result.get(field), field)

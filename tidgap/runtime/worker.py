@@ -3,9 +3,10 @@
 Compatible with ``torchrun``: the rank, world size and rendezvous come from ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``; rank ``r`` runs stage ``r`` over gloo.
 Every rank builds the whole model from the job's seed (the same weights everywhere), keeps
-its own stage's layers, lowers the plan and runs iterations through
+its own stage's layers, lowers the plan (and the job's alternates, which run in turn with
+it, iteration by iteration) and runs iterations through
 :func:`tidgap.runtime.executor.execute`. With ``check_gradients`` a first, extra iteration
-runs in eval mode (dropout off, so the single-process reference sees the same function)
+of each plan runs in eval mode (dropout off, so the single-process reference sees the same function)
 and its parameter gradients are kept; the ``warmup`` and timed ``iterations`` run in train
 mode. Each iteration starts at a barrier; its records are in seconds from there. With an
 optimizer (``job.optimizer``) each rank steps its own stage's parameters after its last
@@ -13,8 +14,9 @@ backward, before it waits for its last sends (:class:`TailHandlers`), recorded a
 ``"tail"`` record; the checked iteration keeps the gradients before the step and the
 parameters after it.
 
-The rank writes ``rank<R>.pt`` (``torch.save`` of :func:`run_rank`'s result) atomically
-into the job's results folder. On failure it prints the traceback and, last, one line
+The rank writes ``rank<R>.pt`` (``torch.save`` of :func:`run_rank`'s result for the job's
+plan; ``rank<R>-plan<K>.pt`` for its ``K``-th alternate) atomically into the job's results
+folder. On failure it prints the traceback and, last, one line
 ``Error: message`` on stderr and exits 1 at once (see :func:`main`). It exits by itself
 when the job's timeout passes or its parent process dies, so no worker outlives its
 launcher.
@@ -31,6 +33,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -39,7 +42,9 @@ from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.job import Job
 
 if TYPE_CHECKING:
+    from tidgap.runtime.lowering import Instruction
     from tidgap.runtime.report import Row
+    from tidgap.runtime.stage import TorchStage
 
 #: Exit status of a worker stopped by its own watchdog (as ``timeout`` does).
 WATCHDOG_STATUS = 124
@@ -49,9 +54,10 @@ WATCHDOG_PERIOD = 0.5
 PARENT_VARIABLE = "TIDGAP_LAUNCHER_PID"
 
 
-def result_path(results: str | os.PathLike[str], rank: int) -> Path:
-    """Where rank ``rank`` writes its result."""
-    return Path(results) / f"rank{rank}.pt"
+def result_path(results: str | os.PathLike[str], rank: int, plan: int = 0) -> Path:
+    """Where rank ``rank`` writes its result of the job's plan ``plan`` (0: ``plan``, ``k``:
+    the ``k``-th of ``alternates``)."""
+    return Path(results) / (f"rank{rank}.pt" if plan == 0 else f"rank{rank}-plan{plan}.pt")
 
 
 def progress(text: str) -> None:
@@ -101,16 +107,29 @@ class TailHandlers(PipelineHandlers):
         super().finish()
 
 
-def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
+@dataclass
+class PlanRun:
+    """One plan of a job on this rank: its lowered ``instructions``, its ``stage`` compute
+    and whether the stage ``recompute``s its forwards."""
+
+    instructions: list[Instruction]
+    stage: TorchStage
+    recompute: bool
+
+
+def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
     """Run ``job`` as rank ``rank`` of ``world_size`` (the process group is initialised
-    here, and torn down on success). The result: ``job`` (as a dict), ``rank``, ``stage``
-    (its name), ``layers``, ``threads``, ``recompute``, ``iterations`` (per timed iteration, its
-    records as :data:`~tidgap.runtime.report.Row`, seconds from the iteration's barrier),
-    ``peak_bytes`` (per timed iteration, the most the stage held: ``TorchStage.held``),
-    ``gradients`` (this stage's parameters' gradients after the checked iteration's
-    backwards) and ``weights`` (:func:`stage_weights` before it), both ``None`` without
-    ``check_gradients``, and ``stepped`` (this stage's parameters after the checked
-    iteration's optimizer step; ``None`` without ``check_gradients`` or an optimizer)."""
+    here, and torn down on success); its plans (:attr:`Job.plans`) run in turn, iteration
+    by iteration. One result per plan, in the job's order: ``job`` (as a dict), ``rank``,
+    ``stage`` (its name), ``layers``, ``threads``, ``recompute``, ``iterations`` (per timed
+    iteration, its records as :data:`~tidgap.runtime.report.Row`, seconds from the
+    iteration's barrier), ``starts`` (per timed iteration, its start: ``time.perf_counter()``
+    of this process, seconds), ``peak_bytes`` (per timed iteration, the most the stage held:
+    ``TorchStage.held``), ``gradients`` (this stage's parameters' gradients after the
+    plan's checked iteration's backwards) and ``weights`` (:func:`stage_weights` before
+    it), both ``None`` without ``check_gradients``, and ``stepped`` (this stage's
+    parameters after the checked iteration's optimizer step; ``None`` without
+    ``check_gradients`` or an optimizer)."""
     import torch
     from torch import distributed as dist
 
@@ -131,7 +150,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
     keep_freed_memory()
     torch.set_num_threads(job.threads)
     problem = load_problem(job.problem)
-    plan = load_plan(job.plan, problem)
+    plans = [load_plan(path, problem) for path in job.plans]
     if world_size != problem.num_stages:
         raise ValueError(f"WORLD_SIZE is {world_size}, the problem has {problem.num_stages} stages")
     torch.manual_seed(job.seed)
@@ -145,10 +164,12 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
     device = torch.device("cpu")
     task = make_task(model, problem.batch_size, job.seed, device, dtype)
     specs = boundary_specs(modules, task.inputs[:1])
-    recompute = recomputes(plan)[rank]
-    stage = stage_of(modules, rank, task, recompute, specs)
-    module, instructions = modules[rank], lower(plan)[rank]
-    names = stages[rank][1]
+    runs = []
+    for plan in plans:
+        recompute = recomputes(plan)[rank]
+        stage = stage_of(modules, rank, task, recompute, specs)
+        runs.append(PlanRun(lower(plan)[rank], stage, recompute))
+    module, names = modules[rank], stages[rank][1]
     tail: Callable[[], None] | None = None
     if job.optimizer is not None:
         tail = functools.partial(step, build_optimizer(job.optimizer, module.parameters(), job.lr))
@@ -163,22 +184,25 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
 
     progress("joined")
 
-    def iteration(train: bool, after: Callable[[], None] | None) -> list[Row]:
-        """One iteration from a barrier, ``after`` (the tail) run by :class:`TailHandlers`."""
+    def iteration(
+        run: PlanRun, train: bool, after: Callable[[], None] | None
+    ) -> tuple[float, list[Row]]:
+        """One iteration of ``run`` from a barrier, ``after`` (the tail) run by
+        :class:`TailHandlers`: its start (``time.perf_counter()``, seconds) and records."""
         module.train(train)
         for parameter in module.parameters():
             parameter.grad = None
-        stage.reset()
+        run.stage.reset()
         transport = DistTransport(device)
         handlers = (
-            PipelineHandlers(rank, stage, transport)
+            PipelineHandlers(rank, run.stage, transport)
             if after is None
-            else TailHandlers(rank, stage, transport, after)
+            else TailHandlers(rank, run.stage, transport, after)
         )
         dist.barrier()
         start = time.perf_counter()
-        handlers.expect(instructions)
-        records = execute(instructions, handlers)
+        handlers.expect(run.instructions)
+        records = execute(run.instructions, handlers)
         progress(f"ran an iteration ({'train' if train else 'eval'} mode)")
         rows: list[Row] = [
             (r.kind, r.microbatch, r.samples[0], r.samples[1], r.start - start, r.end - start)
@@ -186,10 +210,12 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
         ]
         if isinstance(handlers, TailHandlers) and handlers.span is not None:
             rows.append(("tail", 0, 0, 0, handlers.span[0] - start, handlers.span[1] - start))
-        return rows
+        return start, rows
 
-    gradients = weights = stepped = None
-    if job.check_gradients:
+    def checked(run: PlanRun) -> dict[str, Any]:
+        """The checked iteration of ``run`` (eval mode): the weights before it, the
+        gradients its backwards left and, with an optimizer, the parameters after its
+        step."""
         weights = stage_weights(model.layers, names)
         kept: dict[str, Any] = {}
 
@@ -199,30 +225,41 @@ def run_rank(job: Job, rank: int, world_size: int) -> dict[str, Any]:
             if tail is not None:
                 tail()
 
-        iteration(train=False, after=checked_tail)
-        gradients = kept
+        iteration(run, train=False, after=checked_tail)
         stepped = None if tail is None else stage_parameters(model.layers, names)
+        return {"gradients": kept, "weights": weights, "stepped": stepped}
+
+    unchecked = {"gradients": None, "weights": None, "stepped": None}
+    checks = [checked(run) if job.check_gradients else unchecked for run in runs]
     for _ in range(job.warmup):
-        iteration(train=True, after=tail)
-    timed, peaks = [], []
+        for run in runs:
+            iteration(run, train=True, after=tail)
+    timed: list[list[list[Row]]] = [[] for _ in runs]
+    starts: list[list[float]] = [[] for _ in runs]
+    peaks: list[list[int]] = [[] for _ in runs]
     for _ in range(job.iterations):
-        timed.append(iteration(train=True, after=tail))
-        peaks.append(stage.held.peak)
+        for k, run in enumerate(runs):
+            start, rows = iteration(run, train=True, after=tail)
+            starts[k].append(start)
+            timed[k].append(rows)
+            peaks[k].append(run.stage.held.peak)
     dist.barrier()
     dist.destroy_process_group()  # on failure, main ends the process instead
-    return {
-        "job": dataclasses.asdict(job),
-        "rank": rank,
-        "stage": stages[rank][0],
-        "layers": stages[rank][1],
-        "threads": torch.get_num_threads(),
-        "recompute": recompute,
-        "iterations": timed,
-        "peak_bytes": peaks,
-        "gradients": gradients,
-        "weights": weights,
-        "stepped": stepped,
-    }
+    return [
+        {
+            "job": dataclasses.asdict(job),
+            "rank": rank,
+            "stage": stages[rank][0],
+            "layers": stages[rank][1],
+            "threads": torch.get_num_threads(),
+            "recompute": run.recompute,
+            "iterations": timed[k],
+            "starts": starts[k],
+            "peak_bytes": peaks[k],
+            **checks[k],
+        }
+        for k, run in enumerate(runs)
+    ]
 
 
 def stage_weights(layers: Any, names: list[str]) -> dict[str, Any]:
@@ -267,8 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         start_watchdog(job.timeout)
-        result = run_rank(job, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
-        save_result(result, result_path(job.results, result["rank"]))
+        rank = int(os.environ["RANK"])
+        for index, result in enumerate(run_rank(job, rank, int(os.environ["WORLD_SIZE"]))):
+            save_result(result, result_path(job.results, rank, index))
     except BaseException as error:  # reported as the last stderr line, for the launcher
         die_reporting(error)
     return 0
