@@ -10,10 +10,14 @@ with the ranking of the plans by prediction and by measurement. A last column di
 round by its median measured/predicted ratio over all plans (the machine's speed in that
 round) before taking each plan's median: what is left is the model's error in comparing
 plans, not in absolute time (a uniform error, the machine's or the model's, drops out).
-The per-round medians and predictions go to ``DIR/fidelity.json``. A last line compares
+Each round first calibrates afresh (``tidgap calibrate --rounds 1``, about 15 s) and
+runs against that: a column gives the error against the round's own calibration, made
+seconds before its runs, which leaves out most of the machine's drift between the search's
+calibration and the runs. The per-round medians and predictions go to
+``DIR/fidelity.json``. A last line compares
 1F1B(m) with GPipe(m) (the same ops in another order, predicted alike on 2 stages).
 
-Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (6 to 12
+Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (about 4
 minutes on the 2-core development machine; 1 thread per stage process, as the profile).
 It prints a Markdown table for the README.
 """
@@ -105,6 +109,20 @@ def pairs_in_order(predicted: dict[str, float], measured: dict[str, float], apar
     return f"{same} of {len(pairs)}"
 
 
+def calibrate(profiled: Path, out: Path, rounds: int) -> Path:
+    """``tidgap calibrate`` ``profiled`` at every size, ``rounds`` rounds, into ``out``."""
+    tidgap(
+        "calibrate", str(profiled), "--model", MODEL, *MODEL_OPTIONS,
+        "--rounds", str(rounds), "--every-size", "--out", str(out),
+    )  # fmt: skip
+    return out
+
+
+def errors(measured: list[float], predicted: list[float]) -> float:
+    """The median over rounds of measured / predicted - 1, in per cent."""
+    return 100 * (statistics.median(m / p for m, p in zip(measured, predicted, strict=True)) - 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, default=Path("fidelity"))
@@ -115,12 +133,9 @@ def main() -> None:
     options = parser.parse_args()
     folder = options.out_dir
     folder.mkdir(parents=True, exist_ok=True)
-    profiled, fitted = folder / "gpt2.json", folder / "gpt2-calibrated.json"
+    profiled = folder / "gpt2.json"
     tidgap("profile", MODEL, *MODEL_OPTIONS, *SHAPE, "--out", str(profiled), "-q")
-    tidgap(
-        "calibrate", str(profiled), "--model", MODEL, *MODEL_OPTIONS,
-        "--rounds", str(options.rounds), "--every-size", "--out", str(fitted),
-    )  # fmt: skip
+    fitted = calibrate(profiled, folder / "gpt2-calibrated.json", options.rounds)
     plans = {}
     for name in ("gpipe", "1f1b"):
         for m in COUNTS:
@@ -135,28 +150,38 @@ def main() -> None:
     from tidgap.model.plan import load_plan
     from tidgap.runtime.pricing import run_evaluation
 
-    raw = load_problem(str(profiled))
+    def predictions(problem: Path) -> dict[str, float]:
+        loaded = load_problem(str(problem))
+        return {
+            label: run_evaluation(loaded, load_plan(plan, loaded)).iteration_time
+            for label, plan in plans.items()
+        }
+
     runs: dict[str, list[dict]] = {label: [] for label in plans}
-    for _ in range(options.repeats):  # in rounds: each plan sees the machine's drift
-        for label, ran in run_round(fitted, plans, options.iterations).items():
+    for r in range(options.repeats):  # in rounds: each plan sees the machine's drift
+        fresh = calibrate(profiled, folder / f"round{r + 1}-calibrated.json", 1)
+        for label, ran in run_round(fresh, plans, options.iterations).items():
             runs[label].append(ran)
     rounds = {label: [r["measured"]["median"] for r in runs[label]] for label in plans}
-    predicted = {label: runs[label][0]["predicted"] for label in plans}
+    fresh = {label: [r["predicted"] for r in runs[label]] for label in plans}
+    predicted, from_profile = predictions(fitted), predictions(profiled)
     measured = {label: statistics.median(rounds[label]) for label in plans}
     speeds = round_speeds(predicted, rounds)
     steady = drift_corrected(rounds, speeds)
-    from_profile = {
-        label: run_evaluation(raw, load_plan(plan, raw)).iteration_time
-        for label, plan in plans.items()
-    }
     record = {
-        label: dict(profile=from_profile[label], predicted=predicted[label], rounds=rounds[label])
+        label: dict(
+            profile=from_profile[label],
+            predicted=predicted[label],
+            rounds=rounds[label],
+            predicted_each_round=fresh[label],
+        )
         for label in plans
     }
     (folder / "fidelity.json").write_text(json.dumps(record, indent=1))
     print("| plan | recomputes | predicted: profile / calibrated (ms) | measured (ms) | error: "
-          "profile / calibrated | error after each round's drift |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|")
+          "profile / calibrated | error against the round's calibration | error after each "
+          "round's drift |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|")
     for label in plans:
         stages = [s for s, flag in enumerate(runs[label][0]["recompute"]) if flag]
         low, high = min(rounds[label]), max(rounds[label])
@@ -165,6 +190,7 @@ def main() -> None:
             f"{measured[label]:.1f} ({low:.1f}-{high:.1f}) | "
             f"{100 * (measured[label] / from_profile[label] - 1):+.1f}% / "
             f"{100 * (measured[label] / predicted[label] - 1):+.1f}% | "
+            f"{errors(rounds[label], fresh[label]):+.1f}% | "
             f"{100 * (steady[label] / predicted[label] - 1):+.1f}% |"
         )
     by_prediction = sorted(plans, key=predicted.__getitem__)
@@ -184,6 +210,8 @@ def main() -> None:
         f"{min(plans, key=steady.__getitem__)}; pairs more than 5% apart in the predicted "
         f"order: {pairs_in_order(predicted, steady, 0.05)}"
     )
+    within = sum(abs(errors(rounds[label], fresh[label])) <= 10 for label in plans)
+    print(f"within 10% of the round's own calibration: {within} of {len(plans)}")
     print(f"order effect: {order_effect(predicted, rounds)}")
 
 
