@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One script for a GPU machine (CuPy, Numba, pytest preinstalled; no network), at most
-# 6 minutes (100 s tests, 150 s benchmarks, 100 s searches, each cut off by a timeout):
+# 7 minutes (100 s tests, 150 s benchmarks, 100 s searches, 60 s profile, each cut off by a
+# timeout):
 # installs tidgap from this checkout without dependencies (pydantic comes from wheels in
 # .whl/, see bench/fetch_device_wheels.sh), runs the GPU tests, the GPU benchmarks (flush
 # and ordered-plan kernels at several population sizes, a flush and a joint generation and
-# an annealing step at 2^16), and a --gpu and a --cpu search on every built-in example,
-# then prints a summary.
+# an annealing step at 2^16), a --gpu and a --cpu search on every built-in example and a
+# tiny profile on the GPU (its allocator peaks), then prints a summary.
 # Usage: bash bench/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,5 +44,10 @@ for example in $(python3 -c "from tidgap.model.examples import example_names; pr
     timeout $((left < 40 ? left : 40)) tidgap search "example:$example" --seed 0 --"$device" --quiet
   done
 done
+
+echo "== profile on the GPU (allocator peaks per stage: source.memory)"
+timeout 60 tidgap profile gpt --layers 2 --hidden 64 --heads 2 --seq-len 32 --vocab 500 \
+  --stages 2 --batch-size 8 --device cuda --repeats 3 --warmup 1 --json --quiet \
+  | python3 -c "import json, sys; s = json.load(sys.stdin)['source']; print('memory:', s.get('memory'))"
 
 echo "== summary: tests exit $tests_status, benchmarks exit $bench_status (log: $log)"

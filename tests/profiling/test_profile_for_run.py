@@ -107,3 +107,34 @@ def test_a_profile_records_activation_bytes_and_byte_limits_work(tmp_path: Path)
     found = run("search", str(out), "--memory-limit", limit, "--generations", "3", "--json")
     assert found.exit_code == 0, found.stderr
     assert json.loads(found.stdout)["search"]["memory_limit"].endswith("B")
+
+
+def test_the_cuda_peak_is_the_allocators_peak_over_a_forward_and_backward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On CUDA (the allocator's counters stubbed here): the peak read after the backward,
+    less what was allocated before; the gradients cleared; ``None`` on the CPU."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    from torch import nn
+
+    from tidgap.profiling.measure import cuda_peak_bytes
+    from tidgap.profiling.run import cuda_memory
+
+    layer = nn.Linear(3, 5)
+    calls: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(
+        torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset")
+    )
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1000)
+    monkeypatch.setattr(
+        torch.cuda,
+        "max_memory_allocated",
+        lambda device=None: 1000 + (4096 if layer.weight.grad is not None else 1),
+    )
+    x = torch.randn(4, 3)
+    assert cuda_peak_bytes(layer, x, False, torch.device("cuda")) == 4096
+    assert calls == ["sync", "reset", "sync"] and layer.weight.grad is None
+    assert cuda_peak_bytes(layer, x, False, torch.device("cpu")) is None
+    assert cuda_memory([None, None], 8) == {}
+    assert cuda_memory([10, 20], 8)["memory"]["cuda_peak_allocated_bytes"] == [10, 20]

@@ -77,9 +77,7 @@ def time_module(
     is the model's input (no gradient wanted), else a predecessor's output (gradient wanted
     when floating point)."""
     size = given.shape[0]
-    x = given.detach()
-    if not first and x.is_floating_point():
-        x.requires_grad_(True)
+    x = stage_input(given, first)
     with layer_errors(name, size):
         output, forward_ms = _timed(module, device, x)
         output = _check_output(name, output, size)
@@ -128,12 +126,41 @@ def saved_bytes_per_sample(module: nn.Module, given: Tensor, first: bool) -> int
             saved[storage.data_ptr()] = storage.nbytes()
         return tensor
 
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        module(stage_input(given, first))
+    return -(-sum(saved.values()) // given.shape[0])
+
+
+def stage_input(given: Tensor, first: bool) -> Tensor:
+    """``given`` ``(b, ...)`` as a stage receives it: detached, and wanting a gradient
+    unless ``first`` (the model's input) or not floating point."""
     x = given.detach()
     if not first and x.is_floating_point():
         x.requires_grad_(True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        module(x)
-    return -(-sum(saved.values()) // given.shape[0])
+    return x
+
+
+def cuda_peak_bytes(
+    module: nn.Module, given: Tensor, first: bool, device: torch.device
+) -> int | None:
+    """On CUDA, the most bytes the caching allocator held during one forward and backward
+    of ``module`` on ``given`` ``(b, ...)`` above what it held before
+    (``torch.cuda.max_memory_allocated``: activations, the output and its gradient, the
+    parameters' gradients and any workspace); ``None`` on another device. The gradients
+    are cleared after (untimed; ``first`` as in :func:`time_module`)."""
+    if device.type != "cuda":
+        return None
+    x = stage_input(given, first)
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    output = module(x)
+    if output.requires_grad:
+        output.backward(torch.ones_like(output))
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    module.zero_grad(set_to_none=True)
+    return peak
 
 
 def measure(

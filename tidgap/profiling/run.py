@@ -20,6 +20,7 @@ from tidgap.profiling.measure import (
     Measurement,
     OtherLoad,
     chain_inputs,
+    cuda_peak_bytes,
     held_bytes_per_sample,
     measure,
     saved_bytes_per_sample,
@@ -146,6 +147,23 @@ class WithLoss(nn.Module):
         return self.task.loss(self.stage(x), self.task.targets[: x.shape[0]])
 
 
+@dataclass(frozen=True)
+class StageMeasurements:
+    """What :func:`measure_stages` measured: the stage ``names``; ``runs[i][s]`` (``sizes[i]``,
+    stage ``s``); ``held[s]``, the bytes stage ``s`` saves for the backward per sample (at the
+    largest size: ``activation_bytes``); ``cuda_peaks[s]``, on CUDA the most bytes the
+    allocator held in its forward and backward at the largest size (``None`` elsewhere);
+    ``tails[s]``, its optimizer step in ms on the gradients of a backward at the largest
+    size (``None`` without ``settings.optimizer``); ``how`` the split was chosen."""
+
+    names: list[str]
+    runs: list[list[Measurement]]
+    held: list[int]
+    cuda_peaks: list[int | None]
+    tails: list[float] | None
+    how: Json
+
+
 def measure_stages(
     model: Model,
     settings: Settings,
@@ -153,11 +171,8 @@ def measure_stages(
     device: torch.device,
     sizes: list[int],
     on_step: Step,
-) -> tuple[list[str], list[list[Measurement]], list[int], list[float] | None, Json]:
-    """Stage names, ``runs[i][s]`` (``sizes[i]``, stage ``s``), each stage's bytes saved for
-    the backward per sample (at the largest size: ``activation_bytes``), each stage's
-    optimizer step in ms on the gradients of a backward at the largest size (the ``tail``;
-    ``None`` without ``settings.optimizer``) and how the split was chosen."""
+) -> StageMeasurements:
+    """Measure the stages of ``model`` (split at ``given``, else balanced) at ``sizes``."""
     if given is None:
         boundaries, how = balance(model, settings, device, on_step)
     else:
@@ -174,6 +189,10 @@ def measure_stages(
         saved_bytes_per_sample(module, x, s == 0)
         for s, ((_, module), x) in enumerate(zip(named, fed, strict=True))
     ]
+    peaks = [
+        cuda_peak_bytes(module, x, s == 0, device)
+        for s, ((_, module), x) in enumerate(zip(named, fed, strict=True))
+    ]
     tails = None
     if settings.optimizer is not None:
         assert settings.lr is not None, "an optimizer comes with its learning rate"
@@ -187,7 +206,24 @@ def measure_stages(
             settings.warmup,
             on_step,
         )
-    return [label for label, _, _ in stages], runs, held, tails, how
+    names = [label for label, _, _ in stages]
+    return StageMeasurements(names, runs, held, peaks, tails, how)
+
+
+def cuda_memory(peaks: list[int | None], cap: int) -> Json:
+    """``source.memory`` on CUDA: each stage's allocator peak (``peaks``, bytes) in a forward
+    and backward at ``cap`` samples; nothing on another device."""
+    if None in peaks:
+        return {}
+    return {
+        "memory": {
+            "cuda_peak_allocated_bytes": peaks,
+            "rule": f"torch.cuda.max_memory_allocated over one forward and backward of the "
+            f"stage at {cap} samples, less what was allocated before (the parameters and "
+            "the input): activations, the output and its gradient, the parameters' "
+            "gradients and any workspace",
+        }
+    }
 
 
 def tail_rule(settings: Settings) -> str:
@@ -236,12 +272,11 @@ def profile(
         model.layers.to(device).train()
         require_activation_room(model, settings, device)
         load = OtherLoad()
-        stage_names, runs, held, tails, how = measure_stages(
-            model, settings, given, device, sizes, on_step
-        )
+        measured = measure_stages(model, settings, given, device, sizes, on_step)
         other_cores = load.cores()
     finally:
         torch.set_num_threads(previous_threads)
+    runs = measured.runs
     forward = [[run[s].forward_ms for run in runs] for s in range(settings.stages)]
     again = 1 if settings.recompute else 0  # the recomputed forward, counted in the backward
     backward = [
@@ -265,7 +300,7 @@ def profile(
         "other_processes_cores": None if other_cores is None else round(other_cores, 2),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
         "date": datetime.date.today().isoformat(),
-        "split": how,
+        "split": measured.how,
         "timing": {
             "sizes": sizes,
             "statistic": f"median of {settings.repeats} rounds after {settings.warmup} warm-up "
@@ -290,6 +325,7 @@ def profile(
             "largest size, per sample (saved-tensor hooks; each storage once, the stage's "
             "parameters left out)",
         },
+        **cuda_memory(measured.cuda_peaks, settings.cap),
         "links": {
             "bytes_per_sample": boundary_bytes,
             "bandwidth_GBps": settings.bandwidth,
@@ -302,12 +338,12 @@ def profile(
         settings.batch_size,
         settings.unit,
         settings.cap,
-        stage_names,
+        measured.names,
         sizes,
         forward,
         backward,
         links,
         source,
-        held,
-        tails,
+        measured.held,
+        measured.tails,
     )
