@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One script for a GPU machine (CuPy, Numba, pytest preinstalled; no network), at most
-# 7 minutes (100 s tests, 150 s benchmarks, 100 s searches, 60 s profile, each cut off by a
-# timeout):
+# 8 minutes (100 s tests, 150 s benchmarks, 100 s searches, 3 min profile, search and run
+# on the GPU, each cut off by a timeout):
 # installs tidgap from this checkout without dependencies (pydantic comes from wheels in
 # .whl/, see bench/fetch_device_wheels.sh), runs the GPU tests, the GPU benchmarks (flush
 # and ordered-plan kernels at several population sizes, a flush and a joint generation and
 # an annealing step at 2^16), a --gpu and a --cpu search on every built-in example and a
-# tiny profile on the GPU (its allocator peaks), then prints a summary.
+# tiny GPT profiled and run on the GPU (its allocator peaks; tidgap run --device cuda with
+# its gradients checked), then prints a summary.
 # Usage: bash bench/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,9 +46,15 @@ for example in $(python3 -c "from tidgap.model.examples import example_names; pr
   done
 done
 
-echo "== profile on the GPU (allocator peaks per stage: source.memory)"
-timeout 60 tidgap profile gpt --layers 2 --hidden 64 --heads 2 --seq-len 32 --vocab 500 \
-  --stages 2 --batch-size 8 --device cuda --repeats 3 --warmup 1 --json --quiet \
-  | python3 -c "import json, sys; s = json.load(sys.stdin)['source']; print('memory:', s.get('memory'))"
+echo "== profile and run on the GPU (2 stage processes sharing it; allocator peaks per stage)"
+gpt=(--model gpt --layers 2 --hidden 64 --heads 2 --seq-len 32 --vocab 500)
+problem=${OUT:-/tmp}/gpu-gpt.json
+timeout 60 tidgap profile gpt "${gpt[@]:2}" --stages 2 --batch-size 8 --device cuda \
+  --repeats 3 --warmup 1 --quiet --out "$problem" \
+  && python3 -c "import json, sys; print('memory:', json.load(open(sys.argv[1]))['source'].get('memory'))" "$problem" \
+  && timeout 30 tidgap search "$problem" --mirrored --cpu --time-limit 5 --quiet --out /tmp/gpu-plan.json \
+  && timeout 90 tidgap run "$problem" /tmp/gpu-plan.json "${gpt[@]}" --device cuda --iterations 5 \
+    --warmup 2 --check-gradients --baselines
+run_status=$?
 
-echo "== summary: tests exit $tests_status, benchmarks exit $bench_status (log: $log)"
+echo "== summary: tests exit $tests_status, benchmarks exit $bench_status, GPU profile and run exit $run_status (log: $log)"

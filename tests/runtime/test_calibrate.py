@@ -129,6 +129,19 @@ def test_calibrate_refuses_an_affine_problem_before_running(tmp_path: Path) -> N
     assert "table" in result.output and not (tmp_path / "c.json").exists()
 
 
+def test_calibrate_on_cuda_without_one_exits_2_before_running(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is usable here: calibrating on it is not bad input")
+    problem = write_json(tmp_path / "problem.json", table_document())
+    out = tmp_path / "c.json"
+    result = run_cli("calibrate", str(problem), *MODEL, "--device", "cuda", "--out", str(out))
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.startswith("tidgap: error: --device: CUDA is not usable")
+    assert result.stderr.count("\n") == 1 and not out.exists()
+
+
 def records_of(timeline: Any) -> list[list[tuple]]:
     """A run that behaved exactly as ``timeline`` (the model's, in ms) says: per rank its
     records (seconds), computes from the stage steps, sends and receives from the links."""

@@ -76,6 +76,7 @@ def test_without_an_optimizer_lr_is_not_checked(tmp_path: Path) -> None:
         ({"seed": -1}, "seed: expected an integer in 0..2**63-1"),
         ({"timeout": 0}, "timeout: expected a positive number of seconds"),
         ({"alternates": "b.json"}, "alternates: expected a list of file names"),
+        ({"device": "gpu"}, "device: expected cpu or cuda"),
         ({"alternates": ["b.json", ""]}, "alternates: expected a list of file names"),
     ],
 )

@@ -327,7 +327,15 @@ def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
         "model cannot be imported": [problem, plan, "--model", "no_such_module:X"],
         "gpt option on a module": [problem, plan, *MODEL, "--hidden", "8"],
         "a batch far beyond memory": [huge_file, whole, *huge_input],
+        **no_cuda_case([problem, plan, *MODEL, "--device", "cuda"]),
     }
+
+
+def no_cuda_case(args: list[str]) -> dict[str, list[str]]:
+    """``--device cuda`` as bad input, where no CUDA is usable (on a GPU machine it runs)."""
+    import torch
+
+    return {} if torch.cuda.is_available() else {"--device cuda without CUDA": args}
 
 
 def test_bad_input_exits_2_in_one_line(tmp_path: Path, own_temporary_folder: Path) -> None:
@@ -373,6 +381,27 @@ def test_another_model_than_the_profiled_one_warns(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, describe(result)
     assert "source.model: profiled with name gpt, running name tests.runtime" in result.stderr
+
+
+def test_another_device_than_the_profiled_one_warns(tmp_path: Path) -> None:
+    problem = write_json(tmp_path / "p.json", problem_document(device="cuda"))
+    plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
+    job = tmp_path / "job.json"
+    result = run_cli("run", str(problem), str(plan), *MODEL, "--write-job", str(job))
+    assert result.exit_code == 0, describe(result)
+    assert "source.device: profiled on cuda, this run computes on cpu" in result.stderr
+    assert Job.load(job).device == "cpu"
+
+
+def test_a_worker_without_cuda_refuses_a_cuda_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from tidgap.runtime.worker import rank_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert rank_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="sees no usable GPU"):
+        rank_device("cuda")
 
 
 def test_profiled_with_recompute_does_not_warn(tmp_path: Path) -> None:

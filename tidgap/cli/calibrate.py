@@ -9,7 +9,13 @@ from typing import Any
 import click
 
 from tidgap.cli.options import count_range, problem_argument
-from tidgap.cli.run import launched, require_batch_room, worker_job, worker_options
+from tidgap.cli.run import (
+    launched,
+    require_batch_room,
+    require_device,
+    worker_job,
+    worker_options,
+)
 from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json
@@ -50,6 +56,7 @@ def calibrate_command(
     warmup: int,
     threads: int,
     seed: int,
+    device: str,
     timeout: float,
     rounds: int,
     every_size: bool,
@@ -88,8 +95,10 @@ def calibrate_command(
         check_gradients=False,
         float64=False,
         seed=seed,
+        device=device,
         timeout=timeout,
     )
+    require_device(device)
     require_batch_room(model, loaded, problem)
     iterations = []
     labels = [label for label, _ in plans]

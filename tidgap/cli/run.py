@@ -123,11 +123,17 @@ def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[s
 
 
 def caveats(
-    problem: Problem, spec: str, plan: Plan, model: Any, optimizer: str | None = None
+    problem: Problem,
+    spec: str,
+    plan: Plan,
+    model: Any,
+    optimizer: str | None = None,
+    device: str = "cpu",
 ) -> list[str]:
     """Reasons the prediction may not describe this run: a model other than the profiled
-    one, recomputing stages the profile did not time that way, and an ``optimizer`` step
-    the stages' tails leave out (all 0) or another optimizer than the profiled one."""
+    one, recomputing stages the profile did not time that way, another ``device`` than the
+    profiled one, and an ``optimizer`` step the stages' tails leave out (all 0) or another
+    optimizer than the profiled one."""
     from tidgap.runtime.lowering import recomputes
     from tidgap.runtime.pricing import profiled_with_recompute
 
@@ -156,7 +162,25 @@ def caveats(
             f"stage(s) {stored} run backward on stored graphs, but {spec} was profiled with "
             "--recompute: the prediction counts a forward in each of their backwards"
         )
-    return found + optimizer_caveats(problem, spec, optimizer)
+    return [
+        *found,
+        *device_caveats(problem, spec, device),
+        *optimizer_caveats(problem, spec, optimizer),
+    ]
+
+
+def device_caveats(problem: Problem, spec: str, device: str) -> list[str]:
+    """:func:`caveats` of the device: a run on another kind of device than the profile's
+    (``source.device``) is predicted with the other device's op times."""
+    source = problem.source if isinstance(problem.source, dict) else {}
+    profiled = source.get("device")
+    if isinstance(profiled, str) and profiled != device:
+        return [
+            f"{spec}: source.device: profiled on {profiled}, this run computes on {device}: "
+            f"the prediction uses {profiled} op times (profile or calibrate with --device "
+            f"{device})"
+        ]
+    return []
 
 
 def optimizer_caveats(problem: Problem, spec: str, optimizer: str | None) -> list[str]:
@@ -259,6 +283,14 @@ def require_batch_room(model: Any, problem: Problem, source: str) -> None:
     )
 
 
+def require_device(device: str) -> None:
+    """:class:`InputError` on ``--device`` when it names CUDA and none is usable here (before
+    any process starts; a job written for torchrun is not checked)."""
+    from tidgap.profiling.run import torch_device
+
+    torch_device(device)
+
+
 def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> list[list[dict]]:
     """Run ``plans`` in turn, iteration by iteration, with one worker per stage (the plans
     written to the run's temporary folder); per plan, the ranks' results. ``job.timeout``
@@ -337,7 +369,7 @@ def to_run(
 
 def worker_options(command: Command) -> Command:
     """The options of every command that starts workers (``run``, ``calibrate``): the model
-    and its options, the split, iterations, warm-up, threads, seed and timeout."""
+    and its options, the split, iterations, warm-up, threads, seed, device and timeout."""
     options = [
         click.option(
             "--model",
@@ -379,6 +411,16 @@ def worker_options(command: Command) -> Command:
             default=0,
             show_default=True,
             help="Seed of the weights and the data.",
+        ),
+        click.option(
+            "--device",
+            type=click.Choice(["cpu", "cuda"]),
+            default="cpu",
+            show_default=True,
+            help="Where each stage process computes: the CPU, or a GPU (process R on GPU "
+            "LOCAL_RANK modulo the GPUs it sees; processes share GPUs when there are fewer "
+            "GPUs than stages); chunks travel between processes through host memory "
+            "(gloo).",
         ),
         click.option(
             "--timeout",
@@ -492,6 +534,7 @@ def run_command(
     optimizer: str | None,
     lr: float | None,
     seed: int,
+    device: str,
     baselines: bool,
     compared: tuple[str, ...],
     timeout: float,
@@ -541,11 +584,12 @@ def run_command(
         check_gradients=check_gradients,
         float64=float64,
         seed=seed,
+        device=device,
         timeout=timeout,
         optimizer=optimizer,
         lr=lr,
     )
-    for line in caveats(loaded, problem, plan, model, optimizer):
+    for line in caveats(loaded, problem, plan, model, optimizer, device):
         click.echo(f"tidgap: warning: {line}", err=True)
     if write_job is not None:
         folder = Path(write_job).parent / "results"
@@ -560,6 +604,7 @@ def run_command(
             runs = [figures_of(loaded, job, plan, "plan", found, model, replay_with)]
     else:
         todo = to_run(loaded, plan, baselines, compared)
+        require_device(device)
         require_batch_room(model, loaded, problem)
         labels, plans = zip(*todo, strict=True)
         found = launched(loaded, job, plans, ", ".join(labels))

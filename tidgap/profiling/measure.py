@@ -38,17 +38,18 @@ class Measurement:
     output_bytes_per_sample: int
 
 
-def _synchronize(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (CUDA runs asynchronously; nothing on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def _timed(action: Callable[..., Any], device: torch.device, *arguments: Any) -> tuple[Any, float]:
     """Run ``action(*arguments)`` once; return its result and its duration in ms."""
-    _synchronize(device)
+    synchronize(device)
     start = time.perf_counter()
     result = action(*arguments)
-    _synchronize(device)
+    synchronize(device)
     return result, (time.perf_counter() - start) * 1e3
 
 

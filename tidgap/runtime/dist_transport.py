@@ -13,7 +13,11 @@ small beside the activations a stage keeps). Messages between two ranks keep the
 (one tag), and receives from a peer are matched in the order they were posted, so they
 need no tags
 (:mod:`tidgap.runtime.lowering`).
-Tested on gloo (CPU) only; nothing device-specific is assumed beyond the spec's tensor.
+Tensors travel in host memory (:data:`WIRE`, for gloo, which sends and receives host
+tensors only): a stage computing on a GPU copies each payload to host memory to send it
+and each received chunk to its device (2 processes sharing one GPU cannot use NCCL, which
+refuses two ranks on one device). Tested on gloo with CPU stages; the copies to and from a
+GPU only where one is lent (``bench/gpu_check.sh``).
 """
 
 from __future__ import annotations
@@ -27,14 +31,16 @@ from torch import distributed as dist
 
 #: ``(shape, dtype)`` of a chunk to receive, shape with the samples first.
 Spec = tuple[tuple[int, ...], torch.dtype]
+#: Where chunks travel: gloo sends and receives host tensors.
+WIRE = torch.device("cpu")
 
 
 class DistTransport:
-    """Rank-local point-to-point over the default process group; receives land on
-    ``device``."""
+    """Rank-local point-to-point over the default process group (gloo); chunks travel in
+    host memory (:data:`WIRE`) and are handed to the stage on ``device``."""
 
     def __init__(self, device: torch.device | None = None) -> None:
-        self.device = device or torch.device("cpu")
+        self.device = device or WIRE
         self._pending: list[tuple[dist.Work, Tensor]] = []
         #: Per peer: its posted receives (request and tensor), in order.
         self._posted: dict[int, deque[tuple[dist.Work, Tensor]]] = {}
@@ -43,12 +49,13 @@ class DistTransport:
         """This rank's receives in order, ``(spec, peer)``: posts them all."""
         self._posted = defaultdict(deque)
         for (shape, dtype), peer in receives:
-            tensor = torch.empty(shape, dtype=dtype, device=self.device)
+            tensor = torch.empty(shape, dtype=dtype, device=WIRE)
             self._posted[peer].append((dist.irecv(tensor, peer), tensor))
 
     def send(self, payload: Tensor, peer: int) -> None:
-        """Start sending ``payload`` (detached, made contiguous) to rank ``peer``."""
-        tensor = payload.detach().contiguous()
+        """Start sending ``payload`` (detached, on the wire, made contiguous) to rank
+        ``peer``."""
+        tensor = payload.detach().to(WIRE).contiguous()
         self._pending = [(work, kept) for work, kept in self._pending if not work.is_completed()]
         self._pending.append((dist.isend(tensor, peer), tensor))
 
@@ -65,7 +72,7 @@ class DistTransport:
                 f"{tuple(tensor.shape)} {tensor.dtype} was expected"
             )
         work.wait()
-        return tensor
+        return tensor.to(self.device)
 
     def wait(self) -> None:
         """Block until every started send has completed, then drop them."""

@@ -29,7 +29,9 @@ class Job:
     ``problem``: a problem file or ``example:NAME``; ``plan``: a plan file for it;
     ``alternates``: more plan files for it, run in turn with ``plan`` in the same
     processes (every warm-up and timed iteration runs each plan once, ``plan`` first), so
-    that they meet the same moments of the machine;
+    that they meet the same moments of the machine; ``device``: ``cpu``, or ``cuda`` (rank
+    ``r`` computes on GPU ``LOCAL_RANK`` modulo the GPUs it sees; tensors travel between
+    ranks through host memory over gloo);
     ``model``: ``gpt``, ``vgg16`` or ``module:attribute`` with ``model_options`` (the
     ``tidgap profile`` model options, ``None`` when not given); ``boundaries``: the first
     layer of stages ``1..S-1``; ``iterations`` timed after ``warmup`` untimed ones;
@@ -58,6 +60,7 @@ class Job:
     optimizer: str | None = None
     lr: float | None = None
     alternates: list[str] = field(default_factory=list)
+    device: str = "cpu"
 
     @property
     def plans(self) -> list[str]:
@@ -137,6 +140,7 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "warmup": (_count(0, MAX_COUNT), "an integer in 0..2**31-1"),
     "threads": (_count(1, MAX_THREADS), f"an integer in 1..{MAX_THREADS}"),
     "check_gradients": (lambda v: isinstance(v, bool), "true or false"),
+    "device": (lambda v: v in ("cpu", "cuda"), "cpu or cuda"),
     "float64": (lambda v: isinstance(v, bool), "true or false"),
     "seed": (_count(0, MAX_TORCH_SEED), "an integer in 0..2**63-1"),
     "timeout": (_positive_number, "a positive number of seconds"),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from tidgap.profiling.measure import synchronize
 from tidgap.runtime.task import Task
 
 Samples = tuple[int, int]
@@ -168,6 +169,8 @@ class TorchStage:
         self._graphs: list[tuple[Samples, Tensor, Tensor]] = []
         self._loss: Tensor | None = None
         self.held = HeldBytes(module)
+        #: Where the stage computes (its task's device).
+        self.device = task.inputs.device
 
     @property
     def loss(self) -> Tensor | None:
@@ -236,6 +239,7 @@ class TorchStage:
             self._graphs.append((samples, x, y))
             self._inputs.drop_through(samples[1])
         self.held.sample(self._kept())
+        synchronize(self.device)  # the op's end is when its kernels end, on a GPU
         if self.last:
             self._loss = y.detach() if self._loss is None else self._loss + y.detach()
             return None
@@ -271,6 +275,7 @@ class TorchStage:
             gradients = [self._gradients.cut(s, "backward") for s, _, _ in chunks]
             torch.autograd.backward(outputs, gradients)
             self._gradients.drop_through(samples[1])
+        synchronize(self.device)
         if self.first:
             return None
         leaves = [x.grad if x.grad is not None else torch.zeros_like(x) for _, x, _ in chunks]

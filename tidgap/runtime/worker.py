@@ -3,16 +3,17 @@
 Compatible with ``torchrun``: the rank, world size and rendezvous come from ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``; rank ``r`` runs stage ``r`` over gloo.
 Every rank builds the whole model from the job's seed (the same weights everywhere), keeps
-its own stage's layers, lowers the plan (and the job's alternates, which run in turn with
-it, iteration by iteration) and runs iterations through
-:func:`tidgap.runtime.executor.execute`. With ``check_gradients`` a first, extra iteration
-of each plan runs in eval mode (dropout off, so the single-process reference sees the same function)
-and its parameter gradients are kept; the ``warmup`` and timed ``iterations`` run in train
-mode. Each iteration starts at a barrier; its records are in seconds from there. With an
-optimizer (``job.optimizer``) each rank steps its own stage's parameters after its last
-backward, before it waits for its last sends (:class:`TailHandlers`), recorded as a
-``"tail"`` record; the checked iteration keeps the gradients before the step and the
-parameters after it.
+its own stage's layers on its device (the CPU, or with ``device`` ``cuda`` a GPU:
+:func:`rank_device`; chunks travel between ranks through host memory), lowers the plan
+(and the job's alternates, which run in turn with it, iteration by iteration) and runs
+iterations through :func:`tidgap.runtime.executor.execute`. With ``check_gradients`` a
+first, extra iteration of each plan runs in eval mode (dropout off, so the single-process
+reference sees the same function) and its parameter gradients are kept; the ``warmup``
+and timed ``iterations`` run in train mode. Each iteration starts at a barrier; its
+records are in seconds from there. With an optimizer (``job.optimizer``) each rank steps
+its own stage's parameters after its last backward, before it waits for its last sends
+(:class:`TailHandlers`), recorded as a ``"tail"`` record; the checked iteration keeps the
+gradients before the step and the parameters after it.
 
 The rank writes ``rank<R>.pt`` (``torch.save`` of :func:`run_rank`'s result for the job's
 plan; ``rank<R>-plan<K>.pt`` for its ``K``-th alternate) atomically into the job's results
@@ -156,12 +157,12 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
     torch.manual_seed(job.seed)
     model = build_model(job.model, job.model_options, "run")
     dtype = torch.float64 if job.float64 else torch.float32
-    model.layers.to(dtype).eval()
+    device = rank_device(job.device)
+    model.layers.to(device=device, dtype=dtype).eval()
     stages = stage_modules(model, job.boundaries)
     if len(stages) != world_size:
         raise ValueError(f"{len(stages)} stages from boundaries {job.boundaries}, not {world_size}")
     modules = [module for _, _, module in stages]
-    device = torch.device("cpu")
     task = make_task(model, problem.batch_size, job.seed, device, dtype)
     specs = boundary_specs(modules, task.inputs[:1])
     runs = []
@@ -260,6 +261,22 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
         }
         for k, run in enumerate(runs)
     ]
+
+
+def rank_device(kind: str) -> Any:
+    """The ``torch.device`` this rank computes on: the CPU, or for ``cuda`` GPU
+    ``LOCAL_RANK`` modulo the GPUs this process sees (made the current one; ranks share
+    GPUs when there are fewer than ranks)."""
+    import torch
+
+    if kind != "cuda":
+        return torch.device("cpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError("the job asks for CUDA and this worker sees no usable GPU")
+    index = int(os.environ.get("LOCAL_RANK", "0")) % count
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 def stage_weights(layers: Any, names: list[str]) -> dict[str, Any]:
