@@ -157,14 +157,15 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
     torch.manual_seed(job.seed)
     model = build_model(job.model, job.model_options, "run")
     dtype = torch.float64 if job.float64 else torch.float32
-    device = rank_device(job.device)
-    model.layers.to(device=device, dtype=dtype).eval()
+    model.layers.to(dtype).eval()
     stages = stage_modules(model, job.boundaries)
     if len(stages) != world_size:
         raise ValueError(f"{len(stages)} stages from boundaries {job.boundaries}, not {world_size}")
     modules = [module for _, _, module in stages]
+    device = rank_device(job.device)
     task = make_task(model, problem.batch_size, job.seed, device, dtype)
-    specs = boundary_specs(modules, task.inputs[:1])
+    specs = boundary_specs(modules, task.inputs[:1].cpu())  # every stage, on the CPU
+    modules[rank].to(device)  # only this rank's stage on its device
     runs = []
     for plan in plans:
         recompute = recomputes(plan)[rank]
