@@ -317,6 +317,8 @@ def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
     huge_file = str(write_json(tmp_path / "huge.json", huge))
     whole = str(plan_file(tmp_path, "whole", forward=[[2**31 - 1]] * 2, backward=[[2**31 - 1]] * 2))
     huge_input = [*MODEL[:-1], "6,100000"]  # 2.4 MB a sample: far beyond any memory
+    profiled_file = str(write_json(tmp_path / "profiled.json", problem_document(device="cpu")))
+    recompute = str(plan_file(tmp_path, "recompute", **PLANS["recompute"]))
     return {
         "plan for another problem": [problem, other, *MODEL],
         "plan of another shape": [problem, short, *MODEL],
@@ -327,7 +329,9 @@ def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
         "model cannot be imported": [problem, plan, "--model", "no_such_module:X"],
         "gpt option on a module": [problem, plan, *MODEL, "--hidden", "8"],
         "a batch far beyond memory": [huge_file, whole, *huge_input],
-        **no_cuda_case([problem, plan, *MODEL, "--device", "cuda"]),
+        # profiled on the CPU: the device warning must not come before the one line
+        **no_cuda_case([profiled_file, plan, *MODEL, "--device", "cuda"]),
+        "a recompute plan warns, a bad --compare": [problem, recompute, *MODEL, "--compare", short],
     }
 
 

@@ -570,6 +570,7 @@ def run_command(
     check_outputs(None, trace, ("--write-job", write_job), inputs=inputs)
     loaded = load_problem(problem)
     plan = plan_for(plan_file, loaded)
+    todo = to_run(loaded, plan, baselines, compared)  # every plan checked before any warning
     job, model = worker_job(
         problem,
         plan_file,
@@ -589,6 +590,8 @@ def run_command(
         optimizer=optimizer,
         lr=lr,
     )
+    if write_job is None and results is None:
+        require_device(device)  # before the warnings: bad input is one line
     for line in caveats(loaded, problem, plan, model, optimizer, device):
         click.echo(f"tidgap: warning: {line}", err=True)
     if write_job is not None:
@@ -603,8 +606,6 @@ def run_command(
             same_job(job, found)
             runs = [figures_of(loaded, job, plan, "plan", found, model, replay_with)]
     else:
-        todo = to_run(loaded, plan, baselines, compared)
-        require_device(device)
         require_batch_room(model, loaded, problem)
         labels, plans = zip(*todo, strict=True)
         found = launched(loaded, job, plans, ", ".join(labels))
