@@ -270,7 +270,7 @@ def rank_device(kind: str) -> Any:
     GPUs when there are fewer than ranks)."""
     import torch
 
-    if kind != "cuda":
+    if kind == "cpu":
         return torch.device("cpu")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
