@@ -113,7 +113,8 @@ def test_the_cuda_peak_is_the_allocators_peak_over_a_forward_and_backward(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On CUDA (the allocator's counters stubbed here): the peak read after the backward,
-    less what was allocated before; the gradients cleared; ``None`` on the CPU."""
+    less what was allocated before, with earlier gradients cleared first (their buffers
+    count in the peak) and after; ``None`` on the CPU."""
     torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
     from torch import nn
 
@@ -126,13 +127,19 @@ def test_the_cuda_peak_is_the_allocators_peak_over_a_forward_and_backward(
     monkeypatch.setattr(
         torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset")
     )
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1000)
+    # 1000 bytes before once the earlier gradients are gone (5000 while they are held)
+    monkeypatch.setattr(
+        torch.cuda,
+        "memory_allocated",
+        lambda device=None: 1000 if layer.weight.grad is None else 5000,
+    )
     monkeypatch.setattr(
         torch.cuda,
         "max_memory_allocated",
         lambda device=None: 1000 + (4096 if layer.weight.grad is not None else 1),
     )
     x = torch.randn(4, 3)
+    layer.weight.grad = torch.ones_like(layer.weight)  # an earlier backward's
     assert cuda_peak_bytes(layer, x, False, torch.device("cuda")) == 4096
     assert calls == ["sync", "reset", "sync"] and layer.weight.grad is None
     assert cuda_peak_bytes(layer, x, False, torch.device("cpu")) is None

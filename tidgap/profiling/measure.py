@@ -148,10 +148,11 @@ def cuda_peak_bytes(
     of ``module`` on ``given`` ``(b, ...)`` above what it held before
     (``torch.cuda.max_memory_allocated``: activations, the output and its gradient, the
     parameters' gradients and any workspace); ``None`` on another device. The gradients
-    are cleared after (untimed; ``first`` as in :func:`time_module`)."""
+    are cleared before and after (untimed; ``first`` as in :func:`time_module`)."""
     if device.type != "cuda":
         return None
     x = stage_input(given, first)
+    module.zero_grad(set_to_none=True)  # the gradients' buffers count in the peak
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
