@@ -429,7 +429,7 @@ def test_stored_graph_stages_on_a_recompute_profile_warn(tmp_path: Path) -> None
     assert "stage(s) [0, 1] run backward on stored graphs" in result.stderr
 
 
-@pytest.mark.parametrize("extra", [["--json"], ["--baselines"], ["--trace", "t.json"]])
+@pytest.mark.parametrize("extra", [["--json"], ["--trace", "t.json"]])
 def test_write_job_refuses_the_outputs_of_a_run(tmp_path: Path, extra: list[str]) -> None:
     plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
     problem = write_json(tmp_path / "p.json", problem_document())
@@ -514,6 +514,36 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     document = json.loads(result.stdout)
     assert document["run"]["max_gradient_relative_difference"] < 1e-4
     assert len(document["run"]["measured"]["iterations"]) == 1
+
+
+def test_a_torchrun_job_runs_compared_plans_and_baselines_in_turn(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """--write-job with --compare and --baselines writes the other plans beside the job;
+    --results reports every plan, and refuses a command that names fewer."""
+    from tidgap.runtime.launch import launch
+
+    plan = plan_file(tmp_path, "aligned", **PLANS["ordered-aligned"])
+    other = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    options = [str(problem_file), str(plan), *MODEL, "--iterations", "1", "--warmup", "0"]
+    options += ["--check-gradients", "--compare", str(other), "--baselines"]
+    job = tmp_path / "job.json"
+    written = run_cli("run", *options, "--write-job", str(job))
+    assert written.exit_code == 0, describe(written)
+    alternates = Job.load(job).alternates
+    assert alternates == [str(tmp_path / f"job.plan{k}.json") for k in (1, 2, 3)]
+    problem = Problem.from_dict(problem_document())
+    assert load_plan(alternates[0], problem) == load_plan(other, problem)
+    launch(job, 2, threads=1, timeout=60, logs=tmp_path)
+    folder = str(tmp_path / "results")
+    document = json.loads(run_cli("run", *options, "--results", folder, "--json").stdout)
+    labels = [run["label"] for run in document["baselines"]]
+    assert labels[0] == str(other) and [label[:4] for label in labels[1:]] == ["GPip", "1F1B"]
+    for run in (document["run"], *document["baselines"]):
+        assert run["max_gradient_relative_difference"] < 1e-4
+    fewer = run_cli("run", *options[:-3], "--baselines", "--results", folder)
+    assert fewer.exit_code == 2, describe(fewer)
+    assert "rank 0 ran 3 plan(s) in turn after the plan, this command's" in fewer.stderr
 
 
 def test_results_without_a_rank_file_exit_2(problem_file: Path, tmp_path: Path) -> None:

@@ -82,6 +82,8 @@ paths) to every machine, and run on each machine NODE of N:
 (N*K processes, one per stage); rank R writes rank<R>.pt into the job's results folder.
 Gather them in one folder and report with the same options:
   tidgap run PROBLEM PLAN --model ... --results FOLDER
+With --compare and --baselines the job runs those plans in turn too (written beside it as
+JOB.plan1.json, ...; rank R also writes rank<R>-plan<K>.pt).
 """
 
 
@@ -206,13 +208,15 @@ def absolute(spec: str) -> str:
     return spec if spec.startswith(EXAMPLE_PREFIX) else os.path.abspath(spec)
 
 
-#: Job fields that may differ between a job and the command that reports its results.
-FREE_FIELDS = ("results", "timeout")
+#: Job fields that may differ between a job and the command that reports its results
+#: (``alternates``: the plan files written beside the job; their number must match).
+FREE_FIELDS = ("results", "timeout", "alternates")
 
 
-def same_job(job: Job, results: list[dict[str, Any]]) -> None:
-    """Raise :class:`InputError` unless every rank ran ``job`` (up to :data:`FREE_FIELDS`):
-    ``--results`` reports a run with the options it was written with."""
+def same_job(job: Job, results: list[dict[str, Any]], alternates: int = 0) -> None:
+    """Raise :class:`InputError` unless every rank ran ``job`` (up to :data:`FREE_FIELDS`)
+    with ``alternates`` plans in turn after its plan: ``--results`` reports a run with the
+    options it was written with."""
     wanted = dataclasses.asdict(job)
     for rank, result in enumerate(results):
         ran = result.get("job") or {}
@@ -221,6 +225,19 @@ def same_job(job: Job, results: list[dict[str, Any]]) -> None:
                 raise InputError(
                     f"rank {rank} ran {key} {ran.get(key)!r}, this command gives {value!r}"
                 )
+        count = len(ran.get("alternates") or [])
+        if count != alternates:
+            raise InputError(
+                f"rank {rank} ran {count} plan(s) in turn after the plan, this command's "
+                f"--compare and --baselines give {alternates}"
+            )
+
+
+def alternate_files(job: str, count: int) -> list[str]:
+    """Where ``--write-job JOB`` writes the ``count`` plans run in turn after the plan:
+    ``JOB``'s name with ``.plan1.json``, ``.plan2.json``, ..."""
+    path = Path(job)
+    return [str(path.with_name(f"{path.stem}.plan{k}.json")) for k in range(1, count + 1)]
 
 
 def reference_differences(
@@ -556,21 +573,23 @@ def run_command(
     trace; --check-gradients also checks the weights after one step). Needs PyTorch.
     """
     lr = learning_rate(optimizer, lr)
-    if results is not None and (baselines or compared or write_job is not None):
-        raise click.UsageError(
-            "--results reports one finished run: no --baselines, --compare, --write-job"
-        )
-    if write_job is not None and (baselines or compared or as_json or trace is not None):
-        raise click.UsageError(
-            "--write-job writes the job and runs nothing: no --baselines, --compare, --json, "
-            "--trace"
-        )
+    if results is not None and write_job is not None:
+        raise click.UsageError("--results reports a finished run: no --write-job")
+    if write_job is not None and (as_json or trace is not None):
+        raise click.UsageError("--write-job writes the job and runs nothing: no --json, --trace")
     inputs = {"PROBLEM": problem, "PLAN": plan_file}
     inputs.update((f"--compare {path}", path) for path in compared)
-    check_outputs(None, trace, ("--write-job", write_job), inputs=inputs)
     loaded = load_problem(problem)
     plan = plan_for(plan_file, loaded)
     todo = to_run(loaded, plan, baselines, compared)  # every plan checked before any warning
+    alternates = [] if write_job is None else alternate_files(write_job, len(todo) - 1)
+    check_outputs(
+        None,
+        trace,
+        ("--write-job", write_job),
+        *(("--write-job", path) for path in alternates),
+        inputs=inputs,
+    )
     job, model = worker_job(
         problem,
         plan_file,
@@ -596,23 +615,29 @@ def run_command(
         click.echo(f"tidgap: warning: {line}", err=True)
     if write_job is not None:
         folder = Path(write_job).parent / "results"
-        dataclasses.replace(job, results=os.path.abspath(folder)).save(write_job)
-        click.echo(f"job written to {write_job} (results go to {folder})")
+        for path, (_, each) in zip(alternates, todo[1:], strict=True):
+            write_json(path, each.model_dump(mode="json", exclude_none=True))
+        paths = [os.path.abspath(path) for path in alternates]
+        job = dataclasses.replace(job, results=os.path.abspath(folder), alternates=paths)
+        job.save(write_job)
+        more = f", with {', '.join(alternates)} in turn" if alternates else ""
+        click.echo(f"job written to {write_job}{more} (results go to {folder})")
         return
     replay_with = read_json(problem_path(problem)) if replay else None
     if results is not None:
-        found = load_results(results, loaded.num_stages)
+        first = load_results(results, loaded.num_stages)
         with about_problem(results):
-            same_job(job, found)
-            runs = [figures_of(loaded, job, plan, "plan", found, model, replay_with)]
+            same_job(job, first, len(todo) - 1)
+        more = (load_results(results, loaded.num_stages, k) for k in range(1, len(todo)))
+        found = [first, *more]
     else:
         require_batch_room(model, loaded, problem)
         labels, plans = zip(*todo, strict=True)
         found = launched(loaded, job, plans, ", ".join(labels))
-        runs = [
-            figures_of(loaded, job, each, label, results, model, replay_with)
-            for (label, each), results in zip(todo, found, strict=True)
-        ]
+    runs = [
+        figures_of(loaded, job, each, label, ranks, model, replay_with)
+        for (label, each), ranks in zip(todo, found, strict=True)
+    ]
     timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]
     written = write_files(timeline_files(timelines, None, trace, loaded.name))
     tolerance = TOLERANCE[float64]
