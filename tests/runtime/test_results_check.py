@@ -69,6 +69,7 @@ def test_a_workers_result_passes() -> None:
         (row(("forward", 0, 0, 4, 1.0, 0.5)), "iterations[1][1]: has times"),
         (changed(peak_bytes=[64]), "peak_bytes: is not one byte count per iteration"),
         (changed(starts=[0.5]), "starts: is not one finite start time per iteration"),
+        (changed(plan=[[4], [4]]), "plan: is not an object"),
         (changed(starts=[0.5, float("inf")]), "starts: is not one finite start time"),
         (changed(gradients={"w": [1.0]}), "gradients: is not a mapping of parameter names"),
     ],

@@ -544,6 +544,10 @@ def test_a_torchrun_job_runs_compared_plans_and_baselines_in_turn(
     fewer = run_cli("run", *options[:-3], "--baselines", "--results", folder)
     assert fewer.exit_code == 2, describe(fewer)
     assert "rank 0 ran 3 plan(s) in turn after the plan, this command's" in fewer.stderr
+    swapped = [*options[:-2], str(plan), "--baselines"]  # the plan itself as --compare
+    another = run_cli("run", *swapped, "--results", folder)
+    assert another.exit_code == 2, describe(another)
+    assert f"rank 0 ran another plan 1 run in turn than {plan} of this command" in (another.stderr)
 
 
 def test_results_without_a_rank_file_exit_2(problem_file: Path, tmp_path: Path) -> None:

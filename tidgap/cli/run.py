@@ -233,6 +233,16 @@ def same_job(job: Job, results: list[dict[str, Any]], alternates: int = 0) -> No
             )
 
 
+def same_plan(plan: Plan, label: str, index: int, results: list[dict[str, Any]]) -> None:
+    """Raise :class:`InputError` unless every rank's result of the job's plan ``index``
+    records ``plan`` (``label`` in this command; results that record no plan pass)."""
+    wanted = plan.model_dump(mode="json", exclude_none=True)
+    for rank, result in enumerate(results):
+        if result.get("plan") not in (None, wanted):
+            which = "the plan" if index == 0 else f"plan {index} run in turn"
+            raise InputError(f"rank {rank} ran another {which} than {label} of this command")
+
+
 def alternate_files(job: str, count: int) -> list[str]:
     """Where ``--write-job JOB`` writes the ``count`` plans run in turn after the plan:
     ``JOB``'s name with ``.plan1.json``, ``.plan2.json``, ..."""
@@ -630,6 +640,9 @@ def run_command(
             same_job(job, first, len(todo) - 1)
         more = (load_results(results, loaded.num_stages, k) for k in range(1, len(todo)))
         found = [first, *more]
+        with about_problem(results):
+            for k, ((label, each), ranks) in enumerate(zip(todo, found, strict=True)):
+                same_plan(each, label, k, ranks)
     else:
         require_batch_room(model, loaded, problem)
         labels, plans = zip(*todo, strict=True)

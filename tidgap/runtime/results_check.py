@@ -82,6 +82,8 @@ def check_result(result: Any, rank: int) -> None:
         and all(is_integer(p) and p >= 0 for p in peaks)
     )
     _require(ok, "peak_bytes", "is not one byte count per iteration")
+    _require(result.get("plan") is None or isinstance(result["plan"], dict), "plan",
+             "is not an object")  # fmt: skip
     starts = result.get("starts")
     ok = starts is None or (
         isinstance(starts, list)

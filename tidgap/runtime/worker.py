@@ -122,7 +122,8 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
     """Run ``job`` as rank ``rank`` of ``world_size`` (the process group is initialised
     here, and torn down on success); its plans (:attr:`Job.plans`) run in turn, iteration
     by iteration. One result per plan, in the job's order: ``job`` (as a dict), ``rank``,
-    ``stage`` (its name), ``layers``, ``threads``, ``recompute``, ``iterations`` (per timed
+    ``stage`` (its name), ``layers``, ``threads``, ``plan`` (the plan's fields, as JSON),
+    ``recompute``, ``iterations`` (per timed
     iteration, its records as :data:`~tidgap.runtime.report.Row`, seconds from the
     iteration's barrier), ``starts`` (per timed iteration, its start: ``time.perf_counter()``
     of this process, seconds), ``peak_bytes`` (per timed iteration, the most the stage held:
@@ -254,6 +255,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
             "stage": stages[rank][0],
             "layers": stages[rank][1],
             "threads": torch.get_num_threads(),
+            "plan": plans[k].model_dump(mode="json", exclude_none=True),
             "recompute": run.recompute,
             "iterations": timed[k],
             "starts": starts[k],
