@@ -62,8 +62,7 @@ def baseline_plan(problem: Path, name: str, m: int, out: Path) -> Path:
     from tidgap.schedules.families import SCHEDULES
 
     plan = SCHEDULES[name].baseline(load_problem(str(problem)), m)
-    fields = plan.model_dump(exclude_none=True)
-    out.write_text(json.dumps({"format": "tidgap.plan/1", "problem": problem.stem, **fields}))
+    out.write_text(json.dumps({**plan.document(), "problem": problem.stem}))
     return out
 
 
@@ -159,8 +158,8 @@ def main() -> None:
 
     runs: dict[str, list[dict]] = {label: [] for label in plans}
     for r in range(options.repeats):  # in rounds: each plan sees the machine's drift
-        fresh = calibrate(profiled, folder / f"round{r + 1}-calibrated.json", 1)
-        for label, ran in run_round(fresh, plans, options.iterations).items():
+        now = calibrate(profiled, folder / f"round{r + 1}-calibrated.json", 1)
+        for label, ran in run_round(now, plans, options.iterations).items():
             runs[label].append(ran)
     rounds = {label: [r["measured"]["median"] for r in runs[label]] for label in plans}
     fresh = {label: [r["predicted"] for r in runs[label]] for label in plans}
@@ -168,6 +167,7 @@ def main() -> None:
     measured = {label: statistics.median(rounds[label]) for label in plans}
     speeds = round_speeds(predicted, rounds)
     steady = drift_corrected(rounds, speeds)
+    own = {label: errors(rounds[label], fresh[label]) for label in plans}
     record = {
         label: dict(
             profile=from_profile[label],
@@ -190,7 +190,7 @@ def main() -> None:
             f"{measured[label]:.1f} ({low:.1f}-{high:.1f}) | "
             f"{100 * (measured[label] / from_profile[label] - 1):+.1f}% / "
             f"{100 * (measured[label] / predicted[label] - 1):+.1f}% | "
-            f"{errors(rounds[label], fresh[label]):+.1f}% | "
+            f"{own[label]:+.1f}% | "
             f"{100 * (steady[label] / predicted[label] - 1):+.1f}% |"
         )
     by_prediction = sorted(plans, key=predicted.__getitem__)
@@ -210,7 +210,7 @@ def main() -> None:
         f"{min(plans, key=steady.__getitem__)}; pairs more than 5% apart in the predicted "
         f"order: {pairs_in_order(predicted, steady, 0.05)}"
     )
-    within = sum(abs(errors(rounds[label], fresh[label])) <= 10 for label in plans)
+    within = sum(abs(own[label]) <= 10 for label in plans)
     print(f"within 10% of the round's own calibration: {within} of {len(plans)}")
     print(f"order effect: {order_effect(predicted, rounds)}")
 

@@ -105,8 +105,7 @@ def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[s
     stages = problem.num_stages
     if split is not None:
         return parse_split(split, layers, stages)
-    source = problem.source if isinstance(problem.source, dict) else {}
-    how = source.get("split")
+    how = problem.source_fields.get("split")
     recorded = how.get("boundaries") if isinstance(how, dict) else None
     if recorded is None:
         raise InputError(
@@ -139,9 +138,8 @@ def caveats(
     from tidgap.runtime.lowering import recomputes
     from tidgap.runtime.pricing import profiled_with_recompute
 
-    source = problem.source if isinstance(problem.source, dict) else {}
     found = []
-    recorded = source.get("model")
+    recorded = problem.source_fields.get("model")
     if isinstance(recorded, dict):
         wanted = {"name": model.name, **model.config}
         differ = sorted(key for key in wanted if key in recorded and recorded[key] != wanted[key])
@@ -174,8 +172,7 @@ def caveats(
 def device_caveats(problem: Problem, spec: str, device: str) -> list[str]:
     """:func:`caveats` of the device: a run on another kind of device than the profile's
     (``source.device``) is predicted with the other device's op times."""
-    source = problem.source if isinstance(problem.source, dict) else {}
-    profiled = source.get("device")
+    profiled = problem.source_fields.get("device")
     if isinstance(profiled, str) and profiled != device:
         return [
             f"{spec}: source.device: profiled on {profiled}, this run computes on {device}: "
@@ -193,8 +190,7 @@ def optimizer_caveats(problem: Problem, spec: str, optimizer: str | None) -> lis
             f"{spec}: every stage's tail is 0, so the prediction does not count the "
             f"{optimizer} step (profile with --optimizer {optimizer})"
         ]
-    source = problem.source if isinstance(problem.source, dict) else {}
-    timing = source.get("timing")
+    timing = problem.source_fields.get("timing")
     timed = timing.get("optimizer") if isinstance(timing, dict) else None
     name = timed.get("name") if isinstance(timed, dict) else None
     if name is not None and name != optimizer:
@@ -236,7 +232,7 @@ def same_job(job: Job, results: list[dict[str, Any]], alternates: int = 0) -> No
 def same_plan(plan: Plan, label: str, index: int, results: list[dict[str, Any]]) -> None:
     """Raise :class:`InputError` unless every rank's result of the job's plan ``index``
     records ``plan`` (``label`` in this command; results that record no plan pass)."""
-    wanted = plan.model_dump(mode="json", exclude_none=True)
+    wanted = plan.document()
     for rank, result in enumerate(results):
         if result.get("plan") not in (None, wanted):
             which = "the plan" if index == 0 else f"plan {index} run in turn"
@@ -328,7 +324,7 @@ def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> l
     try:
         paths = [str(Path(folder) / f"plan{k}.json") for k in range(len(plans))]
         for path, plan in zip(paths, plans, strict=True):
-            write_json(path, plan.model_dump(mode="json", exclude_none=True))
+            write_json(path, plan.document())
         job = dataclasses.replace(
             job,
             results=folder,
@@ -626,7 +622,7 @@ def run_command(
     if write_job is not None:
         folder = Path(write_job).parent / "results"
         for path, (_, each) in zip(alternates, todo[1:], strict=True):
-            write_json(path, each.model_dump(mode="json", exclude_none=True))
+            write_json(path, each.document())
         paths = [os.path.abspath(path) for path in alternates]
         job = dataclasses.replace(job, results=os.path.abspath(folder), alternates=paths)
         job.save(write_job)
@@ -635,12 +631,11 @@ def run_command(
         return
     replay_with = read_json(problem_path(problem)) if replay else None
     if results is not None:
-        first = load_results(results, loaded.num_stages)
         with about_problem(results):
+            first = load_results(results, loaded.num_stages)
             same_job(job, first, len(todo) - 1)
-        more = (load_results(results, loaded.num_stages, k) for k in range(1, len(todo)))
-        found = [first, *more]
-        with about_problem(results):
+            more = (load_results(results, loaded.num_stages, k) for k in range(1, len(todo)))
+            found = [first, *more]
             for k, ((label, each), ranks) in enumerate(zip(todo, found, strict=True)):
                 same_plan(each, label, k, ranks)
     else:

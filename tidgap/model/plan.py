@@ -57,6 +57,10 @@ class Plan(StrictModel):
         a flush plan (``order`` when both are given)."""
         return next((key for key in ORDER_FIELDS if getattr(self, key) is not None), None)
 
+    def document(self) -> dict[str, Any]:
+        """The plan as its ``tidgap.plan/1`` file's JSON object (unset fields left out)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
     @classmethod
     def from_dict(cls, data: Any) -> Plan:
         """Validate the shape of a decoded ``tidgap.plan/1`` document."""

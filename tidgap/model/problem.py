@@ -66,6 +66,11 @@ class Problem(StrictModel):
     links: list[Link] = []
     source: Any = None
 
+    @property
+    def source_fields(self) -> dict[str, Any]:
+        """``source`` when it is an object (as ``tidgap profile`` records it), else ``{}``."""
+        return self.source if isinstance(self.source, dict) else {}
+
     @classmethod
     def from_dict(cls, data: Any, default_name: str | None = None) -> Problem:
         """Validate a decoded ``tidgap.problem/1`` document; raise :class:`InputError`."""

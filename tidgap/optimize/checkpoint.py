@@ -164,8 +164,11 @@ def state_meta(run: Prepared, identity: SearchIdentity) -> dict[str, Any]:
     asked = optimizer.asked
     first = None
     if not SCHEDULES[identity.schedule].separable and run.flush_plan is not None:
-        plan = run.flush_plan.model_dump(mode="json", exclude_none=True)
-        first = {"plan": plan, "generations": run.first[0], "evaluations": run.first[1]}
+        first = {
+            "plan": run.flush_plan.document(),
+            "generations": run.first[0],
+            "evaluations": run.first[1],
+        }
     return {
         "format": STATE_FORMAT,
         "digest": problem_digest(run.problem),

@@ -153,13 +153,13 @@ def cuda_peak_bytes(
         return None
     x = stage_input(given, first)
     module.zero_grad(set_to_none=True)  # the gradients' buffers count in the peak
-    torch.cuda.synchronize(device)
+    synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
     output = module(x)
     if output.requires_grad:
         output.backward(torch.ones_like(output))
-    torch.cuda.synchronize(device)
+    synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - before
     module.zero_grad(set_to_none=True)
     return peak

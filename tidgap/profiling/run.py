@@ -185,14 +185,12 @@ def measure_stages(
     inputs = [model.input(size, device) for size in sizes]
     runs = measure(named, inputs, device, settings.repeats, settings.warmup, on_step)
     fed = chain_inputs(named, inputs[-1])
-    held = [
-        saved_bytes_per_sample(module, x, s == 0)
-        for s, ((_, module), x) in enumerate(zip(named, fed, strict=True))
+    # per stage: its module, its input at the largest size, whether it is the first
+    largest = [
+        (module, x, s == 0) for s, ((_, module), x) in enumerate(zip(named, fed, strict=True))
     ]
-    peaks = [
-        cuda_peak_bytes(module, x, s == 0, device)
-        for s, ((_, module), x) in enumerate(zip(named, fed, strict=True))
-    ]
+    held = [saved_bytes_per_sample(*given) for given in largest]
+    peaks = [cuda_peak_bytes(*given, device) for given in largest]
     tails = None
     if settings.optimizer is not None:
         assert settings.lr is not None, "an optimizer comes with its learning rate"

@@ -36,8 +36,7 @@ BackwardTimes = dict[tuple[int, int], float]
 def profiled_with_recompute(problem: Problem) -> bool:
     """Whether ``tidgap profile --recompute`` timed the backwards (``source.timing.
     recompute``): then every backward time already includes its forward."""
-    source = problem.source if isinstance(problem.source, dict) else {}
-    timing = source.get("timing")
+    timing = problem.source_fields.get("timing")
     return isinstance(timing, dict) and timing.get("recompute") is True
 
 

@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -43,6 +43,7 @@ from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.job import Job
 
 if TYPE_CHECKING:
+    from tidgap.model.plan import Plan
     from tidgap.runtime.lowering import Instruction
     from tidgap.runtime.report import Row
     from tidgap.runtime.stage import TorchStage
@@ -110,12 +111,17 @@ class TailHandlers(PipelineHandlers):
 
 @dataclass
 class PlanRun:
-    """One plan of a job on this rank: its lowered ``instructions``, its ``stage`` compute
-    and whether the stage ``recompute``s its forwards."""
+    """One plan of a job on this rank: the ``plan``, its lowered ``instructions`` and its
+    ``stage`` compute, then per timed iteration its start (``starts``,
+    ``time.perf_counter()`` seconds), its records (``timed``) and the most the stage held
+    (``peaks``, bytes)."""
 
+    plan: Plan
     instructions: list[Instruction]
     stage: TorchStage
-    recompute: bool
+    starts: list[float] = field(default_factory=list)
+    timed: list[list[Row]] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
 
 
 def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
@@ -169,9 +175,8 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
     modules[rank].to(device)  # only this rank's stage on its device
     runs = []
     for plan in plans:
-        recompute = recomputes(plan)[rank]
-        stage = stage_of(modules, rank, task, recompute, specs)
-        runs.append(PlanRun(lower(plan)[rank], stage, recompute))
+        stage = stage_of(modules, rank, task, recomputes(plan)[rank], specs)
+        runs.append(PlanRun(plan, lower(plan)[rank], stage))
     module, names = modules[rank], stages[rank][1]
     tail: Callable[[], None] | None = None
     if job.optimizer is not None:
@@ -237,15 +242,12 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
     for _ in range(job.warmup):
         for run in runs:
             iteration(run, train=True, after=tail)
-    timed: list[list[list[Row]]] = [[] for _ in runs]
-    starts: list[list[float]] = [[] for _ in runs]
-    peaks: list[list[int]] = [[] for _ in runs]
     for _ in range(job.iterations):
-        for k, run in enumerate(runs):
+        for run in runs:
             start, rows = iteration(run, train=True, after=tail)
-            starts[k].append(start)
-            timed[k].append(rows)
-            peaks[k].append(run.stage.held.peak)
+            run.starts.append(start)
+            run.timed.append(rows)
+            run.peaks.append(run.stage.held.peak)
     dist.barrier()
     dist.destroy_process_group()  # on failure, main ends the process instead
     return [
@@ -255,14 +257,14 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
             "stage": stages[rank][0],
             "layers": stages[rank][1],
             "threads": torch.get_num_threads(),
-            "plan": plans[k].model_dump(mode="json", exclude_none=True),
-            "recompute": run.recompute,
-            "iterations": timed[k],
-            "starts": starts[k],
-            "peak_bytes": peaks[k],
-            **checks[k],
+            "plan": run.plan.document(),
+            "recompute": run.stage.recompute,
+            "iterations": run.timed,
+            "starts": run.starts,
+            "peak_bytes": run.peaks,
+            **check,
         }
-        for k, run in enumerate(runs)
+        for run, check in zip(runs, checks, strict=True)
     ]
 
 
