@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,8 +28,10 @@ from tidgap.profiling.synth import synth_problem  # noqa: E402
 from tidgap.runtime.job import Job  # noqa: E402
 from tidgap.runtime.pricing import run_prediction  # noqa: E402
 from tidgap.runtime.report import measured_timeline  # noqa: E402
+from tidgap.runtime.worker import TORCHRUN_VARIABLES  # noqa: E402
 from tidgap.schedules.baselines import one_f_one_b_plan  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = ["--model", "tests.runtime.pipeline_models:MLP", "--input-shape", "6"]
 QUICK = ["--iterations", "2", "--warmup", "0", "--timeout", "60"]
 
@@ -548,6 +552,61 @@ def test_a_torchrun_job_runs_compared_plans_and_baselines_in_turn(
     another = run_cli("run", *swapped, "--results", folder)
     assert another.exit_code == 2, describe(another)
     assert f"rank 0 ran another plan 1 run in turn than {plan} of this command" in (another.stderr)
+
+
+def torchrun(processes: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node PROCESSES -m tidgap run ARGS`` from the
+    repository's root (so the workers import the tests' models)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", str(processes), "-m", "tidgap", "run", *args]
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+def test_tidgap_run_under_torchrun_runs_a_rank_and_rank_0_reports(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """The one-command form: torchrun starts ``tidgap run`` on every process, each runs its
+    own stage, and rank 0 alone prints the report (stdout only the JSON document), with the
+    compared plan and the baselines run in turn and every gradient checked."""
+    plan = plan_file(tmp_path, "aligned", **PLANS["ordered-aligned"])
+    other = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    args = [str(problem_file), str(plan), *MODEL, *QUICK, "--check-gradients", "--json"]
+    done = torchrun(2, *args, "--compare", str(other), "--baselines")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    labels = [run["label"] for run in document["baselines"]]
+    assert labels[0] == str(other) and [label[:4] for label in labels[1:]] == ["GPip", "1F1B"]
+    for run in (document["run"], *document["baselines"]):
+        assert run["max_gradient_relative_difference"] < 1e-4
+        assert len(run["measured"]["iterations"]) == 2
+    assert document["run"]["recompute"] == [False, False]
+
+
+def test_tidgap_run_under_torchrun_needs_a_process_per_stage(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    done = torchrun(3, str(problem_file), str(plan), *MODEL, *QUICK)
+    assert done.returncode != 0 and not done.stdout
+    line = "stages: has 2 stages, and torchrun started 3 processes (WORLD_SIZE): one per stage"
+    assert done.stderr.count(f"tidgap: error: {problem_file}: {line}") == 3  # once a rank
+
+
+def test_write_job_and_results_are_refused_under_torchrun(
+    problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    for name, value in zip(TORCHRUN_VARIABLES, ("1", "2", "1", "127.0.0.1", "29500"), strict=True):
+        monkeypatch.setenv(name, value)
+    for option in ("--write-job", "--results"):
+        result = run_cli("run", str(problem_file), str(plan), *MODEL, option, str(tmp_path / "x"))
+        assert result.exit_code == 2, describe(result)
+        assert "under torchrun tidgap run runs its rank: no --write-job, --results" in (
+            result.stderr
+        )
+    assert not (tmp_path / "x").exists()
 
 
 def test_results_without_a_rank_file_exit_2(problem_file: Path, tmp_path: Path) -> None:

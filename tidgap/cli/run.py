@@ -1,5 +1,6 @@
 """``tidgap run``: execute a plan on torch.distributed (one gloo process per stage on this
-machine), check its gradients and measure it against the prediction.
+machine; under torchrun, this process's stage, rank 0 reporting), check its gradients and
+measure it against the prediction.
 
 Everything that can be checked before a worker starts is (the plan against the problem,
 the split against the model, the model's import), as bad input: one line, exit 2. A worker
@@ -56,6 +57,7 @@ from tidgap.runtime.report import (
     speedup,
     speedup_line,
 )
+from tidgap.runtime.worker import torchrun_rank
 
 #: Largest max relative gradient difference accepted, by precision.
 TOLERANCE = {False: 1e-4, True: 1e-10}
@@ -74,8 +76,13 @@ profiled with tidgap profile --recompute has that in every backward already).
 Flush plans with equal partitions, GPipe and 1F1B never recompute.
 
 \b
-Several machines (torchrun): write the job here, copy it and the files it names (same
-paths) to every machine, and run on each machine NODE of N:
+Several machines (torchrun): run this command under torchrun on each machine NODE of N,
+N*K processes, one per stage (the files at the same paths on every machine); each runs its
+stage and rank 0 prints the report:
+  torchrun --nnodes N --nproc-per-node K --node-rank NODE \\
+      --master-addr HOST --master-port PORT -m tidgap run PROBLEM PLAN --model ...
+Or with files: write the job here, copy it and the files it names (same paths) to every
+machine, and run on each machine NODE of N:
   tidgap run PROBLEM PLAN --model ... --write-job job.json
   torchrun --nnodes N --nproc-per-node K --node-rank NODE \\
       --master-addr HOST --master-port PORT -m tidgap.runtime.worker job.json
@@ -314,6 +321,42 @@ def require_device(device: str) -> None:
     torch_device(device)
 
 
+def job_running(job: Job, plans: Sequence[Plan], folder: str) -> Job:
+    """``job`` running ``plans`` in turn: they are written into ``folder`` as its plan and
+    alternates, its results go there, and its timeout (per plan) covers them all."""
+    paths = [str(Path(folder) / f"plan{k}.json") for k in range(len(plans))]
+    for path, plan in zip(paths, plans, strict=True):
+        write_json(path, plan.document())
+    return dataclasses.replace(
+        job, results=folder, plan=paths[0], alternates=paths[1:], timeout=job.timeout * len(plans)
+    )
+
+
+def ran_here(
+    job: Job, plans: Sequence[Plan], rank: int, world_size: int
+) -> list[list[dict]] | None:
+    """Under torchrun: run this process's rank of ``plans`` in turn (written to a temporary
+    folder); on rank 0, per plan, every rank's results; ``None`` on the others."""
+    from tidgap.runtime.worker import run_here
+
+    folder = tempfile.mkdtemp(prefix="tidgap-run-")
+    try:
+        return run_here(job_running(job, plans, folder), rank, world_size)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def require_world(world_size: int, problem: Problem, source: str) -> None:
+    """:class:`InputError` unless torchrun started one process per stage of ``problem``."""
+    if world_size != problem.num_stages:
+        raise InputError(
+            f"has {problem.num_stages} stages, and torchrun started {world_size} processes "
+            "(WORLD_SIZE): one per stage",
+            ("stages",),
+            source=source,
+        )
+
+
 def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> list[list[dict]]:
     """Run ``plans`` in turn, iteration by iteration, with one worker per stage (the plans
     written to the run's temporary folder); per plan, the ranks' results. ``job.timeout``
@@ -322,16 +365,7 @@ def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> l
 
     folder: str | None = tempfile.mkdtemp(prefix="tidgap-run-")
     try:
-        paths = [str(Path(folder) / f"plan{k}.json") for k in range(len(plans))]
-        for path, plan in zip(paths, plans, strict=True):
-            write_json(path, plan.document())
-        job = dataclasses.replace(
-            job,
-            results=folder,
-            plan=paths[0],
-            alternates=paths[1:],
-            timeout=job.timeout * len(plans),
-        )
+        job = job_running(job, plans, folder)
         job_path = Path(folder) / "job.json"
         job.save(job_path)
         try:
@@ -569,7 +603,8 @@ def run_command(
     **options: Any,
 ) -> None:
     """Execute PLAN for PROBLEM on torch.distributed (gloo, one process per stage on this
-    machine), and print the measured iteration time beside the prediction.
+    machine, or under torchrun one per stage across machines), and print the measured
+    iteration time beside the prediction.
 
     MODEL and its options are those PROBLEM was profiled from (tidgap profile); every
     process builds it from --seed and keeps its stage's layers. Times are in PROBLEM's
@@ -579,6 +614,9 @@ def run_command(
     trace; --check-gradients also checks the weights after one step). Needs PyTorch.
     """
     lr = learning_rate(optimizer, lr)
+    here = torchrun_rank()
+    if here is not None and (write_job is not None or results is not None):
+        raise click.UsageError("under torchrun tidgap run runs its rank: no --write-job, --results")
     if results is not None and write_job is not None:
         raise click.UsageError("--results reports a finished run: no --write-job")
     if write_job is not None and (as_json or trace is not None):
@@ -586,6 +624,8 @@ def run_command(
     inputs = {"PROBLEM": problem, "PLAN": plan_file}
     inputs.update((f"--compare {path}", path) for path in compared)
     loaded = load_problem(problem)
+    if here is not None:
+        require_world(here[1], loaded, problem)
     plan = plan_for(plan_file, loaded)
     todo = to_run(loaded, plan, baselines, compared)  # every plan checked before any warning
     alternates = [] if write_job is None else alternate_files(write_job, len(todo) - 1)
@@ -618,7 +658,8 @@ def run_command(
     if write_job is None and results is None:
         require_device(device)  # before the warnings: bad input is one line
     for line in caveats(loaded, problem, plan, model, optimizer, device):
-        click.echo(f"tidgap: warning: {line}", err=True)
+        if here is None or here[0] == 0:  # under torchrun, once
+            click.echo(f"tidgap: warning: {line}", err=True)
     if write_job is not None:
         folder = Path(write_job).parent / "results"
         for path, (_, each) in zip(alternates, todo[1:], strict=True):
@@ -641,7 +682,13 @@ def run_command(
     else:
         require_batch_room(model, loaded, problem)
         labels, plans = zip(*todo, strict=True)
-        found = launched(loaded, job, plans, ", ".join(labels))
+        if here is None:
+            found = launched(loaded, job, plans, ", ".join(labels))
+        elif (gathered := ran_here(job, plans, *here)) is not None:
+            found = gathered
+        else:
+            return  # ranks other than 0 report nothing
+
     runs = [
         figures_of(loaded, job, each, label, ranks, model, replay_with)
         for (label, each), ranks in zip(todo, found, strict=True)

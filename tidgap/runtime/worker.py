@@ -17,7 +17,8 @@ gradients before the step and the parameters after it.
 
 The rank writes ``rank<R>.pt`` (``torch.save`` of :func:`run_rank`'s result for the job's
 plan; ``rank<R>-plan<K>.pt`` for its ``K``-th alternate) atomically into the job's results
-folder. On failure it prints the traceback and, last, one line
+folder (or, when torchrun runs ``tidgap run`` itself, :func:`run_here` gathers every
+rank's results at rank 0 instead). On failure it prints the traceback and, last, one line
 ``Error: message`` on stderr and exits 1 at once (see :func:`main`). It exits by itself
 when the job's timeout passes or its parent process dies, so no worker outlives its
 launcher.
@@ -124,10 +125,17 @@ class PlanRun:
     peaks: list[int] = field(default_factory=list)
 
 
-def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
+def run_rank(
+    job: Job,
+    rank: int,
+    world_size: int,
+    deliver: Callable[[list[dict[str, Any]]], None],
+    say: Callable[[str], None] = progress,
+) -> None:
     """Run ``job`` as rank ``rank`` of ``world_size`` (the process group is initialised
-    here, and torn down on success); its plans (:attr:`Job.plans`) run in turn, iteration
-    by iteration. One result per plan, in the job's order: ``job`` (as a dict), ``rank``,
+    here, and torn down on success, after ``deliver`` was given the results while it is
+    still up); its plans (:attr:`Job.plans`) run in turn, iteration by iteration; ``say``
+    prints each step. One result per plan, in the job's order: ``job`` (as a dict), ``rank``,
     ``stage`` (its name), ``layers``, ``threads``, ``plan`` (the plan's fields, as JSON),
     ``recompute``, ``iterations`` (per timed
     iteration, its records as :data:`~tidgap.runtime.report.Row`, seconds from the
@@ -154,7 +162,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
     from tidgap.runtime.stage import boundary_specs, stage_of
     from tidgap.runtime.task import make_task
 
-    progress("building the model")
+    say("building the model")
     keep_freed_memory()
     torch.set_num_threads(job.threads)
     problem = load_problem(job.problem)
@@ -182,7 +190,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
     if job.optimizer is not None:
         tail = functools.partial(step, build_optimizer(job.optimizer, module.parameters(), job.lr))
 
-    progress("joining the process group")
+    say("joining the process group")
     dist.init_process_group(
         "gloo",
         rank=rank,
@@ -190,7 +198,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
         timeout=datetime.timedelta(seconds=job.timeout),
     )
 
-    progress("joined")
+    say("joined")
 
     def iteration(
         run: PlanRun, train: bool, after: Callable[[], None] | None
@@ -211,7 +219,7 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
         start = time.perf_counter()
         handlers.expect(run.instructions)
         records = execute(run.instructions, handlers)
-        progress(f"ran an iteration ({'train' if train else 'eval'} mode)")
+        say(f"ran an iteration ({'train' if train else 'eval'} mode)")
         rows: list[Row] = [
             (r.kind, r.microbatch, r.samples[0], r.samples[1], r.start - start, r.end - start)
             for r in records
@@ -249,23 +257,25 @@ def run_rank(job: Job, rank: int, world_size: int) -> list[dict[str, Any]]:
             run.timed.append(rows)
             run.peaks.append(run.stage.held.peak)
     dist.barrier()
+    deliver(
+        [
+            {
+                "job": dataclasses.asdict(job),
+                "rank": rank,
+                "stage": stages[rank][0],
+                "layers": stages[rank][1],
+                "threads": torch.get_num_threads(),
+                "plan": run.plan.document(),
+                "recompute": run.stage.recompute,
+                "iterations": run.timed,
+                "starts": run.starts,
+                "peak_bytes": run.peaks,
+                **check,
+            }
+            for run, check in zip(runs, checks, strict=True)
+        ]
+    )
     dist.destroy_process_group()  # on failure, main ends the process instead
-    return [
-        {
-            "job": dataclasses.asdict(job),
-            "rank": rank,
-            "stage": stages[rank][0],
-            "layers": stages[rank][1],
-            "threads": torch.get_num_threads(),
-            "plan": run.plan.document(),
-            "recompute": run.stage.recompute,
-            "iterations": run.timed,
-            "starts": run.starts,
-            "peak_bytes": run.peaks,
-            **check,
-        }
-        for run, check in zip(runs, checks, strict=True)
-    ]
 
 
 def rank_device(kind: str) -> Any:
@@ -327,11 +337,53 @@ def main(argv: list[str] | None = None) -> int:
     try:
         start_watchdog(job.timeout)
         rank = int(os.environ["RANK"])
-        for index, result in enumerate(run_rank(job, rank, int(os.environ["WORLD_SIZE"]))):
-            save_result(result, result_path(job.results, rank, index))
+
+        def save(results: list[dict[str, Any]]) -> None:
+            for index, result in enumerate(results):
+                save_result(result, result_path(job.results, rank, index))
+
+        run_rank(job, rank, int(os.environ["WORLD_SIZE"]), save)
     except BaseException as error:  # reported as the last stderr line, for the launcher
         die_reporting(error)
     return 0
+
+
+#: What torchrun sets in each process it starts (and :func:`torchrun_rank` reads).
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_rank() -> tuple[int, int] | None:
+    """``(rank, world size)`` when this process was started by torchrun (every one of
+    :data:`TORCHRUN_VARIABLES` set), else ``None``."""
+    if not all(os.environ.get(name) for name in TORCHRUN_VARIABLES):
+        return None
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def run_here(job: Job, rank: int, world_size: int) -> list[list[dict[str, Any]]] | None:
+    """Run ``job`` as rank ``rank`` of ``world_size`` in this process (one torchrun
+    started, which runs ``tidgap run`` itself), quietly; every rank's results reach rank 0
+    over the process group: there, per plan, the ranks' results (as :func:`main`'s files
+    hold them); ``None`` on the other ranks. A failure ends the process as :func:`main`'s
+    does (status 1, one last line); so does a run past ``job.timeout`` or the end of
+    torchrun's agent."""
+    from torch import distributed as dist
+
+    found: list[list[dict[str, Any]]] | None = None
+
+    def gather(results: list[dict[str, Any]]) -> None:
+        nonlocal found
+        every: list[Any] | None = [None] * world_size if rank == 0 else None
+        dist.gather_object(results, every, dst=0)
+        if every is not None:
+            found = [list(ranks) for ranks in zip(*every, strict=True)]
+
+    try:
+        start_watchdog(job.timeout)
+        run_rank(job, rank, world_size, gather, say=lambda _: None)
+    except BaseException as error:
+        die_reporting(error)
+    return found
 
 
 def die_reporting(error: BaseException) -> NoReturn:
