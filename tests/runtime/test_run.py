@@ -76,8 +76,8 @@ def own_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     return folder
 
 
-def workers_under(folder: Path) -> list[str]:
-    """Command lines of live processes that name ``folder``."""
+def workers_under(folder: Path, program: str = "tidgap.runtime.worker") -> list[str]:
+    """Command lines of live processes of ``program`` that name ``folder``."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -87,7 +87,7 @@ def workers_under(folder: Path) -> list[str]:
         except OSError:
             continue
         line = " ".join(w.decode(errors="replace") for w in words)
-        if str(folder) in line and "tidgap.runtime.worker" in line:
+        if str(folder) in line and program in line:
             found.append(f"{entry.name}: {line}")
     return found
 
@@ -592,6 +592,32 @@ def test_tidgap_run_under_torchrun_needs_a_process_per_stage(
     assert done.returncode != 0 and not done.stdout
     line = "stages: has 2 stages, and torchrun started 3 processes (WORLD_SIZE): one per stage"
     assert done.stderr.count(f"tidgap: error: {problem_file}: {line}") == 3  # once a rank
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "model", "message"),
+    [
+        ("blow", "FUSED", "RuntimeError: Fuse blew on rank 1"),  # fails once the group is up
+        ("hang", "MLP", "worker timed out; exiting"),  # rank 1 hangs: rank 0's watchdog
+    ],
+)
+def test_a_failing_or_hanging_rank_under_torchrun_ends_the_run(
+    behaviour: str,
+    model: str,
+    message: str,
+    problem_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TIDGAP_TEST_RANK1", behaviour)
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    model_args = ["--model", f"tests.runtime.pipeline_models:{model}", "--input-shape", "6"]
+    started = time.monotonic()
+    done = torchrun(2, str(problem_file), str(plan), *model_args, "--timeout", "4")
+    assert done.returncode != 0 and not done.stdout
+    assert time.monotonic() - started < 60
+    assert message in done.stderr
+    assert workers_under(tmp_path, "tidgap run") == []  # torchrun ended every rank
 
 
 def test_write_job_and_results_are_refused_under_torchrun(
