@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One script for a GPU machine (CuPy, Numba, pytest preinstalled; no network), at most
-# 8 minutes (100 s tests, 150 s benchmarks, 100 s searches, 3 min profile, search and run
+# 9 minutes (100 s tests, 150 s benchmarks, 100 s searches, 4 min profile, search and runs
 # on the GPU, each cut off by a timeout):
 # installs tidgap from this checkout without dependencies (pydantic comes from wheels in
 # .whl/, see bench/fetch_device_wheels.sh), runs the GPU tests, the GPU benchmarks (flush
 # and ordered-plan kernels at several population sizes, a flush and a joint generation and
 # an annealing step at 2^16), a --gpu and a --cpu search on every built-in example and a
 # tiny GPT profiled and run on the GPU (its allocator peaks; tidgap run --device cuda with
-# its gradients checked), then prints a summary.
+# its gradients checked, then the same under torchrun), then prints a summary.
 # Usage: bash bench/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,7 +54,9 @@ timeout 60 tidgap profile gpt "${gpt[@]:2}" --stages 2 --batch-size 8 --device c
   && python3 -c "import json, sys; print('memory:', json.load(open(sys.argv[1]))['source'].get('memory'))" "$problem" \
   && timeout 30 tidgap search "$problem" --mirrored --cpu --time-limit 5 --quiet --out /tmp/gpu-plan.json \
   && timeout 90 tidgap run "$problem" /tmp/gpu-plan.json "${gpt[@]}" --device cuda --iterations 5 \
-    --warmup 2 --check-gradients --baselines
+    --warmup 2 --check-gradients --baselines \
+  && timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tidgap run \
+    "$problem" /tmp/gpu-plan.json "${gpt[@]}" --device cuda --iterations 3 --check-gradients
 run_status=$?
 
 echo "== summary: tests exit $tests_status, benchmarks exit $bench_status, GPU profile and run exit $run_status (log: $log)"
