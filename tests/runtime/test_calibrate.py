@@ -203,3 +203,19 @@ def test_the_measured_optimizer_step_becomes_each_stages_tail() -> None:
     assert replayed_time(document, problem, plan, results) == pytest.approx(
         evaluate(problem, plan).iteration_time, rel=1e-3
     )
+
+
+def test_calibrate_under_torchrun_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It starts its own stage processes: under torchrun every rank would start a set."""
+    from tidgap.runtime.worker import TORCHRUN_VARIABLES
+
+    for name, value in zip(TORCHRUN_VARIABLES, ("0", "2", "0", "127.0.0.1", "29500"), strict=True):
+        monkeypatch.setenv(name, value)
+    problem = write_json(tmp_path / "problem.json", table_document())
+    out = tmp_path / "c.json"
+    result = run_cli("calibrate", str(problem), *MODEL, "--out", str(out))
+    assert result.exit_code == 2, describe(result)
+    assert "starts its own stage processes: not under torchrun" in result.stderr
+    assert not out.exists()

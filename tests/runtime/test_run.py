@@ -145,7 +145,7 @@ def test_one_f_one_b_json_and_trace(problem_file: Path, tmp_path: Path) -> None:
     problem = Problem.from_dict(problem_document())
     plan = plan_file(tmp_path, "1f1b", **one_f_one_b_plan(problem, 4).model_dump(exclude_none=True))
     trace = tmp_path / "trace.json"
-    document = run_json(str(problem_file), str(plan), "--trace", str(trace))
+    document = run_json(str(problem_file), str(plan), "--trace", str(trace), "--nproc", "2")
     assert document["problem"] == "tiny" and document["stages"] == 2
     assert document["boundaries"] == [2] and document["baselines"] == []
     run = document["run"]
@@ -336,6 +336,7 @@ def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
         # profiled on the CPU: the device warning must not come before the one line
         **no_cuda_case([profiled_file, plan, *MODEL, "--device", "cuda"]),
         "a recompute plan warns, a bad --compare": [problem, recompute, *MODEL, "--compare", short],
+        "--nproc other than the stage count": [problem, plan, *MODEL, "--nproc", "3"],
     }
 
 
@@ -626,13 +627,13 @@ def test_write_job_and_results_are_refused_under_torchrun(
     plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
     for name, value in zip(TORCHRUN_VARIABLES, ("1", "2", "1", "127.0.0.1", "29500"), strict=True):
         monkeypatch.setenv(name, value)
-    for option in ("--write-job", "--results"):
-        result = run_cli("run", str(problem_file), str(plan), *MODEL, option, str(tmp_path / "x"))
+    for option, value in (("--write-job", "x"), ("--results", "x"), ("--nproc", "2")):
+        result = run_cli("run", str(problem_file), str(plan), *MODEL, option, value)
         assert result.exit_code == 2, describe(result)
-        assert "under torchrun tidgap run runs its rank: no --write-job, --results" in (
+        assert "under torchrun tidgap run runs its rank: no --write-job, --results, --nproc" in (
             result.stderr
         )
-    assert not (tmp_path / "x").exists()
+    assert not Path("x").exists()
 
 
 def test_results_without_a_rank_file_exit_2(problem_file: Path, tmp_path: Path) -> None:

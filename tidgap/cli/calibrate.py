@@ -19,6 +19,7 @@ from tidgap.cli.run import (
 from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json
+from tidgap.runtime.worker import torchrun_rank
 
 
 @click.command(name="calibrate")
@@ -77,6 +78,10 @@ def calibrate_command(
     """
     from tidgap.runtime.calibrate import calibration_plans, calibration_sizes, measured_problem
 
+    if torchrun_rank() is not None:
+        raise click.UsageError(
+            "tidgap calibrate starts its own stage processes: not under torchrun"
+        )
     check_outputs(None, None, ("--out", out), inputs={"PROBLEM": problem})
     loaded = load_problem(problem)
     document = read_json(problem_path(problem))

@@ -567,6 +567,14 @@ def worker_job(
     "time from a wrong model.",
 )
 @click.option(
+    "--nproc",
+    type=count_range(1),
+    metavar="N",
+    help="Stage processes to start on this machine: one per stage, so N must be PROBLEM's "
+    "stage count (the default). On several machines, start this command under torchrun "
+    "instead (below).",
+)
+@click.option(
     "--write-job",
     type=click.Path(dir_okay=False),
     help="Write the plan's job file for torchrun (results beside it) instead of running.",
@@ -597,6 +605,7 @@ def run_command(
     timeout: float,
     trace: str | None,
     replay: bool,
+    nproc: int | None,
     write_job: str | None,
     results: str | None,
     as_json: bool,
@@ -615,8 +624,10 @@ def run_command(
     """
     lr = learning_rate(optimizer, lr)
     here = torchrun_rank()
-    if here is not None and (write_job is not None or results is not None):
-        raise click.UsageError("under torchrun tidgap run runs its rank: no --write-job, --results")
+    if here is not None and (write_job, results, nproc) != (None, None, None):
+        raise click.UsageError(
+            "under torchrun tidgap run runs its rank: no --write-job, --results, --nproc"
+        )
     if results is not None and write_job is not None:
         raise click.UsageError("--results reports a finished run: no --write-job")
     if write_job is not None and (as_json or trace is not None):
@@ -626,6 +637,12 @@ def run_command(
     loaded = load_problem(problem)
     if here is not None:
         require_world(here[1], loaded, problem)
+    if nproc is not None and nproc != loaded.num_stages:
+        raise InputError(
+            f"{nproc} processes for {loaded.num_stages} stages: tidgap run starts one process "
+            "per stage (on several machines, start it under torchrun)",
+            source="--nproc",
+        )
     plan = plan_for(plan_file, loaded)
     todo = to_run(loaded, plan, baselines, compared)  # every plan checked before any warning
     alternates = [] if write_job is None else alternate_files(write_job, len(todo) - 1)
