@@ -592,7 +592,8 @@ def test_tidgap_run_under_torchrun_needs_a_process_per_stage(
     done = torchrun(3, str(problem_file), str(plan), *MODEL, *QUICK)
     assert done.returncode != 0 and not done.stdout
     line = "stages: has 2 stages, and torchrun started 3 processes (WORLD_SIZE): one per stage"
-    assert done.stderr.count(f"tidgap: error: {problem_file}: {line}") == 3  # once a rank
+    # once a rank, from each that gets there before torchrun stops the others
+    assert 1 <= done.stderr.count(f"tidgap: error: {problem_file}: {line}") <= 3
 
 
 @pytest.mark.parametrize(
