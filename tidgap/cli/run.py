@@ -332,7 +332,7 @@ def job_running(job: Job, plans: Sequence[Plan], folder: str) -> Job:
     )
 
 
-def ran_here(
+def results_under_torchrun(
     job: Job, plans: Sequence[Plan], rank: int, world_size: int
 ) -> list[list[dict]] | None:
     """Under torchrun: run this process's rank of ``plans`` in turn (written to a temporary
@@ -701,11 +701,10 @@ def run_command(
         labels, plans = zip(*todo, strict=True)
         if here is None:
             found = launched(loaded, job, plans, ", ".join(labels))
-        elif (gathered := ran_here(job, plans, *here)) is not None:
+        elif (gathered := results_under_torchrun(job, plans, *here)) is not None:
             found = gathered
         else:
             return  # ranks other than 0 report nothing
-
     runs = [
         figures_of(loaded, job, each, label, ranks, model, replay_with)
         for (label, each), ranks in zip(todo, found, strict=True)
