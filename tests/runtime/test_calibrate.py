@@ -217,5 +217,5 @@ def test_calibrate_under_torchrun_is_refused(
     out = tmp_path / "c.json"
     result = run_cli("calibrate", str(problem), *MODEL, "--out", str(out))
     assert result.exit_code == 2, describe(result)
-    assert "starts its own stage processes: not under torchrun" in result.stderr
+    assert "tidgap calibrate starts its own processes: not under torchrun" in result.stderr
     assert not out.exists()

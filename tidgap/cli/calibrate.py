@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tidgap.cli.options import count_range, problem_argument
+from tidgap.cli.options import count_range, problem_argument, refuse_under_torchrun
 from tidgap.cli.run import (
     launched,
     require_batch_room,
@@ -19,7 +19,6 @@ from tidgap.cli.run import (
 from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json
-from tidgap.runtime.worker import torchrun_rank
 
 
 @click.command(name="calibrate")
@@ -78,10 +77,7 @@ def calibrate_command(
     """
     from tidgap.runtime.calibrate import calibration_plans, calibration_sizes, measured_problem
 
-    if torchrun_rank() is not None:
-        raise click.UsageError(
-            "tidgap calibrate starts its own stage processes: not under torchrun"
-        )
+    refuse_under_torchrun("tidgap calibrate")
     check_outputs(None, None, ("--out", out), inputs={"PROBLEM": problem})
     loaded = load_problem(problem)
     document = read_json(problem_path(problem))

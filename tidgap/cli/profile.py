@@ -19,7 +19,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tidgap.cli.options import Command, Number, count_range
+from tidgap.cli.options import Command, Number, count_range, refuse_under_torchrun
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
@@ -357,6 +357,8 @@ def profile_command(
         for key in ("bandwidth", "latency")
         if context.get_parameter_source(key) == ParameterSource.COMMANDLINE
     ]
+    if measure_links:
+        refuse_under_torchrun("--measure-links")
     if measure_links and guessed:
         raise click.UsageError(
             f"--measure-links measures the links: give it without {' and '.join(guessed)}"
