@@ -258,6 +258,16 @@ def test_compared_plans_for_another_problem_exit_2(problem_file: Path, tmp_path:
     assert f"{other}: problem: is a plan for 'not-tiny'" in result.stderr
 
 
+def misbehaving_rank1(
+    monkeypatch: pytest.MonkeyPatch, behaviour: str, model: str, folder: Path
+) -> tuple[Path, list[str]]:
+    """A plan in ``folder`` and the model arguments of a run whose rank 1 does ``behaviour``
+    (``TIDGAP_TEST_RANK1``, read by :mod:`tests.runtime.pipeline_models`)."""
+    monkeypatch.setenv("TIDGAP_TEST_RANK1", behaviour)
+    plan = plan_file(folder, "flush", **PLANS["flush-unequal"])
+    return plan, ["--model", f"tests.runtime.pipeline_models:{model}", "--input-shape", "6"]
+
+
 @pytest.mark.parametrize(
     ("behaviour", "model", "message"),
     [
@@ -274,10 +284,8 @@ def test_a_failing_worker_stops_every_worker(
     own_temporary_folder: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("TIDGAP_TEST_RANK1", behaviour)
-    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    plan, model_args = misbehaving_rank1(monkeypatch, behaviour, model, tmp_path)
     started = time.monotonic()
-    model_args = ["--model", f"tests.runtime.pipeline_models:{model}", "--input-shape", "6"]
     result = run_cli("run", str(problem_file), str(plan), *model_args, *QUICK)
     assert result.exit_code == 1, describe(result)
     assert time.monotonic() - started < 30
@@ -597,23 +605,18 @@ def test_tidgap_run_under_torchrun_needs_a_process_per_stage(
 
 
 @pytest.mark.parametrize(
-    ("behaviour", "model", "message"),
+    "case",
     [
         ("blow", "FUSED", "RuntimeError: Fuse blew on rank 1"),  # fails once the group is up
         ("hang", "MLP", "worker timed out; exiting"),  # rank 1 hangs: rank 0's watchdog
     ],
 )
 def test_a_failing_or_hanging_rank_under_torchrun_ends_the_run(
-    behaviour: str,
-    model: str,
-    message: str,
-    problem_file: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[str, str, str], problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TIDGAP_TEST_RANK1", behaviour)
-    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
-    model_args = ["--model", f"tests.runtime.pipeline_models:{model}", "--input-shape", "6"]
+    """``case``: what rank 1 does, the model, and a line the run must print."""
+    behaviour, model, message = case
+    plan, model_args = misbehaving_rank1(monkeypatch, behaviour, model, tmp_path)
     started = time.monotonic()
     done = torchrun(2, str(problem_file), str(plan), *model_args, "--timeout", "4")
     assert done.returncode != 0 and not done.stdout
