@@ -131,3 +131,31 @@ def test_alternates_follow_the_plan(tmp_path: Path) -> None:
     job = Job.load(_job_file(tmp_path, alternates=["b.json", "c.json"]))
     assert job.plans == ["plan.json", "b.json", "c.json"]
     assert Job.load(_job_file(tmp_path / "alone")).plans == ["plan.json"]
+
+
+@pytest.mark.parametrize(("stop", "status"), [(True, 0), (False, 124)])
+def test_a_stopped_watchdog_lets_the_process_live(stop: bool, status: int) -> None:
+    """Under torchrun rank 0 reports after its run, past the run's timeout perhaps: its
+    watchdog is stopped first. Unstopped, it ends the process (status 124)."""
+    script = (
+        "import time\n"
+        "from tidgap.runtime.worker import start_watchdog\n"
+        "watchdog = start_watchdog(0.2)\n"
+        f"if {stop}: watchdog.set()\n"
+        "time.sleep(1.5)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == status, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("rank", "expected"), [("1", (1, 2)), ("", None), ("one", None), ("-1", None)]
+)
+def test_torchrun_is_recognised_by_its_whole_environment(
+    rank: str, expected: tuple[int, int] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tidgap.runtime.worker import TORCHRUN_VARIABLES, torchrun_rank
+
+    for name, value in zip(TORCHRUN_VARIABLES, (rank, "2", "1", "127.0.0.1", "29500"), strict=True):
+        monkeypatch.setenv(name, value)
+    assert torchrun_rank() == expected

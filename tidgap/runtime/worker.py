@@ -68,22 +68,26 @@ def progress(text: str) -> None:
     print(text, flush=True)
 
 
-def start_watchdog(timeout: float) -> None:
+def start_watchdog(timeout: float) -> threading.Event:
     """A daemon thread that ends the process (status :data:`WATCHDOG_STATUS`) once
     ``timeout`` seconds pass or the parent process is gone: the one named by
     :data:`PARENT_VARIABLE` (set by the launcher, so a parent that died before this
-    started counts too), else the parent at the call (torchrun's agent)."""
+    started counts too), else the parent at the call (torchrun's agent). Setting the
+    returned event stops it."""
     parent = int(os.environ.get(PARENT_VARIABLE) or os.getppid())
     deadline = time.monotonic() + timeout
+    stopped = threading.Event()
 
     def watch() -> None:
         while time.monotonic() < deadline and os.getppid() == parent:
-            time.sleep(WATCHDOG_PERIOD)
+            if stopped.wait(WATCHDOG_PERIOD):
+                return
         reason = "timed out" if os.getppid() == parent else "its launcher is gone"
         print(f"worker {reason}; exiting", file=sys.stderr, flush=True)
         os._exit(WATCHDOG_STATUS)
 
     threading.Thread(target=watch, daemon=True).start()
+    return stopped
 
 
 class TailHandlers(PipelineHandlers):
@@ -354,10 +358,11 @@ TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER
 
 def torchrun_rank() -> tuple[int, int] | None:
     """``(rank, world size)`` when this process was started by torchrun (every one of
-    :data:`TORCHRUN_VARIABLES` set), else ``None``."""
-    if not all(os.environ.get(name) for name in TORCHRUN_VARIABLES):
+    :data:`TORCHRUN_VARIABLES` set, the first two integers), else ``None``."""
+    values = [os.environ.get(name, "") for name in TORCHRUN_VARIABLES]
+    if not all(values) or not (values[0].isdigit() and values[1].isdigit()):
         return None
-    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return int(values[0]), int(values[1])
 
 
 def run_here(job: Job, rank: int, world_size: int) -> list[list[dict[str, Any]]] | None:
@@ -379,8 +384,9 @@ def run_here(job: Job, rank: int, world_size: int) -> list[list[dict[str, Any]]]
             found = [list(ranks) for ranks in zip(*every, strict=True)]
 
     try:
-        start_watchdog(job.timeout)
+        watchdog = start_watchdog(job.timeout)
         run_rank(job, rank, world_size, gather, say=lambda _: None)
+        watchdog.set()  # the run is over: rank 0's report may take longer than its timeout
     except BaseException as error:
         die_reporting(error)
     return found
