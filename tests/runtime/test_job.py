@@ -159,3 +159,33 @@ def test_torchrun_is_recognised_by_its_whole_environment(
     for name, value in zip(TORCHRUN_VARIABLES, (rank, "2", "1", "127.0.0.1", "29500"), strict=True):
         monkeypatch.setenv(name, value)
     assert torchrun_rank() == expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [("3", 3), ("", 1), ("0", 1), ("x", 1)])
+def test_local_processes_come_from_torchruns_local_world_size(
+    value: str, expected: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tidgap.runtime.worker import local_processes
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+    assert local_processes() == expected
+
+
+def test_the_batch_room_counts_the_processes_on_this_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One stage process of a 2-stage run here (torchrun, a machine each) needs half the
+    room of both."""
+    torch = pytest.importorskip("torch")
+    import tidgap.optimize.memory
+    from tidgap.cli.run import require_batch_room
+
+    asked: list[int] = []
+    monkeypatch.setattr(
+        tidgap.optimize.memory, "require_available", lambda needed, *_: asked.append(needed)
+    )
+    model = type("Model", (), {"input": staticmethod(lambda b, d: torch.zeros(b, 6))})()
+    problem = Problem.from_dict(synth_problem(0, 2, 8, 1, 0.5, "affine", "tiny"))
+    require_batch_room(model, problem, "problem.json")
+    require_batch_room(model, problem, "problem.json", processes=1)
+    assert asked == [2 * 8 * 6 * 4, 8 * 6 * 4]

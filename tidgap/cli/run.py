@@ -57,7 +57,7 @@ from tidgap.runtime.report import (
     speedup,
     speedup_line,
 )
-from tidgap.runtime.worker import torchrun_rank
+from tidgap.runtime.worker import local_processes, torchrun_rank
 
 #: Largest max relative gradient difference accepted, by precision.
 TOLERANCE = {False: 1e-4, True: 1e-10}
@@ -291,22 +291,25 @@ def reference_differences(
     return gradients, max_relative_difference(got, stepped)
 
 
-def require_batch_room(model: Any, problem: Problem, source: str) -> None:
-    """:class:`InputError` on ``source``'s ``batch_size`` if the stage processes of a run
-    here cannot hold even their copies of the batch's input (each makes the whole batch;
-    bytes a sample from one sample of ``model``'s input) in the memory available: before
-    any process starts, so that a batch far beyond memory is one line, not the
-    out-of-memory killer in a worker."""
+def require_batch_room(
+    model: Any, problem: Problem, source: str, processes: int | None = None
+) -> None:
+    """:class:`InputError` on ``source``'s ``batch_size`` if the ``processes`` of a run on
+    this machine (default one per stage) cannot hold even their copies of the batch's input
+    (each makes the whole batch; bytes a sample from one sample of ``model``'s input) in the
+    memory available: before any process starts, so that a batch far beyond memory is one
+    line, not the out-of-memory killer in a worker."""
     import torch
 
     from tidgap.optimize.memory import require_available
 
+    processes = problem.num_stages if processes is None else processes
     sample = model.input(1, torch.device("cpu"))
     per_sample = sample.numel() * sample.element_size()
-    needed = problem.num_stages * problem.batch_size * per_sample
+    needed = processes * problem.batch_size * per_sample
     require_available(
         needed,
-        f"each of the run's {problem.num_stages} processes makes the whole batch's input: "
+        f"each of the run's {processes} processes here makes the whole batch's input: "
         f"{problem.batch_size} samples of {per_sample} bytes need at least {needed / 1e9:.3g} GB",
         source,
         ("batch_size",),
@@ -697,7 +700,7 @@ def run_command(
             for k, ((label, each), ranks) in enumerate(zip(todo, found, strict=True)):
                 same_plan(each, label, k, ranks)
     else:
-        require_batch_room(model, loaded, problem)
+        require_batch_room(model, loaded, problem, None if here is None else local_processes())
         labels, plans = zip(*todo, strict=True)
         if here is None:
             found = launched(loaded, job, plans, ", ".join(labels))

@@ -365,6 +365,13 @@ def torchrun_rank() -> tuple[int, int] | None:
     return int(values[0]), int(values[1])
 
 
+def local_processes() -> int:
+    """How many processes torchrun started on this machine (``LOCAL_WORLD_SIZE``; 1 when
+    it does not say)."""
+    value = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
 def run_here(job: Job, rank: int, world_size: int) -> list[list[dict[str, Any]]] | None:
     """Run ``job`` as rank ``rank`` of ``world_size`` in this process (one torchrun
     started, which runs ``tidgap run`` itself), quietly; every rank's results reach rank 0
