@@ -577,14 +577,19 @@ def test_tidgap_run_under_torchrun_runs_a_rank_and_rank_0_reports(
     problem_file: Path, tmp_path: Path
 ) -> None:
     """The one-command form: torchrun starts ``tidgap run`` on every process, each runs its
-    own stage, and rank 0 alone prints the report (stdout only the JSON document), with the
-    compared plan and the baselines run in turn and every gradient checked."""
+    own stage, and rank 0 alone prints the report (stdout only the JSON document) and
+    writes the trace, with the compared plan and the baselines run in turn, every gradient
+    checked and the replay computed."""
     plan = plan_file(tmp_path, "aligned", **PLANS["ordered-aligned"])
     other = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    trace = tmp_path / "trace.json"
     args = [str(problem_file), str(plan), *MODEL, *QUICK, "--check-gradients", "--json"]
+    args += ["--trace", str(trace), "--replay"]
     done = torchrun(2, *args, "--compare", str(other), "--baselines")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
+    assert document["run"]["replay"]["predicted"] > 0
+    assert json.loads(trace.read_text())["traceEvents"]
     labels = [run["label"] for run in document["baselines"]]
     assert labels[0] == str(other) and [label[:4] for label in labels[1:]] == ["GPip", "1F1B"]
     for run in (document["run"], *document["baselines"]):
