@@ -117,9 +117,14 @@ def calibrate(profiled: Path, out: Path, rounds: int) -> Path:
     return out
 
 
+def percent(measured: float, predicted: float) -> float:
+    """``measured`` against ``predicted``: ``measured / predicted - 1`` in per cent."""
+    return 100 * (measured / predicted - 1)
+
+
 def errors(measured: list[float], predicted: list[float]) -> float:
-    """The median over rounds of measured / predicted - 1, in per cent."""
-    return 100 * (statistics.median(m / p for m, p in zip(measured, predicted, strict=True)) - 1)
+    """The median over rounds of :func:`percent` of each round's measured and predicted."""
+    return statistics.median(percent(m, p) for m, p in zip(measured, predicted, strict=True))
 
 
 def main() -> None:
@@ -188,10 +193,10 @@ def main() -> None:
         print(
             f"| {label} | {stages or '-'} | {from_profile[label]:.1f} / {predicted[label]:.1f} | "
             f"{measured[label]:.1f} ({low:.1f}-{high:.1f}) | "
-            f"{100 * (measured[label] / from_profile[label] - 1):+.1f}% / "
-            f"{100 * (measured[label] / predicted[label] - 1):+.1f}% | "
+            f"{percent(measured[label], from_profile[label]):+.1f}% / "
+            f"{percent(measured[label], predicted[label]):+.1f}% | "
             f"{own[label]:+.1f}% | "
-            f"{100 * (steady[label] / predicted[label] - 1):+.1f}% |"
+            f"{percent(steady[label], predicted[label]):+.1f}% |"
         )
     by_prediction = sorted(plans, key=predicted.__getitem__)
     by_measure = sorted(plans, key=measured.__getitem__)

@@ -98,10 +98,9 @@ def test_measuring_links_under_torchrun_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """It starts its own pair of processes: under torchrun every rank would start one."""
-    from tidgap.runtime.worker import TORCHRUN_VARIABLES
+    from tests.support.torchrun_env import as_torchrun
 
-    for name, value in zip(TORCHRUN_VARIABLES, ("0", "2", "0", "127.0.0.1", "29500"), strict=True):
-        monkeypatch.setenv(name, value)
+    as_torchrun(monkeypatch)
     out = tmp_path / "never.json"
     result = run("profile", *MLP, "--stages", "2", "--measure-links", "--out", str(out))
     assert result.exit_code == 2

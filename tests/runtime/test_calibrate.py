@@ -209,10 +209,9 @@ def test_calibrate_under_torchrun_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """It starts its own stage processes: under torchrun every rank would start a set."""
-    from tidgap.runtime.worker import TORCHRUN_VARIABLES
+    from tests.support.torchrun_env import as_torchrun
 
-    for name, value in zip(TORCHRUN_VARIABLES, ("0", "2", "0", "127.0.0.1", "29500"), strict=True):
-        monkeypatch.setenv(name, value)
+    as_torchrun(monkeypatch)
     problem = write_json(tmp_path / "problem.json", table_document())
     out = tmp_path / "c.json"
     result = run_cli("calibrate", str(problem), *MODEL, "--out", str(out))

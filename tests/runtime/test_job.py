@@ -154,10 +154,10 @@ def test_a_stopped_watchdog_lets_the_process_live(stop: bool, status: int) -> No
 def test_torchrun_is_recognised_by_its_whole_environment(
     rank: str, expected: tuple[int, int] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tidgap.runtime.worker import TORCHRUN_VARIABLES, torchrun_rank
+    from tests.support.torchrun_env import as_torchrun
+    from tidgap.runtime.worker import torchrun_rank
 
-    for name, value in zip(TORCHRUN_VARIABLES, (rank, "2", "1", "127.0.0.1", "29500"), strict=True):
-        monkeypatch.setenv(name, value)
+    as_torchrun(monkeypatch, rank)
     assert torchrun_rank() == expected
 
 

@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("torch")
 
 from tests.support.cli_helpers import describe, run_cli, write_json  # noqa: E402
+from tests.support.torchrun_env import as_torchrun  # noqa: E402
 from tidgap.cli.profile import INSTALL_HINT  # noqa: E402
 from tidgap.model.errors import InputError  # noqa: E402
 from tidgap.model.plan import load_plan  # noqa: E402
@@ -28,7 +29,6 @@ from tidgap.profiling.synth import synth_problem  # noqa: E402
 from tidgap.runtime.job import Job  # noqa: E402
 from tidgap.runtime.pricing import run_prediction  # noqa: E402
 from tidgap.runtime.report import measured_timeline  # noqa: E402
-from tidgap.runtime.worker import TORCHRUN_VARIABLES  # noqa: E402
 from tidgap.schedules.baselines import one_f_one_b_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -529,6 +529,15 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     assert len(document["run"]["measured"]["iterations"]) == 1
 
 
+def assert_compared_and_baselines(document: dict[str, Any], other: Path) -> None:
+    """The ``--json`` report ran ``other``, then the best GPipe and 1F1B, after the plan,
+    every one's gradients within 1e-4."""
+    labels = [run["label"] for run in document["baselines"]]
+    assert labels[0] == str(other) and [label[:4] for label in labels[1:]] == ["GPip", "1F1B"]
+    for run in (document["run"], *document["baselines"]):
+        assert run["max_gradient_relative_difference"] < 1e-4
+
+
 def test_a_torchrun_job_runs_compared_plans_and_baselines_in_turn(
     problem_file: Path, tmp_path: Path
 ) -> None:
@@ -550,10 +559,7 @@ def test_a_torchrun_job_runs_compared_plans_and_baselines_in_turn(
     launch(job, 2, threads=1, timeout=60, logs=tmp_path)
     folder = str(tmp_path / "results")
     document = json.loads(run_cli("run", *options, "--results", folder, "--json").stdout)
-    labels = [run["label"] for run in document["baselines"]]
-    assert labels[0] == str(other) and [label[:4] for label in labels[1:]] == ["GPip", "1F1B"]
-    for run in (document["run"], *document["baselines"]):
-        assert run["max_gradient_relative_difference"] < 1e-4
+    assert_compared_and_baselines(document, other)
     fewer = run_cli("run", *options[:-3], "--baselines", "--results", folder)
     assert fewer.exit_code == 2, describe(fewer)
     assert "rank 0 ran 3 plan(s) in turn after the plan, this command's" in fewer.stderr
@@ -590,10 +596,8 @@ def test_tidgap_run_under_torchrun_runs_a_rank_and_rank_0_reports(
     document = json.loads(done.stdout)
     assert document["run"]["replay"]["predicted"] > 0
     assert json.loads(trace.read_text())["traceEvents"]
-    labels = [run["label"] for run in document["baselines"]]
-    assert labels[0] == str(other) and [label[:4] for label in labels[1:]] == ["GPip", "1F1B"]
+    assert_compared_and_baselines(document, other)
     for run in (document["run"], *document["baselines"]):
-        assert run["max_gradient_relative_difference"] < 1e-4
         assert len(run["measured"]["iterations"]) == 2
     assert document["run"]["recompute"] == [False, False]
 
@@ -634,8 +638,7 @@ def test_write_job_and_results_are_refused_under_torchrun(
     problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
-    for name, value in zip(TORCHRUN_VARIABLES, ("1", "2", "1", "127.0.0.1", "29500"), strict=True):
-        monkeypatch.setenv(name, value)
+    as_torchrun(monkeypatch, "1")
     for option, value in (("--write-job", "x"), ("--results", "x"), ("--nproc", "2")):
         result = run_cli("run", str(problem_file), str(plan), *MODEL, option, value)
         assert result.exit_code == 2, describe(result)

@@ -324,12 +324,17 @@ def require_device(device: str) -> None:
     torch_device(device)
 
 
+def write_plans(paths: Sequence[str], plans: Sequence[Plan]) -> None:
+    """Write each of ``plans`` as a plan file at the path beside it in ``paths``."""
+    for path, plan in zip(paths, plans, strict=True):
+        write_json(path, plan.document())
+
+
 def job_running(job: Job, plans: Sequence[Plan], folder: str) -> Job:
     """``job`` running ``plans`` in turn: they are written into ``folder`` as its plan and
     alternates, its results go there, and its timeout (per plan) covers them all."""
     paths = [str(Path(folder) / f"plan{k}.json") for k in range(len(plans))]
-    for path, plan in zip(paths, plans, strict=True):
-        write_json(path, plan.document())
+    write_plans(paths, plans)
     return dataclasses.replace(
         job, results=folder, plan=paths[0], alternates=paths[1:], timeout=job.timeout * len(plans)
     )
@@ -682,8 +687,7 @@ def run_command(
             click.echo(f"tidgap: warning: {line}", err=True)
     if write_job is not None:
         folder = Path(write_job).parent / "results"
-        for path, (_, each) in zip(alternates, todo[1:], strict=True):
-            write_json(path, each.document())
+        write_plans(alternates, [each for _, each in todo[1:]])
         paths = [os.path.abspath(path) for path in alternates]
         job = dataclasses.replace(job, results=os.path.abspath(folder), alternates=paths)
         job.save(write_job)

@@ -129,12 +129,18 @@ class PlanRun:
     peaks: list[int] = field(default_factory=list)
 
 
+#: What receives a rank's results (one per plan of the job), while its process group is up.
+Deliver = Callable[[list[dict[str, Any]]], None]
+#: What prints a rank's steps (:func:`progress`, or nothing).
+Say = Callable[[str], None]
+
+
 def run_rank(
     job: Job,
     rank: int,
     world_size: int,
-    deliver: Callable[[list[dict[str, Any]]], None],
-    say: Callable[[str], None] = progress,
+    deliver: Deliver,
+    say: Say = progress,
 ) -> None:
     """Run ``job`` as rank ``rank`` of ``world_size`` (the process group is initialised
     here, and torn down on success, after ``deliver`` was given the results while it is
@@ -339,17 +345,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tidgap worker: error: {error}", file=sys.stderr)
         return 2
     try:
-        start_watchdog(job.timeout)
-        rank = int(os.environ["RANK"])
-
-        def save(results: list[dict[str, Any]]) -> None:
-            for index, result in enumerate(results):
-                save_result(result, result_path(job.results, rank, index))
-
-        run_rank(job, rank, int(os.environ["WORLD_SIZE"]), save)
-    except BaseException as error:  # reported as the last stderr line, for the launcher
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError) as error:
         die_reporting(error)
+
+    def save(results: list[dict[str, Any]]) -> None:
+        for index, result in enumerate(results):
+            save_result(result, result_path(job.results, rank, index))
+
+    run_watched(job, rank, world_size, save)
     return 0
+
+
+def run_watched(
+    job: Job, rank: int, world_size: int, deliver: Deliver, say: Say = progress
+) -> None:
+    """:func:`run_rank` under :func:`start_watchdog` (``job.timeout``), stopped once the run
+    is over; any failure is reported as the last stderr line (the launcher quotes it) and
+    ends the process at once (:func:`die_reporting`)."""
+    try:
+        watchdog = start_watchdog(job.timeout)
+        run_rank(job, rank, world_size, deliver, say)
+        watchdog.set()
+    except BaseException as error:
+        die_reporting(error)
 
 
 #: What torchrun sets in each process it starts (and :func:`torchrun_rank` reads).
@@ -376,9 +395,9 @@ def run_here(job: Job, rank: int, world_size: int) -> list[list[dict[str, Any]]]
     """Run ``job`` as rank ``rank`` of ``world_size`` in this process (one torchrun
     started, which runs ``tidgap run`` itself), quietly; every rank's results reach rank 0
     over the process group: there, per plan, the ranks' results (as :func:`main`'s files
-    hold them); ``None`` on the other ranks. A failure ends the process as :func:`main`'s
-    does (status 1, one last line); so does a run past ``job.timeout`` or the end of
-    torchrun's agent."""
+    hold them); ``None`` on the other ranks. A failure ends the process
+    (:func:`run_watched`, status 1, one last line); so does a run past ``job.timeout`` or
+    the end of torchrun's agent."""
     from torch import distributed as dist
 
     found: list[list[dict[str, Any]]] | None = None
@@ -390,12 +409,8 @@ def run_here(job: Job, rank: int, world_size: int) -> list[list[dict[str, Any]]]
         if every is not None:
             found = [list(ranks) for ranks in zip(*every, strict=True)]
 
-    try:
-        watchdog = start_watchdog(job.timeout)
-        run_rank(job, rank, world_size, gather, say=lambda _: None)
-        watchdog.set()  # the run is over: rank 0's report may take longer than its timeout
-    except BaseException as error:
-        die_reporting(error)
+    # the watchdog stops with the run: rank 0's report may take longer than its timeout
+    run_watched(job, rank, world_size, gather, say=lambda _: None)
     return found
 
 
