@@ -67,7 +67,8 @@ def test_the_last_stage_is_timed_with_the_runs_loss(monkeypatch: pytest.MonkeyPa
     settings = profiling.Settings(
         "t", 2, 4, 1, 4, None, "cpu", 1, 0, None, 10.0, 0.05
     )  # fmt: skip
-    profiling.measure_stages(model, settings, [2], torch.device("cpu"), [1, 2, 4], print)
+    split = ([2], {"method": "given by --split"})
+    profiling.measure_stages(model, settings, split, torch.device("cpu"), [1, 2, 4], print)
     (_, first), (_, last) = timed
     assert isinstance(last, profiling.WithLoss) and not isinstance(first, profiling.WithLoss)
     task = make_task(model, 4, 0, torch.device("cpu"), torch.float32)

@@ -172,11 +172,13 @@ def measure(
     repeats: int,
     warmup: int,
     on_step: Callable[[str], None] = lambda label: None,
+    model_input: bool = True,
 ) -> list[list[Measurement]]:
     """Median timings ``[i][m]`` of module ``m`` of the chain fed ``inputs[i]``.
 
     Each round times every module at every input, module by module.
-    ``on_step`` is told ``"NAME, b=SIZE, round R/N"`` after each timing.
+    ``on_step`` is told ``"NAME, b=SIZE, round R/N"`` after each timing. ``model_input``:
+    ``inputs`` are the model's input (else a stage's output, which wants a gradient).
     """
     fed = [chain_inputs(modules, first) for first in inputs]
     rounds = warmup + repeats
@@ -184,7 +186,7 @@ def measure(
     for round_ in range(rounds):
         for m, (name, module) in enumerate(modules):
             for i, chain in enumerate(fed):
-                timing = time_module(name, module, chain[m], device, m == 0)
+                timing = time_module(name, module, chain[m], device, model_input and m == 0)
                 if round_ >= warmup:
                     kept[i][m].append(timing)
                 on_step(f"{name}, b={chain[m].shape[0]}, round {round_ + 1}/{rounds}")
@@ -210,11 +212,13 @@ def time_steps(
     repeats: int,
     warmup: int,
     on_step: Callable[[str], None] = lambda label: None,
+    model_input: bool = True,
 ) -> list[float]:
     """Per module, the median ms of its optimizer step (:func:`tidgap.runtime.optimizers.step`:
     ``optimizer`` over its parameters, learning rate ``lr``), the stage's tail, on the
     gradients of one backward of ``inputs[m]`` (module ``m``'s input, ``(b, ...)``; the
-    first module's is the model's input), each round restoring them before the step.
+    first module's is the model's input when ``model_input``), each round restoring them
+    before the step.
 
     Rounds as :func:`measure`'s: each times every module once; ``on_step`` is told
     ``"NAME step, round R/N"`` after each timing. The modules' weights are stepped.
@@ -226,9 +230,7 @@ def time_steps(
         parameters = [p for p in module.parameters() if p.requires_grad]
         for p in parameters:
             p.grad = None
-        x = given.detach()
-        if m > 0 and x.is_floating_point():
-            x.requires_grad_(True)
+        x = stage_input(given, model_input and m == 0)
         with layer_errors(name, x.shape[0]):
             output = _check_output(name, module(x), x.shape[0])
             if output.requires_grad:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import platform
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -96,9 +98,11 @@ def require_activation_room(model: Model, settings: Settings, device: torch.devi
     )
 
 
-def balance(
-    model: Model, settings: Settings, device: torch.device, on_step: Step
-) -> tuple[list[int], Json]:
+#: Where the stages are cut (``source.split.boundaries``) and how that was chosen.
+Split = tuple[list[int], Json]
+
+
+def balance(model: Model, settings: Settings, device: torch.device, on_step: Step) -> Split:
     """Boundaries balancing per-layer forward+backward time at the cap, and how (``source``)."""
     layers = list(model.layers.named_children())
     first = model.input(settings.cap, device)
@@ -111,6 +115,28 @@ def balance(
         "boundaries": boundaries,
         "layer_ms": {name: rounded(cost) for (name, _), cost in zip(layers, costs, strict=True)},
     }
+
+
+def chosen_split(
+    model: Model, settings: Settings, given: list[int] | None, device: torch.device, on_step: Step
+) -> Split:
+    """``given`` boundaries (``--split``), else balanced ones (:func:`balance`, measured)."""
+    if given is None:
+        return balance(model, settings, device, on_step)
+    return given, {"method": "given by --split", "boundaries": given}
+
+
+def checked_split(model: Model, settings: Settings) -> list[int] | None:
+    """The ``--split`` boundaries (``None``: to balance), checked against ``model``'s layers
+    and ``settings.stages`` before anything is measured: else :class:`InputError`."""
+    names = [name for name, _ in model.layers.named_children()]
+    if settings.stages > len(names):
+        raise InputError(
+            f"{settings.stages} stages need at least {settings.stages} layers, "
+            f"the model has {len(names)}",
+            source="--stages",
+        )
+    return None if settings.split is None else parse_split(settings.split, names, settings.stages)
 
 
 def stage_modules(model: Model, boundaries: list[int]) -> list[tuple[str, list[str], nn.Module]]:
@@ -149,12 +175,13 @@ class WithLoss(nn.Module):
 
 @dataclass(frozen=True)
 class StageMeasurements:
-    """What :func:`measure_stages` measured: the stage ``names``; ``runs[i][s]`` (``sizes[i]``,
-    stage ``s``); ``held[s]``, the bytes stage ``s`` saves for the backward per sample (at the
-    largest size: ``activation_bytes``); ``cuda_peaks[s]``, on CUDA the most bytes the
-    allocator held in its forward and backward at the largest size (``None`` elsewhere);
-    ``tails[s]``, its optimizer step in ms on the gradients of a backward at the largest
-    size (``None`` without ``settings.optimizer``); ``how`` the split was chosen."""
+    """What :func:`measure_stages` measured of some consecutive stages: their ``names``;
+    ``runs[i][k]`` (``sizes[i]``, the ``k``-th of them); ``held[k]``, the bytes it saves for
+    the backward per sample (at the largest size: ``activation_bytes``); ``cuda_peaks[k]``,
+    on CUDA the most bytes the allocator held in its forward and backward at the largest
+    size (``None`` elsewhere); ``tails[k]``, its optimizer step in ms on the gradients of a
+    backward at the largest size (``None`` without ``settings.optimizer``); ``how`` the
+    split was chosen."""
 
     names: list[str]
     runs: list[list[Measurement]]
@@ -164,30 +191,47 @@ class StageMeasurements:
     how: Json
 
 
+def joined_measurements(parts: Sequence[StageMeasurements]) -> StageMeasurements:
+    """``parts`` (each of some stages, in stage order, of one split) as one measurement."""
+    tails = [part.tails for part in parts]
+    return StageMeasurements(
+        names=[name for part in parts for name in part.names],
+        runs=[[m for part in parts for m in part.runs[i]] for i in range(len(parts[0].runs))],
+        held=[held for part in parts for held in part.held],
+        cuda_peaks=[peak for part in parts for peak in part.cuda_peaks],
+        tails=None if None in tails else [t for part in tails for t in part or []],
+        how=parts[0].how,
+    )
+
+
 def measure_stages(
     model: Model,
     settings: Settings,
-    given: list[int] | None,
+    split: Split,
     device: torch.device,
     sizes: list[int],
     on_step: Step,
+    stage: int | None = None,
 ) -> StageMeasurements:
-    """Measure the stages of ``model`` (split at ``given``, else balanced) at ``sizes``."""
-    if given is None:
-        boundaries, how = balance(model, settings, device, on_step)
-    else:
-        boundaries, how = given, {"method": "given by --split", "boundaries": given}
+    """Measure the stages of ``model`` cut at ``split`` at ``sizes``: every one, or only
+    ``stage`` (fed what the stages before it output, computed untimed)."""
+    boundaries, how = split
     stages = stage_modules(model, boundaries)
-    how["stages"] = {label: layers for label, layers, _ in stages}
+    how = {**how, "stages": {label: layers for label, layers, _ in stages}}
     named = [(label, module) for label, _, module in stages]
     task = make_task(model, max(sizes), 0, device, torch.get_default_dtype())
     named[-1] = (named[-1][0], WithLoss(named[-1][1], task))
-    inputs = [model.input(size, device) for size in sizes]
-    runs = measure(named, inputs, device, settings.repeats, settings.warmup, on_step)
-    fed = chain_inputs(named, inputs[-1])
-    # per stage: its module, its input at the largest size, whether it is the first
+    picked = range(len(named)) if stage is None else range(stage, stage + 1)
+    ahead = named[: picked[0] + 1]  # the stages up to the first measured, to feed it
+    inputs = [chain_inputs(ahead, model.input(size, device))[-1] for size in sizes]
+    timed = named[picked[0] : picked[-1] + 1]
+    first = picked[0] == 0
+    runs = measure(timed, inputs, device, settings.repeats, settings.warmup, on_step, first)
+    fed = chain_inputs(timed, inputs[-1])
+    # per measured stage: its module, its input at the largest size, whether it is the first
     largest = [
-        (module, x, s == 0) for s, ((_, module), x) in enumerate(zip(named, fed, strict=True))
+        (module, x, first and k == 0)
+        for k, ((_, module), x) in enumerate(zip(timed, fed, strict=True))
     ]
     held = [saved_bytes_per_sample(*given) for given in largest]
     peaks = [cuda_peak_bytes(*given, device) for given in largest]
@@ -195,7 +239,7 @@ def measure_stages(
     if settings.optimizer is not None:
         assert settings.lr is not None, "an optimizer comes with its learning rate"
         tails = time_steps(
-            named,
+            timed,
             fed,
             device,
             settings.optimizer,
@@ -203,9 +247,9 @@ def measure_stages(
             settings.repeats,
             settings.warmup,
             on_step,
+            first,
         )
-    names = [label for label, _, _ in stages]
-    return StageMeasurements(names, runs, held, peaks, tails, how)
+    return StageMeasurements([label for label, _ in timed], runs, held, peaks, tails, how)
 
 
 def cuda_memory(peaks: list[int | None], cap: int) -> Json:
@@ -237,6 +281,39 @@ def tail_rule(settings: Settings) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where a process measured: its ``host`` name, ``machine`` (the GPU's name, or the
+    CPU's model and cores), PyTorch's ``threads``, and the cores other processes kept busy
+    on average meanwhile (``None`` where unknown)."""
+
+    host: str
+    machine: str
+    threads: int
+    other_cores: float | None
+
+
+def place_here(device: torch.device, load: OtherLoad) -> Place:
+    """This process's :class:`Place`, the other processes' load since ``load`` began."""
+    return Place(socket.gethostname(), machine(device), torch.get_num_threads(), load.cores())
+
+
+@contextlib.contextmanager
+def prepared(model: Model, settings: Settings, device: torch.device) -> Iterator[None]:
+    """PyTorch on ``settings.threads`` threads (restored after), ``model``'s layers on
+    ``device`` in training mode, room checked for a microbatch of the cap
+    (:func:`require_activation_room`)."""
+    previous_threads = torch.get_num_threads()
+    try:
+        if settings.threads is not None:
+            torch.set_num_threads(settings.threads)
+        model.layers.to(device).train()
+        require_activation_room(model, settings, device)
+        yield
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
 def profile(
     model: Model,
     settings: Settings,
@@ -251,29 +328,63 @@ def profile(
     library's ``malloc`` is left keeping freed memory, as in ``tidgap run``'s workers
     (:func:`~tidgap.profiling.allocator.keep_freed_memory`).
     """
-    names = [name for name, _ in model.layers.named_children()]
-    if settings.stages > len(names):
-        raise InputError(
-            f"{settings.stages} stages need at least {settings.stages} layers, "
-            f"the model has {len(names)}",
-            source="--stages",
-        )
-    given = None if settings.split is None else parse_split(settings.split, names, settings.stages)
+    given = checked_split(model, settings)
     device = torch_device(settings.device)
     sizes = measurement_sizes(settings.unit, settings.cap)
     kept_freed_memory = keep_freed_memory()
-    previous_threads = torch.get_num_threads()
-    try:
-        if settings.threads is not None:
-            torch.set_num_threads(settings.threads)
-        threads = torch.get_num_threads()
-        model.layers.to(device).train()
-        require_activation_room(model, settings, device)
+    with prepared(model, settings, device):
         load = OtherLoad()
-        measured = measure_stages(model, settings, given, device, sizes, on_step)
-        other_cores = load.cores()
-    finally:
-        torch.set_num_threads(previous_threads)
+        split = chosen_split(model, settings, given, device, on_step)
+        measured = measure_stages(model, settings, split, device, sizes, on_step)
+        place = place_here(device, load)
+    return problem_from(model, settings, measured, [place], device, kept_freed_memory, command)
+
+
+def places_source(places: Sequence[Place], device: torch.device) -> Json:
+    """``source``'s ``description`` tail and where it was measured: one process's
+    ``machine``, ``threads`` and ``other_processes_cores``; with a :class:`Place` per stage
+    (under torchrun), the distinct machines and thread counts, the most busy cores, and
+    ``ranks``, each stage's place."""
+    machines = list(dict.fromkeys(place.machine for place in places))
+    threads = list(dict.fromkeys(place.threads for place in places))
+    others = [place.other_cores for place in places if place.other_cores is not None]
+    fields: Json = {
+        "machine": "; ".join(machines),
+        "threads": threads[0] if len(threads) == 1 else threads,
+        "other_processes_cores": round(max(others), 2) if others else None,
+    }
+    counts = "/".join(str(t) for t in threads)
+    where = f"{device.type} ({fields['machine']}, {counts} threads)"
+    if len(places) > 1:
+        hosts = len({place.host for place in places})
+        where += f", one process per stage on {hosts} host(s) under torchrun"
+        fields["ranks"] = [
+            {
+                "host": place.host,
+                "machine": place.machine,
+                "threads": place.threads,
+                "other_processes_cores": None
+                if place.other_cores is None
+                else round(place.other_cores, 2),
+            }
+            for place in places
+        ]
+    return {"where": where, **fields}
+
+
+def problem_from(
+    model: Model,
+    settings: Settings,
+    measured: StageMeasurements,
+    places: Sequence[Place],
+    device: torch.device,
+    kept_freed_memory: bool,
+    command: str,
+) -> Json:
+    """The ``tidgap.problem/1`` document of every stage ``measured`` on ``device``, at
+    ``places`` (one, or one per stage), the links guessed from the bandwidth and latency;
+    ``kept_freed_memory``: the allocator kept what was freed; ``command`` is recorded."""
+    sizes = measurement_sizes(settings.unit, settings.cap)
     runs = measured.runs
     forward = [[run[s].forward_ms for run in runs] for s in range(settings.stages)]
     again = 1 if settings.recompute else 0  # the recomputed forward, counted in the backward
@@ -283,19 +394,17 @@ def profile(
     ]
     boundary_bytes = [m.output_bytes_per_sample for m in runs[-1][:-1]]
     links = [link(b, settings.bandwidth, settings.latency) for b in boundary_bytes]
-    where = f"{device.type} ({machine(device)}, {threads} threads)"
     config = ", ".join(f"{key} {value}" for key, value in model.config.items())
+    where = places_source(places, device)
     source = {
         "description": f"{model.name} ({config}), {settings.stages} stages, batch "
-        f"{settings.batch_size}, unit {settings.unit}; measured on {where}",
+        f"{settings.batch_size}, unit {settings.unit}; measured on {where.pop('where')}",
         "measured": True,
         "generated_by": f"tidgap profile (tidgap {__version__})",
         "command": command,
         "model": {"name": model.name, "parameters": parameter_count(model), **model.config},
         "device": device.type,
-        "machine": machine(device),
-        "threads": threads,
-        "other_processes_cores": None if other_cores is None else round(other_cores, 2),
+        **where,
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
         "date": datetime.date.today().isoformat(),
         "split": measured.how,
