@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,55 +86,74 @@ def backend(device: str) -> str:
     return "nccl" if device == "cuda" else "gloo"
 
 
-def round_trip(tensor: torch.Tensor, peer: int, first: bool) -> float:
+def round_trip(
+    tensor: torch.Tensor, peer: int, first: bool, group: dist.ProcessGroup | None = None
+) -> float:
     """Seconds for ``tensor`` to reach rank ``peer`` and come back into it (``first``: this
-    rank sends first; else it receives, then sends it back), synchronised on CUDA."""
+    rank sends first; else it receives, then sends it back), synchronised on CUDA;
+    ``group``: the process group (``None``: the default one)."""
     cuda = tensor.device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(tensor.device)
     start = time.perf_counter()
     if first:
-        dist.send(tensor, peer)
-        dist.recv(tensor, peer)
+        dist.send(tensor, peer, group)
+        dist.recv(tensor, peer, group)
     else:
-        dist.recv(tensor, peer)
-        dist.send(tensor, peer)
+        dist.recv(tensor, peer, group)
+        dist.send(tensor, peer, group)
     if cuda:
         torch.cuda.synchronize(tensor.device)
     return time.perf_counter() - start
 
 
-def rank_transfers(job: LinkJob, rank: int, device: torch.device) -> list[list[list[float]]]:
-    """``[link][i]``: the timed transfers (half round trips, seconds) at ``job.sizes[i]`` of
-    the direction rank ``rank`` sends first (0: forward, 1: backward); both ranks run the
-    same rounds, so every send meets its receive."""
-    tensors = [
-        [
-            torch.zeros(size, *shape, dtype=getattr(torch, dtype), device=device)
+#: A link measured between two ranks: its index, the rank sending its forward direction
+#: (the upstream stage's) and the rank sending its backward direction.
+Pair = tuple[int, int, int]
+
+
+def pair_transfers(
+    job: LinkJob,
+    rank: int,
+    device: torch.device,
+    pairs: Sequence[Pair],
+    group: dist.ProcessGroup | None = None,
+) -> list[list[list[float]]]:
+    """``[k][i]``: the timed transfers (half round trips, seconds) of link ``pairs[k]`` at
+    ``job.sizes[i]`` in the direction rank ``rank`` (one of the pair's) sends first. Every
+    round times each pair at every size once, in ``pairs``' order, so the ranks of a pair
+    must list it in the same order among the pairs they share (as each send meets its
+    receive)."""
+    tensors = {
+        link: [
+            torch.zeros(
+                size, *job.shapes[link], dtype=getattr(torch, job.dtypes[link]), device=device
+            )
             for size in job.sizes
         ]
-        for shape, dtype in zip(job.shapes, job.dtypes, strict=True)
-    ]
-    kept: list[list[list[float]]] = [[[] for _ in job.sizes] for _ in job.shapes]
+        for link, _, _ in pairs
+    }
+    kept: list[list[list[float]]] = [[[] for _ in job.sizes] for _ in pairs]
     for round_ in range(job.warmup + job.repeats):
-        for link, row in enumerate(tensors):
-            for i, tensor in enumerate(row):
-                for sender in (0, 1):
-                    seconds = round_trip(tensor, 1 - rank, rank == sender)
+        for k, (link, ahead, back) in enumerate(pairs):
+            peer = back if rank == ahead else ahead
+            for i, tensor in enumerate(tensors[link]):
+                for sender in (ahead, back):
+                    seconds = round_trip(tensor, peer, rank == sender, group)
                     if rank == sender and round_ >= job.warmup:
-                        kept[link][i].append(seconds / 2)
+                        kept[k][i].append(seconds / 2)
     return kept
 
 
 def run_rank(job: LinkJob, rank: int) -> list[list[list[float]]]:
-    """Join the 2-process group as ``rank``, measure (:func:`rank_transfers`), leave."""
+    """Join the 2-process group as ``rank``, measure every link (:func:`pair_transfers`), leave."""
     torch.set_num_threads(1)
     device = torch.device("cuda", rank) if job.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = datetime.timedelta(seconds=job.timeout)
     dist.init_process_group(backend(job.device), rank=rank, world_size=2, timeout=timeout)
-    transfers = rank_transfers(job, rank, device)
+    transfers = pair_transfers(job, rank, device, [(link, 0, 1) for link in range(len(job.shapes))])
     dist.barrier()
     dist.destroy_process_group()
     return transfers
@@ -188,44 +208,68 @@ def link_tables(
     ]
 
 
+def link_job(document: Json, model: Model, device: torch.device) -> LinkJob | None:
+    """What to measure of the links of the profiled ``document`` (``model`` on ``device``,
+    cut at ``source.split.boundaries``): each boundary tensor at the stage tables' sizes;
+    ``None`` for one stage (no link)."""
+    sizes = table_sizes(document, SOURCE)
+    modules = [
+        module for _, _, module in stage_modules(model, document["source"]["split"]["boundaries"])
+    ]
+    specs = boundary_specs(modules, model.input(1, device))[:-1]
+    if not specs:
+        return None
+    return LinkJob(
+        shapes=[list(shape) for shape, _ in specs],
+        dtypes=[str(dtype).removeprefix("torch.") for _, dtype in specs],
+        sizes=sizes,
+        device=device.type,
+    )
+
+
+def with_transfers(
+    document: Json,
+    job: LinkJob | None,
+    transfers: list[list[list[list[float]]]] | None,
+    between: str,
+) -> Json:
+    """A copy of ``document`` whose links are :func:`link_tables` of ``transfers`` (rank
+    0's, rank 1's, as :func:`measured_transfers` returns; ``None`` with no link), measured
+    as ``job`` says ``between`` the processes ``between`` names, with ``source.links``
+    saying how."""
+    out = copy.deepcopy(document)
+    sizes = table_sizes(document, SOURCE)
+    if job is not None and transfers is not None:
+        out["links"] = link_tables(transfers, sizes, unit_per_second(document["time_unit"]))
+    out["source"]["links"] = {
+        "bytes_per_sample": document["source"]["links"]["bytes_per_sample"],
+        "measured": True,
+        "backend": backend(document["source"]["device"]),
+        "sizes": sizes,
+        "shapes": [] if job is None else job.shapes,
+        "rule": f"table: per size the median of {REPEATS} transfers after {WARMUP} warm-up "
+        f"{between} over torch.distributed; a transfer is half the round trip of a (size, "
+        "*shape) tensor sent by the direction's sender and sent back (the upstream stage's "
+        "process forward, the downstream's backward: one clock, no skew between the "
+        "processes); made non-decreasing",
+    }
+    return out
+
+
 def with_measured_links(document: Json, model: Model, device: torch.device) -> Json:
     """A copy of the profiled ``document`` (``model`` on ``device``, cut at
     ``source.split.boundaries``) whose links are tables of transfers measured at the stage
-    tables' sizes, with ``source.links`` saying how. One stage: no link, nothing spawned."""
+    tables' sizes between 2 new local processes, with ``source.links`` saying how. One
+    stage: no link, nothing spawned."""
     if device.type == "cuda" and torch.cuda.device_count() < 2:
         raise InputError(
             f"on CUDA needs 2 GPUs (NCCL puts each rank on its own), found "
             f"{torch.cuda.device_count()}",
             source=SOURCE,
         )
-    sizes = table_sizes(document, SOURCE)
-    modules = [
-        module for _, _, module in stage_modules(model, document["source"]["split"]["boundaries"])
-    ]
-    specs = boundary_specs(modules, model.input(1, device))[:-1]
-    out = copy.deepcopy(document)
-    if specs:
-        job = LinkJob(
-            shapes=[list(shape) for shape, _ in specs],
-            dtypes=[str(dtype).removeprefix("torch.") for _, dtype in specs],
-            sizes=sizes,
-            device=device.type,
-        )
-        transfers = measured_transfers(job)
-        out["links"] = link_tables(transfers, sizes, unit_per_second(document["time_unit"]))
-    out["source"]["links"] = {
-        "bytes_per_sample": document["source"]["links"]["bytes_per_sample"],
-        "measured": True,
-        "backend": backend(device.type),
-        "sizes": sizes,
-        "shapes": [list(shape) for shape, _ in specs],
-        "rule": f"table: per size the median of {REPEATS} transfers after {WARMUP} warm-up "
-        "between 2 local processes over torch.distributed; a transfer is half the round trip "
-        "of a (size, *shape) tensor sent by the direction's sender and sent back (rank 0 "
-        "forward, rank 1 backward: one clock, no skew between the processes); made "
-        "non-decreasing",
-    }
-    return out
+    job = link_job(document, model, device)
+    transfers = None if job is None else measured_transfers(job)
+    return with_transfers(document, job, transfers, "between 2 local processes")
 
 
 if __name__ == "__main__":
