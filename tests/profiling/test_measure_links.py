@@ -94,20 +94,6 @@ def test_measuring_links_and_guessing_them_is_bad_usage(tmp_path: Path, guess: l
     assert not out.exists()
 
 
-def test_measuring_links_under_torchrun_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """It starts its own pair of processes: under torchrun every rank would start one."""
-    from tests.support.torchrun_env import as_torchrun
-
-    as_torchrun(monkeypatch)
-    out = tmp_path / "never.json"
-    result = run("profile", *MLP, "--stages", "2", "--measure-links", "--out", str(out))
-    assert result.exit_code == 2
-    assert "--measure-links starts its own processes: not under torchrun" in error_line(result)
-    assert not out.exists()
-
-
 def test_tables_take_each_sizes_median_per_direction_in_the_time_unit(torch: Any) -> None:
     """Rank 0's transfers give the forward table, rank 1's the backward; seconds times the
     scale; a median that dips keeps the larger time before it."""

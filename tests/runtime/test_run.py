@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("torch")
 
 from tests.support.cli_helpers import describe, run_cli, write_json  # noqa: E402
-from tests.support.torchrun_env import as_torchrun  # noqa: E402
+from tests.support.torchrun_env import as_torchrun, tidgap_under_torchrun  # noqa: E402
 from tidgap.cli.profile import INSTALL_HINT  # noqa: E402
 from tidgap.model.errors import InputError  # noqa: E402
 from tidgap.model.plan import load_plan  # noqa: E402
@@ -367,7 +367,6 @@ def test_bad_input_exits_2_in_one_line(tmp_path: Path, own_temporary_folder: Pat
 def test_missing_torch_exits_2(
     problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sys
 
     monkeypatch.setitem(sys.modules, "torch", None)
     plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
@@ -570,13 +569,9 @@ def test_a_torchrun_job_runs_compared_plans_and_baselines_in_turn(
 
 
 def torchrun(processes: int, *args: str) -> subprocess.CompletedProcess[str]:
-    """``torchrun --standalone --nproc-per-node PROCESSES -m tidgap run ARGS`` from the
-    repository's root (so the workers import the tests' models)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", str(processes), "-m", "tidgap", "run", *args]
-    return subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
-    )
+    """``tidgap run ARGS`` under one torchrun agent starting ``processes`` processes."""
+    (done,) = tidgap_under_torchrun(["run", *args], processes)
+    return done
 
 
 def test_tidgap_run_under_torchrun_runs_a_rank_and_rank_0_reports(
@@ -600,6 +595,23 @@ def test_tidgap_run_under_torchrun_runs_a_rank_and_rank_0_reports(
     for run in (document["run"], *document["baselines"]):
         assert len(run["measured"]["iterations"]) == 2
     assert document["run"]["recompute"] == [False, False]
+
+
+def test_tidgap_run_on_two_torchrun_agents_as_on_two_machines(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """The several-machines form: two agents (``--nnodes 2``, one process each, a c10d
+    rendezvous) stand for two machines; each rank runs its stage, gradients are checked,
+    and the one agent holding rank 0 prints the report."""
+    plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
+    args = ["run", str(problem_file), str(plan), *MODEL, *QUICK, "--check-gradients", "--json"]
+    agents = tidgap_under_torchrun(args, processes=1, nodes=2)
+    assert [agent.returncode for agent in agents] == [0, 0], [a.stderr for a in agents]
+    (report,) = [agent.stdout for agent in agents if agent.stdout]
+    document = json.loads(report)
+    assert document["run"]["recompute"] == [True, True]
+    assert document["run"]["max_gradient_relative_difference"] < 1e-4
+    assert len(document["run"]["measured"]["iterations"]) == 2
 
 
 def test_tidgap_run_under_torchrun_needs_a_process_per_stage(
@@ -692,7 +704,6 @@ def test_no_worker_outlives_an_interrupted_or_killed_run(
     worker's watchdog sees its parent gone and exits."""
     import signal
     import subprocess
-    import sys
 
     runs = tmp_path / "own-runs"
     runs.mkdir()

@@ -19,13 +19,14 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tidgap.cli.options import Command, Number, count_range, refuse_under_torchrun
+from tidgap.cli.options import Command, Number, count_range
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
 from tidgap.outputs.files import check_outputs, json_file, write_files, write_json
 from tidgap.profiling.synth import SHAPES, synth_problem
 from tidgap.runtime.optimizers import DEFAULT_LR, OPTIMIZERS
+from tidgap.runtime.worker import torchrun_rank
 
 #: The most problems one synth writes.
 MAX_SYNTH_COUNT = 10**5
@@ -298,9 +299,10 @@ def learning_rate(optimizer: str | None, lr: float | None) -> float | None:
     is_flag=True,
     help="Measure each link instead of the --bandwidth/--latency guess (not with them): "
     "its boundary tensor sent between 2 local processes over torch.distributed (gloo; NCCL "
-    "with --device cuda, 2 GPUs) at every size of the stage tables, both ways; each link "
-    "becomes tables of the median of 20 transfers (half a ping-pong's round trip) after 3 "
-    "warm-up per size and direction.",
+    "with --device cuda, 2 GPUs), or under torchrun between the ranks of its two stages, "
+    "at every size of the stage tables, both ways; each link becomes tables of the median "
+    "of 20 transfers (half a ping-pong's round trip) after 3 warm-up per size and "
+    "direction.",
 )
 @optimizer_options
 @click.option("--name", help="Problem name (default: the output file's stem, else the model).")
@@ -343,7 +345,9 @@ def profile_command(
     module:attribute (its top-level children are the layers; the current folder is
     importable). Each stage's forward and backward times are measured at microbatch sizes
     unit*2^k and the cap, the activation bytes crossing each boundary give the links.
-    Needs PyTorch: pip install torch.
+    Under torchrun (one process per stage, on one machine or several) each rank measures
+    its own stage where it runs (the processes of one machine in turn) and rank 0 alone
+    writes the problem. Needs PyTorch: pip install torch.
     """
     lr = learning_rate(optimizer, lr)
     if batch_size % unit:
@@ -357,8 +361,6 @@ def profile_command(
         for key in ("bandwidth", "latency")
         if context.get_parameter_source(key) == ParameterSource.COMMANDLINE
     ]
-    if measure_links:
-        refuse_under_torchrun("--measure-links")
     if measure_links and guessed:
         raise click.UsageError(
             f"--measure-links measures the links: give it without {' and '.join(guessed)}"
@@ -385,17 +387,31 @@ def profile_command(
         lr=lr,
     )
     command = _command_line(context)
-    show = not (quiet or as_json) and sys.stderr.isatty()
+    here = torchrun_rank()
+    show = not (quiet or as_json) and sys.stderr.isatty() and here is None
     with contextlib.redirect_stdout(sys.stderr):  # what the model prints stays off --json
-        try:
-            with _progress(step_count(built, settings), f"profiling {built.name}", show) as step:
-                document = profile(built, settings, command, step)
-        except InputError as error:
-            raise error.within(model) from None
-        if measure_links:
-            from tidgap.profiling.links import with_measured_links
+        if here is not None:
+            from tidgap.profiling.ranks import profile_rank
 
-            document = with_measured_links(document, built, torch_device(device))
+            try:
+                mine = profile_rank(built, settings, command, *here, measure_links)
+            except InputError as error:
+                raise error.within(model) from None
+            if mine is None:  # rank 0 reports
+                return
+            document = mine
+        else:
+            try:
+                with _progress(
+                    step_count(built, settings), f"profiling {built.name}", show
+                ) as step:
+                    document = profile(built, settings, command, step)
+            except InputError as error:
+                raise error.within(model) from None
+            if measure_links:
+                from tidgap.profiling.links import with_measured_links
+
+                document = with_measured_links(document, built, torch_device(device))
     loaded = Problem.from_dict(document)
     other = document["source"]["other_processes_cores"]
     if other is not None and other > BUSY_CORES:

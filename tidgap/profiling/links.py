@@ -208,14 +208,12 @@ def link_tables(
     ]
 
 
-def link_job(document: Json, model: Model, device: torch.device) -> LinkJob | None:
-    """What to measure of the links of the profiled ``document`` (``model`` on ``device``,
-    cut at ``source.split.boundaries``): each boundary tensor at the stage tables' sizes;
-    ``None`` for one stage (no link)."""
-    sizes = table_sizes(document, SOURCE)
-    modules = [
-        module for _, _, module in stage_modules(model, document["source"]["split"]["boundaries"])
-    ]
+def link_job(
+    boundaries: list[int], sizes: list[int], model: Model, device: torch.device
+) -> LinkJob | None:
+    """What to measure of the links of ``model`` on ``device`` cut at ``boundaries``: each
+    boundary tensor at ``sizes`` (samples); ``None`` for one stage (no link)."""
+    modules = [module for _, _, module in stage_modules(model, boundaries)]
     specs = boundary_specs(modules, model.input(1, device))[:-1]
     if not specs:
         return None
@@ -267,7 +265,8 @@ def with_measured_links(document: Json, model: Model, device: torch.device) -> J
             f"{torch.cuda.device_count()}",
             source=SOURCE,
         )
-    job = link_job(document, model, device)
+    boundaries = document["source"]["split"]["boundaries"]
+    job = link_job(boundaries, table_sizes(document, SOURCE), model, device)
     transfers = None if job is None else measured_transfers(job)
     return with_transfers(document, job, transfers, "between 2 local processes")
 
