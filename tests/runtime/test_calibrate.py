@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli_helpers import describe, run_cli, write_json
+from tests.support.torchrun_env import tidgap_under_torchrun
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem
 from tidgap.profiling.synth import synth_problem
@@ -94,16 +95,12 @@ def test_an_affine_problem_is_refused_naming_the_field() -> None:
     assert str(caught.value).startswith("p.json: stages[0].forward: is not a table")
 
 
-def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
-    """Calibrated on another split than the profile's: the problem records the one its
-    times were measured on."""
-    problem = write_json(tmp_path / "problem.json", table_document())
-    out = tmp_path / "calibrated.json"
-    quick = ["--iterations", "2", "--warmup", "0", "--timeout", "60", "--split", "1"]
-    result = run_cli("calibrate", str(problem), *MODEL, *quick, "--rounds", "2", "--out", str(out))
-    assert result.exit_code == 0, describe(result)
-    assert "calibrated problem written to" in result.output
-    assert "running GPipe(1), GPipe(2), GPipe(4), GPipe(8) in turn (round 2)" in result.stderr
+QUICK = ["--iterations", "2", "--warmup", "0", "--timeout", "60", "--split", "1"]
+
+
+def assert_calibrated(out: Path) -> None:
+    """``out`` holds the calibrated problem of :func:`table_document` measured twice over
+    GPipe(1, 2, 4, 8) on the split at layer 1: every table re-timed, and the split recorded."""
     fitted = json.loads(out.read_text())
     before = table_document()
     assert fitted["source"]["calibration"]["runs"] == [f"GPipe({m})" for m in (1, 2, 4, 8)] * 2
@@ -118,6 +115,31 @@ def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
         "method": "given by tidgap calibrate --split",
         "boundaries": [1],
     }
+
+
+def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
+    """Calibrated on another split than the profile's: the problem records the one its
+    times were measured on."""
+    problem = write_json(tmp_path / "problem.json", table_document())
+    out = tmp_path / "calibrated.json"
+    result = run_cli("calibrate", str(problem), *MODEL, *QUICK, "--rounds", "2", "--out", str(out))
+    assert result.exit_code == 0, describe(result)
+    assert "calibrated problem written to" in result.output
+    assert "running GPipe(1), GPipe(2), GPipe(4), GPipe(8) in turn (round 2)" in result.stderr
+    assert_calibrated(out)
+
+
+def test_calibrate_under_torchrun_runs_each_rank_and_rank_0_writes(tmp_path: Path) -> None:
+    """Two processes under torchrun, each running its stage of every round (the process
+    group formed anew each round); rank 0 alone reports and writes."""
+    problem = write_json(tmp_path / "problem.json", table_document())
+    out = tmp_path / "calibrated.json"
+    args = ["calibrate", str(problem), *MODEL, *QUICK, "--rounds", "2", "--out", str(out)]
+    (done,) = tidgap_under_torchrun(args, processes=2)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("calibrated problem written to") == 1
+    assert done.stderr.count("in turn (round 2)") == 1
+    assert_calibrated(out)
 
 
 def test_calibrate_refuses_an_affine_problem_before_running(tmp_path: Path) -> None:
@@ -203,18 +225,3 @@ def test_the_measured_optimizer_step_becomes_each_stages_tail() -> None:
     assert replayed_time(document, problem, plan, results) == pytest.approx(
         evaluate(problem, plan).iteration_time, rel=1e-3
     )
-
-
-def test_calibrate_under_torchrun_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """It starts its own stage processes: under torchrun every rank would start a set."""
-    from tests.support.torchrun_env import as_torchrun
-
-    as_torchrun(monkeypatch)
-    problem = write_json(tmp_path / "problem.json", table_document())
-    out = tmp_path / "c.json"
-    result = run_cli("calibrate", str(problem), *MODEL, "--out", str(out))
-    assert result.exit_code == 2, describe(result)
-    assert "tidgap calibrate starts its own processes: not under torchrun" in result.stderr
-    assert not out.exists()

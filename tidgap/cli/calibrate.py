@@ -8,17 +8,19 @@ from typing import Any
 
 import click
 
-from tidgap.cli.options import count_range, problem_argument, refuse_under_torchrun
+from tidgap.cli.options import count_range, problem_argument
 from tidgap.cli.run import (
-    launched,
     require_batch_room,
     require_device,
+    require_world,
+    results_of,
     worker_job,
     worker_options,
 )
 from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json
+from tidgap.runtime.worker import local_processes, torchrun_rank
 
 
 @click.command(name="calibrate")
@@ -73,13 +75,16 @@ def calibrate_command(
     sends and receives, dispatch, the other stages' processes on the same machine). Search
     and evaluate plans on the calibrated problem to predict tidgap run. With a --split
     other than the one PROBLEM records, the calibrated problem records --split (the split
-    its times were measured on).
+    its times were measured on). Under torchrun (one process per stage, on one machine or
+    several) each rank runs its stage where it runs, and rank 0 alone writes the problem.
     """
     from tidgap.runtime.calibrate import calibration_plans, calibration_sizes, measured_problem
 
-    refuse_under_torchrun("tidgap calibrate")
+    here = torchrun_rank()
     check_outputs(None, None, ("--out", out), inputs={"PROBLEM": problem})
     loaded = load_problem(problem)
+    if here is not None:
+        require_world(here[1], loaded, problem)
     document = read_json(problem_path(problem))
     plans = calibration_plans(loaded, calibration_sizes(document, loaded, problem, every_size))
     job, model = worker_job(
@@ -100,16 +105,20 @@ def calibrate_command(
         timeout=timeout,
     )
     require_device(device)
-    require_batch_room(model, loaded, problem)
+    require_batch_room(model, loaded, problem, None if here is None else local_processes())
+    reports = here is None or here[0] == 0  # under torchrun, rank 0 alone
     iterations = []
     labels = [label for label, _ in plans]
     for round_ in range(rounds):
         shown = ", ".join(labels)
-        click.echo(f"running {shown} in turn" + (f" (round {round_ + 1})" if rounds > 1 else ""),
-                   err=True)  # fmt: skip
-        found = launched(loaded, job, [plan for _, plan in plans], f"calibration ({shown})")
-        for results in found:
+        if reports:
+            which = f" (round {round_ + 1})" if rounds > 1 else ""
+            click.echo(f"running {shown} in turn{which}", err=True)
+        found = results_of(loaded, job, [plan for _, plan in plans], f"calibration ({shown})", here)
+        for results in found or []:
             iterations += list(zip(*(result["iterations"] for result in results), strict=True))
+    if not reports:
+        return
     runs = labels * rounds
     fitted = measured_problem(document, loaded, iterations, runs)
     how = fitted["source"].get("split")

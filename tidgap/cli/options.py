@@ -24,7 +24,6 @@ from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
 from tidgap.optimize.optimizer import MIN_POPULATION
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.pricing import run_backward_times, run_evaluation
-from tidgap.runtime.worker import torchrun_rank
 
 Command = Callable[..., Any]
 
@@ -68,13 +67,6 @@ class Number(click.FloatRange):
         if math.isnan(number) or (math.isinf(number) and not self.infinite):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
-
-
-def refuse_under_torchrun(what: str) -> None:
-    """:class:`click.UsageError` when torchrun started this process: ``what`` starts its own
-    processes, so every rank would start a set of them."""
-    if torchrun_rank() is not None:
-        raise click.UsageError(f"{what} starts its own processes: not under torchrun")
 
 
 def population_option(command: Command) -> Command:

@@ -389,6 +389,22 @@ def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> l
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def results_of(
+    problem: Problem,
+    job: Job,
+    plans: Sequence[Plan],
+    label: str,
+    here: tuple[int, int] | None,
+) -> list[list[dict]] | None:
+    """Run ``plans`` in turn: with workers started here (``here`` ``None``,
+    :func:`launched`), else as torchrun's rank ``here[0]`` of ``here[1]``
+    (:func:`results_under_torchrun`). Per plan, the ranks' results; ``None`` on a torchrun
+    rank other than 0."""
+    if here is None:
+        return launched(problem, job, plans, label)
+    return results_under_torchrun(job, plans, *here)
+
+
 def figures_of(
     problem: Problem,
     job: Job,
@@ -706,12 +722,10 @@ def run_command(
     else:
         require_batch_room(model, loaded, problem, None if here is None else local_processes())
         labels, plans = zip(*todo, strict=True)
-        if here is None:
-            found = launched(loaded, job, plans, ", ".join(labels))
-        elif (gathered := results_under_torchrun(job, plans, *here)) is not None:
-            found = gathered
-        else:
+        gathered = results_of(loaded, job, plans, ", ".join(labels), here)
+        if gathered is None:
             return  # ranks other than 0 report nothing
+        found = gathered
     runs = [
         figures_of(loaded, job, each, label, ranks, model, replay_with)
         for (label, each), ranks in zip(todo, found, strict=True)
