@@ -130,15 +130,15 @@ def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
 
 
 def test_calibrate_under_torchrun_runs_each_rank_and_rank_0_writes(tmp_path: Path) -> None:
-    """Two processes under torchrun, each running its stage of every round (the process
-    group formed anew each round); rank 0 alone reports and writes."""
+    """Two processes under torchrun, each running its stage of both rounds (in turn, in
+    the one process group); rank 0 alone reports and writes."""
     problem = write_json(tmp_path / "problem.json", table_document())
     out = tmp_path / "calibrated.json"
     args = ["calibrate", str(problem), *MODEL, *QUICK, "--rounds", "2", "--out", str(out)]
     (done,) = tidgap_under_torchrun(args, processes=2)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("calibrated problem written to") == 1
-    assert done.stderr.count("in turn (round 2)") == 1
+    assert done.stderr.count("in turn (2 rounds in the same processes)") == 1
     assert_calibrated(out)
 
 

@@ -69,7 +69,8 @@ def calibrate_command(
 
     Runs GPipe(m) (and a flush plan for a size no GPipe holds) in turn, iteration by
     iteration, in one process per stage, so that every size of the stages' tables is
-    measured (--rounds times over), and replaces each stage's forward
+    measured (--rounds times over; under torchrun, whose process group forms once, the
+    rounds run in turn in the same processes), and replaces each stage's forward
     and backward tables by the median measured op duration at each size, and each link by
     a table of its measured transfers: what the runtime really pays per op (chunking,
     sends and receives, dispatch, the other stages' processes on the same machine). Search
@@ -109,12 +110,16 @@ def calibrate_command(
     reports = here is None or here[0] == 0  # under torchrun, rank 0 alone
     iterations = []
     labels = [label for label, _ in plans]
-    for round_ in range(rounds):
-        shown = ", ".join(labels)
+    shown = ", ".join(labels)
+    todo = [plan for _, plan in plans]
+    # under torchrun the process group forms once: the rounds run in turn within it
+    batches = [todo] * rounds if here is None else [todo * rounds]
+    for round_, batch in enumerate(batches):
         if reports:
-            which = f" (round {round_ + 1})" if rounds > 1 else ""
+            which = f" (round {round_ + 1})" if len(batches) > 1 else ""
+            which += f" ({rounds} rounds in the same processes)" if len(batch) > len(todo) else ""
             click.echo(f"running {shown} in turn{which}", err=True)
-        found = results_of(loaded, job, [plan for _, plan in plans], f"calibration ({shown})", here)
+        found = results_of(loaded, job, batch, f"calibration ({shown})", here)
         for results in found or []:
             iterations += list(zip(*(result["iterations"] for result in results), strict=True))
     if not reports:
