@@ -49,3 +49,18 @@ class Noise(nn.Module):
 
 #: The MLP's first layers with :class:`Noise` on stage 1: its gradient check must fail.
 NOISY = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), Noise(), nn.Linear(12, 3))
+
+
+class FeatureNoise(nn.Module):
+    """In train mode, adds noise drawn per feature and shared by the samples: a
+    recomputing stage cannot replay it per sample."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.rand(x.shape[1]) if self.training else x
+
+
+#: Split at 3: dropout on stage 0 (replayed per sample when it recomputes), feature noise
+#: on stage 1 (drawn anew).
+DRAWING = nn.Sequential(
+    nn.Linear(6, 12), nn.Dropout(0.5), nn.Tanh(), nn.Linear(12, 8), FeatureNoise(), nn.Linear(8, 3)
+)

@@ -58,6 +58,7 @@ def test_a_workers_result_passes() -> None:
     [
         (lambda r: r.pop("iterations"), "iterations: is missing"),
         (changed(rank=0), "rank: is 0: not rank 1's file"),
+        (changed(redrawn=5), "redrawn: is not a reason or null"),
         (changed(job=[1]), "job: is not an object"),
         (changed(layers="0,1"), "layers: is not a list of layer names"),
         (changed(recompute=1), "recompute: is not true or false"),

@@ -133,6 +133,23 @@ def test_gradients_that_differ_exit_1(problem_file: Path, tmp_path: Path) -> Non
     assert result.stderr.startswith("tidgap: error: run: gradients of plan differ from one")
 
 
+def test_a_recompute_plan_replays_dropout_and_says_where_it_cannot(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """Both stages recompute in train mode: stage 0's dropout is replayed per sample,
+    stage 1's noise per feature cannot be, and the report says so (its gradients, checked
+    in eval mode, still match)."""
+    plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
+    model = ["--model", "tests.runtime.pipeline_models:DRAWING", "--input-shape", "6"]
+    args = [str(problem_file), str(plan), *model, "--split", "3", *QUICK, "--check-gradients"]
+    result = run_cli("run", *args)
+    assert result.exit_code == 0, describe(result)
+    assert "stage 1 drew its recomputed forwards' random values anew: " in result.stdout
+    assert "its first dimension is not the samples" in result.stdout
+    assert "stage 0 drew" not in result.stdout
+    assert "its random draws replayed per sample" in result.stdout
+
+
 def test_float64_is_exact_on_a_recompute_plan(problem_file: Path, tmp_path: Path) -> None:
     plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
     document = run_json(str(problem_file), str(plan), "--float64")
@@ -157,11 +174,12 @@ def test_one_f_one_b_json_and_trace(problem_file: Path, tmp_path: Path) -> None:
         "error_percent",
         "busy",
         "recompute",
+        "redrawn",
         "max_gradient_relative_difference",
         "replay",
         "memory",
     }
-    assert run["replay"] is None
+    assert run["replay"] is None and run["redrawn"] == [None, None]
     held = run["memory"]["measured"]
     assert len(held) == 2 and min(held) > 0 and run["memory"]["predicted"] is None
     measured = run["measured"]

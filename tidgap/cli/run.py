@@ -72,7 +72,10 @@ forward boundaries (tidgap search may return such plans; --no-recompute avoids t
 keeps its inputs instead of its graphs and re-runs the forward of each backward chunk
 before its backward, so its backwards cost about one forward more. The prediction prices
 each of its backwards as the profiled forward plus backward of the same samples (a problem
-profiled with tidgap profile --recompute has that in every backward already).
+profiled with tidgap profile --recompute has that in every backward already). In train
+mode the recomputed forward replays, per sample, the random draws (dropout masks) the
+stage's forwards made; where a random op's values are not per sample (noise shared by the
+samples, a fused kernel's generator seed) it draws anew and the report says so.
 Flush plans with equal partitions, GPipe and 1F1B never recompute.
 
 \b

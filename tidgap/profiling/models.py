@@ -132,6 +132,28 @@ class Embedding(nn.Module):
         return self.dropout(self.tokens(tokens) + self.positions(positions))
 
 
+class CausalAttention(nn.Module):
+    """Causal scaled dot-product attention: ``(b, heads, L, d)`` queries, keys, values ->
+    ``(b, heads, L, d)``. In train mode, dropout on the attention weights through an
+    ``nn.Dropout`` (what PyTorch's fused attention computes on the CPU, spelled out), so a
+    recomputing stage replays its masks per sample without Python dispatch
+    (:class:`tidgap.runtime.draws.DrawingModules`); otherwise the fused
+    ``scaled_dot_product_attention``."""
+
+    def __init__(self, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        if not (self.training and self.dropout.p > 0):
+            return functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        length = q.shape[-2]
+        scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+        causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+        weights = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        return self.dropout(weights) @ v
+
+
 class Block(nn.Module):
     """A pre-norm transformer decoder block: causal self-attention, then a 4h GELU MLP.
 
@@ -140,7 +162,8 @@ class Block(nn.Module):
 
     def __init__(self, hidden: int, heads: int, dropout: float):
         super().__init__()
-        self.heads, self.dropout = heads, dropout
+        self.heads = heads
+        self.attend = CausalAttention(dropout)
         self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
         self.mlp = nn.Sequential(
@@ -155,9 +178,7 @@ class Block(nn.Module):
         b, length, hidden = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(hidden, dim=2)
         q, k, v = (t.view(b, length, self.heads, -1).transpose(1, 2) for t in (q, k, v))
-        p = self.dropout if self.training else 0.0
-        attended = functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        attended = attended.transpose(1, 2).reshape(b, length, hidden)
+        attended = self.attend(q, k, v).transpose(1, 2).reshape(b, length, hidden)
         x = x + self.residual_dropout(self.proj(attended))
         return x + self.mlp(self.norm2(x))
 

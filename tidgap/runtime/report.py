@@ -139,7 +139,9 @@ class RunFigures:
     ``predicted_memory[s]`` the model's ``peak_memory`` (``None`` without
     ``activation_bytes``); ``weight_difference``: the largest relative difference of any
     parameter after the checked iteration's optimizer step from one process's step of the
-    same optimizer on the same gradients (``None``: no optimizer or not checked).
+    same optimizer on the same gradients (``None``: no optimizer or not checked);
+    ``redrawn[s]``: why recompute stage ``s``'s random draws could not be replayed per
+    sample, so its recomputed forwards drew anew (``None``: replayed, or none to replay).
     """
 
     label: str
@@ -156,6 +158,7 @@ class RunFigures:
     peak_bytes: list[float] | None = None
     predicted_memory: list[float] | None = None
     weight_difference: float | None = None
+    redrawn: list[str | None] | None = None
 
     @property
     def median(self) -> float:
@@ -190,6 +193,7 @@ class RunFigures:
             "error_percent": None if self.error is None else 100 * self.error,
             "busy": {"measured": list(self.busy), "predicted": list(self.predicted_busy)},
             "recompute": list(self.recompute),
+            "redrawn": self.redrawn,
             "max_gradient_relative_difference": self.gradient_difference,
             **weights,
             "memory": {"measured": self.peak_bytes, "predicted": self.predicted_memory},
@@ -228,6 +232,7 @@ def run_figures(
         busy=busy,
         predicted_busy=[predicted.busy(s) for s in range(problem.num_stages)],
         recompute=[bool(result["recompute"]) for result in results],
+        redrawn=[result.get("redrawn") for result in results],
         gradient_difference=gradient_difference,
         timeline=measured_timeline(problem, iterations[median], f"{label} measured"),
         predicted_timeline=predicted,
@@ -268,8 +273,12 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
     if again:
         lines.append(
             f"  stage(s) {again} recompute: each backward re-ran its forward from the "
-            "stage's inputs (the prediction counts that only if the profile did)"
+            "stage's inputs, its random draws replayed per sample (the prediction counts "
+            "that only if the profile did)"
         )
+    for s, why in enumerate(figures.redrawn or []):
+        if why is not None:
+            lines.append(f"  stage {s} drew its recomputed forwards' random values anew: {why}")
     if figures.peak_bytes is not None:
         predicted = figures.predicted_memory or [None] * len(figures.peak_bytes)
         lines.append(

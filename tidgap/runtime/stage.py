@@ -6,22 +6,32 @@ it), a backward from the downstream gradient chunks. A stage whose backward boun
 are all forward boundaries keeps each forward chunk's graph and runs the backward through
 the chunks it covers; a recompute stage (:func:`tidgap.runtime.lowering.recomputes`) runs
 its forwards without a graph, keeps its inputs, and re-runs the forward of each backward
-chunk with grad before its backward (in train mode its dropout draws new masks: gradients
-are checked in eval mode). The last stage's loss per chunk is the sum of its
-per-sample losses divided by ``B``, so the chunks' sum is the full-batch mean loss.
+chunk with grad before its backward; in train mode it replays, per sample, the random
+draws (dropout masks) its forward chunks made (:mod:`tidgap.runtime.draws`), or, where
+they cannot be replayed, draws anew and says why (``redrawn``). The last
+stage's loss per chunk is the sum of its per-sample losses divided by ``B``, so the
+chunks' sum is the full-batch mean loss.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from tidgap.profiling.measure import synchronize
+from tidgap.runtime.draws import (
+    DrawingModules,
+    NotReplayable,
+    RecordedDraws,
+    Recording,
+    Replay,
+    generators_unchanged,
+)
 from tidgap.runtime.task import Task
 
 Samples = tuple[int, int]
@@ -167,6 +177,12 @@ class TorchStage:
         self._gradients = Chunks()
         #: Per forward chunk (not recompute): ``(samples, input leaf, output or loss)``.
         self._graphs: list[tuple[Samples, Tensor, Tensor]] = []
+        #: Per forward chunk of a recompute stage in train mode: its random draws.
+        self._draws = RecordedDraws()
+        #: Why this recompute stage's random draws cannot be replayed (then its
+        #: recomputed forwards draw anew); ``None`` while they can.
+        self.redrawn: str | None = None
+        self._drawing = DrawingModules(module)
         self._loss: Tensor | None = None
         self.held = HeldBytes(module)
         #: Where the stage computes (its task's device).
@@ -183,13 +199,15 @@ class TorchStage:
         self._inputs.clear()
         self._gradients.clear()
         self._graphs.clear()
+        self._draws.clear()
         self._loss = None
         self.held.reset()
 
     def _kept(self) -> list[Tensor]:
         """The tensors the stage keeps itself: received pieces and stored chunks."""
         pieces = [t for _, t in self._inputs.pieces] + [t for _, t in self._gradients.pieces]
-        return pieces + [t for _, x, y in self._graphs for t in (x, y)]
+        graphs = [t for _, x, y in self._graphs for t in (x, y)]
+        return pieces + graphs + self._draws.tensors()
 
     def input_spec(self, samples: Samples) -> tuple[tuple[int, ...], torch.dtype]:
         """Shape ``(hi - lo, ...)`` and dtype of an upstream chunk of ``samples``."""
@@ -230,8 +248,13 @@ class TorchStage:
         """Forward of ``samples``; the output chunk ``(hi - lo, ...)`` to send, ``None`` on
         the last stage."""
         if self.recompute:
-            with torch.no_grad():
+            recording = Recording()
+            replaying = self._replaying()
+            drawing = self._drawing.under(recording) if replaying else nullcontext()
+            with torch.no_grad(), drawing:
                 y = self._output(samples, self._stage_input(samples))
+            if replaying:
+                self._draws.add(samples, recording.draws)
         else:
             x = self._graph_input(samples)
             with self.held.watching():
@@ -244,6 +267,27 @@ class TorchStage:
             self._loss = y.detach() if self._loss is None else self._loss + y.detach()
             return None
         return y.detach()
+
+    def _replaying(self) -> bool:
+        """Whether forwards record their random draws for the recomputation to replay: in
+        train mode, while they can be replayed."""
+        return self.module.training and self.redrawn is None
+
+    def _recomputed(self, samples: Samples, x: Tensor) -> Tensor:
+        """The forward of ``samples`` on ``x`` again, with grad, its random draws replayed
+        from the forward chunks' (:class:`Replay`); drawn anew where they cannot be, from
+        then on, :attr:`redrawn` saying why."""
+        if self._replaying():
+            try:
+                replay = Replay(self._draws.rows(samples))
+                with self._drawing.under(replay), generators_unchanged(self.device):
+                    y = self._output(samples, x)
+                replay.check_done()
+                return y
+            except NotReplayable as error:
+                self.redrawn = str(error)
+                self._draws.clear()
+        return self._output(samples, x)
 
     def _covered(self, samples: Samples) -> list[tuple[Samples, Tensor, Tensor]]:
         """The stored forward chunks that make up backward ``samples``, removed from store."""
@@ -263,9 +307,10 @@ class TorchStage:
         if self.recompute:
             x = self._graph_input(samples)
             with self.held.watching():
-                chunks = [(samples, x, self._output(samples, x))]
+                chunks = [(samples, x, self._recomputed(samples, x))]
             self.held.sample([*self._kept(), x, chunks[0][2]])
             self._inputs.drop_through(samples[1])
+            self._draws.drop_through(samples[1])
         else:
             chunks = self._covered(samples)
         outputs = [y for _, _, y in chunks]

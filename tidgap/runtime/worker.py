@@ -277,6 +277,7 @@ def run_rank(
                 "threads": torch.get_num_threads(),
                 "plan": run.plan.document(),
                 "recompute": run.stage.recompute,
+                "redrawn": run.stage.redrawn,
                 "iterations": run.timed,
                 "starts": run.starts,
                 "peak_bytes": run.peaks,

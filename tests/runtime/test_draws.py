@@ -1,0 +1,181 @@
+"""Random draws replayed per sample: a recomputing stage in train mode gives the gradients
+of the function its forward computed (the same dropout masks), though its backward chunks
+cut across its forward chunks."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+
+from torch import nn  # noqa: E402
+
+from tests.runtime.pipeline_models import FeatureNoise  # noqa: E402
+from tidgap.profiling.models import Model, gpt  # noqa: E402
+from tidgap.runtime.draws import NotReplayable, RecordedDraws, Recording, Replay  # noqa: E402
+from tidgap.runtime.reference import max_relative_difference  # noqa: E402
+from tidgap.runtime.stage import TorchStage  # noqa: E402
+from tidgap.runtime.task import make_task  # noqa: E402
+
+B = 8
+
+
+def dropout_gpt() -> Model:
+    """A tiny GPT in float64 and train mode: dropout after the embedding, in attention
+    (the attention weights, ``(b, heads, L, L)``), after the projection and the MLP."""
+    torch.manual_seed(0)
+    model = gpt(layers=2, hidden=16, heads=2, seq_len=8, vocab=50)
+    model.layers.to(torch.float64).train()
+    return model
+
+
+def gradients_after(
+    model: Model, forward: list[tuple[int, int]], backward: list[tuple[int, int]], recompute: bool
+) -> dict[str, torch.Tensor]:
+    """The parameters' gradients after one iteration of the whole model as one stage: the
+    forwards of ``forward``'s chunks, then the backwards of ``backward``'s, the forwards'
+    random draws seeded alike."""
+    task = make_task(model, B, 0, torch.device("cpu"), torch.float64)
+    stage = TorchStage(
+        model.layers,
+        first=True,
+        last=True,
+        task=task,
+        recompute=recompute,
+        input_spec=None,
+        output_spec=None,
+    )
+    model.layers.zero_grad(set_to_none=True)
+    torch.manual_seed(1)
+    for samples in forward:
+        stage.forward(samples)
+    torch.manual_seed(2)  # a recomputation that drew anew would draw other masks
+    for samples in backward:
+        stage.backward(samples)
+    return {name: p.grad.clone() for name, p in model.layers.named_parameters()}
+
+
+def test_a_recompute_stage_replays_its_forwards_masks_per_sample() -> None:
+    """Forward chunks (0, 4), (4, 8); backward chunks (0, 3), (3, 5), (5, 8), each cutting
+    across them: the gradients of the stored-graph backward of the same forwards."""
+    model = dropout_gpt()
+    forward = [(0, 4), (4, 8)]
+    stored = gradients_after(model, forward, [(0, 8)], recompute=False)
+    replayed = gradients_after(model, forward, [(0, 3), (3, 5), (5, 8)], recompute=True)
+    assert max_relative_difference(replayed, stored) < 1e-10
+    model.layers.eval()  # no dropout: the same on both sides, and not the train-mode gradients
+    plain = gradients_after(model, forward, [(0, 3), (3, 5), (5, 8)], recompute=True)
+    assert max_relative_difference(plain, stored) > 1e-3
+
+
+def test_draws_are_cut_per_sample_from_the_chunks_that_made_them() -> None:
+    """``bernoulli_`` in place and ``rand`` as an output: the rows of samples 2..6 come from
+    the two chunks that drew them; replayed, in place or returned, in order."""
+    recorded = RecordedDraws()
+    for samples in ((0, 4), (4, 8)):
+        recording = Recording()
+        with recording:
+            torch.empty(4, 3).bernoulli_(0.5)
+            torch.rand(4, 2)
+        recorded.add(samples, recording.draws)
+    rows = recorded.rows((2, 6))
+    masks = [draws[0].tensors[0] for _, draws in recorded.chunks]
+    assert torch.equal(rows[0].tensors[0], torch.cat([masks[0][2:], masks[1][:2]]))
+    replay = Replay(rows)
+    with replay:
+        mask = torch.zeros(4, 3).bernoulli_(0.5)
+        uniform = torch.rand(4, 2)
+    replay.check_done()
+    assert torch.equal(mask, rows[0].tensors[0]) and torch.equal(uniform, rows[1].tensors[0])
+    recorded.drop_through(4)
+    assert [samples for samples, _ in recorded.chunks] == [(4, 8)]
+
+
+def test_draws_that_cannot_be_replayed_per_sample_are_an_error() -> None:
+    """A draw whose first dimension is not the samples; a recomputation that draws other
+    values, or fewer, than its forward."""
+    recorded = RecordedDraws()
+    recording = Recording()
+    with recording:
+        torch.rand(3)  # 3 values for a chunk of 4 samples
+    recorded.add((0, 4), recording.draws)
+    with pytest.raises(NotReplayable, match="its first dimension is not the samples"):
+        recorded.rows((0, 2))
+    recorded = RecordedDraws()
+    recording = Recording()
+    with recording:
+        torch.rand(4)
+    recorded.add((0, 4), recording.draws)
+    with pytest.raises(NotReplayable, match="cannot be replayed"), Replay(recorded.rows((0, 4))):
+        torch.randn(4)
+    replay = Replay(recorded.rows((0, 4)))
+    with replay:
+        pass
+    with pytest.raises(NotReplayable, match="did not run"):
+        replay.check_done()
+
+
+def test_an_eval_mode_or_aligned_stage_records_nothing() -> None:
+    """Only a recompute stage in train mode keeps draws (so they are held memory only
+    there)."""
+    torch.manual_seed(0)
+    layers = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    model = Model("t", layers, lambda b, device: torch.randn(b, 4), {"input_shape": [4]})
+    task = make_task(model, B, 0, torch.device("cpu"), torch.float32)
+    for recompute, training, kept in ((True, True, 1), (True, False, 0), (False, True, 0)):
+        layers.train(training)
+        stage = TorchStage(
+            layers, first=True, last=True, task=task, recompute=recompute,
+            input_spec=None, output_spec=None,
+        )  # fmt: skip
+        stage.forward((0, 8))
+        assert len(stage._draws.chunks) == kept
+
+
+def test_a_stage_whose_draws_cannot_be_replayed_draws_anew_and_says_why() -> None:
+    torch.manual_seed(0)
+    layers = nn.Sequential(nn.Linear(4, 3), FeatureNoise(), nn.Linear(3, 1))
+    model = Model("t", layers, lambda b, device: torch.randn(b, 4), {"input_shape": [4]})
+    task = make_task(model, B, 0, torch.device("cpu"), torch.float32)
+    stage = TorchStage(
+        layers, first=True, last=True, task=task, recompute=True,
+        input_spec=None, output_spec=None,
+    )  # fmt: skip
+    for samples in ((0, 4), (4, 8)):
+        stage.forward(samples)
+    stage.backward((0, 6))
+    assert stage.redrawn is not None and "its first dimension is not the samples" in stage.redrawn
+    assert stage._draws.chunks == []  # no more recording from then on
+    stage.backward((6, 8))
+    stage.reset()
+    stage.forward((0, 8))
+    assert stage._draws.chunks == []
+    assert all(p.grad is not None for p in layers.parameters())
+
+
+def test_draws_whose_shape_only_looks_per_sample_are_not_replayed() -> None:
+    """Noise over 4 features in chunks of 4 samples: its rows for 6 samples would not fit."""
+    recorded = RecordedDraws()
+    for samples in ((0, 4), (4, 8)):
+        recording = Recording()
+        with recording:
+            torch.rand(4)
+        recorded.add(samples, recording.draws)
+    replay = Replay(recorded.rows((0, 6)))
+    with pytest.raises(NotReplayable, match="its draws are not per sample"), replay:
+        torch.rand(4)
+
+
+def test_the_gpts_draws_all_take_the_dropout_path_without_python_dispatch() -> None:
+    """Every random draw of the built-in GPT is an ``nn.Dropout``'s mask (attention's
+    too), so after the first forward no module of it runs under a dispatch mode."""
+    from tidgap.runtime.draws import DROPOUT_MASK, DrawingModules
+
+    model = dropout_gpt()
+    drawing = DrawingModules(model.layers)
+    recording = Recording()
+    tokens = model.input(2, torch.device("cpu"))
+    with torch.no_grad(), drawing.under(recording):
+        model.layers(tokens)
+    assert [draw.name for draw in recording.draws] == [DROPOUT_MASK] * 7
+    assert drawing._found == []
