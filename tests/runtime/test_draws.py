@@ -169,7 +169,7 @@ def test_draws_whose_shape_only_looks_per_sample_are_not_replayed() -> None:
 def test_the_gpts_draws_all_take_the_dropout_path_without_python_dispatch() -> None:
     """Every random draw of the built-in GPT is an ``nn.Dropout``'s mask (attention's
     too), so after the first forward no module of it runs under a dispatch mode."""
-    from tidgap.runtime.draws import DROPOUT_MASK, DrawingModules
+    from tidgap.runtime.drawing import DROPOUT_MASK, DrawingModules
 
     model = dropout_gpt()
     drawing = DrawingModules(model.layers)

@@ -137,7 +137,7 @@ class CausalAttention(nn.Module):
     ``(b, heads, L, d)``. In train mode, dropout on the attention weights through an
     ``nn.Dropout`` (what PyTorch's fused attention computes on the CPU, spelled out), so a
     recomputing stage replays its masks per sample without Python dispatch
-    (:class:`tidgap.runtime.draws.DrawingModules`); otherwise the fused
+    (:class:`tidgap.runtime.drawing.DrawingModules`); otherwise the fused
     ``scaled_dot_product_attention``."""
 
     def __init__(self, dropout: float):

@@ -24,14 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from tidgap.profiling.measure import synchronize
-from tidgap.runtime.draws import (
-    DrawingModules,
-    NotReplayable,
-    RecordedDraws,
-    Recording,
-    Replay,
-    generators_unchanged,
-)
+from tidgap.runtime.drawing import DrawingModules, generators_unchanged
+from tidgap.runtime.draws import NotReplayable, RecordedDraws, Recording, Replay
 from tidgap.runtime.task import Task
 
 Samples = tuple[int, int]

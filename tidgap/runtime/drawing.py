@@ -1,0 +1,167 @@
+"""Where a recomputing stage draws random values, so that recording and replaying them
+(:mod:`tidgap.runtime.draws`) costs little: ``nn.Dropout`` draws its own mask
+(:func:`replayable_dropout`); other random operators are found once and only the modules
+that run them go through Python dispatch (:class:`DrawingModules`); a draw elsewhere
+later shows in the random generators' states (:func:`generators_unchanged`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+from tidgap.runtime.draws import Draw, NotReplayable, Recording, Replay, is_random
+
+#: The name of an ``nn.Dropout``'s mask among a forward's draws.
+DROPOUT_MASK = "nn.Dropout mask"
+
+
+def replayable_dropout(
+    module: nn.Dropout, active: Callable[[], Recording | Replay | None]
+) -> Callable[[Tensor], Tensor]:
+    """A forward for the ``nn.Dropout`` ``module`` that, while ``active()`` is a
+    :class:`Recording` or :class:`Replay` and the module trains, draws its keep mask
+    ``(x.shape)`` bool itself and records it, or takes the replayed one, and returns
+    ``x * mask / (1 - p)``, as ``F.dropout`` computes; otherwise ``F.dropout``. Outside any
+    dispatch mode: no Python dispatch per operator (the usual dropout costs)."""
+
+    def forward(x: Tensor) -> Tensor:
+        mode = active()
+        if mode is None or not module.training or module.p == 0:
+            return functional.dropout(x, module.p, module.training, module.inplace)
+        if module.p == 1:
+            return x * 0
+        with _disable_current_modes():
+            if isinstance(mode, Replay):
+                keep = mode.take(DROPOUT_MASK, [tuple(x.shape)]).tensors[0]
+            else:
+                keep = torch.empty_like(x, dtype=torch.bool).bernoulli_(1 - module.p)
+                mode.draws.append(Draw(DROPOUT_MASK, [keep], pytree.tree_flatten(keep)[1]))
+            return x * keep / (1 - module.p)
+
+    return forward
+
+
+class _Locating(TorchDispatchMode):
+    """Notes, for each random operator run inside it, the innermost module running
+    (``stack``'s last; ``None`` outside every module)."""
+
+    def __init__(self, stack: list[nn.Module]) -> None:
+        super().__init__()
+        self.stack = stack
+        self.found: list[nn.Module | None] = []
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
+        if is_random(func):
+            self.found.append(self.stack[-1] if self.stack else None)
+        return func(*args, **(kwargs or {}))
+
+
+class DrawingModules:
+    """Where a stage's random operators run, so that only those parts of its forwards pay
+    for Python dispatch (about 35 us an operator; a quarter of a small GPT block's CPU
+    forward): the first block run :meth:`under` a mode runs wholly under it and finds the
+    innermost modules inside which random operators ran (global module hooks keep the
+    stack of running modules); from then on only those modules' forwards run under the
+    mode (their own hooks). Random operators elsewhere later are not seen: a caller
+    checks the generators (:func:`generators_unchanged`)."""
+
+    def __init__(self, root: nn.Module) -> None:
+        self._root = root
+        self._found: list[nn.Module] | None = None
+        self._mode: Recording | Replay | None = None
+        self._depth = 0
+        for module in root.modules():
+            if type(module) is nn.Dropout:  # its own subclasses may draw otherwise
+                module.forward = replayable_dropout(module, lambda: self._mode)
+
+    @contextmanager
+    def under(self, mode: Recording | Replay) -> Iterator[None]:
+        """Record or replay the random draws of the block through ``mode``."""
+        self._mode = mode
+        try:
+            if self._found is None:
+                with self._located(mode):
+                    yield
+            else:
+                yield
+        finally:
+            if self._depth:  # a module's forward raised before its hook ran
+                mode.__exit__(None, None, None)
+            self._mode, self._depth = None, 0
+
+    @contextmanager
+    def _located(self, mode: Recording | Replay) -> Iterator[None]:
+        """The block wholly under ``mode``, the modules that drew found and hooked."""
+        stack: list[nn.Module] = []
+
+        def entered(module: nn.Module, args: Any) -> None:
+            stack.append(module)
+
+        def left(module: nn.Module, args: Any, output: Any) -> None:
+            stack.pop()
+
+        hooks = [
+            nn.modules.module.register_module_forward_pre_hook(entered),
+            nn.modules.module.register_module_forward_hook(left),
+        ]
+        locating = _Locating(stack)
+        try:
+            with mode, locating:
+                yield
+        finally:
+            for hook in hooks:
+                hook.remove()
+        inside = {id(module) for module in self._root.modules()}
+        found = {
+            id(module): module
+            for module in (m if m is not None and id(m) in inside else self._root
+                           for m in locating.found)
+        }  # fmt: skip
+        self._found = list(found.values())
+        for module in self._found:
+            module.register_forward_pre_hook(self._enter)
+            module.register_forward_hook(self._leave)
+
+    def _enter(self, module: nn.Module, args: Any) -> None:
+        if self._mode is not None:
+            if self._depth == 0:
+                self._mode.__enter__()
+            self._depth += 1
+
+    def _leave(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self._mode is not None and self._depth:
+            self._depth -= 1
+            if self._depth == 0:
+                self._mode.__exit__(None, None, None)
+
+
+def generator_states(device: torch.device) -> list[Tensor]:
+    """The states of the random generators a stage on ``device`` draws from."""
+    states = [torch.get_rng_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
+
+
+@contextmanager
+def generators_unchanged(device: torch.device) -> Iterator[None]:
+    """:class:`NotReplayable` at the end of the block if it drew random values (from the
+    generators of ``device``)."""
+    before = generator_states(device)
+    yield
+    after = generator_states(device)
+    if not all(torch.equal(a, b) for a, b in zip(before, after, strict=True)):
+        raise NotReplayable(
+            "a recomputed forward drew random values its forward drew outside the "
+            "operators recorded (in another module than before)"
+        )
