@@ -29,14 +29,10 @@ def dropout_gpt() -> Model:
     return model
 
 
-def gradients_after(
-    model: Model, forward: list[tuple[int, int]], backward: list[tuple[int, int]], recompute: bool
-) -> dict[str, torch.Tensor]:
-    """The parameters' gradients after one iteration of the whole model as one stage: the
-    forwards of ``forward``'s chunks, then the backwards of ``backward``'s, the forwards'
-    random draws seeded alike."""
+def stage_on(model: Model, recompute: bool) -> TorchStage:
+    """The whole model as one stage (first and last), on a batch of ``B``."""
     task = make_task(model, B, 0, torch.device("cpu"), torch.float64)
-    stage = TorchStage(
+    return TorchStage(
         model.layers,
         first=True,
         last=True,
@@ -45,26 +41,39 @@ def gradients_after(
         input_spec=None,
         output_spec=None,
     )
-    model.layers.zero_grad(set_to_none=True)
+
+
+def gradients_after(
+    stage: TorchStage, forward: list[tuple[int, int]], backward: list[tuple[int, int]]
+) -> dict[str, torch.Tensor]:
+    """The parameters' gradients after one iteration of ``stage``: the forwards of
+    ``forward``'s chunks, then the backwards of ``backward``'s, the forwards' random draws
+    seeded alike."""
+    stage.reset()
+    stage.module.zero_grad(set_to_none=True)
     torch.manual_seed(1)
     for samples in forward:
         stage.forward(samples)
     torch.manual_seed(2)  # a recomputation that drew anew would draw other masks
     for samples in backward:
         stage.backward(samples)
-    return {name: p.grad.clone() for name, p in model.layers.named_parameters()}
+    return {name: p.grad.clone() for name, p in stage.module.named_parameters()}
 
 
 def test_a_recompute_stage_replays_its_forwards_masks_per_sample() -> None:
     """Forward chunks (0, 4), (4, 8); backward chunks (0, 3), (3, 5), (5, 8), each cutting
-    across them: the gradients of the stored-graph backward of the same forwards."""
+    across them: the gradients of the stored-graph backward of the same forwards. Both
+    stages are made first, on the same layers, as a run makes one per plan."""
     model = dropout_gpt()
-    forward = [(0, 4), (4, 8)]
-    stored = gradients_after(model, forward, [(0, 8)], recompute=False)
-    replayed = gradients_after(model, forward, [(0, 3), (3, 5), (5, 8)], recompute=True)
+    recomputing, storing = stage_on(model, recompute=True), stage_on(model, recompute=False)
+    forward, backward = [(0, 4), (4, 8)], [(0, 3), (3, 5), (5, 8)]
+    replayed = gradients_after(recomputing, forward, backward)
+    stored = gradients_after(storing, forward, [(0, 8)])
+    assert recomputing.redrawn is None
+    assert recomputing._drawing._found == []  # every draw an nn.Dropout's own: no dispatch
     assert max_relative_difference(replayed, stored) < 1e-10
     model.layers.eval()  # no dropout: the same on both sides, and not the train-mode gradients
-    plain = gradients_after(model, forward, [(0, 3), (3, 5), (5, 8)], recompute=True)
+    plain = gradients_after(recomputing, forward, backward)
     assert max_relative_difference(plain, stored) > 1e-3
 
 
@@ -169,10 +178,10 @@ def test_draws_whose_shape_only_looks_per_sample_are_not_replayed() -> None:
 def test_the_gpts_draws_all_take_the_dropout_path_without_python_dispatch() -> None:
     """Every random draw of the built-in GPT is an ``nn.Dropout``'s mask (attention's
     too), so after the first forward no module of it runs under a dispatch mode."""
-    from tidgap.runtime.drawing import DROPOUT_MASK, DrawingModules
+    from tidgap.runtime.drawing import DROPOUT_MASK, drawing_of
 
     model = dropout_gpt()
-    drawing = DrawingModules(model.layers)
+    drawing = drawing_of(model.layers)
     recording = Recording()
     tokens = model.input(2, torch.device("cpu"))
     with torch.no_grad(), drawing.under(recording):

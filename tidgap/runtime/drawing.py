@@ -7,6 +7,7 @@ later shows in the random generators' states (:func:`generators_unchanged`).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -73,7 +74,8 @@ class DrawingModules:
     innermost modules inside which random operators ran (global module hooks keep the
     stack of running modules); from then on only those modules' forwards run under the
     mode (their own hooks). Random operators elsewhere later are not seen: a caller
-    checks the generators (:func:`generators_unchanged`)."""
+    checks the generators (:func:`generators_unchanged`). One per module
+    (:func:`drawing_of`): its ``nn.Dropout`` layers answer to one of them."""
 
     def __init__(self, root: nn.Module) -> None:
         self._root = root
@@ -165,3 +167,14 @@ def generators_unchanged(device: torch.device) -> Iterator[None]:
             "a recomputed forward drew random values its forward drew outside the "
             "operators recorded (in another module than before)"
         )
+
+
+_BY_MODULE: weakref.WeakKeyDictionary[nn.Module, DrawingModules] = weakref.WeakKeyDictionary()
+
+
+def drawing_of(module: nn.Module) -> DrawingModules:
+    """The :class:`DrawingModules` of ``module``, made on first use: every stage of a run
+    computing on ``module`` (plans run in turn in one process) shares it."""
+    if module not in _BY_MODULE:
+        _BY_MODULE[module] = DrawingModules(module)
+    return _BY_MODULE[module]

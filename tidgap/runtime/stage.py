@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from tidgap.profiling.measure import synchronize
-from tidgap.runtime.drawing import DrawingModules, generators_unchanged
+from tidgap.runtime.drawing import drawing_of, generators_unchanged
 from tidgap.runtime.draws import NotReplayable, RecordedDraws, Recording, Replay
 from tidgap.runtime.task import Task
 
@@ -176,7 +176,7 @@ class TorchStage:
         #: Why this recompute stage's random draws cannot be replayed (then its
         #: recomputed forwards draw anew); ``None`` while they can.
         self.redrawn: str | None = None
-        self._drawing = DrawingModules(module)
+        self._drawing = drawing_of(module)
         self._loss: Tensor | None = None
         self.held = HeldBytes(module)
         #: Where the stage computes (its task's device).
