@@ -150,7 +150,7 @@ class DrawingModules:
 def generator_states(device: torch.device) -> list[Tensor]:
     """The states of the random generators a stage on ``device`` draws from."""
     states = [torch.get_rng_state()]
-    if device.type == "cuda":
+    if device.type != "cpu":  # a GPU (the runtime computes on the CPU or with CUDA)
         states.append(torch.cuda.get_rng_state(device))
     return states
 
