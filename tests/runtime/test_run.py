@@ -615,23 +615,6 @@ def test_tidgap_run_under_torchrun_runs_a_rank_and_rank_0_reports(
     assert document["run"]["recompute"] == [False, False]
 
 
-def test_tidgap_run_on_two_torchrun_agents_as_on_two_machines(
-    problem_file: Path, tmp_path: Path
-) -> None:
-    """The several-machines form: two agents (``--nnodes 2``, one process each, a c10d
-    rendezvous) stand for two machines; each rank runs its stage, gradients are checked,
-    and the one agent holding rank 0 prints the report."""
-    plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
-    args = ["run", str(problem_file), str(plan), *MODEL, *QUICK, "--check-gradients", "--json"]
-    agents = tidgap_under_torchrun(args, processes=1, nodes=2)
-    assert [agent.returncode for agent in agents] == [0, 0], [a.stderr for a in agents]
-    (report,) = [agent.stdout for agent in agents if agent.stdout]
-    document = json.loads(report)
-    assert document["run"]["recompute"] == [True, True]
-    assert document["run"]["max_gradient_relative_difference"] < 1e-4
-    assert len(document["run"]["measured"]["iterations"]) == 2
-
-
 def test_tidgap_run_under_torchrun_needs_a_process_per_stage(
     problem_file: Path, tmp_path: Path
 ) -> None:
