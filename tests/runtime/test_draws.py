@@ -12,6 +12,7 @@ from torch import nn  # noqa: E402
 
 from tests.runtime.pipeline_models import FeatureNoise  # noqa: E402
 from tidgap.profiling.models import Model, gpt  # noqa: E402
+from tidgap.runtime.drawing import drawing_of  # noqa: E402
 from tidgap.runtime.draws import NotReplayable, RecordedDraws, Recording, Replay  # noqa: E402
 from tidgap.runtime.reference import max_relative_difference  # noqa: E402
 from tidgap.runtime.stage import TorchStage  # noqa: E402
@@ -70,7 +71,7 @@ def test_a_recompute_stage_replays_its_forwards_masks_per_sample() -> None:
     replayed = gradients_after(recomputing, forward, backward)
     stored = gradients_after(storing, forward, [(0, 8)])
     assert recomputing.redrawn is None
-    assert recomputing._drawing._found == []  # every draw an nn.Dropout's own: no dispatch
+    assert drawing_of(model.layers)._found == []  # every draw an nn.Dropout's own: no dispatch
     assert max_relative_difference(replayed, stored) < 1e-10
     model.layers.eval()  # no dropout: the same on both sides, and not the train-mode gradients
     plain = gradients_after(recomputing, forward, backward)

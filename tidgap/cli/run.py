@@ -57,7 +57,7 @@ from tidgap.runtime.report import (
     speedup,
     speedup_line,
 )
-from tidgap.runtime.worker import local_processes, torchrun_rank
+from tidgap.runtime.worker import local_processes, stage_count_mismatch, torchrun_rank
 
 #: Largest max relative gradient difference accepted, by precision.
 TOLERANCE = {False: 1e-4, True: 1e-10}
@@ -359,13 +359,9 @@ def results_under_torchrun(
 
 def require_world(world_size: int, problem: Problem, source: str) -> None:
     """:class:`InputError` unless torchrun started one process per stage of ``problem``."""
-    if world_size != problem.num_stages:
-        raise InputError(
-            f"has {problem.num_stages} stages, and torchrun started {world_size} processes "
-            "(WORLD_SIZE): one per stage",
-            ("stages",),
-            source=source,
-        )
+    why = stage_count_mismatch(problem.num_stages, world_size)
+    if why is not None:
+        raise InputError(f"has {why}", ("stages",), source=source)
 
 
 def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> list[list[dict]]:

@@ -52,7 +52,7 @@ from tidgap.profiling.run import (
     problem_from,
     torch_device,
 )
-from tidgap.runtime.worker import local_processes, rank_device
+from tidgap.runtime.worker import local_processes, rank_device, stage_count_mismatch
 
 #: Seconds a rank may wait for the others at any point (the longest stage's measurement).
 TIMEOUT = 3600.0
@@ -60,12 +60,9 @@ TIMEOUT = 3600.0
 
 def require_world(world_size: int, stages: int) -> None:
     """:class:`InputError` on ``--stages`` unless torchrun started one process per stage."""
-    if world_size != stages:
-        raise InputError(
-            f"{stages} stages, and torchrun started {world_size} processes (WORLD_SIZE): "
-            "one per stage",
-            source="--stages",
-        )
+    why = stage_count_mismatch(stages, world_size)
+    if why is not None:
+        raise InputError(why, source="--stages")
 
 
 def require_link_devices(device: torch.device) -> None:

@@ -340,8 +340,8 @@ def profile(
     return problem_from(model, settings, measured, [place], device, kept_freed_memory, command)
 
 
-def places_source(places: Sequence[Place], device: torch.device) -> Json:
-    """``source``'s ``description`` tail and where it was measured: one process's
+def places_source(places: Sequence[Place], device: torch.device) -> tuple[str, Json]:
+    """Where it was measured, as ``source``'s ``description`` ends, and as fields: one process's
     ``machine``, ``threads`` and ``other_processes_cores``; with a :class:`Place` per stage
     (under torchrun), the distinct machines and thread counts, the most busy cores, and
     ``ranks``, each stage's place."""
@@ -369,7 +369,7 @@ def places_source(places: Sequence[Place], device: torch.device) -> Json:
             }
             for place in places
         ]
-    return {"where": where, **fields}
+    return where, fields
 
 
 def problem_from(
@@ -395,16 +395,16 @@ def problem_from(
     boundary_bytes = [m.output_bytes_per_sample for m in runs[-1][:-1]]
     links = [link(b, settings.bandwidth, settings.latency) for b in boundary_bytes]
     config = ", ".join(f"{key} {value}" for key, value in model.config.items())
-    where = places_source(places, device)
+    where, fields = places_source(places, device)
     source = {
         "description": f"{model.name} ({config}), {settings.stages} stages, batch "
-        f"{settings.batch_size}, unit {settings.unit}; measured on {where.pop('where')}",
+        f"{settings.batch_size}, unit {settings.unit}; measured on {where}",
         "measured": True,
         "generated_by": f"tidgap profile (tidgap {__version__})",
         "command": command,
         "model": {"name": model.name, "parameters": parameter_count(model), **model.config},
         "device": device.type,
-        **where,
+        **fields,
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
         "date": datetime.date.today().isoformat(),
         "split": measured.how,

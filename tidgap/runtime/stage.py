@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from tidgap.profiling.measure import synchronize
-from tidgap.runtime.drawing import drawing_of, generators_unchanged
+from tidgap.runtime.drawing import DrawingModules, drawing_of, generators_unchanged
 from tidgap.runtime.draws import NotReplayable, RecordedDraws, Recording, Replay
 from tidgap.runtime.task import Task
 
@@ -176,7 +176,6 @@ class TorchStage:
         #: Why this recompute stage's random draws cannot be replayed (then its
         #: recomputed forwards draw anew); ``None`` while they can.
         self.redrawn: str | None = None
-        self._drawing = drawing_of(module)
         self._loss: Tensor | None = None
         self.held = HeldBytes(module)
         #: Where the stage computes (its task's device).
@@ -243,11 +242,10 @@ class TorchStage:
         the last stage."""
         if self.recompute:
             recording = Recording()
-            replaying = self._replaying()
-            drawing = self._drawing.under(recording) if replaying else nullcontext()
-            with torch.no_grad(), drawing:
+            drawing = self._replaying()
+            with torch.no_grad(), drawing.under(recording) if drawing else nullcontext():
                 y = self._output(samples, self._stage_input(samples))
-            if replaying:
+            if drawing:
                 self._draws.add(samples, recording.draws)
         else:
             x = self._graph_input(samples)
@@ -262,19 +260,23 @@ class TorchStage:
             return None
         return y.detach()
 
-    def _replaying(self) -> bool:
-        """Whether forwards record their random draws for the recomputation to replay: in
-        train mode, while they can be replayed."""
-        return self.module.training and self.redrawn is None
+    def _replaying(self) -> DrawingModules | None:
+        """Where the stage draws (:func:`drawing_of` its module) when its forwards record
+        their random draws for the recomputation to replay: a recompute stage in train mode,
+        while they can be replayed; else ``None``."""
+        if self.recompute and self.module.training and self.redrawn is None:
+            return drawing_of(self.module)
+        return None
 
     def _recomputed(self, samples: Samples, x: Tensor) -> Tensor:
         """The forward of ``samples`` on ``x`` again, with grad, its random draws replayed
         from the forward chunks' (:class:`Replay`); drawn anew where they cannot be, from
         then on, :attr:`redrawn` saying why."""
-        if self._replaying():
+        drawing = self._replaying()
+        if drawing:
             try:
                 replay = Replay(self._draws.rows(samples))
-                with self._drawing.under(replay), generators_unchanged(self.device):
+                with drawing.under(replay), generators_unchanged(self.device):
                     y = self._output(samples, x)
                 replay.check_done()
                 return y

@@ -385,6 +385,16 @@ def torchrun_rank() -> tuple[int, int] | None:
     return int(values[0]), int(values[1])
 
 
+def stage_count_mismatch(stages: int, world_size: int) -> str | None:
+    """Why torchrun's ``world_size`` processes cannot run ``stages`` stages (one process per
+    stage), or ``None`` when they can."""
+    if world_size == stages:
+        return None
+    return (
+        f"{stages} stages, and torchrun started {world_size} processes (WORLD_SIZE): one per stage"
+    )
+
+
 def local_processes() -> int:
     """How many processes torchrun started on this machine (``LOCAL_WORLD_SIZE``; 1 when
     it does not say)."""
