@@ -40,15 +40,16 @@ MLP = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 8), nn.Tanh(), nn
 FUSED = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), Fuse(), nn.Linear(12, 3))
 
 
-class Noise(nn.Module):
-    """Adds fresh noise at every call: a pipelined run and one process disagree."""
+class Centre(nn.Module):
+    """Subtracts the mean over the samples it is given: a pipelined run (each microbatch's
+    own mean) and one process (the whole batch's) compute different functions."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + 0.1 * torch.randn_like(x)
+        return x - x.mean(dim=0, keepdim=True)
 
 
-#: The MLP's first layers with :class:`Noise` on stage 1: its gradient check must fail.
-NOISY = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), Noise(), nn.Linear(12, 3))
+#: The MLP's first layers with :class:`Centre` on stage 1: its gradient check must fail.
+COUPLED = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), Centre(), nn.Linear(12, 3))
 
 
 class FeatureNoise(nn.Module):
@@ -64,3 +65,9 @@ class FeatureNoise(nn.Module):
 DRAWING = nn.Sequential(
     nn.Linear(6, 12), nn.Dropout(0.5), nn.Tanh(), nn.Linear(12, 8), FeatureNoise(), nn.Linear(8, 3)
 )
+#: Split at 3: dropout on both stages, replayed per sample (a gradient check in train mode).
+DROPOUT = nn.Sequential(
+    nn.Linear(6, 12), nn.Dropout(0.5), nn.Tanh(), nn.Linear(12, 8), nn.Dropout(0.3), nn.Linear(8, 3)
+)
+#: Split at 2: batch norm on stage 0 (a gradient check in eval mode).
+BATCH_NORM = nn.Sequential(nn.Linear(6, 12), nn.BatchNorm1d(12), nn.Tanh(), nn.Linear(12, 3))

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
+LEAF = torch.utils._pytree.tree_flatten(torch.ones(1))[1]
 
 from tidgap.model.errors import InputError  # noqa: E402
+from tidgap.runtime.draws import Draw, as_saved  # noqa: E402
 from tidgap.runtime.report import load_results  # noqa: E402
 from tidgap.runtime.results_check import check_result  # noqa: E402
 from tidgap.runtime.worker import result_path  # noqa: E402
@@ -42,6 +44,15 @@ def changed(**fields: Any) -> Callable[[dict[str, Any]], None]:
     return lambda r: r.update(fields)
 
 
+#: A saved dropout mask (:func:`tidgap.runtime.draws.as_saved`).
+MASK = as_saved([Draw("nn.Dropout mask", [torch.ones(4, 2, dtype=torch.bool)], LEAF)])[0]
+
+
+def train_draws(*draws: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """A train-mode check's result holding ``draws``."""
+    return changed(checked_in="train", draws=list(draws))
+
+
 def row(change: tuple[Any, ...]) -> Callable[[dict[str, Any]], None]:
     def apply(r: dict[str, Any]) -> None:
         r["iterations"][1][1] = change
@@ -51,6 +62,8 @@ def row(change: tuple[Any, ...]) -> Callable[[dict[str, Any]], None]:
 
 def test_a_workers_result_passes() -> None:
     check_result(result(1), 1)
+    train_draws(MASK)(checked := result(1))
+    check_result(checked, 1)
 
 
 @pytest.mark.parametrize(
@@ -73,6 +86,12 @@ def test_a_workers_result_passes() -> None:
         (changed(plan=[[4], [4]]), "plan: is not an object"),
         (changed(starts=[0.5, float("inf")]), "starts: is not one finite start time"),
         (changed(gradients={"w": [1.0]}), "gradients: is not a mapping of parameter names"),
+        (changed(checked_in="dream"), 'checked_in: is not "train", "eval" or null'),
+        (changed(eval_reason=3), "eval_reason: is not a reason or null"),
+        (changed(checked_in="eval", draws=[]), "draws: is given for a check not in train"),
+        (changed(checked_in="train"), "draws: is missing for a train-mode check"),
+        (train_draws({"name": "mask", "tensors": [1]}), "draws[0]: is not a random draw"),
+        (train_draws({**MASK, "structure": "[1, {"}), "draws[0].structure: is not a tensor"),
     ],
 )
 def test_a_damaged_result_names_the_field(

@@ -126,10 +126,11 @@ def test_three_stages_one_f_one_b(tmp_path: Path) -> None:
 
 def test_gradients_that_differ_exit_1(problem_file: Path, tmp_path: Path) -> None:
     plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
-    noisy = ["--model", "tests.runtime.pipeline_models:NOISY", "--input-shape", "6"]
-    result = run_cli("run", str(problem_file), str(plan), *noisy, *QUICK, "--check-gradients")
+    coupled = ["--model", "tests.runtime.pipeline_models:COUPLED", "--input-shape", "6"]
+    result = run_cli("run", str(problem_file), str(plan), *coupled, *QUICK, "--check-gradients")
     assert result.exit_code == 1, describe(result)
-    assert "gradients (eval mode: dropout off): max relative difference" in result.stdout
+    replayed = "train mode, the pipeline's random draws replayed"
+    assert f"gradients ({replayed}): max relative difference" in result.stdout
     assert result.stderr.startswith("tidgap: error: run: gradients of plan differ from one")
 
 
@@ -138,7 +139,7 @@ def test_a_recompute_plan_replays_dropout_and_says_where_it_cannot(
 ) -> None:
     """Both stages recompute in train mode: stage 0's dropout is replayed per sample,
     stage 1's noise per feature cannot be, and the report says so (its gradients, checked
-    in eval mode, still match)."""
+    again in eval mode for it, still match)."""
     plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
     model = ["--model", "tests.runtime.pipeline_models:DRAWING", "--input-shape", "6"]
     args = [str(problem_file), str(plan), *model, "--split", "3", *QUICK, "--check-gradients"]
@@ -147,7 +148,39 @@ def test_a_recompute_plan_replays_dropout_and_says_where_it_cannot(
     assert "stage 1 drew its recomputed forwards' random values anew: " in result.stdout
     assert "its first dimension is not the samples" in result.stdout
     assert "stage 0 drew" not in result.stdout
+    assert "gradients (eval mode: dropout off; stage 3-5: " in result.stdout
     assert "its random draws replayed per sample" in result.stdout
+
+
+@pytest.mark.parametrize("kind", ["ordered-aligned", "recompute"])
+def test_gradients_are_checked_in_train_mode_with_the_pipelines_dropout(
+    kind: str, problem_file: Path, tmp_path: Path
+) -> None:
+    """Dropout on both stages: the reference replays the masks the pipeline's forward
+    chunks drew (a recomputing stage replays them too), so train-mode gradients agree to
+    float64 rounding; the reference drawing its own masks would be far off."""
+    plan = plan_file(tmp_path, kind, **PLANS[kind])
+    dropout = ["--model", "tests.runtime.pipeline_models:DROPOUT", "--input-shape", "6"]
+    args = [str(problem_file), str(plan), *dropout, "--split", "3", *QUICK, "--float64"]
+    result = run_cli("run", *args, "--check-gradients", "--json")
+    assert result.exit_code == 0, describe(result)
+    run = json.loads(result.stdout)["run"]
+    assert run["gradients_checked_in"] == "train"
+    assert run["gradient_eval_reason"] is None
+    assert run["max_gradient_relative_difference"] < 1e-10
+
+
+def test_batch_norm_is_checked_in_eval_mode_and_says_why(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    norm = ["--model", "tests.runtime.pipeline_models:BATCH_NORM", "--input-shape", "6"]
+    result = run_cli("run", str(problem_file), str(plan), *norm, *QUICK, "--check-gradients")
+    assert result.exit_code == 0, describe(result)
+    assert (
+        "gradients (eval mode: dropout off; layer 1 (BatchNorm1d) normalises each microbatch "
+        "by its own statistics in train mode): max relative difference" in result.stdout
+    )
 
 
 def test_float64_is_exact_on_a_recompute_plan(problem_file: Path, tmp_path: Path) -> None:
@@ -176,6 +209,8 @@ def test_one_f_one_b_json_and_trace(problem_file: Path, tmp_path: Path) -> None:
         "recompute",
         "redrawn",
         "max_gradient_relative_difference",
+        "gradients_checked_in",
+        "gradient_eval_reason",
         "replay",
         "memory",
     }

@@ -50,6 +50,7 @@ from tidgap.runtime.job import Job
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.report import (
     RunFigures,
+    checked_in,
     format_figures,
     load_results,
     merged_gradients,
@@ -260,8 +261,10 @@ def reference_differences(
     model: Any, results: list[dict[str, Any]], problem: Problem, job: Job
 ) -> tuple[float, float | None]:
     """The largest relative difference of the run's gradients from one process's forward
-    and backward of the whole batch, on the weights the workers used (eval mode), and with
-    ``job.optimizer`` of the parameters after the workers' step from those after one
+    and backward of the whole batch, on the weights the workers used and in the mode of
+    their checked iteration (in train mode each stage's random operators given the
+    pipelined iteration's draws: :func:`~tidgap.runtime.reference.replayed_forward`), and
+    with ``job.optimizer`` of the parameters after the workers' step from those after one
     process's step of the same optimizer over the whole model on the same weights and the
     run's gradients (``None`` without one). From the reference gradients instead, Adam's
     first step, about ``lr * g / (|g| + eps)``, would turn float32 noise in gradients near
@@ -270,22 +273,33 @@ def reference_differences(
     step in one process."""
     import torch
 
+    from tidgap.profiling.run import stage_modules
+    from tidgap.runtime.draws import from_saved
     from tidgap.runtime.reference import (
         max_relative_difference,
         reference_gradients,
         reference_step,
+        replayed_forward,
     )
     from tidgap.runtime.task import make_task
 
     dtype = torch.float64 if job.float64 else torch.float32
-    layers = copy.deepcopy(model.layers).to(dtype).eval()
+    cpu = torch.device("cpu")
+    reference = dataclasses.replace(model, layers=copy.deepcopy(model.layers).to(dtype))
+    layers = reference.layers
     weights: dict[str, Any] = {}
     for result in results:
         weights.update(result["weights"])
     layers.load_state_dict(weights)
-    task = make_task(model, problem.batch_size, job.seed, torch.device("cpu"), dtype)
+    train = checked_in(results) == "train"
+    layers.train(train)
+    forward = None
+    if train:
+        stages = [module for _, _, module in stage_modules(reference, job.boundaries)]
+        forward = replayed_forward(stages, [from_saved(r["draws"], cpu) for r in results])
+    task = make_task(model, problem.batch_size, job.seed, cpu, dtype)
     ran = merged_gradients(results)
-    gradients = max_relative_difference(ran, reference_gradients(layers, task))
+    gradients = max_relative_difference(ran, reference_gradients(layers, task, forward))
     if job.optimizer is None:
         return gradients, None
     assert job.lr is not None, "a job with an optimizer has a learning rate"
@@ -556,8 +570,10 @@ def worker_job(
     "--check-gradients",
     is_flag=True,
     help="Compare every parameter's gradient after one extra pipelined iteration with one "
-    "process's forward and backward of the whole batch (both in eval mode: dropout off); "
-    "exit 1 above 1e-4 (float32) or 1e-10 (--float64).",
+    "process's forward and backward of the whole batch, both in train mode with the "
+    "pipeline's dropout masks replayed (in eval mode where the model has batch norm or draws "
+    "that cannot be replayed per sample; the report says why); exit 1 above 1e-4 (float32) "
+    "or 1e-10 (--float64).",
 )
 @click.option("--float64", is_flag=True, help="Model and inputs in double precision.")
 @optimizer_options

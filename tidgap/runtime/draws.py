@@ -190,3 +190,29 @@ class Replay(TorchDispatchMode):
                 f"a recomputed forward did not run {self._draws[-1].name}, which its forward "
                 "ran: the stage's random draws cannot be replayed"
             )
+
+
+def as_saved(draws: list[Draw]) -> list[dict[str, Any]]:
+    """``draws`` as plain data for a rank's result file (which ``torch.load`` reads with
+    ``weights_only``): per draw its ``name``, its ``tensors`` on the CPU and its
+    ``structure`` (``treespec_dumps``)."""
+    return [
+        {
+            "name": draw.name,
+            "tensors": [t.detach().cpu() for t in draw.tensors],
+            "structure": pytree.treespec_dumps(draw.structure),
+        }
+        for draw in draws
+    ]
+
+
+def from_saved(saved: list[dict[str, Any]], device: torch.device) -> list[Draw]:
+    """The draws :func:`as_saved` gave, their tensors on ``device``."""
+    return [
+        Draw(
+            each["name"],
+            [t.to(device) for t in each["tensors"]],
+            pytree.treespec_loads(each["structure"]),
+        )
+        for each in saved
+    ]

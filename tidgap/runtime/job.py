@@ -36,7 +36,8 @@ class Job:
     ``tidgap profile`` model options, ``None`` when not given); ``boundaries``: the first
     layer of stages ``1..S-1``; ``iterations`` timed after ``warmup`` untimed ones;
     ``threads``: PyTorch threads per worker; ``check_gradients``: one extra first iteration
-    in eval mode whose parameter gradients each rank saves; ``float64``: model and inputs
+    (in train mode, its random draws kept; else in eval mode) whose parameter gradients
+    each rank saves; ``float64``: model and inputs
     in double precision; ``seed``: weights and data; ``results``: the folder each rank
     writes ``rank<R>.pt`` into; ``timeout``: seconds a worker may take in all;
     ``optimizer``: a :data:`~tidgap.runtime.optimizers.OPTIMIZERS` name each rank steps

@@ -11,11 +11,18 @@ per-rank results can be saved, merged and compared.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
+from tidgap.runtime.drawing import drawing_of, generators_unchanged
+from tidgap.runtime.draws import Draw, Replay
 from tidgap.runtime.optimizers import build_optimizer, step
 from tidgap.runtime.task import Task
+
+#: A forward of the whole model: ``(B, ...)`` inputs -> ``(B, ...)`` outputs.
+Forward = Callable[[Tensor], Tensor]
 
 
 def _trainable(layers: nn.Sequential, names: list[str] | None = None) -> dict[str, nn.Parameter]:
@@ -29,11 +36,44 @@ def _trainable(layers: nn.Sequential, names: list[str] | None = None) -> dict[st
     }
 
 
-def reference_gradients(layers: nn.Sequential, task: Task) -> dict[str, Tensor]:
-    """Every trainable parameter's gradient of the full-batch mean loss (one forward and
-    backward of all ``B`` samples), without touching the parameters' ``.grad``."""
+def batch_statistics(layers: nn.Module) -> str | None:
+    """Why a pipelined iteration in train mode computes another function than one forward
+    of the whole batch: the first layer that normalises by its batch's statistics (each
+    microbatch by its own), as a sentence; ``None`` if there is none."""
+    for name, module in layers.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            return (
+                f"layer {name} ({type(module).__name__}) normalises each microbatch by its "
+                "own statistics in train mode"
+            )
+    return None
+
+
+def replayed_forward(stages: list[nn.Module], draws: list[list[Draw]]) -> Forward:
+    """The whole model's forward as ``stages`` in turn, each random operator of stage
+    ``s`` given the values ``draws[s]`` holds (the pipelined iteration's, for the whole
+    batch: :meth:`~tidgap.runtime.stage.TorchStage.whole_batch_draws`) instead of drawing;
+    :class:`~tidgap.runtime.draws.NotReplayable` if a stage runs other random operators."""
+
+    def forward(x: Tensor) -> Tensor:
+        for module, drawn in zip(stages, draws, strict=True):
+            replay = Replay(drawn)
+            with drawing_of(module).under(replay), generators_unchanged(x.device):
+                x = module(x)
+            replay.check_done()
+        return x
+
+    return forward
+
+
+def reference_gradients(
+    layers: nn.Sequential, task: Task, forward: Forward | None = None
+) -> dict[str, Tensor]:
+    """Every trainable parameter's gradient of the full-batch mean loss (one forward,
+    ``layers`` or ``forward`` (of the same layers), and one backward of all ``B``
+    samples), without touching the parameters' ``.grad``."""
     parameters = _trainable(layers)
-    loss = task.batch_loss(layers(task.inputs))
+    loss = task.batch_loss((layers if forward is None else forward)(task.inputs))
     gradients = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
     return {
         key: (torch.zeros_like(p) if g is None else g).detach().cpu()

@@ -141,7 +141,10 @@ class RunFigures:
     parameter after the checked iteration's optimizer step from one process's step of the
     same optimizer on the same gradients (``None``: no optimizer or not checked);
     ``redrawn[s]``: why recompute stage ``s``'s random draws could not be replayed per
-    sample, so its recomputed forwards drew anew (``None``: replayed, or none to replay).
+    sample, so its recomputed forwards drew anew (``None``: replayed, or none to replay);
+    ``checked_in``: the gradient check's mode, ``"train"`` (the pipeline's random draws
+    replayed by the reference) or ``"eval"`` (``None``: not checked), and
+    ``eval_reason`` why eval mode (``None``: not said).
     """
 
     label: str
@@ -159,6 +162,8 @@ class RunFigures:
     predicted_memory: list[float] | None = None
     weight_difference: float | None = None
     redrawn: list[str | None] | None = None
+    checked_in: str | None = None
+    eval_reason: str | None = None
 
     @property
     def median(self) -> float:
@@ -195,6 +200,8 @@ class RunFigures:
             "recompute": list(self.recompute),
             "redrawn": self.redrawn,
             "max_gradient_relative_difference": self.gradient_difference,
+            "gradients_checked_in": self.checked_in,
+            "gradient_eval_reason": self.eval_reason,
             **weights,
             "memory": {"measured": self.peak_bytes, "predicted": self.predicted_memory},
             "replay": None
@@ -233,6 +240,8 @@ def run_figures(
         predicted_busy=[predicted.busy(s) for s in range(problem.num_stages)],
         recompute=[bool(result["recompute"]) for result in results],
         redrawn=[result.get("redrawn") for result in results],
+        checked_in=checked_in(results),
+        eval_reason=eval_reason(results),
         gradient_difference=gradient_difference,
         timeline=measured_timeline(problem, iterations[median], f"{label} measured"),
         predicted_timeline=predicted,
@@ -241,12 +250,33 @@ def run_figures(
     )
 
 
+def checked_in(results: Sequence[dict[str, Any]]) -> str | None:
+    """The mode of the ranks' checked iteration: ``"train"`` or ``"eval"`` (results of
+    workers that ran it in eval mode always say nothing: ``"eval"`` where they hold
+    gradients), ``None`` where none ran."""
+    mode = results[0].get("checked_in")
+    return "eval" if mode is None and results[0].get("gradients") is not None else mode
+
+
+def eval_reason(results: Sequence[dict[str, Any]]) -> str | None:
+    """Why the checked iteration ran in eval mode: the first rank's reason that gives one."""
+    return next((r["eval_reason"] for r in results if r.get("eval_reason")), None)
+
+
 def merged_gradients(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Every rank's saved parameter gradients in one dict (names are the whole model's)."""
     merged: dict[str, Any] = {}
     for result in results:
         merged.update(result["gradients"] or {})
     return merged
+
+
+def _check_mode(figures: RunFigures) -> str:
+    """The gradient check's mode in words, with the reason for eval mode."""
+    if figures.checked_in == "train":
+        return "train mode, the pipeline's random draws replayed"
+    why = "" if figures.eval_reason is None else f"; {figures.eval_reason}"
+    return f"eval mode: dropout off{why}"
 
 
 def _megabytes(count: float) -> str:
@@ -296,7 +326,7 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
         )
     if figures.gradient_difference is not None:
         lines.append(
-            f"  gradients (eval mode: dropout off): max relative difference "
+            f"  gradients ({_check_mode(figures)}): max relative difference "
             f"{figures.gradient_difference:.3g} from one process on the whole batch"
         )
     if figures.weight_difference is not None:

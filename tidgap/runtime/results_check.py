@@ -95,3 +95,32 @@ def check_result(result: Any, rank: int) -> None:
     _require(ok, "starts", "is not one finite start time per iteration")
     for field in ("gradients", "weights", "stepped"):
         _check_tensors(result.get(field), field)
+    mode = result.get("checked_in")
+    _require(mode in (None, "train", "eval"), "checked_in", 'is not "train", "eval" or null')
+    why = result.get("eval_reason")
+    _require(why is None or isinstance(why, str), "eval_reason", "is not a reason or null")
+    draws = result.get("draws")
+    _require(mode == "train" or draws is None, "draws", "is given for a check not in train mode")
+    _require(mode != "train" or draws is not None, "draws", "is missing for a train-mode check")
+    for i, draw in enumerate(draws or []):
+        _check_draw(draw, ("draws", i))
+
+
+def _check_draw(draw: Any, where: JsonPath) -> None:
+    """A saved draw (:func:`tidgap.runtime.draws.as_saved`): a name, tensors, a structure
+    that ``treespec_loads`` reads."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    ok = (
+        isinstance(draw, dict)
+        and isinstance(draw.get("name"), str)
+        and isinstance(draw.get("tensors"), list)
+        and all(isinstance(t, torch.Tensor) for t in draw["tensors"])
+        and isinstance(draw.get("structure"), str)
+    )
+    _require(ok, where, "is not a random draw (name, tensors, structure)")
+    try:
+        pytree.treespec_loads(draw["structure"])
+    except Exception:  # a damaged structure raises whatever its JSON decoding meets
+        _require(False, (*where, "structure"), "is not a tensor structure")

@@ -8,7 +8,8 @@ the chunks it covers; a recompute stage (:func:`tidgap.runtime.lowering.recomput
 its forwards without a graph, keeps its inputs, and re-runs the forward of each backward
 chunk with grad before its backward; in train mode it replays, per sample, the random
 draws (dropout masks) its forward chunks made (:mod:`tidgap.runtime.draws`), or, where
-they cannot be replayed, draws anew and says why (``redrawn``). The last
+they cannot be replayed, draws anew and says why (``redrawn``). Any stage keeps its
+forwards' draws for the gradient check while :attr:`TorchStage.checked_draws` is set. The last
 stage's loss per chunk is the sum of its per-sample losses divided by ``B``, so the
 chunks' sum is the full-batch mean loss.
 """
@@ -25,7 +26,7 @@ from torch import Tensor, nn
 
 from tidgap.profiling.measure import synchronize
 from tidgap.runtime.drawing import DrawingModules, drawing_of, generators_unchanged
-from tidgap.runtime.draws import NotReplayable, RecordedDraws, Recording, Replay
+from tidgap.runtime.draws import Draw, NotReplayable, RecordedDraws, Recording, Replay
 from tidgap.runtime.task import Task
 
 Samples = tuple[int, int]
@@ -176,6 +177,9 @@ class TorchStage:
         #: Why this recompute stage's random draws cannot be replayed (then its
         #: recomputed forwards draw anew); ``None`` while they can.
         self.redrawn: str | None = None
+        #: While set (the checked iteration of ``tidgap run --check-gradients``, in train
+        #: mode): every forward chunk's random draws, for the reference to replay.
+        self.checked_draws: RecordedDraws | None = None
         self._loss: Tensor | None = None
         self.held = HeldBytes(module)
         #: Where the stage computes (its task's device).
@@ -240,19 +244,22 @@ class TorchStage:
     def forward(self, samples: Samples) -> Tensor | None:
         """Forward of ``samples``; the output chunk ``(hi - lo, ...)`` to send, ``None`` on
         the last stage."""
+        recording = Recording()
+        drawing = self._recording()
+        drawn = drawing.under(recording) if drawing else nullcontext()
         if self.recompute:
-            recording = Recording()
-            drawing = self._replaying()
-            with torch.no_grad(), drawing.under(recording) if drawing else nullcontext():
+            with torch.no_grad(), drawn:
                 y = self._output(samples, self._stage_input(samples))
-            if drawing:
-                self._draws.add(samples, recording.draws)
         else:
             x = self._graph_input(samples)
-            with self.held.watching():
+            with self.held.watching(), drawn:
                 y = self._output(samples, x)
             self._graphs.append((samples, x, y))
             self._inputs.drop_through(samples[1])
+        if self._replaying():
+            self._draws.add(samples, recording.draws)
+        if drawing and self.checked_draws is not None:
+            self.checked_draws.add(samples, recording.draws)
         self.held.sample(self._kept())
         synchronize(self.device)  # the op's end is when its kernels end, on a GPU
         if self.last:
@@ -260,22 +267,26 @@ class TorchStage:
             return None
         return y.detach()
 
-    def _replaying(self) -> DrawingModules | None:
+    def _replaying(self) -> bool:
+        """Whether the recomputation replays the forwards' random draws: a recompute stage
+        in train mode, while they can be replayed."""
+        return self.recompute and self.module.training and self.redrawn is None
+
+    def _recording(self) -> DrawingModules | None:
         """Where the stage draws (:func:`drawing_of` its module) when its forwards record
-        their random draws for the recomputation to replay: a recompute stage in train mode,
-        while they can be replayed; else ``None``."""
-        if self.recompute and self.module.training and self.redrawn is None:
-            return drawing_of(self.module)
-        return None
+        their random draws: for the recomputation (:meth:`_replaying`) or for the gradient
+        check (:attr:`checked_draws`, in train mode); else ``None``."""
+        checked = self.checked_draws is not None and self.module.training
+        return drawing_of(self.module) if self._replaying() or checked else None
 
     def _recomputed(self, samples: Samples, x: Tensor) -> Tensor:
         """The forward of ``samples`` on ``x`` again, with grad, its random draws replayed
         from the forward chunks' (:class:`Replay`); drawn anew where they cannot be, from
         then on, :attr:`redrawn` saying why."""
-        drawing = self._replaying()
-        if drawing:
+        if self._replaying():
             try:
                 replay = Replay(self._draws.rows(samples))
+                drawing = drawing_of(self.module)
                 with drawing.under(replay), generators_unchanged(self.device):
                     y = self._output(samples, x)
                 replay.check_done()
@@ -284,6 +295,17 @@ class TorchStage:
                 self.redrawn = str(error)
                 self._draws.clear()
         return self._output(samples, x)
+
+    def whole_batch_draws(self) -> list[Draw]:
+        """The random draws the forward chunks made while :attr:`checked_draws` was set, as
+        one forward of the whole batch takes them (rows ``0..B``, each draw's chunks
+        joined), and stop keeping them; :class:`NotReplayable` where they cannot be
+        replayed per sample, or where the recomputed forwards drew anew (:attr:`redrawn`)."""
+        record, self.checked_draws = self.checked_draws, None
+        assert record is not None, "checked_draws was set before the checked iteration"
+        if self.redrawn is not None:
+            raise NotReplayable(self.redrawn)
+        return record.rows((0, self.task.batch_size))
 
     def _covered(self, samples: Samples) -> list[tuple[Samples, Tensor, Tensor]]:
         """The stored forward chunks that make up backward ``samples``, removed from store."""

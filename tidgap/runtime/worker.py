@@ -7,9 +7,10 @@ its own stage's layers on its device (the CPU, or with ``device`` ``cuda`` a GPU
 :func:`rank_device`; chunks travel between ranks through host memory), lowers the plan
 (and the job's alternates, which run in turn with it, iteration by iteration) and runs
 iterations through :func:`tidgap.runtime.executor.execute`. With ``check_gradients`` a
-first, extra iteration of each plan runs in eval mode (dropout off, so the single-process
-reference sees the same function) and its parameter gradients are kept; the ``warmup``
-and timed ``iterations`` run in train mode. Each iteration starts at a barrier; its
+first, extra iteration of each plan runs in train mode with its random draws kept for the
+single-process reference to replay, or in eval mode (dropout off) where they cannot be
+(:func:`run_rank`'s ``checked``), and its parameter gradients are kept; the ``warmup`` and
+timed ``iterations`` run in train mode. Each iteration starts at a barrier; its
 records are in seconds from there. With an optimizer (``job.optimizer``) each rank steps
 its own stage's parameters after its last backward, before it waits for its last sends
 (:class:`TailHandlers`), recorded as a ``"tail"`` record; the checked iteration keeps the
@@ -155,7 +156,10 @@ def run_rank(
     plan's checked iteration's backwards) and ``weights`` (:func:`stage_weights` before
     it), both ``None`` without ``check_gradients``, and ``stepped`` (this stage's
     parameters after the checked iteration's optimizer step; ``None`` without
-    ``check_gradients`` or an optimizer)."""
+    ``check_gradients`` or an optimizer), ``checked_in`` (the checked iteration's mode,
+    ``"train"`` or ``"eval"``), ``eval_reason`` (this rank's reason for eval mode) and
+    ``draws`` (in train mode, the stage's random draws for the whole batch), all three
+    ``None`` without ``check_gradients``."""
     import torch
     from torch import distributed as dist
 
@@ -165,10 +169,11 @@ def run_rank(
     from tidgap.profiling.allocator import keep_freed_memory
     from tidgap.profiling.run import stage_modules
     from tidgap.runtime.dist_transport import DistTransport
+    from tidgap.runtime.draws import NotReplayable, RecordedDraws, as_saved
     from tidgap.runtime.executor import execute
     from tidgap.runtime.lowering import lower, recomputes
     from tidgap.runtime.optimizers import build_optimizer, step
-    from tidgap.runtime.reference import stage_gradients, stage_parameters
+    from tidgap.runtime.reference import batch_statistics, stage_gradients, stage_parameters
     from tidgap.runtime.stage import boundary_specs, stage_of
     from tidgap.runtime.task import make_task
 
@@ -238,10 +243,9 @@ def run_rank(
             rows.append(("tail", 0, 0, 0, handlers.span[0] - start, handlers.span[1] - start))
         return start, rows
 
-    def checked(run: PlanRun) -> dict[str, Any]:
-        """The checked iteration of ``run`` (eval mode): the weights before it, the
-        gradients its backwards left and, with an optimizer, the parameters after its
-        step."""
+    def checked_iteration(run: PlanRun, train: bool) -> dict[str, Any]:
+        """One checked iteration of ``run``: the weights before it, the gradients its
+        backwards left and, with an optimizer, the parameters after its step."""
         weights = stage_weights(model.layers, names)
         kept: dict[str, Any] = {}
 
@@ -251,11 +255,38 @@ def run_rank(
             if tail is not None:
                 tail()
 
-        iteration(run, train=False, after=checked_tail)
+        iteration(run, train=train, after=checked_tail)
         stepped = None if tail is None else stage_parameters(model.layers, names)
         return {"gradients": kept, "weights": weights, "stepped": stepped}
 
-    unchecked = {"gradients": None, "weights": None, "stepped": None}
+    def checked(run: PlanRun) -> dict[str, Any]:
+        """The checked iteration of ``run`` (:func:`checked_iteration`): in train mode, its
+        forwards' random draws kept for the reference to replay (``draws``: the whole
+        batch's, :func:`~tidgap.runtime.draws.as_saved`), unless the model normalises by
+        batch statistics (every rank sees it: every rank builds the whole model) or some
+        rank's draws cannot be replayed (then again in eval mode); ``checked_in`` says
+        which, ``eval_reason`` this rank's reason for eval mode (``None``: another's)."""
+        why = batch_statistics(model.layers)
+        if why is None:
+            run.stage.checked_draws = RecordedDraws()
+            kept = checked_iteration(run, train=True)
+            try:
+                draws = as_saved(run.stage.whole_batch_draws())
+            except NotReplayable as error:
+                draws, why = None, f"stage {stages[rank][0]}: {error}"
+            if every_rank(why is None):
+                return {**kept, "checked_in": "train", "eval_reason": None, "draws": draws}
+        kept = checked_iteration(run, train=False)
+        return {**kept, "checked_in": "eval", "eval_reason": why, "draws": None}
+
+    unchecked = {
+        "gradients": None,
+        "weights": None,
+        "stepped": None,
+        "checked_in": None,
+        "eval_reason": None,
+        "draws": None,
+    }
     checks = [checked(run) if job.check_gradients else unchecked for run in runs]
     for _ in range(job.warmup):
         for run in runs:
@@ -287,6 +318,17 @@ def run_rank(
         ]
     )
     dist.destroy_process_group()  # on failure, main ends the process instead
+
+
+def every_rank(ok: bool) -> bool:
+    """Whether ``ok`` holds on every rank of the process group (a collective: every rank
+    calls it)."""
+    import torch
+    from torch import distributed as dist
+
+    flag = torch.tensor([int(ok)])
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 def rank_device(kind: str) -> Any:
