@@ -5,13 +5,16 @@ torchrun agents, one (``--standalone``) or two standing for two machines."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.profiling.test_profile import MLP, error_line, run
-from tests.support.torchrun_env import as_torchrun, tidgap_under_torchrun
+from tests.support.torchrun_env import ROOT, as_torchrun, tidgap_under_torchrun
 from tidgap.model.problem import Problem
 
 pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
@@ -111,3 +114,40 @@ def test_neighbours_agree_on_the_order_of_the_links_they_share(stages: int) -> N
     forward, backward = assembled_transfers(each, stages)
     assert forward == [[[float(f"{s}.{s}")]] for s in range(stages - 1)]
     assert backward == [[[float(f"{s + 1}.{s}")]] for s in range(stages - 1)]
+
+
+#: A model whose import hangs on rank 1 with ``TIDGAP_TEST_RANK1=hang``
+#: (:mod:`tests.runtime.pipeline_models`; ``RANK`` is read at import).
+HANGING = ["tests.runtime.pipeline_models:MLP", "--input-shape", "6", "--batch-size", "4", "-q"]
+
+
+def test_a_rank_that_hangs_ends_the_profile_at_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 hangs importing the model, rank 0 waits for it in the group: each rank's
+    ``--timeout`` ends it, torchrun stops the other, and nothing is written."""
+    monkeypatch.setenv("TIDGAP_TEST_RANK1", "hang")
+    out = tmp_path / "problem.json"
+    started = time.monotonic()
+    args = ["profile", *HANGING, "--stages", "2", "--timeout", "4", "--out", str(out)]
+    (done,) = tidgap_under_torchrun(args, processes=2, timeout=90)
+    assert done.returncode != 0 and time.monotonic() - started < 60
+    assert "timed out; exiting" in done.stderr, done.stderr
+    assert not out.exists()
+
+
+def test_one_process_that_hangs_ends_at_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside torchrun the limit holds too: exit 124, one line, nothing written."""
+    monkeypatch.setenv("TIDGAP_TEST_RANK1", "hang")
+    monkeypatch.setenv("RANK", "1")  # alone: torchrun sets more, so this is no rank
+    out = tmp_path / "problem.json"
+    started = time.monotonic()
+    args = ["profile", *HANGING, "--stages", "2", "--timeout", "1", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "tidgap", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 124 and time.monotonic() - started < 30
+    assert done.stderr.strip().splitlines()[-1] == "tidgap profile timed out; exiting"
+    assert not out.exists() and done.stdout == ""

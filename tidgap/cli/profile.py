@@ -26,7 +26,7 @@ from tidgap.model.problem import Problem
 from tidgap.outputs.files import check_outputs, json_file, write_files, write_json
 from tidgap.profiling.synth import SHAPES, synth_problem
 from tidgap.runtime.optimizers import DEFAULT_LR, OPTIMIZERS
-from tidgap.runtime.worker import torchrun_rank
+from tidgap.runtime.worker import start_watchdog, torchrun_rank
 
 #: The most problems one synth writes.
 MAX_SYNTH_COUNT = 10**5
@@ -305,6 +305,14 @@ def learning_rate(optimizer: str | None, lr: float | None) -> float | None:
     "direction.",
 )
 @optimizer_options
+@click.option(
+    "--timeout",
+    type=Number(min=0, min_open=True),
+    help="Seconds the profile may take, the model's import included; then it exits with "
+    "status 124 and writes nothing. Under torchrun each rank's own limit: a rank that hangs "
+    "or waits for one that hangs ends, and torchrun stops the others (default: no limit; a "
+    "rank waits up to an hour for the others at each step).",
+)
 @click.option("--name", help="Problem name (default: the output file's stem, else the model).")
 @model_options
 @click.option(
@@ -333,6 +341,7 @@ def profile_command(
     optimizer: str | None,
     lr: float | None,
     measure_links: bool,
+    timeout: float | None,
     name: str | None,
     out: str | None,
     quiet: bool,
@@ -366,6 +375,11 @@ def profile_command(
             f"--measure-links measures the links: give it without {' and '.join(guessed)}"
         )
     check_outputs(None, None, ("--out", out))
+    here = torchrun_rank()
+    watchdog = None
+    if timeout is not None:
+        who = "tidgap profile" + ("" if here is None else f" (rank {here[0]})")
+        watchdog = start_watchdog(timeout, who, launched=here is not None)
     built = build_model(model, model_options)
     from tidgap.profiling.run import Settings, profile, step_count, torch_device
 
@@ -387,14 +401,13 @@ def profile_command(
         lr=lr,
     )
     command = _command_line(context)
-    here = torchrun_rank()
     show = not (quiet or as_json) and sys.stderr.isatty() and here is None
     with contextlib.redirect_stdout(sys.stderr):  # what the model prints stays off --json
         if here is not None:
             from tidgap.profiling.ranks import profile_rank
 
             try:
-                mine = profile_rank(built, settings, command, *here, measure_links)
+                mine = profile_rank(built, settings, command, *here, measure_links, timeout)
             except InputError as error:
                 raise error.within(model) from None
             if mine is None:  # rank 0 reports
@@ -412,6 +425,8 @@ def profile_command(
                 from tidgap.profiling.links import with_measured_links
 
                 document = with_measured_links(document, built, torch_device(device))
+    if watchdog is not None:  # measured: what is left is quick, and writes
+        watchdog.set()
     loaded = Problem.from_dict(document)
     other = document["source"]["other_processes_cores"]
     if other is not None and other > BUSY_CORES:

@@ -11,7 +11,9 @@ the real path between them (the upstream rank times the forward direction, the d
 the backward, as :mod:`tidgap.profiling.links` does between two local processes; links
 measured in two phases, even then odd, so that no rank is in two at once). Everything
 reaches rank 0 (``gather_object``), which alone builds the problem; the others return
-``None``. A rank that fails ends with an exception, and torchrun's agent stops the others.
+``None``. A rank that fails ends with an exception, and torchrun's agent stops the others;
+with ``tidgap profile --timeout`` a rank that hangs, or waits for one that hangs, is ended
+by its watchdog (:func:`tidgap.runtime.worker.start_watchdog`, started by the command).
 """
 
 from __future__ import annotations
@@ -140,12 +142,14 @@ def profile_rank(
     rank: int,
     world_size: int,
     measure_links: bool,
+    timeout: float | None = None,
     on_step: Step = lambda label: None,
 ) -> Json | None:
     """Profile stage ``rank`` of ``model`` in this process (torchrun's rank ``rank`` of
     ``world_size``, one per stage) and, with ``measure_links``, its links to its
-    neighbours: on rank 0 the problem document, on the others ``None``. Bad settings raise
-    :class:`InputError` before the group forms."""
+    neighbours: on rank 0 the problem document, on the others ``None``. A rank waits for
+    the others at most ``timeout`` seconds at each step (default :data:`TIMEOUT`). Bad
+    settings raise :class:`InputError` before the group forms."""
     require_world(world_size, settings.stages)
     given = checked_split(model, settings)
     device = torch_device(settings.device)
@@ -153,8 +157,8 @@ def profile_rank(
         require_link_devices(device)
     device = rank_device(device.type)  # this rank's GPU: LOCAL_RANK modulo the GPUs
     kept_freed_memory = keep_freed_memory()
-    timeout = datetime.timedelta(seconds=TIMEOUT)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timeout)
+    waits = datetime.timedelta(seconds=TIMEOUT if timeout is None else timeout)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=waits)
     try:
         with prepared(model, settings, device):
             split: Split = shared(

@@ -69,22 +69,25 @@ def progress(text: str) -> None:
     print(text, flush=True)
 
 
-def start_watchdog(timeout: float) -> threading.Event:
-    """A daemon thread that ends the process (status :data:`WATCHDOG_STATUS`) once
-    ``timeout`` seconds pass or the parent process is gone: the one named by
-    :data:`PARENT_VARIABLE` (set by the launcher, so a parent that died before this
-    started counts too), else the parent at the call (torchrun's agent). Setting the
-    returned event stops it."""
+def start_watchdog(timeout: float, who: str = "worker", launched: bool = True) -> threading.Event:
+    """A daemon thread that ends the process (status :data:`WATCHDOG_STATUS`, a line on
+    stderr naming ``who``) once ``timeout`` seconds pass or, when ``launched``, the parent
+    process is gone: the one named by :data:`PARENT_VARIABLE` (set by the launcher, so a
+    parent that died before this started counts too), else the parent at the call
+    (torchrun's agent). Setting the returned event stops it."""
     parent = int(os.environ.get(PARENT_VARIABLE) or os.getppid())
     deadline = time.monotonic() + timeout
     stopped = threading.Event()
 
+    def here() -> bool:
+        return not launched or os.getppid() == parent
+
     def watch() -> None:
-        while time.monotonic() < deadline and os.getppid() == parent:
+        while time.monotonic() < deadline and here():
             if stopped.wait(WATCHDOG_PERIOD):
                 return
-        reason = "timed out" if os.getppid() == parent else "its launcher is gone"
-        print(f"worker {reason}; exiting", file=sys.stderr, flush=True)
+        reason = "timed out" if here() else "its launcher is gone"
+        print(f"{who} {reason}; exiting", file=sys.stderr, flush=True)
         os._exit(WATCHDOG_STATUS)
 
     threading.Thread(target=watch, daemon=True).start()
