@@ -126,3 +126,19 @@ def test_ranks_with_different_iteration_counts_are_refused(tmp_path: Path) -> No
         load_results(tmp_path, 2)
     torch.save(result(1), result_path(tmp_path, 1))
     assert [r["rank"] for r in load_results(tmp_path, 2)] == [0, 1]
+
+
+def test_ranks_checked_in_different_modes_are_refused(tmp_path: Path) -> None:
+    """Rank 0 checked in train mode with its draws, rank 1 in eval mode: no reference can
+    replay both, so the folder is refused; saved draws load back (``weights_only``)."""
+    trained, plain = result(0), result(1)
+    train_draws(MASK)(trained)
+    plain.update(checked_in="eval")
+    torch.save(trained, result_path(tmp_path, 0))
+    torch.save(plain, result_path(tmp_path, 1))
+    with pytest.raises(InputError, match=r"different modes \['eval', 'train'\]"):
+        load_results(tmp_path, 2)
+    train_draws(MASK)(both := result(1))
+    torch.save(both, result_path(tmp_path, 1))
+    loaded = load_results(tmp_path, 2)
+    assert torch.equal(loaded[1]["draws"][0]["tensors"][0], MASK["tensors"][0])

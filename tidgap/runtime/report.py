@@ -66,6 +66,10 @@ def load_results(
     if len(counts) > 1:
         message = f"the ranks timed different numbers of iterations {sorted(counts)}"
         raise InputError(message, source=str(folder))
+    modes = {result.get("checked_in") for result in results}
+    if len(modes) > 1:
+        message = f"the ranks checked gradients in different modes {sorted(map(str, modes))}"
+        raise InputError(message, source=str(folder))
     return results
 
 
@@ -251,9 +255,9 @@ def run_figures(
 
 
 def checked_in(results: Sequence[dict[str, Any]]) -> str | None:
-    """The mode of the ranks' checked iteration: ``"train"`` or ``"eval"`` (results of
-    workers that ran it in eval mode always say nothing: ``"eval"`` where they hold
-    gradients), ``None`` where none ran."""
+    """The mode of the ranks' checked iteration (one for all: :func:`load_results`):
+    ``"train"`` or ``"eval"`` (results of workers from before train-mode checks name none:
+    ``"eval"`` where they hold gradients), ``None`` where none ran."""
     mode = results[0].get("checked_in")
     return "eval" if mode is None and results[0].get("gradients") is not None else mode
 

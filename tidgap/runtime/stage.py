@@ -244,9 +244,8 @@ class TorchStage:
     def forward(self, samples: Samples) -> Tensor | None:
         """Forward of ``samples``; the output chunk ``(hi - lo, ...)`` to send, ``None`` on
         the last stage."""
-        recording = Recording()
-        drawing = self._recording()
-        drawn = drawing.under(recording) if drawing else nullcontext()
+        drawing, recording = self._recording(), Recording()
+        drawn = nullcontext() if drawing is None else drawing.under(recording)
         if self.recompute:
             with torch.no_grad(), drawn:
                 y = self._output(samples, self._stage_input(samples))
@@ -256,10 +255,11 @@ class TorchStage:
                 y = self._output(samples, x)
             self._graphs.append((samples, x, y))
             self._inputs.drop_through(samples[1])
-        if self._replaying():
-            self._draws.add(samples, recording.draws)
-        if drawing and self.checked_draws is not None:
-            self.checked_draws.add(samples, recording.draws)
+        if drawing is not None:
+            if self._replaying():
+                self._draws.add(samples, recording.draws)
+            if self.checked_draws is not None:
+                self.checked_draws.add(samples, recording.draws)
         self.held.sample(self._kept())
         synchronize(self.device)  # the op's end is when its kernels end, on a GPU
         if self.last:
