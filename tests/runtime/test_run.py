@@ -170,6 +170,23 @@ def test_gradients_are_checked_in_train_mode_with_the_pipelines_dropout(
     assert run["max_gradient_relative_difference"] < 1e-10
 
 
+def test_draws_not_per_sample_are_checked_in_eval_mode_and_say_why(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """No stage recomputes; stage 1's noise per feature cannot be cut into samples for the
+    reference, so after the train-mode iteration the ranks agree on eval mode."""
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    model = ["--model", "tests.runtime.pipeline_models:DRAWING", "--input-shape", "6"]
+    args = [str(problem_file), str(plan), *model, "--split", "3", *QUICK, "--check-gradients"]
+    result = run_cli("run", *args, "--json")
+    assert result.exit_code == 0, describe(result)
+    run = json.loads(result.stdout)["run"]
+    assert run["gradients_checked_in"] == "eval"
+    assert run["gradient_eval_reason"].startswith("stage 3-5: ")
+    assert "its first dimension is not the samples" in run["gradient_eval_reason"]
+    assert run["max_gradient_relative_difference"] < 1e-4 and run["redrawn"] == [None, None]
+
+
 def test_batch_norm_is_checked_in_eval_mode_and_says_why(
     problem_file: Path, tmp_path: Path
 ) -> None:
