@@ -32,7 +32,14 @@ from tidgap.runtime.report import measured_timeline  # noqa: E402
 from tidgap.schedules.baselines import one_f_one_b_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = ["--model", "tests.runtime.pipeline_models:MLP", "--input-shape", "6"]
+
+
+def model_args(name: str) -> list[str]:
+    """``tidgap run``'s model options for :mod:`tests.runtime.pipeline_models`'s ``name``."""
+    return ["--model", f"tests.runtime.pipeline_models:{name}", "--input-shape", "6"]
+
+
+MODEL = model_args("MLP")
 QUICK = ["--iterations", "2", "--warmup", "0", "--timeout", "60"]
 
 #: Per kind of plan: forward, backward and order (batch 8, 2 stages).
@@ -126,7 +133,7 @@ def test_three_stages_one_f_one_b(tmp_path: Path) -> None:
 
 def test_gradients_that_differ_exit_1(problem_file: Path, tmp_path: Path) -> None:
     plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
-    coupled = ["--model", "tests.runtime.pipeline_models:COUPLED", "--input-shape", "6"]
+    coupled = model_args("COUPLED")
     result = run_cli("run", str(problem_file), str(plan), *coupled, *QUICK, "--check-gradients")
     assert result.exit_code == 1, describe(result)
     replayed = "train mode, the pipeline's random draws replayed"
@@ -141,7 +148,7 @@ def test_a_recompute_plan_replays_dropout_and_says_where_it_cannot(
     stage 1's noise per feature cannot be, and the report says so (its gradients, checked
     again in eval mode for it, still match)."""
     plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
-    model = ["--model", "tests.runtime.pipeline_models:DRAWING", "--input-shape", "6"]
+    model = model_args("DRAWING")
     args = [str(problem_file), str(plan), *model, "--split", "3", *QUICK, "--check-gradients"]
     result = run_cli("run", *args)
     assert result.exit_code == 0, describe(result)
@@ -160,7 +167,7 @@ def test_gradients_are_checked_in_train_mode_with_the_pipelines_dropout(
     chunks drew (a recomputing stage replays them too), so train-mode gradients agree to
     float64 rounding; the reference drawing its own masks would be far off."""
     plan = plan_file(tmp_path, kind, **PLANS[kind])
-    dropout = ["--model", "tests.runtime.pipeline_models:DROPOUT", "--input-shape", "6"]
+    dropout = model_args("DROPOUT")
     args = [str(problem_file), str(plan), *dropout, "--split", "3", *QUICK, "--float64"]
     result = run_cli("run", *args, "--check-gradients", "--json")
     assert result.exit_code == 0, describe(result)
@@ -176,7 +183,7 @@ def test_draws_not_per_sample_are_checked_in_eval_mode_and_say_why(
     """No stage recomputes; stage 1's noise per feature cannot be cut into samples for the
     reference, so after the train-mode iteration the ranks agree on eval mode."""
     plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
-    model = ["--model", "tests.runtime.pipeline_models:DRAWING", "--input-shape", "6"]
+    model = model_args("DRAWING")
     args = [str(problem_file), str(plan), *model, "--split", "3", *QUICK, "--check-gradients"]
     result = run_cli("run", *args, "--json")
     assert result.exit_code == 0, describe(result)
@@ -191,7 +198,7 @@ def test_batch_norm_is_checked_in_eval_mode_and_says_why(
     problem_file: Path, tmp_path: Path
 ) -> None:
     plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
-    norm = ["--model", "tests.runtime.pipeline_models:BATCH_NORM", "--input-shape", "6"]
+    norm = model_args("BATCH_NORM")
     result = run_cli("run", str(problem_file), str(plan), *norm, *QUICK, "--check-gradients")
     assert result.exit_code == 0, describe(result)
     assert (
@@ -335,7 +342,7 @@ def misbehaving_rank1(
     (``TIDGAP_TEST_RANK1``, read by :mod:`tests.runtime.pipeline_models`)."""
     monkeypatch.setenv("TIDGAP_TEST_RANK1", behaviour)
     plan = plan_file(folder, "flush", **PLANS["flush-unequal"])
-    return plan, ["--model", f"tests.runtime.pipeline_models:{model}", "--input-shape", "6"]
+    return plan, model_args(model)
 
 
 @pytest.mark.parametrize(

@@ -262,6 +262,8 @@ def run_rank(
         stepped = None if tail is None else stage_parameters(model.layers, names)
         return {"gradients": kept, "weights": weights, "stepped": stepped}
 
+    normalised_by_batch = batch_statistics(model.layers)  # the same for every plan
+
     def checked(run: PlanRun) -> dict[str, Any]:
         """The checked iteration of ``run`` (:func:`checked_iteration`): in train mode, its
         forwards' random draws kept for the reference to replay (``draws``: the whole
@@ -269,7 +271,7 @@ def run_rank(
         batch statistics (every rank sees it: every rank builds the whole model) or some
         rank's draws cannot be replayed (then again in eval mode); ``checked_in`` says
         which, ``eval_reason`` this rank's reason for eval mode (``None``: another's)."""
-        why = batch_statistics(model.layers)
+        why = normalised_by_batch
         if why is None:
             run.stage.checked_draws = RecordedDraws()
             kept = checked_iteration(run, train=True)
@@ -282,14 +284,9 @@ def run_rank(
         kept = checked_iteration(run, train=False)
         return {**kept, "checked_in": "eval", "eval_reason": why, "draws": None}
 
-    unchecked = {
-        "gradients": None,
-        "weights": None,
-        "stepped": None,
-        "checked_in": None,
-        "eval_reason": None,
-        "draws": None,
-    }
+    unchecked = dict.fromkeys(
+        ("gradients", "weights", "stepped", "checked_in", "eval_reason", "draws")
+    )
     checks = [checked(run) if job.check_gradients else unchecked for run in runs]
     for _ in range(job.warmup):
         for run in runs:
