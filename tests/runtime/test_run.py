@@ -696,15 +696,20 @@ def test_tidgap_run_under_torchrun_needs_a_process_per_stage(
 def test_a_failing_or_hanging_rank_under_torchrun_ends_the_run(
     case: tuple[str, str, str], problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``case``: what rank 1 does, the model, and a line the run must print."""
+    """``case``: what rank 1 does, the model, and a line the run must print. No rank leaves a
+    file in the temporary folder."""
     behaviour, model, message = case
     plan, model_args = misbehaving_rank1(monkeypatch, behaviour, model, tmp_path)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
     started = time.monotonic()
     done = torchrun(2, str(problem_file), str(plan), *model_args, "--timeout", "10")
     assert done.returncode != 0 and not done.stdout
     assert time.monotonic() - started < 60
     assert message in done.stderr
     assert workers_under(tmp_path, "tidgap run") == []  # torchrun ended every rank
+    assert list(temporary.glob("tidgap-*")) == []
 
 
 def test_write_job_and_results_are_refused_under_torchrun(

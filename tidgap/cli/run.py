@@ -360,15 +360,12 @@ def job_running(job: Job, plans: Sequence[Plan], folder: str) -> Job:
 def results_under_torchrun(
     job: Job, plans: Sequence[Plan], rank: int, world_size: int
 ) -> list[list[dict]] | None:
-    """Under torchrun: run this process's rank of ``plans`` in turn (written to a temporary
-    folder); on rank 0, per plan, every rank's results; ``None`` on the others."""
+    """Under torchrun: run this process's rank of ``plans`` in turn (``job.timeout`` per
+    plan); on rank 0, per plan, every rank's results; ``None`` on the others."""
     from tidgap.runtime.worker import run_here
 
-    folder = tempfile.mkdtemp(prefix="tidgap-run-")
-    try:
-        return run_here(job_running(job, plans, folder), rank, world_size)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    job = dataclasses.replace(job, timeout=job.timeout * len(plans))
+    return run_here(job, rank, world_size, plans)
 
 
 def require_world(world_size: int, problem: Problem, source: str) -> None:

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -145,13 +145,15 @@ def run_rank(
     world_size: int,
     deliver: Deliver,
     say: Say = progress,
+    plans: Sequence[Plan] | None = None,
 ) -> None:
     """Run ``job`` as rank ``rank`` of ``world_size`` (the process group is initialised
     here, and torn down on success, after ``deliver`` was given the results while it is
-    still up); its plans (:attr:`Job.plans`) run in turn, iteration by iteration; ``say``
-    prints each step. One result per plan, in the job's order: ``job`` (as a dict), ``rank``,
-    ``stage`` (its name), ``layers``, ``threads``, ``plan`` (the plan's fields, as JSON),
-    ``recompute``, ``iterations`` (per timed
+    still up); ``plans`` (default: the job's plan files, :attr:`Job.plans`, loaded) run in
+    turn, iteration by iteration; ``say`` prints each step. One result per plan, in the
+    job's order: ``job`` (as a dict), ``rank``, ``stage`` (its name), ``layers``,
+    ``threads``, ``plan`` (the plan's fields, as JSON), ``recompute``, ``iterations`` (per
+    timed
     iteration, its records as :data:`~tidgap.runtime.report.Row`, seconds from the
     iteration's barrier), ``starts`` (per timed iteration, its start: ``time.perf_counter()``
     of this process, seconds), ``peak_bytes`` (per timed iteration, the most the stage held:
@@ -184,7 +186,8 @@ def run_rank(
     keep_freed_memory()
     torch.set_num_threads(job.threads)
     problem = load_problem(job.problem)
-    plans = [load_plan(path, problem) for path in job.plans]
+    if plans is None:
+        plans = [load_plan(path, problem) for path in job.plans]
     if world_size != problem.num_stages:
         raise ValueError(f"WORLD_SIZE is {world_size}, the problem has {problem.num_stages} stages")
     torch.manual_seed(job.seed)
@@ -401,14 +404,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_watched(
-    job: Job, rank: int, world_size: int, deliver: Deliver, say: Say = progress
+    job: Job,
+    rank: int,
+    world_size: int,
+    deliver: Deliver,
+    say: Say = progress,
+    plans: Sequence[Plan] | None = None,
 ) -> None:
-    """:func:`run_rank` under :func:`start_watchdog` (``job.timeout``), stopped once the run
-    is over; any failure is reported as the last stderr line (the launcher quotes it) and
-    ends the process at once (:func:`die_reporting`)."""
+    """:func:`run_rank` (of ``plans``, default the job's) under :func:`start_watchdog`
+    (``job.timeout``), stopped once the run is over; any failure is reported as the last
+    stderr line (the launcher quotes it) and ends the process at once
+    (:func:`die_reporting`)."""
     try:
         watchdog = start_watchdog(job.timeout)
-        run_rank(job, rank, world_size, deliver, say)
+        run_rank(job, rank, world_size, deliver, say, plans)
         watchdog.set()
     except BaseException as error:
         die_reporting(error)
@@ -444,9 +453,12 @@ def local_processes() -> int:
     return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
-def run_here(job: Job, rank: int, world_size: int) -> list[list[dict[str, Any]]] | None:
-    """Run ``job`` as rank ``rank`` of ``world_size`` in this process (one torchrun
-    started, which runs ``tidgap run`` itself), quietly; every rank's results reach rank 0
+def run_here(
+    job: Job, rank: int, world_size: int, plans: Sequence[Plan]
+) -> list[list[dict[str, Any]]] | None:
+    """Run ``plans`` in turn as rank ``rank`` of ``world_size`` of ``job`` in this process
+    (one torchrun started, which runs ``tidgap run`` itself; no file is written, so a rank
+    that fails or is ended leaves nothing behind), quietly; every rank's results reach rank 0
     over the process group: there, per plan, the ranks' results (as :func:`main`'s files
     hold them); ``None`` on the other ranks. A failure ends the process
     (:func:`run_watched`, status 1, one last line); so does a run past ``job.timeout`` or
@@ -463,7 +475,7 @@ def run_here(job: Job, rank: int, world_size: int) -> list[list[dict[str, Any]]]
             found = [list(ranks) for ranks in zip(*every, strict=True)]
 
     # the watchdog stops with the run: rank 0's report may take longer than its timeout
-    run_watched(job, rank, world_size, gather, say=lambda _: None)
+    run_watched(job, rank, world_size, gather, lambda _: None, plans)
     return found
 
 
