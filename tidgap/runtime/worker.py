@@ -153,8 +153,7 @@ def run_rank(
     turn, iteration by iteration; ``say`` prints each step. One result per plan, in the
     job's order: ``job`` (as a dict), ``rank``, ``stage`` (its name), ``layers``,
     ``threads``, ``plan`` (the plan's fields, as JSON), ``recompute``, ``iterations`` (per
-    timed
-    iteration, its records as :data:`~tidgap.runtime.report.Row`, seconds from the
+    timed iteration, its records as :data:`~tidgap.runtime.report.Row`, seconds from the
     iteration's barrier), ``starts`` (per timed iteration, its start: ``time.perf_counter()``
     of this process, seconds), ``peak_bytes`` (per timed iteration, the most the stage held:
     ``TorchStage.held``), ``gradients`` (this stage's parameters' gradients after the
