@@ -215,11 +215,17 @@ def flush_order(forward: Sequence[Sequence[int]], backward: Sequence[Sequence[in
     return Order(tuple("F" * len(f) + "B" * len(b) for f, b in zip(forward, backward, strict=True)))
 
 
-def one_f_one_b_letters(num_stages: int, s: int, m: int) -> str:
-    """Stage ``s``'s 1F1B(m) letters: ``w = min(S-s-1, m)`` warm-up forwards, then one
-    forward and one backward in turn until the forwards are done, then the rest."""
-    warmup = min(num_stages - s - 1, m)
+def alternating_letters(m: int, warmup: int) -> str:
+    """``m`` forwards and ``m`` backwards: ``warmup`` (at most ``m``) forwards, then one
+    forward and one backward in turn until the forwards are done, then the rest (``warmup
+    + 1`` microbatches in flight at most)."""
     return "F" * warmup + "FB" * (m - warmup) + "B" * warmup
+
+
+def one_f_one_b_letters(num_stages: int, s: int, m: int) -> str:
+    """Stage ``s``'s 1F1B(m) letters: :func:`alternating_letters` after ``w = min(S-s-1,
+    m)`` warm-up forwards."""
+    return alternating_letters(m, min(num_stages - s - 1, m))
 
 
 def one_f_one_b_order(num_stages: int, m: int) -> Order:
