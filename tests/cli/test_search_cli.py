@@ -125,7 +125,8 @@ def test_bad_input_exits_2_in_one_line_and_writes_nothing(
 
 
 def test_stage_limits_no_plan_meets_are_blamed_on_the_stages(tmp_path: Path) -> None:
-    """No --memory-limit given: the error names the stages' memory_limit, not the option."""
+    """No --memory-limit given: the error names the file and the stage's memory_limit, not
+    the option."""
     made = run_cli("synth", "--stages", "2", "--batch-size", "8", "--out", str(tmp_path / "p.json"))
     assert made.exit_code == 0, describe(made)
     document = json.loads((tmp_path / "p.json").read_text(encoding="utf-8"))
@@ -135,5 +136,5 @@ def test_stage_limits_no_plan_meets_are_blamed_on_the_stages(tmp_path: Path) -> 
     result = run_cli("search", str(tmp_path / "p.json"), "--generations", "1", "--population", "8")
     assert result.exit_code == 2, describe(result)
     assert result.stderr.startswith(
-        "tidgap: error: stages' memory_limit: no plan found within the memory limit"
+        f"tidgap: error: {tmp_path / 'p.json'}: stages[0].memory_limit: 500 bytes hold 0 samples"
     ), describe(result)

@@ -173,6 +173,27 @@ def test_a_memory_limit_no_flush_plan_meets_exits_2_before_any_search(tmp_path: 
     assert windowed.exit_code == 0, describe(windowed)
 
 
+def test_limits_that_leave_a_stage_less_than_one_unit_exit_2_before_any_search(
+    tmp_path: Path,
+) -> None:
+    """Every plan holds at least one microbatch on every stage: a stage's own limit or a
+    --memory-limit below one unit's bytes is refused, naming the file and the field."""
+    document = case_named("tiny7_1_mem")["problem"]
+    unit_bytes = document["unit"] * document["stages"][1]["activation_bytes"]
+    document["stages"][1]["memory_limit"] = unit_bytes / 2
+    own = str(write_json(tmp_path / "own.json", document))
+    del document["stages"][1]["memory_limit"]
+    bytes_file = str(write_json(tmp_path / "bytes.json", document))
+    out = tmp_path / "out"
+    for problems, limit, names in (
+        ([TINY, own], [], f"{own}: stages[1].memory_limit: "),
+        ([bytes_file], ["--memory-limit", str(int(unit_bytes) - 1)], f"{bytes_file}: --memory-"),
+    ):
+        result = run_cli("sweep", *problems, *limit, *SHORT, "--out-dir", str(out))
+        _refused(result, names)
+        assert "so no plan fits" in result.stderr and not out.exists()
+
+
 def _refused(result, names: str) -> None:
     assert result.exit_code == 2, describe(result)
     lines = result.stderr.splitlines()

@@ -26,8 +26,8 @@ from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.optimize.driver import SEARCHABLE
 from tidgap.optimize.interrupts import stop_on_signals
-from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level
 from tidgap.optimize.many import SearchFailed, local_pool, search_many
+from tidgap.optimize.memory_seeds import require_room
 from tidgap.optimize.optimizer import flush_memory_limit
 from tidgap.optimize.results import SearchResult
 from tidgap.outputs.files import check_outputs, json_file, text_file, write_files, writing
@@ -57,17 +57,16 @@ def _plan_names(specs: tuple[str, ...]) -> list[str]:
 def _check_memory_limit(
     specs: tuple[str, ...], problems: list[Problem], limit: str | int | None, schedule: str | None
 ) -> None:
-    """Refuse, naming the file, a problem a byte ``--memory-limit`` cannot apply to, or
-    (``--schedule flush``) one no flush plan meets within the limit."""
+    """Refuse, naming the file, a problem a byte ``--memory-limit`` cannot apply to, one
+    whose limits leave a stage less than one unit (:func:`require_room`), or (``--schedule
+    flush``) one no flush plan meets within the limit."""
     separable = schedule is not None and SCHEDULES[schedule].separable
-    if limit is None or (limit == ONE_F_ONE_B and not separable):
-        return
     for spec, problem in zip(specs, problems, strict=True):
         try:
-            if separable:
+            if not separable:
+                require_room(problem, limit)
+            elif limit is not None:
                 flush_memory_limit(problem, limit)
-            else:
-                bytes_level(problem, int(limit))
         except InputError as error:
             raise InputError(str(error), source=spec) from None
 

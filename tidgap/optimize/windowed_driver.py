@@ -42,14 +42,13 @@ from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.joint_polish import joint_polish
 from tidgap.optimize.limits import (
-    ONE_F_ONE_B,
     STAGE_LIMITS,
     MemoryLevel,
-    bytes_level,
     limit_in_force,
     tradeoff_levels,
 )
 from tidgap.optimize.memory import joint_footprint
+from tidgap.optimize.memory_seeds import capped_one_f_one_b, fewest_within, require_room
 from tidgap.optimize.order_genes import encode_lead
 from tidgap.optimize.preparation import (
     POLISH_SHARE,
@@ -312,8 +311,7 @@ def prepare_windowed(
     backend, record = begun.backend, begun.record
     population, started = begun.population, begun.started
     S, U = problem.num_stages, problem.num_units
-    if memory_limit is not None and memory_limit != ONE_F_ONE_B:
-        bytes_level(problem, int(memory_limit))  # refuse a byte limit before any work
+    require_room(problem, memory_limit)  # refuse a limit no plan meets before any work
     phases = Phases(on_phase)
     flush = None
     first_flush = flush_fits(problem) and first_search is None
@@ -364,9 +362,8 @@ def prepare_windowed(
     first_plan = [flush_plan] if flush_plan else []
     plans = [*first_plan, *heuristics.values(), *initial_plans]
     kept = [*first_plan, *initial_plans]
-    width = chromosome_width(
-        problem, max_microbatches, needed_counts(problem, baselines, heuristics.values(), kept)
-    )
+    needed = needed_counts(problem, baselines, heuristics.values(), kept)
+    width = chromosome_width(problem, max_microbatches, [*needed, fewest_within(problem, in_force)])
     equal = seed_plans(problem, width, population, baselines)
     ramps = ramp_plans(problem, width, baselines["1f1b"])
     if backward == MIRRORED:
@@ -381,7 +378,8 @@ def prepare_windowed(
     caps = rule_caps(backward, xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
     space = JointSpace(evaluator, *caps, width, *breeding, backward=backward)
     with phases("seeding"):
-        found = [*equal, *plans, *windowed_seeds(partitions, levels)]
+        capped = [p for level in levels for p in capped_one_f_one_b(problem, level, width)]
+        found = [*equal, *plans, *windowed_seeds(partitions, levels), *capped]
         seeds = encode_plans(found, problem, width)
         device_seeds = JointGenes(*(xp.asarray(a) for a in seeds.rows()))
         fill = max(population - seeds.size, population // 2)

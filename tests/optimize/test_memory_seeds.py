@@ -1,0 +1,141 @@
+"""Seeds within tight memory limits (tidgap.optimize.memory_seeds): 1F1B with fewer
+microbatches in flight is a valid plan within its level, a search finds a plan within
+every limit that leaves each stage one unit, and a limit below one unit is refused."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidgap import InputError, Problem, evaluate, load_problem
+from tidgap.optimize.driver import search
+from tidgap.optimize.limits import MemoryLevel, stage_level
+from tidgap.optimize.memory_seeds import (
+    capped_one_f_one_b,
+    fewest_within,
+    in_flight,
+    one_f_one_b_fits,
+    require_room,
+)
+from tidgap.profiling.synth import synth_problem
+from tidgap.schedules.baselines import feasible_microbatch_counts, one_f_one_b_plan
+
+EXAMPLES = settings(max_examples=40, deadline=None)
+
+
+def limited(problem: Problem, held: list[int], activation_bytes: float = 1000.0) -> Problem:
+    """``problem`` with ``activation_bytes`` on every stage and a ``memory_limit`` of
+    ``held[s]`` samples on stage ``s``."""
+    return Problem.from_dict(limited_document(problem, held, activation_bytes))
+
+
+def limited_document(problem: Problem, held: list[float], activation_bytes: float) -> dict:
+    """:func:`limited`'s problem document."""
+    document = problem.model_dump(mode="json", exclude_none=True)
+    for stage, samples in zip(document["stages"], held, strict=True):
+        stage["activation_bytes"] = activation_bytes
+        stage["memory_limit"] = samples * activation_bytes
+    return document
+
+
+@st.composite
+def problems_and_levels(draw: st.DrawFn) -> tuple[Problem, MemoryLevel]:
+    """A random network (2-6 stages, unit 1 or 2) and a level of at least one unit a stage."""
+    stages = draw(st.integers(2, 6))
+    unit = draw(st.sampled_from([1, 2]))
+    batch = unit * draw(st.integers(2, 12))
+    seed = draw(st.integers(0, 10**6))
+    problem = Problem.from_dict(synth_problem(seed, stages=stages, batch_size=batch, unit=unit))
+    held = draw(st.lists(st.integers(unit, batch), min_size=stages, max_size=stages))
+    return problem, MemoryLevel("test", tuple(held))
+
+
+@EXAMPLES
+@given(problems_and_levels(), st.integers(1, 24))
+def test_capped_seeds_are_valid_plans_within_their_level(
+    case: tuple[Problem, MemoryLevel], most: int
+) -> None:
+    """Every seed is a valid plan (evaluate checks its order's rules) holding at most the
+    level on each stage; where no 1F1B(m) fits, there is one for each count from the
+    fewest that fits up to ``most``."""
+    problem, level = case
+    plans = capped_one_f_one_b(problem, level, most)
+    for plan in plans:
+        assert level.admits(evaluate(problem, plan).peak_held), (plan, level)
+    counts = [m for m in feasible_microbatch_counts(problem) if m <= most]
+    if any(one_f_one_b_fits(problem, level, m) for m in counts):
+        assert plans == []
+    else:
+        top = min(most, problem.num_units)
+        assert [len(plan.forward[0]) for plan in plans] == list(
+            range(fewest_within(problem, level), top + 1)
+        )
+
+
+@EXAMPLES
+@given(problems_and_levels())
+def test_one_f_one_b_fits_as_evaluate_counts(case: tuple[Problem, MemoryLevel]) -> None:
+    problem, level = case
+    for m in feasible_microbatch_counts(problem):
+        held = evaluate(problem, one_f_one_b_plan(problem, m)).peak_held
+        assert one_f_one_b_fits(problem, level, m) == level.admits(held), m
+
+
+def test_in_flight_never_grows_down_the_pipeline() -> None:
+    """At most ``S - s`` and ``held // size`` on each stage, and no more than the stage
+    before (else a stage would wait for a forward its upstream has not run)."""
+    problem = load_problem("example:hetero-8")
+    level = MemoryLevel("test", (16, 64, 8, 64, 64, 64, 64, 64))
+    assert in_flight(problem, level, 8) == [2, 2, 1, 1, 1, 1, 1, 1]
+    assert in_flight(problem, MemoryLevel("test", (256,) * 8), 8) == [8, 7, 6, 5, 4, 3, 2, 1]
+    assert in_flight(problem, level, 16)[2:] == [0] * 6
+
+
+def test_a_search_finds_a_plan_within_one_unit_on_every_stage() -> None:
+    """Each stage may hold one microbatch of one unit: no 1F1B or GPipe fits, and random
+    orders almost never do (before these seeds the search ended with no plan)."""
+    example = load_problem("example:hetero-8")
+    problem = limited(example, [example.unit] * example.num_stages)
+    result = search(problem, seed=0, generations=4, population=32)
+    reference = evaluate(problem, result.plan)
+    assert reference == result.evaluation
+    assert reference.peak_held == [problem.unit] * problem.num_stages
+    assert not any(reference.over_memory_limit or [])
+
+
+def test_a_limit_in_bytes_of_one_unit_finds_a_plan_too() -> None:
+    example = load_problem("example:hetero-8")
+    problem = limited(example, [example.batch_size] * example.num_stages, 1000.0)
+    result = search(problem, seed=0, generations=4, population=32, memory_limit=1000 * 8)
+    assert max(evaluate(problem, result.plan).peak_held) <= problem.unit
+
+
+def test_a_stage_limit_below_one_unit_is_refused_on_that_stage() -> None:
+    example = load_problem("example:hetero-8")
+    held = [example.batch_size] * example.num_stages
+    held[3] = example.unit - 1
+    with pytest.raises(InputError) as caught:
+        require_room(limited(example, held), None)
+    assert caught.value.path == ("stages", 3, "memory_limit")
+    assert "7 samples" in str(caught.value) and "unit 8" in str(caught.value)
+    require_room(limited(example, [example.unit] * 8), "1f1b")  # one unit is room enough
+
+
+def test_a_byte_limit_below_one_unit_is_refused_on_the_option() -> None:
+    problem = limited(load_problem("example:hetero-8"), [256] * 8, 1000.0)
+    with pytest.raises(InputError) as caught:
+        require_room(problem, 7999)
+    assert caught.value.source == "--memory-limit" and "7 samples" in str(caught.value)
+    require_room(problem, 8000)
+    assert stage_level(problem).held == (256,) * 8
+
+
+def test_a_limit_that_needs_more_microbatches_than_the_default_width_widens_it() -> None:
+    """One sample a stage of a 100-sample batch needs 100 microbatches a stage (the
+    chromosome holds 64 unless a plan needs more)."""
+    network = Problem.from_dict(synth_problem(3, stages=3, batch_size=100, unit=1))
+    problem = limited(network, [1, 1, 1])
+    result = search(problem, seed=0, generations=2, population=16)
+    assert [len(sizes) for sizes in result.plan.forward] == [100] * 3
+    assert evaluate(problem, result.plan).peak_held == [1, 1, 1]

@@ -1,0 +1,90 @@
+"""Seeds within a tight memory limit: 1F1B with fewer microbatches in flight.
+
+1F1B(m) keeps ``S - s`` microbatches in flight on stage ``s``; a limit below that (a
+stage's ``memory_limit`` of a unit or two) admits no baseline, and random orders rarely
+fit it. The same equal partition with fewer in flight always does, down to one microbatch
+of one unit per stage (``FBFB...``): so a search seeded with these finds a plan within
+every limit that leaves each stage a unit of samples (:func:`require_room`).
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+from tidgap.model.errors import InputError
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.optimize.limits import ONE_F_ONE_B, MemoryLevel, bytes_level, stage_level
+from tidgap.schedules.baselines import equal_partition, least_feasible_count
+from tidgap.schedules.ir import alternating_letters
+
+
+def require_room(problem: Problem, memory_limit: str | int | None) -> None:
+    """Raise :class:`InputError` where the stages' own ``memory_limit`` or
+    ``memory_limit`` bytes (``--memory-limit``; ``1f1b`` always leaves room) leave some
+    stage less than one unit of samples: every plan holds at least its first forward
+    microbatch there, so none fits (model.md, Memory)."""
+    unit = problem.unit
+    for s, held in enumerate(stage_level(problem).held):
+        if held < unit:
+            stage = problem.stages[s]
+            raise InputError(
+                f"{stage.memory_limit:.4g} bytes hold {held} samples of "
+                f"{stage.activation_bytes:.4g} bytes on stage {s}; every plan holds at least "
+                f"one microbatch there (unit {unit} samples), so no plan fits",
+                ("stages", s, "memory_limit"),
+            )
+    if memory_limit is None or memory_limit == ONE_F_ONE_B:
+        return
+    level = bytes_level(problem, int(memory_limit))
+    for s, held in enumerate(level.held):
+        if held < unit:
+            raise InputError(
+                f"{level.label} holds {held} samples of "
+                f"{problem.stages[s].activation_bytes:.4g} bytes on stage {s}; every plan "
+                f"holds at least one microbatch there (unit {unit} samples), so no plan fits",
+                source="--memory-limit",
+            )
+
+
+def fewest_within(problem: Problem, level: MemoryLevel) -> int:
+    """The fewest equal microbatches whose largest fits every stage's ``level.held`` and
+    the caps (at least one unit per stage: :func:`require_room`)."""
+    most = min(problem.common_cap(), *level.held) // problem.unit
+    return -(-problem.num_units // max(most, 1))
+
+
+def in_flight(problem: Problem, level: MemoryLevel, size: int) -> list[int]:
+    """Per stage, the most microbatches of ``size`` samples 1F1B may keep in flight within
+    ``level``: at most ``S - s`` (1F1B's own), within ``held[s] // size``, and no more
+    than on the stage before (then no backward waits for a forward its stage has not run:
+    model.md, rule 2); a 0 where some stage up to it cannot hold one."""
+    S = problem.num_stages
+    fits = [min(S - s, held // size) for s, held in enumerate(level.held)]
+    return list(accumulate(fits, min))
+
+
+def one_f_one_b_fits(problem: Problem, level: MemoryLevel, m: int) -> bool:
+    """Whether 1F1B(m) is within ``level``: it holds its first ``min(S - s, m)``
+    microbatches on stage ``s`` (model.md, Memory)."""
+    sizes, S = equal_partition(problem, m), problem.num_stages
+    return all(sum(sizes[: min(S - s, m)]) <= held for s, held in enumerate(level.held))
+
+
+def capped_one_f_one_b(problem: Problem, level: MemoryLevel, most: int) -> list[Plan]:
+    """Where no 1F1B(m) with ``m <= most`` is within ``level``: for each count ``m`` from
+    :func:`fewest_within` up to ``most``, the equal partition in the 1F1B order with
+    :func:`in_flight` microbatches on each stage, within ``level`` by construction
+    (``peak_held[s] <= held[s]``). None where some 1F1B(m) fits (it is a seed already)."""
+    S, top = problem.num_stages, min(most, problem.num_units)
+    counts = range(least_feasible_count(problem), top + 1)
+    if any(one_f_one_b_fits(problem, level, m) for m in counts):
+        return []
+    plans = []
+    for m in range(fewest_within(problem, level), top + 1):
+        sizes = equal_partition(problem, m)
+        flight = in_flight(problem, level, sizes[0])
+        if min(flight) >= 1:
+            order = [alternating_letters(m, min(f, m) - 1) for f in flight]
+            plans.append(Plan.of([sizes] * S, [sizes] * S, order=order))
+    return plans
