@@ -25,6 +25,23 @@ def tiny() -> tidgap.Problem:
         ({"generations": True}, "generations: must be an integer (got True)"),
         ({"population": 8.0}, "population: must be an integer (got 8.0)"),
         ({"stagnation": 0}, "stagnation: must be at least 1 (got 0)"),
+        ({"seed": None}, "seed: must be an integer (got None)"),
+        ({"time_limit": "1"}, "time_limit: must be a number of seconds >= 0 (got '1')"),
+        ({"max_memory": 0}, "max_memory: must be at least 1 (got 0)"),
+        ({"max_memory": "1G"}, "max_memory: must be an integer (got '1G')"),
+        (
+            {"initial_plans": [tidgap.Plan.of([[8]] * 3, [[8]] * 3)]},
+            "initial_plans[0]: forward: has 3 stage(s), the problem has 2",
+        ),
+        (
+            {"initial_plans": [tidgap.Plan.of([[4, 3]] * 2, [[8]] * 2)]},
+            "initial_plans[0]: forward[0]: sizes sum to 7, batch_size is 8",
+        ),
+        (
+            {"initial_plans": [tidgap.Plan.of([[8]] * 2, [[8]] * 2, order=["FFB", "FB"])]},
+            "initial_plans[0]: order[0]: breaks rule count: 2 F and 1 B; forward[0] has 1 "
+            "microbatches, backward[0] has 1",
+        ),
     ],
 )
 def test_search_refuses_arguments_of_the_wrong_kind(
@@ -33,6 +50,21 @@ def test_search_refuses_arguments_of_the_wrong_kind(
     with pytest.raises(InputError) as caught:
         tidgap.search(tiny, **{"generations": 1, **options})
     assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("plans", [[1], "x", [None]])
+def test_search_wants_plans_as_seeds(tiny: tidgap.Problem, plans: Any) -> None:
+    with pytest.raises(TypeError, match=r"initial_plans\[0\] must be a tidgap.Plan"):
+        tidgap.search(tiny, generations=1, initial_plans=plans)
+
+
+def test_a_seed_whose_order_breaks_a_rule_the_repair_mends_is_taken(tiny: tidgap.Problem) -> None:
+    """Backward 1 before forward 1 breaks rule 1; a windowed search repairs its seeds."""
+    seed = tidgap.Plan.of([[8]] * 2, [[8]] * 2, order=["BF", "FB"])
+    with pytest.raises(InputError, match="rule 1"):
+        tidgap.check_plan(seed, tiny)
+    found = tidgap.search(tiny, generations=1, initial_plans=[seed])
+    assert found.evaluation == tidgap.evaluate(tiny, found.plan)
 
 
 @pytest.mark.parametrize("problem", [None, "example:tiny-2"])

@@ -19,3 +19,11 @@ MAX_TORCH_SEED = 2**63 - 1
 def is_integer(value: Any) -> bool:
     """Whether ``value`` is an integer, Python's or NumPy's; ``True`` and ``False`` are not."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number, Python's or NumPy's (NaN and infinity too);
+    ``True`` and ``False`` are not."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )

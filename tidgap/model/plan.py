@@ -97,16 +97,19 @@ class Plan(StrictModel):
         return flush_order(self.forward, self.backward)
 
 
-def check_plan(plan: Plan, problem: Problem, source: str | None = None) -> None:
+def check_plan(
+    plan: Plan, problem: Problem, source: str | None = None, repaired: bool = False
+) -> None:
     """Raise :class:`InputError` (on ``source``, when given) unless ``plan`` is feasible for
-    ``problem`` (model.md, A plan)."""
+    ``problem`` (model.md, A plan); with ``repaired``, an order that breaks rule 1 or 2
+    passes (a search's seed: the repair makes it valid)."""
     try:
-        _check_plan(plan, problem)
+        _check_plan(plan, problem, repaired)
     except InputError as error:
         raise (error if source is None else error.within(source)) from None
 
 
-def _check_plan(plan: Plan, problem: Problem) -> None:
+def _check_plan(plan: Plan, problem: Problem, repaired: bool) -> None:
     stages = problem.num_stages
     for direction in ("forward", "backward"):
         partitions = getattr(plan, direction)
@@ -132,12 +135,13 @@ def _check_plan(plan: Plan, problem: Problem) -> None:
                 raise InputError(
                     f"sizes sum to {total}, batch_size is {problem.batch_size}", (direction, s)
                 )
-    check_order(plan, stages)
+    check_order(plan, stages, repaired)
 
 
-def check_order(plan: Plan, stages: int) -> None:
+def check_order(plan: Plan, stages: int, repaired: bool = False) -> None:
     """Raise :class:`InputError` on ``order[s]`` / ``windows[s]`` unless the plan's order is
-    valid (model.md: rules ``count``, 1 and 2, the first broken one reported)."""
+    valid (model.md: rules ``count``, 1 and 2, the first broken one reported; with
+    ``repaired``, only ``count``)."""
     key = plan.order_field
     if key is None:
         return
@@ -147,7 +151,7 @@ def check_order(plan: Plan, stages: int) -> None:
     if len(given) != stages:
         raise InputError(f"has {len(given)} stage(s), the problem has {stages}", (key,))
     violation = first_violation(plan.stage_order(), plan.forward, plan.backward)
-    if violation is not None:
+    if violation is not None and (violation.rule == "count" or not repaired):
         raise InputError(violation.message(), (key, violation.stage))
 
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidgap.model.errors import InputError
-from tidgap.model.numbers import is_integer
-from tidgap.model.plan import Plan
+from tidgap.model.numbers import is_integer, is_number
+from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.backward_rules import FREE, check_rule
 from tidgap.optimize.checkpoint import (
@@ -60,12 +60,17 @@ def at_least(*arguments: tuple[str, int | None, int | None]) -> None:
     ``None``) is not an integer (``bool`` is not one) or is below its least (``None``: no
     least)."""
     for name, value, least in arguments:
-        if value is None:
-            continue
-        if not is_integer(value):
-            raise InputError(f"must be an integer (got {value!r})", source=name)
-        if least is not None and value < least:
-            raise InputError(f"must be at least {least} (got {value})", source=name)
+        if value is not None:
+            integer_at_least(name, value, least)
+
+
+def integer_at_least(name: str, value: Any, least: int | None) -> None:
+    """:class:`InputError` naming ``name`` unless ``value`` is an integer, at least
+    ``least`` (``None``: any)."""
+    if not is_integer(value):
+        raise InputError(f"must be an integer (got {value!r})", source=name)
+    if least is not None and value < least:
+        raise InputError(f"must be at least {least} (got {value})", source=name)
 
 
 @dataclass(frozen=True)
@@ -86,9 +91,10 @@ class Stopping:
         that is negative or NaN (which no elapsed time reaches: the search would not stop);
         infinity is allowed (stop on a signal)."""
         at_least(("generations", self.generations, 0), ("stagnation", self.stagnation, 1))
-        if self.time_limit is not None and not self.time_limit >= 0:
+        limit = self.time_limit
+        if limit is not None and not (is_number(limit) and limit >= 0):
             raise InputError(
-                f"must be a number of seconds >= 0 (got {self.time_limit})", source="time_limit"
+                f"must be a number of seconds >= 0 (got {limit!r})", source="time_limit"
             )
 
 
@@ -149,11 +155,19 @@ class Optimizer:
         if schedule not in SEARCHABLE:
             raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
         memory_limit = checked_memory_limit(memory_limit)
+        integer_at_least("seed", seed, None)
         at_least(
-            ("seed", seed, None),
             ("population", population, MIN_POPULATION),
             ("max_microbatches", max_microbatches, 1),
+            ("max_memory", max_memory, 1),
         )
+        for i, plan in enumerate(initial_plans):
+            if not isinstance(plan, Plan):
+                raise TypeError(
+                    f"initial_plans[{i}] must be a tidgap.Plan (tidgap.Plan.of(...) or "
+                    f"tidgap.load_plan(path, problem)), not a {type(plan).__name__}"
+                )
+            check_plan(plan, problem, f"initial_plans[{i}]", repaired=True)
         self.identity = SearchIdentity(
             schedule,
             seed,
