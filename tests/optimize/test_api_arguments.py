@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 import tidgap
@@ -87,3 +88,63 @@ def test_a_plan_of_the_wrong_shape_is_one_line() -> None:
     with pytest.raises(InputError) as caught:
         tidgap.Plan.of([[1, 2]], [[3, "x"]])
     assert str(caught.value) == 'plan: backward[0][1]: must be an integer (got "x")'
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda tiny: tidgap.evaluate(None, tidgap.gpipe_plan(tiny, 2)),
+        lambda tiny: tidgap.check_plan(tidgap.gpipe_plan(tiny, 2), "example:tiny-2"),
+        lambda tiny: tidgap.gpipe(None, 2),
+        lambda tiny: tidgap.best_baselines(None),
+        lambda tiny: tidgap.feasible_microbatch_counts({}),
+        lambda tiny: tidgap.local_greedy(None),
+        lambda tiny: tidgap.global_dp("example:tiny-2"),
+    ],
+    ids=["evaluate", "check_plan", "gpipe", "best_baselines", "counts", "greedy", "dp"],
+)
+def test_every_function_that_takes_a_problem_wants_one(tiny: tidgap.Problem, call: Any) -> None:
+    with pytest.raises(TypeError, match="problem must be a tidgap.Problem"):
+        call(tiny)
+
+
+@pytest.mark.parametrize("plan", [None, {"forward": [[8]], "backward": [[8]]}])
+@pytest.mark.parametrize("function", [tidgap.evaluate, tidgap.run_evaluation])
+def test_evaluating_wants_a_plan(tiny: tidgap.Problem, function: Any, plan: Any) -> None:
+    with pytest.raises(TypeError, match="plan must be a tidgap.Plan"):
+        function(tiny, plan)
+
+
+def test_search_many_wants_a_list_of_problems(tiny: tidgap.Problem) -> None:
+    with pytest.raises(TypeError, match="problems must be a list of tidgap.Problem"):
+        tidgap.search_many(tiny, generations=1)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda tiny: tidgap.gpipe(tiny, 2.5), "m: must be an integer (got 2.5)"),
+        (lambda tiny: tidgap.one_f_one_b(tiny, True), "m: must be an integer (got True)"),
+        (lambda tiny: tidgap.pipedream(tiny, "2"), "m: must be an integer (got '2')"),
+        (lambda tiny: tidgap.affine(-1, 1), "affine: base: must be >= 0.0 (got -1)"),
+        (lambda tiny: tidgap.table([], []), "table: sizes: must not be empty"),
+        (lambda tiny: tidgap.Plan.of(None, [[8]]), "plan: forward: must be a list (got null)"),
+    ],
+    ids=["gpipe", "1f1b", "pipedream", "affine", "table", "plan"],
+)
+def test_values_of_the_wrong_kind_are_one_line(
+    tiny: tidgap.Problem, call: Any, message: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        call(tiny)
+    assert str(caught.value) == message
+
+
+def test_a_numpy_count_is_a_count(tiny: tidgap.Problem) -> None:
+    assert tidgap.gpipe(tiny, np.int64(2)) == tidgap.gpipe(tiny, 2)
+    assert tidgap.one_f_one_b_plan(tiny, np.int32(3)) == tidgap.one_f_one_b_plan(tiny, 3)
+
+
+def test_an_unknown_baseline_is_named(tiny: tidgap.Problem) -> None:
+    with pytest.raises(ValueError, match="unknown baseline 'zb'; baselines: gpipe, 1f1b"):
+        tidgap.baseline(tiny, "zb", 2)

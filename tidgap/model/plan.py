@@ -12,7 +12,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import input_error_from, parse_model, read_json
-from tidgap.model.problem import Problem
+from tidgap.model.problem import Problem, require_problem
 from tidgap.model.timefn import Samples, StrictModel
 from tidgap.schedules.ir import Order, first_violation, flush_order, window_order
 
@@ -80,8 +80,8 @@ class Plan(StrictModel):
         given = {"order": order, "windows": windows}
         try:
             return cls(
-                forward=[list(p) for p in forward],
-                backward=[list(p) for p in backward],
+                forward=copied_rows(forward),
+                backward=copied_rows(backward),
                 **{key: list(value) for key, value in given.items() if value is not None},
             )
         except ValidationError as error:
@@ -97,12 +97,33 @@ class Plan(StrictModel):
         return flush_order(self.forward, self.backward)
 
 
+def copied_rows(rows: Any) -> Any:
+    """A list of lists of ``rows`` when it is a sequence of sequences (so the plan shares
+    no list with its caller); anything else as it is, for validation to refuse."""
+    if isinstance(rows, (list, tuple)) and all(isinstance(r, (list, tuple)) for r in rows):
+        return [list(r) for r in rows]
+    return rows
+
+
+def require_plan(value: Any, name: str = "plan") -> Plan:
+    """``value`` when it is a :class:`Plan`; a ``TypeError`` naming ``name`` and saying how
+    to get one otherwise (an API argument of the wrong kind)."""
+    if not isinstance(value, Plan):
+        raise TypeError(
+            f"{name} must be a tidgap.Plan (tidgap.Plan.of(...) or tidgap.load_plan(path, "
+            f"problem)), not a {type(value).__name__}"
+        )
+    return value
+
+
 def check_plan(
     plan: Plan, problem: Problem, source: str | None = None, repaired: bool = False
 ) -> None:
     """Raise :class:`InputError` (on ``source``, when given) unless ``plan`` is feasible for
     ``problem`` (model.md, A plan); with ``repaired``, an order that breaks rule 1 or 2
     passes (a search's seed: the repair makes it valid)."""
+    require_plan(plan)
+    require_problem(problem)
     try:
         _check_plan(plan, problem, repaired)
     except InputError as error:

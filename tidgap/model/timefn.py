@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tidgap.model.errors import InputError
+from tidgap.model.fileio import input_error_from
 
 #: A duration in the problem's time unit: finite and non-negative.
 Duration = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -116,10 +119,24 @@ class TimeFunction(StrictModel):
 
 
 def affine(base: float, per_sample: float) -> TimeFunction:
-    """Shorthand for an affine time function."""
-    return TimeFunction(affine=Affine(base=base, per_sample=per_sample))
+    """Shorthand for an affine time function; :class:`InputError` on ``affine`` naming the
+    first bad field."""
+    with one_line("affine"):
+        return TimeFunction(affine=Affine(base=base, per_sample=per_sample))
 
 
 def table(sizes: list[int], times: list[float]) -> TimeFunction:
-    """Shorthand for a tabulated time function."""
-    return TimeFunction(table=Table(sizes=list(sizes), times=list(times)))
+    """Shorthand for a tabulated time function; :class:`InputError` on ``table`` naming the
+    first bad field."""
+    with one_line("table"):
+        return TimeFunction(table=Table(sizes=list(sizes), times=list(times)))
+
+
+@contextmanager
+def one_line(source: str) -> Iterator[None]:
+    """Turn a validation error of a time function built from Python values into an
+    :class:`InputError` on ``source`` (its first problem, with its field)."""
+    try:
+        yield
+    except ValidationError as error:
+        raise input_error_from(error).within(source) from None

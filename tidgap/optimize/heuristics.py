@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tidgap.model.plan import Plan
-from tidgap.model.problem import Problem
+from tidgap.model.problem import Problem, require_problem
 from tidgap.model.timefn import TimeFunction
 from tidgap.schedules.baselines import equal_partition, largest_microbatch
 
@@ -48,6 +48,7 @@ def local_greedy(problem: Problem) -> Plan:
     A myopic plan: each stage optimises its own compute (per-sample efficiency against
     pipeline fill) and ignores its links and every other stage.
     """
+    require_problem(problem)
     partitions = [
         equal_partition(problem, local_microbatches(problem, s)) for s in range(problem.num_stages)
     ]
@@ -180,6 +181,7 @@ def global_dp(problem: Problem) -> Plan:
     minimises ``max_s(G[s] + tail_s)``. The two directions are planned independently, as
     the flush allows (model.md), so the forward and backward partitions may differ.
     """
+    require_problem(problem)
     S, unit, U = problem.num_stages, problem.unit, problem.num_units
     forward, backward = compiled_chain_dps(chains_of(problem), unit, U)
     return Plan.of([forward] * S, [backward] * S)

@@ -147,6 +147,8 @@ def search_many(
                 f"search_many does not take {option}=: one state file would be shared by "
                 "every search; checkpoint or resume each problem with tidgap.search"
             )
+    if isinstance(problems, Problem):
+        raise TypeError("problems must be a list of tidgap.Problem (one problem: tidgap.search)")
     problems = [require_problem(p, f"problems[{i}]") for i, p in enumerate(problems)]
     seed_list = _seed_list(seeds, len(problems))
     Stopping(  # refuses counts and time limits of the wrong kind before any task starts

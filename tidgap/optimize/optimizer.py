@@ -25,7 +25,7 @@ from typing import Any
 
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import is_integer, is_number
-from tidgap.model.plan import Plan, check_plan
+from tidgap.model.plan import Plan, check_plan, require_plan
 from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.backward_rules import FREE, check_rule
 from tidgap.optimize.checkpoint import (
@@ -162,11 +162,7 @@ class Optimizer:
             ("max_memory", max_memory, 1),
         )
         for i, plan in enumerate(initial_plans):
-            if not isinstance(plan, Plan):
-                raise TypeError(
-                    f"initial_plans[{i}] must be a tidgap.Plan (tidgap.Plan.of(...) or "
-                    f"tidgap.load_plan(path, problem)), not a {type(plan).__name__}"
-                )
+            require_plan(plan, f"initial_plans[{i}]")
             check_plan(plan, problem, f"initial_plans[{i}]", repaired=True)
         self.identity = SearchIdentity(
             schedule,

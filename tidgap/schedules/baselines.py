@@ -7,12 +7,14 @@ All use one equal partition of the batch on every stage, in both directions
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from tidgap.model.errors import InputError
+from tidgap.model.numbers import is_integer
 from tidgap.model.plan import Plan
-from tidgap.model.problem import Problem
+from tidgap.model.problem import Problem, require_problem
 from tidgap.model.timefn import TimeFunction
 from tidgap.schedules.flush import evaluate
 from tidgap.schedules.ir import one_f_one_b_order
@@ -42,12 +44,20 @@ def equal_sizes(units: int, count: int) -> list[int]:
     return [q + 1] * r + [q] * (count - r)
 
 
+def require_count(m: Any, source: str) -> None:
+    """Raise :class:`InputError` on ``source`` unless ``m`` is an integer."""
+    if not is_integer(m):
+        raise InputError(f"must be an integer (got {m!r})", source=source)
+
+
 def equal_partition(problem: Problem, m: int) -> list[int]:
     """``m`` sizes in samples: :func:`equal_sizes` of ``U`` units, times the unit;
     :class:`InputError` on ``m`` unless ``1 <= m <= U``."""
+    require_problem(problem)
+    require_count(m, "m")
     if not 1 <= m <= problem.num_units:
         raise InputError(f"{m} is outside 1..{problem.num_units}", source="m")
-    return [size * problem.unit for size in equal_sizes(problem.num_units, m)]
+    return [size * problem.unit for size in equal_sizes(problem.num_units, int(m))]
 
 
 def largest_microbatch(problem: Problem, m: int | np.ndarray) -> int | np.ndarray:
@@ -66,11 +76,14 @@ def feasible_microbatch_counts(problem: Problem) -> list[int]:
 
     The largest microbatch only shrinks as ``m`` grows, so they form a range up to ``U``.
     """
+    require_problem(problem)
     return list(range(least_feasible_count(problem), problem.num_units + 1))
 
 
 def require_feasible(problem: Problem, m: int) -> None:
     """Raise :class:`InputError` (on ``--microbatches``) if ``m`` is not a feasible count."""
+    require_problem(problem)
+    require_count(m, "--microbatches")
     if not 1 <= m <= problem.num_units:
         raise InputError(
             f"{m} is outside 1..{problem.num_units} (batch_size {problem.batch_size}, "
@@ -255,6 +268,7 @@ def best_baselines(problem: Problem) -> dict[str, BaselineResult]:
     cannot win. Refuses (:func:`require_tractable`) problems with too many units to try
     every ``m``.
     """
+    require_problem(problem)
     require_tractable(problem)
     U = problem.num_units
     tables = count_tables(problem, np.asarray(feasible_microbatch_counts(problem), np.int64))

@@ -176,6 +176,8 @@ def baseline_timeline(problem: Problem, name: str, m: int) -> Timeline:
 def baseline(problem: Problem, name: str, m: int) -> BaselineResult:
     """Baseline ``name`` with ``m`` microbatches; ``m`` must be feasible
     (:func:`tidgap.schedules.baselines.require_feasible`)."""
+    if name not in BASELINE_NAMES:
+        raise ValueError(f"unknown baseline {name!r}; baselines: {', '.join(BASELINE_NAMES)}")
     require_feasible(problem, m)
     return BaselineResult(name, m, SCHEDULES[name].time(problem, m))
 
