@@ -177,10 +177,37 @@ def test_tell_checks_its_arguments():
     population = windowed.ask()
     with pytest.raises(ValueError, match="shape"):
         windowed.tell(population, np.zeros(population.size + 1))
+    with pytest.raises(ValueError, match=r"valid has shape \(3,\), the fitness"):
+        windowed.tell(population, np.zeros(population.size), valid=np.ones(3, bool))
+    with pytest.raises(ValueError, match="must be numbers in the time unit"):
+        windowed.tell(population, ["fast"] * population.size)
     flush = tidgap.Optimizer(problem, schedule="flush", population=16, backend="numpy")
     population = flush.ask()
     with pytest.raises(ValueError, match="separable"):
         flush.tell(population, np.zeros(population.size))
+
+
+@pytest.mark.parametrize(
+    ("fitness", "message"),
+    [
+        (lambda population, scores: "fast", r"must be numbers in the time unit \(got str\)"),
+        (lambda population, scores: np.ones(3), r"fitness returned shape \(3,\)"),
+        (lambda population, scores: (scores.time, np.ones(3, bool)), r"\(mask \(3,\)\)"),
+    ],
+    ids=["a-word", "too-few", "mask-too-short"],
+)
+def test_a_fitness_of_the_wrong_shape_or_kind_is_named(fitness, message):
+    with pytest.raises(ValueError, match=message):
+        tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), population=16, fitness=fitness)
+
+
+def test_a_fitness_may_return_a_list():
+    problem = tidgap.load_problem("example:tiny-2")
+    as_list = run(
+        tidgap.Optimizer(problem, seed=2, population=16, fitness=lambda p, s: list(s.time)), 5
+    )
+    built_in = run(tidgap.Optimizer(problem, seed=2, population=16), 5)
+    assert as_list.best() == built_in.best()
 
 
 def test_drive_needs_a_stopping_rule():

@@ -59,16 +59,25 @@ class Scores:
         return self.ticks < INVALID
 
 
-def to_ticks(values: Any, tick: float, valid: Any = None) -> Any:
-    """``(P,)`` fitness in the problem's time unit (any real dtype, ``xp``) -> int64 ticks,
-    rounded; ``nan``, ``inf``, values past :data:`INVALID` and individuals where ``valid``
-    ``(P,)`` is false become :data:`INVALID`."""
-    xp = namespace(values)
-    values = xp.asarray(values, dtype=xp.float64)
+def to_ticks(values: Any, tick: float, valid: Any = None, xp: Any = None) -> Any:
+    """``(P,)`` fitness in the problem's time unit (any real dtype; on ``xp``, default the
+    array module of ``values``) -> int64 ticks, rounded; ``nan``, ``inf``, values past
+    :data:`INVALID` and individuals where ``valid`` ``(P,)`` is false become
+    :data:`INVALID`. ``ValueError`` for values that are not numbers or a ``valid`` of
+    another shape."""
+    xp = namespace(values) if xp is None else xp
+    try:
+        values = xp.asarray(values, dtype=xp.float64)
+    except (TypeError, ValueError):
+        kind = getattr(values, "dtype", type(values).__name__)
+        raise ValueError(f"fitness values must be numbers in the time unit (got {kind})") from None
     scaled = values / tick
     ok = xp.isfinite(scaled) & (scaled < INVALID)
     if valid is not None:
-        ok &= xp.asarray(valid, dtype=bool)
+        valid = xp.asarray(valid, dtype=bool)
+        if valid.shape != values.shape:
+            raise ValueError(f"valid has shape {valid.shape}, the fitness {values.shape}")
+        ok &= valid
     return xp.where(ok, xp.rint(xp.where(ok, scaled, 0.0)).astype(xp.int64), INVALID)
 
 
@@ -128,7 +137,13 @@ def custom_scores(fitness: Fitness, population: Population, built_in: Scores) ->
         raise ValueError(
             "the flush family is separable: its fitness returns (forward, backward) values"
         )
-    ticks = to_ticks(xp.asarray(result), built_in.tick, mask & built_in.valid)
+    ticks = to_ticks(result, built_in.tick, xp=xp)
+    if ticks.shape != built_in.ticks.shape or mask.shape != ticks.shape:
+        raise ValueError(
+            f"fitness returned shape {ticks.shape} (mask {mask.shape}) for a population of "
+            f"{built_in.ticks.shape[0]}"
+        )
+    ticks = xp.where(mask & built_in.valid, ticks, INVALID)
     return Scores(ticks, built_in.tick, None, built_in.peaks)
 
 
