@@ -139,3 +139,16 @@ def test_a_limit_that_needs_more_microbatches_than_the_default_width_widens_it()
     result = search(problem, seed=0, generations=2, population=16)
     assert [len(sizes) for sizes in result.plan.forward] == [100] * 3
     assert evaluate(problem, result.plan).peak_held == [1, 1, 1]
+
+
+def test_too_few_microbatches_for_the_limit_are_refused_on_the_option() -> None:
+    """Two units a stage of a 32-unit batch take 16 microbatches a stage: asked for at most
+    8, the search refuses before its generations (it would end with no plan)."""
+    example = load_problem("example:hetero-8")
+    problem = limited(example, [2 * example.unit] * example.num_stages)
+    with pytest.raises(InputError) as caught:
+        search(problem, seed=0, generations=50, population=32, max_microbatches=8)
+    assert caught.value.source == "--max-microbatches"
+    assert str(caught.value).endswith("that takes at least 16")
+    found = search(problem, seed=0, generations=2, population=32, max_microbatches=16)
+    assert max(evaluate(problem, found.plan).peak_held) <= 2 * example.unit

@@ -363,7 +363,15 @@ def prepare_windowed(
     plans = [*first_plan, *heuristics.values(), *initial_plans]
     kept = [*first_plan, *initial_plans]
     needed = needed_counts(problem, baselines, heuristics.values(), kept)
-    width = chromosome_width(problem, max_microbatches, [*needed, fewest_within(problem, in_force)])
+    fewest = fewest_within(problem, in_force)
+    width = chromosome_width(problem, max_microbatches, [*needed, fewest])
+    if width < fewest:  # only a requested width can be this narrow
+        raise InputError(
+            f"{width} microbatches a stage cannot split the batch within the memory limit "
+            f"({in_force.label}: at most {list(in_force.held)} samples per stage): that "
+            f"takes at least {fewest}",
+            source="--max-microbatches",
+        )
     equal = seed_plans(problem, width, population, baselines)
     ramps = ramp_plans(problem, width, baselines["1f1b"])
     if backward == MIRRORED:
