@@ -136,5 +136,6 @@ def test_stage_limits_no_plan_meets_are_blamed_on_the_stages(tmp_path: Path) -> 
     result = run_cli("search", str(tmp_path / "p.json"), "--generations", "1", "--population", "8")
     assert result.exit_code == 2, describe(result)
     assert result.stderr.startswith(
-        f"tidgap: error: {tmp_path / 'p.json'}: stages[0].memory_limit: 500 bytes hold 0 samples"
+        f"tidgap: error: {tmp_path / 'p.json'}: stages[0].memory_limit: a limit of 500 bytes "
+        "holds 0 samples"
     ), describe(result)

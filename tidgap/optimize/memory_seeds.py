@@ -20,30 +20,25 @@ from tidgap.schedules.ir import alternating_letters
 
 
 def require_room(problem: Problem, memory_limit: str | int | None) -> None:
-    """Raise :class:`InputError` where the stages' own ``memory_limit`` or
-    ``memory_limit`` bytes (``--memory-limit``; ``1f1b`` always leaves room) leave some
-    stage less than one unit of samples: every plan holds at least its first forward
-    microbatch there, so none fits (model.md, Memory)."""
-    unit = problem.unit
-    for s, held in enumerate(stage_level(problem).held):
-        if held < unit:
+    """Raise :class:`InputError` where the stages' own ``memory_limit`` (on
+    ``stages[s].memory_limit``) or ``memory_limit`` bytes (on ``--memory-limit``; ``1f1b``
+    always leaves room) leave some stage less than one unit of samples: every plan holds at
+    least its first forward microbatch there, so none fits (model.md, Memory)."""
+    limits: list[tuple[MemoryLevel, str | None]] = [(stage_level(problem), None)]
+    if memory_limit is not None and memory_limit != ONE_F_ONE_B:
+        limits.append((bytes_level(problem, int(memory_limit)), "--memory-limit"))
+    for level, option in limits:
+        for s, held in enumerate(level.held):
+            if held >= problem.unit:
+                continue
             stage = problem.stages[s]
+            limit = level.label if option else f"{stage.memory_limit:.4g} bytes"
             raise InputError(
-                f"{stage.memory_limit:.4g} bytes hold {held} samples of "
-                f"{stage.activation_bytes:.4g} bytes on stage {s}; every plan holds at least "
-                f"one microbatch there (unit {unit} samples), so no plan fits",
-                ("stages", s, "memory_limit"),
-            )
-    if memory_limit is None or memory_limit == ONE_F_ONE_B:
-        return
-    level = bytes_level(problem, int(memory_limit))
-    for s, held in enumerate(level.held):
-        if held < unit:
-            raise InputError(
-                f"{level.label} holds {held} samples of "
-                f"{problem.stages[s].activation_bytes:.4g} bytes on stage {s}; every plan "
-                f"holds at least one microbatch there (unit {unit} samples), so no plan fits",
-                source="--memory-limit",
+                f"a limit of {limit} holds {held} samples of {stage.activation_bytes:.4g} "
+                f"bytes on stage {s}; every plan holds at least one microbatch there (unit "
+                f"{problem.unit} samples), so no plan fits",
+                () if option else ("stages", s, "memory_limit"),
+                option,
             )
 
 
