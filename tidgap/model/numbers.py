@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from tidgap.model.errors import InputError
+
 #: The largest count tidgap takes (a C ``int``): samples, sizes, rounds, iterations.
 MAX_COUNT = 2**31 - 1
 #: The most stages a command builds a problem or a run for, and threads per process.
@@ -27,3 +29,12 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
         value, (bool, np.bool_)
     )
+
+
+def integer_at_least(name: str, value: Any, least: int | None) -> None:
+    """:class:`InputError` naming ``name`` unless ``value`` is an integer, at least
+    ``least`` (``None``: any)."""
+    if not is_integer(value):
+        raise InputError(f"must be an integer (got {value!r})", source=name)
+    if least is not None and value < least:
+        raise InputError(f"must be at least {least} (got {value})", source=name)

@@ -122,7 +122,7 @@ def check_plan(
     """Raise :class:`InputError` (on ``source``, when given) unless ``plan`` is feasible for
     ``problem`` (model.md, A plan); with ``repaired``, an order that breaks rule 1 or 2
     passes (a search's seed: the repair makes it valid)."""
-    require_plan(plan)
+    require_plan(plan, source or "plan")
     require_problem(problem)
     try:
         _check_plan(plan, problem, repaired)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidgap.model.errors import InputError
-from tidgap.model.numbers import is_integer, is_number
-from tidgap.model.plan import Plan, check_plan, require_plan
+from tidgap.model.numbers import integer_at_least, is_number
+from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.backward_rules import FREE, check_rule
 from tidgap.optimize.checkpoint import (
@@ -62,15 +62,6 @@ def at_least(*arguments: tuple[str, int | None, int | None]) -> None:
     for name, value, least in arguments:
         if value is not None:
             integer_at_least(name, value, least)
-
-
-def integer_at_least(name: str, value: Any, least: int | None) -> None:
-    """:class:`InputError` naming ``name`` unless ``value`` is an integer, at least
-    ``least`` (``None``: any)."""
-    if not is_integer(value):
-        raise InputError(f"must be an integer (got {value!r})", source=name)
-    if least is not None and value < least:
-        raise InputError(f"must be at least {least} (got {value})", source=name)
 
 
 @dataclass(frozen=True)
@@ -162,7 +153,6 @@ class Optimizer:
             ("max_memory", max_memory, 1),
         )
         for i, plan in enumerate(initial_plans):
-            require_plan(plan, f"initial_plans[{i}]")
             check_plan(plan, problem, f"initial_plans[{i}]", repaired=True)
         self.identity = SearchIdentity(
             schedule,

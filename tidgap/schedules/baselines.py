@@ -7,12 +7,11 @@ All use one equal partition of the batch on every stage, in both directions
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from tidgap.model.errors import InputError
-from tidgap.model.numbers import is_integer
+from tidgap.model.numbers import integer_at_least
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem, require_problem
 from tidgap.model.timefn import TimeFunction
@@ -44,17 +43,11 @@ def equal_sizes(units: int, count: int) -> list[int]:
     return [q + 1] * r + [q] * (count - r)
 
 
-def require_count(m: Any, source: str) -> None:
-    """Raise :class:`InputError` on ``source`` unless ``m`` is an integer."""
-    if not is_integer(m):
-        raise InputError(f"must be an integer (got {m!r})", source=source)
-
-
 def equal_partition(problem: Problem, m: int) -> list[int]:
     """``m`` sizes in samples: :func:`equal_sizes` of ``U`` units, times the unit;
     :class:`InputError` on ``m`` unless ``1 <= m <= U``."""
     require_problem(problem)
-    require_count(m, "m")
+    integer_at_least("m", m, None)
     if not 1 <= m <= problem.num_units:
         raise InputError(f"{m} is outside 1..{problem.num_units}", source="m")
     return [size * problem.unit for size in equal_sizes(problem.num_units, int(m))]
@@ -83,7 +76,7 @@ def feasible_microbatch_counts(problem: Problem) -> list[int]:
 def require_feasible(problem: Problem, m: int) -> None:
     """Raise :class:`InputError` (on ``--microbatches``) if ``m`` is not a feasible count."""
     require_problem(problem)
-    require_count(m, "--microbatches")
+    integer_at_least("--microbatches", m, None)
     if not 1 <= m <= problem.num_units:
         raise InputError(
             f"{m} is outside 1..{problem.num_units} (batch_size {problem.batch_size}, "
