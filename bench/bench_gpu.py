@@ -66,8 +66,8 @@ def test_cuda_evaluation(benchmark: Any, throughput: Any, base: Any, size: int) 
     benchmark.group = "cuda evaluate S=8 B=256"
     got_forward, got_backward = benchmark(run)
     numba = create_evaluator(ticked, "flush", "numba")
-    assert np.array_equal(got_forward.get()[:POPULATION], numba.forward_end(forward))
-    assert np.array_equal(got_backward.get()[:POPULATION], numba.backward_span(backward))
+    assert np.array_equal(to_host(got_forward)[:POPULATION], numba.forward_end(forward))
+    assert np.array_equal(to_host(got_backward)[:POPULATION], numba.backward_span(backward))
     throughput(f"cuda P=2^{size.bit_length() - 1}", benchmark, size)
     rate = size / benchmark.stats.stats.median if benchmark.stats else 0.0
     benchmark.extra_info["bandwidth_share"] = rate * BYTES_PER_EVALUATION / PEAK_BANDWIDTH

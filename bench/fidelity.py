@@ -35,6 +35,10 @@ from pathlib import Path
 MODEL = "gpt"
 MODEL_OPTIONS = ["--layers", "4", "--hidden", "128", "--heads", "4", "--seq-len", "64"]
 MODEL_OPTIONS += ["--vocab", "2000"]
+#: With ``--device cuda``: a model whose ops take milliseconds on an H200 (the CPU's model
+#: runs in tens of microseconds per op there, launch overheads rather than compute).
+GPU_MODEL_OPTIONS = ["--layers", "8", "--hidden", "1024", "--heads", "16", "--seq-len", "256"]
+GPU_MODEL_OPTIONS += ["--vocab", "8000"]
 SHAPE = ["--stages", "2", "--batch-size", "16", "--threads", "1"]
 COUNTS = (2, 4, 8)
 #: The searched plans and their ``tidgap search`` options (on the calibrated problem).
@@ -66,13 +70,16 @@ def baseline_plan(problem: Path, name: str, m: int, out: Path) -> Path:
     return out
 
 
-def run_round(problem: Path, plans: dict[str, Path], iterations: int) -> dict[str, dict]:
+def run_round(
+    problem: Path, plans: dict[str, Path], iterations: int, model: list[str]
+) -> dict[str, dict]:
     """Per label, ``tidgap run --json``'s object for each of ``plans`` on ``problem``, all
-    run in turn in one ``tidgap run`` (the first plan, the others ``--compare``d)."""
+    run in turn in one ``tidgap run`` (the first plan, the others ``--compare``d); ``model``:
+    the model and device options."""
     first, *others = plans.values()
     compared = [word for plan in others for word in ("--compare", str(plan))]
     report = json.loads(tidgap(
-        "run", str(problem), str(first), *compared, "--model", MODEL, *MODEL_OPTIONS,
+        "run", str(problem), str(first), *compared, "--model", MODEL, *model,
         "--iterations", str(iterations), "--warmup", "2", "--json",
     ))  # fmt: skip
     ran = [report["run"], *report["baselines"]]
@@ -108,10 +115,11 @@ def pairs_in_order(predicted: dict[str, float], measured: dict[str, float], apar
     return f"{same} of {len(pairs)}"
 
 
-def calibrate(profiled: Path, out: Path, rounds: int) -> Path:
-    """``tidgap calibrate`` ``profiled`` at every size, ``rounds`` rounds, into ``out``."""
+def calibrate(profiled: Path, out: Path, rounds: int, model: list[str]) -> Path:
+    """``tidgap calibrate`` ``profiled`` at every size, ``rounds`` rounds, into ``out``;
+    ``model``: the model and device options."""
     tidgap(
-        "calibrate", str(profiled), "--model", MODEL, *MODEL_OPTIONS,
+        "calibrate", str(profiled), "--model", MODEL, *model,
         "--rounds", str(rounds), "--every-size", "--out", str(out),
     )  # fmt: skip
     return out
@@ -134,12 +142,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each plan")
     parser.add_argument("--rounds", type=int, default=3, help="tidgap calibrate --rounds")
     parser.add_argument("--search-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu",
+        help="where the stages compute; cuda: both stage processes share GPU 0, and the "
+        "model is GPU_MODEL_OPTIONS",
+    )  # fmt: skip
     options = parser.parse_args()
     folder = options.out_dir
     folder.mkdir(parents=True, exist_ok=True)
+    sized = GPU_MODEL_OPTIONS if options.device == "cuda" else MODEL_OPTIONS
+    model = [*sized, "--device", options.device]
     profiled = folder / "gpt2.json"
-    tidgap("profile", MODEL, *MODEL_OPTIONS, *SHAPE, "--out", str(profiled), "-q")
-    fitted = calibrate(profiled, folder / "gpt2-calibrated.json", options.rounds)
+    tidgap("profile", MODEL, *model, *SHAPE, "--out", str(profiled), "-q")
+    fitted = calibrate(profiled, folder / "gpt2-calibrated.json", options.rounds, model)
     plans = {}
     for name in ("gpipe", "1f1b"):
         for m in COUNTS:
@@ -163,8 +178,8 @@ def main() -> None:
 
     runs: dict[str, list[dict]] = {label: [] for label in plans}
     for r in range(options.repeats):  # in rounds: each plan sees the machine's drift
-        now = calibrate(profiled, folder / f"round{r + 1}-calibrated.json", 1)
-        for label, ran in run_round(now, plans, options.iterations).items():
+        now = calibrate(profiled, folder / f"round{r + 1}-calibrated.json", 1, model)
+        for label, ran in run_round(now, plans, options.iterations, model).items():
             runs[label].append(ran)
     rounds = {label: [r["measured"]["median"] for r in runs[label]] for label in plans}
     fresh = {label: [r["predicted"] for r in runs[label]] for label in plans}

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# One script for a GPU machine (CuPy, Numba, pytest preinstalled; no network), at most
-# 9 minutes (100 s tests, 150 s benchmarks, 100 s searches, 4 min profile, search and runs
-# on the GPU, each cut off by a timeout):
+# One script for a GPU machine (CuPy, Numba, PyTorch, pytest-xdist preinstalled; no
+# network), about 7 minutes, at most 9.5 (each part cut off by its own timeout):
 # installs tidgap from this checkout without dependencies (pydantic comes from wheels in
-# .whl/, see bench/fetch_device_wheels.sh), runs the GPU tests, the GPU benchmarks (flush
-# and ordered-plan kernels at several population sizes, a flush and a joint generation and
-# an annealing step at 2^16), a --gpu and a --cpu search on every built-in example and a
-# tiny GPT profiled and run on the GPU (its allocator peaks; tidgap run --device cuda with
-# its gradients checked, then the same under torchrun), then prints a summary.
+# .whl/, see bench/fetch_device_wheels.sh), runs the backend tests (the GPU ones among
+# them), the GPU benchmarks (flush and ordered-plan kernels at several population sizes, a
+# flush and a joint generation and an annealing step at 2^16), `tidgap bench` on the GPU,
+# a --gpu and a --cpu search of equal time on every built-in example, the fidelity
+# benchmark with both stage processes on the GPU (bench/fidelity.py --device cuda), one
+# `tidgap run` with gradients checked, baselines and the memory report, and the same plan
+# under torchrun; then prints a summary. Logs and JSON go to $OUT (or /tmp).
 # Usage: bash bench/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-log=${OUT:-/tmp}/gpu_check.log
-exec > >(tee "$log") 2>&1
+out=${OUT:-/tmp}
+exec > >(tee "$out/gpu_check.log") 2>&1
+export PYTHONUNBUFFERED=1
 
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 2
@@ -20,43 +22,55 @@ if [ -d .whl ]; then
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
   || python3 -m pip install -q --no-index --no-deps --no-build-isolation . || exit 2
+tidgap=(python3 -m tidgap)
 
-echo "== machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c "import cupy, numba, numpy, sys; print('python', sys.version.split()[0], 'cupy', cupy.__version__, 'numba', numba.__version__, 'numpy', numpy.__version__)"
+echo "== machine ($(date -u +%FT%TZ))"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
+nproc
+python3 -c "import cupy, numba, numpy, torch, sys; print('python', sys.version.split()[0], 'cupy', cupy.__version__, 'numba', numba.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__)"
 python3 -c "from tidgap.backends.gpu import gpu_unusable_reason as r; print('gpu usable:', r() or 'yes')"
 
-echo "== tests (GPU, kernels, backends)"
-timeout 100 python3 -m pytest -q -p no:cacheprovider tests/backends
+echo "== tests (tests/backends: the GPU tests, the kernels' host builds, every backend)"
+timeout 80 python3 -m pytest -q -p no:cacheprovider -n 8 tests/backends -rs 2>&1 | tail -15
 tests_status=$?
 
-echo "== benchmarks"
-timeout 150 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchmark-only \
-  --benchmark-max-time=0.5 --benchmark-columns=median,iqr,rounds \
-  --benchmark-json="${OUT:-/tmp}/bench_gpu.json"
+echo "== benchmarks (bench/bench_gpu.py)"
+timeout 110 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchmark-only \
+  --benchmark-max-time=0.3 --benchmark-columns=median,iqr,rounds \
+  --benchmark-json="$out/bench_gpu.json"
 bench_status=$?
+timeout 50 "${tidgap[@]}" bench --backend cuda,numba --schedule all --population 65536,1048576 \
+  --repeats 5 --out "$out/tidgap_bench.json"
 
-echo "== searches (seed 0, default stopping)"
-searches_end=$((SECONDS + 100))
+echo "== searches (seed 0, 8 s each, --gpu then --cpu)"
+searches_end=$((SECONDS + 90))
 for example in $(python3 -c "from tidgap.model.examples import example_names; print(*example_names())"); do
   for device in gpu cpu; do
     left=$((searches_end - SECONDS))
-    if [ "$left" -lt 5 ]; then echo "(out of time: $example --$device not run)"; continue; fi
-    timeout $((left < 40 ? left : 40)) tidgap search "example:$example" --seed 0 --"$device" --quiet
+    if [ "$left" -lt 12 ]; then echo "(out of time: $example --$device not run)"; continue; fi
+    echo "-- $example --$device"
+    timeout $((left < 25 ? left : 25)) "${tidgap[@]}" search "example:$example" --seed 0 \
+      --"$device" --time-limit 8 --quiet
   done
 done
 
-echo "== profile and run on the GPU (2 stage processes sharing it; allocator peaks per stage)"
-gpt=(--model gpt --layers 2 --hidden 64 --heads 2 --seq-len 32 --vocab 500)
-problem=${OUT:-/tmp}/gpu-gpt.json
-timeout 60 tidgap profile gpt "${gpt[@]:2}" --stages 2 --batch-size 8 --device cuda \
-  --repeats 3 --warmup 1 --quiet --out "$problem" \
-  && python3 -c "import json, sys; print('memory:', json.load(open(sys.argv[1]))['source'].get('memory'))" "$problem" \
-  && timeout 30 tidgap search "$problem" --mirrored --cpu --time-limit 5 --quiet --out /tmp/gpu-plan.json \
-  && timeout 90 tidgap run "$problem" /tmp/gpu-plan.json "${gpt[@]}" --device cuda --iterations 5 \
-    --warmup 2 --check-gradients --baselines \
-  && timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tidgap run \
-    "$problem" /tmp/gpu-plan.json "${gpt[@]}" --device cuda --iterations 3 --check-gradients
+echo "== fidelity: 2 stage processes sharing the GPU (bench/fidelity.py --device cuda)"
+fidelity=/tmp/fidelity
+timeout 200 python3 bench/fidelity.py --device cuda --out-dir "$fidelity" --repeats 2 \
+  --rounds 2 --search-seconds 5 --iterations 5
+fidelity_status=$?
+cp "$fidelity/fidelity.json" "$out/fidelity_cuda.json" 2>/dev/null
+python3 -c "import json, sys; print('profiled memory:', json.load(open(sys.argv[1]))['source'].get('memory'))" \
+  "$fidelity/gpt2.json"
+
+echo "== tidgap run on the GPU: gradients, baselines, memory; then under torchrun"
+gpt=(--model gpt --layers 8 --hidden 1024 --heads 16 --seq-len 256 --vocab 8000 --device cuda)
+plan=$fidelity/searched.json
+timeout 60 "${tidgap[@]}" run "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" \
+  --iterations 5 --warmup 2 --check-gradients --baselines --trace "$out/run_trace.json" \
+  && timeout 45 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tidgap run \
+    "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" --iterations 3 --check-gradients
 run_status=$?
 
-echo "== summary: tests exit $tests_status, benchmarks exit $bench_status, GPU profile and run exit $run_status (log: $log)"
+echo "== summary: tests exit $tests_status, benchmarks exit $bench_status, fidelity exit" \
+  "$fidelity_status, GPU runs exit $run_status ($(date -u +%FT%TZ); log: $out/gpu_check.log)"

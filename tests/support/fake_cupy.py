@@ -1,6 +1,9 @@
 """A stand-in for CuPy that runs tidgap's CUDA kernels on the CPU, for tests without a GPU.
 
-Arrays are NumPy arrays (every attribute not defined here is NumPy's); ``RawModule``
+Arrays are NumPy arrays of a subclass that :func:`tidgap.backends.xp.namespace` takes for
+CuPy's, so code written over ``xp`` runs its CuPy path with this module as ``xp``; every
+attribute not defined here is NumPy's, except that ufuncs refuse ``accumulate`` as CuPy 14
+does (seen on an H200: ``cupy_maximum.accumulate is not supported yet``); ``RawModule``
 compiles the very text NVRTC would get with g++ (``__global__`` dropped, one thread of
 one block, which a grid-stride kernel turns into the whole loop) and calls it through
 ctypes with the launcher's own arguments. So the launchers' argument order and types, the
@@ -75,19 +78,68 @@ class RawModule:
         return RawKernel(function)
 
 
+class ndarray(np.ndarray):  # noqa: N801 (CuPy's name)
+    """A NumPy array under CuPy's module name, with CuPy's ``get``."""
+
+    def get(self) -> np.ndarray:
+        return np.asarray(self).copy()
+
+
+ndarray.__module__ = "cupy"
+
+
+class Ufunc:
+    """A NumPy ufunc whose results are :class:`ndarray` and which, like CuPy's, has no
+    ``accumulate``."""
+
+    def __init__(self, ufunc: np.ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _device(self.ufunc(*args, **kwargs))
+
+    def accumulate(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"`cupy_{self.ufunc.__name__}.accumulate` is not supported yet")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.ufunc, name)
+
+
+def _device(value: Any) -> Any:
+    """``value`` with its NumPy arrays (also in a tuple) viewed as :class:`ndarray`."""
+    if isinstance(value, tuple):
+        return tuple(_device(item) for item in value)
+    if type(value) is np.ndarray:
+        return value.view(ndarray)
+    return value
+
+
+def _numpy_attribute(name: str) -> Any:
+    """NumPy's ``name``: ufuncs wrapped in :class:`Ufunc`, functions returning
+    :class:`ndarray`, anything else as it is."""
+    value = getattr(np, name)
+    if isinstance(value, np.ufunc):
+        return Ufunc(value)
+    if callable(value) and not isinstance(value, type):
+        return lambda *args, **kwargs: _device(value(*args, **kwargs))
+    return value
+
+
 def module() -> types.ModuleType:
     """A fresh fake ``cupy`` module (put it in ``sys.modules["cupy"]``)."""
     fake = types.ModuleType("cupy")
     fake.RawModule = RawModule
     fake.RawKernel = RawKernel
-    fake.ndarray = np.ndarray
+    fake.ndarray = ndarray
+    fake.asnumpy = lambda array: np.asarray(array).copy()
     fake.cuda = types.SimpleNamespace(
         runtime=types.SimpleNamespace(
             CUDARuntimeError=RuntimeError,
             getDeviceCount=lambda: 1,
             runtimeGetVersion=lambda: 13000,
             driverGetVersion=lambda: 13000,
-        )
+        ),
+        Device=lambda *_: types.SimpleNamespace(synchronize=lambda: None),
     )
-    fake.__getattr__ = lambda name: getattr(np, name)
+    fake.__getattr__ = _numpy_attribute
     return fake

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tidgap.backends.xp import namespace
+from tidgap.backends.xp import namespace, running_max
 from tidgap.model.plan import Plan
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, GENE, NO_OP, ORDER_GENE
 from tidgap.schedules.ir import forwards_before, prefix_sums
@@ -99,7 +99,7 @@ def repair_before(forward_prefix: Any, backward_prefix: Any, before: Any) -> Any
             needed = xp.take_along_axis(forward_prefix[:, s + 1], upstream, axis=1)
             target = xp.maximum(target, needed)
         least = holder(forward_prefix[:, s], target)
-        raised[s] = xp.maximum.accumulate(xp.maximum(before[:, s], least), axis=1)
+        raised[s] = running_max(xp.maximum(before[:, s], least))
     return xp.stack(raised, axis=1)
 
 
@@ -114,7 +114,7 @@ def lower(forward: Any, backward: Any, lead: Any) -> tuple[Any, Any]:
     column = xp.arange(lead.shape[-1])[None, None, :]
     before = xp.clip(own + lead.astype(xp.int64), 0, forwards)
     before = xp.where(column < counts(backward)[..., None], before, forwards)
-    before = xp.maximum.accumulate(before, axis=-1)
+    before = running_max(before)
     return repair_before(forward_prefix, backward_prefix, before), own
 
 
