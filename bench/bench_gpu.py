@@ -25,7 +25,7 @@ import pytest
 from bench_evaluate import POPULATION, STAGES, WIDTH, random_chromosomes, synthetic_problem
 from bench_windowed import Generation, ordered_population
 
-from tidgap.backends.evaluator import create_evaluator
+from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.gpu import gpu_unusable_reason
 from tidgap.backends.ticks import tick_problem
 from tidgap.backends.xp import to_host
@@ -142,6 +142,40 @@ def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int) -> 
     numba = create_evaluator(ticked, "windowed", "numba")
     assert np.array_equal(to_host(got)[:POPULATION], numba.score(base))
     throughput(f"cuda windowed P=2^{size.bit_length() - 1}", benchmark, size)
+
+
+@pytest.mark.parametrize("blocks_per_sm", [1, 2, 4, 8, 16])
+def test_cuda_ordered_grid(benchmark: Any, throughput: Any, blocks_per_sm: int) -> None:
+    """The ordered-plan kernel at ``P = 2**20`` with its grid capped at ``blocks_per_sm``
+    blocks of 128 threads per multiprocessor (each thread then scores several individuals,
+    and fewer threads' scratch competes for the caches)."""
+    import cupy
+
+    from tidgap.kernels.launcher import CudaOrderedEnds
+
+    problem = synthetic_problem()
+    ticked = tick_problem(problem)
+    base = ordered_population(np.random.default_rng(20240601), problem)
+    size = 2**20
+    repeat = size // POPULATION
+    population = Population(
+        *(cupy.asarray(np.tile(genes, (repeat, 1, 1))) for genes in (base.forward, base.backward)),
+        order=cupy.asarray(np.tile(base.order, (repeat, 1, 1))),
+    )
+    processors = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    evaluator = OrderedEvaluator(ticked, CudaOrderedEnds(ticked, blocks_per_sm * processors))
+
+    def run() -> Any:
+        result = evaluator.score(population)
+        cupy.cuda.Device().synchronize()
+        return result
+
+    run()
+    benchmark.group = "cuda ordered evaluate S=8 B=256, grid capped, P=2^20"
+    got = benchmark(run)
+    numba = create_evaluator(ticked, "windowed", "numba")
+    assert np.array_equal(to_host(got)[:POPULATION], numba.score(base))
+    throughput(f"cuda windowed P=2^20, {blocks_per_sm} blocks/SM", benchmark, size)
 
 
 def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any) -> None:

@@ -103,9 +103,11 @@ class CudaOrderedEnds:
     int32 forward and backward sizes and ``(P, S, L)`` int8 order genes (device or host) and
     returns ``(P,)`` int64 iteration ticks and ``(P, S)`` int64 peak held samples, on the
     device. Sizes are not checked (the CPU twins refuse non-partitions); the tables are
-    uploaded once."""
+    uploaded once. ``max_blocks`` caps the grid (threads then loop over several
+    individuals), so that fewer threads' scratch is live in the caches at once."""
 
-    def __init__(self, ticked: TickedProblem):
+    def __init__(self, ticked: TickedProblem, max_blocks: int | None = None):
+        self.max_blocks = max_blocks
         tables = (
             ticked.forward_compute,
             ticked.backward_compute,
@@ -136,8 +138,9 @@ class CudaOrderedEnds:
             scratch_width(width),
             scratch_width(stages),
         )
+        blocks = _grid(population)[0]
         kernel(
-            _grid(population),
+            (min(blocks, self.max_blocks or blocks),),
             (THREADS_PER_BLOCK,),
             (
                 forward,

@@ -6,9 +6,9 @@
 // `count` or cannot finish scores TIDGAP_INVALID.
 // Thread-to-work mapping: one thread per individual p = blockIdx.x * blockDim.x +
 // threadIdx.x (grid-stride loop); each thread runs its individual's event loop
-// sequentially with its scratch in local memory (6 (TIDGAP_MAX_K + 1) int64 and
-// TIDGAP_CURSORS int per stage, TIDGAP_MAX_S stages, set at compile time by the launcher
-// to powers of two >= K and >= S).
+// sequentially with its scratch in local memory (2 (TIDGAP_MAX_K + 1) + 1 int64 and
+// 2 (TIDGAP_MAX_K + 1) + TIDGAP_CURSORS int per stage, TIDGAP_MAX_S stages, set at compile
+// time by the launcher to powers of two >= K and >= S).
 // Arguments, in order:
 //   forward, backward (P, S, K) int32, order (P, S, L) int8, fitness (P,) int64 out,
 //   peak_held (P, S) int64 out, population P, stages S, width K, length L, forward_compute and
@@ -33,8 +33,8 @@ extern "C" __global__ void tidgap_windowed_evaluate(
     const tidgap_i64* __restrict__ forward_transfer,
     const tidgap_i64* __restrict__ backward_transfer, const tidgap_i64* __restrict__ tails,
     int table_width) {
-    tidgap_i64 scratch[TIDGAP_MAX_S * 6 * (TIDGAP_MAX_K + 1)];
-    int cursors[TIDGAP_MAX_S * TIDGAP_CURSORS];
+    tidgap_i64 arrivals[TIDGAP_ARRIVALS(TIDGAP_MAX_S, TIDGAP_MAX_K)];
+    int sizes[TIDGAP_SIZES(TIDGAP_MAX_S, TIDGAP_MAX_K)];
     const long long genes = (long long)stages * width;
     const long long step = (long long)gridDim.x * blockDim.x;
     for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < population;
@@ -42,6 +42,6 @@ extern "C" __global__ void tidgap_windowed_evaluate(
         fitness[p] = tidgap_ordered_fitness(
             forward + p * genes, backward + p * genes, order + p * stages * length, stages, width, length,
             forward_compute, backward_compute, forward_transfer, backward_transfer, tails,
-            table_width, scratch, cursors, peak_held + p * stages);
+            table_width, arrivals, sizes, peak_held + p * stages);
     }
 }

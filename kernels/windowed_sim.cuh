@@ -18,7 +18,13 @@
 //                             TIDGAP_NO_OP after the last (tidgap.optimize.genome's codes)
 //   forward_compute, backward_compute (S, T); forward_transfer, backward_transfer (S-1, T),
 //   backward_transfer[l] indexed by the sender's (stage l+1) size; tails (S,); T = U + 1
-//   scratch           (S, 6 (K+1)) int64: P, Q, EF, EB, A, A' per stage; cursors (S, 5) int32
+//   arrivals          (S (2 (K+1) + 1)) int64 scratch: A and A' per stage (K+1 each), then
+//                     each stage's free time (the end of its last op)
+//   sizes             (S (2 (K+1) + 5)) int32 scratch: P and Q per stage (K+1 each, in units),
+//                     then each stage's TIDGAP_CURSORS cursors
+// EF and EB are not kept: a stage's ops run one after another, so the end of its own
+// forward is never after its free time, and its last op is its last backward (which needs
+// the last forward), whose end is the free time the loop ends with.
 // The same code is compiled by NVRTC for the GPU (windowed_evaluate.cu) and by the host
 // compiler for tests (tests/support/native/windowed_host.cpp).
 #ifndef TIDGAP_WINDOWED_SIM_CUH
@@ -37,8 +43,7 @@
 #define TIDGAP_NEVER (-(((tidgap_i64)1) << 62))
 
 // min{i : prefix[i] >= sample} over prefix[0..count] (non-decreasing, prefix[count] = total).
-__host__ __device__ inline int tidgap_holder(const tidgap_i64* prefix, int count,
-                                             tidgap_i64 sample) {
+__host__ __device__ inline int tidgap_holder(const int* prefix, int count, int sample) {
     int low = 0, high = count;
     while (low < high) {
         int middle = (low + high) / 2;
@@ -50,18 +55,25 @@ __host__ __device__ inline int tidgap_holder(const tidgap_i64* prefix, int count
 // Cursors per stage (5 ints): ops done, forwards done, backwards done, M_s, N_s.
 #define TIDGAP_CURSORS 5
 
+// int64 entries of `arrivals` and int32 entries of `sizes` for S stages of width K.
+#define TIDGAP_ARRIVALS(stages, width) ((stages) * (2 * ((width) + 1) + 1))
+#define TIDGAP_SIZES(stages, width) ((stages) * (2 * ((width) + 1) + TIDGAP_CURSORS))
+
 __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
     const int* forward, const int* backward, const signed char* order, int stages, int width,
     int length, const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
     const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
-    const tidgap_i64* tails, int table_width, tidgap_i64* scratch, int* cursors,
+    const tidgap_i64* tails, int table_width, tidgap_i64* arrivals, int* sizes,
     tidgap_i64* peak_held) {
     const int row = width + 1;
     const int ops = length;
-#define TIDGAP_ROW(s, which) (scratch + ((s) * 6 + (which)) * row)  // P Q EF EB A A'
+    tidgap_i64* free_at = arrivals + 2 * stages * row;
+    int* cursors = sizes + 2 * stages * row;
+#define TIDGAP_PREFIX(s, which) (sizes + (2 * (s) + (which)) * row)        // P Q
+#define TIDGAP_ARRIVAL(s, which) (arrivals + (2 * (s) + (which)) * row)    // A A'
     for (int s = 0; s < stages; ++s) {
-        tidgap_i64* P = TIDGAP_ROW(s, 0);
-        tidgap_i64* Q = TIDGAP_ROW(s, 1);
+        int* P = TIDGAP_PREFIX(s, 0);
+        int* Q = TIDGAP_PREFIX(s, 1);
         int m = 0, n = 0;
         P[0] = 0;
         Q[0] = 0;
@@ -82,10 +94,9 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
             for (int t = 0; t < stages; ++t) peak_held[t] = 0;
             return TIDGAP_INVALID;
         }
-        TIDGAP_ROW(s, 2)[0] = 0;
-        TIDGAP_ROW(s, 3)[0] = 0;
-        TIDGAP_ROW(s, 4)[0] = TIDGAP_NEVER;
-        TIDGAP_ROW(s, 5)[0] = TIDGAP_NEVER;
+        TIDGAP_ARRIVAL(s, 0)[0] = TIDGAP_NEVER;
+        TIDGAP_ARRIVAL(s, 1)[0] = TIDGAP_NEVER;
+        free_at[s] = 0;
         int* cursor = cursors + s * TIDGAP_CURSORS;
         cursor[0] = cursor[1] = cursor[2] = 0;
         cursor[3] = m;
@@ -96,51 +107,46 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
     while (progressed) {
         progressed = 0;
         for (int s = 0; s < stages; ++s) {
-            tidgap_i64* P = TIDGAP_ROW(s, 0);
-            tidgap_i64* Q = TIDGAP_ROW(s, 1);
-            tidgap_i64* EF = TIDGAP_ROW(s, 2);
-            tidgap_i64* EB = TIDGAP_ROW(s, 3);
+            const int* P = TIDGAP_PREFIX(s, 0);
+            const int* Q = TIDGAP_PREFIX(s, 1);
             int* cursor = cursors + s * TIDGAP_CURSORS;
             const int length = cursor[3] + cursor[4];
+            tidgap_i64 stage_free = free_at[s];
             while (cursor[0] < length) {
                 const signed char op = order[s * ops + cursor[0]];
                 const int nf = cursor[1], nb = cursor[2];
-                tidgap_i64 start = 0;  // the stage is free when its previous op ends
-                if (cursor[0] > 0) start = order[s * ops + cursor[0] - 1] == TIDGAP_FORWARD_OP ? EF[nf] : EB[nb];
+                tidgap_i64 start = stage_free;  // the stage is free when its previous op ends
                 if (op == TIDGAP_FORWARD_OP) {
                     const int k = nf + 1;
                     if (s > 0) {
                         const int* up = cursors + (s - 1) * TIDGAP_CURSORS;
-                        const int i = tidgap_holder(TIDGAP_ROW(s - 1, 0), up[3], P[k]);
+                        const int i = tidgap_holder(TIDGAP_PREFIX(s - 1, 0), up[3], P[k]);
                         if (i > up[1]) break;  // its activations are not sent yet
-                        start = tidgap_max(start, TIDGAP_ROW(s - 1, 4)[i]);
+                        start = tidgap_max(start, TIDGAP_ARRIVAL(s - 1, 0)[i]);
                     }
                     const int size = forward[s * width + nf];
-                    const tidgap_i64 end = start + forward_compute[s * table_width + size];
-                    EF[k] = end;
+                    stage_free = start + forward_compute[s * table_width + size];
                     if (s < stages - 1) {
-                        tidgap_i64* A = TIDGAP_ROW(s, 4);
-                        A[k] = tidgap_max(end, A[k - 1]) + forward_transfer[s * table_width + size];
+                        tidgap_i64* A = TIDGAP_ARRIVAL(s, 0);
+                        A[k] = tidgap_max(stage_free, A[k - 1]) + forward_transfer[s * table_width + size];
                     }
-                    peak_held[s] = tidgap_max(peak_held[s], P[k] - Q[nb]);
+                    peak_held[s] = tidgap_max(peak_held[s], (tidgap_i64)(P[k] - Q[nb]));
                     cursor[1] = k;
                 } else {
                     const int k = nb + 1;
-                    const int own = tidgap_holder(P, cursor[3], Q[k]);
-                    if (own > nf) break;  // its own forward has not run
-                    start = tidgap_max(start, EF[own]);
+                    // its own forward has not run (once it has, it ended by `stage_free`)
+                    if (tidgap_holder(P, cursor[3], Q[k]) > nf) break;
                     if (s < stages - 1) {
                         const int* down = cursors + (s + 1) * TIDGAP_CURSORS;
-                        const int i = tidgap_holder(TIDGAP_ROW(s + 1, 1), down[4], Q[k]);
+                        const int i = tidgap_holder(TIDGAP_PREFIX(s + 1, 1), down[4], Q[k]);
                         if (i > down[2]) break;  // its gradient is not sent yet
-                        start = tidgap_max(start, TIDGAP_ROW(s + 1, 5)[i]);
+                        start = tidgap_max(start, TIDGAP_ARRIVAL(s + 1, 1)[i]);
                     }
                     const int size = backward[s * width + nb];
-                    const tidgap_i64 end = start + backward_compute[s * table_width + size];
-                    EB[k] = end;
+                    stage_free = start + backward_compute[s * table_width + size];
                     if (s > 0) {
-                        tidgap_i64* G = TIDGAP_ROW(s, 5);
-                        G[k] = tidgap_max(end, G[k - 1]) +
+                        tidgap_i64* G = TIDGAP_ARRIVAL(s, 1);
+                        G[k] = tidgap_max(stage_free, G[k - 1]) +
                                backward_transfer[(s - 1) * table_width + size];
                     }
                     cursor[2] = k;
@@ -148,6 +154,7 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
                 cursor[0] += 1;
                 progressed = 1;
             }
+            free_at[s] = stage_free;
         }
     }
     tidgap_i64 iteration = 0;
@@ -157,9 +164,10 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
             for (int t = 0; t < stages; ++t) peak_held[t] = 0;
             return TIDGAP_INVALID;
         }
-        iteration = tidgap_max(iteration, TIDGAP_ROW(s, 3)[cursor[2]] + tails[s]);
+        iteration = tidgap_max(iteration, free_at[s] + tails[s]);  // its last op: a backward
     }
-#undef TIDGAP_ROW
+#undef TIDGAP_PREFIX
+#undef TIDGAP_ARRIVAL
     return iteration;
 }
 

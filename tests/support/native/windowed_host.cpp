@@ -11,14 +11,14 @@ extern "C" void tidgap_windowed_host(
     const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
     const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
     const tidgap_i64* tails, int table_width) {
-    std::vector<tidgap_i64> scratch(6 * static_cast<std::size_t>(stages) * (width + 1));
-    std::vector<int> cursors(TIDGAP_CURSORS * static_cast<std::size_t>(stages));
+    std::vector<tidgap_i64> arrivals(TIDGAP_ARRIVALS(static_cast<std::size_t>(stages), width));
+    std::vector<int> sizes(TIDGAP_SIZES(static_cast<std::size_t>(stages), width));
     const long long genes = static_cast<long long>(stages) * width;
     for (long long p = 0; p < population; ++p) {
         fitness[p] = tidgap_ordered_fitness(
             forward + p * genes, backward + p * genes, order + p * stages * length, stages, width,
             length,
             forward_compute, backward_compute, forward_transfer, backward_transfer, tails,
-            table_width, scratch.data(), cursors.data(), peak_held + p * stages);
+            table_width, arrivals.data(), sizes.data(), peak_held + p * stages);
     }
 }
