@@ -4,12 +4,15 @@ run, and no module outside the registry knowing a backend by its name."""
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+import tidgap.kernels
+from tests.support.backends import install_fake_cupy
 from tidgap.backends import BACKENDS, UnusableBackend, default_backend, first_usable, load
 from tidgap.cli import cli
 
@@ -118,3 +121,17 @@ def test_cpu_falls_back_to_the_next_cpu_backend(monkeypatch: pytest.MonkeyPatch)
     )
     assert result.exit_code == 0, result.output
     assert '"backend": "numpy"' in result.stdout
+
+
+def test_fake_cupy_leaves_no_launcher_behind() -> None:
+    """A test on the CuPy stand-in puts back the launcher that was there (or none), so a later
+    test on a real GPU in the same process never gets the stand-in's launcher."""
+    before = sys.modules.get("tidgap.kernels.launcher")
+    with pytest.MonkeyPatch.context() as patch:
+        install_fake_cupy(patch)
+        import tidgap.kernels.launcher as launcher
+
+        assert launcher.cupy is sys.modules["cupy"]
+        assert launcher is not before
+    assert sys.modules.get("tidgap.kernels.launcher") is before
+    assert getattr(tidgap.kernels, "launcher", None) is before

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import sys
 
@@ -18,10 +19,17 @@ def install_fake_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
     CPU) until the test ends; skip where there is no g++."""
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed")
-    # The launcher imports CuPy when it is imported: a fresh one binds to the fake.
+    # The launcher imports CuPy when it is imported: a fresh one binds to the fake. It is
+    # set, not left to the next import, so that the test's end puts back the real one, or
+    # removes it where none was imported yet (else a later test on a real GPU, in the same
+    # process, would launch the fake's host builds with CuPy arrays).
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy.module())
-    monkeypatch.delitem(sys.modules, "tidgap.kernels.launcher", raising=False)
-    monkeypatch.delattr(tidgap.kernels, "launcher", raising=False)
+    spec = importlib.util.find_spec("tidgap.kernels.launcher")
+    assert spec is not None and spec.loader is not None
+    launcher = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, launcher)
+    spec.loader.exec_module(launcher)
+    monkeypatch.setattr(tidgap.kernels, "launcher", launcher, raising=False)
 
 
 def runnable(name: str, monkeypatch: pytest.MonkeyPatch) -> bool:
