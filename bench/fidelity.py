@@ -29,6 +29,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 #: The model: small enough for a 2-core CPU, large enough that compute dominates.
@@ -51,12 +52,15 @@ SEARCHES = {
 
 
 def tidgap(*args: str) -> str:
-    """Run ``tidgap ARGS`` and return its standard output (raise on failure)."""
+    """Run ``tidgap ARGS`` and return its standard output (raise on failure); say on stderr
+    which command ran and how long it took (a cut-off run shows where its time went)."""
+    started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "tidgap", *args], capture_output=True, text=True, check=False
     )
     if done.returncode:
         raise SystemExit(f"tidgap {' '.join(args)} failed: {done.stderr.strip()}")
+    print(f"({time.perf_counter() - started:.1f} s) tidgap {' '.join(args[:2])}", file=sys.stderr)
     return done.stdout
 
 

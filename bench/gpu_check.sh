@@ -31,9 +31,10 @@ python3 -c "import cupy, numba, numpy, torch, sys; print('python', sys.version.s
 python3 -c "from tidgap.backends.gpu import gpu_unusable_reason as r; print('gpu usable:', r() or 'yes')"
 
 echo "== tests (tests/backends: the GPU tests, the kernels' host builds, every backend)"
-timeout 60 python3 -m pytest -q -p no:cacheprovider -n 8 -rs tests/backends/test_gpu.py \
-  tests/backends/test_joint_kernels.py tests/backends/test_contract.py \
-  tests/backends/test_windowed.py 2>&1 | tail -15
+timeout 90 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs -p no:benchmark \
+  tests/backends/test_gpu.py tests/backends/test_joint_kernels.py \
+  tests/backends/test_contract.py tests/backends/test_windowed.py \
+  tests/backends/test_registry.py
 tests_status=$?
 
 echo "== benchmarks (bench/bench_gpu.py)"
