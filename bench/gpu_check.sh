@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One script for a GPU machine (CuPy, Numba, PyTorch, pytest-xdist preinstalled; no
-# network), about 7 minutes, at most 9.5 (each part cut off by its own timeout):
+# network), 7 to 10.5 minutes (each part cut off by its own timeout; on an H200 on
+# 2026-12-04 a run without the --cpu searches and tidgap bench took 6.8 minutes):
 # installs tidgap from this checkout without dependencies (pydantic comes from wheels in
 # .whl/, see bench/fetch_device_wheels.sh), runs the backend tests (the GPU ones among
 # them), the GPU benchmarks (flush and ordered-plan kernels at several population sizes, a
