@@ -116,9 +116,10 @@ def test_one_generation_at_65536(benchmark: Any, throughput: Any, base: Any) -> 
     throughput("cuda generation P=2^16", benchmark, size)
 
 
-@pytest.mark.parametrize("size", SIZES[:3])
-def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int) -> None:
-    """Ordered plans: ``score`` of every individual, equal to Numba on the base population."""
+def time_ordered(benchmark: Any, size: int, evaluator: Any = None) -> None:
+    """Time ``evaluator.score`` (default: the ``cuda`` windowed evaluator) on ``size``
+    ordered plans on the device (``bench_windowed``'s base population repeated) and assert
+    it equals Numba on the base population."""
     import cupy
 
     problem = synthetic_problem()
@@ -129,7 +130,7 @@ def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int) -> 
         *(cupy.asarray(np.tile(genes, (repeat, 1, 1))) for genes in (base.forward, base.backward)),
         order=cupy.asarray(np.tile(base.order, (repeat, 1, 1))),
     )
-    evaluator = create_evaluator(ticked, "windowed", "cuda")
+    evaluator = evaluator or create_evaluator(ticked, "windowed", "cuda")
 
     def run() -> Any:
         result = evaluator.score(population)
@@ -137,45 +138,34 @@ def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int) -> 
         return result
 
     run()  # compile (or load the kernel cache)
-    benchmark.group = "cuda ordered evaluate S=8 B=256"
     got = benchmark(run)
     numba = create_evaluator(ticked, "windowed", "numba")
     assert np.array_equal(to_host(got)[:POPULATION], numba.score(base))
+
+
+@pytest.mark.parametrize("size", SIZES[:3])
+def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int) -> None:
+    """Ordered plans: ``score`` of every individual, equal to Numba on the base population."""
+    benchmark.group = "cuda ordered evaluate S=8 B=256"
+    time_ordered(benchmark, size)
     throughput(f"cuda windowed P=2^{size.bit_length() - 1}", benchmark, size)
 
 
 @pytest.mark.parametrize("blocks_per_sm", [1, 2, 4, 8, 16])
 def test_cuda_ordered_grid(benchmark: Any, throughput: Any, blocks_per_sm: int) -> None:
     """The ordered-plan kernel at ``P = 2**20`` with its grid capped at ``blocks_per_sm``
-    blocks of 128 threads per multiprocessor (each thread then scores several individuals,
-    and fewer threads' scratch competes for the caches)."""
+    blocks of 128 threads per multiprocessor (each thread then scores several
+    individuals)."""
     import cupy
 
     from tidgap.kernels.launcher import CudaOrderedEnds
 
-    problem = synthetic_problem()
-    ticked = tick_problem(problem)
-    base = ordered_population(np.random.default_rng(20240601), problem)
-    size = 2**20
-    repeat = size // POPULATION
-    population = Population(
-        *(cupy.asarray(np.tile(genes, (repeat, 1, 1))) for genes in (base.forward, base.backward)),
-        order=cupy.asarray(np.tile(base.order, (repeat, 1, 1))),
-    )
+    ticked = tick_problem(synthetic_problem())
     processors = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    evaluator = OrderedEvaluator(ticked, CudaOrderedEnds(ticked, blocks_per_sm * processors))
-
-    def run() -> Any:
-        result = evaluator.score(population)
-        cupy.cuda.Device().synchronize()
-        return result
-
-    run()
+    ends = CudaOrderedEnds(ticked, blocks_per_sm * processors)
     benchmark.group = "cuda ordered evaluate S=8 B=256, grid capped, P=2^20"
-    got = benchmark(run)
-    numba = create_evaluator(ticked, "windowed", "numba")
-    assert np.array_equal(to_host(got)[:POPULATION], numba.score(base))
-    throughput(f"cuda windowed P=2^20, {blocks_per_sm} blocks/SM", benchmark, size)
+    time_ordered(benchmark, 2**20, OrderedEvaluator(ticked, ends))
+    throughput(f"cuda windowed P=2^20, {blocks_per_sm} blocks/SM", benchmark, 2**20)
 
 
 def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any) -> None:

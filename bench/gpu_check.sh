@@ -68,7 +68,8 @@ python3 -c "import json, sys; print('profiled memory:', json.load(open(sys.argv[
   "$fidelity/gpt2.json"
 
 echo "== tidgap run on the GPU: gradients, baselines, memory; then under torchrun"
-gpt=(--model gpt --layers 8 --hidden 1024 --heads 16 --seq-len 256 --vocab 8000 --device cuda)
+gpt=(--model gpt $(cd bench && python3 -c "from fidelity import GPU_MODEL_OPTIONS as o; print(*o)")
+  --device cuda)  # the model bench/fidelity.py profiled
 plan=$fidelity/searched.json
 timeout 50 "${tidgap[@]}" run "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" \
   --iterations 5 --warmup 2 --check-gradients --baselines --trace "$out/run_trace.json" \

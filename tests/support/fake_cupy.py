@@ -131,7 +131,6 @@ def module() -> types.ModuleType:
     fake.RawModule = RawModule
     fake.RawKernel = RawKernel
     fake.ndarray = ndarray
-    fake.asnumpy = lambda array: np.asarray(array).copy()
     fake.cuda = types.SimpleNamespace(
         runtime=types.SimpleNamespace(
             CUDARuntimeError=RuntimeError,
