@@ -8,11 +8,10 @@
 //                    EF[s][k] = start + Tf_s(f), A[s][k] = max(EF[s][k], A[s][k-1]) + Cf_s(f)
 //   backward k of s: start = max(free_s, EF[s][i_own], A'[s+1][i]) (no A' on the last stage)
 //                    EB[s][k] = start + Tb_s(c), A'[s][k] = max(EB[s][k], A'[s][k-1]) + Cb_{s-1}(c)
-// sweeping the stages until none can run its next op, and returns
-//   max_s (EB[s][N_s] + tail_s), and peak_held[s] = the most P[s][k] - Q[s][j] after a forward
-// (units), or TIDGAP_INVALID (peak_held all 0) when the order breaks rule `count` or cannot
-// finish (rules 1 or 2 broken: a deadlock). Arrays (row-major; int64 ticks, int32 sizes in
-// units, int8 ops):
+// and returns max_s (EB[s][N_s] + tail_s), and peak_held[s] = the most P[s][k] - Q[s][j]
+// after a forward (units), or TIDGAP_INVALID (peak_held all 0) when the order breaks rule
+// `count` or cannot finish (rules 1 or 2 broken: a deadlock). Arrays (row-major; int64
+// ticks, int32 sizes in units, int8 ops):
 //   forward, backward (S, K)  sizes, zeros after each row's last
 //   order             (S, L)  ops per stage: TIDGAP_FORWARD_OP, TIDGAP_BACKWARD_OP, then
 //                             TIDGAP_NO_OP after the last (tidgap.optimize.genome's codes)
@@ -20,13 +19,20 @@
 //   backward_transfer[l] indexed by the sender's (stage l+1) size; tails (S,); T = U + 1
 //   arrivals          (S (2 (K+1) + 1)) int64 scratch: A and A' per stage (K+1 each), then
 //                     each stage's free time (the end of its last op)
-//   sizes             (S (2 (K+1) + 5)) int32 scratch: P and Q per stage (K+1 each, in units),
-//                     then each stage's TIDGAP_CURSORS cursors
+//   sizes             (S (2 (K+1) + TIDGAP_CURSORS)) int32 scratch: P and Q per stage (K+1
+//                     each, in units), then each stage's cursors
 // EF and EB are not kept: a stage's ops run one after another, so the end of its own
 // forward is never after its free time, and its last op is its last backward (which needs
 // the last forward), whose end is the free time the loop ends with.
-// The same code is compiled by NVRTC for the GPU (windowed_evaluate.cu) and by the host
-// compiler for tests (tests/support/native/windowed_host.cpp).
+//
+// The work is cut per stage so that one thread can run every stage in turn
+// (tidgap_ordered_fitness: windowed_evaluate.cu, tests/support/native/windowed_host.cpp) or
+// one lane per stage could run them side by side: tidgap_stage_setup,
+// then rounds of tidgap_stage_snapshot (how far the neighbours have sent) and
+// tidgap_stage_advance (run the stage's ops that this lets it run) until no stage advances,
+// then tidgap_ordered_finish. A stage only reads what its neighbours had sent when it took
+// its snapshot, and those arrivals never change again, so every order of the stages' turns
+// gives the same ticks.
 #ifndef TIDGAP_WINDOWED_SIM_CUH
 #define TIDGAP_WINDOWED_SIM_CUH
 
@@ -42,6 +48,57 @@
 #define TIDGAP_INVALID ((((tidgap_i64)1) << 61) - 1)  // numpy.iinfo(int64).max // 4
 #define TIDGAP_NEVER (-(((tidgap_i64)1) << 62))
 
+// Cursors per stage: ops done (-1 when the stage breaks rule count), forwards done,
+// backwards done, M_s, N_s, the most samples held after a forward (units).
+#define TIDGAP_CURSORS 6
+#define TIDGAP_OPS_DONE 0
+#define TIDGAP_FORWARDS_DONE 1
+#define TIDGAP_BACKWARDS_DONE 2
+#define TIDGAP_FORWARD_COUNT 3
+#define TIDGAP_BACKWARD_COUNT 4
+#define TIDGAP_PEAK_HELD 5
+
+// int64 entries of `arrivals` and int32 entries of `sizes` for S stages of width K.
+#define TIDGAP_ARRIVALS(stages, width) ((stages) * (2 * ((width) + 1) + 1))
+#define TIDGAP_SIZES(stages, width) ((stages) * (2 * ((width) + 1) + TIDGAP_CURSORS))
+
+// One individual's genes (row pointers of its (S, K) sizes and (S, L) order).
+struct tidgap_ordered_genes {
+    const int* forward;
+    const int* backward;
+    const signed char* order;
+    int stages, width, length;
+};
+
+// The problem's tables in ticks (T = table_width entries per row).
+struct tidgap_ordered_tables {
+    const tidgap_i64* forward_compute;
+    const tidgap_i64* backward_compute;
+    const tidgap_i64* forward_transfer;
+    const tidgap_i64* backward_transfer;
+    const tidgap_i64* tails;
+    int table_width;
+};
+
+// An individual's scratch: `arrivals` and `sizes` as laid out above.
+struct tidgap_ordered_scratch {
+    tidgap_i64* arrivals;
+    int* sizes;
+    int row;     // K + 1
+    int stages;  // S
+
+    __host__ __device__ int* prefix(int s, int which) const {  // P (0) or Q (1) of stage s
+        return sizes + (2 * s + which) * row;
+    }
+    __host__ __device__ tidgap_i64* arrival(int s, int which) const {  // A (0) or A' (1)
+        return arrivals + (2 * s + which) * row;
+    }
+    __host__ __device__ tidgap_i64* free_at() const { return arrivals + 2 * stages * row; }
+    __host__ __device__ int* cursor(int s) const {
+        return sizes + 2 * stages * row + s * TIDGAP_CURSORS;
+    }
+};
+
 // min{i : prefix[i] >= sample} over prefix[0..count] (non-decreasing, prefix[count] = total).
 __host__ __device__ inline int tidgap_holder(const int* prefix, int count, int sample) {
     int low = 0, high = count;
@@ -52,123 +109,158 @@ __host__ __device__ inline int tidgap_holder(const int* prefix, int count, int s
     return low;
 }
 
-// Cursors per stage (5 ints): ops done, forwards done, backwards done, M_s, N_s.
-#define TIDGAP_CURSORS 5
+// Stage s's prefix sums, cursors and first arrivals; returns 0 (and marks the stage) when its
+// order breaks rule count.
+__host__ __device__ inline int tidgap_stage_setup(
+    const tidgap_ordered_genes& genes, const tidgap_ordered_scratch& scratch, int s) {
+    const int width = genes.width, ops = genes.length;
+    int* P = scratch.prefix(s, 0);
+    int* Q = scratch.prefix(s, 1);
+    int m = 0, n = 0;
+    P[0] = 0;
+    Q[0] = 0;
+    for (int k = 0; k < width; ++k) {
+        const int f = genes.forward[s * width + k], c = genes.backward[s * width + k];
+        if (f > 0) { P[m + 1] = P[m] + f; ++m; }
+        if (c > 0) { Q[n + 1] = Q[n] + c; ++n; }
+    }
+    int fs = 0, bs = 0, j = 0;
+    for (; j < ops && genes.order[s * ops + j] >= 0; ++j) {
+        const signed char code = genes.order[s * ops + j];
+        if (code == TIDGAP_FORWARD_OP) ++fs; else if (code == TIDGAP_BACKWARD_OP) ++bs; else fs = -1;
+    }
+    for (; j < ops; ++j) {
+        if (genes.order[s * ops + j] != TIDGAP_NO_OP) fs = -1;  // an op after the padding
+    }
+    scratch.arrival(s, 0)[0] = TIDGAP_NEVER;
+    scratch.arrival(s, 1)[0] = TIDGAP_NEVER;
+    scratch.free_at()[s] = 0;
+    int* cursor = scratch.cursor(s);
+    const int valid = fs == m && bs == n;
+    cursor[TIDGAP_OPS_DONE] = valid ? 0 : -1;
+    cursor[TIDGAP_FORWARDS_DONE] = cursor[TIDGAP_BACKWARDS_DONE] = cursor[TIDGAP_PEAK_HELD] = 0;
+    cursor[TIDGAP_FORWARD_COUNT] = m;
+    cursor[TIDGAP_BACKWARD_COUNT] = n;
+    return valid;
+}
 
-// int64 entries of `arrivals` and int32 entries of `sizes` for S stages of width K.
-#define TIDGAP_ARRIVALS(stages, width) ((stages) * (2 * ((width) + 1) + 1))
-#define TIDGAP_SIZES(stages, width) ((stages) * (2 * ((width) + 1) + TIDGAP_CURSORS))
+// How far stage s's neighbours have got: the forwards stage s-1 has run (*sent_down) and the
+// backwards stage s+1 has run (*sent_up); 0 where there is no such neighbour.
+__host__ __device__ inline void tidgap_stage_snapshot(
+    const tidgap_ordered_scratch& scratch, int s, int* sent_down, int* sent_up) {
+    *sent_down = s > 0 ? scratch.cursor(s - 1)[TIDGAP_FORWARDS_DONE] : 0;
+    *sent_up = s < scratch.stages - 1 ? scratch.cursor(s + 1)[TIDGAP_BACKWARDS_DONE] : 0;
+}
 
+// Runs stage s's next ops while the first `sent_down` forwards of stage s-1 and `sent_up`
+// backwards of stage s+1 let them; returns 1 if it ran any. Writes only stage s's own
+// arrivals, free time and cursors.
+__host__ __device__ inline int tidgap_stage_advance(
+    const tidgap_ordered_genes& genes, const tidgap_ordered_tables& tables,
+    const tidgap_ordered_scratch& scratch, int s, int sent_down, int sent_up) {
+    const int stages = genes.stages, width = genes.width, ops = genes.length;
+    const int table_width = tables.table_width;
+    const int* P = scratch.prefix(s, 0);
+    const int* Q = scratch.prefix(s, 1);
+    int* cursor = scratch.cursor(s);
+    if (cursor[TIDGAP_OPS_DONE] < 0) return 0;  // breaks rule count: never runs
+    const int length = cursor[TIDGAP_FORWARD_COUNT] + cursor[TIDGAP_BACKWARD_COUNT];
+    tidgap_i64 stage_free = scratch.free_at()[s];
+    int done = cursor[TIDGAP_OPS_DONE], nf = cursor[TIDGAP_FORWARDS_DONE];
+    int nb = cursor[TIDGAP_BACKWARDS_DONE], peak = cursor[TIDGAP_PEAK_HELD];
+    const int first = done;
+    while (done < length) {
+        const signed char op = genes.order[s * ops + done];
+        tidgap_i64 start = stage_free;  // the stage is free when its previous op ends
+        if (op == TIDGAP_FORWARD_OP) {
+            const int k = nf + 1;
+            if (s > 0) {
+                const int i = tidgap_holder(
+                    scratch.prefix(s - 1, 0), scratch.cursor(s - 1)[TIDGAP_FORWARD_COUNT], P[k]);
+                if (i > sent_down) break;  // its activations are not sent yet
+                start = tidgap_max(start, scratch.arrival(s - 1, 0)[i]);
+            }
+            const int size = genes.forward[s * width + nf];
+            stage_free = start + tables.forward_compute[s * table_width + size];
+            if (s < stages - 1) {
+                tidgap_i64* A = scratch.arrival(s, 0);
+                A[k] = tidgap_max(stage_free, A[k - 1]) +
+                       tables.forward_transfer[s * table_width + size];
+            }
+            peak = peak > P[k] - Q[nb] ? peak : P[k] - Q[nb];
+            nf = k;
+        } else {
+            const int k = nb + 1;
+            // its own forward has not run (once it has, it ended by `stage_free`)
+            if (tidgap_holder(P, cursor[TIDGAP_FORWARD_COUNT], Q[k]) > nf) break;
+            if (s < stages - 1) {
+                const int i = tidgap_holder(
+                    scratch.prefix(s + 1, 1), scratch.cursor(s + 1)[TIDGAP_BACKWARD_COUNT], Q[k]);
+                if (i > sent_up) break;  // its gradient is not sent yet
+                start = tidgap_max(start, scratch.arrival(s + 1, 1)[i]);
+            }
+            const int size = genes.backward[s * width + nb];
+            stage_free = start + tables.backward_compute[s * table_width + size];
+            if (s > 0) {
+                tidgap_i64* G = scratch.arrival(s, 1);
+                G[k] = tidgap_max(stage_free, G[k - 1]) +
+                       tables.backward_transfer[(s - 1) * table_width + size];
+            }
+            nb = k;
+        }
+        ++done;
+    }
+    scratch.free_at()[s] = stage_free;
+    cursor[TIDGAP_OPS_DONE] = done;
+    cursor[TIDGAP_FORWARDS_DONE] = nf;
+    cursor[TIDGAP_BACKWARDS_DONE] = nb;
+    cursor[TIDGAP_PEAK_HELD] = peak;
+    return done > first;
+}
+
+// The iteration time once no stage advances, with peak_held (S,) written: max_s (free_s +
+// tail_s) (a stage's last op is a backward), or TIDGAP_INVALID and zeros when a stage broke
+// rule count or did not finish (a deadlock: rule 1 or 2 broken).
+__host__ __device__ inline tidgap_i64 tidgap_ordered_finish(
+    const tidgap_ordered_tables& tables, const tidgap_ordered_scratch& scratch,
+    tidgap_i64* peak_held) {
+    tidgap_i64 iteration = 0;
+    for (int s = 0; s < scratch.stages; ++s) {
+        const int* cursor = scratch.cursor(s);
+        if (cursor[TIDGAP_OPS_DONE] != cursor[TIDGAP_FORWARD_COUNT] + cursor[TIDGAP_BACKWARD_COUNT]) {
+            for (int t = 0; t < scratch.stages; ++t) peak_held[t] = 0;
+            return TIDGAP_INVALID;
+        }
+        iteration = tidgap_max(iteration, scratch.free_at()[s] + tables.tails[s]);
+    }
+    for (int s = 0; s < scratch.stages; ++s) peak_held[s] = scratch.cursor(s)[TIDGAP_PEAK_HELD];
+    return iteration;
+}
+
+// One thread's evaluation of one individual: the stages take turns, each with a fresh
+// snapshot, until none advances.
 __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
     const int* forward, const int* backward, const signed char* order, int stages, int width,
     int length, const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
     const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
     const tidgap_i64* tails, int table_width, tidgap_i64* arrivals, int* sizes,
     tidgap_i64* peak_held) {
-    const int row = width + 1;
-    const int ops = length;
-    tidgap_i64* free_at = arrivals + 2 * stages * row;
-    int* cursors = sizes + 2 * stages * row;
-#define TIDGAP_PREFIX(s, which) (sizes + (2 * (s) + (which)) * row)        // P Q
-#define TIDGAP_ARRIVAL(s, which) (arrivals + (2 * (s) + (which)) * row)    // A A'
-    for (int s = 0; s < stages; ++s) {
-        int* P = TIDGAP_PREFIX(s, 0);
-        int* Q = TIDGAP_PREFIX(s, 1);
-        int m = 0, n = 0;
-        P[0] = 0;
-        Q[0] = 0;
-        for (int k = 0; k < width; ++k) {
-            int f = forward[s * width + k], c = backward[s * width + k];
-            if (f > 0) { P[m + 1] = P[m] + f; ++m; }
-            if (c > 0) { Q[n + 1] = Q[n] + c; ++n; }
-        }
-        int fs = 0, bs = 0, j = 0;
-        for (; j < ops && order[s * ops + j] >= 0; ++j) {
-            const signed char code = order[s * ops + j];
-            if (code == TIDGAP_FORWARD_OP) ++fs; else if (code == TIDGAP_BACKWARD_OP) ++bs; else fs = -1;
-        }
-        for (; j < ops; ++j) {
-            if (order[s * ops + j] != TIDGAP_NO_OP) fs = -1;  // an op after the padding
-        }
-        if (fs != m || bs != n) {  // rule count
-            for (int t = 0; t < stages; ++t) peak_held[t] = 0;
-            return TIDGAP_INVALID;
-        }
-        TIDGAP_ARRIVAL(s, 0)[0] = TIDGAP_NEVER;
-        TIDGAP_ARRIVAL(s, 1)[0] = TIDGAP_NEVER;
-        free_at[s] = 0;
-        int* cursor = cursors + s * TIDGAP_CURSORS;
-        cursor[0] = cursor[1] = cursor[2] = 0;
-        cursor[3] = m;
-        cursor[4] = n;
-        peak_held[s] = 0;
-    }
-    int progressed = 1;
+    const tidgap_ordered_genes genes = {forward, backward, order, stages, width, length};
+    const tidgap_ordered_tables tables = {forward_compute, backward_compute, forward_transfer,
+                                          backward_transfer, tails, table_width};
+    const tidgap_ordered_scratch scratch = {arrivals, sizes, width + 1, stages};
+    int valid = 1;
+    for (int s = 0; s < stages; ++s) valid &= tidgap_stage_setup(genes, scratch, s);
+    int progressed = valid;
     while (progressed) {
         progressed = 0;
         for (int s = 0; s < stages; ++s) {
-            const int* P = TIDGAP_PREFIX(s, 0);
-            const int* Q = TIDGAP_PREFIX(s, 1);
-            int* cursor = cursors + s * TIDGAP_CURSORS;
-            const int length = cursor[3] + cursor[4];
-            tidgap_i64 stage_free = free_at[s];
-            while (cursor[0] < length) {
-                const signed char op = order[s * ops + cursor[0]];
-                const int nf = cursor[1], nb = cursor[2];
-                tidgap_i64 start = stage_free;  // the stage is free when its previous op ends
-                if (op == TIDGAP_FORWARD_OP) {
-                    const int k = nf + 1;
-                    if (s > 0) {
-                        const int* up = cursors + (s - 1) * TIDGAP_CURSORS;
-                        const int i = tidgap_holder(TIDGAP_PREFIX(s - 1, 0), up[3], P[k]);
-                        if (i > up[1]) break;  // its activations are not sent yet
-                        start = tidgap_max(start, TIDGAP_ARRIVAL(s - 1, 0)[i]);
-                    }
-                    const int size = forward[s * width + nf];
-                    stage_free = start + forward_compute[s * table_width + size];
-                    if (s < stages - 1) {
-                        tidgap_i64* A = TIDGAP_ARRIVAL(s, 0);
-                        A[k] = tidgap_max(stage_free, A[k - 1]) + forward_transfer[s * table_width + size];
-                    }
-                    peak_held[s] = tidgap_max(peak_held[s], (tidgap_i64)(P[k] - Q[nb]));
-                    cursor[1] = k;
-                } else {
-                    const int k = nb + 1;
-                    // its own forward has not run (once it has, it ended by `stage_free`)
-                    if (tidgap_holder(P, cursor[3], Q[k]) > nf) break;
-                    if (s < stages - 1) {
-                        const int* down = cursors + (s + 1) * TIDGAP_CURSORS;
-                        const int i = tidgap_holder(TIDGAP_PREFIX(s + 1, 1), down[4], Q[k]);
-                        if (i > down[2]) break;  // its gradient is not sent yet
-                        start = tidgap_max(start, TIDGAP_ARRIVAL(s + 1, 1)[i]);
-                    }
-                    const int size = backward[s * width + nb];
-                    stage_free = start + backward_compute[s * table_width + size];
-                    if (s > 0) {
-                        tidgap_i64* G = TIDGAP_ARRIVAL(s, 1);
-                        G[k] = tidgap_max(stage_free, G[k - 1]) +
-                               backward_transfer[(s - 1) * table_width + size];
-                    }
-                    cursor[2] = k;
-                }
-                cursor[0] += 1;
-                progressed = 1;
-            }
-            free_at[s] = stage_free;
+            int sent_down, sent_up;
+            tidgap_stage_snapshot(scratch, s, &sent_down, &sent_up);
+            progressed |= tidgap_stage_advance(genes, tables, scratch, s, sent_down, sent_up);
         }
     }
-    tidgap_i64 iteration = 0;
-    for (int s = 0; s < stages; ++s) {
-        const int* cursor = cursors + s * TIDGAP_CURSORS;
-        if (cursor[0] < cursor[3] + cursor[4]) {  // a deadlock: rule 1 or 2 broken
-            for (int t = 0; t < stages; ++t) peak_held[t] = 0;
-            return TIDGAP_INVALID;
-        }
-        iteration = tidgap_max(iteration, free_at[s] + tails[s]);  // its last op: a backward
-    }
-#undef TIDGAP_PREFIX
-#undef TIDGAP_ARRIVAL
-    return iteration;
+    return tidgap_ordered_finish(tables, scratch, peak_held);
 }
 
 #endif
