@@ -1,9 +1,10 @@
 """GPU throughput (skipped without a usable GPU): the evaluation kernel at several
-population sizes, one whole generation at ``P = 2**16``, and Numba beside them; the
-ordered-plan kernel (``windowed_evaluate.cu``) at several sizes on ``bench_windowed``'s
+population sizes, one whole generation at ``P = 2**16``, and Numba beside them; the two
+ordered-plan kernels (``windowed_evaluate.cu``, a thread per individual, and
+``windowed_lanes.cu``, a lane per stage) at several sizes on ``bench_windowed``'s
 population (issue 11's target: >= 2e8 evaluations/s at ``P >= 2**20`` on an H200), and one
-generation of the joint GA (``bench_windowed.Generation``) at ``P = 2**16`` (target: at
-most 2 ms), and one annealing step of ``2**16`` chains (four islands of ``2**14``: the
+generation of the joint GA (``bench_windowed.Generation``) at ``P = 2**16`` with each
+(target: at most 2 ms), and one annealing step of ``2**16`` chains (four islands of ``2**14``: the
 mutation kernel, the repair in it, the ordered-plan kernel and the acceptance).
 
 Workload as in ``bench_evaluate.py``: ``S = 8``, ``B = 256``, unit 1, 12..20 microbatches
@@ -18,6 +19,7 @@ Run on a GPU machine: ``pytest bench/bench_gpu.py --benchmark-only``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -116,10 +118,17 @@ def test_one_generation_at_65536(benchmark: Any, throughput: Any, base: Any) -> 
     throughput("cuda generation P=2^16", benchmark, size)
 
 
-def time_ordered(benchmark: Any, size: int, evaluator: Any = None) -> None:
-    """Time ``evaluator.score`` (default: the ``cuda`` windowed evaluator) on ``size``
-    ordered plans on the device (``bench_windowed``'s base population repeated) and assert
-    it equals Numba on the base population."""
+def lane_or_thread_evaluator(ticked: Any, **options: Any) -> OrderedEvaluator:
+    """The ``cuda`` windowed evaluator with ``CudaOrderedEnds(ticked, **options)``."""
+    from tidgap.kernels.launcher import CudaOrderedEnds
+
+    return OrderedEvaluator(ticked, CudaOrderedEnds(ticked, **options))
+
+
+def time_ordered(benchmark: Any, size: int, **options: Any) -> None:
+    """Time the ``cuda`` windowed evaluator's ``score`` (``CudaOrderedEnds(**options)``) on
+    ``size`` ordered plans on the device (``bench_windowed``'s base population repeated) and
+    assert it equals Numba on the base population."""
     import cupy
 
     problem = synthetic_problem()
@@ -130,7 +139,7 @@ def time_ordered(benchmark: Any, size: int, evaluator: Any = None) -> None:
         *(cupy.asarray(np.tile(genes, (repeat, 1, 1))) for genes in (base.forward, base.backward)),
         order=cupy.asarray(np.tile(base.order, (repeat, 1, 1))),
     )
-    evaluator = evaluator or create_evaluator(ticked, "windowed", "cuda")
+    evaluator = lane_or_thread_evaluator(ticked, **options)
 
     def run() -> Any:
         result = evaluator.score(population)
@@ -143,36 +152,38 @@ def time_ordered(benchmark: Any, size: int, evaluator: Any = None) -> None:
     assert np.array_equal(to_host(got)[:POPULATION], numba.score(base))
 
 
+@pytest.mark.parametrize("kernel", ["thread", "lanes"])
 @pytest.mark.parametrize("size", SIZES[:3])
-def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int) -> None:
-    """Ordered plans: ``score`` of every individual, equal to Numba on the base population."""
-    benchmark.group = "cuda ordered evaluate S=8 B=256"
-    time_ordered(benchmark, size)
-    throughput(f"cuda windowed P=2^{size.bit_length() - 1}", benchmark, size)
+def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int, kernel: str) -> None:
+    """Ordered plans: ``score`` of every individual, equal to Numba on the base population,
+    by a thread per individual or by a lane per stage (``windowed_lanes.cu``)."""
+    benchmark.group = f"cuda ordered evaluate S=8 B=256, {kernel}"
+    time_ordered(benchmark, size, kernel=kernel)
+    throughput(f"cuda windowed {kernel} P=2^{size.bit_length() - 1}", benchmark, size)
 
 
 @pytest.mark.parametrize("blocks_per_sm", [1, 2, 4, 8, 16])
 def test_cuda_ordered_grid(benchmark: Any, throughput: Any, blocks_per_sm: int) -> None:
-    """The ordered-plan kernel at ``P = 2**20`` with its grid capped at ``blocks_per_sm``
-    blocks of 128 threads per multiprocessor (each thread then scores several
-    individuals)."""
+    """The thread-per-individual kernel at ``P = 2**20`` with its grid capped at
+    ``blocks_per_sm`` blocks of 128 threads per multiprocessor (each thread then scores
+    several individuals)."""
     import cupy
 
-    from tidgap.kernels.launcher import CudaOrderedEnds
-
-    ticked = tick_problem(synthetic_problem())
     processors = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    ends = CudaOrderedEnds(ticked, blocks_per_sm * processors)
     benchmark.group = "cuda ordered evaluate S=8 B=256, grid capped, P=2^20"
-    time_ordered(benchmark, 2**20, OrderedEvaluator(ticked, ends))
+    time_ordered(benchmark, 2**20, max_blocks=blocks_per_sm * processors)
     throughput(f"cuda windowed P=2^20, {blocks_per_sm} blocks/SM", benchmark, 2**20)
 
 
-def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any) -> None:
-    """``Island.step`` on the device: breeding, the repair and the ordered-plan kernel."""
+@pytest.mark.parametrize("kernel", ["thread", "lanes"])
+def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any, kernel: str) -> None:
+    """``Island.step`` on the device: breeding, the repair and the ordered-plan kernel
+    (``kernel``: ``CudaOrderedEnds``'s)."""
     import cupy
 
     generation = Generation.on("cuda", 2**16)
+    evaluator = lane_or_thread_evaluator(generation.space.evaluator.ticked, kernel=kernel)
+    generation.space = replace(generation.space, evaluator=evaluator)
 
     def run() -> int:
         children = generation.step()
@@ -180,10 +191,10 @@ def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any) -> None
         return children
 
     children = run()  # compile (or load the kernel cache)
-    benchmark.group = "cuda joint generation P=2^16"
+    benchmark.group = f"cuda joint generation P=2^16, {kernel}"
     benchmark(run)
     generation.check("numba")
-    throughput("cuda joint generation P=2^16", benchmark, children)
+    throughput(f"cuda joint generation {kernel} P=2^16", benchmark, children)
     if benchmark.stats is not None:
         benchmark.extra_info["generations_per_second"] = 1 / benchmark.stats.stats.median
 

@@ -22,8 +22,11 @@ TARGETS = {
     "numpy": 5e4,
     "windowed-numba": 3e5,
     "windowed-numpy": 2e4,
-    "cuda windowed P=2^20": 2e8,
-    "cuda joint generation P=2^16": (2**16 - 2**11) / 2e-3,
+    **{f"cuda windowed {kernel} P=2^20": 2e8 for kernel in ("thread", "lanes")},
+    **{
+        f"cuda joint generation {kernel} P=2^16": (2**16 - 2**11) / 2e-3
+        for kernel in ("thread", "lanes")
+    },
 }
 
 

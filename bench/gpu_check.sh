@@ -4,8 +4,8 @@
 # 2026-12-04 a run without the --cpu searches and tidgap bench took 6.8 minutes):
 # installs tidgap from this checkout without dependencies (pydantic comes from wheels in
 # .whl/, see bench/fetch_device_wheels.sh), runs the backend tests (the GPU ones among
-# them), the GPU benchmarks (flush and ordered-plan kernels at several population sizes, a
-# flush and a joint generation and an annealing step at 2^16), `tidgap bench` on the GPU,
+# them), the GPU benchmarks (flush and both ordered-plan kernels, thread and lanes, at several
+# population sizes, a flush and a joint generation with each and an annealing step at 2^16), `tidgap bench` on the GPU,
 # a --gpu and a --cpu search of equal time on every built-in example, the fidelity
 # benchmark with both stage processes on the GPU (bench/fidelity.py --device cuda), one
 # `tidgap run` with gradients checked, baselines and the memory report, and the same plan
@@ -35,7 +35,7 @@ echo "== tests (tests/backends: the GPU tests, the kernels' host builds, every b
 timeout 90 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs -p no:benchmark \
   tests/backends/test_gpu.py tests/backends/test_joint_kernels.py \
   tests/backends/test_contract.py tests/backends/test_windowed.py \
-  tests/backends/test_registry.py
+  tests/backends/test_registry.py tests/backends/test_windowed_lanes.py
 tests_status=$?
 
 echo "== benchmarks (bench/bench_gpu.py)"

@@ -16,7 +16,14 @@ import numpy as np
 
 from tidgap.backends.evaluator import OrderedEvaluator, SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
-from tidgap.kernels.source import kernel_source, operation_defines, scratch_width
+from tidgap.kernels.source import (
+    WARP,
+    kernel_source,
+    lane_group,
+    lane_scratch_bytes,
+    operation_defines,
+    scratch_width,
+)
 from tidgap.optimize.joint_operators import JointGenes, mutation_table
 from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng
@@ -25,13 +32,16 @@ THREADS_PER_BLOCK = 128
 
 
 @functools.cache
-def _kernel(source: str, function: str, max_width: int, max_stages: int = 0) -> cupy.RawKernel:
+def _kernel(
+    source: str, function: str, max_width: int, max_stages: int = 0, group: int = 0
+) -> cupy.RawKernel:
     """``function`` of ``kernels/source``, compiled with ``TIDGAP_MAX_K = max_width`` (and
-    ``TIDGAP_MAX_S = max_stages`` when given)."""
-    stages = (f"-DTIDGAP_MAX_S={max_stages}",) if max_stages else ()
+    ``TIDGAP_MAX_S = max_stages``, ``TIDGAP_GROUP = group`` when given)."""
+    sizes = (f"-DTIDGAP_MAX_S={max_stages}",) if max_stages else ()
+    sizes += (f"-DTIDGAP_GROUP={group}",) if group else ()
     module = cupy.RawModule(
         code=kernel_source(source),
-        options=("-std=c++17", f"-DTIDGAP_MAX_K={max_width}", *stages, *operation_defines()),
+        options=("-std=c++17", f"-DTIDGAP_MAX_K={max_width}", *sizes, *operation_defines()),
     )
     return module.get_function(function)
 
@@ -97,18 +107,32 @@ class CudaEvaluator(SeparableEvaluator):
         return fitness
 
 
-class CudaOrderedEnds:
-    """``ordered_ends`` on the GPU for :class:`tidgap.backends.evaluator.OrderedEvaluator`:
-    one thread per individual runs ``windowed_sim.cuh``'s event loop. Takes ``(P, S, K)``
-    int32 forward and backward sizes and ``(P, S, L)`` int8 order genes (device or host) and
-    returns ``(P,)`` int64 iteration ticks and ``(P, S)`` int64 peak held samples, on the
-    device. Sizes are not checked (the CPU twins refuse non-partitions); the tables are
-    uploaded once. ``max_blocks`` caps the grid (threads then loop over several
-    individuals); ``bench/bench_gpu.py`` sweeps it (on an H200 at ``P = 2**20``: 8 blocks
-    per multiprocessor 6% faster than no cap, fewer blocks slower)."""
+#: Shared memory a block may use without opting in (bytes), on every CUDA GPU.
+DEFAULT_SHARED_BYTES = 48 * 1024
 
-    def __init__(self, ticked: TickedProblem, max_blocks: int | None = None):
+
+class CudaOrderedEnds:
+    """``ordered_ends`` on the GPU for :class:`tidgap.backends.evaluator.OrderedEvaluator`.
+    Takes ``(P, S, K)`` int32 forward and backward sizes and ``(P, S, L)`` int8 order genes
+    (device or host) and returns ``(P,)`` int64 iteration ticks and ``(P, S)`` int64 peak
+    held samples, on the device. Sizes are not checked (the CPU twins refuse
+    non-partitions); the tables are uploaded once.
+
+    ``kernel="thread"``: one thread per individual runs ``windowed_sim.cuh``'s event loop
+    with its scratch in local memory (``windowed_evaluate.cu``); ``max_blocks`` caps its
+    grid (threads then loop over several individuals; ``bench/bench_gpu.py`` sweeps it: on
+    an H200 at ``P = 2**20`` 8 blocks per multiprocessor were 6% faster than no cap).
+    ``kernel="lanes"``: one lane of a warp per stage, the scratch in shared memory
+    (``windowed_lanes.cu``); where ``S > 32`` or a warp's scratch exceeds the device's
+    shared memory per block, the thread kernel runs instead. Both give the same ticks."""
+
+    def __init__(
+        self, ticked: TickedProblem, max_blocks: int | None = None, kernel: str = "thread"
+    ):
+        if kernel not in ("thread", "lanes"):
+            raise ValueError(f"kernel must be 'thread' or 'lanes', not {kernel!r}")
         self.max_blocks = max_blocks
+        self.kernel = kernel
         tables = (
             ticked.forward_compute,
             ticked.backward_compute,
@@ -133,6 +157,34 @@ class CudaOrderedEnds:
         held = cupy.zeros((population, stages), dtype=cupy.int64)
         if population == 0:
             return fitness, held
+        arguments = (
+            forward,
+            backward,
+            order,
+            fitness,
+            held,
+            np.int64(population),
+            np.int32(stages),
+            np.int32(width),
+            np.int32(order.shape[2]),
+            *self.tables,
+            np.int32(self.tables[0].shape[1]),
+        )
+        if self.uses_lanes(stages, width):
+            self._launch_lanes(population, stages, width, arguments)
+        else:
+            self._launch_threads(population, stages, width, arguments)
+        return fitness, held * ticked.unit
+
+    def uses_lanes(self, stages: int, width: int) -> bool:
+        """Whether ``(P, stages, width)`` chromosomes run on the lane kernel."""
+        return (
+            self.kernel == "lanes"
+            and lane_group(stages) <= WARP
+            and lane_scratch_bytes(stages, width) <= _shared_limit()
+        )
+
+    def _launch_threads(self, population: int, stages: int, width: int, arguments: tuple) -> None:
         kernel = _kernel(
             "windowed_evaluate.cu",
             "tidgap_windowed_evaluate",
@@ -140,24 +192,24 @@ class CudaOrderedEnds:
             scratch_width(stages),
         )
         blocks = _grid(population)[0]
-        kernel(
-            (min(blocks, self.max_blocks or blocks),),
-            (THREADS_PER_BLOCK,),
-            (
-                forward,
-                backward,
-                order,
-                fitness,
-                held,
-                np.int64(population),
-                np.int32(stages),
-                np.int32(width),
-                np.int32(order.shape[2]),
-                *self.tables,
-                np.int32(self.tables[0].shape[1]),
-            ),
+        kernel((min(blocks, self.max_blocks or blocks),), (THREADS_PER_BLOCK,), arguments)
+
+    def _launch_lanes(self, population: int, stages: int, width: int, arguments: tuple) -> None:
+        group, shared = lane_group(stages), lane_scratch_bytes(stages, width)
+        kernel = _kernel(
+            "windowed_lanes.cu", "tidgap_windowed_lanes", scratch_width(width), group=group
         )
-        return fitness, held * ticked.unit
+        if shared > DEFAULT_SHARED_BYTES:
+            kernel.max_dynamic_shared_size_bytes = shared
+        blocks = max(1, min(-(-population // (WARP // group)), 65535 * 32))
+        blocks = min(blocks, self.max_blocks or blocks)
+        kernel((blocks,), (WARP,), arguments, shared_mem=shared)
+
+
+@functools.cache
+def _shared_limit() -> int:
+    """The most shared memory a block of this device may opt in to (bytes)."""
+    return int(cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
 
 
 def windowed_cuda(ticked: TickedProblem) -> OrderedEvaluator:

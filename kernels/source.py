@@ -30,6 +30,28 @@ def scratch_width(width: int) -> int:
     return max(16, 1 << (max(width, 1) - 1).bit_length())
 
 
+#: Lanes of a warp (the lane kernel's block, ``windowed_lanes.cu``).
+WARP = 32
+#: int32 cursors per stage in ``windowed_sim.cuh`` (``TIDGAP_CURSORS``).
+CURSORS = 6
+
+
+def lane_group(stages: int) -> int:
+    """Lanes per individual in ``windowed_lanes.cu``: the least power of two >= ``stages``."""
+    return 1 << (max(stages, 1) - 1).bit_length()
+
+
+def lane_scratch_bytes(stages: int, width: int) -> int:
+    """Shared memory of one warp of ``windowed_lanes.cu`` (``32 / lane_group`` individuals
+    of ``stages`` stages and chromosome width ``width``), in bytes: per individual
+    ``TIDGAP_LANE_WORDS`` int64 words (``windowed_sim.cuh``'s scratch plus two snapshot
+    counts per stage); 0 where ``stages > 32``."""
+    row = 2 * (width + 1)
+    arrivals = stages * (row + 1)
+    sizes = stages * (row + CURSORS) + 2 * stages
+    return WARP // lane_group(stages) * 8 * (arrivals + (sizes + 1) // 2)
+
+
 def operation_defines() -> tuple[str, ...]:
     """The numbering the CPU code uses, as ``-D`` defines every compile of the kernels passes:
     ``-DTIDGAP_OP_<NAME>=i`` for each mutation of :data:`tidgap.optimize.operators.MUTATIONS`

@@ -27,7 +27,7 @@
 //
 // The work is cut per stage so that one thread can run every stage in turn
 // (tidgap_ordered_fitness: windowed_evaluate.cu, tests/support/native/windowed_host.cpp) or
-// one lane per stage could run them side by side: tidgap_stage_setup,
+// one lane per stage can run them side by side (windowed_lanes.cu): tidgap_stage_setup,
 // then rounds of tidgap_stage_snapshot (how far the neighbours have sent) and
 // tidgap_stage_advance (run the stage's ops that this lets it run) until no stage advances,
 // then tidgap_ordered_finish. A stage only reads what its neighbours had sent when it took
@@ -61,6 +61,10 @@
 // int64 entries of `arrivals` and int32 entries of `sizes` for S stages of width K.
 #define TIDGAP_ARRIVALS(stages, width) ((stages) * (2 * ((width) + 1) + 1))
 #define TIDGAP_SIZES(stages, width) ((stages) * (2 * ((width) + 1) + TIDGAP_CURSORS))
+// int64 words of one individual's scratch in windowed_lanes.cu: its arrivals, then its sizes
+// and two snapshot counts per stage as int32, rounded up to whole words.
+#define TIDGAP_LANE_WORDS(stages, width) \
+    (TIDGAP_ARRIVALS(stages, width) + (TIDGAP_SIZES(stages, width) + 2 * (stages) + 1) / 2)
 
 // One individual's genes (row pointers of its (S, K) sizes and (S, L) order).
 struct tidgap_ordered_genes {

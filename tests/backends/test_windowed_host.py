@@ -19,6 +19,7 @@ from tests.support.strategies import ordered_plans, orders, plans, problems
 from tidgap import Order, Plan, Problem, evaluate
 from tidgap.backends.evaluator import INVALID
 from tidgap.backends.ticks import TickedProblem, tick_problem
+from tidgap.kernels.source import WARP, lane_group, lane_scratch_bytes
 from tidgap.optimize.genome import encode_plan
 from tidgap.schedules.ir import first_violation
 
@@ -118,3 +119,20 @@ def test_a_wrong_count_or_a_stray_letter_is_invalid(host: Any) -> None:
     stray = Order.of([letters[0][:-1] + "X", *letters[1:]])
     fitness, held = run(host, tick_problem(problem), problem, [(plan, short), (plan, stray)])
     assert fitness.tolist() == [INVALID, INVALID] and not held.any()
+
+
+@pytest.fixture(scope="module")
+def lane_words(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``TIDGAP_LANE_WORDS(stages, width)`` of the host build."""
+    words = build_host(tmp_path_factory, "windowed_host", "tidgap_lane_words_host")
+    words.restype = ctypes.c_longlong
+    return words
+
+
+@pytest.mark.parametrize(("stages", "width"), [(1, 1), (3, 7), (8, 32), (12, 64), (32, 512)])
+def test_lane_scratch_bytes_is_the_kernels_own(lane_words: Any, stages: int, width: int) -> None:
+    """The launcher's shared-memory size for ``windowed_lanes.cu`` is a warp's individuals
+    times the kernel's ``TIDGAP_LANE_WORDS`` (a smaller one would overrun shared memory)."""
+    words = lane_words
+    individuals = WARP // lane_group(stages)
+    assert lane_scratch_bytes(stages, width) == individuals * 8 * words(stages, width)

@@ -45,14 +45,27 @@ def _argument(value: Any) -> Any:
     return converters[type(value)](value)
 
 
+#: Dynamic shared memory a launch may ask for without raising the kernel's limit (bytes).
+DEFAULT_SHARED_BYTES = 48 * 1024
+#: The most a kernel's limit may be raised to (an H200's, bytes).
+SHARED_BYTES_OPTIN = 227 * 1024
+
+
 class RawKernel:
-    """A compiled kernel: ``kernel(grid, block, args)`` runs it once, serially."""
+    """A compiled kernel: ``kernel(grid, block, args, shared_mem=0)`` runs it once,
+    serially; like CUDA, it refuses ``shared_mem`` over 48 KiB unless
+    ``max_dynamic_shared_size_bytes`` was raised to it first."""
 
     def __init__(self, function: Any):
         self.function = function
+        self.max_dynamic_shared_size_bytes = DEFAULT_SHARED_BYTES
 
-    def __call__(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple) -> None:
+    def __call__(
+        self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0
+    ) -> None:
         assert grid[0] >= 1 and block[0] >= 1
+        limit = min(self.max_dynamic_shared_size_bytes, SHARED_BYTES_OPTIN)
+        assert 0 <= shared_mem <= limit, f"{shared_mem} bytes of shared memory over {limit}"
         self.function(*[_argument(value) for value in args])
 
 
@@ -138,7 +151,10 @@ def module() -> types.ModuleType:
             runtimeGetVersion=lambda: 13000,
             driverGetVersion=lambda: 13000,
         ),
-        Device=lambda *_: types.SimpleNamespace(synchronize=lambda: None),
+        Device=lambda *_: types.SimpleNamespace(
+            synchronize=lambda: None,
+            attributes={"MaxSharedMemoryPerBlockOptin": SHARED_BYTES_OPTIN},
+        ),
     )
     fake.__getattr__ = _numpy_attribute
     return fake

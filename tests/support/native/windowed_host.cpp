@@ -22,3 +22,8 @@ extern "C" void tidgap_windowed_host(
             table_width, arrivals.data(), sizes.data(), peak_held + p * stages);
     }
 }
+
+// TIDGAP_LANE_WORDS, for the test that tidgap.kernels.source.lane_scratch_bytes agrees.
+extern "C" long long tidgap_lane_words_host(int stages, int width) {
+    return TIDGAP_LANE_WORDS(static_cast<long long>(stages), width);
+}

@@ -1,0 +1,91 @@
+// windowed_lanes.cu: iteration time and peak held samples of every individual of a
+// population of ordered plans, one lane per stage.
+//
+// Computes the same as windowed_evaluate.cu (windowed_sim.cuh's ticks, exactly), mapped
+// differently: a group of TIDGAP_GROUP lanes of one warp (a power of two >= S, <= 32) scores
+// one individual, lane s running stage s; the warp holds 32 / TIDGAP_GROUP individuals and a
+// block of one warp keeps their scratch in shared memory (launch with shared_mem = the
+// groups' bytes, tidgap.kernels.source.lane_scratch_bytes). Rounds: every lane takes its
+// snapshot of its neighbours, the warp syncs, every lane advances its stage, the warp syncs;
+// the rounds end when no lane of the warp advanced. Grid-stride over the warps' first
+// individuals, so every lane of a warp runs the same rounds and syncs.
+// Compiled by g++ (the CuPy stand-in, one thread of one block), the one thread runs every
+// lane of each round in turn: the same rounds, serially.
+// Arguments, in order: as windowed_evaluate.cu's.
+#include "windowed_sim.cuh"
+
+#ifndef TIDGAP_GROUP
+#define TIDGAP_GROUP 8
+#endif
+#ifndef TIDGAP_MAX_K
+#define TIDGAP_MAX_K 64
+#endif
+
+#ifdef __CUDA_ARCH__
+#define TIDGAP_WARP_SYNC() __syncwarp()
+#define TIDGAP_WARP_ANY(flag) __any_sync(0xffffffffu, (flag))
+#else
+#define TIDGAP_WARP_SYNC()
+#define TIDGAP_WARP_ANY(flag) (flag)
+#endif
+
+extern "C" __global__ void tidgap_windowed_lanes(
+    const int* __restrict__ forward, const int* __restrict__ backward,
+    const signed char* __restrict__ order, tidgap_i64* __restrict__ fitness,
+    tidgap_i64* __restrict__ peak_held, long long population, int stages, int width,
+    int length,
+    const tidgap_i64* __restrict__ forward_compute,
+    const tidgap_i64* __restrict__ backward_compute,
+    const tidgap_i64* __restrict__ forward_transfer,
+    const tidgap_i64* __restrict__ backward_transfer, const tidgap_i64* __restrict__ tails,
+    int table_width) {
+#ifdef __CUDA_ARCH__
+    extern __shared__ tidgap_i64 tidgap_lane_scratch[];
+#else
+    static tidgap_i64 tidgap_lane_scratch[TIDGAP_LANE_WORDS(TIDGAP_GROUP, TIDGAP_MAX_K)];
+#endif
+    // A whole warp of lanes on the GPU; one thread standing for every lane on the host.
+    const bool warp = blockDim.x >= TIDGAP_GROUP;
+    const int groups = warp ? blockDim.x / TIDGAP_GROUP : 1;
+    const int slot = warp ? threadIdx.x / TIDGAP_GROUP : 0;
+    const int first_lane = warp ? threadIdx.x % TIDGAP_GROUP : 0;
+    const int lane_step = warp ? TIDGAP_GROUP : 1;
+    const long long words = TIDGAP_LANE_WORDS(stages, width);
+    tidgap_i64* mine = tidgap_lane_scratch + slot * words;
+    const tidgap_ordered_scratch scratch = {
+        mine, (int*)(mine + TIDGAP_ARRIVALS(stages, width)), width + 1, stages};
+    int* snapshots = scratch.sizes + TIDGAP_SIZES(stages, width);
+    const tidgap_ordered_tables tables = {forward_compute, backward_compute, forward_transfer,
+                                          backward_transfer, tails, table_width};
+    const long long genes_per_individual = (long long)stages * width;
+    for (long long base = (long long)blockIdx.x * groups; base < population;
+         base += (long long)gridDim.x * groups) {
+        const long long p = base + slot;
+        const bool active = p < population;
+        const tidgap_ordered_genes genes = {
+            forward + (active ? p : 0) * genes_per_individual,
+            backward + (active ? p : 0) * genes_per_individual,
+            order + (active ? p : 0) * stages * length, stages, width, length};
+        for (int s = first_lane; active && s < stages; s += lane_step) {
+            tidgap_stage_setup(genes, scratch, s);
+        }
+        TIDGAP_WARP_SYNC();
+        for (;;) {
+            for (int s = first_lane; active && s < stages; s += lane_step) {
+                tidgap_stage_snapshot(scratch, s, snapshots + 2 * s, snapshots + 2 * s + 1);
+            }
+            TIDGAP_WARP_SYNC();
+            int progressed = 0;
+            for (int s = first_lane; active && s < stages; s += lane_step) {
+                progressed |= tidgap_stage_advance(
+                    genes, tables, scratch, s, snapshots[2 * s], snapshots[2 * s + 1]);
+            }
+            TIDGAP_WARP_SYNC();
+            if (!TIDGAP_WARP_ANY(progressed)) break;
+        }
+        if (active && first_lane == 0) {
+            fitness[p] = tidgap_ordered_finish(tables, scratch, peak_held + p * stages);
+        }
+        TIDGAP_WARP_SYNC();  // the finish reads the scratch the next individual overwrites
+    }
+}

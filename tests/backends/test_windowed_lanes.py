@@ -1,0 +1,108 @@
+"""The lane-per-stage kernel for ordered plans (``kernels/windowed_lanes.cu``), on the GPU
+where one is usable and else through the CuPy stand-in (whose host build runs the rounds
+serially: every lane's snapshot, then every lane's advance): it must give Numba's ticks and
+peak held samples exactly, on golden plans
+and on random populations with deadlocked and miscounted orders, for every lane-group size;
+launches that need more than 48 KiB of shared memory raise the kernel's limit first, and
+problems the lanes cannot hold run the thread kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import golden_cases
+from tests.support.backends import run_here
+from tests.support.golden_ordered import ordered_plan
+from tests.support.populations import random_individuals, random_orders, random_ticked
+from tidgap import Problem
+from tidgap.backends.evaluator import INVALID
+from tidgap.backends.ticks import TickedProblem, tick_problem
+from tidgap.backends.xp import to_host
+from tidgap.fallback_cpu.windowed_numba import ordered_ends
+from tidgap.optimize.genome import Population, encode_order, encode_plan
+
+
+@pytest.fixture(autouse=True)
+def gpu_or_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``cuda`` backend runnable here: a usable GPU, or the stand-in."""
+    run_here("cuda", monkeypatch)
+
+
+def lanes(
+    ticked: TickedProblem, population: Population, on_lanes: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(P,)`` ticks and ``(P, S)`` peak held samples from ``CudaOrderedEnds(kernel="lanes")``
+    on the host, asserting whether it runs the lane kernel."""
+    from tidgap.kernels.launcher import CudaOrderedEnds
+
+    ends = CudaOrderedEnds(ticked, kernel="lanes")
+    assert ends.uses_lanes(*population.forward.shape[1:]) == on_lanes
+    fitness, held = ends(population.forward, population.backward, population.order, ticked)
+    return to_host(fitness), to_host(held)
+
+
+def assert_as_numba(ticked: TickedProblem, population: Population, on_lanes: bool = True) -> None:
+    fitness, held = lanes(ticked, population, on_lanes)
+    expected = ordered_ends(population.forward, population.backward, population.order, ticked)
+    np.testing.assert_array_equal(fitness, expected[0])
+    np.testing.assert_array_equal(held, expected[1])
+
+
+@pytest.mark.parametrize("case", golden_cases(), ids=lambda case: case["problem"]["name"])
+def test_golden_ordered_plans(case: dict) -> None:
+    problem = Problem.from_dict(case["problem"])
+    plans = [ordered_plan(entry) for entry in case["ordered_plans"]]
+    width = max(max(map(len, plan.forward + plan.backward)) for plan in plans)
+    encoded = [encode_plan(plan, problem, width) for plan in plans]
+    population = Population(
+        np.array([f for f, _ in encoded], dtype=np.int32),
+        np.array([b for _, b in encoded], dtype=np.int32),
+        order=np.array([encode_order(plan, width) for plan in plans]),
+    )
+    ticked = tick_problem(problem)
+    assert_as_numba(ticked, population)
+    assert (lanes(ticked, population)[0] < INVALID).all()
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 5, 8, 12, 32])
+def test_random_populations_for_every_group_size(stages: int) -> None:
+    """Lane groups of 1 to 32 lanes; a population that is not a multiple of a warp's
+    individuals; deadlocks and broken counts among them."""
+    rng = np.random.default_rng(stages)
+    ticked = random_ticked(rng, stages, int(rng.integers(4, 13)), 1000)
+    population = random_orders(rng, random_individuals(rng, ticked, 13, 12, max_count=12))
+    fitness, _ = lanes(ticked, population)
+    assert (fitness == INVALID).any() and (fitness < INVALID).any()
+    assert_as_numba(ticked, population)
+
+
+def test_wide_chromosomes_raise_the_shared_memory_limit() -> None:
+    """8 stages of width 64: a warp's four individuals need 51,200 bytes (over 48 KiB, which
+    CUDA, and the stand-in, refuse unless the kernel's limit was raised)."""
+    from tidgap.kernels.launcher import DEFAULT_SHARED_BYTES, lane_scratch_bytes
+
+    assert lane_scratch_bytes(8, 64) > DEFAULT_SHARED_BYTES
+    rng = np.random.default_rng(64)
+    ticked = random_ticked(rng, 8, 64, 1000)
+    assert_as_numba(ticked, random_orders(rng, random_individuals(rng, ticked, 6, 64, 64)))
+
+
+@pytest.mark.parametrize(("stages", "width"), [(33, 4), (32, 512)])
+def test_problems_the_lanes_cannot_hold_run_the_thread_kernel(stages: int, width: int) -> None:
+    """More than 32 stages, or a warp's scratch over the device's opt-in limit."""
+    from tidgap.kernels.launcher import lane_scratch_bytes
+
+    assert stages > 32 or lane_scratch_bytes(stages, width) > 227 * 1024
+    rng = np.random.default_rng(stages)
+    units = min(8, width)
+    ticked = random_ticked(rng, stages, units, 100)
+    population = random_orders(rng, random_individuals(rng, ticked, 3, width, units))
+    assert_as_numba(ticked, population, on_lanes=False)
+
+
+def test_an_unknown_kernel_is_refused() -> None:
+    from tidgap.kernels.launcher import CudaOrderedEnds
+
+    with pytest.raises(ValueError, match="'thread' or 'lanes'"):
+        CudaOrderedEnds(tick_problem(Problem.from_dict(golden_cases()[0]["problem"])), kernel="x")
