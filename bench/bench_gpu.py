@@ -125,6 +125,13 @@ def lane_or_thread_evaluator(ticked: Any, **options: Any) -> OrderedEvaluator:
     return OrderedEvaluator(ticked, CudaOrderedEnds(ticked, **options))
 
 
+def on_kernel(generation: Generation, kernel: str) -> Generation:
+    """``generation`` with its space scoring through ``CudaOrderedEnds(kernel=kernel)``."""
+    evaluator = lane_or_thread_evaluator(generation.space.evaluator.ticked, kernel=kernel)
+    generation.space = replace(generation.space, evaluator=evaluator)
+    return generation
+
+
 def time_ordered(benchmark: Any, size: int, **options: Any) -> None:
     """Time the ``cuda`` windowed evaluator's ``score`` (``CudaOrderedEnds(**options)``) on
     ``size`` ordered plans on the device (``bench_windowed``'s base population repeated) and
@@ -181,9 +188,7 @@ def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any, kernel:
     (``kernel``: ``CudaOrderedEnds``'s)."""
     import cupy
 
-    generation = Generation.on("cuda", 2**16)
-    evaluator = lane_or_thread_evaluator(generation.space.evaluator.ticked, kernel=kernel)
-    generation.space = replace(generation.space, evaluator=evaluator)
+    generation = on_kernel(Generation.on("cuda", 2**16), kernel)
 
     def run() -> int:
         children = generation.step()
@@ -199,12 +204,14 @@ def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any, kernel:
         benchmark.extra_info["generations_per_second"] = 1 / benchmark.stats.stats.median
 
 
-def test_cuda_anneal_step_at_65536(benchmark: Any, throughput: Any) -> None:
-    """One annealing step of every individual of four islands of ``2**14``."""
+@pytest.mark.parametrize("kernel", ["thread", "lanes"])
+def test_cuda_anneal_step_at_65536(benchmark: Any, throughput: Any, kernel: str) -> None:
+    """One annealing step of every individual of four islands of ``2**14`` (``kernel``:
+    ``CudaOrderedEnds``'s)."""
     import cupy
 
     generations = [Generation.on("cuda", 2**14, seed) for seed in range(4)]
-    islands, first = [g.island for g in generations], generations[0]
+    islands, first = [g.island for g in generations], on_kernel(generations[0], kernel)
 
     def step() -> int:
         evaluations = anneal(islands, first.space, first.rng, Annealing(steps=1))[1]
@@ -213,8 +220,8 @@ def test_cuda_anneal_step_at_65536(benchmark: Any, throughput: Any) -> None:
 
     evaluations = step()  # compile (or load the kernel cache)
     assert evaluations == 2**16
-    benchmark.group = "cuda annealing step 4x2^14 chains"
+    benchmark.group = f"cuda annealing step 4x2^14 chains, {kernel}"
     benchmark(step)
-    throughput("cuda anneal 4x2^14", benchmark, evaluations)
+    throughput(f"cuda anneal {kernel} 4x2^14", benchmark, evaluations)
     if benchmark.stats is not None:
         benchmark.extra_info["steps_per_second"] = 1 / benchmark.stats.stats.median

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One script for a GPU machine (CuPy, Numba, PyTorch, pytest-xdist preinstalled; no
-# network), 7 to 10.5 minutes (each part cut off by its own timeout; on an H200 on
-# 2026-12-04 a run without the --cpu searches and tidgap bench took 6.8 minutes):
+# network), 7.5 to 11 minutes (each part cut off by its own timeout; on an H200 on
+# 2026-12-04 a run without the --cpu searches and tidgap bench took 6.8 minutes, before the
+# lane kernel's benchmarks were added):
 # installs tidgap from this checkout without dependencies (pydantic comes from wheels in
 # .whl/, see bench/fetch_device_wheels.sh), runs the backend tests (the GPU ones among
 # them), the GPU benchmarks (flush and both ordered-plan kernels, thread and lanes, at several
@@ -39,7 +40,7 @@ timeout 90 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs -p no:benchmark \
 tests_status=$?
 
 echo "== benchmarks (bench/bench_gpu.py)"
-timeout 100 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchmark-only \
+timeout 130 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchmark-only \
   --benchmark-max-time=0.3 --benchmark-columns=median,iqr,rounds \
   --benchmark-json="$out/bench_gpu.json"
 bench_status=$?
