@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # One script for a GPU machine (CuPy, Numba, PyTorch, pytest-xdist preinstalled; no
-# network), 7.5 to 11 minutes (each part cut off by its own timeout; on an H200 on
-# 2026-12-04 a run without the --cpu searches and tidgap bench took 6.8 minutes, before the
-# lane kernel's benchmarks were added):
-# installs tidgap from this checkout without dependencies (pydantic comes from wheels in
-# .whl/, see bench/fetch_device_wheels.sh), runs the backend tests (the GPU ones among
-# them), the GPU benchmarks (flush and both ordered-plan kernels, thread and lanes, at several
-# population sizes, a flush and a joint generation with each and an annealing step at 2^16), `tidgap bench` on the GPU,
-# a --gpu and a --cpu search of equal time on every built-in example, the fidelity
-# benchmark with both stage processes on the GPU (bench/fidelity.py --device cuda), one
-# `tidgap run` with gradients checked, baselines and the memory report, and the same plan
-# under torchrun; then prints a summary. Logs and JSON go to $OUT (or /tmp).
-# Usage: bash bench/gpu_check.sh; a shorter rerun: SEARCH_DEVICES=gpu SKIP_TIDGAP_BENCH=1 bash ...
+# network), at most ${BUDGET:-560} s (each part cut off by its own timeout, and none started
+# past the budget; the device's per-call limit is 600 s): installs tidgap from this checkout
+# without dependencies (pydantic comes from wheels in .whl/, see
+# bench/fetch_device_wheels.sh), runs the backend tests (the GPU ones among them), the GPU
+# benchmarks (flush and both ordered-plan kernels, thread and lanes, at several population
+# sizes, a flush and a joint generation with each and an annealing step at 2^16), the
+# fidelity benchmark with both stage processes on the GPU (bench/fidelity.py --device cuda,
+# one round), one `tidgap run` with gradients checked, baselines and the memory report, and
+# the same plan under torchrun; then prints a summary. Optional: SEARCH_DEVICES="gpu cpu"
+# adds an 8 s search of every built-in example on each; TIDGAP_BENCH=1 adds `tidgap bench`
+# on the GPU and Numba (both measured on 2026-12-04). Logs and JSON go to $OUT (or /tmp).
+# On the H200 of 2026-12-04 the fidelity step (then 180 s, 2 rounds) and the run (then 50 s)
+# were cut off: a fresh machine compiles Numba's loops in the fidelity's first search and
+# starts CUDA in every worker process, so they now have more time and do less.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
@@ -25,6 +27,15 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
   || python3 -m pip install -q --no-index --no-deps --no-build-isolation . || exit 2
 tidgap=(python3 -m tidgap)
+deadline=$((SECONDS + ${BUDGET:-560}))
+# limited LIMIT COMMAND...: COMMAND under `timeout` of LIMIT seconds or what is left of the
+# budget (less 5 s), whichever is less; not run (status 124) when under 20 s are left.
+limited() {
+  local left=$((deadline - SECONDS - 5)) limit=$1
+  shift
+  if [ "$left" -lt 20 ]; then echo "(out of time: not run: $*)"; return 124; fi
+  timeout $((limit < left ? limit : left)) "$@"
+}
 
 echo "== machine ($(date -u +%FT%TZ))"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
@@ -33,24 +44,24 @@ python3 -c "import cupy, numba, numpy, torch, sys; print('python', sys.version.s
 python3 -c "from tidgap.backends.gpu import gpu_unusable_reason as r; print('gpu usable:', r() or 'yes')"
 
 echo "== tests (tests/backends: the GPU tests, the kernels' host builds, every backend)"
-timeout 90 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs -p no:benchmark \
+limited 75 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs -p no:benchmark \
   tests/backends/test_gpu.py tests/backends/test_joint_kernels.py \
   tests/backends/test_contract.py tests/backends/test_windowed.py \
   tests/backends/test_registry.py tests/backends/test_windowed_lanes.py
 tests_status=$?
 
 echo "== benchmarks (bench/bench_gpu.py)"
-timeout 130 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchmark-only \
+limited 130 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchmark-only \
   --benchmark-max-time=0.3 --benchmark-columns=median,iqr,rounds \
   --benchmark-json="$out/bench_gpu.json"
 bench_status=$?
-[ "${SKIP_TIDGAP_BENCH:-}" ] || timeout 50 "${tidgap[@]}" bench --backend cuda,numba \
+[ -z "${TIDGAP_BENCH:-}" ] || limited 50 "${tidgap[@]}" bench --backend cuda,numba \
   --schedule all --population 65536,1048576 --repeats 5 --out "$out/tidgap_bench.json"
 
-echo "== searches (seed 0, 8 s each, on ${SEARCH_DEVICES:=gpu cpu})"
-searches_end=$((SECONDS + 90))
+echo "== searches (seed 0, 8 s each, on ${SEARCH_DEVICES:=none})"
+searches_end=$((SECONDS + 90 < deadline - 5 ? SECONDS + 90 : deadline - 5))
 for example in $(python3 -c "from tidgap.model.examples import example_names; print(*example_names())"); do
-  for device in $SEARCH_DEVICES; do
+  for device in ${SEARCH_DEVICES/none/}; do
     left=$((searches_end - SECONDS))
     if [ "$left" -lt 12 ]; then echo "(out of time: $example --$device not run)"; continue; fi
     echo "-- $example --$device"
@@ -61,8 +72,8 @@ done
 
 echo "== fidelity: 2 stage processes sharing the GPU (bench/fidelity.py --device cuda)"
 fidelity=/tmp/fidelity
-timeout 180 python3 bench/fidelity.py --device cuda --out-dir "$fidelity" --repeats 2 \
-  --rounds 2 --search-seconds 5 --iterations 5
+limited 240 python3 bench/fidelity.py --device cuda --out-dir "$fidelity" \
+  --repeats 1 --rounds 1 --search-seconds 3 --iterations 5
 fidelity_status=$?
 cp "$fidelity/fidelity.json" "$out/fidelity_cuda.json" 2>/dev/null
 python3 -c "import json, sys; print('profiled memory:', json.load(open(sys.argv[1]))['source'].get('memory'))" \
@@ -72,9 +83,9 @@ echo "== tidgap run on the GPU: gradients, baselines, memory; then under torchru
 gpt=(--model gpt $(cd bench && python3 -c "from fidelity import GPU_MODEL_OPTIONS as o; print(*o)")
   --device cuda)  # the model bench/fidelity.py profiled
 plan=$fidelity/searched.json
-timeout 50 "${tidgap[@]}" run "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" \
+limited 80 "${tidgap[@]}" run "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" \
   --iterations 5 --warmup 2 --check-gradients --baselines --trace "$out/run_trace.json" \
-  && timeout 40 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tidgap run \
+  && limited 50 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tidgap run \
     "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" --iterations 3 --check-gradients
 run_status=$?
 
