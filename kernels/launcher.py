@@ -208,8 +208,10 @@ class CudaOrderedEnds:
 
 @functools.cache
 def _shared_limit() -> int:
-    """The most shared memory a block of this device may opt in to (bytes)."""
-    return int(cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
+    """The most shared memory a block of this device may opt in to (bytes; 48 KiB where
+    CuPy does not say)."""
+    attributes = cupy.cuda.Device().attributes
+    return int(attributes.get("MaxSharedMemoryPerBlockOptin", DEFAULT_SHARED_BYTES))
 
 
 def windowed_cuda(ticked: TickedProblem) -> OrderedEvaluator:
