@@ -9,7 +9,7 @@
 // sequentially with its scratch in local memory (2 (TIDGAP_MAX_K + 1) + 1 int64 and
 // 2 (TIDGAP_MAX_K + 1) + TIDGAP_CURSORS int per stage, TIDGAP_MAX_S stages, set at compile
 // time by the launcher to powers of two >= K and >= S).
-// Arguments, in order:
+// Arguments, in order (TIDGAP_ORDERED_PARAMETERS, windowed_sim.cuh):
 //   forward, backward (P, S, K) int32, order (P, S, L) int8, fitness (P,) int64 out,
 //   peak_held (P, S) int64 out, population P, stages S, width K, length L, forward_compute and
 //   backward_compute (S, T) int64, forward_transfer and backward_transfer (S-1, T) int64,
@@ -23,16 +23,7 @@
 #define TIDGAP_MAX_S 16
 #endif
 
-extern "C" __global__ void tidgap_windowed_evaluate(
-    const int* __restrict__ forward, const int* __restrict__ backward,
-    const signed char* __restrict__ order, tidgap_i64* __restrict__ fitness,
-    tidgap_i64* __restrict__ peak_held, long long population, int stages, int width,
-    int length,
-    const tidgap_i64* __restrict__ forward_compute,
-    const tidgap_i64* __restrict__ backward_compute,
-    const tidgap_i64* __restrict__ forward_transfer,
-    const tidgap_i64* __restrict__ backward_transfer, const tidgap_i64* __restrict__ tails,
-    int table_width) {
+extern "C" __global__ void tidgap_windowed_evaluate(TIDGAP_ORDERED_PARAMETERS) {
     tidgap_i64 arrivals[TIDGAP_ARRIVALS(TIDGAP_MAX_S, TIDGAP_MAX_K)];
     int sizes[TIDGAP_SIZES(TIDGAP_MAX_S, TIDGAP_MAX_K)];
     const long long genes = (long long)stages * width;

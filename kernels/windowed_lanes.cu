@@ -11,7 +11,7 @@
 // individuals, so every lane of a warp runs the same rounds and syncs.
 // Compiled by g++ (the CuPy stand-in, one thread of one block), the one thread runs every
 // lane of each round in turn: the same rounds, serially.
-// Arguments, in order: as windowed_evaluate.cu's.
+// Arguments, in order: windowed_evaluate.cu's (TIDGAP_ORDERED_PARAMETERS).
 #include "windowed_sim.cuh"
 
 #ifndef TIDGAP_GROUP
@@ -29,16 +29,7 @@
 #define TIDGAP_WARP_ANY(flag) (flag)
 #endif
 
-extern "C" __global__ void tidgap_windowed_lanes(
-    const int* __restrict__ forward, const int* __restrict__ backward,
-    const signed char* __restrict__ order, tidgap_i64* __restrict__ fitness,
-    tidgap_i64* __restrict__ peak_held, long long population, int stages, int width,
-    int length,
-    const tidgap_i64* __restrict__ forward_compute,
-    const tidgap_i64* __restrict__ backward_compute,
-    const tidgap_i64* __restrict__ forward_transfer,
-    const tidgap_i64* __restrict__ backward_transfer, const tidgap_i64* __restrict__ tails,
-    int table_width) {
+extern "C" __global__ void tidgap_windowed_lanes(TIDGAP_ORDERED_PARAMETERS) {
 #ifdef __CUDA_ARCH__
     extern __shared__ tidgap_i64 tidgap_lane_scratch[];
 #else

@@ -241,6 +241,19 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_finish(
     return iteration;
 }
 
+// The parameters of a population kernel (windowed_evaluate.cu, windowed_lanes.cu): the
+// population's genes (P, S, K) and (P, S, L), its outputs fitness (P,) and peak_held (P, S),
+// P, S, K, L, then the tables and T.
+#define TIDGAP_ORDERED_PARAMETERS                                                          \
+    const int *__restrict__ forward, const int *__restrict__ backward,                     \
+        const signed char *__restrict__ order, tidgap_i64 *__restrict__ fitness,           \
+        tidgap_i64 *__restrict__ peak_held, long long population, int stages, int width,   \
+        int length, const tidgap_i64 *__restrict__ forward_compute,                        \
+        const tidgap_i64 *__restrict__ backward_compute,                                   \
+        const tidgap_i64 *__restrict__ forward_transfer,                                   \
+        const tidgap_i64 *__restrict__ backward_transfer,                                  \
+        const tidgap_i64 *__restrict__ tails, int table_width
+
 // One thread's evaluation of one individual: the stages take turns, each with a fresh
 // snapshot, until none advances.
 __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
