@@ -119,12 +119,13 @@ class CudaOrderedEnds:
     non-partitions); the tables are uploaded once.
 
     ``kernel="thread"``: one thread per individual runs ``windowed_sim.cuh``'s event loop
-    with its scratch in local memory (``windowed_evaluate.cu``); ``max_blocks`` caps its
-    grid (threads then loop over several individuals; ``bench/bench_gpu.py`` sweeps it: on
-    an H200 at ``P = 2**20`` 8 blocks per multiprocessor were 6% faster than no cap).
+    with its scratch in local memory (``windowed_evaluate.cu``, blocks of 128 threads).
     ``kernel="lanes"``: one lane of a warp per stage, the scratch in shared memory
-    (``windowed_lanes.cu``); where ``S > 32`` or a warp's scratch exceeds the device's
-    shared memory per block, the thread kernel runs instead. Both give the same ticks."""
+    (``windowed_lanes.cu``, blocks of one warp); where ``S > 32`` or a warp's scratch
+    exceeds the device's shared memory per block, the thread kernel runs instead. Both give
+    the same ticks. ``max_blocks`` caps the grid (threads then loop over several
+    individuals; ``bench/bench_gpu.py`` sweeps it for the thread kernel: on an H200 at
+    ``P = 2**20`` 8 blocks per multiprocessor were 6% faster than no cap)."""
 
     def __init__(
         self, ticked: TickedProblem, max_blocks: int | None = None, kernel: str = "thread"
