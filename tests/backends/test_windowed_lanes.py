@@ -30,20 +30,23 @@ def gpu_or_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def lanes(
-    ticked: TickedProblem, population: Population, on_lanes: bool = True
+    ticked: TickedProblem, population: Population, on_lanes: bool = True, max_blocks: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(P,)`` ticks and ``(P, S)`` peak held samples from ``CudaOrderedEnds(kernel="lanes")``
-    on the host, asserting whether it runs the lane kernel."""
+    (its grid capped at ``max_blocks`` when given), asserting whether it runs the lane
+    kernel."""
     from tidgap.kernels.launcher import CudaOrderedEnds
 
-    ends = CudaOrderedEnds(ticked, kernel="lanes")
+    ends = CudaOrderedEnds(ticked, max_blocks or None, kernel="lanes")
     assert ends.uses_lanes(*population.forward.shape[1:]) == on_lanes
     fitness, held = ends(population.forward, population.backward, population.order, ticked)
     return to_host(fitness), to_host(held)
 
 
-def assert_as_numba(ticked: TickedProblem, population: Population, on_lanes: bool = True) -> None:
-    fitness, held = lanes(ticked, population, on_lanes)
+def assert_as_numba(
+    ticked: TickedProblem, population: Population, on_lanes: bool = True, max_blocks: int = 0
+) -> None:
+    fitness, held = lanes(ticked, population, on_lanes, max_blocks)
     expected = ordered_ends(population.forward, population.backward, population.order, ticked)
     np.testing.assert_array_equal(fitness, expected[0])
     np.testing.assert_array_equal(held, expected[1])
@@ -65,16 +68,19 @@ def test_golden_ordered_plans(case: dict) -> None:
     assert (lanes(ticked, population)[0] < INVALID).all()
 
 
+@pytest.mark.parametrize("max_blocks", [0, 1])
 @pytest.mark.parametrize("stages", [1, 2, 3, 5, 8, 12, 32])
-def test_random_populations_for_every_group_size(stages: int) -> None:
+def test_random_populations_for_every_group_size(stages: int, max_blocks: int) -> None:
     """Lane groups of 1 to 32 lanes; a population that is not a multiple of a warp's
-    individuals; deadlocks and broken counts among them."""
+    individuals, with the grid as large as it needs or of one block (whose warp then loops
+    over the population, its last individuals' lanes idle); deadlocks and broken counts
+    among them."""
     rng = np.random.default_rng(stages)
     ticked = random_ticked(rng, stages, int(rng.integers(4, 13)), 1000)
     population = random_orders(rng, random_individuals(rng, ticked, 13, 12, max_count=12))
     fitness, _ = lanes(ticked, population)
     assert (fitness == INVALID).any() and (fitness < INVALID).any()
-    assert_as_numba(ticked, population)
+    assert_as_numba(ticked, population, max_blocks=max_blocks)
 
 
 def test_wide_chromosomes_raise_the_shared_memory_limit() -> None:
