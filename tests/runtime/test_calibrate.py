@@ -225,3 +225,37 @@ def test_the_measured_optimizer_step_becomes_each_stages_tail() -> None:
     assert replayed_time(document, problem, plan, results) == pytest.approx(
         evaluate(problem, plan).iteration_time, rel=1e-3
     )
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_a_gap_before_every_op_becomes_each_stages_overhead(schedule: str) -> None:
+    """A run that behaved as the model of a problem whose ops each take ``gap`` ms longer,
+    except that each op's record starts ``gap`` late (the runtime's own work before it):
+    every stage's overhead is ``gap``, each op's calibrated time its record's plus ``gap``,
+    and the replay is that slower problem's prediction (without the overhead it would be
+    the faster one's)."""
+    from tidgap.runtime.calibrate import dispatch_gaps, measured_problem, replayed_time
+    from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
+
+    gap = 0.25
+    document = synth_problem(5, 3, 12, 1, 0.5, "affine", "gaps")
+    slower = json.loads(json.dumps(document))
+    for stage in slower["stages"]:
+        for direction in ("forward", "backward"):
+            stage[direction]["affine"]["base"] += gap
+    problem, slow = Problem.from_dict(document), Problem.from_dict(slower)
+    plan = SCHEDULES[schedule].baseline(problem, 4)
+    ranks = [
+        [row if row[0] not in ("forward", "backward") else (*row[:4], row[4] + gap / 1e3, row[5])
+         for row in rows]
+        for rows in records_of(plan_timeline(slow, plan))
+    ]  # fmt: skip
+    gaps = dispatch_gaps([ranks], 1e3)
+    assert all(found and max(found) == pytest.approx(gap) for found in gaps)
+    assert min(min(found) for found in gaps) == pytest.approx(gap)
+    out = measured_problem(document, problem, [ranks], [schedule])
+    assert out["source"]["calibration"]["overhead"] == pytest.approx([gap] * 3)
+    results = [{"iterations": [rows]} for rows in ranks]
+    replay = replayed_time(document, problem, plan, results)
+    assert replay == pytest.approx(evaluate(slow, plan).iteration_time, rel=1e-4)
+    assert replay > evaluate(problem, plan).iteration_time + gap

@@ -16,6 +16,7 @@ message's latency over the real backend, with the waiting process's wake-up), pe
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import statistics
 from collections import defaultdict
@@ -111,6 +112,30 @@ def link_durations(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) 
     return found
 
 
+#: For each compute record kind, the receive kind whose chunk it waits for (the one holding
+#: its last sample).
+_WAITS_FOR = {"forward": "recv_forward", "backward": "recv_backward"}
+
+
+def dispatch_gaps(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> list[list[float]]:
+    """Per stage, every gap the runtime leaves before a forward or backward (after the
+    stage's first of an iteration): the op's start minus the moment it could start, the
+    later of the stage's previous op's end and the end of the receive of the chunk holding
+    the op's last sample (the instructions between: sends posted, chunks cut, Python's
+    dispatch); times ``scale`` (the problem's unit)."""
+    found: list[list[float]] = [[] for _ in iterations[0]]
+    for ranks in iterations:
+        for s, rows in enumerate(ranks):
+            computes = sorted((r for r in rows if r[0] in _WAITS_FOR), key=lambda r: r[4])
+            for previous, row in itertools.pairwise(computes):
+                ready = previous[5]
+                for other in rows:
+                    if other[0] == _WAITS_FOR[row[0]] and other[2] < row[3] <= other[3]:
+                        ready = max(ready, other[5])
+                found[s].append(max(0.0, row[4] - ready) * scale)
+    return found
+
+
 def _measured_table(
     sizes: Sequence[int], original: Callable[[int], float], measured: dict[int, list[float]]
 ) -> dict[str, Any]:
@@ -136,20 +161,27 @@ def calibrated(
     stages: Durations,
     links: Durations,
     runs: Sequence[str],
+    overheads: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """A copy of the problem ``document`` (``problem`` loaded from it) whose stages and
     links are tables of the measured op and transfer times, over the measured sizes, the
-    unit, the largest microbatch and a stage's own table sizes, each stage's ``tail`` the
-    median measured optimizer step where the runs stepped one (else kept), with
-    ``source.calibration`` saying how (``runs``: the plans measured) and
-    ``source.timing.recompute`` false (the runs recompute nothing)."""
+    unit, the largest microbatch and a stage's own table sizes, each op's time plus its
+    stage's ``overheads`` entry (the runtime's gap before an op, :func:`dispatch_gaps`;
+    default none), each stage's ``tail`` the median measured optimizer step where the runs
+    stepped one (else kept), with ``source.calibration`` saying how (``runs``: the plans
+    measured; ``overhead``: per stage) and ``source.timing.recompute`` false (the runs
+    recompute nothing)."""
     out = copy.deepcopy(document)
     ends = {problem.unit, problem.common_cap()}
-    for stage, measured, timed in zip(out["stages"], stages, problem.stages, strict=True):
+    overheads = list(overheads) if overheads is not None else [0.0] * len(stages)
+    for stage, measured, timed, overhead in zip(
+        out["stages"], stages, problem.stages, overheads, strict=True
+    ):
         for direction, kind in (("forward", "F"), ("backward", "B")):
             own = stage[direction].get("table", {}).get("sizes", [])
             sizes = sorted(set(own) | set(measured[kind]) | ends)
-            stage[direction] = _measured_table(sizes, getattr(timed, direction), measured[kind])
+            paid = {size: [t + overhead for t in times] for size, times in measured[kind].items()}
+            stage[direction] = _measured_table(sizes, getattr(timed, direction), paid)
         tails = [t for durations in measured.get("T", {}).values() for t in durations]
         if tails:
             stage["tail"] = statistics.median(tails)
@@ -163,8 +195,11 @@ def calibrated(
         source["timing"] = {**source["timing"], "recompute": False}
     source["calibration"] = {
         "runs": list(runs),
+        "overhead": [round(value, 6) for value in overheads],
         "rule": "each stage's forward and backward table: the median measured duration of "
-        "its ops at each size in tidgap run's workers; each link: the median measured "
+        "its ops at each size in tidgap run's workers, plus the stage's overhead (the median "
+        "gap the runtime left before an op once the op's input had arrived and the stage's "
+        "previous op had ended); each link: the median measured "
         "transfer (a receive's end minus the later of its send's start and its own start) "
         "per size; sizes no run measured keep the profile's time scaled by the nearest "
         "measured size's ratio; made non-decreasing; a stage's tail: the median measured "
@@ -183,8 +218,11 @@ def measured_problem(
     """:func:`calibrated` from the records of ``iterations`` (each: per rank its records,
     seconds), the runs of ``runs``."""
     timelines = [measured_timeline(problem, ranks, "measured") for ranks in iterations]
-    links = link_durations(iterations, unit_per_second(problem.time_unit))
-    return calibrated(document, problem, op_durations(timelines), links, runs)
+    scale = unit_per_second(problem.time_unit)
+    links = link_durations(iterations, scale)
+    gaps = dispatch_gaps(iterations, scale)
+    overheads = [statistics.median(found) if found else 0.0 for found in gaps]
+    return calibrated(document, problem, op_durations(timelines), links, runs, overheads)
 
 
 def replayed_time(
