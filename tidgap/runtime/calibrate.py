@@ -3,14 +3,15 @@
 ``tidgap profile`` times a stage's forward and backward on their own; a run also pays,
 per op, what the runtime does around them (cutting chunks from received pieces, storing
 graphs, the send and receive calls, the Python dispatch of each instruction, the other
-ranks' processes on the same cores). Calibration runs GPipe(m) (and, for a size no GPipe holds,
-a flush plan of that size) with ``tidgap run``'s workers so that every table size is
-measured, and
-replaces each stage's tables by the median measured duration of its ops at each size
-(sizes no run measured keep the profile's time scaled by the nearest measured size's
-ratio), made non-decreasing like a profile. Each link becomes a table of its measured
-transfers: a receive's end minus the later of its send's start and its own start (the
-message's latency over the real backend, with the waiting process's wake-up), per size.
+ranks' processes on the same cores). Calibration runs GPipe(m) (and, for a size no GPipe
+holds, a flush plan of that size) with ``tidgap run``'s workers so that every table size
+is measured, and replaces each stage's tables by the median measured duration of its ops
+at each size plus the stage's per-op overhead (the median gap the runtime leaves before
+an op whose input is there, :func:`dispatch_gaps`), sizes no run measured keeping the
+profile's time scaled by the nearest measured size's ratio, made non-decreasing like a
+profile. Each link becomes a table of its measured transfers: a receive's end minus the
+later of its send's start and its own start (the message's latency over the real
+backend, with the waiting process's wake-up), per size.
 """
 
 from __future__ import annotations
