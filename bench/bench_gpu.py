@@ -31,6 +31,7 @@ from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.gpu import gpu_unusable_reason
 from tidgap.backends.ticks import tick_problem
 from tidgap.backends.xp import to_host
+from tidgap.kernels.source import ORDERED_KERNELS
 from tidgap.optimize.anneal import Annealing, anneal
 from tidgap.optimize.genome import Population
 
@@ -159,7 +160,7 @@ def time_ordered(benchmark: Any, size: int, **options: Any) -> None:
     assert np.array_equal(to_host(got)[:POPULATION], numba.score(base))
 
 
-@pytest.mark.parametrize("kernel", ["thread", "lanes"])
+@pytest.mark.parametrize("kernel", ORDERED_KERNELS)
 @pytest.mark.parametrize("size", SIZES[:3])
 def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int, kernel: str) -> None:
     """Ordered plans: ``score`` of every individual, equal to Numba on the base population,
@@ -182,7 +183,7 @@ def test_cuda_ordered_grid(benchmark: Any, throughput: Any, blocks_per_sm: int) 
     throughput(f"cuda windowed P=2^20, {blocks_per_sm} blocks/SM", benchmark, 2**20)
 
 
-@pytest.mark.parametrize("kernel", ["thread", "lanes"])
+@pytest.mark.parametrize("kernel", ORDERED_KERNELS)
 def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any, kernel: str) -> None:
     """``Island.step`` on the device: breeding, the repair and the ordered-plan kernel
     (``kernel``: ``CudaOrderedEnds``'s)."""
@@ -204,7 +205,7 @@ def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any, kernel:
         benchmark.extra_info["generations_per_second"] = 1 / benchmark.stats.stats.median
 
 
-@pytest.mark.parametrize("kernel", ["thread", "lanes"])
+@pytest.mark.parametrize("kernel", ORDERED_KERNELS)
 def test_cuda_anneal_step_at_65536(benchmark: Any, throughput: Any, kernel: str) -> None:
     """One annealing step of every individual of four islands of ``2**14`` (``kernel``:
     ``CudaOrderedEnds``'s)."""

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tidgap.kernels.source import ORDERED_KERNELS
+
 #: name -> (median seconds, evaluations per call), filled by :func:`throughput`.
 _RESULTS: dict[str, tuple[float, int]] = {}
 
@@ -22,10 +24,10 @@ TARGETS = {
     "numpy": 5e4,
     "windowed-numba": 3e5,
     "windowed-numpy": 2e4,
-    **{f"cuda windowed {kernel} P=2^20": 2e8 for kernel in ("thread", "lanes")},
+    **{f"cuda windowed {kernel} P=2^20": 2e8 for kernel in ORDERED_KERNELS},
     **{
         f"cuda joint generation {kernel} P=2^16": (2**16 - 2**11) / 2e-3
-        for kernel in ("thread", "lanes")
+        for kernel in ORDERED_KERNELS
     },
 }
 

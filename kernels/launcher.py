@@ -17,6 +17,7 @@ import numpy as np
 from tidgap.backends.evaluator import OrderedEvaluator, SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
 from tidgap.kernels.source import (
+    ORDERED_KERNELS,
     WARP,
     kernel_source,
     lane_group,
@@ -46,9 +47,10 @@ def _kernel(
     return module.get_function(function)
 
 
-def _grid(count: int) -> tuple[int]:
-    """Blocks for ``count`` threads (the kernels loop if there are more)."""
-    return (max(1, min(-(-count // THREADS_PER_BLOCK), 65535 * 32)),)
+def _grid(count: int, per_block: int = THREADS_PER_BLOCK) -> tuple[int]:
+    """Blocks for ``count`` work items, ``per_block`` to a block (the kernels loop if there
+    are more)."""
+    return (max(1, min(-(-count // per_block), 65535 * 32)),)
 
 
 class CudaEvaluator(SeparableEvaluator):
@@ -130,7 +132,7 @@ class CudaOrderedEnds:
     def __init__(
         self, ticked: TickedProblem, max_blocks: int | None = None, kernel: str = "thread"
     ):
-        if kernel not in ("thread", "lanes"):
+        if kernel not in ORDERED_KERNELS:
             raise ValueError(f"kernel must be 'thread' or 'lanes', not {kernel!r}")
         self.max_blocks = max_blocks
         self.kernel = kernel
@@ -172,9 +174,18 @@ class CudaOrderedEnds:
             np.int32(self.tables[0].shape[1]),
         )
         if self.uses_lanes(stages, width):
-            self._launch_lanes(population, stages, width, arguments)
+            group, shared = lane_group(stages), lane_scratch_bytes(stages, width)
+            kernel = _lane_kernel(scratch_width(width), group)
+            blocks, threads = self._capped(population, WARP // group), WARP
         else:
-            self._launch_threads(population, stages, width, arguments)
+            kernel = _kernel(
+                "windowed_evaluate.cu",
+                "tidgap_windowed_evaluate",
+                scratch_width(width),
+                scratch_width(stages),
+            )
+            blocks, threads, shared = self._capped(population), THREADS_PER_BLOCK, 0
+        kernel((blocks,), (threads,), arguments, shared_mem=shared)
         return fitness, held * ticked.unit
 
     def uses_lanes(self, stages: int, width: int) -> bool:
@@ -185,26 +196,22 @@ class CudaOrderedEnds:
             and lane_scratch_bytes(stages, width) <= _shared_limit()
         )
 
-    def _launch_threads(self, population: int, stages: int, width: int, arguments: tuple) -> None:
-        kernel = _kernel(
-            "windowed_evaluate.cu",
-            "tidgap_windowed_evaluate",
-            scratch_width(width),
-            scratch_width(stages),
-        )
-        blocks = _grid(population)[0]
-        kernel((min(blocks, self.max_blocks or blocks),), (THREADS_PER_BLOCK,), arguments)
+    def _capped(self, count: int, per_block: int = THREADS_PER_BLOCK) -> int:
+        """Blocks for ``count`` individuals, ``per_block`` to a block, at most
+        ``max_blocks``."""
+        blocks = _grid(count, per_block)[0]
+        return min(blocks, self.max_blocks or blocks)
 
-    def _launch_lanes(self, population: int, stages: int, width: int, arguments: tuple) -> None:
-        group, shared = lane_group(stages), lane_scratch_bytes(stages, width)
-        kernel = _kernel(
-            "windowed_lanes.cu", "tidgap_windowed_lanes", scratch_width(width), group=group
-        )
-        if shared > DEFAULT_SHARED_BYTES:
-            kernel.max_dynamic_shared_size_bytes = shared
-        blocks = max(1, min(-(-population // (WARP // group)), 65535 * 32))
-        blocks = min(blocks, self.max_blocks or blocks)
-        kernel((blocks,), (WARP,), arguments, shared_mem=shared)
+
+@functools.cache
+def _lane_kernel(max_width: int, group: int) -> cupy.RawKernel:
+    """``windowed_lanes.cu`` for lane groups of ``group``, allowed once, when compiled, all
+    the dynamic shared memory a block of this device may opt in to (so no launch has to
+    raise the limit)."""
+    kernel = _kernel("windowed_lanes.cu", "tidgap_windowed_lanes", max_width, group=group)
+    if _shared_limit() > DEFAULT_SHARED_BYTES:
+        kernel.max_dynamic_shared_size_bytes = _shared_limit()
+    return kernel
 
 
 @functools.cache

@@ -30,6 +30,9 @@ def scratch_width(width: int) -> int:
     return max(16, 1 << (max(width, 1) - 1).bit_length())
 
 
+#: The ordered-plan kernels ``CudaOrderedEnds`` can launch: a thread per individual
+#: (``windowed_evaluate.cu``) or a lane per stage (``windowed_lanes.cu``).
+ORDERED_KERNELS = ("thread", "lanes")
 #: Lanes of a warp (the lane kernel's block, ``windowed_lanes.cu``).
 WARP = 32
 #: int32 cursors per stage in ``windowed_sim.cuh`` (``TIDGAP_CURSORS``).

@@ -53,10 +53,10 @@ extern "C" __global__ void tidgap_windowed_lanes(TIDGAP_ORDERED_PARAMETERS) {
          base += (long long)gridDim.x * groups) {
         const long long p = base + slot;
         const bool active = p < population;
+        const long long read = active ? p : 0;  // an idle slot's lanes read nothing
         const tidgap_ordered_genes genes = {
-            forward + (active ? p : 0) * genes_per_individual,
-            backward + (active ? p : 0) * genes_per_individual,
-            order + (active ? p : 0) * stages * length, stages, width, length};
+            forward + read * genes_per_individual, backward + read * genes_per_individual,
+            order + read * stages * length, stages, width, length};
         for (int s = first_lane; active && s < stages; s += lane_step) {
             tidgap_stage_setup(genes, scratch, s);
         }

@@ -16,6 +16,7 @@ backend, with the waiting process's wake-up), per size.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import itertools
 import math
@@ -127,12 +128,18 @@ def dispatch_gaps(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -
     found: list[list[float]] = [[] for _ in iterations[0]]
     for ranks in iterations:
         for s, rows in enumerate(ranks):
+            # a direction's received chunks cover the batch once: by their ends, in order
+            received = {
+                kind: sorted((r[3], r[5]) for r in rows if r[0] == kind)
+                for kind in _WAITS_FOR.values()
+            }
             computes = sorted((r for r in rows if r[0] in _WAITS_FOR), key=lambda r: r[4])
             for previous, row in itertools.pairwise(computes):
                 ready = previous[5]
-                for other in rows:
-                    if other[0] == _WAITS_FOR[row[0]] and other[2] < row[3] <= other[3]:
-                        ready = max(ready, other[5])
+                chunks = received[_WAITS_FOR[row[0]]]
+                holder = bisect.bisect_left(chunks, (row[3],))
+                if holder < len(chunks):
+                    ready = max(ready, chunks[holder][1])
                 found[s].append(max(0.0, row[4] - ready) * scale)
     return found
 
