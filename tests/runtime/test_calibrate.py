@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,52 @@ def test_the_measured_optimizer_step_becomes_each_stages_tail() -> None:
     assert replayed_time(document, problem, plan, results) == pytest.approx(
         evaluate(problem, plan).iteration_time, rel=1e-3
     )
+
+
+def varied_times(problem: Problem, seed: int) -> tuple[Any, Any]:
+    """An ``OpTime`` and a ``LinkTime`` whose every op and transfer takes a random share
+    (0.5-1.5) of the model's time."""
+    draw, shares = random.Random(seed), {}
+
+    def share(*key: Any) -> float:
+        return shares.setdefault(key, draw.uniform(0.5, 1.5))
+
+    def op_time(s: int, op: str, k: int, size: int) -> float:
+        stage = problem.stages[s]
+        return share(s, op, k) * (stage.forward(size) if op == "F" else stage.backward(size))
+
+    def link_time(link: int, op: str, k: int, size: int) -> float:
+        carry = problem.links[link]
+        duration = carry.forward(size) if op == "F" else carry.backward(size)
+        return share("link", link, op, k) * duration
+
+    return op_time, link_time
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_each_iteration_replays_to_its_own_time_when_op_times_vary(schedule: str) -> None:
+    """Two iterations whose ops and transfers each took a different random share (0.5-1.5)
+    of the model's time: each replays to its own measured time exactly, and the replay with
+    the run's median op times to neither."""
+    from tidgap.runtime.calibrate import iteration_replays, replayed_time
+    from tidgap.schedules.families import SCHEDULES
+    from tidgap.schedules.simulate import order_timeline
+
+    document = synth_problem(7, 3, 12, 1, 0.5, "affine", "vary")
+    problem = Problem.from_dict(document)
+    plan = SCHEDULES[schedule].baseline(problem, 4)
+    runs = []
+    for seed in (1, 2):
+        times = varied_times(problem, seed)
+        timeline = order_timeline(
+            problem, plan.forward, plan.backward, plan.stage_order(), "run", *times
+        )
+        runs.append((records_of(timeline), timeline.iteration_time))
+    results = [{"iterations": [ranks[rank] for ranks, _ in runs]} for rank in range(3)]
+    measured = [time for _, time in runs]
+    assert iteration_replays(document, problem, plan, results) == pytest.approx(measured)
+    median = replayed_time(document, problem, plan, results)
+    assert min(abs(median - time) for time in measured) > 1e-3 * max(measured)
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])

@@ -425,8 +425,8 @@ def figures_of(
     replay: dict[str, Any] | None = None,
 ) -> RunFigures:
     """The figures of a run's ``results``, its gradients checked when ``job`` asks, and
-    with ``replay`` (the problem's document) the model's time with the run's own op
-    times."""
+    with ``replay`` (the problem's document) the model's time with the run's median op
+    times and with each iteration's own."""
     difference = weights = None
     if job.check_gradients:
         difference, weights = reference_differences(model, results, problem, job)
@@ -435,9 +435,13 @@ def figures_of(
     )
     if replay is None:
         return figures
-    from tidgap.runtime.calibrate import replayed_time
+    from tidgap.runtime.calibrate import iteration_replays, replayed_time
 
-    return dataclasses.replace(figures, replayed=replayed_time(replay, problem, plan, results))
+    return dataclasses.replace(
+        figures,
+        replayed=replayed_time(replay, problem, plan, results),
+        replayed_iterations=iteration_replays(replay, problem, plan, results),
+    )
 
 
 def to_run(

@@ -22,15 +22,16 @@ import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.profiling.build import table
-from tidgap.runtime.report import TRANSFERS, Row, measured_timeline, unit_per_second
+from tidgap.runtime.report import COMPUTE, TRANSFERS, Row, measured_timeline, unit_per_second
 from tidgap.schedules.families import SCHEDULES, evaluate
+from tidgap.schedules.simulate import LinkTime, OpTime, evaluate_order
 from tidgap.schedules.timeline import Timeline
 
 #: ``durations[s][kind][size]``: measured op durations of stage ``s`` (or transfers over
@@ -97,20 +98,28 @@ def op_durations(timelines: Sequence[Timeline]) -> Durations:
     return found
 
 
+def transfers(ranks: Sequence[Sequence[Row]]) -> Iterator[tuple[int, str, int, int, float]]:
+    """Every transfer of one iteration's records (per rank, seconds): ``(link, kind,
+    microbatch, size, seconds)``, the sender's microbatch (0-based) and the receive's end
+    minus the later of the send's start and the receive's own start."""
+    for link in range(len(ranks) - 1):
+        for kind, send, receive, offset in TRANSFERS:
+            sent = {row[1]: row[4] for row in ranks[link + offset] if row[0] == send}
+            for row in ranks[link + 1 - offset]:
+                if row[0] == receive:
+                    seconds = max(0.0, row[5] - max(sent[row[1]], row[4]))
+                    yield link, kind, row[1], row[3] - row[2], seconds
+
+
 def link_durations(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> Durations:
     """Per link, every measured transfer of the runs' ``iterations`` (each: per rank its
-    records, seconds) by direction and size: the receive's end minus the later of the
-    send's start and the receive's own start, times ``scale`` (the problem's unit)."""
+    records, seconds; :func:`transfers`) by direction and size, times ``scale`` (the
+    problem's unit)."""
     links = len(iterations[0]) - 1
     found: Durations = [{"F": defaultdict(list), "B": defaultdict(list)} for _ in range(links)]
     for ranks in iterations:
-        for link in range(links):
-            for kind, send, receive, offset in TRANSFERS:
-                sent = {row[1]: row[4] for row in ranks[link + offset] if row[0] == send}
-                for row in ranks[link + 1 - offset]:
-                    if row[0] == receive:
-                        transfer = row[5] - max(sent[row[1]], row[4])
-                        found[link][kind][row[3] - row[2]].append(max(0.0, transfer) * scale)
+        for link, kind, _, size, seconds in transfers(ranks):
+            found[link][kind][size].append(seconds * scale)
     return found
 
 
@@ -228,9 +237,15 @@ def measured_problem(
     timelines = [measured_timeline(problem, ranks, "measured") for ranks in iterations]
     scale = unit_per_second(problem.time_unit)
     links = link_durations(iterations, scale)
-    gaps = dispatch_gaps(iterations, scale)
-    overheads = [statistics.median(found) if found else 0.0 for found in gaps]
+    overheads = stage_overheads(iterations, scale)
     return calibrated(document, problem, op_durations(timelines), links, runs, overheads)
+
+
+def stage_overheads(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> list[float]:
+    """Per stage, the median of its :func:`dispatch_gaps` (0 where it has none), times
+    ``scale`` (the problem's unit)."""
+    gaps = dispatch_gaps(iterations, scale)
+    return [statistics.median(found) if found else 0.0 for found in gaps]
 
 
 def replayed_time(
@@ -239,6 +254,51 @@ def replayed_time(
     """The model's iteration time for ``plan`` with the run's own op and transfer times
     (``results``: the ranks' saved results; every op of the plan ran, so each of its sizes
     is measured): what the model predicts once the op times are right."""
+    return evaluate(replay_problem(document, problem, results)[1], plan).iteration_time
+
+
+def replay_problem(
+    document: dict[str, Any], problem: Problem, results: Sequence[dict[str, Any]]
+) -> tuple[list[tuple[list[Row], ...]], Problem]:
+    """The run's iterations (each: per rank its records) and the problem calibrated from
+    them (:func:`measured_problem`)."""
     iterations = list(zip(*(result["iterations"] for result in results), strict=True))
-    replay = Problem.from_dict(measured_problem(document, problem, iterations, ["this run"]))
-    return evaluate(replay, plan).iteration_time
+    document = measured_problem(document, problem, iterations, ["this run"])
+    return iterations, Problem.from_dict(document)
+
+
+def iteration_replays(
+    document: dict[str, Any], problem: Problem, plan: Plan, results: Sequence[dict[str, Any]]
+) -> list[float]:
+    """Per timed iteration, the model's iteration time for ``plan`` with that iteration's
+    own op and transfer times, each op plus its stage's overhead (the median gap of
+    :func:`dispatch_gaps` over the run), tails the run's median (:func:`replayed_time`'s
+    problem): what the model's dependencies make of exactly what ran. Ops vary from one
+    iteration to the next; a model fed their medians does not see what that costs where
+    the slower ones fall on the critical path, and this replay does."""
+    iterations, replay = replay_problem(document, problem, results)
+    scale = unit_per_second(problem.time_unit)
+    overheads = stage_overheads(iterations, scale)
+    order = plan.stage_order()
+    replayed = []
+    for ranks in iterations:
+        op_time, link_time = own_times(ranks, scale, overheads)
+        evaluation = evaluate_order(replay, plan.forward, plan.backward, order, op_time, link_time)
+        replayed.append(evaluation.iteration_time)
+    return replayed
+
+
+def own_times(
+    ranks: Sequence[Sequence[Row]], scale: float, overheads: Sequence[float]
+) -> tuple[OpTime, LinkTime]:
+    """The simulator's op and link times of one iteration's records (per rank, seconds):
+    each forward and backward its record's duration plus its stage's ``overheads`` entry,
+    each transfer as :func:`transfers` has it, times ``scale`` (the problem's unit)."""
+    ops = {
+        (s, COMPUTE[row[0]], row[1] + 1): (row[5] - row[4]) * scale + overheads[s]
+        for s, rows in enumerate(ranks)
+        for row in rows
+        if row[0] in _WAITS_FOR
+    }
+    moved = {(link, kind, k + 1): t * scale for link, kind, k, _, t in transfers(ranks)}
+    return (lambda s, op, k, size: ops[s, op, k]), (lambda link, op, k, size: moved[link, op, k])

@@ -130,16 +130,17 @@ class RunFigures:
     """One plan's run beside its prediction; times in ``time_unit``.
 
     ``iterations``: each timed iteration's measured time; ``busy[s]``: stage ``s``'s
-    measured forwards and backwards per iteration (median over iterations);
-    ``predicted``, ``predicted_busy[s]`` (the same in the model, its tail included) and
+    measured forwards and backwards per iteration (median over iterations); ``predicted``,
+    ``predicted_busy[s]`` (the same in the model, its tail included) and
     ``predicted_timeline`` time each op as the runtime runs it
-    (:func:`tidgap.runtime.pricing.run_prediction`); ``recompute[s]``:
-    whether stage ``s`` re-ran forwards; ``gradient_difference``: the largest relative
-    difference of any parameter's gradient from one process (``None``: not checked);
-    ``timeline``: the median iteration, measured; ``predicted_timeline``: the model's;
-    ``replayed``: the model's time for the plan with this run's own op and transfer times
-    (``None``: not asked, ``tidgap run --replay``); ``peak_bytes[s]``: the most stage ``s``
-    held for its backwards (median over iterations; ``None`` from results without it) and
+    (:func:`tidgap.runtime.pricing.run_prediction`); ``recompute[s]``: whether stage ``s``
+    re-ran forwards; ``gradient_difference``: the largest relative difference of any
+    parameter's gradient from one process (``None``: not checked); ``timeline``: the median
+    iteration, measured; ``predicted_timeline``: the model's; ``replayed``: the model's time
+    for the plan with this run's median op and transfer times (``None``: not asked, ``tidgap
+    run --replay``) and ``replayed_iterations`` its time for each timed iteration with that
+    iteration's own (``None``: not asked); ``peak_bytes[s]``: the most stage ``s`` held for
+    its backwards (median over iterations; ``None`` from results without it) and
     ``predicted_memory[s]`` the model's ``peak_memory`` (``None`` without
     ``activation_bytes``); ``weight_difference``: the largest relative difference of any
     parameter after the checked iteration's optimizer step from one process's step of the
@@ -147,8 +148,8 @@ class RunFigures:
     ``redrawn[s]``: why recompute stage ``s``'s random draws could not be replayed per
     sample, so its recomputed forwards drew anew (``None``: replayed, or none to replay);
     ``checked_in``: the gradient check's mode, ``"train"`` (the pipeline's random draws
-    replayed by the reference) or ``"eval"`` (``None``: not checked), and
-    ``eval_reason`` why eval mode (``None``: not said).
+    replayed by the reference) or ``"eval"`` (``None``: not checked), and ``eval_reason``
+    why eval mode (``None``: not said).
     """
 
     label: str
@@ -162,6 +163,7 @@ class RunFigures:
     timeline: Timeline
     predicted_timeline: Timeline
     replayed: float | None = None
+    replayed_iterations: list[float] | None = None
     peak_bytes: list[float] | None = None
     predicted_memory: list[float] | None = None
     weight_difference: float | None = None
@@ -180,6 +182,29 @@ class RunFigures:
         """``median / predicted - 1`` (positive: the run is slower than predicted);
         ``None`` when the prediction is 0."""
         return self.median / self.predicted - 1 if self.predicted > 0 else None
+
+    @property
+    def iteration_replay_errors(self) -> list[float] | None:
+        """Each timed iteration's measured time over its own replay, minus 1 (``None``
+        without ``replayed_iterations``)."""
+        if self.replayed_iterations is None:
+            return None
+        return [
+            got / want - 1
+            for got, want in zip(self.iterations, self.replayed_iterations, strict=True)
+        ]
+
+    def _per_iteration(self) -> dict[str, Any] | None:
+        """``replay.per_iteration`` of :meth:`as_dict`: each iteration's replay, its error
+        in per cent, and their median."""
+        errors = self.iteration_replay_errors
+        if errors is None:
+            return None
+        return {
+            "predicted": list(self.replayed_iterations or []),
+            "error_percent": [100 * error for error in errors],
+            "median_error_percent": 100 * statistics.median(errors),
+        }
 
     def as_dict(self) -> dict[str, Any]:
         """The ``tidgap run --json`` object of this run (see :func:`format_figures`);
@@ -213,6 +238,7 @@ class RunFigures:
             else {
                 "predicted": self.replayed,
                 "error_percent": 100 * (self.median / self.replayed - 1),
+                "per_iteration": self._per_iteration(),
             },
         }
 
@@ -324,9 +350,17 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
         )
     if figures.replayed is not None:
         lines.append(
-            f"  replayed with this run's own op and transfer times: {figures.replayed:.4g} "
-            f"{unit}, measured {figures.median / figures.replayed - 1:+.1%} (the rest of the "
-            "error above is in the op times, not the model)"
+            f"  replayed with this run's median op and transfer times: {figures.replayed:.4g} "
+            f"{unit}, measured {figures.median / figures.replayed - 1:+.1%}"
+        )
+    errors = figures.iteration_replay_errors
+    if errors:
+        lines.append(
+            "  replayed iteration by iteration, each with its own op and transfer times: "
+            f"measured {statistics.median(errors):+.1%} (median; {min(errors):+.1%} to "
+            f"{max(errors):+.1%}): what the model's dependencies and the runtime's gaps "
+            "leave; the rest of the error above is in the op times (their medians, and what "
+            "their variation costs)"
         )
     if figures.gradient_difference is not None:
         lines.append(

@@ -23,6 +23,10 @@ from tidgap.schedules.timeline import Step, Timeline, stage_names, tail_steps
 #: ``k`` (1-based) of ``size`` samples takes, in the problem's time unit; by default the
 #: problem's ``Tf_s(size)`` / ``Tb_s(size)``.
 OpTime = Callable[[int, str, int, int], float]
+#: ``link_time(l, op, k, size)``: how long link ``l -> l+1`` takes to carry the output of
+#: op ``op`` number ``k`` (1-based) of ``size`` samples (``"F"``: stage ``l``'s forward,
+#: ``"B"``: stage ``l+1``'s backward); by default the link's ``Cf_l(size)`` / ``Cb_l(size)``.
+LinkTime = Callable[[int, str, int, int], float]
 
 
 class Deadlock(RuntimeError):
@@ -50,9 +54,11 @@ def simulate(
     backward: Sequence[Sequence[int]],
     order: Order,
     op_time: OpTime | None = None,
+    link_time: LinkTime | None = None,
 ) -> Simulation:
     """Time ``order`` over the sizes ``forward[s]`` / ``backward[s]`` (samples), each op
-    taking ``op_time`` (default: the problem's time functions).
+    taking ``op_time`` and each transfer ``link_time`` (default: the problem's time
+    functions).
 
     Forward ``k`` of ``s`` starts at ``max(free_s, A[s-1][i])``; backward ``k`` at
     ``max(free_s, EF[s][i_own], A'[s+1][i])``; ``A[s][k] = max(EF[s][k], A[s][k-1]) +
@@ -100,15 +106,23 @@ def simulate(
         steps[s].append(Step(op, k - 1, samples, start, end))
         free[s] = end
         if op == "F" and s < S - 1:
-            sent = activations[s]
-            begin = max(end, sent[-1])
-            sent.append(begin + problem.links[s].forward(size))
-            links[s].append(Step("F", k - 1, samples, begin, sent[-1]))
+            send(s, activations[s], op, k, size, samples, end)
         elif op == "B" and s > 0:
-            sent = gradients[s]
-            begin = max(end, sent[-1])
-            sent.append(begin + problem.links[s - 1].backward(size))
-            links[s - 1].append(Step("B", k - 1, samples, begin, sent[-1]))
+            send(s - 1, gradients[s], op, k, size, samples, end)
+
+    def send(
+        link: int, sent: list[float], op: str, k: int, size: int, samples: tuple, end: float
+    ) -> None:
+        """Carry op ``k``'s output over ``link`` once it and the link's previous transfer
+        in that direction (``sent``, arrival times) are done."""
+        begin = max(end, sent[-1])
+        if link_time is not None:
+            duration = link_time(link, op, k, size)
+        else:
+            carry = problem.links[link]
+            duration = carry.forward(size) if op == "F" else carry.backward(size)
+        sent.append(begin + duration)
+        links[link].append(Step(op, k - 1, samples, begin, sent[-1]))
 
     remaining = sum(len(letters) for letters in order.stages)
     while remaining:
@@ -138,11 +152,12 @@ def evaluate_order(
     backward: Sequence[Sequence[int]],
     order: Order,
     op_time: OpTime | None = None,
+    link_time: LinkTime | None = None,
 ) -> Evaluation:
     """End times, ``iteration_time = max_s(EB[s][N_s] + tail_s)`` and ``peak_held`` of a
-    valid ``order`` over the sizes ``forward`` / ``backward`` (samples); ``op_time`` as
-    :func:`simulate`."""
-    simulation = simulate(problem, forward, backward, order, op_time)
+    valid ``order`` over the sizes ``forward`` / ``backward`` (samples); ``op_time`` and
+    ``link_time`` as :func:`simulate`."""
+    simulation = simulate(problem, forward, backward, order, op_time, link_time)
     return Evaluation.of(
         problem,
         [ends[-1] for ends in simulation.forward_ends],
@@ -158,10 +173,11 @@ def order_timeline(
     order: Order,
     label: str,
     op_time: OpTime | None = None,
+    link_time: LinkTime | None = None,
 ) -> Timeline:
     """Every step of a valid ``order``, each stage's tail after its last backward;
-    ``op_time`` as :func:`simulate`."""
-    simulation = simulate(problem, forward, backward, order, op_time)
+    ``op_time`` and ``link_time`` as :func:`simulate`."""
+    simulation = simulate(problem, forward, backward, order, op_time, link_time)
     stages = [
         steps + tail_steps(problem, s, steps[-1].end) for s, steps in enumerate(simulation.stages)
     ]
