@@ -192,7 +192,7 @@ def records_of(timeline: Any) -> list[list[tuple]]:
 def test_replaying_a_run_that_behaved_as_the_model_gives_the_prediction(shape: str) -> None:
     """With the run's own op and transfer times, the model reproduces a run whose ops took
     exactly the model's times: replay checks the dependencies, not the op times."""
-    from tidgap.runtime.calibrate import replayed_time
+    from tidgap.runtime.calibrate import replays
     from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
 
     document = synth_problem(3, 3, 12, 1, 0.5, shape, "replay")
@@ -201,13 +201,13 @@ def test_replaying_a_run_that_behaved_as_the_model_gives_the_prediction(shape: s
         ranks = records_of(plan_timeline(problem, plan))
         results = [{"iterations": [rows]} for rows in ranks]
         want = evaluate(problem, plan).iteration_time
-        assert replayed_time(document, problem, plan, results) == pytest.approx(want, rel=1e-3)
+        assert replays(document, problem, plan, results)[0] == pytest.approx(want, rel=1e-3)
 
 
 def test_the_measured_optimizer_step_becomes_each_stages_tail() -> None:
     """A run whose steps took twice the problem's tails: the calibrated tails are the
     measured medians, and the replay counts them."""
-    from tidgap.runtime.calibrate import measured_problem, replayed_time
+    from tidgap.runtime.calibrate import measured_problem, replays
     from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
 
     document = synth_problem(3, 3, 12, 1, 0.5, "table", "tails")
@@ -223,7 +223,7 @@ def test_the_measured_optimizer_step_becomes_each_stages_tail() -> None:
         assert stage["tail"] == pytest.approx(2 * given.tail, rel=1e-9)
     assert "tail" in out["source"]["calibration"]["rule"]
     results = [{"iterations": [rows]} for rows in ranks]
-    assert replayed_time(document, problem, plan, results) == pytest.approx(
+    assert replays(document, problem, plan, results)[0] == pytest.approx(
         evaluate(problem, plan).iteration_time, rel=1e-3
     )
 
@@ -253,7 +253,7 @@ def test_each_iteration_replays_to_its_own_time_when_op_times_vary(schedule: str
     """Two iterations whose ops and transfers each took a different random share (0.5-1.5)
     of the model's time: each replays to its own measured time exactly, and the replay with
     the run's median op times to neither."""
-    from tidgap.runtime.calibrate import iteration_replays, replayed_time
+    from tidgap.runtime.calibrate import replays
     from tidgap.schedules.families import SCHEDULES
     from tidgap.schedules.simulate import order_timeline
 
@@ -269,8 +269,8 @@ def test_each_iteration_replays_to_its_own_time_when_op_times_vary(schedule: str
         runs.append((records_of(timeline), timeline.iteration_time))
     results = [{"iterations": [ranks[rank] for ranks, _ in runs]} for rank in range(3)]
     measured = [time for _, time in runs]
-    assert iteration_replays(document, problem, plan, results) == pytest.approx(measured)
-    median = replayed_time(document, problem, plan, results)
+    median, each = replays(document, problem, plan, results)
+    assert each == pytest.approx(measured)
     assert min(abs(median - time) for time in measured) > 1e-3 * max(measured)
 
 
@@ -281,7 +281,7 @@ def test_a_gap_before_every_op_becomes_each_stages_overhead(schedule: str) -> No
     every stage's overhead is ``gap``, each op's calibrated time its record's plus ``gap``,
     and the replay is that slower problem's prediction (without the overhead it would be
     the faster one's)."""
-    from tidgap.runtime.calibrate import dispatch_gaps, measured_problem, replayed_time
+    from tidgap.runtime.calibrate import dispatch_gaps, measured_problem, replays
     from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
 
     gap = 0.25
@@ -303,6 +303,6 @@ def test_a_gap_before_every_op_becomes_each_stages_overhead(schedule: str) -> No
     out = measured_problem(document, problem, [ranks], [schedule])
     assert out["source"]["calibration"]["overhead"] == pytest.approx([gap] * 3)
     results = [{"iterations": [rows]} for rows in ranks]
-    replay = replayed_time(document, problem, plan, results)
+    replay = replays(document, problem, plan, results)[0]
     assert replay == pytest.approx(evaluate(slow, plan).iteration_time, rel=1e-4)
     assert replay > evaluate(problem, plan).iteration_time + gap

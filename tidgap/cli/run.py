@@ -435,13 +435,10 @@ def figures_of(
     )
     if replay is None:
         return figures
-    from tidgap.runtime.calibrate import iteration_replays, replayed_time
+    from tidgap.runtime.calibrate import replays
 
-    return dataclasses.replace(
-        figures,
-        replayed=replayed_time(replay, problem, plan, results),
-        replayed_iterations=iteration_replays(replay, problem, plan, results),
-    )
+    median, each = replays(replay, problem, plan, results)
+    return dataclasses.replace(figures, replayed=median, replayed_iterations=each)
 
 
 def to_run(

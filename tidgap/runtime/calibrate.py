@@ -248,44 +248,28 @@ def stage_overheads(iterations: Sequence[Sequence[Sequence[Row]]], scale: float)
     return [statistics.median(found) if found else 0.0 for found in gaps]
 
 
-def replayed_time(
+def replays(
     document: dict[str, Any], problem: Problem, plan: Plan, results: Sequence[dict[str, Any]]
-) -> float:
+) -> tuple[float, list[float]]:
     """The model's iteration time for ``plan`` with the run's own op and transfer times
     (``results``: the ranks' saved results; every op of the plan ran, so each of its sizes
-    is measured): what the model predicts once the op times are right."""
-    return evaluate(replay_problem(document, problem, results)[1], plan).iteration_time
-
-
-def replay_problem(
-    document: dict[str, Any], problem: Problem, results: Sequence[dict[str, Any]]
-) -> tuple[list[tuple[list[Row], ...]], Problem]:
-    """The run's iterations (each: per rank its records) and the problem calibrated from
-    them (:func:`measured_problem`)."""
+    is measured): with their medians (:func:`measured_problem`), what the model predicts
+    once the op times are right; and per timed iteration, with that iteration's own, each
+    op plus its stage's overhead (the median gap of :func:`dispatch_gaps` over the run),
+    tails the run's median: what the model's dependencies make of exactly what ran. Ops
+    vary from one iteration to the next; a model fed their medians does not see what that
+    costs where the slower ones fall on the critical path, and the second replay does."""
     iterations = list(zip(*(result["iterations"] for result in results), strict=True))
-    document = measured_problem(document, problem, iterations, ["this run"])
-    return iterations, Problem.from_dict(document)
-
-
-def iteration_replays(
-    document: dict[str, Any], problem: Problem, plan: Plan, results: Sequence[dict[str, Any]]
-) -> list[float]:
-    """Per timed iteration, the model's iteration time for ``plan`` with that iteration's
-    own op and transfer times, each op plus its stage's overhead (the median gap of
-    :func:`dispatch_gaps` over the run), tails the run's median (:func:`replayed_time`'s
-    problem): what the model's dependencies make of exactly what ran. Ops vary from one
-    iteration to the next; a model fed their medians does not see what that costs where
-    the slower ones fall on the critical path, and this replay does."""
-    iterations, replay = replay_problem(document, problem, results)
+    replay = Problem.from_dict(measured_problem(document, problem, iterations, ["this run"]))
     scale = unit_per_second(problem.time_unit)
     overheads = stage_overheads(iterations, scale)
     order = plan.stage_order()
-    replayed = []
+    each = []
     for ranks in iterations:
         op_time, link_time = own_times(ranks, scale, overheads)
         evaluation = evaluate_order(replay, plan.forward, plan.backward, order, op_time, link_time)
-        replayed.append(evaluation.iteration_time)
-    return replayed
+        each.append(evaluation.iteration_time)
+    return evaluate(replay, plan).iteration_time, each
 
 
 def own_times(
