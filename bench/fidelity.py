@@ -10,6 +10,9 @@ with the ranking of the plans by prediction and by measurement. A last column di
 round by its median measured/predicted ratio over all plans (the machine's speed in that
 round) before taking each plan's median: what is left is the model's error in comparing
 plans, not in absolute time (a uniform error, the machine's or the model's, drops out).
+The last column is ``tidgap run --replay``'s per-iteration replay (the model fed each
+timed iteration's own op and transfer times), its median error over iterations, median
+over rounds: what the model's dependencies leave once the op times are exactly right.
 Each round first calibrates afresh (``tidgap calibrate --rounds 1``, about 15 s) and
 runs against that: a column gives the error against the round's own calibration, made
 seconds before its runs, which leaves out most of the machine's drift between the search's
@@ -84,7 +87,7 @@ def run_round(
     compared = [word for plan in others for word in ("--compare", str(plan))]
     report = json.loads(tidgap(
         "run", str(problem), str(first), *compared, "--model", MODEL, *model,
-        "--iterations", str(iterations), "--warmup", "2", "--json",
+        "--iterations", str(iterations), "--warmup", "2", "--replay", "--json",
     ))  # fmt: skip
     ran = [report["run"], *report["baselines"]]
     return dict(zip(plans, ran, strict=True))
@@ -192,20 +195,25 @@ def main() -> None:
     speeds = round_speeds(predicted, rounds)
     steady = drift_corrected(rounds, speeds)
     own = {label: errors(rounds[label], fresh[label]) for label in plans}
+    replayed = {
+        label: statistics.median(r["replay"]["per_iteration"]["median_error_percent"] for r in ran)
+        for label, ran in runs.items()
+    }
     record = {
         label: dict(
             profile=from_profile[label],
             predicted=predicted[label],
             rounds=rounds[label],
             predicted_each_round=fresh[label],
+            replay_error_percent=replayed[label],
         )
         for label in plans
     }
     (folder / "fidelity.json").write_text(json.dumps(record, indent=1))
     print("| plan | recomputes | predicted: profile / calibrated (ms) | measured (ms) | error: "
           "profile / calibrated | error against the round's calibration | error after each "
-          "round's drift |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|")
+          "round's drift | error against its own iterations' replay |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for label in plans:
         stages = [s for s, flag in enumerate(runs[label][0]["recompute"]) if flag]
         low, high = min(rounds[label]), max(rounds[label])
@@ -215,7 +223,8 @@ def main() -> None:
             f"{percent(measured[label], from_profile[label]):+.1f}% / "
             f"{percent(measured[label], predicted[label]):+.1f}% | "
             f"{own[label]:+.1f}% | "
-            f"{percent(steady[label], predicted[label]):+.1f}% |"
+            f"{percent(steady[label], predicted[label]):+.1f}% | "
+            f"{replayed[label]:+.1f}% |"
         )
     by_prediction = sorted(plans, key=predicted.__getitem__)
     by_measure = sorted(plans, key=measured.__getitem__)
