@@ -133,7 +133,8 @@ class CudaOrderedEnds:
         self, ticked: TickedProblem, max_blocks: int | None = None, kernel: str = "thread"
     ):
         if kernel not in ORDERED_KERNELS:
-            raise ValueError(f"kernel must be 'thread' or 'lanes', not {kernel!r}")
+            names = " or ".join(map(repr, ORDERED_KERNELS))
+            raise ValueError(f"kernel must be {names}, not {kernel!r}")
         self.max_blocks = max_blocks
         self.kernel = kernel
         tables = (

@@ -133,6 +133,5 @@ def lane_words(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def test_lane_scratch_bytes_is_the_kernels_own(lane_words: Any, stages: int, width: int) -> None:
     """The launcher's shared-memory size for ``windowed_lanes.cu`` is a warp's individuals
     times the kernel's ``TIDGAP_LANE_WORDS`` (a smaller one would overrun shared memory)."""
-    words = lane_words
     individuals = WARP // lane_group(stages)
-    assert lane_scratch_bytes(stages, width) == individuals * 8 * words(stages, width)
+    assert lane_scratch_bytes(stages, width) == individuals * 8 * lane_words(stages, width)

@@ -231,13 +231,16 @@ def measured_problem(
     problem: Problem,
     iterations: Sequence[Sequence[Sequence[Row]]],
     runs: Sequence[str],
+    overheads: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """:func:`calibrated` from the records of ``iterations`` (each: per rank its records,
-    seconds), the runs of ``runs``."""
+    seconds), the runs of ``runs``; ``overheads``: their :func:`stage_overheads`, found here
+    when not given."""
     timelines = [measured_timeline(problem, ranks, "measured") for ranks in iterations]
     scale = unit_per_second(problem.time_unit)
     links = link_durations(iterations, scale)
-    overheads = stage_overheads(iterations, scale)
+    if overheads is None:
+        overheads = stage_overheads(iterations, scale)
     return calibrated(document, problem, op_durations(timelines), links, runs, overheads)
 
 
@@ -260,9 +263,10 @@ def replays(
     vary from one iteration to the next; a model fed their medians does not see what that
     costs where the slower ones fall on the critical path, and the second replay does."""
     iterations = list(zip(*(result["iterations"] for result in results), strict=True))
-    replay = Problem.from_dict(measured_problem(document, problem, iterations, ["this run"]))
     scale = unit_per_second(problem.time_unit)
     overheads = stage_overheads(iterations, scale)
+    measured = measured_problem(document, problem, iterations, ["this run"], overheads)
+    replay = Problem.from_dict(measured)
     order = plan.stage_order()
     each = []
     for ranks in iterations:
