@@ -23,7 +23,7 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import BACKWARD_RULES, FREE
 from tidgap.optimize.results import SearchResult, TradeoffPoint
-from tidgap.runtime.pricing import run_backward_times, run_evaluation
+from tidgap.runtime.pricing import run_evaluation, run_op_times
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import baseline_evaluation, baseline_label
 
@@ -42,10 +42,10 @@ def searched_cell(problem: Problem, plan: Plan, evaluation: Evaluation, referenc
     """:func:`cell` of a searched plan, with ``tidgap run``'s prediction when it runs the
     plan at other op costs than the model's (``run 10207``)."""
     text = cell(evaluation.iteration_time, evaluation.peak_held, reference)
-    backwards = run_backward_times(problem, plan)
-    if not backwards:
+    priced = run_op_times(problem, plan)
+    if not priced:
         return text
-    return f"{text} run {run_evaluation(problem, plan, backwards).iteration_time:.5g}"
+    return f"{text} run {run_evaluation(problem, plan, priced).iteration_time:.5g}"
 
 
 def point(result: SearchResult, label: str) -> TradeoffPoint:

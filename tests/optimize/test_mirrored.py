@@ -19,7 +19,7 @@ from tidgap.optimize.joint import mirror
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.order_genes import misaligned
 from tidgap.optimize.windowed_driver import growing_ramp_plans, ramp_size
-from tidgap.runtime.pricing import run_backward_times, run_evaluation
+from tidgap.runtime.pricing import run_evaluation, run_op_times
 from tidgap.schedules.baselines import best_baselines
 from tidgap.schedules.families import evaluate
 
@@ -70,7 +70,7 @@ def test_windowed_plans_are_mirrored_and_run_at_the_model_costs(name: str) -> No
     assert all(h <= limit for h, limit in zip(held, result.memory_limit.held, strict=True))
     for point in result.tradeoff:
         assert point.plan is not None and _mirrored(point.plan)
-        assert run_backward_times(problem, point.plan) == {}
+        assert run_op_times(problem, point.plan) == {}
         run = run_evaluation(problem, point.plan).iteration_time
         assert run == pytest.approx(point.evaluation.iteration_time, rel=1e-12)
 
@@ -106,7 +106,7 @@ def test_a_flush_search_returns_a_mirrored_plan(name: str, same_partition: bool)
     options = dict(schedule="flush", generations=60, seed=0, same_partition=same_partition)
     free = search(problem, **options)
     held = search(problem, backward=MIRRORED, **options)
-    assert _mirrored(held.plan) and run_backward_times(problem, held.plan) == {}
+    assert _mirrored(held.plan) and run_op_times(problem, held.plan) == {}
     assert held.evaluation.iteration_time <= held.baselines["gpipe"].iteration_time
     assert held.evaluation.iteration_time >= free.evaluation.iteration_time
     assert search(problem, backward=MIRRORED, **options).plan == held.plan

@@ -104,7 +104,7 @@ def test_the_summary_gives_tidgap_runs_prediction(tmp_path, extra: list[str]) ->
     tidgap search's summary and in tidgap evaluate's report of the plan file; the
     --no-recompute one names no recomputing stage; a --mirrored one gets none."""
     from tidgap.model.plan import load_plan
-    from tidgap.runtime.pricing import run_backward_times, run_prediction
+    from tidgap.runtime.pricing import run_op_times, run_prediction
 
     out = tmp_path / "plan.json"
     result = run_cli(
@@ -123,8 +123,8 @@ def test_the_summary_gives_tidgap_runs_prediction(tmp_path, extra: list[str]) ->
         lines
     )
     if extra == ["--mirrored"]:
-        assert not run_backward_times(problem, plan)
-    if not run_backward_times(problem, plan):
+        assert not run_op_times(problem, plan)
+    if not run_op_times(problem, plan):
         assert lines == []
         return
     priced = run_prediction(problem, plan, "run")[0].iteration_time

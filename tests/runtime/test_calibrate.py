@@ -12,6 +12,7 @@ import pytest
 from tests.support.cli_helpers import describe, run_cli, write_json
 from tests.support.torchrun_env import tidgap_under_torchrun
 from tidgap.model.errors import InputError
+from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem, load_problem
 from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.calibrate import (
@@ -42,6 +43,52 @@ def test_the_plans_hold_every_table_size() -> None:
     held = {size for _, plan in plans for row in plan.forward + plan.backward for size in row}
     assert {3, 5} <= held
     assert plans[-1][1].forward == [[5, 3], [5, 3]] == plans[-1][1].backward
+
+
+def test_each_plans_recomputing_twin_recomputes_on_every_stage() -> None:
+    """The backward rows move one unit earlier, so no backward boundary is a forward one;
+    a plan whose first chunk is one unit has no twin."""
+    from tidgap.runtime.calibrate import recomputing_plans, recomputing_twin
+    from tidgap.runtime.lowering import recomputes
+
+    problem = Problem.from_dict(table_document())
+    plans = calibration_plans(problem, [1, 2, 4, 8])
+    twins = recomputing_plans(plans, problem.unit)
+    assert [label for label, _ in twins] == [f"GPipe({m}) recomputing" for m in (1, 2, 4)]
+    for (_, plan), (_, twin) in zip(plans, twins, strict=False):
+        assert twin.forward == plan.forward and all(recomputes(twin))
+    assert twins[1][1].backward == [[3, 4, 1], [3, 4, 1]]
+    assert recomputing_twin(plans[-1][1], problem.unit) is None  # GPipe(8): chunks of 1
+    assert recomputing_twin(Plan.of([[4, 4]], [[4, 4]]), 4) is None
+
+
+def test_recomputing_ops_become_the_calibrations_recompute_tables() -> None:
+    """The twins' forwards and backwards, each plus the stage's overhead, per size; a size
+    no twin measured is the calibrated forward (forward plus backward) scaled by the
+    nearest measured ratio; the problem loads with them."""
+    document = table_document()
+    problem = Problem.from_dict(document)
+    sizes = document["stages"][0]["forward"]["table"]["sizes"]
+    stages = [{"F": {size: [1.0] for size in sizes}, "B": {size: [2.0] for size in sizes}}] * 2
+    links = [{"F": {4: [0.1]}, "B": {4: [0.1]}}]
+    again = [{"F": {4: [0.75]}, "B": {3: [2.5], 4: [2.75]}, "T": {}}] * 2
+    out = calibrated(document, problem, stages, links, ["r"], [0.25, 0.5], again)
+    entry = out["source"]["calibration"]["recompute"][1]
+    assert entry["forward"]["table"]["sizes"] == sizes
+    assert entry["forward"]["table"]["times"] == pytest.approx([1.25] * len(sizes))  # 0.75 + 0.5
+    assert entry["backward"]["table"]["sizes"] == sorted({*sizes, 3})
+    want = {3: 3.0, 4: 3.25} | {size: 3.25 for size in sizes if size > 4}
+    want |= {size: 3.0 for size in sizes if size < 3}
+    table = entry["backward"]["table"]
+    backward = dict(zip(table["sizes"], table["times"], strict=True))
+    assert backward == pytest.approx(want)
+    assert "recompute, per stage" in out["source"]["calibration"]["rule"]
+    loaded = Problem.from_dict(out).recompute_times
+    assert loaded is not None and loaded[0].forward(4) == pytest.approx(1.0)
+    assert (
+        "recompute"
+        not in calibrated(document, problem, stages, links, ["r"])["source"]["calibration"]
+    )
 
 
 def test_measured_sizes_replace_the_tables_and_the_others_scale() -> None:
@@ -99,19 +146,32 @@ def test_an_affine_problem_is_refused_naming_the_field() -> None:
 QUICK = ["--iterations", "2", "--warmup", "0", "--timeout", "60", "--split", "1"]
 
 
-def assert_calibrated(out: Path) -> None:
+#: The calibration plans of :func:`table_document`, and their recomputing twins.
+GPIPES = [f"GPipe({m})" for m in (1, 2, 4, 8)]
+TWINS = [f"GPipe({m}) recomputing" for m in (1, 2, 4)]
+
+
+def assert_calibrated(out: Path, recompute: bool) -> None:
     """``out`` holds the calibrated problem of :func:`table_document` measured twice over
-    GPipe(1, 2, 4, 8) on the split at layer 1: every table re-timed, and the split recorded."""
+    GPipe(1, 2, 4, 8) (and with ``recompute`` their twins) on the split at layer 1: every
+    table re-timed, and the split recorded."""
     fitted = json.loads(out.read_text())
     before = table_document()
-    assert fitted["source"]["calibration"]["runs"] == [f"GPipe({m})" for m in (1, 2, 4, 8)] * 2
+    assert fitted["source"]["calibration"]["runs"] == (GPIPES + TWINS * recompute) * 2
     for was, now in zip(before["stages"], fitted["stages"], strict=True):
         for direction in ("forward", "backward"):
             assert now[direction]["table"]["sizes"] == was[direction]["table"]["sizes"]
             assert now[direction]["table"]["times"] != was[direction]["table"]["times"]
             times = now[direction]["table"]["times"]
             assert times == sorted(times) and times[0] > 0
-    assert load_problem(out).num_stages == 2
+    again = load_problem(out).recompute_times
+    assert (again is not None) == recompute
+    for s, times in enumerate(again or []):
+        for size in range(1, 9):
+            assert times.forward(size) > 0 and times.backward(size) > 0
+        assert fitted["source"]["calibration"]["recompute"][s]["backward"]["table"]["sizes"] == [
+            1, 2, 3, 4, 7, 8  # the tables' and the twins' first chunks (8 - 1, 4 - 1)
+        ]  # fmt: skip
     assert fitted["source"]["split"] == {
         "method": "given by tidgap calibrate --split",
         "boundaries": [1],
@@ -126,21 +186,24 @@ def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
     result = run_cli("calibrate", str(problem), *MODEL, *QUICK, "--rounds", "2", "--out", str(out))
     assert result.exit_code == 0, describe(result)
     assert "calibrated problem written to" in result.output
-    assert "running GPipe(1), GPipe(2), GPipe(4), GPipe(8) in turn (round 2)" in result.stderr
-    assert_calibrated(out)
+    assert f"running {', '.join(GPIPES + TWINS)} in turn (round 2)" in result.stderr
+    assert "recomputing F" in result.output
+    assert_calibrated(out, recompute=True)
 
 
 def test_calibrate_under_torchrun_runs_each_rank_and_rank_0_writes(tmp_path: Path) -> None:
     """Two processes under torchrun, each running its stage of both rounds (in turn, in
-    the one process group); rank 0 alone reports and writes."""
+    the one process group); rank 0 alone reports and writes. Without the recomputing
+    twins, the problem has no recomputing op times."""
     problem = write_json(tmp_path / "problem.json", table_document())
     out = tmp_path / "calibrated.json"
-    args = ["calibrate", str(problem), *MODEL, *QUICK, "--rounds", "2", "--out", str(out)]
+    args = ["calibrate", str(problem), *MODEL, *QUICK, "--rounds", "2", "--no-recompute"]
+    args += ["--out", str(out)]
     (done,) = tidgap_under_torchrun(args, processes=2)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("calibrated problem written to") == 1
     assert done.stderr.count("in turn (2 rounds in the same processes)") == 1
-    assert_calibrated(out)
+    assert_calibrated(out, recompute=False)
 
 
 def test_calibrate_refuses_an_affine_problem_before_running(tmp_path: Path) -> None:

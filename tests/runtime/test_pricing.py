@@ -15,8 +15,8 @@ from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.pricing import (
     covered_chunks,
-    run_backward_times,
     run_evaluation,
+    run_op_times,
     run_prediction,
 )
 from tidgap.schedules.families import evaluate, plan_timeline
@@ -40,10 +40,10 @@ def test_covered_chunks() -> None:
 def test_backwards_priced_as_the_runtime_runs_them(problem: Problem) -> None:
     assert recomputes(PLAN) == [True, False]
     first, second = problem.stages
-    assert run_backward_times(problem, PLAN) == {
-        (0, 1): first.forward(3) + first.backward(3),
-        (0, 2): first.forward(5) + first.backward(5),
-        (1, 1): second.backward(2) + second.backward(2),
+    assert run_op_times(problem, PLAN) == {
+        (0, "B", 1): first.forward(3) + first.backward(3),
+        (0, "B", 2): first.forward(5) + first.backward(5),
+        (1, "B", 1): second.backward(2) + second.backward(2),
     }
     evaluation, timeline = run_prediction(problem, PLAN, "run")
     assert evaluation.iteration_time > evaluate(problem, PLAN).iteration_time
@@ -54,7 +54,7 @@ def test_backwards_priced_as_the_runtime_runs_them(problem: Problem) -> None:
 
 def test_a_plan_the_runtime_runs_as_modelled_is_predicted_by_the_model(problem: Problem) -> None:
     aligned = Plan.of([[4, 4], [2, 2, 4]], [[4, 4], [2, 2, 4]], ["FFBB", "FBFBFB"])
-    assert run_backward_times(problem, aligned) == {}
+    assert run_op_times(problem, aligned) == {}
     evaluation, timeline = run_prediction(problem, aligned, "run")
     assert evaluation == evaluate(problem, aligned)
     assert timeline == plan_timeline(problem, aligned, "run")
@@ -62,7 +62,41 @@ def test_a_plan_the_runtime_runs_as_modelled_is_predicted_by_the_model(problem: 
 
 def test_a_recompute_profile_prices_only_the_merged_backwards(problem: Problem) -> None:
     profiled = problem.model_copy(update={"source": {"timing": {"recompute": True}}})
-    assert set(run_backward_times(profiled, PLAN)) == {(1, 1)}
+    assert set(run_op_times(profiled, PLAN)) == {(1, "B", 1)}
+
+
+def recompute_entry(forward: float, backward: float) -> dict[str, Any]:
+    """A stage's ``source.calibration.recompute`` entry: per-sample times."""
+    sizes = list(range(1, 9))
+    return {
+        "forward": {"table": {"sizes": sizes, "times": [forward * b for b in sizes]}},
+        "backward": {"table": {"sizes": sizes, "times": [backward * b for b in sizes]}},
+    }
+
+
+def test_calibrated_recompute_times_price_the_recomputing_stages_ops() -> None:
+    """With ``source.calibration.recompute``, a recomputing stage's forwards and
+    backwards take the calibrated times (over a ``--recompute`` profile too); a stage that
+    does not recompute keeps its own."""
+    document = synth_problem(0, 2, 8, 1, 0.5, "table", "tiny")
+    document["source"] = {
+        "timing": {"recompute": True},
+        "calibration": {"recompute": [recompute_entry(0.5, 3.0), recompute_entry(9.0, 9.0)]},
+    }
+    problem = Problem.from_dict(document)
+    second = problem.stages[1]
+    assert run_op_times(problem, PLAN) == {
+        (0, "F", 1): 2.0,
+        (0, "F", 2): 2.0,
+        (0, "B", 1): 9.0,
+        (0, "B", 2): 15.0,
+        (1, "B", 1): 2 * second.backward(2),
+    }
+    evaluation, timeline = run_prediction(problem, PLAN, "run")
+    steps = [step for step in timeline.stages[0] if step.kind in "FB"]
+    assert [step.kind for step in steps] == ["F", "F", "B", "B"]
+    assert [step.end - step.start for step in steps] == pytest.approx([2.0, 2.0, 9.0, 15.0])
+    assert evaluation.iteration_time == pytest.approx(timeline.iteration_time)
 
 
 def test_the_model_op_times_given_explicitly_change_nothing(problem: Problem) -> None:

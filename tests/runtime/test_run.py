@@ -478,6 +478,21 @@ def test_recompute_against_a_stored_activation_profile_warns(
     assert Path(saved.results) == (tmp_path / "results").resolve()
 
 
+def test_recompute_against_a_calibration_with_recomputing_times_does_not_warn(
+    tmp_path: Path,
+) -> None:
+    """``source.calibration.recompute`` prices recomputing stages as measured: no caveat."""
+    per_stage = {"forward": {"affine": {"base": 1.0, "per_sample": 0.1}}}
+    per_stage["backward"] = per_stage["forward"]
+    document = problem_document(calibration={"recompute": [per_stage, per_stage]})
+    problem = write_json(tmp_path / "p.json", document)
+    plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
+    job = tmp_path / "job.json"
+    result = run_cli("run", str(problem), str(plan), *MODEL, "--write-job", str(job))
+    assert result.exit_code == 0, describe(result)
+    assert "recompute forwards" not in result.stderr
+
+
 def test_another_model_than_the_profiled_one_warns(tmp_path: Path) -> None:
     problem = write_json(tmp_path / "p.json", problem_document(model={"name": "gpt"}))
     plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])

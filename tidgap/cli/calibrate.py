@@ -45,6 +45,14 @@ from tidgap.runtime.worker import local_processes, torchrun_rank
     "size).",
 )
 @click.option(
+    "--no-recompute",
+    is_flag=True,
+    help="Skip the recomputing twin of each plan (half the runs). Without them, tidgap run "
+    "prices a recomputing stage's forward as its stored-graph forward and its backward as "
+    "forward plus backward (on the fidelity benchmark's GPT 5-21% above what they took); "
+    "enough for plans that recompute nothing (tidgap search --no-recompute or --mirrored).",
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False),
     required=True,
@@ -62,6 +70,7 @@ def calibrate_command(
     timeout: float,
     rounds: int,
     every_size: bool,
+    no_recompute: bool,
     out: str,
     **options: Any,
 ) -> None:
@@ -73,13 +82,23 @@ def calibrate_command(
     rounds run in turn in the same processes), and replaces each stage's forward
     and backward tables by the median measured op duration at each size, and each link by
     a table of its measured transfers: what the runtime really pays per op (chunking,
-    sends and receives, dispatch, the other stages' processes on the same machine). Search
-    and evaluate plans on the calibrated problem to predict tidgap run. With a --split
+    sends and receives, dispatch, the other stages' processes on the same machine). Each
+    plan also runs with its backward partition moved by one unit, so that every stage
+    recomputes (unless --no-recompute): its forwards without autograd's graph and its
+    backwards re-running their forward are timed too, and tidgap run prices a plan's
+    recomputing stages with them (source.calibration.recompute). Search and evaluate plans
+    on the calibrated problem to predict tidgap run. With a --split
     other than the one PROBLEM records, the calibrated problem records --split (the split
     its times were measured on). Under torchrun (one process per stage, on one machine or
     several) each rank runs its stage where it runs, and rank 0 alone writes the problem.
     """
-    from tidgap.runtime.calibrate import calibration_plans, calibration_sizes, measured_problem
+    from tidgap.runtime.calibrate import (
+        calibration_plans,
+        calibration_sizes,
+        measured_problem,
+        recomputing_plans,
+    )
+    from tidgap.runtime.lowering import recomputes
 
     here = torchrun_rank()
     check_outputs(None, None, ("--out", out), inputs={"PROBLEM": problem})
@@ -88,6 +107,8 @@ def calibrate_command(
         require_world(here[1], loaded, problem)
     document = read_json(problem_path(problem))
     plans = calibration_plans(loaded, calibration_sizes(document, loaded, problem, every_size))
+    if not no_recompute:
+        plans += recomputing_plans(plans, loaded.unit)
     job, model = worker_job(
         problem,
         "",
@@ -108,7 +129,8 @@ def calibrate_command(
     require_device(device)
     require_batch_room(model, loaded, problem, None if here is None else local_processes())
     reports = here is None or here[0] == 0  # under torchrun, rank 0 alone
-    iterations = []
+    iterations: list[Any] = []
+    recomputed: list[Any] = []  # the iterations of plans in which every stage recomputes
     labels = [label for label, _ in plans]
     shown = ", ".join(labels)
     todo = [plan for _, plan in plans]
@@ -120,12 +142,13 @@ def calibrate_command(
             which += f" ({rounds} rounds in the same processes)" if len(batch) > len(todo) else ""
             click.echo(f"running {shown} in turn{which}", err=True)
         found = results_of(loaded, job, batch, f"calibration ({shown})", here)
-        for results in found or []:
-            iterations += list(zip(*(result["iterations"] for result in results), strict=True))
+        for plan, results in zip(batch, found or [], strict=False):
+            kept = recomputed if any(recomputes(plan)) else iterations
+            kept += list(zip(*(result["iterations"] for result in results), strict=True))
     if not reports:
         return
     runs = labels * rounds
-    fitted = measured_problem(document, loaded, iterations, runs)
+    fitted = measured_problem(document, loaded, iterations, runs, recomputed=recomputed)
     how = fitted["source"].get("split")
     if not isinstance(how, dict) or how.get("boundaries") != job.boundaries:
         fitted["source"]["split"] = {  # the split the stages' times were measured on
@@ -133,11 +156,17 @@ def calibrate_command(
             "boundaries": list(job.boundaries),
         }
     write_json(out, fitted)
-    for before, after in zip(document["stages"], fitted["stages"], strict=True):
+    again = fitted["source"]["calibration"].get("recompute") or [None] * loaded.num_stages
+    for before, after, twin in zip(document["stages"], fitted["stages"], again, strict=True):
         shown = []
         for direction in ("forward", "backward"):
             was, now = before[direction]["table"]["times"], after[direction]["table"]["times"]
             shown.append(f"{direction[0].upper()} {now[0]:.4g}..{now[-1]:.4g} (profiled "
                          f"{was[0]:.4g}..{was[-1]:.4g})")  # fmt: skip
+        if twin is not None:
+            forward = twin["forward"]["table"]["times"]
+            backward = twin["backward"]["table"]["times"]
+            shown.append(f"recomputing F {forward[0]:.4g}..{forward[-1]:.4g}, "
+                         f"B {backward[0]:.4g}..{backward[-1]:.4g}")  # fmt: skip
         click.echo(f"  {before.get('name', '')}: {', '.join(shown)} {loaded.time_unit}")
     click.echo(f"calibrated problem written to {out} ({', '.join(runs)})")

@@ -23,7 +23,7 @@ from tidgap.model.text import printable
 from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
 from tidgap.optimize.optimizer import MIN_POPULATION
 from tidgap.runtime.lowering import recomputes
-from tidgap.runtime.pricing import run_backward_times, run_evaluation
+from tidgap.runtime.pricing import run_evaluation, run_op_times
 
 Command = Callable[..., Any]
 
@@ -167,11 +167,11 @@ def run_note(problem: Problem, plan: Plan) -> str | None:
     (stages that recompute; stored-graph backwards over several forward chunks), with the
     time it predicts for it (:func:`tidgap.runtime.pricing.run_evaluation`); ``None`` when
     it runs as the model has it."""
-    priced = run_backward_times(problem, plan)
+    priced = run_op_times(problem, plan)
     if not priced:
         return None
     again = [s for s, flag in enumerate(recomputes(plan)) if flag]
-    merged = sorted({s for s, _ in priced} - set(again))
+    merged = sorted({s for s, _, _ in priced} - set(again))
     how = []
     if again:
         how.append(f"stage(s) {again} recompute (backward boundaries that are not forward ones)")

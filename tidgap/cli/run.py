@@ -72,8 +72,10 @@ Recomputation: a stage whose backward partition has a boundary that is not one o
 forward boundaries (tidgap search may return such plans; --no-recompute avoids them)
 keeps its inputs instead of its graphs and re-runs the forward of each backward chunk
 before its backward, so its backwards cost about one forward more. The prediction prices
-each of its backwards as the profiled forward plus backward of the same samples (a problem
-profiled with tidgap profile --recompute has that in every backward already). In train
+its forwards and backwards as tidgap calibrate measured them in recomputing runs (a
+calibrated problem's source.calibration.recompute); without those, each backward as the
+profiled forward plus backward of the same samples (a problem profiled with tidgap
+profile --recompute has that in every backward already). In train
 mode the recomputed forward replays, per sample, the random draws (dropout masks) the
 stage's forwards made; where a random op's values are not per sample (noise shared by the
 samples, a fused kernel's generator seed) it draws anew and the report says so.
@@ -143,9 +145,9 @@ def caveats(
     device: str = "cpu",
 ) -> list[str]:
     """Reasons the prediction may not describe this run: a model other than the profiled
-    one, recomputing stages the profile did not time that way, another ``device`` than the
-    profiled one, and an ``optimizer`` step the stages' tails leave out (all 0) or another
-    optimizer than the profiled one."""
+    one, recomputing stages neither the profile nor a calibration timed that way, another
+    ``device`` than the profiled one, and an ``optimizer`` step the stages' tails leave out
+    (all 0) or another optimizer than the profiled one."""
     from tidgap.runtime.lowering import recomputes
     from tidgap.runtime.pricing import profiled_with_recompute
 
@@ -161,11 +163,12 @@ def caveats(
     flags = recomputes(plan)
     again = [s for s, flag in enumerate(flags) if flag]
     profiled_again = profiled_with_recompute(problem)
-    if again and not profiled_again:
+    if again and not profiled_again and problem.recompute_times is None:
         found.append(
-            f"stage(s) {again} recompute forwards, and {spec} was not profiled with "
-            "--recompute: the prediction prices each of their backwards as the profiled "
-            "forward plus backward of its samples"
+            f"stage(s) {again} recompute forwards, and {spec} was neither calibrated with "
+            "recomputing plans (tidgap calibrate) nor profiled with --recompute: the "
+            "prediction prices each of their backwards as the profiled forward plus backward "
+            "of its samples"
         )
     stored = [s for s, flag in enumerate(flags) if not flag]
     if profiled_again and stored:

@@ -6,11 +6,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import parse_model, read_json
 from tidgap.model.numbers import MAX_COUNT
+from tidgap.model.recompute import RECOMPUTE_PATH, RecomputeTimes, recompute_times
 from tidgap.model.text import printable
 from tidgap.model.timefn import Bytes, Duration, PositiveBytes, Samples, StrictModel, TimeFunction
 
@@ -65,6 +66,14 @@ class Problem(StrictModel):
     stages: Annotated[list[Stage], Field(min_length=1)]
     links: list[Link] = []
     source: Any = None
+    _recompute: list[RecomputeTimes] | None = PrivateAttr(None)
+
+    @property
+    def recompute_times(self) -> list[RecomputeTimes] | None:
+        """Per stage, its op times when it recomputes, as ``tidgap calibrate`` measured
+        them (``source.calibration.recompute``, :mod:`tidgap.model.recompute`); ``None``
+        when the problem has none."""
+        return self._recompute
 
     @property
     def source_fields(self) -> dict[str, Any]:
@@ -110,7 +119,8 @@ class Problem(StrictModel):
 
     def time_functions(self) -> list[tuple[JsonPath, TimeFunction, int]]:
         """Every time function with its JSON path and the largest size it can be asked for
-        (model.md, Inputs): ``Tf_s``, ``Tb_s`` per stage, then ``Cf_s``, ``Cb_s`` per link."""
+        (model.md, Inputs): ``Tf_s``, ``Tb_s`` per stage, then ``Cf_s``, ``Cb_s`` per link,
+        then the recomputing stages' (:attr:`recompute_times`) where the problem has them."""
         functions: list[tuple[JsonPath, TimeFunction, int]] = []
         for s, stage in enumerate(self.stages):
             functions.append((("stages", s, "forward"), stage.forward, self.forward_cap(s)))
@@ -118,6 +128,10 @@ class Problem(StrictModel):
         for s, link in enumerate(self.links):
             functions.append((("links", s, "forward"), link.forward, self.forward_cap(s)))
             functions.append((("links", s, "backward"), link.backward, self.backward_cap(s + 1)))
+        for s, times in enumerate(self._recompute or []):
+            path = (*RECOMPUTE_PATH, s)
+            functions.append(((*path, "forward"), times.forward, self.forward_cap(s)))
+            functions.append(((*path, "backward"), times.backward, self.backward_cap(s)))
         return functions
 
     def longest_iteration_parts(self) -> list[tuple[JsonPath, float]]:
@@ -153,6 +167,7 @@ class Problem(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Problem:
+        self._recompute = recompute_times(self.source, self.num_stages)
         self._check_sample_counts()
         if not self.time_unit.isprintable():
             raise InputError(f"must be printable text (got {self.time_unit!r})", ("time_unit",))
@@ -212,14 +227,17 @@ class Problem(StrictModel):
         for s, stage in enumerate(self.stages):
             for key in ("max_microbatch", "max_microbatch_backward"):
                 counts.append((("stages", s, key), getattr(stage, key)))
-        owners = [("stages", s, stage) for s, stage in enumerate(self.stages)]
-        owners += [("links", s, link) for s, link in enumerate(self.links)]
-        for group, s, owner in owners:
+        owners: list[tuple[JsonPath, Any]] = [
+            (("stages", s), st) for s, st in enumerate(self.stages)
+        ]
+        owners += [(("links", s), link) for s, link in enumerate(self.links)]
+        owners += [((*RECOMPUTE_PATH, s), times) for s, times in enumerate(self._recompute or [])]
+        for path, owner in owners:
             for key in ("forward", "backward"):
                 function = getattr(owner, key)
                 if function.table is not None:
                     counts += [
-                        ((group, s, key, "table", "sizes", i), size)
+                        ((*path, key, "table", "sizes", i), size)
                         for i, size in enumerate(function.table.sizes)
                     ]
         for path, count in counts:

@@ -6,7 +6,7 @@
   (:func:`tidgap.runtime.lowering.recomputes`);
 - ``mirrored``: each stage's backward partition is its forward one, so every backward runs
   on one forward's stored graph and ``tidgap run`` runs the plan at the model's op costs
-  (:func:`tidgap.runtime.pricing.run_backward_times` prices nothing): its prediction is
+  (:func:`tidgap.runtime.pricing.run_op_times` prices nothing): its prediction is
   the model's time.
 """
 

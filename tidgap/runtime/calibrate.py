@@ -28,6 +28,7 @@ from typing import Any
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
+from tidgap.model.timefn import TimeFunction
 from tidgap.profiling.build import table
 from tidgap.runtime.report import COMPUTE, TRANSFERS, Row, measured_timeline, unit_per_second
 from tidgap.schedules.families import SCHEDULES, evaluate
@@ -82,6 +83,25 @@ def calibration_plans(problem: Problem, sizes: Sequence[int]) -> list[tuple[str,
             rows = [row] * problem.num_stages
             plans.append((f"flush({size}x{B // size})", Plan.of(rows, rows)))
     return plans
+
+
+def recomputing_twin(plan: Plan, unit: int) -> Plan | None:
+    """``plan`` (a calibration plan, the same rows on every stage) with each backward row
+    moved one ``unit`` earlier, ``[f0 - unit, f1, ..., unit]``: no backward boundary is a
+    forward one, so every stage recomputes (:func:`tidgap.runtime.lowering.recomputes`)
+    and the run times each size as a forward without autograd's graph and, but at the
+    ends, as a backward that re-runs its forward; ``None`` when the first chunk is one unit
+    (then every backward partition in units is aligned)."""
+    if plan.forward[0][0] <= unit:
+        return None
+    rows = [[row[0] - unit, *row[1:], unit] for row in plan.forward]
+    return Plan.of(plan.forward, rows)
+
+
+def recomputing_plans(plans: Sequence[tuple[str, Plan]], unit: int) -> list[tuple[str, Plan]]:
+    """Each of ``plans``' :func:`recomputing_twin` that exists, labelled ``"... recomputing"``."""
+    twins = [(f"{label} recomputing", recomputing_twin(plan, unit)) for label, plan in plans]
+    return [(label, twin) for label, twin in twins if twin is not None]
 
 
 def op_durations(timelines: Sequence[Timeline]) -> Durations:
@@ -172,6 +192,30 @@ def _measured_table(
     return table(sizes, out)
 
 
+def _paid(measured: dict[int, list[float]], overhead: float) -> dict[int, list[float]]:
+    """``measured`` durations (per size) each plus ``overhead``."""
+    return {size: [t + overhead for t in times] for size, times in measured.items()}
+
+
+def _recompute_tables(
+    stage: dict[str, Any], measured: dict[str, dict[int, list[float]]], overhead: float
+) -> dict[str, Any]:
+    """One stage's ``source.calibration.recompute`` entry from its recomputing ops'
+    ``measured`` durations (kind ``F``: forwards without a graph, ``B``: backwards that
+    re-run their forward) plus ``overhead``, over the calibrated ``stage``'s table sizes
+    and the measured ones; a size no run measured keeps the calibrated forward (forward
+    plus backward) scaled by the ratio at the nearest measured size."""
+    forward = TimeFunction.model_validate(stage["forward"])
+    backward = TimeFunction.model_validate(stage["backward"])
+    bases = {"F": forward, "B": lambda size: forward(size) + backward(size)}
+    entry = {}
+    for direction, kind in (("forward", "F"), ("backward", "B")):
+        sizes = sorted(set(stage[direction]["table"]["sizes"]) | set(measured[kind]))
+        paid = _paid(measured[kind], overhead)
+        entry[direction] = _measured_table(sizes, bases[kind], paid)
+    return entry
+
+
 def calibrated(
     document: dict[str, Any],
     problem: Problem,
@@ -179,6 +223,7 @@ def calibrated(
     links: Durations,
     runs: Sequence[str],
     overheads: Sequence[float] | None = None,
+    recompute: Durations | None = None,
 ) -> dict[str, Any]:
     """A copy of the problem ``document`` (``problem`` loaded from it) whose stages and
     links are tables of the measured op and transfer times, over the measured sizes, the
@@ -186,8 +231,11 @@ def calibrated(
     stage's ``overheads`` entry (the runtime's gap before an op, :func:`dispatch_gaps`;
     default none), each stage's ``tail`` the median measured optimizer step where the runs
     stepped one (else kept), with ``source.calibration`` saying how (``runs``: the plans
-    measured; ``overhead``: per stage) and ``source.timing.recompute`` false (the runs
-    recompute nothing)."""
+    measured; ``overhead``: per stage) and ``source.timing.recompute`` false (the stages'
+    tables time no recomputation). ``recompute``: the ops of runs in which every stage
+    recomputed (:func:`recomputing_plans`), by stage, kind and size; they become
+    ``source.calibration.recompute`` (:mod:`tidgap.model.recompute`), each plus its stage's
+    overhead."""
     out = copy.deepcopy(document)
     ends = {problem.unit, problem.common_cap()}
     overheads = list(overheads) if overheads is not None else [0.0] * len(stages)
@@ -197,7 +245,7 @@ def calibrated(
         for direction, kind in (("forward", "F"), ("backward", "B")):
             own = stage[direction].get("table", {}).get("sizes", [])
             sizes = sorted(set(own) | set(measured[kind]) | ends)
-            paid = {size: [t + overhead for t in times] for size, times in measured[kind].items()}
+            paid = _paid(measured[kind], overhead)
             stage[direction] = _measured_table(sizes, getattr(timed, direction), paid)
         tails = [t for durations in measured.get("T", {}).values() for t in durations]
         if tails:
@@ -222,6 +270,17 @@ def calibrated(
         "measured size's ratio; made non-decreasing; a stage's tail: the median measured "
         "optimizer step, where the runs stepped one",
     }
+    if recompute is not None:
+        source["calibration"]["recompute"] = [
+            _recompute_tables(stage, measured, overhead)
+            for stage, measured, overhead in zip(out["stages"], recompute, overheads, strict=True)
+        ]
+        source["calibration"]["rule"] += (
+            "; recompute, per stage: the same of runs in which every stage recomputed (its "
+            "forwards without autograd's graph, its backwards re-running their forward "
+            "first), sizes no run measured keeping the calibrated forward (forward plus "
+            "backward) scaled by the nearest measured size's ratio"
+        )
     out["source"] = source
     return out
 
@@ -232,16 +291,24 @@ def measured_problem(
     iterations: Sequence[Sequence[Sequence[Row]]],
     runs: Sequence[str],
     overheads: Sequence[float] | None = None,
+    recomputed: Sequence[Sequence[Sequence[Row]]] = (),
 ) -> dict[str, Any]:
     """:func:`calibrated` from the records of ``iterations`` (each: per rank its records,
     seconds), the runs of ``runs``; ``overheads``: their :func:`stage_overheads`, found here
-    when not given."""
-    timelines = [measured_timeline(problem, ranks, "measured") for ranks in iterations]
+    when not given; ``recomputed``: iterations in which every stage recomputed (their ops
+    become ``source.calibration.recompute``; none: it has none)."""
     scale = unit_per_second(problem.time_unit)
     links = link_durations(iterations, scale)
     if overheads is None:
         overheads = stage_overheads(iterations, scale)
-    return calibrated(document, problem, op_durations(timelines), links, runs, overheads)
+    recompute = _op_durations_of(problem, recomputed) if recomputed else None
+    stages = _op_durations_of(problem, iterations)
+    return calibrated(document, problem, stages, links, runs, overheads, recompute)
+
+
+def _op_durations_of(problem: Problem, iterations: Sequence[Sequence[Sequence[Row]]]) -> Durations:
+    """:func:`op_durations` of ``iterations``' records (each: per rank, seconds)."""
+    return op_durations([measured_timeline(problem, ranks, "measured") for ranks in iterations])
 
 
 def stage_overheads(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> list[float]:

@@ -9,10 +9,13 @@ partition. The runtime (:mod:`tidgap.runtime.stage`) cannot always run it so:
   chunks' backwards (on the fidelity benchmark's GPT a backward of 12 samples over stored
   chunks of 1, 4, 1, 2 and 4 took 22.7 ms, where ``Tb(12)`` said 16.4 and the five
   backwards' sum 22.3);
-- any other stage recomputes (:func:`tidgap.runtime.lowering.recomputes`): each backward
-  re-runs its chunk's forward with autograd first, ``Tf(b) + Tb(b)`` (its first forwards
-  run without a graph, a little faster than ``Tf``), unless the problem was profiled with
-  ``--recompute`` (then ``Tb`` has the forward in it already).
+- any other stage recomputes (:func:`tidgap.runtime.lowering.recomputes`): its forwards
+  run without autograd's graph and each backward re-runs its chunk's forward with the
+  graph first. Where ``tidgap calibrate`` measured both (the problem's
+  :attr:`~tidgap.model.problem.Problem.recompute_times`), they are priced so; else each
+  backward as ``Tf(b) + Tb(b)`` and each forward as ``Tf`` (on the fidelity benchmark's
+  GPT the forwards ran 12-17% and the backwards 5-21% below that), unless the problem was
+  profiled with ``--recompute`` (then ``Tb`` has the forward in it already).
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ from tidgap.schedules.ir import holder, prefix_sums
 from tidgap.schedules.simulate import OpTime, evaluate_order, order_timeline
 from tidgap.schedules.timeline import Timeline
 
-#: ``{(s, k): time}``: backward ``k`` (1-based) of stage ``s`` as the runtime runs it, in the
-#: problem's time unit (:func:`run_backward_times`).
-BackwardTimes = dict[tuple[int, int], float]
+#: ``{(s, op, k): time}``: op ``"F"`` or ``"B"`` number ``k`` (1-based) of stage ``s`` as
+#: the runtime runs it, in the problem's time unit (:func:`run_op_times`).
+RunTimes = dict[tuple[int, str, int], float]
 
 
 def profiled_with_recompute(problem: Problem) -> bool:
@@ -49,60 +52,78 @@ def covered_chunks(forward: list[int], backward: list[int]) -> list[list[int]]:
     return [forward[first:last] for first, last in pairwise(ends)]
 
 
-def run_backward_times(problem: Problem, plan: Plan) -> BackwardTimes:
-    """``{(s, k): time}`` of every backward (``k`` 1-based) that ``tidgap run`` runs at
-    another cost than the model's ``Tb_s``: a recomputing stage's, and a stored-graph
-    backward over several forward chunks."""
-    times: dict[tuple[int, int], float] = {}
+def recomputing_times(
+    problem: Problem, s: int, forward: list[int], backward: list[int]
+) -> RunTimes:
+    """The op times of stage ``s`` when it recomputes, with partitions ``forward`` and
+    ``backward`` (samples): the calibrated ones where the problem has them, else each
+    backward as ``Tf + Tb`` of its samples (none where ``Tb`` already holds the forward:
+    profiled with ``--recompute``)."""
+    measured = problem.recompute_times
+    if measured is not None:
+        times = {(s, "F", k): measured[s].forward(size) for k, size in enumerate(forward, 1)}
+        return times | {
+            (s, "B", k): measured[s].backward(size) for k, size in enumerate(backward, 1)
+        }
+    if profiled_with_recompute(problem):
+        return {}
+    stage = problem.stages[s]
+    return {
+        (s, "B", k): stage.forward(size) + stage.backward(size)
+        for k, size in enumerate(backward, 1)
+    }
+
+
+def run_op_times(problem: Problem, plan: Plan) -> RunTimes:
+    """``{(s, op, k): time}`` of every op that ``tidgap run`` runs at another cost than
+    the model's ``Tf_s`` / ``Tb_s``: a recomputing stage's (:func:`recomputing_times`),
+    and a stored-graph backward over several forward chunks."""
+    times: RunTimes = {}
     again = recomputes(plan)
     for s, stage in enumerate(problem.stages):
         forward, backward = plan.forward[s], plan.backward[s]
         if again[s]:
-            if not profiled_with_recompute(problem):
-                for k, size in enumerate(backward, 1):
-                    times[s, k] = stage.forward(size) + stage.backward(size)
+            times |= recomputing_times(problem, s, forward, backward)
             continue
         for k, parts in enumerate(covered_chunks(forward, backward), 1):
             if len(parts) > 1:
-                times[s, k] = sum(stage.backward(part) for part in parts)
+                times[s, "B", k] = sum(stage.backward(part) for part in parts)
     return times
 
 
-def run_op_time(problem: Problem, backwards: BackwardTimes) -> OpTime:
-    """The simulator's op times as ``tidgap run`` runs a plan whose backwards that differ
-    from the model's are ``backwards``."""
+def run_op_time(problem: Problem, priced: RunTimes) -> OpTime:
+    """The simulator's op times as ``tidgap run`` runs a plan whose ops that cost other
+    than the model's are ``priced``."""
 
     def op_time(s: int, op: str, k: int, size: int) -> float:
+        if (s, op, k) in priced:
+            return priced[s, op, k]
         stage = problem.stages[s]
-        if op == "F":
-            return stage.forward(size)
-        return backwards.get((s, k), stage.backward(size))
+        return stage.forward(size) if op == "F" else stage.backward(size)
 
     return op_time
 
 
-def run_evaluation(
-    problem: Problem, plan: Plan, backwards: BackwardTimes | None = None
-) -> Evaluation:
+def run_evaluation(problem: Problem, plan: Plan, priced: RunTimes | None = None) -> Evaluation:
     """The model's evaluation of ``plan`` with its ops timed as ``tidgap run`` runs them
-    (``backwards``: :func:`run_backward_times`, computed here when not given).
+    (``priced``: :func:`run_op_times`, computed here when not given).
     :class:`InputError` unless ``plan`` is feasible for ``problem``."""
     check_plan(plan, problem, "plan")
-    backwards = run_backward_times(problem, plan) if backwards is None else backwards
-    if not backwards:
+    priced = run_op_times(problem, plan) if priced is None else priced
+    if not priced:
         return family_of(plan).evaluate(problem, plan)  # checked above
     return evaluate_order(
-        problem, plan.forward, plan.backward, plan.stage_order(), run_op_time(problem, backwards)
+        problem, plan.forward, plan.backward, plan.stage_order(), run_op_time(problem, priced)
     )
 
 
 def run_prediction(problem: Problem, plan: Plan, label: str) -> tuple[Evaluation, Timeline]:
     """:func:`run_evaluation` and the timeline of the same run of ``plan``."""
-    backwards = run_backward_times(problem, plan)
-    evaluation = run_evaluation(problem, plan, backwards)
-    if not backwards:
+    priced = run_op_times(problem, plan)
+    evaluation = run_evaluation(problem, plan, priced)
+    if not priced:
         return evaluation, plan_timeline(problem, plan, label)
-    op_time = run_op_time(problem, backwards)
+    op_time = run_op_time(problem, priced)
     return evaluation, order_timeline(
         problem, plan.forward, plan.backward, plan.stage_order(), label, op_time
     )
