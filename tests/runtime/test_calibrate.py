@@ -369,3 +369,48 @@ def test_a_gap_before_every_op_becomes_each_stages_overhead(schedule: str) -> No
     replay = replays(document, problem, plan, results)[0]
     assert replay == pytest.approx(evaluate(slow, plan).iteration_time, rel=1e-4)
     assert replay > evaluate(problem, plan).iteration_time + gap
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_a_send_that_takes_time_is_its_ops_cost(schedule: str) -> None:
+    """A run that behaved as the model of a problem whose sending ops (forwards but the last
+    stage's, backwards but the first's) each take ``cost`` ms longer, that time spent in
+    the send record after the op (the copy and ``isend`` on the stage's thread): each
+    sending op's calibrated time is its record's plus its send's, no gap is left for the
+    overhead, the links keep their times, and the replay is that slower problem's
+    prediction (counting sends as gaps or as transfers would miss it)."""
+    from tidgap.runtime.calibrate import dispatch_gaps, measured_problem, replays
+    from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
+
+    cost = 0.25
+    document = synth_problem(5, 3, 12, 1, 0.5, "affine", "sends")
+    slower = json.loads(json.dumps(document))
+    for s, stage in enumerate(slower["stages"]):
+        for direction, sends in (("forward", s < 2), ("backward", s > 0)):
+            stage[direction]["affine"]["base"] += cost * sends
+    problem, slow = Problem.from_dict(document), Problem.from_dict(slower)
+    plan = SCHEDULES[schedule].baseline(problem, 4)
+    ranks = []
+    for rows in records_of(plan_timeline(slow, plan)):
+        posted = {(row[0][5:], row[1]): row[4] for row in rows if row[0].startswith("send_")}
+        edited = []
+        for row in rows:
+            if row[0].startswith("send_"):
+                row = (*row[:4], row[4] - cost / 1e3, row[5])
+            elif (row[0], row[1]) in posted:
+                assert row[5] == pytest.approx(posted[row[0], row[1]])
+                row = (*row[:5], row[5] - cost / 1e3)
+            edited.append(row)
+        ranks.append(edited)
+    assert max(max(found) for found in dispatch_gaps([ranks], 1e3)) < 1e-9
+    out = measured_problem(document, problem, [ranks], [schedule])
+    assert out["source"]["calibration"]["overhead"] == pytest.approx([0.0] * 3, abs=1e-9)
+    fitted = Problem.from_dict(out)
+    for given, measured in zip(slow.stages, fitted.stages, strict=True):
+        assert measured.forward(3) == pytest.approx(given.forward(3), rel=1e-4)
+        assert measured.backward(3) == pytest.approx(given.backward(3), rel=1e-4)
+    assert fitted.links[0].forward(3) == pytest.approx(slow.links[0].forward(3), rel=1e-4)
+    results = [{"iterations": [rows]} for rows in ranks]
+    median, each = replays(document, problem, plan, results)
+    want = evaluate(slow, plan).iteration_time
+    assert median == pytest.approx(want, rel=1e-4) and each == pytest.approx([want], rel=1e-4)

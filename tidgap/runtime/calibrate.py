@@ -30,10 +30,9 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.timefn import TimeFunction
 from tidgap.profiling.build import table
-from tidgap.runtime.report import COMPUTE, TRANSFERS, Row, measured_timeline, unit_per_second
+from tidgap.runtime.report import COMPUTE, TRANSFERS, Row, unit_per_second
 from tidgap.schedules.families import SCHEDULES, evaluate
 from tidgap.schedules.simulate import LinkTime, OpTime, evaluate_order
-from tidgap.schedules.timeline import Timeline
 
 #: ``durations[s][kind][size]``: measured op durations of stage ``s`` (or transfers over
 #: link ``s``), kind ``F`` / ``B``, at microbatch ``size`` (samples), in the problem's unit.
@@ -104,27 +103,52 @@ def recomputing_plans(plans: Sequence[tuple[str, Plan]], unit: int) -> list[tupl
     return [(label, twin) for label, twin in twins if twin is not None]
 
 
-def op_durations(timelines: Sequence[Timeline]) -> Durations:
-    """Every compute step of ``timelines`` (measured runs), by stage, kind (``F``, ``B``,
-    ``T`` for the tail, the optimizer step) and size."""
-    found: Durations = []
-    for timeline in timelines:
-        while len(found) < timeline.num_stages:
-            found.append({kind: defaultdict(list) for kind in ("F", "B", "T")})
-        for s, steps in enumerate(timeline.stages):
-            for step in steps:
-                if step.kind in found[s]:
-                    found[s][step.kind][step.size].append(step.duration)
+#: For each compute record kind that sends its result, the send's record kind (the output
+#: downstream, the input gradient upstream).
+_SENDS = {"forward": "send_forward", "backward": "send_backward"}
+
+
+def op_spans(rows: Sequence[Row]) -> dict[tuple[str, int], tuple[float, float]]:
+    """One rank's records of one iteration (seconds): per compute record ``(kind,
+    microbatch)``, its start and the end of what the stage pays for it: the end of the send
+    that posts its result where it sends one (the copy to the wire and gloo's ``isend`` run
+    on the stage's own thread: 0.14-0.22 ms per send on the fidelity benchmark's GPT on this
+    CPU, 3-5% of an op), else its own end."""
+    sent = {
+        (kind, row[1]): row[5] for kind, send in _SENDS.items() for row in rows if row[0] == send
+    }
+    return {
+        (row[0], row[1]): (row[4], max(row[5], sent.get((row[0], row[1]), row[5])))
+        for row in rows
+        if row[0] in COMPUTE
+    }
+
+
+def op_durations(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> Durations:
+    """Every op of ``iterations`` (each: per rank its records, seconds), its send included
+    (:func:`op_spans`), by stage, kind (``F``, ``B``, ``T`` for the tail, the optimizer
+    step) and size (samples; 0 for a tail), times ``scale`` (the problem's unit)."""
+    found: Durations = [
+        {kind: defaultdict(list) for kind in ("F", "B", "T")} for _ in iterations[0]
+    ]
+    for ranks in iterations:
+        for s, rows in enumerate(ranks):
+            spans = op_spans(rows)
+            for row in rows:
+                if row[0] in COMPUTE:
+                    start, end = spans[row[0], row[1]]
+                    found[s][COMPUTE[row[0]]][row[3] - row[2]].append((end - start) * scale)
     return found
 
 
 def transfers(ranks: Sequence[Sequence[Row]]) -> Iterator[tuple[int, str, int, int, float]]:
     """Every transfer of one iteration's records (per rank, seconds): ``(link, kind,
     microbatch, size, seconds)``, the sender's microbatch (0-based) and the receive's end
-    minus the later of the send's start and the receive's own start."""
+    minus the later of the send's end (posting it is the sending op's cost,
+    :func:`op_spans`) and the receive's own start."""
     for link in range(len(ranks) - 1):
         for kind, send, receive, offset in TRANSFERS:
-            sent = {row[1]: row[4] for row in ranks[link + offset] if row[0] == send}
+            sent = {row[1]: row[5] for row in ranks[link + offset] if row[0] == send}
             for row in ranks[link + 1 - offset]:
                 if row[0] == receive:
                     seconds = max(0.0, row[5] - max(sent[row[1]], row[4]))
@@ -151,9 +175,9 @@ _WAITS_FOR = {"forward": "recv_forward", "backward": "recv_backward"}
 def dispatch_gaps(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> list[list[float]]:
     """Per stage, every gap the runtime leaves before a forward or backward (after the
     stage's first of an iteration): the op's start minus the moment it could start, the
-    later of the stage's previous op's end and the end of the receive of the chunk holding
-    the op's last sample (the instructions between: sends posted, chunks cut, Python's
-    dispatch); times ``scale`` (the problem's unit)."""
+    later of the end of the stage's previous op (its send included, :func:`op_spans`) and
+    the end of the receive of the chunk holding the op's last sample (the instructions
+    between: chunks cut, Python's dispatch); times ``scale`` (the problem's unit)."""
     found: list[list[float]] = [[] for _ in iterations[0]]
     for ranks in iterations:
         for s, rows in enumerate(ranks):
@@ -163,8 +187,9 @@ def dispatch_gaps(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -
                 for kind in _WAITS_FOR.values()
             }
             computes = sorted((r for r in rows if r[0] in _WAITS_FOR), key=lambda r: r[4])
+            spans = op_spans(rows)
             for previous, row in itertools.pairwise(computes):
-                ready = previous[5]
+                ready = spans[previous[0], previous[1]][1]
                 chunks = received[_WAITS_FOR[row[0]]]
                 holder = bisect.bisect_left(chunks, (row[3],))
                 if holder < len(chunks):
@@ -301,14 +326,9 @@ def measured_problem(
     links = link_durations(iterations, scale)
     if overheads is None:
         overheads = stage_overheads(iterations, scale)
-    recompute = _op_durations_of(problem, recomputed) if recomputed else None
-    stages = _op_durations_of(problem, iterations)
+    recompute = op_durations(recomputed, scale) if recomputed else None
+    stages = op_durations(iterations, scale)
     return calibrated(document, problem, stages, links, runs, overheads, recompute)
-
-
-def _op_durations_of(problem: Problem, iterations: Sequence[Sequence[Sequence[Row]]]) -> Durations:
-    """:func:`op_durations` of ``iterations``' records (each: per rank, seconds)."""
-    return op_durations([measured_timeline(problem, ranks, "measured") for ranks in iterations])
 
 
 def stage_overheads(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> list[float]:
@@ -347,13 +367,14 @@ def own_times(
     ranks: Sequence[Sequence[Row]], scale: float, overheads: Sequence[float]
 ) -> tuple[OpTime, LinkTime]:
     """The simulator's op and link times of one iteration's records (per rank, seconds):
-    each forward and backward its record's duration plus its stage's ``overheads`` entry,
-    each transfer as :func:`transfers` has it, times ``scale`` (the problem's unit)."""
+    each forward and backward its duration with its send (:func:`op_spans`) plus its
+    stage's ``overheads`` entry, each transfer as :func:`transfers` has it, times ``scale``
+    (the problem's unit)."""
     ops = {
-        (s, COMPUTE[row[0]], row[1] + 1): (row[5] - row[4]) * scale + overheads[s]
+        (s, COMPUTE[kind], k + 1): (end - start) * scale + overheads[s]
         for s, rows in enumerate(ranks)
-        for row in rows
-        if row[0] in _WAITS_FOR
+        for (kind, k), (start, end) in op_spans(rows).items()
+        if kind in _WAITS_FOR
     }
     moved = {(link, kind, k + 1): t * scale for link, kind, k, _, t in transfers(ranks)}
     return (lambda s, op, k, size: ops[s, op, k]), (lambda link, op, k, size: moved[link, op, k])
