@@ -6,12 +6,14 @@ graphs, the send and receive calls, the Python dispatch of each instruction, the
 ranks' processes on the same cores). Calibration runs GPipe(m) (and, for a size no GPipe
 holds, a flush plan of that size) with ``tidgap run``'s workers so that every table size
 is measured, and replaces each stage's tables by the median measured duration of its ops
-at each size plus the stage's per-op overhead (the median gap the runtime leaves before
-an op whose input is there, :func:`dispatch_gaps`), sizes no run measured keeping the
-profile's time scaled by the nearest measured size's ratio, made non-decreasing like a
-profile. Each link becomes a table of its measured transfers: a receive's end minus the
-later of its send's start and its own start (the message's latency over the real
-backend, with the waiting process's wake-up), per size.
+at each size, each op with the send that posts its result (:func:`op_spans`), plus the
+stage's per-op overhead (the median gap the runtime leaves before an op whose input is
+there, :func:`dispatch_gaps`), sizes no run measured keeping the profile's time scaled by
+the nearest measured size's ratio, made non-decreasing like a profile. Each link becomes
+a table of its measured transfers: a receive's end minus the later of its send's end and
+its own start (the message's latency over the real backend, with the waiting process's
+wake-up), per size. Each plan's recomputing twin (:func:`recomputing_plans`) times the
+ops of a stage that recomputes, kept beside the tables (``source.calibration.recompute``).
 """
 
 from __future__ import annotations
