@@ -368,7 +368,7 @@ PROBLEM_CASES: list[Bad] = [
     Bad("too-few-links", "problem", popping(("links",)), "links"),
     Bad("links-missing", "problem", deleting(("links",)), "links"),
     Bad("link-for-one-stage", "problem", appending(("links",), LINK), "links", base="onestage7"),
-    # a calibration's recomputing op times (tidgap/model/recompute.py): one entry per stage
+    # a calibration's recomputing op times (tidgap/model/calibration_tables.py): one entry per stage
     Bad("recompute-not-a-list", "problem", recomputing(LINK), "source.calibration.recompute"),
     Bad("recompute-per-stage", "problem", recomputing([LINK] * 2), "source.calibration.recompute"),
     Bad(

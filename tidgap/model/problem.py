@@ -8,10 +8,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
+from tidgap.model.calibration_tables import (
+    OrderTimes,
+    RecomputeTimes,
+    StageTimes,
+    path_of,
+    stage_times,
+)
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import parse_model, read_json
 from tidgap.model.numbers import MAX_COUNT
-from tidgap.model.recompute import RECOMPUTE_PATH, RecomputeTimes, recompute_times
 from tidgap.model.text import printable
 from tidgap.model.timefn import Bytes, Duration, PositiveBytes, Samples, StrictModel, TimeFunction
 
@@ -67,13 +73,30 @@ class Problem(StrictModel):
     links: list[Link] = []
     source: Any = None
     _recompute: list[RecomputeTimes] | None = PrivateAttr(None)
+    _order: list[OrderTimes] | None = PrivateAttr(None)
 
     @property
     def recompute_times(self) -> list[RecomputeTimes] | None:
         """Per stage, its op times when it recomputes, as ``tidgap calibrate`` measured
-        them (``source.calibration.recompute``, :mod:`tidgap.model.recompute`); ``None``
-        when the problem has none."""
+        them (``source.calibration.recompute``, :mod:`tidgap.model.calibration_tables`);
+        ``None`` when the problem has none."""
         return self._recompute
+
+    @property
+    def order_times(self) -> list[OrderTimes] | None:
+        """Per stage, its op times that depend on the op before them, as ``tidgap
+        calibrate`` measured them (``source.calibration.order``,
+        :mod:`tidgap.model.calibration_tables`); ``None`` when the problem has none."""
+        return self._order
+
+    def calibrated_entries(self) -> list[tuple[JsonPath, int, StageTimes]]:
+        """Every per-stage entry of ``source.calibration`` the problem has (recompute, then
+        order): its JSON path, its stage and the entry."""
+        return [
+            ((*path_of(type(entry)), s), s, entry)
+            for entries in (self._recompute, self._order)
+            for s, entry in enumerate(entries or [])
+        ]
 
     @property
     def source_fields(self) -> dict[str, Any]:
@@ -120,7 +143,7 @@ class Problem(StrictModel):
     def time_functions(self) -> list[tuple[JsonPath, TimeFunction, int]]:
         """Every time function with its JSON path and the largest size it can be asked for
         (model.md, Inputs): ``Tf_s``, ``Tb_s`` per stage, then ``Cf_s``, ``Cb_s`` per link,
-        then the recomputing stages' (:attr:`recompute_times`) where the problem has them."""
+        then the calibration's per-stage entries (:meth:`calibrated_entries`)."""
         functions: list[tuple[JsonPath, TimeFunction, int]] = []
         for s, stage in enumerate(self.stages):
             functions.append((("stages", s, "forward"), stage.forward, self.forward_cap(s)))
@@ -128,10 +151,10 @@ class Problem(StrictModel):
         for s, link in enumerate(self.links):
             functions.append((("links", s, "forward"), link.forward, self.forward_cap(s)))
             functions.append((("links", s, "backward"), link.backward, self.backward_cap(s + 1)))
-        for s, times in enumerate(self._recompute or []):
-            path = (*RECOMPUTE_PATH, s)
-            functions.append(((*path, "forward"), times.forward, self.forward_cap(s)))
-            functions.append(((*path, "backward"), times.backward, self.backward_cap(s)))
+        for path, s, entry in self.calibrated_entries():
+            for name, function, way in entry.functions():
+                cap = self.forward_cap(s) if way == "forward" else self.backward_cap(s)
+                functions.append(((*path, name), function, cap))
         return functions
 
     def longest_iteration_parts(self) -> list[tuple[JsonPath, float]]:
@@ -167,7 +190,8 @@ class Problem(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Problem:
-        self._recompute = recompute_times(self.source, self.num_stages)
+        self._recompute = stage_times(self.source, RecomputeTimes, self.num_stages)
+        self._order = stage_times(self.source, OrderTimes, self.num_stages)
         self._check_sample_counts()
         if not self.time_unit.isprintable():
             raise InputError(f"must be printable text (got {self.time_unit!r})", ("time_unit",))
@@ -227,19 +251,27 @@ class Problem(StrictModel):
         for s, stage in enumerate(self.stages):
             for key in ("max_microbatch", "max_microbatch_backward"):
                 counts.append((("stages", s, key), getattr(stage, key)))
-        owners: list[tuple[JsonPath, Any]] = [
-            (("stages", s), st) for s, st in enumerate(self.stages)
+        functions: list[tuple[JsonPath, TimeFunction]] = [
+            (("stages", s, key), getattr(stage, key))
+            for s, stage in enumerate(self.stages)
+            for key in ("forward", "backward")
         ]
-        owners += [(("links", s), link) for s, link in enumerate(self.links)]
-        owners += [((*RECOMPUTE_PATH, s), times) for s, times in enumerate(self._recompute or [])]
-        for path, owner in owners:
-            for key in ("forward", "backward"):
-                function = getattr(owner, key)
-                if function.table is not None:
-                    counts += [
-                        ((*path, key, "table", "sizes", i), size)
-                        for i, size in enumerate(function.table.sizes)
-                    ]
+        functions += [
+            (("links", s, key), getattr(link, key))
+            for s, link in enumerate(self.links)
+            for key in ("forward", "backward")
+        ]
+        functions += [
+            ((*path, name), function)
+            for path, _, entry in self.calibrated_entries()
+            for name, function, _ in entry.functions()
+        ]
+        for path, function in functions:
+            if function.table is not None:
+                counts += [
+                    ((*path, "table", "sizes", i), size)
+                    for i, size in enumerate(function.table.sizes)
+                ]
         for path, count in counts:
             if count is not None and count > MAX_SAMPLES:
                 raise InputError(f"must be <= {MAX_SAMPLES} (got {count})", path)

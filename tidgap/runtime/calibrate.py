@@ -261,7 +261,7 @@ def calibrated(
     measured; ``overhead``: per stage) and ``source.timing.recompute`` false (the stages'
     tables time no recomputation). ``recompute``: the ops of runs in which every stage
     recomputed (:func:`recomputing_plans`), by stage, kind and size; they become
-    ``source.calibration.recompute`` (:mod:`tidgap.model.recompute`), each plus its stage's
+    ``source.calibration.recompute`` (:mod:`tidgap.model.calibration_tables`), each plus its stage's
     overhead."""
     out = copy.deepcopy(document)
     ends = {problem.unit, problem.common_cap()}
