@@ -129,6 +129,7 @@ class Bad:
 
 AFFINE = {"affine": {"base": 1.0, "per_sample": 0.1}}
 LINK = {"forward": AFFINE, "backward": AFFINE}
+ORDERED = {"forward_after_backward": AFFINE, "backward_after_forward": AFFINE}
 
 
 def recomputing(entries: Any) -> Edit:
@@ -388,6 +389,21 @@ PROBLEM_CASES: list[Bad] = [
         "problem",
         recomputing([LINK, LINK, {"forward": table(2, 4), "backward": AFFINE}]),
         "source.calibration.recompute[2].forward.table.sizes",
+    ),
+    Bad(
+        "order-per-stage",
+        "problem",
+        setting(("source",), {"calibration": {"order": [ORDERED] * 2}}),
+        "source.calibration.order",
+    ),
+    Bad(
+        "order-field-missing",
+        "problem",
+        setting(
+            ("source",),
+            {"calibration": {"order": [ORDERED, {"forward_after_backward": AFFINE}, ORDERED]}},
+        ),
+        "source.calibration.order[1].backward_after_forward",
     ),
 ]
 

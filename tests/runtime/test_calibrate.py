@@ -146,26 +146,34 @@ def test_an_affine_problem_is_refused_naming_the_field() -> None:
 QUICK = ["--iterations", "2", "--warmup", "0", "--timeout", "60", "--split", "1"]
 
 
-#: The calibration plans of :func:`table_document`, and their recomputing twins.
+#: The calibration plans of :func:`table_document`, their 1F1B(m), and their recomputing
+#: twins.
 GPIPES = [f"GPipe({m})" for m in (1, 2, 4, 8)]
+ALTERNATING = [f"1F1B({m})" for m in (2, 4, 8)]
 TWINS = [f"GPipe({m}) recomputing" for m in (1, 2, 4)]
 
 
-def assert_calibrated(out: Path, recompute: bool) -> None:
+def assert_calibrated(out: Path, extras: bool) -> None:
     """``out`` holds the calibrated problem of :func:`table_document` measured twice over
-    GPipe(1, 2, 4, 8) (and with ``recompute`` their twins) on the split at layer 1: every
-    table re-timed, and the split recorded."""
+    GPipe(1, 2, 4, 8) (and with ``extras`` their 1F1B(m) and recomputing twins) on the
+    split at layer 1: every table re-timed, and the split recorded."""
     fitted = json.loads(out.read_text())
     before = table_document()
-    assert fitted["source"]["calibration"]["runs"] == (GPIPES + TWINS * recompute) * 2
+    assert fitted["source"]["calibration"]["runs"] == (GPIPES + (ALTERNATING + TWINS) * extras) * 2
     for was, now in zip(before["stages"], fitted["stages"], strict=True):
         for direction in ("forward", "backward"):
             assert now[direction]["table"]["sizes"] == was[direction]["table"]["sizes"]
             assert now[direction]["table"]["times"] != was[direction]["table"]["times"]
             times = now[direction]["table"]["times"]
             assert times == sorted(times) and times[0] > 0
-    again = load_problem(out).recompute_times
-    assert (again is not None) == recompute
+    loaded = load_problem(out)
+    assert (loaded.order_times is not None) == extras
+    for times in loaded.order_times or []:
+        for size in range(1, 9):
+            assert times.forward_after_backward(size) > 0
+            assert times.backward_after_forward(size) > 0
+    again = loaded.recompute_times
+    assert (again is not None) == extras
     for s, times in enumerate(again or []):
         for size in range(1, 9):
             assert times.forward(size) > 0 and times.backward(size) > 0
@@ -186,24 +194,25 @@ def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
     result = run_cli("calibrate", str(problem), *MODEL, *QUICK, "--rounds", "2", "--out", str(out))
     assert result.exit_code == 0, describe(result)
     assert "calibrated problem written to" in result.output
-    assert f"running {', '.join(GPIPES + TWINS)} in turn (round 2)" in result.stderr
+    assert f"running {', '.join(GPIPES + ALTERNATING + TWINS)} in turn (round 2)" in result.stderr
     assert "recomputing F" in result.output
-    assert_calibrated(out, recompute=True)
+    assert_calibrated(out, extras=True)
 
 
 def test_calibrate_under_torchrun_runs_each_rank_and_rank_0_writes(tmp_path: Path) -> None:
     """Two processes under torchrun, each running its stage of both rounds (in turn, in
-    the one process group); rank 0 alone reports and writes. Without the recomputing
-    twins, the problem has no recomputing op times."""
+    the one process group); rank 0 alone reports and writes. Without the 1F1B(m) runs and
+    the recomputing twins, the problem has no order or recomputing op times."""
     problem = write_json(tmp_path / "problem.json", table_document())
     out = tmp_path / "calibrated.json"
     args = ["calibrate", str(problem), *MODEL, *QUICK, "--rounds", "2", "--no-recompute"]
+    args += ["--no-order"]
     args += ["--out", str(out)]
     (done,) = tidgap_under_torchrun(args, processes=2)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("calibrated problem written to") == 1
     assert done.stderr.count("in turn (2 rounds in the same processes)") == 1
-    assert_calibrated(out, recompute=False)
+    assert_calibrated(out, extras=False)
 
 
 def test_calibrate_refuses_an_affine_problem_before_running(tmp_path: Path) -> None:
@@ -414,3 +423,70 @@ def test_a_send_that_takes_time_is_its_ops_cost(schedule: str) -> None:
     median, each = replays(document, problem, plan, results)
     want = evaluate(slow, plan).iteration_time
     assert median == pytest.approx(want, rel=1e-4) and each == pytest.approx([want], rel=1e-4)
+
+
+def test_op_contexts_name_forwards_after_backwards_and_the_last_stages_own_backwards() -> None:
+    """1F1B(4) on 3 stages: each forward after a backward; on the last stage every
+    backward (right after its own forward); GPipe(4): none, GPipe(1): the last stage's
+    backward."""
+    from tidgap.runtime.calibrate import AFTER_BACKWARD, AFTER_OWN_FORWARD, op_contexts
+    from tidgap.schedules.families import SCHEDULES, plan_timeline
+
+    problem = Problem.from_dict(synth_problem(3, 3, 12, 1, 0.5, "affine", "contexts"))
+    ranks = records_of(plan_timeline(problem, SCHEDULES["1f1b"].baseline(problem, 4)))
+    found = [op_contexts(rows, s == 2) for s, rows in enumerate(ranks)]
+    assert found[0] == {("forward", 3): AFTER_BACKWARD}  # F F F B F B B B
+    assert found[1] == {("forward", 2): AFTER_BACKWARD, ("forward", 3): AFTER_BACKWARD}
+    assert found[2] == {("forward", k): AFTER_BACKWARD for k in (1, 2, 3)} | {
+        ("backward", k): AFTER_OWN_FORWARD for k in range(4)
+    }
+    gpipe = records_of(plan_timeline(problem, SCHEDULES["gpipe"].baseline(problem, 4)))
+    assert all(op_contexts(rows, s == 2) == {} for s, rows in enumerate(gpipe))
+    one = records_of(plan_timeline(problem, SCHEDULES["gpipe"].baseline(problem, 1)))
+    assert op_contexts(one[2], True) == {("backward", 0): AFTER_OWN_FORWARD}
+    assert op_contexts(one[1], False) == {}
+
+
+def test_ops_timed_by_the_op_before_them_are_calibrated_and_priced() -> None:
+    """A GPipe(4) and a 1F1B(4) iteration of a problem whose forwards after a backward and
+    whose last stage's backwards after their own forward take ``share`` of the model's
+    time: those ops become ``source.calibration.order`` (``share`` of the model's time),
+    the stages' tables keep the model's, and the calibrated problem prices 1F1B(4) at its
+    measured time where the model alone prices it at the slower GPipe-order time."""
+    from tidgap.runtime.calibrate import measured_problem
+    from tidgap.runtime.pricing import run_evaluation
+    from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
+    from tidgap.schedules.simulate import order_timeline
+
+    share = 0.8
+    document = synth_problem(3, 3, 12, 1, 0.5, "table", "order")
+    problem = Problem.from_dict(document)
+    gpipe = SCHEDULES["gpipe"].baseline(problem, 4)
+    plan = SCHEDULES["1f1b"].baseline(problem, 4)
+    letters = plan.stage_order().stages
+
+    def op_time(s: int, op: str, k: int, size: int) -> float:
+        stage = problem.stages[s]
+        index = [i for i, letter in enumerate(letters[s]) if letter == op][k - 1]
+        before = letters[s][index - 1] if index else None
+        faster = (op, before) == ("F", "B") or (op, before, s) == ("B", "F", 2)
+        return (share if faster else 1.0) * (
+            stage.forward(size) if op == "F" else stage.backward(size)
+        )
+
+    ran = order_timeline(problem, plan.forward, plan.backward, plan.stage_order(), "run", op_time)
+    iterations = [records_of(plan_timeline(problem, gpipe)), records_of(ran)]
+    out = measured_problem(document, problem, iterations, ["GPipe(4)", "1F1B(4)"], order=True)
+    fitted = Problem.from_dict(out)
+    assert fitted.order_times is not None
+    for given, stage, times in zip(problem.stages, fitted.stages, fitted.order_times, strict=True):
+        assert stage.forward(3) == pytest.approx(given.forward(3), rel=1e-4)
+        assert stage.backward(3) == pytest.approx(given.backward(3), rel=1e-4)
+        assert times.forward_after_backward(3) == pytest.approx(share * given.forward(3), rel=1e-4)
+    last = fitted.order_times[2].backward_after_forward(3)
+    assert last == pytest.approx(share * problem.stages[2].backward(3), rel=1e-4)
+    assert run_evaluation(fitted, plan).iteration_time == pytest.approx(
+        ran.iteration_time, rel=1e-4
+    )
+    assert evaluate(fitted, plan).iteration_time > ran.iteration_time * 1.01
+    assert run_evaluation(fitted, gpipe) == evaluate(fitted, gpipe)  # GPipe's order: as modelled

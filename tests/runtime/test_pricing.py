@@ -144,3 +144,60 @@ def test_a_plan_that_does_not_fit_is_one_input_error(
     with pytest.raises(InputError) as caught:
         evaluator(problem, plan)
     assert str(caught.value).startswith(message), str(caught.value)
+
+
+def order_entry(forward: float, backward: float) -> dict[str, Any]:
+    """A stage's ``source.calibration.order`` entry: per-sample times."""
+    times = recompute_entry(forward, backward)
+    return {
+        "forward_after_backward": times["forward"],
+        "backward_after_forward": times["backward"],
+    }
+
+
+def test_calibrated_order_times_price_ops_by_the_op_before_them() -> None:
+    """With ``source.calibration.order``: a forward right after a backward, and the last
+    stage's backward right after its own forward, take the calibrated times; GPipe's order
+    has neither; a recomputing stage keeps its own pricing; a merged backward its sum."""
+    from tidgap.schedules.families import SCHEDULES
+
+    document = synth_problem(0, 2, 8, 1, 0.5, "table", "tiny")
+    document["source"] = {"calibration": {"order": [order_entry(0.5, 3.0), order_entry(0.25, 2.0)]}}
+    problem = Problem.from_dict(document)
+    one_f_one_b = SCHEDULES["1f1b"].baseline(problem, 4)  # FFBFBFBB, FBFBFBFB
+    assert run_op_times(problem, one_f_one_b) == {
+        (0, "F", 3): 1.0,
+        (0, "F", 4): 1.0,
+        (1, "F", 2): 0.5,
+        (1, "F", 3): 0.5,
+        (1, "F", 4): 0.5,
+        **{(1, "B", k): 4.0 for k in range(1, 5)},
+    }
+    assert run_op_times(problem, SCHEDULES["gpipe"].baseline(problem, 4)) == {}
+    own = Plan.of([[4, 4], [2, 2, 4]], [[4, 4], [4, 4]], ["FFBB", "FFBFB"])
+    assert run_op_times(problem, own) == {
+        (1, "B", 1): 2 * problem.stages[1].backward(2),  # over two stored chunks: not its own
+        (1, "F", 3): 1.0,
+        (1, "B", 2): 8.0,
+    }
+    again = run_op_times(problem, PLAN)
+    assert (0, "B", 1) in again and not [key for key in again if key[:2] == (0, "F")]
+
+
+def test_the_run_note_names_order_pricing_without_the_mirrored_advice() -> None:
+    """A plan whose only other costs are the calibration's order times: the note says so and
+    gives tidgap run's time, without advising --mirrored (a mirrored plan has them too)."""
+    from tidgap.cli.options import run_note
+    from tidgap.schedules.families import SCHEDULES
+
+    document = synth_problem(0, 2, 8, 1, 0.5, "table", "tiny")
+    document["source"] = {"calibration": {"order": [order_entry(0.5, 3.0), order_entry(0.25, 2.0)]}}
+    problem = Problem.from_dict(document)
+    plan = SCHEDULES["1f1b"].baseline(problem, 4)
+    note = run_note(problem, plan)
+    assert note is not None and "timed by the op before them" in note and "--mirrored" not in note
+    assert f"{run_evaluation(problem, plan).iteration_time:.6g}" in note
+    assert run_note(problem, SCHEDULES["gpipe"].baseline(problem, 4)) is None
+    both = run_note(problem, PLAN)
+    assert both is not None and "stage(s) [1] run backwards over several" in both
+    assert "stage(s) [0] recompute" in both and "--mirrored" in both

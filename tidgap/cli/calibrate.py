@@ -53,6 +53,14 @@ from tidgap.runtime.worker import local_processes, torchrun_rank
     "enough for plans that recompute nothing (tidgap search --no-recompute or --mirrored).",
 )
 @click.option(
+    "--no-order",
+    is_flag=True,
+    help="Skip the 1F1B(m) runs. Without them, tidgap run prices a forward run right after "
+    "a backward, and the last stage's backward right after its own forward, as in GPipe's "
+    "order (on the fidelity benchmark's GPT 4-8% above what they took, so 1F1B(8) was "
+    "predicted 6-7% slow).",
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False),
     required=True,
@@ -71,6 +79,7 @@ def calibrate_command(
     rounds: int,
     every_size: bool,
     no_recompute: bool,
+    no_order: bool,
     out: str,
     **options: Any,
 ) -> None:
@@ -86,13 +95,17 @@ def calibrate_command(
     plan also runs with its backward partition moved by one unit, so that every stage
     recomputes (unless --no-recompute): its forwards without autograd's graph and its
     backwards re-running their forward are timed too, and tidgap run prices a plan's
-    recomputing stages with them (source.calibration.recompute). Search and evaluate plans
-    on the calibrated problem to predict tidgap run. With a --split
+    recomputing stages with them (source.calibration.recompute). 1F1B(m) runs too (unless
+    --no-order): a forward right after a backward and the last stage's backward right after
+    its own forward run faster than in GPipe's order, and their times go beside the tables
+    (source.calibration.order) for tidgap run's prediction. Search and evaluate plans on the
+    calibrated problem to predict tidgap run. With a --split
     other than the one PROBLEM records, the calibrated problem records --split (the split
     its times were measured on). Under torchrun (one process per stage, on one machine or
     several) each rank runs its stage where it runs, and rank 0 alone writes the problem.
     """
     from tidgap.runtime.calibrate import (
+        alternating_plans,
         calibration_plans,
         calibration_sizes,
         measured_problem,
@@ -106,9 +119,10 @@ def calibrate_command(
     if here is not None:
         require_world(here[1], loaded, problem)
     document = read_json(problem_path(problem))
-    plans = calibration_plans(loaded, calibration_sizes(document, loaded, problem, every_size))
-    if not no_recompute:
-        plans += recomputing_plans(plans, loaded.unit)
+    sizes = calibration_sizes(document, loaded, problem, every_size)
+    plans = calibration_plans(loaded, sizes)
+    twins = [] if no_recompute else recomputing_plans(plans, loaded.unit)
+    plans += ([] if no_order else alternating_plans(loaded, sizes)) + twins
     job, model = worker_job(
         problem,
         "",
@@ -148,7 +162,9 @@ def calibrate_command(
     if not reports:
         return
     runs = labels * rounds
-    fitted = measured_problem(document, loaded, iterations, runs, recomputed=recomputed)
+    fitted = measured_problem(
+        document, loaded, iterations, runs, recomputed=recomputed, order=not no_order
+    )
     how = fitted["source"].get("split")
     if not isinstance(how, dict) or how.get("boundaries") != job.boundaries:
         fitted["source"]["split"] = {  # the split the stages' times were measured on

@@ -23,7 +23,7 @@ from tidgap.model.text import printable
 from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
 from tidgap.optimize.optimizer import MIN_POPULATION
 from tidgap.runtime.lowering import recomputes
-from tidgap.runtime.pricing import run_evaluation, run_op_times
+from tidgap.runtime.pricing import covered_chunks, run_evaluation, run_op_times
 
 Command = Callable[..., Any]
 
@@ -164,21 +164,32 @@ def compact_sizes(sizes: list[int]) -> str:
 
 def run_note(problem: Problem, plan: Plan) -> str | None:
     """A line for a ``plan`` that ``tidgap run`` runs at other op costs than the model's
-    (stages that recompute; stored-graph backwards over several forward chunks), with the
-    time it predicts for it (:func:`tidgap.runtime.pricing.run_evaluation`); ``None`` when
-    it runs as the model has it."""
+    (stages that recompute; stored-graph backwards over several forward chunks; ops timed
+    by the op before them, where the problem was calibrated so), with the time it predicts
+    for it (:func:`tidgap.runtime.pricing.run_evaluation`); ``None`` when it runs as the
+    model has it."""
     priced = run_op_times(problem, plan)
     if not priced:
         return None
-    again = [s for s, flag in enumerate(recomputes(plan)) if flag]
-    merged = sorted({s for s, _, _ in priced} - set(again))
+    flags = recomputes(plan)
+    again = [s for s, flag in enumerate(flags) if flag]
+    merged = [
+        s
+        for s, flag in enumerate(flags)
+        if not flag
+        and any(len(parts) > 1 for parts in covered_chunks(plan.forward[s], plan.backward[s]))
+    ]
     how = []
     if again:
         how.append(f"stage(s) {again} recompute (backward boundaries that are not forward ones)")
     if merged:
         how.append(f"stage(s) {merged} run backwards over several stored forward chunks")
+    if problem.order_times is not None:
+        how.append("ops are timed by the op before them (the calibration's order tables)")
     time = run_evaluation(problem, plan, priced).iteration_time
     advice = "; --mirrored searches plans that tidgap run runs at the model's costs"
+    if not again and not merged:
+        advice = ""
     return (
         f"  when run, {' and '.join(how)}: tidgap run predicts {time:.6g} "
         f"{problem.time_unit} for it{advice}"

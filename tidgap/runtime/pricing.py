@@ -74,10 +74,39 @@ def recomputing_times(
     }
 
 
+def order_dependent_times(problem: Problem, plan: Plan, s: int) -> RunTimes:
+    """The op times of stage ``s`` (one that stores graphs) that depend on the op before
+    them, where ``tidgap calibrate`` measured them (the problem's
+    :attr:`~tidgap.model.problem.Problem.order_times`; none without): a forward right
+    after a backward, and on the last stage a backward right after its own forward (the
+    forward of the same samples)."""
+    if problem.order_times is None:
+        return {}
+    measured = problem.order_times[s]
+    forward, backward = plan.forward[s], plan.backward[s]
+    P, Q = prefix_sums(forward), prefix_sums(backward)
+    last = s == problem.num_stages - 1
+    times: RunTimes = {}
+    done = {"F": 0, "B": 0}
+    previous = None
+    for op in plan.stage_order().stages[s]:
+        done[op] += 1
+        f, b = done["F"], done["B"]
+        if op == "F" and previous == "B":
+            times[s, "F", f] = measured.forward_after_backward(forward[f - 1])
+        own = previous == "F" and (P[f - 1], P[f]) == (Q[b - 1], Q[b])
+        if op == "B" and last and own:
+            times[s, "B", b] = measured.backward_after_forward(backward[b - 1])
+        previous = op
+    return times
+
+
 def run_op_times(problem: Problem, plan: Plan) -> RunTimes:
     """``{(s, op, k): time}`` of every op that ``tidgap run`` runs at another cost than
     the model's ``Tf_s`` / ``Tb_s``: a recomputing stage's (:func:`recomputing_times`),
-    and a stored-graph backward over several forward chunks."""
+    an op whose time depends on the op before it (:func:`order_dependent_times`), and a
+    stored-graph backward over several forward chunks (the sum of the chunks'
+    backwards)."""
     times: RunTimes = {}
     again = recomputes(plan)
     for s, stage in enumerate(problem.stages):
@@ -85,6 +114,7 @@ def run_op_times(problem: Problem, plan: Plan) -> RunTimes:
         if again[s]:
             times |= recomputing_times(problem, s, forward, backward)
             continue
+        times |= order_dependent_times(problem, plan, s)
         for k, parts in enumerate(covered_chunks(forward, backward), 1):
             if len(parts) > 1:
                 times[s, "B", k] = sum(stage.backward(part) for part in parts)
