@@ -23,7 +23,12 @@ from tidgap.model.text import printable
 from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
 from tidgap.optimize.optimizer import MIN_POPULATION
 from tidgap.runtime.lowering import recomputes
-from tidgap.runtime.pricing import covered_chunks, run_evaluation, run_op_times
+from tidgap.runtime.pricing import (
+    covered_chunks,
+    order_dependent_times,
+    run_evaluation,
+    run_op_times,
+)
 
 Command = Callable[..., Any]
 
@@ -100,7 +105,8 @@ def backward_rule_options(command: Command) -> Command:
         is_flag=True,
         help="Only plans whose backward partition is the forward one on every stage: tidgap "
         "run runs every backward on one forward's stored graph, at the model's op costs, so "
-        "its prediction is the searched time (implies --no-recompute).",
+        "its prediction is the searched time (on a problem tidgap calibrate gave order "
+        "tables, up to the ops timed by the op before them) (implies --no-recompute).",
     )(command)
     return click.option(
         "--no-recompute",
@@ -184,8 +190,11 @@ def run_note(problem: Problem, plan: Plan) -> str | None:
         how.append(f"stage(s) {again} recompute (backward boundaries that are not forward ones)")
     if merged:
         how.append(f"stage(s) {merged} run backwards over several stored forward chunks")
-    if problem.order_times is not None:
-        how.append("ops are timed by the op before them (the calibration's order tables)")
+    ordered = [
+        s for s, flag in enumerate(flags) if not flag and order_dependent_times(problem, plan, s)
+    ]
+    if ordered:
+        how.append(f"stage(s) {ordered} run ops timed by the op before them (the calibration's)")
     time = run_evaluation(problem, plan, priced).iteration_time
     advice = "; --mirrored searches plans that tidgap run runs at the model's costs"
     if not again and not merged:
