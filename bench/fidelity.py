@@ -13,12 +13,13 @@ plans, not in absolute time (a uniform error, the machine's or the model's, drop
 The last column is ``tidgap run --replay``'s per-iteration replay (the model fed each
 timed iteration's own op and transfer times), its median error over iterations, median
 over rounds: what the model's dependencies leave once the op times are exactly right.
-Each round first calibrates afresh (``tidgap calibrate --rounds 1``, about 15 s) and
-runs against that: a column gives the error against the round's own calibration, made
-seconds before its runs, which leaves out most of the machine's drift between the search's
-calibration and the runs. The per-round medians and predictions go to
-``DIR/fidelity.json``. A last line compares
-1F1B(m) with GPipe(m) (the same ops in another order, predicted alike on 2 stages).
+Each round first calibrates afresh (``tidgap calibrate --rounds 1``, about 28 s: GPipe(m),
+1F1B(m) and the recomputing twins) and runs against that: a column gives the error
+against the round's own calibration, made seconds before its runs, which leaves out most
+of the machine's drift between the search's calibration and the runs. The per-round
+medians and predictions go to ``DIR/fidelity.json``. A last line compares 1F1B(m) with
+GPipe(m) (the same ops in another order; predicted apart where the calibration timed ops
+by the op before them).
 
 Run on a quiet machine: ``python bench/fidelity.py [--out-dir DIR] [--repeats 3]`` (about 4
 minutes on the 2-core development machine; 1 thread per stage process, as the profile).
