@@ -490,3 +490,19 @@ def test_ops_timed_by_the_op_before_them_are_calibrated_and_priced() -> None:
     )
     assert evaluate(fitted, plan).iteration_time > ran.iteration_time * 1.01
     assert run_evaluation(fitted, gpipe) == evaluate(fitted, gpipe)  # GPipe's order: as modelled
+
+
+def test_a_stage_whose_every_backward_followed_its_own_forward_still_gets_its_table() -> None:
+    """GPipe(1) alone (a batch of one microbatch): the last stage's one backward follows its
+    own forward; the stage's backward table is timed by it, and by the order entry too."""
+    from tidgap.runtime.calibrate import measured_problem
+    from tidgap.schedules.families import SCHEDULES, plan_timeline
+
+    document = synth_problem(3, 2, 4, 1, 0.5, "table", "one")
+    problem = Problem.from_dict(document)
+    ranks = records_of(plan_timeline(problem, SCHEDULES["gpipe"].baseline(problem, 1)))
+    fitted = Problem.from_dict(measured_problem(document, problem, [ranks], ["x"], order=True))
+    want = problem.stages[1].backward(4)
+    assert fitted.stages[1].backward(4) == pytest.approx(want, rel=1e-4)
+    assert fitted.order_times is not None
+    assert fitted.order_times[1].backward_after_forward(4) == pytest.approx(want, rel=1e-4)

@@ -336,10 +336,16 @@ def calibrated(
     for stage, measured, timed, overhead in zip(
         out["stages"], stages, problem.stages, overheads, strict=True
     ):
-        for direction, kind in (("forward", "F"), ("backward", "B")):
+        for direction, kind, context in (
+            ("forward", "F", AFTER_BACKWARD),
+            ("backward", "B", AFTER_OWN_FORWARD),
+        ):
+            # a stage whose every op of a kind followed the op that speeds it up (the last
+            # stage's one backward of GPipe(1)) times its table by those
+            ops = measured[kind] or measured.get(context, {})
             own = stage[direction].get("table", {}).get("sizes", [])
-            sizes = sorted(set(own) | set(measured[kind]) | ends)
-            paid = _paid(measured[kind], overhead)
+            sizes = sorted(set(own) | set(ops) | ends)
+            paid = _paid(ops, overhead)
             stage[direction] = _measured_table(sizes, getattr(timed, direction), paid)
         tails = [t for durations in measured.get("T", {}).values() for t in durations]
         if tails:
