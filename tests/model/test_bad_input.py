@@ -129,12 +129,6 @@ class Bad:
 
 AFFINE = {"affine": {"base": 1.0, "per_sample": 0.1}}
 LINK = {"forward": AFFINE, "backward": AFFINE}
-ORDERED = {"forward_after_backward": AFFINE, "backward_after_forward": AFFINE}
-
-
-def recomputing(entries: Any) -> Edit:
-    """An edit that gives the problem ``source.calibration.recompute`` = ``entries``."""
-    return setting(("source",), {"calibration": {"recompute": entries}})
 
 
 def table(*sizes: Any) -> dict[str, Any]:
@@ -369,42 +363,6 @@ PROBLEM_CASES: list[Bad] = [
     Bad("too-few-links", "problem", popping(("links",)), "links"),
     Bad("links-missing", "problem", deleting(("links",)), "links"),
     Bad("link-for-one-stage", "problem", appending(("links",), LINK), "links", base="onestage7"),
-    # a calibration's recomputing op times (tidgap/model/calibration_tables.py): one entry per stage
-    Bad("recompute-not-a-list", "problem", recomputing(LINK), "source.calibration.recompute"),
-    Bad("recompute-per-stage", "problem", recomputing([LINK] * 2), "source.calibration.recompute"),
-    Bad(
-        "recompute-entry-not-an-object",
-        "problem",
-        recomputing([LINK, 3, LINK]),
-        "source.calibration.recompute[1]",
-    ),
-    Bad(
-        "recompute-backward-missing",
-        "problem",
-        recomputing([LINK, {"forward": AFFINE}, LINK]),
-        "source.calibration.recompute[1].backward",
-    ),
-    Bad(
-        "recompute-table-short-of-cap",
-        "problem",
-        recomputing([LINK, LINK, {"forward": table(2, 4), "backward": AFFINE}]),
-        "source.calibration.recompute[2].forward.table.sizes",
-    ),
-    Bad(
-        "order-per-stage",
-        "problem",
-        setting(("source",), {"calibration": {"order": [ORDERED] * 2}}),
-        "source.calibration.order",
-    ),
-    Bad(
-        "order-field-missing",
-        "problem",
-        setting(
-            ("source",),
-            {"calibration": {"order": [ORDERED, {"forward_after_backward": AFFINE}, ORDERED]}},
-        ),
-        "source.calibration.order[1].backward_after_forward",
-    ),
 ]
 
 PLAN_CASES: list[Bad] = [

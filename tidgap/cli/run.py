@@ -145,7 +145,8 @@ def caveats(
     device: str = "cpu",
 ) -> list[str]:
     """Reasons the prediction may not describe this run: a model other than the profiled
-    one, recomputing stages neither the profile nor a calibration timed that way, another
+    one, recomputing stages neither the profile nor a calibration timed that way, a
+    calibration entry left out as malformed (:attr:`Problem.unused_calibration`), another
     ``device`` than the profiled one, and an ``optimizer`` step the stages' tails leave out
     (all 0) or another optimizer than the profiled one."""
     from tidgap.runtime.lowering import recomputes
@@ -176,6 +177,7 @@ def caveats(
             f"stage(s) {stored} run backward on stored graphs, but {spec} was profiled with "
             "--recompute: the prediction counts a forward in each of their backwards"
         )
+    found += [f"{spec}: {reason}" for reason in problem.unused_calibration]
     return [
         *found,
         *device_caveats(problem, spec, device),

@@ -14,6 +14,8 @@ with one entry per stage, each entry time functions in the problem's unit that
   machine's CPU both about 4-8% faster than in GPipe's order).
 
 Each ``F`` is asked for the stage's forward sizes, each ``B`` for its backward sizes.
+``source`` is free-form (formats.md): a malformed entry is left out, not refused
+(:attr:`tidgap.model.problem.Problem.unused_calibration`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -72,31 +73,30 @@ class Problem(StrictModel):
     stages: Annotated[list[Stage], Field(min_length=1)]
     links: list[Link] = []
     source: Any = None
-    _recompute: list[RecomputeTimes] | None = PrivateAttr(None)
-    _order: list[OrderTimes] | None = PrivateAttr(None)
+    #: The usable per-stage entries of ``source.calibration``, by key.
+    _calibration: dict[str, list[Any]] = PrivateAttr(default_factory=dict)
+    _unused_calibration: list[str] = PrivateAttr(default_factory=list)
 
     @property
     def recompute_times(self) -> list[RecomputeTimes] | None:
         """Per stage, its op times when it recomputes, as ``tidgap calibrate`` measured
         them (``source.calibration.recompute``, :mod:`tidgap.model.calibration_tables`);
-        ``None`` when the problem has none."""
-        return self._recompute
+        ``None`` when the problem has none usable."""
+        return self._calibration.get(RecomputeTimes.KEY)
 
     @property
     def order_times(self) -> list[OrderTimes] | None:
         """Per stage, its op times that depend on the op before them, as ``tidgap
         calibrate`` measured them (``source.calibration.order``,
-        :mod:`tidgap.model.calibration_tables`); ``None`` when the problem has none."""
-        return self._order
+        :mod:`tidgap.model.calibration_tables`); ``None`` when the problem has none usable."""
+        return self._calibration.get(OrderTimes.KEY)
 
-    def calibrated_entries(self) -> list[tuple[JsonPath, int, StageTimes]]:
-        """Every per-stage entry of ``source.calibration`` the problem has (recompute, then
-        order): its JSON path, its stage and the entry."""
-        return [
-            ((*path_of(type(entry)), s), s, entry)
-            for entries in (self._recompute, self._order)
-            for s, entry in enumerate(entries or [])
-        ]
+    @property
+    def unused_calibration(self) -> list[str]:
+        """Why a ``source.calibration`` entry the problem carries is not used, a line each
+        naming the field: ``source`` is free-form (formats.md), so a malformed entry is
+        kept as it is and left out, not refused."""
+        return list(self._unused_calibration)
 
     @property
     def source_fields(self) -> dict[str, Any]:
@@ -142,8 +142,7 @@ class Problem(StrictModel):
 
     def time_functions(self) -> list[tuple[JsonPath, TimeFunction, int]]:
         """Every time function with its JSON path and the largest size it can be asked for
-        (model.md, Inputs): ``Tf_s``, ``Tb_s`` per stage, then ``Cf_s``, ``Cb_s`` per link,
-        then the calibration's per-stage entries (:meth:`calibrated_entries`)."""
+        (model.md, Inputs): ``Tf_s``, ``Tb_s`` per stage, then ``Cf_s``, ``Cb_s`` per link."""
         functions: list[tuple[JsonPath, TimeFunction, int]] = []
         for s, stage in enumerate(self.stages):
             functions.append((("stages", s, "forward"), stage.forward, self.forward_cap(s)))
@@ -151,22 +150,52 @@ class Problem(StrictModel):
         for s, link in enumerate(self.links):
             functions.append((("links", s, "forward"), link.forward, self.forward_cap(s)))
             functions.append((("links", s, "backward"), link.backward, self.backward_cap(s + 1)))
-        for path, s, entry in self.calibrated_entries():
-            for name, function, way in entry.functions():
-                cap = self.forward_cap(s) if way == "forward" else self.backward_cap(s)
-                functions.append(((*path, name), function, cap))
         return functions
 
-    def longest_iteration_parts(self) -> list[tuple[JsonPath, float]]:
+    def _entry_functions(
+        self, kind: type[StageTimes], entries: list[StageTimes]
+    ) -> list[tuple[JsonPath, TimeFunction, int]]:
+        """The time functions of ``kind``'s per-stage ``entries``, as
+        :meth:`time_functions` gives the stages'."""
+        functions = []
+        for s, entry in enumerate(entries):
+            for name, function, way in entry.functions():
+                cap = self.forward_cap(s) if way == "forward" else self.backward_cap(s)
+                functions.append(((*path_of(kind), s, name), function, cap))
+        return functions
+
+    def _load_calibration(self) -> None:
+        """Keep each kind of ``source.calibration`` entry that is usable: well formed
+        (:func:`~tidgap.model.calibration_tables.stage_times`) and passing the checks every
+        time function passes (table sizes, coverage, time scale); note why the others
+        are left out (:attr:`unused_calibration`)."""
+        for kind in (RecomputeTimes, OrderTimes):
+            try:
+                entries = stage_times(self.source, kind, self.num_stages)
+                if entries is None:
+                    continue
+                functions = self._entry_functions(kind, entries)
+                self._check_table_sizes([(path, function) for path, function, _ in functions])
+                self._check_coverage(functions)
+                self._check_time_scale(functions)
+            except InputError as error:
+                self._unused_calibration.append(f"{error}: not used")
+                continue
+            self._calibration[kind.KEY] = entries
+
+    def longest_iteration_parts(
+        self, extra: Sequence[tuple[JsonPath, TimeFunction, int]] = ()
+    ) -> list[tuple[JsonPath, float]]:
         """An upper bound on the iteration time of every plan and baseline, as its parts
         with their JSON paths: each stage's tail, and ``U`` times the largest value of each
-        time function (a stage or link runs at most ``U`` microbatches per direction)."""
+        time function (a stage or link runs at most ``U`` microbatches per direction), and
+        of each of ``extra`` (:meth:`time_functions`' items ops may take instead)."""
         parts: list[tuple[JsonPath, float]] = [
             (("stages", s, "tail"), stage.tail) for s, stage in enumerate(self.stages)
         ]
         parts += [
             (path, self.num_units * time_range(function, self.unit, largest)[1])
-            for path, function, largest in self.time_functions()
+            for path, function, largest in [*self.time_functions(), *extra]
         ]
         return parts
 
@@ -190,8 +219,6 @@ class Problem(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Problem:
-        self._recompute = stage_times(self.source, RecomputeTimes, self.num_stages)
-        self._order = stage_times(self.source, OrderTimes, self.num_stages)
         self._check_sample_counts()
         if not self.time_unit.isprintable():
             raise InputError(f"must be printable text (got {self.time_unit!r})", ("time_unit",))
@@ -214,8 +241,9 @@ class Problem(StrictModel):
                 ("links",),
             )
         self._check_memory_fields()
-        self._check_coverage()
+        self._check_coverage(self.time_functions())
         self._check_time_scale()
+        self._load_calibration()
         return self
 
     def _check_memory_fields(self) -> None:
@@ -261,24 +289,26 @@ class Problem(StrictModel):
             for s, link in enumerate(self.links)
             for key in ("forward", "backward")
         ]
-        functions += [
-            ((*path, name), function)
-            for path, _, entry in self.calibrated_entries()
-            for name, function, _ in entry.functions()
-        ]
-        for path, function in functions:
-            if function.table is not None:
-                counts += [
-                    ((*path, "table", "sizes", i), size)
-                    for i, size in enumerate(function.table.sizes)
-                ]
         for path, count in counts:
             if count is not None and count > MAX_SAMPLES:
                 raise InputError(f"must be <= {MAX_SAMPLES} (got {count})", path)
+        self._check_table_sizes(functions)
 
-    def _check_coverage(self) -> None:
-        """Every table covers the sizes its function can be asked for (model.md, Inputs)."""
-        for path, function, largest in self.time_functions():
+    @staticmethod
+    def _check_table_sizes(functions: list[tuple[JsonPath, TimeFunction]]) -> None:
+        """The table sizes of ``functions`` (with their JSON paths) are at most
+        :data:`MAX_SAMPLES`."""
+        for path, function in functions:
+            for i, size in enumerate(function.table.sizes if function.table else []):
+                if size > MAX_SAMPLES:
+                    raise InputError(
+                        f"must be <= {MAX_SAMPLES} (got {size})", (*path, "table", "sizes", i)
+                    )
+
+    def _check_coverage(self, functions: list[tuple[JsonPath, TimeFunction, int]]) -> None:
+        """Every table of ``functions`` (:meth:`time_functions`' items) covers the sizes its
+        function can be asked for (model.md, Inputs)."""
+        for path, function, largest in functions:
             if not function.covers(self.unit, largest):
                 low, high = function.domain
                 raise InputError(
@@ -287,13 +317,16 @@ class Problem(StrictModel):
                     (*path, "table", "sizes"),
                 )
 
-    def _check_time_scale(self) -> None:
+    def _check_time_scale(self, extra: Sequence[tuple[JsonPath, TimeFunction, int]] = ()) -> None:
         """Every time value, and the longest iteration any plan could take, is below
-        :data:`MAX_TIME` (then no sum, bound or tick computed from the problem overflows)."""
+        :data:`MAX_TIME` (then no sum, bound or tick computed from the problem overflows);
+        ``extra``: more functions (:meth:`time_functions`' items) that ops may take
+        instead, counted in both."""
+        functions = [*self.time_functions(), *extra]
         values: list[tuple[JsonPath, float]] = [
             (("stages", s, "tail"), stage.tail) for s, stage in enumerate(self.stages)
         ]
-        for path, function, _ in self.time_functions():
+        for path, function, _ in functions:
             if function.affine is not None:
                 values += [
                     ((*path, "affine", key), getattr(function.affine, key))
@@ -306,7 +339,7 @@ class Problem(StrictModel):
         for path, value in values:
             if value >= MAX_TIME:
                 raise InputError(f"must be < {MAX_TIME:g} (got {value:g})", path)
-        parts = self.longest_iteration_parts()
+        parts = self.longest_iteration_parts(extra)
         if sum(value for _, value in parts) >= MAX_TIME:
             path = max(parts, key=lambda part: part[1])[0]
             raise InputError(
