@@ -92,10 +92,9 @@ def order_dependent_times(problem: Problem, plan: Plan, s: int) -> RunTimes:
     for op in plan.stage_order().stages[s]:
         done[op] += 1
         f, b = done["F"], done["B"]
-        if op == "F" and previous == "B":
+        if (op, previous) == ("F", "B"):
             times[s, "F", f] = measured.forward_after_backward(forward[f - 1])
-        own = previous == "F" and (P[f - 1], P[f]) == (Q[b - 1], Q[b])
-        if op == "B" and last and own:
+        elif (op, previous) == ("B", "F") and last and P[f - 1 : f + 1] == Q[b - 1 : b + 1]:
             times[s, "B", b] = measured.backward_after_forward(backward[b - 1])
         previous = op
     return times
