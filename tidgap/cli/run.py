@@ -150,7 +150,6 @@ def caveats(
     ``device`` than the profiled one, and an ``optimizer`` step the stages' tails leave out
     (all 0) or another optimizer than the profiled one."""
     from tidgap.runtime.lowering import recomputes
-    from tidgap.runtime.pricing import profiled_with_recompute
 
     found = []
     recorded = problem.source_fields.get("model")
@@ -163,7 +162,7 @@ def caveats(
             found.append(f"{spec}: source.model: profiled with {was}, running {now}")
     flags = recomputes(plan)
     again = [s for s, flag in enumerate(flags) if flag]
-    profiled_again = profiled_with_recompute(problem)
+    profiled_again = problem.profiled_with_recompute
     if again and not profiled_again and problem.recompute_times is None:
         found.append(
             f"stage(s) {again} recompute forwards, and {spec} was neither calibrated with "

@@ -92,6 +92,27 @@ class Problem(StrictModel):
         return self._calibration.get(OrderTimes.KEY)
 
     @property
+    def profiled_with_recompute(self) -> bool:
+        """Whether ``tidgap profile --recompute`` timed the backwards (``source.timing.
+        recompute``): then every backward time already includes its forward."""
+        timing = self.source_fields.get("timing")
+        return isinstance(timing, dict) and timing.get("recompute") is True
+
+    def recomputing_costs(self, s: int) -> tuple[list[TimeFunction], list[TimeFunction]]:
+        """The time functions whose sums price stage ``s``'s forward and backward ops when
+        it recomputes (samples -> the problem's time unit): as ``tidgap calibrate``
+        measured them where the problem has them; else the stage's ``forward``, and its
+        ``forward`` plus ``backward`` for a backward (only its ``backward`` when profiled
+        with ``--recompute``: the forward is in it)."""
+        stage = self.stages[s]
+        if self.recompute_times is not None:
+            measured = self.recompute_times[s]
+            return [measured.forward], [measured.backward]
+        if self.profiled_with_recompute:
+            return [stage.forward], [stage.backward]
+        return [stage.forward], [stage.forward, stage.backward]
+
+    @property
     def unused_calibration(self) -> list[str]:
         """Why a ``source.calibration`` entry the problem carries is not used, a line each
         naming the field: ``source`` is free-form (formats.md), so a malformed entry is

@@ -36,13 +36,6 @@ from tidgap.schedules.timeline import Timeline
 RunTimes = dict[tuple[int, str, int], float]
 
 
-def profiled_with_recompute(problem: Problem) -> bool:
-    """Whether ``tidgap profile --recompute`` timed the backwards (``source.timing.
-    recompute``): then every backward time already includes its forward."""
-    timing = problem.source_fields.get("timing")
-    return isinstance(timing, dict) and timing.get("recompute") is True
-
-
 def covered_chunks(forward: list[int], backward: list[int]) -> list[list[int]]:
     """Per backward chunk, the sizes of the forward chunks it is made of (every backward
     boundary a forward boundary): backward ``k`` ends in forward chunk
@@ -56,20 +49,19 @@ def recomputing_times(
     problem: Problem, s: int, forward: list[int], backward: list[int]
 ) -> RunTimes:
     """The op times of stage ``s`` when it recomputes, with partitions ``forward`` and
-    ``backward`` (samples): the calibrated ones where the problem has them, else each
-    backward as ``Tf + Tb`` of its samples (none where ``Tb`` already holds the forward:
-    profiled with ``--recompute``)."""
-    measured = problem.recompute_times
-    if measured is not None:
-        times = {(s, "F", k): measured[s].forward(size) for k, size in enumerate(forward, 1)}
-        return times | {
-            (s, "B", k): measured[s].backward(size) for k, size in enumerate(backward, 1)
-        }
-    if profiled_with_recompute(problem):
+    ``backward`` (samples): :meth:`~tidgap.model.problem.Problem.recomputing_costs` (none
+    where the model's own are those: profiled with ``--recompute``)."""
+    if problem.profiled_with_recompute and problem.recompute_times is None:
         return {}
-    stage = problem.stages[s]
-    return {
-        (s, "B", k): stage.forward(size) + stage.backward(size)
+    forward_costs, backward_costs = problem.recomputing_costs(s)
+    times: RunTimes = {}
+    if forward_costs != [problem.stages[s].forward]:  # else the model's forwards
+        times = {
+            (s, "F", k): sum(cost(size) for cost in forward_costs)
+            for k, size in enumerate(forward, 1)
+        }
+    return times | {
+        (s, "B", k): sum(cost(size) for cost in backward_costs)
         for k, size in enumerate(backward, 1)
     }
 
