@@ -36,6 +36,7 @@ import numpy as np
 from numba import njit, prange
 
 from tidgap.backends.evaluator import INVALID, not_partitions
+from tidgap.backends.run_pricing import op_ticks
 from tidgap.backends.ticks import TickedProblem, stage_link_ticks
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP, ORDER_GENE
 
@@ -91,11 +92,12 @@ def _holders(r1, q1, c1, o1, r2, q2, c2, o2, r3, q3, c3, o3):  # pragma: no cove
 
 @njit(parallel=True, cache=True, boundscheck=False, nogil=True)
 def _ordered_kernel(
-    forward, backward, order, fc, bc, ft, bt, tails, unit, chunk
+    forward, backward, order, fc, bc, ft, bt, tails, unit, chunk, fd, bd, per_op
 ):  # pragma: no cover - compiled
     """``ticks (P,)``, ``peaks (P, S)`` and ``1 +`` the index of an individual whose sizes
     are not partitions (0 when none). ``ft`` / ``bt``: ``(S, U+1)`` link ticks of each
-    stage's forwards / backwards (0 for the last / first stage's)."""
+    stage's forwards / backwards (0 for the last / first stage's). With ``per_op``, each
+    op's compute ticks are ``fd`` / ``bd`` ``(P, S, K)`` instead of ``fc`` / ``bc``."""
     population, stages, kf = forward.shape
     kb = backward.shape[2]
     width = order.shape[2]
@@ -198,7 +200,8 @@ def _ordered_kernel(
                         if up_done < i:
                             break
                         size = forward[p, s, k - 1]
-                        fr = max(fr, af[r - 1, i]) + fc[s, size]
+                        cost = fd[p, s, k - 1] if per_op else fc[s, size]
+                        fr = max(fr, af[r - 1, i]) + cost
                         ef[s, k] = fr
                         last_af = max(fr, last_af) + ft[s, size]
                         af[r, k] = last_af
@@ -212,7 +215,8 @@ def _ordered_kernel(
                         if (done_f < mine) | (down_done < i):
                             break
                         size = backward[p, s, k - 1]
-                        fr = max(max(fr, ef[s, mine]), ab[r + 1, i]) + bc[s, size]
+                        cost = bd[p, s, k - 1] if per_op else bc[s, size]
+                        fr = max(max(fr, ef[s, mine]), ab[r + 1, i]) + cost
                         last_ab = max(fr, last_ab) + bt[s, size]
                         ab[r, k] = last_ab
                         done_b = k
@@ -262,6 +266,9 @@ def ordered_ends(
         return np.zeros(0, dtype=np.int64), np.zeros((0, forward.shape[1]), dtype=np.int64)
     chunk = max(1, min(_MAX_CHUNK, -(-population // (4 * numba.get_num_threads()))))
     t = ticked
+    per_op = np.zeros((1, 1, 1), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64)
+    if t.run_priced:
+        per_op = tuple(np.ascontiguousarray(a) for a in op_ticks(forward, backward, t, np))
     ticks, peaks, bad = _ordered_kernel(
         forward,
         backward,
@@ -272,6 +279,8 @@ def ordered_ends(
         np.ascontiguousarray(t.tails, dtype=np.int64),
         np.int64(t.unit),
         chunk,
+        *per_op,
+        t.run_priced,
     )
     if bad:
         raise ValueError(not_partitions(int(bad) - 1, t.num_units))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from tidgap.backends.evaluator import INVALID, not_partitions
+from tidgap.backends.run_pricing import op_ticks
 from tidgap.backends.ticks import TickedProblem, stage_link_ticks
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP
 
@@ -168,13 +169,15 @@ def simulate(
     active: np.ndarray,
     costs: tuple[np.ndarray, np.ndarray],
     widths: tuple[int, int],
+    op_compute: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run rounds until none can; returns each pair's ``free`` (the end of its last op
     run) and the number of ops it ran, ``(N,)`` each.
 
     ``records``: :func:`op_records` ``(N, L)``; ``active``: the pairs with ops to run,
     ``inputs``: the times index of their first ops' inputs; ``costs``: :func:`cost_tables`;
-    ``widths``: ``(K_f + 1, W)``."""
+    ``widths``: ``(K_f + 1, W)``; ``op_compute``: ``(N L,)`` each op's compute ticks,
+    instead of ``costs``' compute (run pricing)."""
     (compute, transfer), (width_f, width) = costs, widths
     count, positions = records.shape
     times = np.full((count, width + 1), -1, dtype=np.int64)
@@ -196,7 +199,7 @@ def simulate(
         op = words[at].view(record)
         end = np.maximum(start[ready], free[ready])
         cost = op["entry"].astype(np.intp)
-        end += compute[cost]
+        end += compute[cost] if op_compute is None else op_compute[at]
         here = base[ready]
         slot = here + op["slot"]
         sent = np.maximum(end, times[slot - 1])
@@ -254,12 +257,20 @@ def ordered_ends(
     stage = np.tile(np.arange(stages, dtype=np.int32 if entries < 2**31 else np.int64), count)
     entry = np.where(is_forward, stage[:, None], stage[:, None] + stages) * (U + 1) + size
     active = np.flatnonzero(length)
+    op_compute = None
+    if ticked.run_priced:
+        durations = np.zeros((count, stages, width + 1), dtype=np.int64)
+        durations[..., 1:width_f], durations[..., width_f + 1 : width] = op_ticks(
+            forward, backward, ticked, np
+        )
+        op_compute = durations.ravel()[flat].ravel()
     free, ran = simulate(
         op_records(wait, slot, entry, width),
         active * (width + 1) + wait[active, 0],
         active,
         cost_tables(ticked),
         (width_f, width),
+        op_compute,
     )
     finished = valid & (ran == length).reshape(count, stages).all(axis=1)
     # A finished stage's last op is its last backward (it waits for every forward).

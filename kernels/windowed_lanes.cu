@@ -56,7 +56,9 @@ extern "C" __global__ void tidgap_windowed_lanes(TIDGAP_ORDERED_PARAMETERS) {
         const long long read = active ? p : 0;  // an idle slot's lanes read nothing
         const tidgap_ordered_genes genes = {
             forward + read * genes_per_individual, backward + read * genes_per_individual,
-            order + read * stages * length, stages, width, length};
+            order + read * stages * length, stages, width, length,
+            per_op ? forward_time + read * genes_per_individual : nullptr,
+            per_op ? backward_time + read * genes_per_individual : nullptr};
         for (int s = first_lane; active && s < stages; s += lane_step) {
             tidgap_stage_setup(genes, scratch, s);
         }

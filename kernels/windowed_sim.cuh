@@ -17,6 +17,9 @@
 //                             TIDGAP_NO_OP after the last (tidgap.optimize.genome's codes)
 //   forward_compute, backward_compute (S, T); forward_transfer, backward_transfer (S-1, T),
 //   backward_transfer[l] indexed by the sender's (stage l+1) size; tails (S,); T = U + 1
+//   forward_time, backward_time (S, K) int64 or null: each op's compute ticks, instead of
+//                     the compute tables (plans priced as tidgap run runs them:
+//                     tidgap/backends/run_pricing.py)
 //   arrivals          (S (2 (K+1) + 1)) int64 scratch: A and A' per stage (K+1 each), then
 //                     each stage's free time (the end of its last op)
 //   sizes             (S (2 (K+1) + TIDGAP_CURSORS)) int32 scratch: P and Q per stage (K+1
@@ -66,12 +69,15 @@
 #define TIDGAP_LANE_WORDS(stages, width) \
     (TIDGAP_ARRIVALS(stages, width) + (TIDGAP_SIZES(stages, width) + 2 * (stages) + 1) / 2)
 
-// One individual's genes (row pointers of its (S, K) sizes and (S, L) order).
+// One individual's genes (row pointers of its (S, K) sizes and (S, L) order), and its ops'
+// compute ticks (S, K) where they are not the tables' (else null).
 struct tidgap_ordered_genes {
     const int* forward;
     const int* backward;
     const signed char* order;
     int stages, width, length;
+    const tidgap_i64* forward_time;
+    const tidgap_i64* backward_time;
 };
 
 // The problem's tables in ticks (T = table_width entries per row).
@@ -185,7 +191,9 @@ __host__ __device__ inline int tidgap_stage_advance(
                 start = tidgap_max(start, scratch.arrival(s - 1, 0)[i]);
             }
             const int size = genes.forward[s * width + nf];
-            stage_free = start + tables.forward_compute[s * table_width + size];
+            stage_free = start + (genes.forward_time
+                                      ? genes.forward_time[s * width + nf]
+                                      : tables.forward_compute[s * table_width + size]);
             if (s < stages - 1) {
                 tidgap_i64* A = scratch.arrival(s, 0);
                 A[k] = tidgap_max(stage_free, A[k - 1]) +
@@ -204,7 +212,9 @@ __host__ __device__ inline int tidgap_stage_advance(
                 start = tidgap_max(start, scratch.arrival(s + 1, 1)[i]);
             }
             const int size = genes.backward[s * width + nb];
-            stage_free = start + tables.backward_compute[s * table_width + size];
+            stage_free = start + (genes.backward_time
+                                      ? genes.backward_time[s * width + nb]
+                                      : tables.backward_compute[s * table_width + size]);
             if (s > 0) {
                 tidgap_i64* G = scratch.arrival(s, 1);
                 G[k] = tidgap_max(stage_free, G[k - 1]) +
@@ -243,7 +253,8 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_finish(
 
 // The parameters of a population kernel (windowed_evaluate.cu, windowed_lanes.cu): the
 // population's genes (P, S, K) and (P, S, L), its outputs fitness (P,) and peak_held (P, S),
-// P, S, K, L, then the tables and T.
+// P, S, K, L, then the tables and T, then each op's compute ticks (P, S, K) per direction,
+// used where per_op is not 0 (else they may be any array).
 #define TIDGAP_ORDERED_PARAMETERS                                                          \
     const int *__restrict__ forward, const int *__restrict__ backward,                     \
         const signed char *__restrict__ order, tidgap_i64 *__restrict__ fitness,           \
@@ -252,7 +263,9 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_finish(
         const tidgap_i64 *__restrict__ backward_compute,                                   \
         const tidgap_i64 *__restrict__ forward_transfer,                                   \
         const tidgap_i64 *__restrict__ backward_transfer,                                  \
-        const tidgap_i64 *__restrict__ tails, int table_width
+        const tidgap_i64 *__restrict__ tails, int table_width,                           \
+        const tidgap_i64 *__restrict__ forward_time,                                       \
+        const tidgap_i64 *__restrict__ backward_time, int per_op
 
 // One thread's evaluation of one individual: the stages take turns, each with a fresh
 // snapshot, until none advances.
@@ -260,9 +273,10 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
     const int* forward, const int* backward, const signed char* order, int stages, int width,
     int length, const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
     const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
-    const tidgap_i64* tails, int table_width, tidgap_i64* arrivals, int* sizes,
-    tidgap_i64* peak_held) {
-    const tidgap_ordered_genes genes = {forward, backward, order, stages, width, length};
+    const tidgap_i64* tails, int table_width, const tidgap_i64* forward_time,
+    const tidgap_i64* backward_time, tidgap_i64* arrivals, int* sizes, tidgap_i64* peak_held) {
+    const tidgap_ordered_genes genes = {
+        forward, backward, order, stages, width, length, forward_time, backward_time};
     const tidgap_ordered_tables tables = {forward_compute, backward_compute, forward_transfer,
                                           backward_transfer, tails, table_width};
     const tidgap_ordered_scratch scratch = {arrivals, sizes, width + 1, stages};

@@ -8,6 +8,8 @@ problems the lanes cannot hold run the thread kernel."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -81,6 +83,28 @@ def test_random_populations_for_every_group_size(stages: int, max_blocks: int) -
     fitness, _ = lanes(ticked, population)
     assert (fitness == INVALID).any() and (fitness < INVALID).any()
     assert_as_numba(ticked, population, max_blocks=max_blocks)
+
+
+@pytest.mark.parametrize("stages", [1, 3, 8])
+def test_run_priced_populations(stages: int) -> None:
+    """Each op's compute ticks in place of the tables' (run pricing: recomputing, merged
+    and mirrored stages), as Numba's."""
+    rng = np.random.default_rng(50 + stages)
+    ticked = random_ticked(rng, stages, 9, 1000)
+    ticked = replace(
+        ticked,
+        recompute_forward=2 * ticked.forward_compute,
+        recompute_backward=3 * ticked.backward_compute,
+    )
+    population = random_individuals(rng, ticked, 13, 12, max_count=12)
+    mirrored = rng.random(13)[:, None, None] < 0.5
+    population = replace(
+        population, backward=np.where(mirrored, population.forward, population.backward)
+    )
+    population = random_orders(rng, population)
+    fitness, _ = lanes(ticked, population)
+    assert (fitness < INVALID).any()
+    assert_as_numba(ticked, population)
 
 
 def test_wide_chromosomes_raise_the_shared_memory_limit() -> None:

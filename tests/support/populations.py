@@ -140,3 +140,23 @@ def assert_same_children(got: JointGenes, expected: JointGenes) -> None:
         want = getattr(expected, name)
         assert getattr(got, name).dtype == want.dtype, name
         np.testing.assert_array_equal(getattr(got, name), want, err_msg=name)
+
+
+def coarsened_backwards(
+    rng: np.random.Generator, population: Population, caps: np.ndarray, mirrored: float = 0.3
+) -> Population:
+    """``population`` with each backward row made of the forward row's chunks (every
+    backward boundary a forward boundary): the forward row itself for a fraction
+    ``mirrored`` of the rows, else neighbouring chunks merged at random within ``caps``
+    (``(S,)`` units)."""
+    backward = np.zeros_like(population.forward)
+    for p, s in np.ndindex(population.forward.shape[:2]):
+        chunks = [int(u) for u in population.forward[p, s] if u]
+        merged = [chunks[0]]
+        for size in chunks[1:]:
+            if rng.random() >= mirrored and merged[-1] + size <= caps[s] and rng.random() < 0.5:
+                merged[-1] += size
+            else:
+                merged.append(size)
+        backward[p, s, : len(merged)] = merged
+    return replace(population, backward=backward)

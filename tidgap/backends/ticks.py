@@ -18,6 +18,15 @@ from tidgap.model.timefn import TimeFunction
 #: No iteration time may exceed this many ticks (far from int64's 2**63, exact as float64).
 TICK_BUDGET = 2**50
 
+#: How plans are priced. ``"model"``: model.md, every op at its stage's ``Tf_s`` / ``Tb_s``.
+#: ``"run"``: as ``tidgap run`` runs them (:mod:`tidgap.runtime.pricing`, without the op
+#: times that depend on the op before): a stage whose backward boundaries are all forward
+#: boundaries runs each backward over the stored graphs of the forward chunks it covers
+#: (the sum of their ``Tb_s``); any other stage recomputes (its ops priced by
+#: :meth:`~tidgap.model.problem.Problem.recomputing_costs`).
+MODEL_PRICING, RUN_PRICING = "model", "run"
+PRICINGS = (MODEL_PRICING, RUN_PRICING)
+
 
 @dataclass(frozen=True)
 class TickedProblem:
@@ -29,7 +38,10 @@ class TickedProblem:
     - ``forward_compute``, ``backward_compute``: ``(S, U+1)`` int64, ``Tf_s``, ``Tb_s``;
     - ``forward_transfer``, ``backward_transfer``: ``(S-1, U+1)`` int64, ``Cf_s``, ``Cb_s``
       (``Cb_s`` indexed by the sender's size, stage ``s+1``);
-    - ``tails``: ``(S,)`` int64; ``forward_caps``, ``backward_caps``: ``(S,)`` int64 in units.
+    - ``tails``: ``(S,)`` int64; ``forward_caps``, ``backward_caps``: ``(S,)`` int64 in units;
+    - ``recompute_forward``, ``recompute_backward``: ``(S, U+1)`` int64, a recomputing
+      stage's ops (:meth:`~tidgap.model.problem.Problem.recomputing_costs`), when the
+      problem is priced as ``tidgap run`` runs it (:data:`RUN_PRICING`); else ``None``.
     """
 
     tick: float
@@ -42,6 +54,13 @@ class TickedProblem:
     tails: np.ndarray
     forward_caps: np.ndarray
     backward_caps: np.ndarray
+    recompute_forward: np.ndarray | None = None
+    recompute_backward: np.ndarray | None = None
+
+    @property
+    def run_priced(self) -> bool:
+        """Whether plans are priced as ``tidgap run`` runs them (:data:`RUN_PRICING`)."""
+        return self.recompute_forward is not None
 
     @property
     def num_stages(self) -> int:
@@ -67,8 +86,11 @@ def choose_tick(upper_bound: float) -> float:
     return 2.0 ** math.ceil(math.log2(upper_bound / TICK_BUDGET))
 
 
-def tick_problem(problem: Problem) -> TickedProblem:
-    """Tabulate ``problem`` in integer ticks (see the module docstring)."""
+def tick_problem(problem: Problem, pricing: str = MODEL_PRICING) -> TickedProblem:
+    """Tabulate ``problem`` in integer ticks (see the module docstring), its ops priced by
+    ``pricing`` (:data:`PRICINGS`)."""
+    if pricing not in PRICINGS:
+        raise ValueError(f"pricing must be one of {PRICINGS}, not {pricing!r}")
     S, U, unit = problem.num_stages, problem.num_units, problem.unit
     fcaps = [problem.forward_cap(s) // unit for s in range(S)]
     bcaps = [problem.backward_cap(s) // unit for s in range(S)]
@@ -86,6 +108,16 @@ def tick_problem(problem: Problem) -> TickedProblem:
             _tabulate(ln.backward, unit, bcaps[s + 1], U) for s, ln in enumerate(problem.links)
         ],
     }
+    if pricing == RUN_PRICING:
+        costs = [problem.recomputing_costs(s) for s in range(S)]
+        tables["recompute_forward"] = [
+            sum(_tabulate(f, unit, fcaps[s], U) for f in forward)
+            for s, (forward, _) in enumerate(costs)
+        ]
+        tables["recompute_backward"] = [
+            sum(_tabulate(f, unit, bcaps[s], U) for f in backward)
+            for s, (_, backward) in enumerate(costs)
+        ]
     tails = [stage.tail for stage in problem.stages]
     # Any plan's iteration time is at most the sum of every operation and transfer it
     # can contain (each has at most U microbatches per stage and direction).
@@ -100,13 +132,10 @@ def tick_problem(problem: Problem) -> TickedProblem:
         tick=tick,
         num_units=U,
         unit=unit,
-        forward_compute=in_ticks(tables["forward_compute"]),
-        backward_compute=in_ticks(tables["backward_compute"]),
-        forward_transfer=in_ticks(tables["forward_transfer"]),
-        backward_transfer=in_ticks(tables["backward_transfer"]),
         tails=np.rint(np.asarray(tails) / tick).astype(np.int64),
         forward_caps=np.asarray(fcaps, dtype=np.int64),
         backward_caps=np.asarray(bcaps, dtype=np.int64),
+        **{name: in_ticks(rows) for name, rows in tables.items()},
     )
 
 
