@@ -1,7 +1,9 @@
 """How well the cost model predicts real runs (issue 12): profile a small GPT on 2 stages,
 calibrate it through the runtime (``tidgap calibrate``), search plans on the calibrated
 problem (a flush and a windowed plan whose backward partitions are their forward ones, a
-windowed plan that recomputes nothing, and a windowed plan free to recompute), run
+windowed plan that recomputes nothing, and windowed plans free to recompute: one priced as
+``tidgap run`` runs it, the search's default on a calibrated problem, and one priced by the
+model alone, ``--pricing model``), run
 GPipe(m), 1F1B(m) and the searched plans with ``tidgap run`` (``--repeats`` rounds, each
 one ``tidgap run`` of all of them in turn, iteration by iteration, in the same processes
 (``--compare``), so that every plan meets the machine's same moments), and print measured
@@ -52,6 +54,7 @@ SEARCHES = {
     "searched, mirrored": ["--mirrored"],
     "searched, no recompute": ["--no-recompute"],
     "searched": [],
+    "searched, model-priced": ["--pricing", "model"],
 }
 
 

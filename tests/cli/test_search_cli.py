@@ -61,6 +61,13 @@ def test_json_has_the_order_and_the_tradeoff_rows() -> None:
     assert document["predicted"]["iteration_time"] == times[-1] == min(times)
 
 
+def test_pricing_is_in_the_json_and_the_headline() -> None:
+    assert _search()["search"]["pricing"] == "model"  # a built-in example: not measured
+    assert _search("--pricing", "run")["search"]["pricing"] == "run"
+    text = run_cli("search", PROBLEM, *SHORT, "--pricing", "run").stdout
+    assert "priced as run" in text.splitlines()[1]
+
+
 def test_flush_json_has_no_order() -> None:
     document = _search("--schedule", "flush")
     assert "order" not in document and document["search"]["schedule"] == "flush"
@@ -110,8 +117,20 @@ def test_memory_limit_1f1b_writes_a_plan_within_what_the_best_1f1b_holds(
         (("--memory-limit", "8GB"), "--memory-limit"),  # tiny-2 gives no activation_bytes
         (("--schedule", "windowed", "--same-partition"), "--same-partition"),
         (("--schedule", "flush", "--memory-limit", "1f1b"), "--memory-limit"),
+        (("--schedule", "flush", "--pricing", "run"), "--pricing"),
+        (("--same-partition", "--pricing", "run"), "--pricing"),
+        (("--pricing", "cheap"), "--pricing"),
     ],
-    ids=["unknown-word", "zero", "bytes-without-activation-bytes", "windowed-same", "flush-1f1b"],
+    ids=[
+        "unknown-word",
+        "zero",
+        "bytes-without-activation-bytes",
+        "windowed-same",
+        "flush-1f1b",
+        "flush-run-pricing",
+        "same-partition-run-pricing",
+        "unknown-pricing",
+    ],
 )
 def test_bad_input_exits_2_in_one_line_and_writes_nothing(
     tmp_path: Path, args: tuple[str, ...], named: str

@@ -3,6 +3,7 @@ plainly when a baseline is faster."""
 
 from __future__ import annotations
 
+from tidgap.backends.ticks import MODEL_PRICING
 from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult, TradeoffPoint
@@ -62,6 +63,7 @@ def summary_lines(result: SearchResult) -> list[str]:
     plan_time = result.evaluation.iteration_time
     rival = best_rival(result.baselines)
     rule = "" if result.backward == FREE else f" backward {result.backward}"
+    rule += "" if result.pricing == MODEL_PRICING else f", priced as {result.pricing}"
     return [
         f"best plan: iteration {plan_time:.6g} {unit}, {result.speedup_over_gpipe:.3f}x best "
         f"GPipe ({family.name}{rule}, {result.generations} generations, {result.evaluations} "

@@ -11,6 +11,7 @@ from tidgap.analysis.compare import compare, format_table
 from tidgap.analysis.report import report, summary
 from tidgap.analysis.search_summary import summary_lines
 from tidgap.backends import UnusableBackend, first_usable, get_backend, require_usable
+from tidgap.backends.ticks import PRICINGS, RUN_PRICING
 from tidgap.cli.options import (
     Number,
     about_problem,
@@ -33,6 +34,7 @@ from tidgap.model.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
 from tidgap.model.problem import load_problem
 from tidgap.optimize.checkpoint import DEFAULT_EVERY, load_state
 from tidgap.optimize.driver import (
+    AUTO_PRICING,
     SEARCHABLE,
     SearchResult,
     search,
@@ -145,6 +147,18 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
 )
 @backward_rule_options
 @click.option(
+    "--pricing",
+    type=click.Choice((AUTO_PRICING, *PRICINGS)),
+    default=AUTO_PRICING,
+    show_default=True,
+    help="How plans are timed. model: model.md's op times (a backward of b samples at "
+    "Tb(b), whatever the forward partition: what UMPIPE assumes). run (windowed only): as "
+    "tidgap run runs them: a stage whose backward boundaries are all forward boundaries "
+    "pays the sum of its covered forwards' backward times, any other recomputes (the "
+    "calibrated recompute times, else Tf + Tb per backward). auto: run for a windowed "
+    "search of a problem tidgap calibrate timed (it has recompute tables), else model.",
+)
+@click.option(
     "--max-memory",
     type=MemorySize(),
     help="Refuse a search whose estimated memory exceeds this (bytes, or 8G, 512MiB, ...; "
@@ -194,6 +208,7 @@ def search_command(
     same_partition: bool,
     no_recompute: bool,
     mirrored: bool,
+    pricing: str,
     max_memory: int | None,
     out: str | None,
     checkpoint: str | None,
@@ -222,6 +237,11 @@ def search_command(
         time_limit = DEFAULT_TIME_LIMIT
     if same_partition and schedule is not None and not SCHEDULES[schedule].separable:
         raise click.UsageError("--same-partition searches flush plans: give --schedule flush")
+    flush = same_partition or (schedule is not None and SCHEDULES[schedule].separable)
+    if pricing == RUN_PRICING and flush:
+        raise click.UsageError(
+            "--pricing run searches windowed plans (not --schedule flush or --same-partition)"
+        )
     show_progress = not (quiet or as_json) and sys.stderr.isatty()
     progress = ProgressLine(loaded.time_unit) if show_progress else None
     with stop_on_signals() as signals:
@@ -241,6 +261,7 @@ def search_command(
                     on_progress=progress,
                     same_partition=same_partition,
                     backward=backward_rule(no_recompute, mirrored),
+                    pricing=pricing,
                     interrupted=signals.received,
                     on_phase=None if progress is None else progress.phase,
                     max_memory=max_memory,

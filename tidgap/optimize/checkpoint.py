@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tidgap.backends.ticks import MODEL_PRICING
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import parse_json
 from tidgap.model.numbers import is_integer
@@ -79,6 +80,7 @@ class SearchIdentity:
     backward: str = FREE
     memory_limit: str | int | None = None
     max_microbatches: int | None = None
+    pricing: str = MODEL_PRICING
 
     def as_dict(self) -> dict[str, Any]:
         """The fields, for the state's ``meta``."""
@@ -99,9 +101,11 @@ class SavedState:
         if self.meta.get("digest") != problem_digest(problem):
             raise InputError("was saved for another problem", ("digest",), source=self.source)
         for name, value in identity.as_dict().items():
-            if self.meta.get(name) != value:
+            # A field newer than the state file: its default (what the search then did).
+            saved = self.meta.get(name, getattr(SearchIdentity, name, None))
+            if saved != value:
                 raise InputError(
-                    f"was saved with {name} {self.meta.get(name)!r}, not {value!r}",
+                    f"was saved with {name} {saved!r}, not {value!r}",
                     (name,),
                     source=self.source,
                 )

@@ -19,6 +19,7 @@ from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.checkpoint import DEFAULT_EVERY, Checkpoint, SavedState
 from tidgap.optimize.optimizer import (
+    AUTO_PRICING,
     DEFAULT_SCHEDULE,
     SAME_PARTITION_SCHEDULE,
     SEARCHABLE,
@@ -32,6 +33,7 @@ from tidgap.optimize.results import SearchProgress, SearchResult
 DEFAULT_STAGNATION = 200
 
 __all__ = [
+    "AUTO_PRICING",
     "DEFAULT_SCHEDULE",
     "SAME_PARTITION_SCHEDULE",
     "SEARCHABLE",
@@ -62,6 +64,7 @@ def search(
     max_memory: int | None = None,
     memory_limit: str | int | None = None,
     backward: str = FREE,
+    pricing: str = AUTO_PRICING,
     checkpoint: str | os.PathLike[str] | None = None,
     checkpoint_every: float = DEFAULT_EVERY,
     resume: str | os.PathLike[str] | SavedState | None = None,
@@ -108,6 +111,16 @@ def search(
     repaired (the backward becomes the best coarsening of one of the best forwards, equal
     partitions among them, so never slower than the best GPipe).
 
+    ``pricing`` is how plans are timed: ``"model"``, model.md's op times (what the golden
+    cases and UMPIPE price); ``"run"`` (windowed only), as ``tidgap run`` runs them (a
+    stage whose backward boundaries are all forward boundaries runs each backward over its
+    forwards' stored graphs, at the sum of their backward times; any other recomputes, at
+    the calibrated or profiled recompute costs), so the result's time is
+    :func:`tidgap.runtime.pricing.run_evaluation`'s but for the ops timed by the op before
+    them; ``"auto"`` (the default), run for a windowed search of a problem ``tidgap
+    calibrate`` timed through the runtime (its recompute tables), else model.
+    ``result.pricing`` says which.
+
     ``checkpoint`` (a path) saves the GA's state (:mod:`tidgap.optimize.checkpoint`)
     every ``checkpoint_every`` seconds, at the end and when a signal stops the search;
     ``resume`` (a path or a loaded state) continues from one, for the same problem, family,
@@ -129,6 +142,7 @@ def search(
         max_microbatches=max_microbatches,
         same_partition=same_partition,
         backward=backward,
+        pricing=pricing,
         max_memory=max_memory,
         resume=resume,
         stopping=stopping,

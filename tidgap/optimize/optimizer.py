@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tidgap.backends.ticks import MODEL_PRICING, PRICINGS, RUN_PRICING
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import integer_at_least, is_number
 from tidgap.model.plan import Plan, check_plan
@@ -89,6 +90,30 @@ class Stopping:
             )
 
 
+#: The default pricing: :data:`~tidgap.backends.ticks.RUN_PRICING` for a windowed search of
+#: a problem ``tidgap calibrate`` timed through the runtime (its ``source.calibration``
+#: has recompute tables), else :data:`~tidgap.backends.ticks.MODEL_PRICING`.
+AUTO_PRICING = "auto"
+
+
+def resolved_pricing(problem: Problem, pricing: str, schedule: str) -> str:
+    """``pricing`` (:data:`AUTO_PRICING` or one of :data:`~tidgap.backends.ticks.PRICINGS`)
+    as ``schedule`` is searched, else ``ValueError``: run pricing prices ordered plans only
+    (a flush search's halves are priced apart, and a stage's backward cost depends on its
+    forward partition)."""
+    if pricing == AUTO_PRICING:
+        calibrated = problem.recompute_times is not None
+        return RUN_PRICING if calibrated and not SCHEDULES[schedule].separable else MODEL_PRICING
+    if pricing not in PRICINGS:
+        choices = ", ".join((AUTO_PRICING, *PRICINGS))
+        raise ValueError(f"pricing must be one of {choices}, not {pricing!r}")
+    if pricing != MODEL_PRICING and SCHEDULES[schedule].separable:
+        raise ValueError(
+            f"{pricing} pricing searches ordered plans (schedule windowed), not {schedule}"
+        )
+    return pricing
+
+
 def flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
     """Refuse a memory limit that no flush plan (every stage holds the whole batch) meets."""
     if memory_limit == ONE_F_ONE_B:
@@ -135,6 +160,7 @@ class Optimizer:
         max_microbatches: int | None = None,
         same_partition: bool = False,
         backward: str = FREE,
+        pricing: str = AUTO_PRICING,
         max_memory: int | None = None,
         fitness: Fitness | None = None,
         resume: str | os.PathLike[str] | SavedState | None = None,
@@ -163,6 +189,7 @@ class Optimizer:
             check_rule(backward),
             memory_limit,
             max_microbatches,
+            resolved_pricing(problem, pricing, schedule),
         )
         saved = load_state(resume) if isinstance(resume, (str, os.PathLike)) else resume
         if saved is not None:
@@ -202,6 +229,7 @@ class Optimizer:
                 problem,
                 memory_limit=memory_limit,
                 backward=backward,
+                pricing=self.identity.pricing,
                 first_search=first,
                 **options,
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidgap.backends.ticks import MODEL_PRICING
 from tidgap.model.plan import PLAN_FORMAT, Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import FREE
@@ -74,6 +75,7 @@ class SearchResult:
     memory_limit: MemoryLevel | None = None
     tradeoff: tuple[TradeoffPoint, ...] = ()
     backward: str = FREE
+    pricing: str = MODEL_PRICING
 
     @property
     def no_recompute(self) -> bool:
@@ -113,6 +115,7 @@ class SearchResult:
             "same_partition": self.same_partition,
             "no_recompute": self.no_recompute,
             "backward": self.backward,
+            "pricing": self.pricing,
             "setup_time": {phase: round(t, 3) for phase, t in self.setup.items()},
         }
         if self.memory_limit is not None:

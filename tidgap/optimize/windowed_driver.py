@@ -20,7 +20,7 @@ import numpy as np
 
 from tidgap.backends import Backend
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
-from tidgap.backends.ticks import TickedProblem, tick_problem
+from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING, TickedProblem, tick_problem
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
@@ -66,6 +66,7 @@ from tidgap.optimize.preparation import (
 )
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
+from tidgap.runtime.pricing import run_evaluation, run_op_times
 from tidgap.schedules.baselines import BaselineResult, best_baselines, equal_sizes
 from tidgap.schedules.families import (
     SCHEDULES,
@@ -197,12 +198,12 @@ def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
 
 
 def compiled_loops(
-    problem: Problem, record: Backend
+    problem: Problem, record: Backend, pricing: str = MODEL_PRICING
 ) -> tuple[TickedProblem, OrderedEvaluator, ModuleType, Breeding]:
-    """The tick tables of ``problem``, and the evaluator, array module and breeding of the
-    backend ``record``, its evaluator, repair, breeding and mutation compiled (or loaded
-    from the disk cache) on :func:`warm_up_inputs`."""
-    ticked = tick_problem(problem)
+    """The tick tables of ``problem`` priced by ``pricing``, and the evaluator, array
+    module and breeding of the backend ``record``, its evaluator, repair, breeding and
+    mutation compiled (or loaded from the disk cache) on :func:`warm_up_inputs`."""
+    ticked = tick_problem(problem, pricing)
     evaluator = create_evaluator(ticked, SEARCHED.name, record.name)
     xp = record.namespace()
     breeding = backend_breeding(record)
@@ -246,11 +247,17 @@ def fastest_admitted(
     return [None if index is None else kept[index] for index in chosen]
 
 
-def decoded(genes: JointGenes, problem: Problem, level: MemoryLevel) -> TradeoffPoint:
-    """The plan of one individual, checked and evaluated with the reference simulator."""
+def decoded(
+    genes: JointGenes, problem: Problem, level: MemoryLevel, pricing: str = MODEL_PRICING
+) -> TradeoffPoint:
+    """The plan of one individual, checked and evaluated with the reference simulator
+    (priced by ``pricing``)."""
     plan = decode_plan(genes.forward[0], genes.backward[0], problem, genes.codes[0])
     check_plan(plan, problem)
-    evaluation = SEARCHED.evaluate(problem, plan)
+    if pricing == RUN_PRICING:
+        evaluation = run_evaluation(problem, plan, run_op_times(problem, plan, order=False))
+    else:
+        evaluation = SEARCHED.evaluate(problem, plan)
     if not level.admits(evaluation.peak_held):
         raise AssertionError(f"the plan for {level.label} holds {evaluation.peak_held}")
     return TradeoffPoint(level, plan, evaluation)
@@ -278,6 +285,7 @@ class WindowedRun:
     time_limit: float | None
     phases: Phases
     backward: str
+    pricing: str
     on_progress: Callable[[SearchProgress], None] | None
 
     def report(self) -> Callable | None:
@@ -304,6 +312,7 @@ def prepare_windowed(
     memory_limit: str | int | None = None,
     backward: str = FREE,
     first_search: tuple[Plan, int, int] | None = None,
+    pricing: str = MODEL_PRICING,
 ) -> WindowedRun:
     """Everything a windowed search does before its generations (the first, flush
     search unless ``first_search`` gives its plan, generations and evaluations)."""
@@ -337,7 +346,7 @@ def prepare_windowed(
             phases.seconds |= {f"flush {name}": t for name, t in flush.setup.items()}
         with phases("compile"):
             background_compile.finish(helper)
-            ticked, evaluator, xp, breeding = compiled_loops(problem, record)
+            ticked, evaluator, xp, breeding = compiled_loops(problem, record, pricing)
     finally:
         background_compile.stop(helper)
     with phases("baselines"):
@@ -421,6 +430,7 @@ def prepare_windowed(
         time_limit,
         phases,
         backward,
+        pricing,
         on_progress,
     )
 
@@ -496,7 +506,9 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
                 found = polished(found, levels, optimizer.space, deadline)
             found, stop_reason = used_to_the_end(run, found, stop_reason)
     tradeoff = [
-        TradeoffPoint(level, None, None) if best is None else decoded(best[0], problem, level)
+        TradeoffPoint(level, None, None)
+        if best is None
+        else decoded(best[0], problem, level, run.pricing)
         for level, best in zip(levels, found, strict=True)
     ]
     chosen = tradeoff[levels.index(in_force)]
@@ -523,4 +535,5 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
         memory_limit=in_force,
         tradeoff=tuple(tradeoff),
         backward=run.backward,
+        pricing=run.pricing,
     )

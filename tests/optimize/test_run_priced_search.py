@@ -1,0 +1,87 @@
+"""Searches priced as ``tidgap run`` runs their plans (``pricing="run"``, the default for a
+windowed search of a calibrated problem): the result's times are the runtime pricing's, the
+result is never slower than the best 1F1B or GPipe priced so, the same seed gives the same
+plan on every backend, and flush searches refuse it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import tidgap
+from tests.conftest import golden_cases
+from tests.support.backends import install_fake_cupy
+from tidgap import InputError, Problem, search
+from tidgap.optimize.results import SearchResult
+from tidgap.runtime.pricing import run_evaluation, run_op_times
+from tidgap.schedules.baselines import best_baselines
+
+OPTIONS: dict[str, Any] = {"seed": 2, "generations": 30, "population": 32}
+
+
+def calibrated(name: str) -> Problem:
+    """Golden problem ``name`` with a calibration's recompute tables, as ``tidgap
+    calibrate`` writes them: here the stage's own (recomputing then costs nothing more, so
+    the runtime's prices differ from the model's in stored-graph merges)."""
+    data = next(c["problem"] for c in golden_cases() if c["problem"]["name"] == name)
+    recompute = [{"forward": st["forward"], "backward": st["backward"]} for st in data["stages"]]
+    data["source"] = {"calibration": {"recompute": recompute}}
+    return Problem.from_dict(data)
+
+
+def run_priced(problem: Problem, result: SearchResult) -> list[float]:
+    """Each trade-off plan's time as the runtime pricing gives it (without order tables)."""
+    return [
+        run_evaluation(problem, p.plan, run_op_times(problem, p.plan, order=False)).iteration_time
+        for p in result.tradeoff
+        if p.plan is not None
+    ]
+
+
+@pytest.mark.parametrize("name", ["tiny7_2", "med7_1"])
+def test_a_calibrated_problem_is_priced_as_the_runtime_runs_it(name: str) -> None:
+    problem = calibrated(name)
+    result = search(problem, **OPTIONS)
+    assert result.pricing == "run"
+    times = [p.evaluation.iteration_time for p in result.tradeoff if p.evaluation is not None]
+    assert times == pytest.approx(run_priced(problem, result), rel=1e-9)
+    assert result.plan_document()["search"]["pricing"] == "run"
+    # the baselines are mirrored: the runtime runs them at the model's costs
+    baselines = best_baselines(problem)
+    for name in ("gpipe", "1f1b"):
+        assert result.evaluation.iteration_time <= baselines[name].iteration_time * (1 + 1e-9)
+
+
+def test_other_problems_and_flush_searches_are_priced_by_the_model() -> None:
+    plain = next(Problem.from_dict(c["problem"]) for c in golden_cases())
+    assert search(plain, **OPTIONS).pricing == "model"
+    assert search(calibrated("tiny7_2"), schedule="flush", **OPTIONS).pricing == "model"
+    assert search(calibrated("tiny7_2"), pricing="model", **OPTIONS).pricing == "model"
+    assert search(plain, pricing="run", **OPTIONS).pricing == "run"
+
+
+def test_flush_and_unknown_pricings_are_refused() -> None:
+    with pytest.raises(ValueError, match="searches ordered plans"):
+        search(calibrated("tiny7_2"), schedule="flush", pricing="run", **OPTIONS)
+    with pytest.raises(ValueError, match="pricing must be one of auto, model, run"):
+        search(calibrated("tiny7_2"), pricing="cheap", **OPTIONS)
+
+
+def test_same_seed_same_plan_on_every_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = calibrated("med7_1")
+    runs = [search(problem, backend=b, **OPTIONS) for b in ("numba", "numba", "numpy")]
+    install_fake_cupy(monkeypatch)
+    runs.append(search(problem, backend="cuda", **OPTIONS))
+    plans = [(r.plan.forward, r.plan.backward, r.plan.order) for r in runs]
+    assert all(plan == plans[0] for plan in plans)
+    assert len({r.evaluation.iteration_time for r in runs}) == 1
+
+
+def test_a_state_resumes_only_with_its_pricing(tmp_path) -> None:
+    problem = calibrated("tiny7_2")
+    path = tmp_path / "s.state"
+    search(problem, checkpoint=path, **OPTIONS)
+    with pytest.raises(InputError, match="was saved with pricing 'run', not 'model'"):
+        search(problem, pricing="model", resume=path, **OPTIONS)
+    assert tidgap.search(problem, resume=path, **OPTIONS).pricing == "run"
