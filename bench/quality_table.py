@@ -3,25 +3,29 @@ best flush plan and the windowed plan within the best 1F1B's memory and at any m
 peak memory and wall time.
 
 Run: ``python bench/quality_table.py [--time-limit 20] [--seed 0] [--backend numba]
-[--backward free|aligned|mirrored]``; it prints a Markdown table (one search of each family
-per example, each with the whole time limit; the first run also compiles Numba's loops, so
-run it twice for the wall times). ``--backward`` is the search's backward rule
-(:mod:`tidgap.optimize.backward_rules`): ``aligned``, only plans ``tidgap run`` runs without
-recomputing forwards; ``mirrored``, only plans it runs at the model's op costs. A searched
-plan's cell ends in ``run T`` when ``tidgap run`` runs it at other op
-costs than the model's (recomputation, backwards over several stored forward chunks): T is
-its prediction.
+[--backward free|aligned|mirrored] [--pricing auto|model|run]``; it prints a Markdown table
+(one search of each family per example, each with the whole time limit; the first run also
+compiles Numba's loops, so run it twice for the wall times). ``--backward`` is the search's
+backward rule (:mod:`tidgap.optimize.backward_rules`): ``aligned``, only plans ``tidgap run``
+runs without recomputing forwards; ``mirrored``, only plans it runs at the model's op
+costs. A searched plan's cell ends in ``run T`` when ``tidgap run`` runs it at other op
+costs than the search priced (recomputation, backwards over several stored forward chunks):
+T is its prediction. ``--pricing`` is the windowed search's (``run``: the search prices
+those costs itself, so no ``run T`` follows its cells); the flush search is model-priced.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 
 from tidgap import example_names, load_problem, search
+from tidgap.backends.ticks import PRICINGS
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import BACKWARD_RULES, FREE
+from tidgap.optimize.driver import AUTO_PRICING
 from tidgap.optimize.results import SearchResult, TradeoffPoint
 from tidgap.runtime.pricing import run_evaluation, run_op_times
 from tidgap.schedules.evaluation import Evaluation
@@ -43,9 +47,10 @@ def searched_cell(problem: Problem, plan: Plan, evaluation: Evaluation, referenc
     plan at other op costs than the model's (``run 10207``)."""
     text = cell(evaluation.iteration_time, evaluation.peak_held, reference)
     priced = run_op_times(problem, plan)
-    if not priced:
+    predicted = run_evaluation(problem, plan, priced).iteration_time if priced else None
+    if predicted is None or math.isclose(predicted, evaluation.iteration_time, rel_tol=1e-9):
         return text
-    return f"{text} run {run_evaluation(problem, plan, priced).iteration_time:.5g}"
+    return f"{text} run {predicted:.5g}"
 
 
 def point(result: SearchResult, label: str) -> TradeoffPoint:
@@ -53,7 +58,7 @@ def point(result: SearchResult, label: str) -> TradeoffPoint:
     return next(p for p in result.tradeoff if p.level.label == label)
 
 
-def row(name: str, time_limit: float, seed: int, backend: str, backward: str) -> str:
+def row(name: str, time_limit: float, seed: int, backend: str, backward: str, pricing: str) -> str:
     """One example's row."""
     problem = load_problem(EXAMPLE_PREFIX + name)
     common = dict(
@@ -64,7 +69,7 @@ def row(name: str, time_limit: float, seed: int, backend: str, backward: str) ->
         backward=backward,
     )
     flush = search(problem, schedule="flush", **common)
-    windowed = search(problem, schedule="windowed", **common)
+    windowed = search(problem, schedule="windowed", pricing=pricing, **common)
     baselines = windowed.baselines
     one_f_one_b = baselines["1f1b"].iteration_time
     cells = []
@@ -95,6 +100,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", default="numba")
     parser.add_argument("--backward", choices=BACKWARD_RULES, default=FREE)
+    parser.add_argument("--pricing", choices=(AUTO_PRICING, *PRICINGS), default=AUTO_PRICING)
     args = parser.parse_args()
     print(
         "| example | best GPipe | best 1F1B | flush plan | windowed, 1F1B memory | "
@@ -102,7 +108,8 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|")
     for name in example_names():
-        print(row(name, args.time_limit, args.seed, args.backend, args.backward), flush=True)
+        cells = row(name, args.time_limit, args.seed, args.backend, args.backward, args.pricing)
+        print(cells, flush=True)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,11 @@ ends when the list is empty. An individual with ops left (deadlock: rules 1 or 2
 or whose order row breaks rule ``count`` scores ``INVALID`` with ``peak_held`` 0. Sizes
 that are not partitions of ``U`` raise ``ValueError``.
 
+Run pricing (:mod:`tidgap.backends.run_pricing`'s rule, computed here in the loop): per
+stage, once its holder indices are known, whether every backward boundary is a forward
+boundary (else it recomputes: its ops at the recompute tables) and the prefix sums of
+``Tb_s`` over its forward chunks, whose difference prices a stored-graph backward.
+
 Parallel mapping: ``prange`` over chunks of individuals (a few per thread); each chunk
 allocates its scratch once: ``(S, K+2)`` int64 prefix sums and holder indices (``i`` and
 ``own`` above: per stage three merges of two prefix rows, run in lockstep), ``(S, K+1)``
@@ -36,7 +41,6 @@ import numpy as np
 from numba import njit, prange
 
 from tidgap.backends.evaluator import INVALID, not_partitions
-from tidgap.backends.run_pricing import op_ticks
 from tidgap.backends.ticks import TickedProblem, stage_link_ticks
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP, ORDER_GENE
 
@@ -92,12 +96,15 @@ def _holders(r1, q1, c1, o1, r2, q2, c2, o2, r3, q3, c3, o3):  # pragma: no cove
 
 @njit(parallel=True, cache=True, boundscheck=False, nogil=True)
 def _ordered_kernel(
-    forward, backward, order, fc, bc, ft, bt, tails, unit, chunk, fd, bd, per_op
+    forward, backward, order, fc, bc, ft, bt, tails, unit, chunk, rf, rb, priced
 ):  # pragma: no cover - compiled
     """``ticks (P,)``, ``peaks (P, S)`` and ``1 +`` the index of an individual whose sizes
     are not partitions (0 when none). ``ft`` / ``bt``: ``(S, U+1)`` link ticks of each
-    stage's forwards / backwards (0 for the last / first stage's). With ``per_op``, each
-    op's compute ticks are ``fd`` / ``bd`` ``(P, S, K)`` instead of ``fc`` / ``bc``."""
+    stage's forwards / backwards (0 for the last / first stage's). With ``priced`` (run
+    pricing, :mod:`tidgap.backends.run_pricing`'s rule), a stage some of whose backward
+    boundaries are not forward boundaries recomputes, its ops at ``rf`` / ``rb`` ``(S,
+    U+1)``, and any other's backward costs the sum of ``bc`` over the forward chunks it
+    covers."""
     population, stages, kf = forward.shape
     kb = backward.shape[2]
     width = order.shape[2]
@@ -113,6 +120,8 @@ def _ordered_kernel(
         ef = np.zeros((stages, kf + 1), dtype=np.int64)
         upstream = np.zeros((stages, kf + 2), dtype=np.int64)
         own = np.zeros((stages, kb + 2), dtype=np.int64)
+        graphs = np.zeros((stages, kf + 1), dtype=np.int64)  # sums of bc over forward chunks
+        again = np.zeros(stages, dtype=np.bool_)  # the stage recomputes
         downstream = np.zeros((stages, kb + 2), dtype=np.int64)
         m = np.zeros(stages, dtype=np.int64)
         n = np.zeros(stages, dtype=np.int64)
@@ -164,6 +173,15 @@ def _ordered_kernel(
                     pf[s], qb[s], n[s], own[s],
                     qb[min(s + 1, last)], qb[s], n[s] * (s < last), downstream[s],
                 )  # fmt: skip
+                if priced:
+                    total = np.int64(0)
+                    for i in range(m[s]):
+                        total += bc[s, forward[p, s, i]]
+                        graphs[s, i + 1] = total
+                    stored = True
+                    for k in range(1, n[s] + 1):
+                        stored &= pf[s, own[s, k]] == qb[s, k]
+                    again[s] = not stored
                 nf[s + 1] = 0
                 nb[s + 1] = 0
                 position[s] = 0
@@ -200,7 +218,7 @@ def _ordered_kernel(
                         if up_done < i:
                             break
                         size = forward[p, s, k - 1]
-                        cost = fd[p, s, k - 1] if per_op else fc[s, size]
+                        cost = rf[s, size] if again[s] else fc[s, size]
                         fr = max(fr, af[r - 1, i]) + cost
                         ef[s, k] = fr
                         last_af = max(fr, last_af) + ft[s, size]
@@ -215,7 +233,12 @@ def _ordered_kernel(
                         if (done_f < mine) | (down_done < i):
                             break
                         size = backward[p, s, k - 1]
-                        cost = bd[p, s, k - 1] if per_op else bc[s, size]
+                        if again[s]:
+                            cost = rb[s, size]
+                        elif priced:
+                            cost = graphs[s, mine] - graphs[s, own[s, k - 1]]
+                        else:
+                            cost = bc[s, size]
                         fr = max(max(fr, ef[s, mine]), ab[r + 1, i]) + cost
                         last_ab = max(fr, last_ab) + bt[s, size]
                         ab[r, k] = last_ab
@@ -266,20 +289,25 @@ def ordered_ends(
         return np.zeros(0, dtype=np.int64), np.zeros((0, forward.shape[1]), dtype=np.int64)
     chunk = max(1, min(_MAX_CHUNK, -(-population // (4 * numba.get_num_threads()))))
     t = ticked
-    per_op = np.zeros((1, 1, 1), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64)
+    fc = np.ascontiguousarray(t.forward_compute, dtype=np.int64)
+    bc = np.ascontiguousarray(t.backward_compute, dtype=np.int64)
+    recompute = (fc, bc)  # unused under model pricing
     if t.run_priced:
-        per_op = tuple(np.ascontiguousarray(a) for a in op_ticks(forward, backward, t, np))
+        recompute = tuple(
+            np.ascontiguousarray(a, dtype=np.int64)
+            for a in (t.recompute_forward, t.recompute_backward)
+        )
     ticks, peaks, bad = _ordered_kernel(
         forward,
         backward,
         order,
-        np.ascontiguousarray(t.forward_compute, dtype=np.int64),
-        np.ascontiguousarray(t.backward_compute, dtype=np.int64),
+        fc,
+        bc,
         *stage_link_ticks(t),
         np.ascontiguousarray(t.tails, dtype=np.int64),
         np.int64(t.unit),
         chunk,
-        *per_op,
+        *recompute,
         t.run_priced,
     )
     if bad:
