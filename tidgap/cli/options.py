@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from tidgap.backends import BACKENDS
+from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import MAX_COUNT, MAX_TORCH_SEED
 from tidgap.model.plan import Plan
@@ -168,23 +169,25 @@ def compact_sizes(sizes: list[int]) -> str:
     return " ".join(f"{size}x{count}" if count > 1 else str(size) for size, count in runs)
 
 
-def run_note(problem: Problem, plan: Plan) -> str | None:
-    """A line for a ``plan`` that ``tidgap run`` runs at other op costs than the model's
-    (stages that recompute; stored-graph backwards over several forward chunks; ops timed
-    by the op before them, where the problem was calibrated so), with the time it predicts
-    for it (:func:`tidgap.runtime.pricing.run_evaluation`); ``None`` when it runs as the
-    model has it."""
+def run_note(problem: Problem, plan: Plan, pricing: str = MODEL_PRICING) -> str | None:
+    """A line for a ``plan`` that ``tidgap run`` runs at other op costs than ``pricing``
+    gave it (stages that recompute and stored-graph backwards over several forward chunks,
+    unless run-priced; ops timed by the op before them, where the problem was calibrated
+    so), with the time it predicts for it (:func:`tidgap.runtime.pricing.run_evaluation`);
+    ``None`` when it runs as priced."""
     priced = run_op_times(problem, plan)
     if not priced:
         return None
     flags = recomputes(plan)
-    again = [s for s, flag in enumerate(flags) if flag]
-    merged = [
-        s
-        for s, flag in enumerate(flags)
-        if not flag
-        and any(len(parts) > 1 for parts in covered_chunks(plan.forward[s], plan.backward[s]))
-    ]
+    again, merged = [], []
+    if pricing != RUN_PRICING:
+        again = [s for s, flag in enumerate(flags) if flag]
+        merged = [
+            s
+            for s, flag in enumerate(flags)
+            if not flag
+            and any(len(parts) > 1 for parts in covered_chunks(plan.forward[s], plan.backward[s]))
+        ]
     how = []
     if again:
         how.append(f"stage(s) {again} recompute (backward boundaries that are not forward ones)")
@@ -195,6 +198,8 @@ def run_note(problem: Problem, plan: Plan) -> str | None:
     ]
     if ordered:
         how.append(f"stage(s) {ordered} run ops timed by the op before them (the calibration's)")
+    if not how:
+        return None
     time = run_evaluation(problem, plan, priced).iteration_time
     advice = "; --mirrored searches plans that tidgap run runs at the model's costs"
     if not again and not merged:

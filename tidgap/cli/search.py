@@ -300,7 +300,7 @@ def _report(
         click.echo(f"interrupted by {result.stop_reason}: the best plan found so far")
     for line in summary_lines(result):
         click.echo(line)
-    note = run_note(result.problem, result.plan)
+    note = run_note(result.problem, result.plan, result.pricing)
     if note is not None:
         click.echo(note)
     bound = lower_bound(loaded) if family_of(result.plan).has_flush else None

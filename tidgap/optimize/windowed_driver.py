@@ -383,7 +383,7 @@ def prepare_windowed(
         )
     equal = seed_plans(problem, width, population, baselines)
     ramps = ramp_plans(problem, width, baselines["1f1b"])
-    if backward == MIRRORED:
+    if backward == MIRRORED or pricing == RUN_PRICING:  # mirrored: no recomputation
         ramps += growing_ramp_plans(problem, width, baselines["1f1b"])
     partitions = [*equal[:: 2 * max(1, len(equal) // (2 * WINDOWED_SEED_COUNTS))], *ramps, *plans]
     footprint = joint_footprint(
