@@ -11,7 +11,8 @@ stage the order of a random window (1..B samples), repaired to validity
   chromosomes side by side with every size doubled.
 
 One evaluation is ``score`` of one individual. The pure-Python reference simulator runs on
-a slice of 64 individuals.
+a slice of 64 individuals. Numba and NumPy also score the populations priced as ``tidgap
+run`` runs them (``tick_problem(problem, "run")``, ``tidgap search --pricing run``).
 
 One generation: ``Island.step`` (the backend's breeding and repair as the search uses them,
 ``backend_breeding``, then ``evaluate``) on one island of ``P = 512`` under the stages' own
@@ -43,7 +44,7 @@ from tidgap import Problem
 from tidgap.analysis.workload import Draw, ordered_population
 from tidgap.backends import BACKENDS
 from tidgap.backends.evaluator import create_evaluator
-from tidgap.backends.ticks import TickedProblem, tick_problem
+from tidgap.backends.ticks import RUN_PRICING, TickedProblem, tick_problem
 from tidgap.backends.xp import to_host
 from tidgap.optimize.anneal import Annealing, anneal
 from tidgap.optimize.backward_rules import FREE, MIRRORED, rule_caps
@@ -130,6 +131,21 @@ def test_windowed_backend(
     scores = benchmark(evaluator.score, population)
     assert np.array_equal(scores, reference)
     throughput(f"windowed-{backend}{spec.suffix}", benchmark, population.size)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_windowed_run_priced(benchmark: Any, throughput: Any, workload: Any, backend: str) -> None:
+    """The same populations priced as ``tidgap run`` runs them (``tidgap search --pricing
+    run``): Numba prices in its loop, NumPy through ``op_ticks``' array passes."""
+    spec, problem, _, population = workload
+    ticked = tick_problem(problem, RUN_PRICING)
+    evaluator = create_evaluator(ticked, "windowed", backend)
+    evaluator.score(population)  # warm-up
+    benchmark.group = group(spec)
+    scores = benchmark(evaluator.score, population)
+    expected = create_evaluator(ticked, "windowed", "numpy").score(population)
+    assert np.array_equal(scores, expected)
+    throughput(f"windowed-{backend}-run-priced{spec.suffix}", benchmark, population.size)
 
 
 def test_windowed_oracle(benchmark: Any, throughput: Any, workload: Any, reference: Any) -> None:
