@@ -47,7 +47,8 @@ echo "== tests (tests/backends: the GPU tests, the kernels' host builds, every b
 limited 75 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs -p no:benchmark \
   tests/backends/test_gpu.py tests/backends/test_joint_kernels.py \
   tests/backends/test_contract.py tests/backends/test_windowed.py \
-  tests/backends/test_registry.py tests/backends/test_windowed_lanes.py
+  tests/backends/test_registry.py tests/backends/test_windowed_lanes.py \
+  tests/backends/test_run_pricing.py
 tests_status=$?
 
 echo "== benchmarks (bench/bench_gpu.py)"
