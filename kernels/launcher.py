@@ -15,7 +15,6 @@ import cupy
 import numpy as np
 
 from tidgap.backends.evaluator import OrderedEvaluator, SeparableEvaluator
-from tidgap.backends.run_pricing import op_ticks
 from tidgap.backends.ticks import TickedProblem
 from tidgap.kernels.source import (
     ORDERED_KERNELS,
@@ -146,6 +145,11 @@ class CudaOrderedEnds:
             ticked.tails,
         )
         self.tables = tuple(cupy.asarray(np.ascontiguousarray(table)) for table in tables)
+        # Run pricing's recompute tables (the compute tables, unread, under model pricing).
+        recompute = (ticked.recompute_forward, ticked.recompute_backward)
+        self.recompute = self.tables[:2]
+        if ticked.run_priced:
+            self.recompute = tuple(cupy.asarray(np.ascontiguousarray(t)) for t in recompute)
 
     def __call__(
         self,
@@ -174,7 +178,7 @@ class CudaOrderedEnds:
             np.int32(order.shape[2]),
             *self.tables,
             np.int32(self.tables[0].shape[1]),
-            *self._op_times(forward, backward, ticked),
+            *self.recompute,
             np.int32(ticked.run_priced),
         )
         if self.uses_lanes(stages, width):
@@ -191,18 +195,6 @@ class CudaOrderedEnds:
             blocks, threads, shared = self._capped(population), THREADS_PER_BLOCK, 0
         kernel((blocks,), (threads,), arguments, shared_mem=shared)
         return fitness, held * ticked.unit
-
-    @staticmethod
-    def _op_times(
-        forward: cupy.ndarray, backward: cupy.ndarray, ticked: TickedProblem
-    ) -> tuple[cupy.ndarray, cupy.ndarray]:
-        """Each op's compute ticks ``(P, S, K)`` per direction where ``ticked`` is run
-        priced (:func:`~tidgap.backends.run_pricing.op_ticks`), else two unused words."""
-        if not ticked.run_priced:
-            unused = cupy.zeros(1, dtype=cupy.int64)
-            return unused, unused
-        times = op_ticks(forward, backward, ticked, cupy)
-        return tuple(cupy.ascontiguousarray(t, dtype=cupy.int64) for t in times)
 
     def uses_lanes(self, stages: int, width: int) -> bool:
         """Whether ``(P, stages, width)`` chromosomes run on the lane kernel."""

@@ -36,7 +36,7 @@ ORDERED_KERNELS = ("thread", "lanes")
 #: Lanes of a warp (the lane kernel's block, ``windowed_lanes.cu``).
 WARP = 32
 #: int32 cursors per stage in ``windowed_sim.cuh`` (``TIDGAP_CURSORS``).
-CURSORS = 6
+CURSORS = 7
 
 
 def lane_group(stages: int) -> int:

@@ -46,8 +46,9 @@ extern "C" __global__ void tidgap_windowed_lanes(TIDGAP_ORDERED_PARAMETERS) {
     const tidgap_ordered_scratch scratch = {
         mine, (int*)(mine + TIDGAP_ARRIVALS(stages, width)), width + 1, stages};
     int* snapshots = scratch.sizes + TIDGAP_SIZES(stages, width);
-    const tidgap_ordered_tables tables = {forward_compute, backward_compute, forward_transfer,
-                                          backward_transfer, tails, table_width};
+    const tidgap_ordered_tables tables = {forward_compute,   backward_compute,   forward_transfer,
+                                          backward_transfer, tails,              table_width,
+                                          recompute_forward, recompute_backward, priced};
     const long long genes_per_individual = (long long)stages * width;
     for (long long base = (long long)blockIdx.x * groups; base < population;
          base += (long long)gridDim.x * groups) {
@@ -56,11 +57,9 @@ extern "C" __global__ void tidgap_windowed_lanes(TIDGAP_ORDERED_PARAMETERS) {
         const long long read = active ? p : 0;  // an idle slot's lanes read nothing
         const tidgap_ordered_genes genes = {
             forward + read * genes_per_individual, backward + read * genes_per_individual,
-            order + read * stages * length, stages, width, length,
-            per_op ? forward_time + read * genes_per_individual : nullptr,
-            per_op ? backward_time + read * genes_per_individual : nullptr};
+            order + read * stages * length, stages, width, length};
         for (int s = first_lane; active && s < stages; s += lane_step) {
-            tidgap_stage_setup(genes, scratch, s);
+            tidgap_stage_setup(genes, tables, scratch, s);
         }
         TIDGAP_WARP_SYNC();
         for (;;) {

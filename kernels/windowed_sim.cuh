@@ -17,9 +17,11 @@
 //                             TIDGAP_NO_OP after the last (tidgap.optimize.genome's codes)
 //   forward_compute, backward_compute (S, T); forward_transfer, backward_transfer (S-1, T),
 //   backward_transfer[l] indexed by the sender's (stage l+1) size; tails (S,); T = U + 1
-//   forward_time, backward_time (S, K) int64 or null: each op's compute ticks, instead of
-//                     the compute tables (plans priced as tidgap run runs them:
-//                     tidgap/backends/run_pricing.py)
+//   recompute_forward, recompute_backward (S, T): a recomputing stage's ops, read where
+//                     `priced` (plans priced as tidgap run runs them: a stage with a backward
+//                     boundary that is not a forward boundary recomputes, its ops at these;
+//                     any other's backward costs the sum of backward_compute over the
+//                     forward chunks it covers; tidgap/backends/run_pricing.py's rule)
 //   arrivals          (S (2 (K+1) + 1)) int64 scratch: A and A' per stage (K+1 each), then
 //                     each stage's free time (the end of its last op)
 //   sizes             (S (2 (K+1) + TIDGAP_CURSORS)) int32 scratch: P and Q per stage (K+1
@@ -52,14 +54,16 @@
 #define TIDGAP_NEVER (-(((tidgap_i64)1) << 62))
 
 // Cursors per stage: ops done (-1 when the stage breaks rule count), forwards done,
-// backwards done, M_s, N_s, the most samples held after a forward (units).
-#define TIDGAP_CURSORS 6
+// backwards done, M_s, N_s, the most samples held after a forward (units), whether the stage
+// recomputes (run pricing; else 0).
+#define TIDGAP_CURSORS 7
 #define TIDGAP_OPS_DONE 0
 #define TIDGAP_FORWARDS_DONE 1
 #define TIDGAP_BACKWARDS_DONE 2
 #define TIDGAP_FORWARD_COUNT 3
 #define TIDGAP_BACKWARD_COUNT 4
 #define TIDGAP_PEAK_HELD 5
+#define TIDGAP_RECOMPUTES 6
 
 // int64 entries of `arrivals` and int32 entries of `sizes` for S stages of width K.
 #define TIDGAP_ARRIVALS(stages, width) ((stages) * (2 * ((width) + 1) + 1))
@@ -69,15 +73,12 @@
 #define TIDGAP_LANE_WORDS(stages, width) \
     (TIDGAP_ARRIVALS(stages, width) + (TIDGAP_SIZES(stages, width) + 2 * (stages) + 1) / 2)
 
-// One individual's genes (row pointers of its (S, K) sizes and (S, L) order), and its ops'
-// compute ticks (S, K) where they are not the tables' (else null).
+// One individual's genes (row pointers of its (S, K) sizes and (S, L) order).
 struct tidgap_ordered_genes {
     const int* forward;
     const int* backward;
     const signed char* order;
     int stages, width, length;
-    const tidgap_i64* forward_time;
-    const tidgap_i64* backward_time;
 };
 
 // The problem's tables in ticks (T = table_width entries per row).
@@ -88,6 +89,9 @@ struct tidgap_ordered_tables {
     const tidgap_i64* backward_transfer;
     const tidgap_i64* tails;
     int table_width;
+    const tidgap_i64* recompute_forward;
+    const tidgap_i64* recompute_backward;
+    int priced;
 };
 
 // An individual's scratch: `arrivals` and `sizes` as laid out above.
@@ -119,10 +123,11 @@ __host__ __device__ inline int tidgap_holder(const int* prefix, int count, int s
     return low;
 }
 
-// Stage s's prefix sums, cursors and first arrivals; returns 0 (and marks the stage) when its
-// order breaks rule count.
+// Stage s's prefix sums, cursors (under run pricing, whether it recomputes) and first
+// arrivals; returns 0 (and marks the stage) when its order breaks rule count.
 __host__ __device__ inline int tidgap_stage_setup(
-    const tidgap_ordered_genes& genes, const tidgap_ordered_scratch& scratch, int s) {
+    const tidgap_ordered_genes& genes, const tidgap_ordered_tables& tables,
+    const tidgap_ordered_scratch& scratch, int s) {
     const int width = genes.width, ops = genes.length;
     int* P = scratch.prefix(s, 0);
     int* Q = scratch.prefix(s, 1);
@@ -151,6 +156,9 @@ __host__ __device__ inline int tidgap_stage_setup(
     cursor[TIDGAP_FORWARDS_DONE] = cursor[TIDGAP_BACKWARDS_DONE] = cursor[TIDGAP_PEAK_HELD] = 0;
     cursor[TIDGAP_FORWARD_COUNT] = m;
     cursor[TIDGAP_BACKWARD_COUNT] = n;
+    int recomputes = 0;
+    for (int k = 1; tables.priced && k <= n; ++k) recomputes |= P[tidgap_holder(P, m, Q[k])] != Q[k];
+    cursor[TIDGAP_RECOMPUTES] = recomputes;
     return valid;
 }
 
@@ -191,9 +199,9 @@ __host__ __device__ inline int tidgap_stage_advance(
                 start = tidgap_max(start, scratch.arrival(s - 1, 0)[i]);
             }
             const int size = genes.forward[s * width + nf];
-            stage_free = start + (genes.forward_time
-                                      ? genes.forward_time[s * width + nf]
-                                      : tables.forward_compute[s * table_width + size]);
+            const tidgap_i64* compute =
+                cursor[TIDGAP_RECOMPUTES] ? tables.recompute_forward : tables.forward_compute;
+            stage_free = start + compute[s * table_width + size];
             if (s < stages - 1) {
                 tidgap_i64* A = scratch.arrival(s, 0);
                 A[k] = tidgap_max(stage_free, A[k - 1]) +
@@ -204,7 +212,8 @@ __host__ __device__ inline int tidgap_stage_advance(
         } else {
             const int k = nb + 1;
             // its own forward has not run (once it has, it ended by `stage_free`)
-            if (tidgap_holder(P, cursor[TIDGAP_FORWARD_COUNT], Q[k]) > nf) break;
+            const int own = tidgap_holder(P, cursor[TIDGAP_FORWARD_COUNT], Q[k]);
+            if (own > nf) break;
             if (s < stages - 1) {
                 const int i = tidgap_holder(
                     scratch.prefix(s + 1, 1), scratch.cursor(s + 1)[TIDGAP_BACKWARD_COUNT], Q[k]);
@@ -212,9 +221,19 @@ __host__ __device__ inline int tidgap_stage_advance(
                 start = tidgap_max(start, scratch.arrival(s + 1, 1)[i]);
             }
             const int size = genes.backward[s * width + nb];
-            stage_free = start + (genes.backward_time
-                                      ? genes.backward_time[s * width + nb]
-                                      : tables.backward_compute[s * table_width + size]);
+            tidgap_i64 cost;
+            if (cursor[TIDGAP_RECOMPUTES]) {
+                cost = tables.recompute_backward[s * table_width + size];
+            } else if (tables.priced) {  // the stored forward chunks it covers, one graph each
+                cost = 0;
+                const int first = tidgap_holder(P, cursor[TIDGAP_FORWARD_COUNT], Q[k - 1]);
+                for (int i = first; i < own; ++i) {
+                    cost += tables.backward_compute[s * table_width + genes.forward[s * width + i]];
+                }
+            } else {
+                cost = tables.backward_compute[s * table_width + size];
+            }
+            stage_free = start + cost;
             if (s > 0) {
                 tidgap_i64* G = scratch.arrival(s, 1);
                 G[k] = tidgap_max(stage_free, G[k - 1]) +
@@ -253,8 +272,8 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_finish(
 
 // The parameters of a population kernel (windowed_evaluate.cu, windowed_lanes.cu): the
 // population's genes (P, S, K) and (P, S, L), its outputs fitness (P,) and peak_held (P, S),
-// P, S, K, L, then the tables and T, then each op's compute ticks (P, S, K) per direction,
-// used where per_op is not 0 (else they may be any array).
+// P, S, K, L, then the tables and T, then the recompute tables (S, T) and whether plans are
+// run-priced (else the recompute tables are not read).
 #define TIDGAP_ORDERED_PARAMETERS                                                          \
     const int *__restrict__ forward, const int *__restrict__ backward,                     \
         const signed char *__restrict__ order, tidgap_i64 *__restrict__ fitness,           \
@@ -264,8 +283,8 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_finish(
         const tidgap_i64 *__restrict__ forward_transfer,                                   \
         const tidgap_i64 *__restrict__ backward_transfer,                                  \
         const tidgap_i64 *__restrict__ tails, int table_width,                           \
-        const tidgap_i64 *__restrict__ forward_time,                                       \
-        const tidgap_i64 *__restrict__ backward_time, int per_op
+        const tidgap_i64 *__restrict__ recompute_forward,                                  \
+        const tidgap_i64 *__restrict__ recompute_backward, int priced
 
 // One thread's evaluation of one individual: the stages take turns, each with a fresh
 // snapshot, until none advances.
@@ -273,15 +292,16 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
     const int* forward, const int* backward, const signed char* order, int stages, int width,
     int length, const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
     const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
-    const tidgap_i64* tails, int table_width, const tidgap_i64* forward_time,
-    const tidgap_i64* backward_time, tidgap_i64* arrivals, int* sizes, tidgap_i64* peak_held) {
-    const tidgap_ordered_genes genes = {
-        forward, backward, order, stages, width, length, forward_time, backward_time};
-    const tidgap_ordered_tables tables = {forward_compute, backward_compute, forward_transfer,
-                                          backward_transfer, tails, table_width};
+    const tidgap_i64* tails, int table_width, const tidgap_i64* recompute_forward,
+    const tidgap_i64* recompute_backward, int priced, tidgap_i64* arrivals, int* sizes,
+    tidgap_i64* peak_held) {
+    const tidgap_ordered_genes genes = {forward, backward, order, stages, width, length};
+    const tidgap_ordered_tables tables = {forward_compute,   backward_compute,   forward_transfer,
+                                          backward_transfer, tails,              table_width,
+                                          recompute_forward, recompute_backward, priced};
     const tidgap_ordered_scratch scratch = {arrivals, sizes, width + 1, stages};
     int valid = 1;
-    for (int s = 0; s < stages; ++s) valid &= tidgap_stage_setup(genes, scratch, s);
+    for (int s = 0; s < stages; ++s) valid &= tidgap_stage_setup(genes, tables, scratch, s);
     int progressed = valid;
     while (progressed) {
         progressed = 0;

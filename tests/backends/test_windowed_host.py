@@ -18,7 +18,6 @@ from tests.support.host_build import build_host
 from tests.support.strategies import ordered_plans, orders, plans, problems
 from tidgap import Order, Plan, Problem, evaluate
 from tidgap.backends.evaluator import INVALID
-from tidgap.backends.run_pricing import op_ticks
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.kernels.source import WARP, lane_group, lane_scratch_bytes
 from tidgap.optimize.genome import encode_plan
@@ -55,9 +54,6 @@ def run(
     backward = np.ascontiguousarray([b for _, b in encoded], dtype=np.int32)
     codes = np.ascontiguousarray([order_codes(order, width) for _, order in items])
     population, stages = len(items), problem.num_stages
-    op_times = [np.zeros(1, dtype=np.int64)] * 2
-    if ticked.run_priced:
-        op_times = [np.ascontiguousarray(t) for t in op_ticks(forward, backward, ticked, np)]
     fitness = np.zeros(population, dtype=np.int64)
     held = np.zeros((population, stages), dtype=np.int64)
     tables = [
@@ -78,8 +74,8 @@ def run(
         ctypes.c_int(codes.shape[2]),
         *(ctypes.c_void_p(t.ctypes.data) for t in tables),
         ctypes.c_int(ticked.forward_compute.shape[1]),
-        *(ctypes.c_void_p(t.ctypes.data) for t in op_times),
-        ctypes.c_int(ticked.run_priced),
+        *(ctypes.c_void_p(t.ctypes.data) for t in tables[:2]),  # recompute: unread
+        ctypes.c_int(0),
     )
     return fitness, held
 

@@ -1,9 +1,9 @@
 """Each op's compute ticks when plans are priced as ``tidgap run`` runs them
 (:data:`~tidgap.backends.ticks.RUN_PRICING`), for a whole population at once, in NumPy or
-CuPy: what the NumPy and CUDA ordered evaluators use in place of the tables. The Numba
-kernel (:mod:`tidgap.fallback_cpu.windowed_numba`) computes the same rule inside its loop
-(six times faster than these array passes at ``P = 512``); the contract tests hold the
-three equal.
+CuPy: what the NumPy ordered evaluator uses in place of the tables. The Numba kernel
+(:mod:`tidgap.fallback_cpu.windowed_numba`) and the CUDA kernels (``windowed_sim.cuh``)
+compute the same rule inside their loops (Numba six times faster than these array passes
+at ``P = 512``); the contract tests hold them equal.
 
 Per individual and stage, with ``P`` / ``Q`` the forward / backward prefix sums in units:
 

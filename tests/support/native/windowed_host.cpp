@@ -10,8 +10,8 @@ extern "C" void tidgap_windowed_host(
     tidgap_i64* peak_held, long long population, int stages, int width, int length,
     const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
     const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
-    const tidgap_i64* tails, int table_width, const tidgap_i64* forward_time,
-    const tidgap_i64* backward_time, int per_op) {
+    const tidgap_i64* tails, int table_width, const tidgap_i64* recompute_forward,
+    const tidgap_i64* recompute_backward, int priced) {
     std::vector<tidgap_i64> arrivals(TIDGAP_ARRIVALS(static_cast<std::size_t>(stages), width));
     std::vector<int> sizes(TIDGAP_SIZES(static_cast<std::size_t>(stages), width));
     const long long genes = static_cast<long long>(stages) * width;
@@ -20,9 +20,8 @@ extern "C" void tidgap_windowed_host(
             forward + p * genes, backward + p * genes, order + p * stages * length, stages, width,
             length,
             forward_compute, backward_compute, forward_transfer, backward_transfer, tails,
-            table_width, per_op ? forward_time + p * genes : nullptr,
-            per_op ? backward_time + p * genes : nullptr, arrivals.data(), sizes.data(),
-            peak_held + p * stages);
+            table_width, recompute_forward, recompute_backward, priced, arrivals.data(),
+            sizes.data(), peak_held + p * stages);
     }
 }
 
