@@ -29,7 +29,7 @@ from bench_windowed import Generation, ordered_population
 
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.gpu import gpu_unusable_reason
-from tidgap.backends.ticks import tick_problem
+from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING, tick_problem
 from tidgap.backends.xp import to_host
 from tidgap.kernels.source import ORDERED_KERNELS
 from tidgap.optimize.anneal import Annealing, anneal
@@ -133,14 +133,14 @@ def on_kernel(generation: Generation, kernel: str) -> Generation:
     return generation
 
 
-def time_ordered(benchmark: Any, size: int, **options: Any) -> None:
+def time_ordered(benchmark: Any, size: int, pricing: str = MODEL_PRICING, **options: Any) -> None:
     """Time the ``cuda`` windowed evaluator's ``score`` (``CudaOrderedEnds(**options)``) on
-    ``size`` ordered plans on the device (``bench_windowed``'s base population repeated) and
-    assert it equals Numba on the base population."""
+    ``size`` ordered plans on the device (``bench_windowed``'s base population repeated),
+    priced by ``pricing``, and assert it equals Numba on the base population."""
     import cupy
 
     problem = synthetic_problem()
-    ticked = tick_problem(problem)
+    ticked = tick_problem(problem, pricing)
     base = ordered_population(np.random.default_rng(20240601), problem)
     repeat = size // POPULATION
     population = Population(
@@ -168,6 +168,15 @@ def test_cuda_ordered_evaluation(benchmark: Any, throughput: Any, size: int, ker
     benchmark.group = f"cuda ordered evaluate S=8 B=256, {kernel}"
     time_ordered(benchmark, size, kernel=kernel)
     throughput(f"cuda windowed {kernel} P=2^{size.bit_length() - 1}", benchmark, size)
+
+
+@pytest.mark.parametrize("kernel", ORDERED_KERNELS)
+def test_cuda_ordered_run_priced(benchmark: Any, throughput: Any, kernel: str) -> None:
+    """The same at ``P = 2**16``, priced as ``tidgap run`` runs the plans (``tidgap search
+    --pricing run``)."""
+    benchmark.group = f"cuda ordered evaluate S=8 B=256, {kernel}, run-priced"
+    time_ordered(benchmark, 2**16, RUN_PRICING, kernel=kernel)
+    throughput(f"cuda windowed {kernel} run-priced P=2^16", benchmark, 2**16)
 
 
 @pytest.mark.parametrize("blocks_per_sm", [1, 2, 4, 8, 16])
