@@ -85,3 +85,13 @@ def test_a_state_resumes_only_with_its_pricing(tmp_path) -> None:
     with pytest.raises(InputError, match="was saved with pricing 'run', not 'model'"):
         search(problem, pricing="model", resume=path, **OPTIONS)
     assert tidgap.search(problem, resume=path, **OPTIONS).pricing == "run"
+
+
+def test_the_first_flush_search_is_mirrored_under_run_pricing() -> None:
+    """A free flush plan recomputes, so the run-priced search seeds a mirrored one."""
+    from tidgap.optimize.optimizer import Optimizer
+
+    for pricing, mirrored in (("run", True), ("model", False)):
+        optimizer = Optimizer(calibrated("med7_1"), seed=1, population=32, pricing=pricing)
+        plan = optimizer.run.flush_plan
+        assert plan is not None and (plan.backward == plan.forward) == mirrored

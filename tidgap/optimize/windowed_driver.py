@@ -3,10 +3,11 @@ islands, one per memory level, seeded so that it is never slower than the best 1
 best GPipe or the best flush plan found.
 
 It runs a short flush search first (its plan, the heuristics and the baselines become
-seeds), then the joint GA (:mod:`tidgap.optimize.joint`), then anneals every island's
-fittest (:mod:`tidgap.optimize.anneal`) and polishes each level's best. Its result is
-the fastest plan within the memory limit in force, checked with the reference simulator,
-and the fastest within each level of the trade-off.
+seeds; under run pricing a mirrored one, whose plan runs at the model's costs), then the
+joint GA (:mod:`tidgap.optimize.joint`), then anneals every island's fittest
+(:mod:`tidgap.optimize.anneal`) and polishes each level's best. Its result is the fastest
+plan within the memory limit in force, checked with the reference simulator, and the
+fastest within each level of the trade-off.
 """
 
 from __future__ import annotations
@@ -342,6 +343,8 @@ def prepare_windowed(
                 interrupted=interrupted,
                 on_phase=None if on_phase is None else lambda name: on_phase(f"flush {name}"),
                 max_memory=max_memory,
+                # Run-priced, a free flush plan recomputes: its seed would be slow.
+                backward=MIRRORED if pricing == RUN_PRICING else FREE,
             )
             phases.seconds |= {f"flush {name}": t for name, t in flush.setup.items()}
         with phases("compile"):
