@@ -261,7 +261,7 @@ def ordered_ends(
     if ticked.run_priced:
         durations = np.zeros((count, stages, width + 1), dtype=np.int64)
         durations[..., 1:width_f], durations[..., width_f + 1 : width] = op_ticks(
-            forward, backward, ticked, np
+            forward, backward, ticked
         )
         op_compute = durations.ravel()[flat].ravel()
     free, ran = simulate(

@@ -146,9 +146,9 @@ class CudaOrderedEnds:
         )
         self.tables = tuple(cupy.asarray(np.ascontiguousarray(table)) for table in tables)
         # Run pricing's recompute tables (the compute tables, unread, under model pricing).
-        recompute = (ticked.recompute_forward, ticked.recompute_backward)
         self.recompute = self.tables[:2]
         if ticked.run_priced:
+            recompute = (ticked.recompute_forward, ticked.recompute_backward)
             self.recompute = tuple(cupy.asarray(np.ascontiguousarray(t)) for t in recompute)
 
     def __call__(

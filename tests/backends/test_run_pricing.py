@@ -139,7 +139,7 @@ def test_op_ticks_of_stored_recomputing_and_mirrored_stages() -> None:
     )
     forward = np.array([[[2, 1, 1], [2, 2, 0], [1, 3, 0]]])
     backward = np.array([[[3, 1, 0], [1, 3, 0], [1, 3, 0]]])
-    fd, bd = op_ticks(forward, backward, ticked, np)
+    fd, bd = op_ticks(forward, backward, ticked)
     fc, bc = ticked.forward_compute, ticked.backward_compute
     rf, rb = ticked.recompute_forward, ticked.recompute_backward
     assert fd[0].tolist() == [
@@ -153,7 +153,7 @@ def test_op_ticks_of_stored_recomputing_and_mirrored_stages() -> None:
         [bc[2, 1], bc[2, 3], 0],
     ]
     with pytest.raises(ValueError, match="run pricing"):
-        op_ticks(forward, backward, replace(ticked, recompute_forward=None), np)
+        op_ticks(forward, backward, replace(ticked, recompute_forward=None))
 
 
 @pytest.mark.parametrize("seed", range(3))

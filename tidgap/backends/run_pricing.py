@@ -1,6 +1,6 @@
 """Each op's compute ticks when plans are priced as ``tidgap run`` runs them
-(:data:`~tidgap.backends.ticks.RUN_PRICING`), for a whole population at once, in NumPy or
-CuPy: what the NumPy ordered evaluator uses in place of the tables. The Numba kernel
+(:data:`~tidgap.backends.ticks.RUN_PRICING`), for a whole population at once in NumPy:
+what the NumPy ordered evaluator uses in place of the tables. The Numba kernel
 (:mod:`tidgap.fallback_cpu.windowed_numba`) and the CUDA kernels (``windowed_sim.cuh``)
 compute the same rule inside their loops (Numba six times faster than these array passes
 at ``P = 512``); the contract tests hold them equal.
@@ -18,8 +18,7 @@ A mirrored stage (``c = f``) costs what model.md says. Transfers are the model's
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
+import numpy as np
 
 from tidgap.backends.ticks import TickedProblem
 
@@ -27,49 +26,46 @@ from tidgap.backends.ticks import TickedProblem
 CHUNK_ENTRIES = 1 << 22
 
 
-def op_ticks(forward: Any, backward: Any, ticked: TickedProblem, xp: ModuleType) -> tuple:
+def op_ticks(
+    forward: np.ndarray, backward: np.ndarray, ticked: TickedProblem
+) -> tuple[np.ndarray, np.ndarray]:
     """``(P, S, K)`` forward and backward sizes (units) -> ``(P, S, K)`` int64 compute ticks
-    of each forward and each backward (0 after a row's last microbatch), in ``xp``.
+    of each forward and each backward (0 after a row's last microbatch).
 
     Sizes outside ``0..U`` are clipped (the evaluators refuse such rows)."""
     if not ticked.run_priced:
         raise ValueError("op_ticks needs a problem ticked with run pricing")
     count, stages, _ = forward.shape
-    per_individual = max(1, stages * (ticked.num_units + 1))
-    chunk = max(1, CHUNK_ENTRIES // per_individual)
+    chunk = max(1, CHUNK_ENTRIES // max(1, stages * (ticked.num_units + 1)))
     parts = [
-        _chunk_ticks(forward[start : start + chunk], backward[start : start + chunk], ticked, xp)
+        _chunk_ticks(forward[start : start + chunk], backward[start : start + chunk], ticked)
         for start in range(0, count, chunk)
     ]
-    if len(parts) == 1:
-        return parts[0]
-    return tuple(xp.concatenate([part[i] for part in parts]) for i in range(2))
+    forward_ticks, backward_ticks = zip(*parts, strict=True)
+    return np.concatenate(forward_ticks), np.concatenate(backward_ticks)
 
 
-def _chunk_ticks(forward: Any, backward: Any, ticked: TickedProblem, xp: ModuleType) -> tuple:
+def _chunk_ticks(
+    forward: np.ndarray, backward: np.ndarray, ticked: TickedProblem
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`op_ticks` of one chunk of individuals."""
     U = ticked.num_units
     count, stages, _ = forward.shape
-    f = xp.clip(xp.asarray(forward, dtype=xp.int64), 0, U)
-    b = xp.clip(xp.asarray(backward, dtype=xp.int64), 0, U)
-    fc, bc, rf, rb = (
-        xp.asarray(table, dtype=xp.int64)
-        for table in (
-            ticked.forward_compute,
-            ticked.backward_compute,
-            ticked.recompute_forward,
-            ticked.recompute_backward,
-        )
-    )
-    individual = xp.arange(count)[:, None, None]
-    stage = xp.arange(stages)[None, :, None]
+    f = np.clip(forward.astype(np.int64), 0, U)
+    b = np.clip(backward.astype(np.int64), 0, U)
+    individual = np.arange(count)[:, None, None]
+    stage = np.arange(stages)[None, :, None]
     # G at each forward boundary, -1 at a unit that is none (0 at unit 0).
-    graphs = xp.full((count, stages, U + 1), -1, dtype=xp.int64)
+    graphs = np.full((count, stages, U + 1), -1, dtype=np.int64)
     graphs[..., 0] = 0
-    graphs[individual, stage, xp.clip(xp.cumsum(f, axis=2), 0, U)] = xp.cumsum(bc[stage, f], axis=2)
-    covered = graphs[individual, stage, xp.clip(xp.cumsum(b, axis=2), 0, U)]
+    graphs[individual, stage, np.minimum(f.cumsum(axis=2), U)] = ticked.backward_compute[
+        stage, f
+    ].cumsum(axis=2)
+    covered = graphs[individual, stage, np.minimum(b.cumsum(axis=2), U)]
     stored = (covered >= 0).all(axis=2, keepdims=True)
-    before = xp.concatenate((xp.zeros_like(covered[..., :1]), covered[..., :-1]), axis=2)
-    forward_ticks = xp.where(stored, fc[stage, f], rf[stage, f])
-    backward_ticks = xp.where(stored, covered - before, rb[stage, b])
+    before = np.concatenate((np.zeros_like(covered[..., :1]), covered[..., :-1]), axis=2)
+    forward_ticks = np.where(
+        stored, ticked.forward_compute[stage, f], ticked.recompute_forward[stage, f]
+    )
+    backward_ticks = np.where(stored, covered - before, ticked.recompute_backward[stage, b])
     return forward_ticks, backward_ticks

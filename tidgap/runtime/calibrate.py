@@ -144,9 +144,11 @@ def op_contexts(rows: Sequence[Row], last: bool) -> dict[tuple[str, int], str]:
     return found
 
 
+#: A compute record kind by its timeline kind (``F`` -> ``forward``, ...).
+_RECORD_KIND = {short: kind for kind, short in COMPUTE.items()}
 #: For each compute record kind that sends its result, the send's record kind (the output
-#: downstream, the input gradient upstream).
-_SENDS = {"forward": "send_forward", "backward": "send_backward"}
+#: downstream, the input gradient upstream), from :data:`TRANSFERS`.
+_SENDS = {_RECORD_KIND[short]: send for short, send, _, _ in TRANSFERS}
 
 
 def op_spans(rows: Sequence[Row]) -> dict[tuple[str, int], tuple[float, float]]:
@@ -213,8 +215,8 @@ def link_durations(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) 
 
 
 #: For each compute record kind, the receive kind whose chunk it waits for (the one holding
-#: its last sample).
-_WAITS_FOR = {"forward": "recv_forward", "backward": "recv_backward"}
+#: its last sample), from :data:`TRANSFERS`.
+_WAITS_FOR = {_RECORD_KIND[short]: receive for short, _, receive, _ in TRANSFERS}
 
 
 def dispatch_gaps(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> list[list[float]]:
