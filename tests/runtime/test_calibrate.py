@@ -160,6 +160,7 @@ def assert_calibrated(out: Path, extras: bool) -> None:
     fitted = json.loads(out.read_text())
     before = table_document()
     assert fitted["source"]["calibration"]["runs"] == (GPIPES + (ALTERNATING + TWINS) * extras) * 2
+    assert fitted["source"]["calibration"]["transport"] == "gloo"  # auto, on the CPU
     for was, now in zip(before["stages"], fitted["stages"], strict=True):
         for direction in ("forward", "backward"):
             assert now[direction]["table"]["sizes"] == was[direction]["table"]["sizes"]

@@ -6,6 +6,7 @@ timeout, every worker gone)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -222,6 +223,7 @@ def test_one_f_one_b_json_and_trace(problem_file: Path, tmp_path: Path) -> None:
     document = run_json(str(problem_file), str(plan), "--trace", str(trace), "--nproc", "2")
     assert document["problem"] == "tiny" and document["stages"] == 2
     assert document["boundaries"] == [2] and document["baselines"] == []
+    assert (document["device"], document["transport"]) == ("cpu", "gloo")  # auto on the CPU
     run = document["run"]
     assert set(run) == {
         "label",
@@ -434,6 +436,8 @@ def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
         **no_cuda_case([profiled_file, plan, *MODEL, "--device", "cuda"]),
         "a recompute plan warns, a bad --compare": [problem, recompute, *MODEL, "--compare", short],
         "--nproc other than the stage count": [problem, plan, *MODEL, "--nproc", "3"],
+        "--transport nccl on the CPU": [problem, plan, *MODEL, "--transport", "nccl"],
+        "--transport of another name": [problem, plan, *MODEL, "--transport", "tcp"],
     }
 
 
@@ -522,6 +526,40 @@ def test_a_worker_without_cuda_refuses_a_cuda_job(monkeypatch: pytest.MonkeyPatc
     assert rank_device("cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match="sees no usable GPU"):
         rank_device("cuda")
+
+
+def test_nccl_needs_a_gpu_per_process_here(
+    problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checked before any process starts: a machine with one GPU for two stage processes
+    (CUDA and NCCL faked usable) refuses ``--transport nccl``, names the option and the way
+    out; ``auto`` lets the workers fall back to gloo."""
+    import torch
+    from torch import distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(distributed, "is_nccl_available", lambda: True)
+    from tidgap.cli.run import require_device
+
+    with pytest.raises(InputError, match=r"^--transport: nccl needs a GPU per process: 2 proc"):
+        require_device("cuda", "nccl", 2)
+    require_device("cuda", "nccl", 1)
+    require_device("cuda", "auto", 2)
+    monkeypatch.setattr(distributed, "is_nccl_available", lambda: False)
+    with pytest.raises(InputError, match=r"^--transport: this PyTorch has no NCCL"):
+        require_device("cuda", "nccl", 1)
+
+
+def test_results_of_a_job_older_than_a_field_read_it_as_its_default() -> None:
+    """A job recorded before ``transport`` existed ran what ``auto`` does on its machine."""
+    from tidgap.cli.run import same_job
+
+    job = Job(problem="p.json", plan="plan.json", model="gpt", boundaries=[2], results="r")
+    older = {key: value for key, value in dataclasses.asdict(job).items() if key != "transport"}
+    same_job(job, [{"job": older}])
+    with pytest.raises(InputError, match="rank 0 ran transport 'gloo', this command gives 'auto'"):
+        same_job(job, [{"job": {**older, "transport": "gloo"}}])
 
 
 def test_profiled_with_recompute_does_not_warn(tmp_path: Path) -> None:

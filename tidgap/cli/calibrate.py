@@ -75,6 +75,7 @@ def calibrate_command(
     threads: int,
     seed: int,
     device: str,
+    transport: str,
     timeout: float,
     rounds: int,
     every_size: bool,
@@ -138,9 +139,10 @@ def calibrate_command(
         float64=False,
         seed=seed,
         device=device,
+        transport=transport,
         timeout=timeout,
     )
-    require_device(device)
+    require_device(device, transport, loaded.num_stages if here is None else local_processes())
     require_batch_room(model, loaded, problem, None if here is None else local_processes())
     reports = here is None or here[0] == 0  # under torchrun, rank 0 alone
     iterations: list[Any] = []
@@ -150,6 +152,7 @@ def calibrate_command(
     todo = [plan for _, plan in plans]
     # under torchrun the process group forms once: the rounds run in turn within it
     batches = [todo] * rounds if here is None else [todo * rounds]
+    transport = "gloo"  # what the chunks travelled over (every run: the same job)
     for round_, batch in enumerate(batches):
         if reports:
             which = f" (round {round_ + 1})" if len(batches) > 1 else ""
@@ -159,12 +162,14 @@ def calibrate_command(
         for plan, results in zip(batch, found or [], strict=False):
             kept = recomputed if any(recomputes(plan)) else iterations
             kept += list(zip(*(result["iterations"] for result in results), strict=True))
+            transport = results[0]["transport"]
     if not reports:
         return
     runs = labels * rounds
     fitted = measured_problem(
         document, loaded, iterations, runs, recomputed=recomputed, order=not no_order
     )
+    fitted["source"]["calibration"]["transport"] = transport
     how = fitted["source"].get("split")
     if not isinstance(how, dict) or how.get("boundaries") != job.boundaries:
         fitted["source"]["split"] = {  # the split the stages' times were measured on

@@ -46,7 +46,7 @@ from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.outputs.files import check_outputs, timeline_files, write_files, write_json
 from tidgap.profiling.split import parse_split
-from tidgap.runtime.job import Job
+from tidgap.runtime.job import TRANSPORTS, Job
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.report import (
     RunFigures,
@@ -229,10 +229,11 @@ def same_job(job: Job, results: list[dict[str, Any]], alternates: int = 0) -> No
     with ``alternates`` plans in turn after its plan: ``--results`` reports a run with the
     options it was written with."""
     wanted = dataclasses.asdict(job)
+    defaults = {f.name: f.default for f in dataclasses.fields(Job)}  # fields newer than a run
     for rank, result in enumerate(results):
         ran = result.get("job") or {}
         for key, value in wanted.items():
-            if key not in FREE_FIELDS and ran.get(key) != value:
+            if key not in FREE_FIELDS and ran.get(key, defaults[key]) != value:
                 raise InputError(
                     f"rank {rank} ran {key} {ran.get(key)!r}, this command gives {value!r}"
                 )
@@ -337,12 +338,30 @@ def require_batch_room(
     )
 
 
-def require_device(device: str) -> None:
-    """:class:`InputError` on ``--device`` when it names CUDA and none is usable here (before
-    any process starts; a job written for torchrun is not checked)."""
+def require_device(device: str, transport: str, processes: int) -> None:
+    """:class:`InputError` on ``--device`` when it names CUDA and none is usable here, and
+    on ``--transport nccl`` unless this machine has a GPU for each of its ``processes``
+    and this PyTorch has NCCL (before any process starts; a job written for torchrun is not
+    checked)."""
+    import torch
+    from torch import distributed as dist
+
     from tidgap.profiling.run import torch_device
 
     torch_device(device)
+    if transport != "nccl":
+        return
+    if not dist.is_nccl_available():
+        raise InputError(
+            f"this PyTorch has no NCCL (torch {torch.__version__})", source="--transport"
+        )
+    gpus = torch.cuda.device_count()
+    if gpus < processes:
+        raise InputError(
+            f"nccl needs a GPU per process: {processes} processes on this machine, {gpus} "
+            "GPU(s) (--transport gloo passes chunks through host memory)",
+            source="--transport",
+        )
 
 
 def write_plans(paths: Sequence[str], plans: Sequence[Plan]) -> None:
@@ -515,8 +534,17 @@ def worker_options(command: Command) -> Command:
             show_default=True,
             help="Where each stage process computes: the CPU, or a GPU (process R on GPU "
             "LOCAL_RANK modulo the GPUs it sees; processes share GPUs when there are fewer "
-            "GPUs than stages); chunks travel between processes through host memory "
-            "(gloo).",
+            "GPUs than stages).",
+        ),
+        click.option(
+            "--transport",
+            type=click.Choice(TRANSPORTS),
+            default="auto",
+            show_default=True,
+            help="What chunks travel over between stage processes: gloo (through host "
+            "memory), nccl (GPU to GPU; needs --device cuda and a GPU per process) or auto "
+            "(nccl where every process has a GPU of its own, else gloo). The report says "
+            "which ran.",
         ),
         click.option(
             "--timeout",
@@ -546,6 +574,10 @@ def worker_job(
     """The job of a run of ``plan`` (a file, or ``""`` for plans written per run) and the
     model, built from ``seed`` as every worker builds it (imports PyTorch; ``command``
     names a missing PyTorch); ``settings``: the other :class:`Job` fields."""
+    if settings["transport"] == "nccl" and settings["device"] != "cuda":
+        raise InputError(
+            "nccl passes chunks from GPU to GPU: give --device cuda", source="--transport"
+        )
     require_torch(command)
     import torch
 
@@ -641,6 +673,7 @@ def run_command(
     lr: float | None,
     seed: int,
     device: str,
+    transport: str,
     baselines: bool,
     compared: tuple[str, ...],
     timeout: float,
@@ -709,12 +742,14 @@ def run_command(
         float64=float64,
         seed=seed,
         device=device,
+        transport=transport,
         timeout=timeout,
         optimizer=optimizer,
         lr=lr,
     )
     if write_job is None and results is None:
-        require_device(device)  # before the warnings: bad input is one line
+        processes = loaded.num_stages if here is None else local_processes()
+        require_device(device, transport, processes)  # before the warnings: one line
     for line in caveats(loaded, problem, plan, model, optimizer, device):
         if here is None or here[0] == 0:  # under torchrun, once
             click.echo(f"tidgap: warning: {line}", err=True)
@@ -750,14 +785,15 @@ def run_command(
     timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]
     written = write_files(timeline_files(timelines, None, trace, loaded.name))
     tolerance = TOLERANCE[float64]
+    transport = found[0][0].get("transport", "gloo")  # results written before NCCL: gloo
     if as_json:
-        echo_json(document(loaded, plan_file, job, runs, tolerance))
+        echo_json(document(loaded, plan_file, job, transport, runs, tolerance))
     else:
         names = [loaded.stage_name(s) for s in range(loaded.num_stages)]
         step = "no optimizer step" if optimizer is None else f"tail {describe(optimizer, lr)}"
         click.echo(
-            f"{describe_problem(loaded)}; {threads} thread(s) per stage, "
-            f"{'float64' if float64 else 'float32'}, {step}"
+            f"{describe_problem(loaded)}; {threads} thread(s) per stage on {device}, chunks "
+            f"over {transport}, {'float64' if float64 else 'float32'}, {step}"
         )
         for figures in runs:
             for line in format_figures(figures, names):
@@ -779,10 +815,16 @@ def run_command(
 
 
 def document(
-    problem: Problem, plan_file: str, job: Job, runs: list[RunFigures], tolerance: float
+    problem: Problem,
+    plan_file: str,
+    job: Job,
+    transport: str,
+    runs: list[RunFigures],
+    tolerance: float,
 ) -> dict[str, Any]:
-    """The ``tidgap run --json`` object: the settings, then each run's figures (the plan
-    first, then the baselines with the plan's speedup over them)."""
+    """The ``tidgap run --json`` object: the settings (``transport``: what the chunks
+    travelled over), then each run's figures (the plan first, then the baselines with the
+    plan's speedup over them)."""
     plan, *baselines = runs
     return {
         "problem": problem.name,
@@ -791,6 +833,8 @@ def document(
         "boundaries": job.boundaries,
         "stages": problem.num_stages,
         "threads": job.threads,
+        "device": job.device,
+        "transport": transport,
         "iterations": job.iterations,
         "warmup": job.warmup,
         "float64": job.float64,

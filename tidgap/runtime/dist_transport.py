@@ -1,47 +1,93 @@
 """A :class:`~tidgap.runtime.handlers.Transport` on torch.distributed point-to-point.
 
-Sends are ``dist.isend`` of the payload (detached, contiguous), kept (request and tensor)
-until :meth:`DistTransport.wait`. Receives land in a tensor allocated from the compute's
-spec ``(shape, dtype)``. Given the rank's receives in order (:meth:`DistTransport.expect`,
-before an iteration's barrier: posting them takes 0.2-5 ms on the 2-core development
-machine), every one is posted at once (``dist.irecv``), so each chunk
-travels as soon as it is sent, as the model has it, instead of when the rank asks for it:
-on the 2-core development machine gloo moved a chunk only once its receive was posted, up
-to 10 ms after the send when the rank was computing (and keeping just the next receive
+Chunks travel in process groups of their own, one per link and direction
+(:class:`LinkGroups`): in each, one rank only sends and the other only receives, in the
+order the plan makes them. Over gloo the chunks travel in host memory (:data:`WIRE`: gloo
+sends and receives host tensors only; a stage computing on a GPU copies each payload to
+host memory to send it and each received chunk to its device); over NCCL they stay on the
+stages' GPUs (each rank needs a GPU of its own: NCCL refuses two ranks on one device). A
+group per link and direction is what makes NCCL safe: NCCL runs a communicator's sends and
+receives in the order they were posted, and a send waits for its receive, so with one
+group a rank's posted receives would sit ahead of its sends (and a send ahead of a
+receive its peer needs first: 1F1B's sends of forwards and receives of gradients
+deadlock).
+
+Sends are ``dist.isend`` of the payload (detached, on the wire, contiguous), kept (request
+and tensor) until :meth:`DistTransport.wait`. Receives land in a tensor allocated from the
+compute's spec ``(shape, dtype)``. Given the rank's receives in order
+(:meth:`DistTransport.expect`, before an iteration's barrier: posting them takes 0.2-5 ms
+on the 2-core development machine), every one is posted at once (``dist.irecv``), so each
+chunk travels as soon as it is sent, as the model has it, instead of when the rank asks for
+it: on the 2-core development machine gloo moved a chunk only once its receive was posted,
+up to 10 ms after the send when the rank was computing (and keeping just the next receive
 posted did not help a stage that takes several chunks for one forward). The cost: buffers
 for every chunk of the iteration the rank receives (its boundary inputs and gradients,
-small beside the activations a stage keeps). Messages between two ranks keep their order
-(one tag), and receives from a peer are matched in the order they were posted, so they
-need no tags
-(:mod:`tidgap.runtime.lowering`).
-Tensors travel in host memory (:data:`WIRE`, for gloo, which sends and receives host
-tensors only): a stage computing on a GPU copies each payload to host memory to send it
-and each received chunk to its device (2 processes sharing one GPU cannot use NCCL, which
-refuses two ranks on one device). Tested on gloo with CPU stages; the copies to and from a
-GPU only where one is lent (``bench/gpu_check.sh``).
+small beside the activations a stage keeps). Receives from a peer are matched in the order
+they were posted, so they need no tags (:mod:`tidgap.runtime.lowering`). A receive returns
+once its chunk is there (on NCCL the host waits for the GPU), as over gloo, so an op's
+recorded start is when its input arrived.
+
+Tested on gloo with CPU stages; the copies to and from a GPU and NCCL only where GPUs are
+lent (``bench/gpu_check.sh``; NCCL needs two GPUs, never lent yet).
 """
 
 from __future__ import annotations
 
+import datetime
 from collections import defaultdict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 from torch import distributed as dist
 
+from tidgap.profiling.measure import synchronize
+
 #: ``(shape, dtype)`` of a chunk to receive, shape with the samples first.
 Spec = tuple[tuple[int, ...], torch.dtype]
-#: Where chunks travel: gloo sends and receives host tensors.
+#: Where chunks travel over gloo: it sends and receives host tensors.
 WIRE = torch.device("cpu")
 
 
-class DistTransport:
-    """Rank-local point-to-point over the default process group (gloo); chunks travel in
-    host memory (:data:`WIRE`) and are handed to the stage on ``device``."""
+@dataclass(frozen=True)
+class LinkGroups:
+    """The process groups chunks travel in over ``backend`` (``gloo`` or ``nccl``):
+    ``forward[s]`` carries link ``s``'s activations (rank ``s`` to ``s + 1``),
+    ``backward[s]`` its gradients (rank ``s + 1`` to ``s``)."""
 
-    def __init__(self, device: torch.device | None = None) -> None:
+    backend: str
+    forward: list[dist.ProcessGroup]
+    backward: list[dist.ProcessGroup]
+
+    def sending(self, rank: int, peer: int) -> dist.ProcessGroup:
+        """The group of rank ``rank``'s sends to its neighbour ``peer``."""
+        return self.forward[rank] if peer == rank + 1 else self.backward[peer]
+
+    def receiving(self, rank: int, peer: int) -> dist.ProcessGroup:
+        """The group of rank ``rank``'s receives from its neighbour ``peer``."""
+        return self.forward[peer] if peer == rank - 1 else self.backward[rank]
+
+
+def link_groups(world_size: int, backend: str, timeout: datetime.timedelta) -> LinkGroups:
+    """Two new groups per link of a ``world_size``-stage pipeline, each waiting at most
+    ``timeout`` (a collective: every rank of the default group calls it, in the same
+    order)."""
+    pairs = [[s, s + 1] for s in range(world_size - 1)]
+    forward = [dist.new_group(pair, timeout=timeout, backend=backend) for pair in pairs]
+    backward = [dist.new_group(pair, timeout=timeout, backend=backend) for pair in pairs]
+    return LinkGroups(backend, forward, backward)
+
+
+class DistTransport:
+    """Rank ``rank``'s point-to-point in ``groups``; chunks travel on the wire (host
+    memory over gloo, :data:`WIRE`; ``device`` over NCCL) and are handed to the stage on
+    ``device``."""
+
+    def __init__(self, rank: int, groups: LinkGroups, device: torch.device | None = None) -> None:
+        self.rank, self.groups = rank, groups
         self.device = device or WIRE
+        self.wire = self.device if groups.backend == "nccl" else WIRE
         self._pending: list[tuple[dist.Work, Tensor]] = []
         #: Per peer: its posted receives (request and tensor), in order.
         self._posted: dict[int, deque[tuple[dist.Work, Tensor]]] = {}
@@ -50,19 +96,22 @@ class DistTransport:
         """This rank's receives in order, ``(spec, peer)``: posts them all."""
         self._posted = defaultdict(deque)
         for (shape, dtype), peer in receives:
-            tensor = torch.empty(shape, dtype=dtype, device=WIRE)
-            self._posted[peer].append((dist.irecv(tensor, peer), tensor))
+            tensor = torch.empty(shape, dtype=dtype, device=self.wire)
+            group = self.groups.receiving(self.rank, peer)
+            self._posted[peer].append((dist.irecv(tensor, peer, group=group), tensor))
 
     def send(self, payload: Tensor, peer: int) -> None:
         """Start sending ``payload`` (detached, on the wire, made contiguous) to rank
         ``peer``."""
-        tensor = payload.detach().to(WIRE).contiguous()
+        tensor = payload.detach().to(self.wire).contiguous()
         self._pending = [(work, kept) for work, kept in self._pending if not work.is_completed()]
-        self._pending.append((dist.isend(tensor, peer), tensor))
+        group = self.groups.sending(self.rank, peer)
+        self._pending.append((dist.isend(tensor, peer, group=group), tensor))
 
     def recv(self, spec: Spec, peer: int) -> Tensor:
         """The next chunk from rank ``peer``: a new tensor of ``spec``'s shape and dtype
-        (the posted receive's, which must be ``spec``'s: receives run as expected)."""
+        (the posted receive's, which must be ``spec``'s: receives run as expected), once it
+        has arrived."""
         shape, dtype = spec
         if not self._posted.get(peer):
             raise RuntimeError(f"a receive from rank {peer} that was not expected")
@@ -73,10 +122,12 @@ class DistTransport:
                 f"{tuple(tensor.shape)} {tensor.dtype} was expected"
             )
         work.wait()
+        synchronize(self.wire)  # NCCL's wait only orders the GPU's stream
         return tensor.to(self.device)
 
     def wait(self) -> None:
         """Block until every started send has completed, then drop them."""
         for work, _ in self._pending:
             work.wait()
+        synchronize(self.wire)
         self._pending.clear()

@@ -20,6 +20,8 @@ from tidgap.model.numbers import MAX_COUNT, MAX_THREADS, MAX_TORCH_SEED, is_inte
 from tidgap.runtime.optimizers import OPTIMIZERS
 
 JOB_FORMAT = "tidgap.job/1"
+#: What chunks may travel over (:attr:`Job.transport`).
+TRANSPORTS = ("auto", "gloo", "nccl")
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,9 @@ class Job:
     ``alternates``: more plan files for it, run in turn with ``plan`` in the same
     processes (every warm-up and timed iteration runs each plan once, ``plan`` first), so
     that they meet the same moments of the machine; ``device``: ``cpu``, or ``cuda`` (rank
-    ``r`` computes on GPU ``LOCAL_RANK`` modulo the GPUs it sees; tensors travel between
-    ranks through host memory over gloo);
+    ``r`` computes on GPU ``LOCAL_RANK`` modulo the GPUs it sees); ``transport``: what chunks
+    travel over between ranks, ``gloo`` (through host memory), ``nccl`` (GPU to GPU; every
+    rank needs a GPU of its own) or ``auto`` (NCCL where every rank has one, else gloo);
     ``model``: ``gpt``, ``vgg16`` or ``module:attribute`` with ``model_options`` (the
     ``tidgap profile`` model options, ``None`` when not given); ``boundaries``: the first
     layer of stages ``1..S-1``; ``iterations`` timed after ``warmup`` untimed ones;
@@ -62,6 +65,7 @@ class Job:
     lr: float | None = None
     alternates: list[str] = field(default_factory=list)
     device: str = "cpu"
+    transport: str = "auto"
 
     @property
     def plans(self) -> list[str]:
@@ -142,6 +146,7 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "threads": (_count(1, MAX_THREADS), f"an integer in 1..{MAX_THREADS}"),
     "check_gradients": (lambda v: isinstance(v, bool), "true or false"),
     "device": (lambda v: v in ("cpu", "cuda"), "cpu or cuda"),
+    "transport": (lambda v: v in TRANSPORTS, " or ".join(TRANSPORTS)),
     "float64": (lambda v: isinstance(v, bool), "true or false"),
     "seed": (_count(0, MAX_TORCH_SEED), "an integer in 0..2**63-1"),
     "timeout": (_positive_number, "a positive number of seconds"),

@@ -1,10 +1,12 @@
 """One pipeline stage's process: ``python -m tidgap.runtime.worker JOB.json``.
 
 Compatible with ``torchrun``: the rank, world size and rendezvous come from ``RANK``,
-``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``; rank ``r`` runs stage ``r`` over gloo.
-Every rank builds the whole model from the job's seed (the same weights everywhere), keeps
-its own stage's layers on its device (the CPU, or with ``device`` ``cuda`` a GPU:
-:func:`rank_device`; chunks travel between ranks through host memory), lowers the plan
+``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``; rank ``r`` runs stage ``r`` (the
+process group is gloo's; chunks travel in groups of their own per link and direction,
+over the job's ``transport``: :func:`resolved_transport`). Every rank builds the whole
+model from the job's seed (the same weights everywhere), keeps its own stage's layers on
+its device (the CPU, or with ``device`` ``cuda`` a GPU: :func:`rank_device`; over gloo
+chunks travel between ranks through host memory, over NCCL from GPU to GPU), lowers the plan
 (and the job's alternates, which run in turn with it, iteration by iteration) and runs
 iterations through :func:`tidgap.runtime.executor.execute`. With ``check_gradients`` a
 first, extra iteration of each plan runs in train mode with its random draws kept for the
@@ -153,7 +155,8 @@ def run_rank(
     still up); ``plans`` (default: the job's plan files, :attr:`Job.plans`, loaded) run in
     turn, iteration by iteration; ``say`` prints each step. One result per plan, in the
     job's order: ``job`` (as a dict), ``rank``, ``stage`` (its name), ``layers``,
-    ``threads``, ``plan`` (the plan's fields, as JSON), ``recompute``, ``iterations`` (per
+    ``threads``, ``transport`` (the backend chunks travelled over: ``gloo`` or ``nccl``),
+    ``plan`` (the plan's fields, as JSON), ``recompute``, ``iterations`` (per
     timed iteration, its records as :data:`~tidgap.runtime.report.Row`, seconds from the
     iteration's barrier), ``starts`` (per timed iteration, its start: ``time.perf_counter()``
     of this process, seconds), ``peak_bytes`` (per timed iteration, the most the stage held:
@@ -173,7 +176,7 @@ def run_rank(
     from tidgap.model.problem import load_problem
     from tidgap.profiling.allocator import keep_freed_memory
     from tidgap.profiling.run import stage_modules
-    from tidgap.runtime.dist_transport import DistTransport
+    from tidgap.runtime.dist_transport import DistTransport, link_groups
     from tidgap.runtime.draws import NotReplayable, RecordedDraws, as_saved
     from tidgap.runtime.executor import execute
     from tidgap.runtime.lowering import lower, recomputes
@@ -212,14 +215,11 @@ def run_rank(
         tail = functools.partial(step, build_optimizer(job.optimizer, module.parameters(), job.lr))
 
     say("joining the process group")
-    dist.init_process_group(
-        "gloo",
-        rank=rank,
-        world_size=world_size,
-        timeout=datetime.timedelta(seconds=job.timeout),
-    )
+    timeout = datetime.timedelta(seconds=job.timeout)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timeout)
 
     say("joined")
+    groups = link_groups(world_size, resolved_transport(job.transport, device), timeout)
 
     def iteration(
         run: PlanRun, train: bool, after: Callable[[], None] | None
@@ -230,7 +230,7 @@ def run_rank(
         for parameter in module.parameters():
             parameter.grad = None
         run.stage.reset()
-        transport = DistTransport(device)
+        transport = DistTransport(rank, groups, device)
         handlers = (
             PipelineHandlers(rank, run.stage, transport)
             if after is None
@@ -311,6 +311,7 @@ def run_rank(
                 "stage": stages[rank][0],
                 "layers": stages[rank][1],
                 "threads": torch.get_num_threads(),
+                "transport": groups.backend,
                 "plan": run.plan.document(),
                 "recompute": run.stage.recompute,
                 "redrawn": run.stage.redrawn,
@@ -334,6 +335,39 @@ def every_rank(ok: bool) -> bool:
     flag = torch.tensor([int(ok)])
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)
     return bool(flag.item())
+
+
+def nccl_obstacle(device: Any) -> str | None:
+    """Why this rank cannot send its chunks over NCCL from ``device`` (a
+    ``torch.device``), or ``None``: it needs a GPU of its own."""
+    import torch
+    from torch import distributed as dist
+
+    if device.type != "cuda":
+        return "it computes on the CPU"
+    if not dist.is_nccl_available():
+        return "this PyTorch has no NCCL"
+    count, processes = torch.cuda.device_count(), local_processes()
+    if count < processes:
+        return f"{processes} processes on this machine share {count} GPU(s)"
+    return None
+
+
+def resolved_transport(requested: str, device: Any) -> str:
+    """The backend chunks travel over for the job's ``transport`` ``requested`` (a
+    collective: every rank calls it): ``gloo``; ``nccl``, which every rank must be able to
+    use (:func:`nccl_obstacle`; else :class:`ValueError`); or for ``auto`` NCCL where every
+    rank can, else gloo."""
+    if requested == "gloo":
+        return "gloo"
+    why = nccl_obstacle(device)
+    if every_rank(why is None):
+        return "nccl"
+    if requested == "nccl":
+        raise ValueError(
+            f"transport nccl needs a GPU per process: {why or 'another rank lacks one'}"
+        )
+    return "gloo"
 
 
 def rank_device(kind: str) -> Any:
