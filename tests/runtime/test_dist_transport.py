@@ -1,10 +1,14 @@
 """The torch.distributed transport's routing, without processes: each link direction has a
-group of its own in which one rank only sends and the other only receives (what keeps NCCL
-from deadlocking), chunks travel on the wire the backend needs, and the job's ``transport``
+group of its own in which one rank only sends and the other only receives, and so every
+kind of plan runs under NCCL's ordering (each rank's calls in a group complete in the order
+posted, a send with its receive: :mod:`tests.support.in_order_p2p`), where one group per
+link deadlocks; chunks travel on the wire the backend needs; the job's ``transport``
 resolves to what every rank can use. Real gloo runs of 2 and 3 stages: ``test_run.py``."""
 
 from __future__ import annotations
 
+import random
+import threading
 from collections import defaultdict
 from typing import Any
 
@@ -12,8 +16,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tests.runtime.test_lowering import random_plan  # noqa: E402
+from tests.support.in_order_p2p import InOrderNetwork, act_as_rank  # noqa: E402
+from tidgap.model.plan import Plan  # noqa: E402
 from tidgap.runtime import dist_transport, worker  # noqa: E402
 from tidgap.runtime.dist_transport import DistTransport, LinkGroups  # noqa: E402
+from tidgap.runtime.executor import execute  # noqa: E402
+from tidgap.runtime.fake import SampleStage  # noqa: E402
+from tidgap.runtime.handlers import PipelineHandlers  # noqa: E402
+from tidgap.runtime.lowering import lower  # noqa: E402
+from tidgap.schedules.ir import one_f_one_b_order  # noqa: E402
 
 
 def named_groups(stages: int, backend: str = "gloo") -> LinkGroups:
@@ -154,3 +166,96 @@ def test_a_rank_that_can_is_told_when_another_cannot(monkeypatch: pytest.MonkeyP
     with pytest.raises(ValueError, match="another rank lacks one"):
         worker.resolved_transport("nccl", torch.device("cuda", 0))
     assert worker.resolved_transport("auto", torch.device("cuda", 0)) == "gloo"
+
+
+class TensorSampleStage(SampleStage):
+    """:class:`SampleStage` whose payloads are tensors of sample ids, as the transport
+    sends."""
+
+    def input_spec(self, samples: tuple[int, int]) -> Any:
+        return (samples[1] - samples[0],), torch.int64
+
+    gradient_spec = input_spec
+
+    def receive_input(self, samples: tuple[int, int], payload: Any) -> None:
+        super().receive_input(samples, payload.tolist())
+
+    def forward(self, samples: tuple[int, int]) -> Any:
+        return torch.tensor(super().forward(samples))
+
+    def receive_gradient(self, samples: tuple[int, int], payload: Any) -> None:
+        super().receive_gradient(samples, payload.tolist())
+
+    def backward(self, samples: tuple[int, int]) -> Any:
+        return torch.tensor(super().backward(samples))
+
+
+def run_in_order(
+    plan: Plan, groups: LinkGroups, monkeypatch: pytest.MonkeyPatch, timeout: float = 2.0
+) -> list[list[tuple[str, tuple[int, int]]]]:
+    """Run ``plan``'s lowered instructions through :class:`DistTransport` in ``groups``
+    with NCCL's ordering (:mod:`tests.support.in_order_p2p`), a thread per rank; per rank
+    its computes. Raises a rank's error (``TimeoutError`` on a deadlock)."""
+    network = InOrderNetwork(timeout)
+    monkeypatch.setattr(dist_transport.dist, "isend", network.isend)
+    monkeypatch.setattr(dist_transport.dist, "irecv", network.irecv)
+    lowered = lower(plan)
+    logs: list[list[tuple[str, tuple[int, int]]]] = [[] for _ in lowered]
+    errors: list[BaseException] = []
+
+    def rank_thread(rank: int) -> None:
+        act_as_rank(rank)
+        stage = TensorSampleStage(rank == 0, rank == len(lowered) - 1, logs[rank])
+        handlers = PipelineHandlers(rank, stage, DistTransport(rank, groups))
+        try:
+            handlers.expect(lowered[rank])
+            execute(lowered[rank], handlers)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=rank_thread, args=(r,)) for r in range(len(lowered))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return logs
+
+
+def in_order_plans() -> dict[str, Plan]:
+    """1F1B and GPipe on 2 and 4 stages, a forward cut from two upstream chunks, and
+    random valid ordered plans (unequal partitions, backwards apart from forwards)."""
+    plans = {}
+    for stages, m in ((2, 4), (4, 8)):
+        ones = [[1] * m] * stages
+        plans[f"1F1B({m}), {stages} stages"] = Plan.of(
+            ones, ones, order=list(one_f_one_b_order(stages, m).stages)
+        )
+        plans[f"GPipe({m}), {stages} stages"] = Plan.of(ones, ones)
+    plans["straddling chunks"] = Plan.of([[2, 3, 1], [3, 3]], [[6], [6]], order=["FFFB", "FFB"])
+    for seed in range(12):  # random partitions and repaired random windows, 1-4 stages
+        plans[f"random{seed}"] = random_plan(random.Random(seed), 1 + seed % 4, 7 + seed)
+    return plans
+
+
+@pytest.mark.parametrize("name", sorted(in_order_plans()))
+def test_a_group_per_link_and_direction_runs_every_plan_with_nccls_ordering(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = in_order_plans()[name]
+    logs = run_in_order(plan, named_groups(len(plan.forward), "nccl"), monkeypatch)
+    order = plan.stage_order()
+    for s, log in enumerate(logs):
+        assert "".join(kind for kind, _ in log) == order.stages[s]
+
+
+def test_one_group_per_link_would_deadlock_with_nccls_ordering(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Why the groups are per direction: with one group per link, each rank's receives,
+    posted ahead, sit before its sends, so 1F1B's first chunk never goes."""
+    plan = in_order_plans()["1F1B(4), 2 stages"]
+    shared = [("link", 0)]
+    with pytest.raises(TimeoutError, match="never matched"):
+        run_in_order(plan, LinkGroups("nccl", shared, shared), monkeypatch, timeout=0.5)  # type: ignore[arg-type]
