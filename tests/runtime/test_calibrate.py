@@ -265,7 +265,7 @@ def records_of(timeline: Any) -> list[list[tuple]]:
 def test_replaying_a_run_that_behaved_as_the_model_gives_the_prediction(shape: str) -> None:
     """With the run's own op and transfer times, the model reproduces a run whose ops took
     exactly the model's times: replay checks the dependencies, not the op times."""
-    from tidgap.runtime.calibrate import replays
+    from tidgap.runtime.replay import replays
     from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
 
     document = synth_problem(3, 3, 12, 1, 0.5, shape, "replay")
@@ -280,7 +280,8 @@ def test_replaying_a_run_that_behaved_as_the_model_gives_the_prediction(shape: s
 def test_the_measured_optimizer_step_becomes_each_stages_tail() -> None:
     """A run whose steps took twice the problem's tails: the calibrated tails are the
     measured medians, and the replay counts them."""
-    from tidgap.runtime.calibrate import measured_problem, replays
+    from tidgap.runtime.calibrate import measured_problem
+    from tidgap.runtime.replay import replays
     from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
 
     document = synth_problem(3, 3, 12, 1, 0.5, "table", "tails")
@@ -326,7 +327,7 @@ def test_each_iteration_replays_to_its_own_time_when_op_times_vary(schedule: str
     """Two iterations whose ops and transfers each took a different random share (0.5-1.5)
     of the model's time: each replays to its own measured time exactly, and the replay with
     the run's median op times to neither."""
-    from tidgap.runtime.calibrate import replays
+    from tidgap.runtime.replay import replays
     from tidgap.schedules.families import SCHEDULES
     from tidgap.schedules.simulate import order_timeline
 
@@ -354,7 +355,8 @@ def test_a_gap_before_every_op_becomes_each_stages_overhead(schedule: str) -> No
     every stage's overhead is ``gap``, each op's calibrated time its record's plus ``gap``,
     and the replay is that slower problem's prediction (without the overhead it would be
     the faster one's)."""
-    from tidgap.runtime.calibrate import dispatch_gaps, measured_problem, replays
+    from tidgap.runtime.calibrate import dispatch_gaps, measured_problem
+    from tidgap.runtime.replay import replays
     from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
 
     gap = 0.25
@@ -389,7 +391,8 @@ def test_a_send_that_takes_time_is_its_ops_cost(schedule: str) -> None:
     sending op's calibrated time is its record's plus its send's, no gap is left for the
     overhead, the links keep their times, and the replay is that slower problem's
     prediction (counting sends as gaps or as transfers would miss it)."""
-    from tidgap.runtime.calibrate import dispatch_gaps, measured_problem, replays
+    from tidgap.runtime.calibrate import dispatch_gaps, measured_problem
+    from tidgap.runtime.replay import replays
     from tidgap.schedules.families import SCHEDULES, evaluate, plan_timeline
 
     cost = 0.25

@@ -458,7 +458,7 @@ def figures_of(
     )
     if replay is None:
         return figures
-    from tidgap.runtime.calibrate import replays
+    from tidgap.runtime.replay import replays
 
     median, each = replays(replay, problem, plan, results)
     return dataclasses.replace(figures, replayed=median, replayed_iterations=each)

@@ -34,8 +34,7 @@ from tidgap.model.problem import Problem
 from tidgap.model.timefn import TimeFunction
 from tidgap.profiling.build import table
 from tidgap.runtime.report import COMPUTE, TRANSFERS, Row, unit_per_second
-from tidgap.schedules.families import SCHEDULES, evaluate
-from tidgap.schedules.simulate import LinkTime, OpTime, evaluate_order
+from tidgap.schedules.families import SCHEDULES
 
 #: ``durations[s][kind][size]``: measured op durations of stage ``s`` (or transfers over
 #: link ``s``), kind ``F`` / ``B``, at microbatch ``size`` (samples), in the problem's unit.
@@ -216,7 +215,7 @@ def link_durations(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) 
 
 #: For each compute record kind, the receive kind whose chunk it waits for (the one holding
 #: its last sample), from :data:`TRANSFERS`.
-_WAITS_FOR = {_RECORD_KIND[short]: receive for short, _, receive, _ in TRANSFERS}
+WAITS_FOR = {_RECORD_KIND[short]: receive for short, _, receive, _ in TRANSFERS}
 
 
 def dispatch_gaps(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> list[list[float]]:
@@ -231,13 +230,13 @@ def dispatch_gaps(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -
             # a direction's received chunks cover the batch once: by their ends, in order
             received = {
                 kind: sorted((r[3], r[5]) for r in rows if r[0] == kind)
-                for kind in _WAITS_FOR.values()
+                for kind in WAITS_FOR.values()
             }
-            computes = sorted((r for r in rows if r[0] in _WAITS_FOR), key=lambda r: r[4])
+            computes = sorted((r for r in rows if r[0] in WAITS_FOR), key=lambda r: r[4])
             spans = op_spans(rows)
             for previous, row in itertools.pairwise(computes):
                 ready = spans[previous[0], previous[1]][1]
-                chunks = received[_WAITS_FOR[row[0]]]
+                chunks = received[WAITS_FOR[row[0]]]
                 holder = bisect.bisect_left(chunks, (row[3],))
                 if holder < len(chunks):
                     ready = max(ready, chunks[holder][1])
@@ -427,45 +426,3 @@ def stage_overheads(iterations: Sequence[Sequence[Sequence[Row]]], scale: float)
     ``scale`` (the problem's unit)."""
     gaps = dispatch_gaps(iterations, scale)
     return [statistics.median(found) if found else 0.0 for found in gaps]
-
-
-def replays(
-    document: dict[str, Any], problem: Problem, plan: Plan, results: Sequence[dict[str, Any]]
-) -> tuple[float, list[float]]:
-    """The model's iteration time for ``plan`` with the run's own op and transfer times
-    (``results``: the ranks' saved results; every op of the plan ran, so each of its sizes
-    is measured): with their medians (:func:`measured_problem`), what the model predicts
-    once the op times are right; and per timed iteration, with that iteration's own, each
-    op plus its stage's overhead (the median gap of :func:`dispatch_gaps` over the run),
-    tails the run's median: what the model's dependencies make of exactly what ran. Ops
-    vary from one iteration to the next; a model fed their medians does not see what that
-    costs where the slower ones fall on the critical path, and the second replay does."""
-    iterations = list(zip(*(result["iterations"] for result in results), strict=True))
-    scale = unit_per_second(problem.time_unit)
-    overheads = stage_overheads(iterations, scale)
-    measured = measured_problem(document, problem, iterations, ["this run"], overheads)
-    replay = Problem.from_dict(measured)
-    order = plan.stage_order()
-    each = []
-    for ranks in iterations:
-        op_time, link_time = own_times(ranks, scale, overheads)
-        evaluation = evaluate_order(replay, plan.forward, plan.backward, order, op_time, link_time)
-        each.append(evaluation.iteration_time)
-    return evaluate(replay, plan).iteration_time, each
-
-
-def own_times(
-    ranks: Sequence[Sequence[Row]], scale: float, overheads: Sequence[float]
-) -> tuple[OpTime, LinkTime]:
-    """The simulator's op and link times of one iteration's records (per rank, seconds):
-    each forward and backward its duration with its send (:func:`op_spans`) plus its
-    stage's ``overheads`` entry, each transfer as :func:`transfers` has it, times ``scale``
-    (the problem's unit)."""
-    ops = {
-        (s, COMPUTE[kind], k + 1): (end - start) * scale + overheads[s]
-        for s, rows in enumerate(ranks)
-        for (kind, k), (start, end) in op_spans(rows).items()
-        if kind in _WAITS_FOR
-    }
-    moved = {(link, kind, k + 1): t * scale for link, kind, k, _, t in transfers(ranks)}
-    return (lambda s, op, k, size: ops[s, op, k]), (lambda link, op, k, size: moved[link, op, k])
