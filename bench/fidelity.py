@@ -12,9 +12,12 @@ with the ranking of the plans by prediction and by measurement. A last column di
 round by its median measured/predicted ratio over all plans (the machine's speed in that
 round) before taking each plan's median: what is left is the model's error in comparing
 plans, not in absolute time (a uniform error, the machine's or the model's, drops out).
-The last column is ``tidgap run --replay``'s per-iteration replay (the model fed each
-timed iteration's own op and transfer times), its median error over iterations, median
-over rounds: what the model's dependencies leave once the op times are exactly right.
+Two columns come from ``tidgap run --replay`` (medians over rounds): the error against the
+model fed the run's median op and transfer times and against the median of models fed
+times drawn independently from the run's iterations (the first plus what the ops'
+variation costs), and last the per-iteration replay (the model fed each timed
+iteration's own op and transfer times), its median error over iterations: what the
+model's dependencies leave once the op times are exactly right.
 Each round first calibrates afresh (``tidgap calibrate --rounds 1``, about 28 s: GPipe(m),
 1F1B(m) and the recomputing twins) and runs against that: a column gives the error
 against the round's own calibration, made seconds before its runs, which leaves out most
@@ -203,6 +206,13 @@ def main() -> None:
         label: statistics.median(r["replay"]["per_iteration"]["median_error_percent"] for r in ran)
         for label, ran in runs.items()
     }
+    fed_medians, fed_draws = (
+        {label: statistics.median(pick(r["replay"]) for r in ran) for label, ran in runs.items()}
+        for pick in (
+            lambda replay: replay["error_percent"],
+            lambda replay: replay["drawn"]["error_percent"],
+        )
+    )
     record = {
         label: dict(
             profile=from_profile[label],
@@ -210,14 +220,17 @@ def main() -> None:
             rounds=rounds[label],
             predicted_each_round=fresh[label],
             replay_error_percent=replayed[label],
+            medians_replay_error_percent=fed_medians[label],
+            drawn_replay_error_percent=fed_draws[label],
         )
         for label in plans
     }
     (folder / "fidelity.json").write_text(json.dumps(record, indent=1))
     print("| plan | recomputes | predicted: profile / calibrated (ms) | measured (ms) | error: "
           "profile / calibrated | error against the round's calibration | error after each "
-          "round's drift | error against its own iterations' replay |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          "round's drift | error against the run's median op times / drawn op times | "
+          "error against its own iterations' replay |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for label in plans:
         stages = [s for s, flag in enumerate(runs[label][0]["recompute"]) if flag]
         low, high = min(rounds[label]), max(rounds[label])
@@ -228,6 +241,7 @@ def main() -> None:
             f"{percent(measured[label], predicted[label]):+.1f}% | "
             f"{own[label]:+.1f}% | "
             f"{percent(steady[label], predicted[label]):+.1f}% | "
+            f"{fed_medians[label]:+.1f}% / {fed_draws[label]:+.1f}% | "
             f"{replayed[label]:+.1f}% |"
         )
     by_prediction = sorted(plans, key=predicted.__getitem__)

@@ -274,7 +274,9 @@ def test_replaying_a_run_that_behaved_as_the_model_gives_the_prediction(shape: s
         ranks = records_of(plan_timeline(problem, plan))
         results = [{"iterations": [rows]} for rows in ranks]
         want = evaluate(problem, plan).iteration_time
-        assert replays(document, problem, plan, results)[0] == pytest.approx(want, rel=1e-3)
+        found = replays(document, problem, plan, results)
+        assert found.medians == pytest.approx(want, rel=1e-3)
+        assert found.drawn == found.each[0]  # one iteration: every draw is it
 
 
 def test_the_measured_optimizer_step_becomes_each_stages_tail() -> None:
@@ -325,9 +327,12 @@ def varied_times(problem: Problem, seed: int) -> tuple[Any, Any]:
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
 def test_each_iteration_replays_to_its_own_time_when_op_times_vary(schedule: str) -> None:
     """Two iterations whose ops and transfers each took a different random share (0.5-1.5)
-    of the model's time: each replays to its own measured time exactly, and the replay with
-    the run's median op times to neither."""
-    from tidgap.runtime.replay import replays
+    of the model's time: each replays to its own measured time exactly, the replay with
+    the run's median op times to neither, and the drawn replay (seeded) between the model
+    fed every op's faster time and the one fed every op's slower."""
+    from tidgap.runtime.calibrate import measured_problem, stage_overheads
+    from tidgap.runtime.replay import fed, own_times, replays
+    from tidgap.runtime.report import unit_per_second
     from tidgap.schedules.families import SCHEDULES
     from tidgap.schedules.simulate import order_timeline
 
@@ -343,9 +348,22 @@ def test_each_iteration_replays_to_its_own_time_when_op_times_vary(schedule: str
         runs.append((records_of(timeline), timeline.iteration_time))
     results = [{"iterations": [ranks[rank] for ranks, _ in runs]} for rank in range(3)]
     measured = [time for _, time in runs]
-    median, each = replays(document, problem, plan, results)
+    median, each, drawn = replays(document, problem, plan, results)
     assert each == pytest.approx(measured)
     assert min(abs(median - time) for time in measured) > 1e-3 * max(measured)
+    # every draw lies between the model fed each op's faster and each op's slower time
+    iterations = list(zip(*(result["iterations"] for result in results), strict=True))
+    scale = unit_per_second(problem.time_unit)
+    overheads = stage_overheads(iterations, scale)
+    own = [own_times(ranks, scale, overheads) for ranks in iterations]
+    low, high = (
+        [{key: pick(times[j][key] for times in own) for key in own[0][j]} for j in (0, 1)]
+        for pick in (min, max)
+    )
+    replay = Problem.from_dict(measured_problem(document, problem, iterations, ["r"], overheads))
+    assert fed(replay, plan, *low) < drawn < fed(replay, plan, *high)
+    assert replays(document, problem, plan, results).drawn == drawn  # seeded
+    assert replays(document, problem, plan, results, seed=1).drawn != drawn
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
@@ -424,7 +442,7 @@ def test_a_send_that_takes_time_is_its_ops_cost(schedule: str) -> None:
         assert measured.backward(3) == pytest.approx(given.backward(3), rel=1e-4)
     assert fitted.links[0].forward(3) == pytest.approx(slow.links[0].forward(3), rel=1e-4)
     results = [{"iterations": [rows]} for rows in ranks]
-    median, each = replays(document, problem, plan, results)
+    median, each, _ = replays(document, problem, plan, results)
     want = evaluate(slow, plan).iteration_time
     assert median == pytest.approx(want, rel=1e-4) and each == pytest.approx([want], rel=1e-4)
 

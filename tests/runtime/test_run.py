@@ -264,9 +264,9 @@ def problem_evaluation(problem: Problem, plan: Path) -> float:
 def test_replay_evaluates_the_plan_with_the_runs_own_op_times(
     problem_file: Path, tmp_path: Path
 ) -> None:
-    """The replay is the model's time with this run's median op and transfer times, and
-    with each iteration's own: figures of their own, beside the prediction, and printed in
-    the text."""
+    """The replay is the model's time with this run's median op and transfer times, with
+    each iteration's own, and with each op's drawn from them: figures of their own, beside
+    the prediction, and printed in the text."""
     problem = Problem.from_dict(problem_document())
     plan = plan_file(tmp_path, "1f1b", **one_f_one_b_plan(problem, 4).model_dump(exclude_none=True))
     run = run_json(str(problem_file), str(plan), "--replay")["run"]
@@ -282,10 +282,18 @@ def test_replay_evaluates_the_plan_with_the_runs_own_op_times(
         [100 * (got / want - 1) for got, want in zip(measured, each["predicted"], strict=True)]
     )
     assert each["median_error_percent"] == pytest.approx(sum(each["error_percent"]) / 2)
+    drawn = replay["drawn"]
+    assert drawn["predicted"] > 0  # its bounds: test_calibrate.py
+    assert drawn["error_percent"] == pytest.approx(
+        100 * (run["measured"]["median"] / drawn["predicted"] - 1)
+    )
     text = run_cli("run", str(problem_file), str(plan), *MODEL, *QUICK, "--replay")
     assert text.exit_code == 0, describe(text)
     assert "replayed with this run's median op and transfer times" in text.output
     assert "replayed iteration by iteration, each with its own op and transfer times" in (
+        text.output
+    )
+    assert "replayed with each op and transfer timed by a random iteration of this run" in (
         text.output
     )
 

@@ -449,7 +449,8 @@ def figures_of(
 ) -> RunFigures:
     """The figures of a run's ``results``, its gradients checked when ``job`` asks, and
     with ``replay`` (the problem's document) the model's time with the run's median op
-    times and with each iteration's own."""
+    times, with each iteration's own, and with times drawn from them
+    (:func:`~tidgap.runtime.replay.replays`)."""
     difference = weights = None
     if job.check_gradients:
         difference, weights = reference_differences(model, results, problem, job)
@@ -460,8 +461,13 @@ def figures_of(
         return figures
     from tidgap.runtime.replay import replays
 
-    median, each = replays(replay, problem, plan, results)
-    return dataclasses.replace(figures, replayed=median, replayed_iterations=each)
+    found = replays(replay, problem, plan, results)
+    return dataclasses.replace(
+        figures,
+        replayed=found.medians,
+        replayed_iterations=found.each,
+        replayed_drawn=found.drawn,
+    )
 
 
 def to_run(
@@ -635,9 +641,10 @@ def worker_job(
 @click.option(
     "--replay",
     is_flag=True,
-    help="Also evaluate the plan with this run's own op and transfer times (median per stage, "
-    "direction and size): the model's error once the op times are right, to tell a wrong op "
-    "time from a wrong model.",
+    help="Also evaluate the plan with this run's own op and transfer times: their medians "
+    "(per stage, direction and size; the model's error once the op times are right, to tell a "
+    "wrong op time from a wrong model), each op's drawn from a random timed iteration (what "
+    "their variation costs), and each timed iteration's own (what the dependencies leave).",
 )
 @click.option(
     "--nproc",

@@ -28,6 +28,9 @@ from tidgap.schedules.timeline import Step, Timeline, stage_names
 #: One record as a worker saves it: kind, microbatch, lo, hi (0-based, hi excluded),
 #: start, end (seconds from the iteration's barrier).
 Row = tuple[str, int, int, int, float, float]
+#: How many models with independently drawn op times the drawn replay takes the median
+#: of (:func:`tidgap.runtime.replay.replays`).
+REPLAY_DRAWS = 101
 #: Record kinds that compute, with the timeline's step kind (``"tail"``: the optimizer step
 #: a worker runs after its last backward, with ``--optimizer``).
 COMPUTE = {"forward": "F", "backward": "B", "tail": "T"}
@@ -138,8 +141,10 @@ class RunFigures:
     parameter's gradient from one process (``None``: not checked); ``timeline``: the median
     iteration, measured; ``predicted_timeline``: the model's; ``replayed``: the model's time
     for the plan with this run's median op and transfer times (``None``: not asked, ``tidgap
-    run --replay``) and ``replayed_iterations`` its time for each timed iteration with that
-    iteration's own (``None``: not asked); ``peak_bytes[s]``: the most stage ``s`` held for
+    run --replay``), ``replayed_iterations`` its time for each timed iteration with that
+    iteration's own and ``replayed_drawn`` the median of its times with each op and
+    transfer timed by a random iteration's (:data:`REPLAY_DRAWS` draws;
+    ``None``: not asked); ``peak_bytes[s]``: the most stage ``s`` held for
     its backwards (median over iterations; ``None`` from results without it) and
     ``predicted_memory[s]`` the model's ``peak_memory`` (``None`` without
     ``activation_bytes``); ``weight_difference``: the largest relative difference of any
@@ -164,6 +169,7 @@ class RunFigures:
     predicted_timeline: Timeline
     replayed: float | None = None
     replayed_iterations: list[float] | None = None
+    replayed_drawn: float | None = None
     peak_bytes: list[float] | None = None
     predicted_memory: list[float] | None = None
     weight_difference: float | None = None
@@ -206,6 +212,16 @@ class RunFigures:
             "median_error_percent": 100 * statistics.median(errors),
         }
 
+    def _drawn(self) -> dict[str, Any] | None:
+        """``replay.drawn`` of :meth:`as_dict`: the replay with drawn op times and the
+        measured median's error against it, in per cent."""
+        if self.replayed_drawn is None:
+            return None
+        return {
+            "predicted": self.replayed_drawn,
+            "error_percent": 100 * (self.median / self.replayed_drawn - 1),
+        }
+
     def as_dict(self) -> dict[str, Any]:
         """The ``tidgap run --json`` object of this run (see :func:`format_figures`);
         ``max_weight_relative_difference`` only where an optimizer step was checked."""
@@ -239,6 +255,7 @@ class RunFigures:
                 "predicted": self.replayed,
                 "error_percent": 100 * (self.median / self.replayed - 1),
                 "per_iteration": self._per_iteration(),
+                "drawn": self._drawn(),
             },
         }
 
@@ -352,6 +369,13 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
         lines.append(
             f"  replayed with this run's median op and transfer times: {figures.replayed:.4g} "
             f"{unit}, measured {figures.median / figures.replayed - 1:+.1%}"
+        )
+    if figures.replayed_drawn is not None:
+        lines.append(
+            "  replayed with each op and transfer timed by a random iteration of this run "
+            f"(median of {REPLAY_DRAWS} draws): {figures.replayed_drawn:.4g} {unit}, measured "
+            f"{figures.median / figures.replayed_drawn - 1:+.1%}: the medians plus what "
+            "the ops' variation costs, as if they varied independently"
         )
     errors = figures.iteration_replay_errors
     if errors:
