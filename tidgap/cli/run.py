@@ -580,7 +580,7 @@ def worker_job(
     """The job of a run of ``plan`` (a file, or ``""`` for plans written per run) and the
     model, built from ``seed`` as every worker builds it (imports PyTorch; ``command``
     names a missing PyTorch); ``settings``: the other :class:`Job` fields."""
-    if settings["transport"] == "nccl" and settings["device"] != "cuda":
+    if settings["transport"] == "nccl" and settings["device"] == "cpu":
         raise InputError(
             "nccl passes chunks from GPU to GPU: give --device cuda", source="--transport"
         )

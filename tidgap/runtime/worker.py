@@ -343,7 +343,7 @@ def nccl_obstacle(device: Any) -> str | None:
     import torch
     from torch import distributed as dist
 
-    if device.type != "cuda":
+    if device.type == "cpu":  # the job's devices: cpu or cuda
         return "it computes on the CPU"
     if not dist.is_nccl_available():
         return "this PyTorch has no NCCL"
