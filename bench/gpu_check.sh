@@ -81,6 +81,8 @@ python3 -c "import json, sys; print('profiled memory:', json.load(open(sys.argv[
   "$fidelity/gpt2.json"
 
 echo "== tidgap run on the GPU: gradients, baselines, memory; then under torchrun"
+# --transport auto: NCCL where the machine has a GPU per stage process (never lent yet),
+# else gloo through host memory; the report's first line says which ran.
 gpt=(--model gpt $(cd bench && python3 -c "from fidelity import GPU_MODEL_OPTIONS as o; print(*o)")
   --device cuda)  # the model bench/fidelity.py profiled
 plan=$fidelity/searched.json
