@@ -75,6 +75,7 @@ def test_a_workers_result_passes() -> None:
         (changed(job=[1]), "job: is not an object"),
         (changed(layers="0,1"), "layers: is not a list of layer names"),
         (changed(recompute=1), "recompute: is not true or false"),
+        (changed(transport="tcp"), 'transport: is not "gloo", "nccl" or null'),
         (changed(iterations=[]), "iterations: is not a non-empty list of iterations"),
         (row(("forward", 0, 0, 4)), "iterations[1][1]: is not a record"),
         (row(("dance", 0, 0, 4, 0.0, 1.0)), "iterations[1][1]: has kind 'dance'"),

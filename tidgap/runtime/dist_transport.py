@@ -27,8 +27,9 @@ they were posted, so they need no tags (:mod:`tidgap.runtime.lowering`). A recei
 once its chunk is there (on NCCL the host waits for the GPU), as over gloo, so an op's
 recorded start is when its input arrived.
 
-Tested on gloo with CPU stages; the copies to and from a GPU and NCCL only where GPUs are
-lent (``bench/gpu_check.sh``; NCCL needs two GPUs, never lent yet).
+Tested on gloo with CPU stages, and under a stand-in with NCCL's ordering
+(``tests/support/in_order_p2p.py``); the copies to and from a GPU and NCCL itself only
+where GPUs are lent (``bench/gpu_check.sh``; NCCL needs two GPUs, never lent yet).
 """
 
 from __future__ import annotations

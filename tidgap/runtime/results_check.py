@@ -61,6 +61,8 @@ def check_result(result: Any, rank: int) -> None:
         "is not a list of layer names",
     )
     _require(isinstance(result["recompute"], bool), "recompute", "is not true or false")
+    transport = result.get("transport")  # absent from results written before NCCL
+    _require(transport in (None, "gloo", "nccl"), "transport", 'is not "gloo", "nccl" or null')
     redrawn = result.get("redrawn")
     _require(redrawn is None or isinstance(redrawn, str), "redrawn", "is not a reason or null")
     iterations = result["iterations"]
