@@ -86,10 +86,15 @@ echo "== tidgap run on the GPU: gradients, baselines, memory; then under torchru
 gpt=(--model gpt $(cd bench && python3 -c "from fidelity import GPU_MODEL_OPTIONS as o; print(*o)")
   --device cuda)  # the model bench/fidelity.py profiled
 plan=$fidelity/searched.json
+# each run's own --timeout ends it before the script's limit does, so that it prints the
+# last line each worker printed (where the time went; on 2026-12-04 the run was cut off
+# silently at 50 s): 3 plans in turn x 22 s, then 1 x 40 s
 limited 80 "${tidgap[@]}" run "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" \
   --iterations 5 --warmup 2 --check-gradients --baselines --trace "$out/run_trace.json" \
+  --timeout 22 \
   && limited 50 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tidgap run \
-    "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" --iterations 3 --check-gradients
+    "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" --iterations 3 --check-gradients \
+    --timeout 40
 run_status=$?
 
 echo "== summary: tests exit $tests_status, benchmarks exit $bench_status, fidelity exit" \
