@@ -160,6 +160,24 @@ def test_a_recompute_plan_replays_dropout_and_says_where_it_cannot(
     assert "its random draws replayed per sample" in result.stdout
 
 
+def test_the_memory_line_says_where_the_prediction_is_an_upper_bound(tmp_path: Path) -> None:
+    """With ``activation_bytes`` the report puts each stage's predicted peak beside the
+    measured one; where a stage recomputes it says the prediction (every held sample's
+    activations) is an upper bound, and only there."""
+    document = problem_document()
+    for stage in document["stages"]:
+        stage["activation_bytes"] = 4096.0
+    problem = write_json(tmp_path / "problem.json", document)
+    recompute = plan_file(tmp_path, "recompute", **PLANS["recompute"])
+    aligned = plan_file(tmp_path, "aligned", **PLANS["flush-unequal"])
+    result = run_cli("run", str(problem), str(recompute), *MODEL, *QUICK, "--compare", str(aligned))
+    assert result.exit_code == 0, describe(result)
+    memory = [line for line in result.stdout.splitlines() if "held for backward" in line]
+    assert len(memory) == 2 and all(" / - " not in line for line in memory)
+    assert "stage(s) [0, 1] recompute: they hold their inputs" in memory[0]
+    assert "recompute" not in memory[1]
+
+
 @pytest.mark.parametrize("kind", ["ordered-aligned", "recompute"])
 def test_gradients_are_checked_in_train_mode_with_the_pipelines_dropout(
     kind: str, problem_file: Path, tmp_path: Path

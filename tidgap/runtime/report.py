@@ -364,6 +364,13 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
                 f"{name} {_megabytes(got)} / " + ("-" if want is None else _megabytes(want))
                 for name, got, want in zip(names, figures.peak_bytes, predicted, strict=True)
             )
+            + (
+                f" (stage(s) {again} recompute: they hold their inputs and random draws, and "
+                "one backward's activations at a time; the prediction, every held sample's "
+                "activations, is an upper bound there)"
+                if again and figures.predicted_memory is not None
+                else ""
+            )
         )
     if figures.replayed is not None:
         lines.append(
