@@ -1,6 +1,6 @@
-"""``tidgap run``: execute a plan on torch.distributed (one gloo process per stage on this
-machine; under torchrun, this process's stage, rank 0 reporting), check its gradients and
-measure it against the prediction.
+"""``tidgap run``: execute a plan on torch.distributed (one process per stage on this
+machine, chunks over gloo or NCCL; under torchrun, this process's stage, rank 0
+reporting), check its gradients and measure it against the prediction.
 
 Everything that can be checked before a worker starts is (the plan against the problem,
 the split against the model, the model's import), as bad input: one line, exit 2. A worker
@@ -692,9 +692,10 @@ def run_command(
     as_json: bool,
     **options: Any,
 ) -> None:
-    """Execute PLAN for PROBLEM on torch.distributed (gloo, one process per stage on this
-    machine, or under torchrun one per stage across machines), and print the measured
-    iteration time beside the prediction.
+    """Execute PLAN for PROBLEM on torch.distributed (one process per stage on this
+    machine, or under torchrun one per stage across machines; chunks over gloo, or NCCL
+    between GPUs of their own: --transport), and print the measured iteration time beside
+    the prediction.
 
     MODEL and its options are those PROBLEM was profiled from (tidgap profile); every
     process builds it from --seed and keeps its stage's layers. Times are in PROBLEM's
