@@ -1,9 +1,10 @@
 """The torch.distributed transport's routing, without processes: each link direction has a
 group of its own in which one rank only sends and the other only receives, and so every
 kind of plan runs under NCCL's ordering (each rank's calls in a group complete in the order
-posted, a send with its receive: :mod:`tests.support.in_order_p2p`), where one group per
-link deadlocks; chunks travel on the wire the backend needs; the job's ``transport``
-resolves to what every rank can use. Real gloo runs of 2 and 3 stages: ``test_run.py``."""
+posted, a send with its receive; groups connect on first use: :mod:`tests.support.
+in_order_p2p`), where one group per link deadlocks, and so does skipping the handshake;
+chunks travel on the wire the backend needs; the job's ``transport`` resolves to what every
+rank can use. Real gloo runs of 2 and 3 stages: ``test_run.py``."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tests.runtime.test_lowering import random_plan  # noqa: E402
 from tests.support.in_order_p2p import InOrderNetwork, act_as_rank  # noqa: E402
 from tidgap.model.plan import Plan  # noqa: E402
 from tidgap.runtime import dist_transport, worker  # noqa: E402
-from tidgap.runtime.dist_transport import DistTransport, LinkGroups  # noqa: E402
+from tidgap.runtime.dist_transport import DistTransport, LinkGroups, handshake  # noqa: E402
 from tidgap.runtime.executor import execute  # noqa: E402
 from tidgap.runtime.fake import SampleStage  # noqa: E402
 from tidgap.runtime.handlers import PipelineHandlers  # noqa: E402
@@ -191,12 +192,18 @@ class TensorSampleStage(SampleStage):
 
 
 def run_in_order(
-    plan: Plan, groups: LinkGroups, monkeypatch: pytest.MonkeyPatch, timeout: float = 2.0
+    plan: Plan,
+    groups: LinkGroups,
+    monkeypatch: pytest.MonkeyPatch,
+    timeout: float = 2.0,
+    lazy: bool = True,
+    shake: bool = True,
 ) -> list[list[tuple[str, tuple[int, int]]]]:
     """Run ``plan``'s lowered instructions through :class:`DistTransport` in ``groups``
-    with NCCL's ordering (:mod:`tests.support.in_order_p2p`), a thread per rank; per rank
-    its computes. Raises a rank's error (``TimeoutError`` on a deadlock)."""
-    network = InOrderNetwork(timeout)
+    with NCCL's ordering (:mod:`tests.support.in_order_p2p`; ``lazy``: groups connect on
+    first use), a thread per rank, each first shaking hands (``shake``) as the worker does;
+    per rank its computes. Raises a rank's error (``TimeoutError`` on a deadlock)."""
+    network = InOrderNetwork(timeout, lazy)
     monkeypatch.setattr(dist_transport.dist, "isend", network.isend)
     monkeypatch.setattr(dist_transport.dist, "irecv", network.irecv)
     lowered = lower(plan)
@@ -208,6 +215,8 @@ def run_in_order(
         stage = TensorSampleStage(rank == 0, rank == len(lowered) - 1, logs[rank])
         handlers = PipelineHandlers(rank, stage, DistTransport(rank, groups))
         try:
+            if shake:
+                handshake(groups, rank, torch.device("cpu"))
             handlers.expect(lowered[rank])
             execute(lowered[rank], handlers)
         except BaseException as error:  # reported below
@@ -259,3 +268,16 @@ def test_one_group_per_link_would_deadlock_with_nccls_ordering(
     shared = [("link", 0)]
     with pytest.raises(TimeoutError, match="never matched"):
         run_in_order(plan, LinkGroups("nccl", shared, shared), monkeypatch, timeout=0.5)  # type: ignore[arg-type]
+
+
+def test_groups_that_connect_on_first_use_need_the_handshake(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Why the worker shakes hands first: NCCL connects a pair on its first call, both
+    ranks blocking; posting receives ahead, stage 1 connects its forward group while stage
+    0 connects its backward one, each waiting for the other."""
+    plan = in_order_plans()["1F1B(4), 2 stages"]
+    with pytest.raises(TimeoutError, match="waited for its peer to connect"):
+        run_in_order(plan, named_groups(2, "nccl"), monkeypatch, timeout=0.5, shake=False)
+    logs = run_in_order(plan, named_groups(2, "nccl"), monkeypatch, timeout=0.5)
+    assert ["".join(kind for kind, _ in log) for log in logs] == list(plan.stage_order().stages)

@@ -3,7 +3,9 @@
 they were posted, and a send completes only together with its receive (a rendezvous, as
 NCCL's kernels for messages larger than its buffers). So a rank whose first call in a group
 is a receive cannot send in that group until the receive is matched: what deadlocks a
-transport that posts receives ahead in a group it also sends in. ``tests/runtime/
+transport that posts receives ahead in a group it also sends in. Optionally a group
+connects on first use, both ranks blocking until the other comes, as NCCL makes its
+point-to-point communicators. ``tests/runtime/
 test_dist_transport.py`` runs :class:`~tidgap.runtime.dist_transport.DistTransport` under
 it, one thread per rank.
 """
@@ -44,11 +46,16 @@ class Call:
 
 @dataclass
 class InOrderNetwork:
-    """Per group and rank, the calls posted and not yet matched, oldest first."""
+    """Per group and rank, the calls posted and not yet matched, oldest first. With
+    ``lazy``, a group of two ranks connects on first use, as NCCL makes a point-to-point
+    communicator: a rank's first call in a group blocks until the other rank's first call
+    there (``connected``: who has come to each group)."""
 
     timeout: float
+    lazy: bool = False
     changed: threading.Condition = field(default_factory=threading.Condition)
     queues: dict[tuple[Any, int], deque[Call]] = field(default_factory=lambda: defaultdict(deque))
+    connected: dict[Any, set[int]] = field(default_factory=lambda: defaultdict(set))
 
     def isend(self, tensor: torch.Tensor, dst: int, group: Any = None) -> Call:
         return self._post(True, tensor, dst, group)
@@ -60,10 +67,20 @@ class InOrderNetwork:
         rank = _rank_of_thread()
         call = Call(send, rank, peer, tensor, self)
         with self.changed:
+            if self.lazy and rank not in self.connected[group]:
+                self._connect(group, rank)
             self.queues[(group, rank)].append(call)
             self._match(group)
             self.changed.notify_all()
         return call
+
+    def _connect(self, group: Any, rank: int) -> None:
+        """Wait (holding :attr:`changed`) until both ranks of ``group`` have come to it."""
+        here = self.connected[group]
+        here.add(rank)
+        self.changed.notify_all()
+        if not self.changed.wait_for(lambda: len(here) == 2, self.timeout):
+            raise TimeoutError(f"rank {rank} waited for its peer to connect {group!r}")
 
     def _match(self, group: Any) -> None:
         """Complete every pair of calls at the heads of two ranks' queues in ``group`` that

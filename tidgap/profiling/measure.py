@@ -44,6 +44,15 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def synchronize_stream(device: torch.device) -> None:
+    """Wait for the work queued on ``device``'s current stream only (nothing on the CPU):
+    where other streams hold work that waits on another process (NCCL's receives, posted
+    ahead on their own streams), waiting for the whole device would wait for chunks not
+    yet sent."""
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
 def _timed(action: Callable[..., Any], device: torch.device, *arguments: Any) -> tuple[Any, float]:
     """Run ``action(*arguments)`` once; return its result and its duration in ms."""
     synchronize(device)

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 from torch import distributed as dist
 
-from tidgap.profiling.measure import synchronize
+from tidgap.profiling.measure import synchronize_stream
 
 #: ``(shape, dtype)`` of a chunk to receive, shape with the samples first.
 Spec = tuple[tuple[int, ...], torch.dtype]
@@ -65,6 +65,11 @@ class LinkGroups:
         """The group of rank ``rank``'s sends to its neighbour ``peer``."""
         return self.forward[rank] if peer == rank + 1 else self.backward[peer]
 
+    def wire(self, device: torch.device) -> torch.device:
+        """Where chunks travel for a stage on ``device``: on it over NCCL, else in host
+        memory (:data:`WIRE`)."""
+        return device if self.backend == "nccl" else WIRE
+
     def receiving(self, rank: int, peer: int) -> dist.ProcessGroup:
         """The group of rank ``rank``'s receives from its neighbour ``peer``."""
         return self.forward[peer] if peer == rank - 1 else self.backward[rank]
@@ -80,6 +85,28 @@ def link_groups(world_size: int, backend: str, timeout: datetime.timedelta) -> L
     return LinkGroups(backend, forward, backward)
 
 
+def handshake(groups: LinkGroups, rank: int, device: torch.device) -> None:
+    """Pass one one-element message over each of rank ``rank``'s groups (its stage on
+    ``device``), link by link, forward before backward (a collective in effect: every rank
+    goes in the same order, so no rank waits on one that waits on it). A backend that
+    connects a pair on its first message (NCCL makes a point-to-point communicator then,
+    both ranks blocking until the other is there) connects here, not under an iteration's
+    receives posted ahead, where a rank connecting for a receive would wait for a peer
+    connecting for another."""
+    wire = groups.wire(device)
+    token = torch.zeros(1, device=wire)
+    for link in range(len(groups.forward)):
+        for group, sender, receiver in (
+            (groups.forward[link], link, link + 1),
+            (groups.backward[link], link + 1, link),
+        ):
+            if rank == sender:
+                dist.isend(token, receiver, group=group).wait()
+            elif rank == receiver:
+                dist.irecv(token, sender, group=group).wait()
+    synchronize_stream(wire)
+
+
 class DistTransport:
     """Rank ``rank``'s point-to-point in ``groups``; chunks travel on the wire (host
     memory over gloo, :data:`WIRE`; ``device`` over NCCL) and are handed to the stage on
@@ -88,7 +115,7 @@ class DistTransport:
     def __init__(self, rank: int, groups: LinkGroups, device: torch.device | None = None) -> None:
         self.rank, self.groups = rank, groups
         self.device = device or WIRE
-        self.wire = self.device if groups.backend == "nccl" else WIRE
+        self.wire = groups.wire(self.device)
         self._pending: list[tuple[dist.Work, Tensor]] = []
         #: Per peer: its posted receives (request and tensor), in order.
         self._posted: dict[int, deque[tuple[dist.Work, Tensor]]] = {}
@@ -123,12 +150,12 @@ class DistTransport:
                 f"{tuple(tensor.shape)} {tensor.dtype} was expected"
             )
         work.wait()
-        synchronize(self.wire)  # NCCL's wait only orders the GPU's stream
+        synchronize_stream(self.wire)  # NCCL's wait only orders the current stream
         return tensor.to(self.device)
 
     def wait(self) -> None:
         """Block until every started send has completed, then drop them."""
         for work, _ in self._pending:
             work.wait()
-        synchronize(self.wire)
+        synchronize_stream(self.wire)
         self._pending.clear()

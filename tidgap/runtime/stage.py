@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from tidgap.profiling.measure import synchronize
+from tidgap.profiling.measure import synchronize_stream
 from tidgap.runtime.drawing import DrawingModules, drawing_of, generators_unchanged
 from tidgap.runtime.draws import Draw, NotReplayable, RecordedDraws, Recording, Replay
 from tidgap.runtime.task import Task
@@ -261,7 +261,9 @@ class TorchStage:
             if self.checked_draws is not None:
                 self.checked_draws.add(samples, recording.draws)
         self.held.sample(self._kept())
-        synchronize(self.device)  # the op's end is when its kernels end, on a GPU
+        # the op's end is when its kernels end, on a GPU (its stream's: NCCL's receives
+        # posted ahead wait on other streams)
+        synchronize_stream(self.device)
         if self.last:
             self._loss = y.detach() if self._loss is None else self._loss + y.detach()
             return None
@@ -338,7 +340,7 @@ class TorchStage:
             gradients = [self._gradients.cut(s, "backward") for s, _, _ in chunks]
             torch.autograd.backward(outputs, gradients)
             self._gradients.drop_through(samples[1])
-        synchronize(self.device)
+        synchronize_stream(self.device)
         if self.first:
             return None
         leaves = [x.grad if x.grad is not None else torch.zeros_like(x) for _, x, _ in chunks]

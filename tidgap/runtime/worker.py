@@ -176,7 +176,7 @@ def run_rank(
     from tidgap.model.problem import load_problem
     from tidgap.profiling.allocator import keep_freed_memory
     from tidgap.profiling.run import stage_modules
-    from tidgap.runtime.dist_transport import DistTransport, link_groups
+    from tidgap.runtime.dist_transport import DistTransport, handshake, link_groups
     from tidgap.runtime.draws import NotReplayable, RecordedDraws, as_saved
     from tidgap.runtime.executor import execute
     from tidgap.runtime.lowering import lower, recomputes
@@ -220,6 +220,7 @@ def run_rank(
 
     say("joined")
     groups = link_groups(world_size, resolved_transport(job.transport, device), timeout)
+    handshake(groups, rank, device)
 
     def iteration(
         run: PlanRun, train: bool, after: Callable[[], None] | None
