@@ -7,7 +7,7 @@
 # benchmarks (flush and both ordered-plan kernels, thread and lanes, at several population
 # sizes, a flush and a joint generation with each and an annealing step at 2^16), the
 # fidelity benchmark with both stage processes on the GPU (bench/fidelity.py --device cuda,
-# one round), one `tidgap run` with gradients checked, baselines and the memory report, and
+# one round), one `tidgap run` with gradients checked, baselines, replays and the memory report, and
 # the same plan under torchrun; then prints a summary. Optional: SEARCH_DEVICES="gpu cpu"
 # adds an 8 s search of every built-in example on each; TIDGAP_BENCH=1 adds `tidgap bench`
 # on the GPU and Numba (both measured on 2026-12-04). Logs and JSON go to $OUT (or /tmp).
@@ -80,7 +80,7 @@ cp "$fidelity/fidelity.json" "$out/fidelity_cuda.json" 2>/dev/null
 python3 -c "import json, sys; print('profiled memory:', json.load(open(sys.argv[1]))['source'].get('memory'))" \
   "$fidelity/gpt2.json"
 
-echo "== tidgap run on the GPU: gradients, baselines, memory; then under torchrun"
+echo "== tidgap run on the GPU: gradients, baselines, memory, replays; then under torchrun"
 # --transport auto: NCCL where the machine has a GPU per stage process (never lent yet),
 # else gloo through host memory; the report's first line says which ran.
 gpt=(--model gpt $(cd bench && python3 -c "from fidelity import GPU_MODEL_OPTIONS as o; print(*o)")
@@ -90,8 +90,8 @@ plan=$fidelity/searched.json
 # last line each worker printed (where the time went; on 2026-12-04 the run was cut off
 # silently at 50 s): 3 plans in turn x 22 s, then 1 x 40 s
 limited 80 "${tidgap[@]}" run "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" \
-  --iterations 5 --warmup 2 --check-gradients --baselines --trace "$out/run_trace.json" \
-  --timeout 22 \
+  --iterations 5 --warmup 2 --check-gradients --baselines --replay \
+  --trace "$out/run_trace.json" --timeout 22 \
   && limited 50 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tidgap run \
     "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]}" --iterations 3 --check-gradients \
     --timeout 40
