@@ -195,7 +195,7 @@ def run_in_order(
     plan: Plan,
     groups: LinkGroups,
     monkeypatch: pytest.MonkeyPatch,
-    timeout: float = 2.0,
+    timeout: float = 10.0,
     lazy: bool = True,
     shake: bool = True,
 ) -> list[list[tuple[str, tuple[int, int]]]]:
@@ -279,5 +279,5 @@ def test_groups_that_connect_on_first_use_need_the_handshake(
     plan = in_order_plans()["1F1B(4), 2 stages"]
     with pytest.raises(TimeoutError, match="waited for its peer to connect"):
         run_in_order(plan, named_groups(2, "nccl"), monkeypatch, timeout=0.5, shake=False)
-    logs = run_in_order(plan, named_groups(2, "nccl"), monkeypatch, timeout=0.5)
+    logs = run_in_order(plan, named_groups(2, "nccl"), monkeypatch)
     assert ["".join(kind for kind, _ in log) for log in logs] == list(plan.stage_order().stages)
