@@ -195,6 +195,7 @@ def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
     result = run_cli("calibrate", str(problem), *MODEL, *QUICK, "--rounds", "2", "--out", str(out))
     assert result.exit_code == 0, describe(result)
     assert "calibrated problem written to" in result.output
+    assert "; chunks over gloo)" in result.output
     assert f"running {', '.join(GPIPES + ALTERNATING + TWINS)} in turn (round 2)" in result.stderr
     assert "recomputing F" in result.output
     assert_calibrated(out, extras=True)

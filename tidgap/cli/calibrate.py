@@ -190,4 +190,4 @@ def calibrate_command(
             shown.append(f"recomputing F {forward[0]:.4g}..{forward[-1]:.4g}, "
                          f"B {backward[0]:.4g}..{backward[-1]:.4g}")  # fmt: skip
         click.echo(f"  {before.get('name', '')}: {', '.join(shown)} {loaded.time_unit}")
-    click.echo(f"calibrated problem written to {out} ({', '.join(runs)})")
+    click.echo(f"calibrated problem written to {out} ({', '.join(runs)}; chunks over {transport})")
