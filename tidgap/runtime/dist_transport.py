@@ -61,14 +61,14 @@ class LinkGroups:
     forward: list[dist.ProcessGroup]
     backward: list[dist.ProcessGroup]
 
-    def sending(self, rank: int, peer: int) -> dist.ProcessGroup:
-        """The group of rank ``rank``'s sends to its neighbour ``peer``."""
-        return self.forward[rank] if peer == rank + 1 else self.backward[peer]
-
     def wire(self, device: torch.device) -> torch.device:
         """Where chunks travel for a stage on ``device``: on it over NCCL, else in host
         memory (:data:`WIRE`)."""
         return device if self.backend == "nccl" else WIRE
+
+    def sending(self, rank: int, peer: int) -> dist.ProcessGroup:
+        """The group of rank ``rank``'s sends to its neighbour ``peer``."""
+        return self.forward[rank] if peer == rank + 1 else self.backward[peer]
 
     def receiving(self, rank: int, peer: int) -> dist.ProcessGroup:
         """The group of rank ``rank``'s receives from its neighbour ``peer``."""
