@@ -104,69 +104,82 @@ def test_chunks_travel_on_the_backends_wire_in_their_directions_group(
     transport.wait()
 
 
-@pytest.fixture
-def every_rank_says(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """The collective :func:`worker.every_rank` answers with this rank's flag and records
-    it (one rank here)."""
-    asked: list[bool] = []
-
-    def every(ok: bool) -> bool:
-        asked.append(ok)
-        return ok
-
-    monkeypatch.setattr(worker, "every_rank", every)
-    return asked
-
-
-def with_gpus(monkeypatch: pytest.MonkeyPatch, gpus: int, processes: int) -> None:
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(processes))
-    from torch import distributed
-
-    monkeypatch.setattr(distributed, "is_nccl_available", lambda: True)
-
-
-def test_gloo_is_asked_of_no_rank(every_rank_says: list[bool]) -> None:
-    assert worker.resolved_transport("gloo", torch.device("cuda", 0)) == "gloo"
-    assert every_rank_says == []
-
-
-def test_auto_is_gloo_on_the_cpu_and_nccl_refuses_it(every_rank_says: list[bool]) -> None:
-    cpu = torch.device("cpu")
-    assert worker.nccl_obstacle(cpu) == "it computes on the CPU"
-    assert worker.resolved_transport("auto", cpu) == "gloo"
-    with pytest.raises(ValueError, match="^transport nccl needs a GPU per process: it computes"):
-        worker.resolved_transport("nccl", cpu)
-    assert every_rank_says == [False, False]
+GPU_A, GPU_B = ("host1", "GPU-aaaa"), ("host1", "GPU-bbbb")
 
 
 @pytest.mark.parametrize(
-    ("gpus", "processes", "auto"), [(2, 2, "nccl"), (4, 2, "nccl"), (1, 2, "gloo")]
+    ("ranks", "why"),
+    [
+        ([(True, GPU_A), (True, GPU_B)], None),
+        ([(True, GPU_A), (True, ("host2", GPU_A[1]))], None),  # the same index, two machines
+        ([(True, GPU_A), (True, None)], "rank 1 computes on the CPU"),
+        ([(False, GPU_A), (True, GPU_B)], "rank 0's PyTorch has no NCCL"),
+        ([(True, GPU_A), (True, GPU_B), (True, GPU_A)], "ranks 0 and 2 share a GPU on host1"),
+    ],
 )
-def test_nccl_needs_a_gpu_per_process_on_the_machine(
-    gpus: int,
-    processes: int,
-    auto: str,
-    every_rank_says: list[bool],
+def test_nccl_needs_a_gpu_of_its_own_for_every_rank(ranks: list[Any], why: str | None) -> None:
+    assert worker.nccl_obstacle(ranks) == why
+
+
+@pytest.fixture
+def ranks_say(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What the other ranks say to :func:`worker.gathered` (this rank's saying goes
+    first); ``asked`` records each call."""
+    others: list[Any] = []
+    asked: list[Any] = []
+
+    def gathered(value: Any) -> list[Any]:
+        asked.append(value)
+        return [value, *others]
+
+    monkeypatch.setattr(worker, "gathered", gathered)
+    others.append((True, GPU_B))
+    return asked
+
+
+def on_a_gpu(monkeypatch: pytest.MonkeyPatch, uuid: str | None = "GPU-aaaa") -> Any:
+    """A CUDA device 0 whose properties give ``uuid`` (none: no such attribute), NCCL
+    available, this host named ``host1``."""
+    from torch import distributed
+
+    properties = type("Properties", (), {} if uuid is None else {"uuid": uuid})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
+    monkeypatch.setattr(distributed, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(worker.socket, "gethostname", lambda: "host1")
+    return torch.device("cuda", 0)
+
+
+def test_a_gpu_is_known_by_its_host_and_uuid_else_by_its_visible_index(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    with_gpus(monkeypatch, gpus, processes)
-    gpu = torch.device("cuda", 0)
-    assert worker.resolved_transport("auto", gpu) == auto
-    if auto == "gloo":
-        assert worker.nccl_obstacle(gpu) == "2 processes on this machine share 1 GPU(s)"
-        with pytest.raises(ValueError, match="share 1 GPU"):
-            worker.resolved_transport("nccl", gpu)
-    else:
-        assert worker.resolved_transport("nccl", gpu) == "nccl"
+    assert worker.gpu_identity(torch.device("cpu")) is None
+    assert worker.gpu_identity(on_a_gpu(monkeypatch)) == GPU_A
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert worker.gpu_identity(on_a_gpu(monkeypatch, None)) == ("host1", "3,5/0")
 
 
-def test_a_rank_that_can_is_told_when_another_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
-    with_gpus(monkeypatch, 2, 2)
-    monkeypatch.setattr(worker, "every_rank", lambda ok: False)
-    with pytest.raises(ValueError, match="another rank lacks one"):
-        worker.resolved_transport("nccl", torch.device("cuda", 0))
-    assert worker.resolved_transport("auto", torch.device("cuda", 0)) == "gloo"
+def test_the_transport_is_what_every_rank_can_use(
+    ranks_say: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert worker.resolved_transport("gloo", torch.device("cpu")) == "gloo"
+    assert ranks_say == []  # gloo asks no rank
+    gpu = on_a_gpu(monkeypatch)
+    assert worker.resolved_transport("auto", gpu) == "nccl"
+    assert worker.resolved_transport("nccl", gpu) == "nccl"
+    assert ranks_say == [(True, GPU_A)] * 2
+    assert worker.resolved_transport("auto", torch.device("cpu")) == "gloo"
+    with pytest.raises(ValueError, match="^transport nccl needs a GPU per process: rank 0 "):
+        worker.resolved_transport("nccl", torch.device("cpu"))
+
+
+def test_a_rank_that_can_is_told_when_another_shares_its_gpu(
+    ranks_say: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker, "gathered", lambda value: [value, value])
+    gpu = on_a_gpu(monkeypatch)
+    assert worker.resolved_transport("auto", gpu) == "gloo"
+    with pytest.raises(ValueError, match="ranks 0 and 1 share a GPU on host1"):
+        worker.resolved_transport("nccl", gpu)
 
 
 class TensorSampleStage(SampleStage):

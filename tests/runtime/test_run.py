@@ -557,9 +557,10 @@ def test_a_worker_without_cuda_refuses_a_cuda_job(monkeypatch: pytest.MonkeyPatc
 def test_nccl_needs_a_gpu_per_process_here(
     problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Checked before any process starts: a machine with one GPU for two stage processes
-    (CUDA and NCCL faked usable) refuses ``--transport nccl``, names the option and the way
-    out; ``auto`` lets the workers fall back to gloo."""
+    """Checked before any process starts: a machine with one GPU for the two stage processes
+    this command would start (CUDA and NCCL faked usable) refuses ``--transport nccl``,
+    names the option and the way out; ``auto`` lets the workers fall back to gloo; under
+    torchrun (no count of processes here) the workers check each rank's GPU."""
     import torch
     from torch import distributed
 
@@ -572,6 +573,7 @@ def test_nccl_needs_a_gpu_per_process_here(
         require_device("cuda", "nccl", 2)
     require_device("cuda", "nccl", 1)
     require_device("cuda", "auto", 2)
+    require_device("cuda", "nccl", None)  # under torchrun: the workers check their GPUs
     monkeypatch.setattr(distributed, "is_nccl_available", lambda: False)
     with pytest.raises(InputError, match=r"^--transport: this PyTorch has no NCCL"):
         require_device("cuda", "nccl", 1)

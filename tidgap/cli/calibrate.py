@@ -142,7 +142,7 @@ def calibrate_command(
         transport=transport,
         timeout=timeout,
     )
-    require_device(device, transport, loaded.num_stages if here is None else local_processes())
+    require_device(device, transport, loaded.num_stages if here is None else None)
     require_batch_room(model, loaded, problem, None if here is None else local_processes())
     reports = here is None or here[0] == 0  # under torchrun, rank 0 alone
     iterations: list[Any] = []

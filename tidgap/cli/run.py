@@ -338,11 +338,12 @@ def require_batch_room(
     )
 
 
-def require_device(device: str, transport: str, processes: int) -> None:
+def require_device(device: str, transport: str, processes: int | None) -> None:
     """:class:`InputError` on ``--device`` when it names CUDA and none is usable here, and
-    on ``--transport nccl`` unless this machine has a GPU for each of its ``processes``
-    and this PyTorch has NCCL (before any process starts; a job written for torchrun is not
-    checked)."""
+    on ``--transport nccl`` unless this PyTorch has NCCL and this machine has a GPU for
+    each of the ``processes`` this command starts (``None``: under torchrun, where each
+    rank's GPU is its launcher's choice and the workers check that no two share one);
+    before any process starts; a job written for torchrun is not checked."""
     import torch
     from torch import distributed as dist
 
@@ -356,7 +357,7 @@ def require_device(device: str, transport: str, processes: int) -> None:
             f"this PyTorch has no NCCL (torch {torch.__version__})", source="--transport"
         )
     gpus = torch.cuda.device_count()
-    if gpus < processes:
+    if processes is not None and gpus < processes:
         raise InputError(
             f"nccl needs a GPU per process: {processes} processes on this machine, {gpus} "
             "GPU(s) (--transport gloo passes chunks through host memory)",
@@ -756,7 +757,7 @@ def run_command(
         lr=lr,
     )
     if write_job is None and results is None:
-        processes = loaded.num_stages if here is None else local_processes()
+        processes = loaded.num_stages if here is None else None  # torchrun: its choice
         require_device(device, transport, processes)  # before the warnings: one line
     for line in caveats(loaded, problem, plan, model, optimizer, device):
         if here is None or here[0] == 0:  # under torchrun, once

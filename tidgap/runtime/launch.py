@@ -57,7 +57,6 @@ def worker_environment(rank: int, world_size: int, port: int, threads: int) -> d
     environment.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world_size),
         WORLD_SIZE=str(world_size),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),

@@ -34,6 +34,7 @@ import dataclasses
 import datetime
 import functools
 import os
+import socket
 import sys
 import threading
 import time
@@ -338,36 +339,59 @@ def every_rank(ok: bool) -> bool:
     return bool(flag.item())
 
 
-def nccl_obstacle(device: Any) -> str | None:
-    """Why this rank cannot send its chunks over NCCL from ``device`` (a
-    ``torch.device``), or ``None``: it needs a GPU of its own."""
-    import torch
+def gathered(value: Any) -> list[Any]:
+    """Every rank's ``value``, by rank (a collective: every rank calls it; picklable
+    values, over the gloo process group)."""
     from torch import distributed as dist
 
+    found: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(found, value)
+    return found
+
+
+def gpu_identity(device: Any) -> tuple[str, str] | None:
+    """This rank's GPU (``device``, a ``torch.device``) as ``(host name, GPU)``: its UUID
+    where PyTorch gives one, else its index among the GPUs ``CUDA_VISIBLE_DEVICES`` shows
+    it; ``None`` on the CPU."""
+    import torch
+
     if device.type == "cpu":  # the job's devices: cpu or cuda
-        return "it computes on the CPU"
-    if not dist.is_nccl_available():
-        return "this PyTorch has no NCCL"
-    count, processes = torch.cuda.device_count(), local_processes()
-    if count < processes:
-        return f"{processes} processes on this machine share {count} GPU(s)"
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
+    return socket.gethostname(), str(uuid) if uuid is not None else f"{visible}/{device.index}"
+
+
+def nccl_obstacle(ranks: Sequence[tuple[bool, tuple[str, str] | None]]) -> str | None:
+    """Why chunks cannot travel over NCCL between ``ranks`` (per rank, whether its PyTorch
+    has NCCL and its :func:`gpu_identity`), or ``None``: every rank needs a GPU of its own
+    (NCCL refuses two ranks on one GPU)."""
+    seen: dict[tuple[str, str], int] = {}
+    for rank, (available, gpu) in enumerate(ranks):
+        if gpu is None:
+            return f"rank {rank} computes on the CPU"
+        if not available:
+            return f"rank {rank}'s PyTorch has no NCCL"
+        if gpu in seen:
+            return f"ranks {seen[gpu]} and {rank} share a GPU on {gpu[0]}"
+        seen[gpu] = rank
     return None
 
 
 def resolved_transport(requested: str, device: Any) -> str:
     """The backend chunks travel over for the job's ``transport`` ``requested`` (a
-    collective: every rank calls it): ``gloo``; ``nccl``, which every rank must be able to
-    use (:func:`nccl_obstacle`; else :class:`ValueError`); or for ``auto`` NCCL where every
-    rank can, else gloo."""
+    collective: every rank calls it, ``device`` its own): ``gloo``; ``nccl``, which every
+    rank must be able to use (:func:`nccl_obstacle` of what every rank says; else
+    :class:`ValueError`); or for ``auto`` NCCL where every rank can, else gloo."""
+    from torch import distributed as dist
+
     if requested == "gloo":
         return "gloo"
-    why = nccl_obstacle(device)
-    if every_rank(why is None):
+    why = nccl_obstacle(gathered((dist.is_nccl_available(), gpu_identity(device))))
+    if why is None:
         return "nccl"
     if requested == "nccl":
-        raise ValueError(
-            f"transport nccl needs a GPU per process: {why or 'another rank lacks one'}"
-        )
+        raise ValueError(f"transport nccl needs a GPU per process: {why}")
     return "gloo"
 
 
