@@ -123,17 +123,15 @@ def test_nccl_needs_a_gpu_of_its_own_for_every_rank(ranks: list[Any], why: str |
 
 @pytest.fixture
 def ranks_say(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """What the other ranks say to :func:`worker.gathered` (this rank's saying goes
-    first); ``asked`` records each call."""
-    others: list[Any] = []
+    """:func:`worker.gathered` of two ranks: this one, then one on its own GPU; returns
+    what this rank said, call by call."""
     asked: list[Any] = []
 
     def gathered(value: Any) -> list[Any]:
         asked.append(value)
-        return [value, *others]
+        return [value, (True, GPU_B)]
 
     monkeypatch.setattr(worker, "gathered", gathered)
-    others.append((True, GPU_B))
     return asked
 
 
@@ -173,7 +171,7 @@ def test_the_transport_is_what_every_rank_can_use(
 
 
 def test_a_rank_that_can_is_told_when_another_shares_its_gpu(
-    ranks_say: list[Any], monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(worker, "gathered", lambda value: [value, value])
     gpu = on_a_gpu(monkeypatch)
