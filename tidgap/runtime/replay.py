@@ -20,6 +20,7 @@ from tidgap.runtime.calibrate import (
 )
 from tidgap.runtime.report import COMPUTE, REPLAY_DRAWS, Row, unit_per_second
 from tidgap.schedules.families import evaluate
+from tidgap.schedules.ir import Order
 from tidgap.schedules.simulate import evaluate_order
 
 #: ``{(stage or link, "F" or "B", k): time}`` of one iteration's ops or transfers (``k``
@@ -64,38 +65,49 @@ def replays(
     measured = measured_problem(document, problem, iterations, ["this run"], overheads)
     replay = Problem.from_dict(measured)
     own = [own_times(ranks, scale, overheads) for ranks in iterations]
-    each = [fed(replay, plan, ops, moved) for ops, moved in own]
+    order = plan.stage_order()  # once, not per model fed
+    each = [fed(replay, plan, ops, moved, order) for ops, moved in own]
     return Replays(
-        evaluate(replay, plan).iteration_time, each, drawn(replay, plan, own, draws, seed)
+        evaluate(replay, plan).iteration_time,
+        each,
+        drawn(replay, plan, own, draws, seed, order),
     )
 
 
-def fed(problem: Problem, plan: Plan, ops: Times, moved: Times) -> float:
+def fed(
+    problem: Problem, plan: Plan, ops: Times, moved: Times, order: Order | None = None
+) -> float:
     """``plan``'s iteration time in the model of ``problem`` with its ops timed ``ops`` and
-    its transfers ``moved``."""
+    its transfers ``moved`` (``order``: the plan's stage order, when the caller has it)."""
     return evaluate_order(
         problem,
         plan.forward,
         plan.backward,
-        plan.stage_order(),
+        plan.stage_order() if order is None else order,
         lambda s, op, k, size: ops[s, op, k],
         lambda link, op, k, size: moved[link, op, k],
     ).iteration_time
 
 
 def drawn(
-    problem: Problem, plan: Plan, own: Sequence[tuple[Times, Times]], draws: int, seed: int
+    problem: Problem,
+    plan: Plan,
+    own: Sequence[tuple[Times, Times]],
+    draws: int,
+    seed: int,
+    order: Order,
 ) -> float:
-    """The median of ``draws`` iteration times of ``plan`` (:func:`fed`), each op and each
-    transfer timed by the iteration ``own`` (per timed iteration, its op and transfer
-    times) that a seeded random draw picks for it, independently."""
+    """The median of ``draws`` iteration times of ``plan`` in stage order ``order``
+    (:func:`fed`), each op and each transfer timed by the iteration ``own`` (per timed
+    iteration, its op and transfer times) that a seeded random draw picks for it,
+    independently."""
     choose = random.Random(seed)
     ops, moved = (sorted(own[0][0]), sorted(own[0][1]))
     times = []
     for _ in range(draws):
         picked_ops = {key: own[choose.randrange(len(own))][0][key] for key in ops}
         picked_moved = {key: own[choose.randrange(len(own))][1][key] for key in moved}
-        times.append(fed(problem, plan, picked_ops, picked_moved))
+        times.append(fed(problem, plan, picked_ops, picked_moved, order))
     return statistics.median(times)
 
 

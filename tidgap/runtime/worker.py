@@ -328,17 +328,6 @@ def run_rank(
     dist.destroy_process_group()  # on failure, main ends the process instead
 
 
-def every_rank(ok: bool) -> bool:
-    """Whether ``ok`` holds on every rank of the process group (a collective: every rank
-    calls it)."""
-    import torch
-    from torch import distributed as dist
-
-    flag = torch.tensor([int(ok)])
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
-
-
 def gathered(value: Any) -> list[Any]:
     """Every rank's ``value``, by rank (a collective: every rank calls it; picklable
     values, over the gloo process group)."""
@@ -347,6 +336,12 @@ def gathered(value: Any) -> list[Any]:
     found: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(found, value)
     return found
+
+
+def every_rank(ok: bool) -> bool:
+    """Whether ``ok`` holds on every rank of the process group (a collective: every rank
+    calls it)."""
+    return all(gathered(ok))
 
 
 def gpu_identity(device: Any) -> tuple[str, str] | None:
