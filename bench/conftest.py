@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tidgap.kernels.source import ORDERED_KERNELS
+from tidgap.kernels.source import KERNEL_CHOICES
 
 #: name -> (median seconds, evaluations per call), filled by :func:`throughput`.
 _RESULTS: dict[str, tuple[float, int]] = {}
@@ -24,10 +24,10 @@ TARGETS = {
     "numpy": 5e4,
     "windowed-numba": 3e5,
     "windowed-numpy": 2e4,
-    **{f"cuda windowed {kernel} P=2^20": 2e8 for kernel in ORDERED_KERNELS},
+    **{f"cuda windowed {kernel} P=2^20": 2e8 for kernel in KERNEL_CHOICES},
     **{
         f"cuda joint generation {kernel} P=2^16": (2**16 - 2**11) / 2e-3
-        for kernel in ORDERED_KERNELS
+        for kernel in KERNEL_CHOICES
     },
 }
 

@@ -4,9 +4,10 @@
 # past the budget; the device's per-call limit is 600 s): installs tidgap from this checkout
 # without dependencies (pydantic comes from wheels in .whl/, see
 # bench/fetch_device_wheels.sh), runs the backend tests (the GPU ones among them), the GPU
-# benchmarks (flush and both ordered-plan kernels, thread and lanes, at several population
-# sizes, a flush and a joint generation with each and an annealing step at 2^16), the
-# fidelity benchmark with both stage processes on the GPU (bench/fidelity.py --device cuda,
+# benchmarks (flush and both ordered-plan kernels, thread and lanes, and the one "auto"
+# times faster, at several population sizes, a flush and a joint generation with each and
+# an annealing step at 2^16; the kernel "auto" ran is printed after them), the fidelity
+# benchmark with both stage processes on the GPU (bench/fidelity.py --device cuda,
 # one round), one `tidgap run` with gradients checked, baselines, replays and the memory report, and
 # the same plan under torchrun; then prints a summary. Optional: SEARCH_DEVICES="gpu cpu"
 # adds an 8 s search of every built-in example on each; TIDGAP_BENCH=1 adds `tidgap bench`
@@ -56,6 +57,8 @@ limited 130 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchm
   --benchmark-max-time=0.3 --benchmark-columns=median,iqr,rounds \
   --benchmark-json="$out/bench_gpu.json"
 bench_status=$?
+python3 -c "import json, sys; [print(b['name'], 'ran', b['extra_info']['kernel']) for b in json.load(open(sys.argv[1]))['benchmarks'] if 'kernel' in b['extra_info']]" \
+  "$out/bench_gpu.json"
 [ -z "${TIDGAP_BENCH:-}" ] || limited 50 "${tidgap[@]}" bench --backend cuda,numba \
   --schedule all --population 65536,1048576 --repeats 5 --out "$out/tidgap_bench.json"
 

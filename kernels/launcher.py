@@ -10,6 +10,9 @@ loaded when that backend is chosen.
 from __future__ import annotations
 
 import functools
+import statistics
+import time
+from collections.abc import Callable
 
 import cupy
 import numpy as np
@@ -17,6 +20,7 @@ import numpy as np
 from tidgap.backends.evaluator import OrderedEvaluator, SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
 from tidgap.kernels.source import (
+    KERNEL_CHOICES,
     ORDERED_KERNELS,
     WARP,
     kernel_source,
@@ -111,6 +115,11 @@ class CudaEvaluator(SeparableEvaluator):
 
 #: Shared memory a block may use without opting in (bytes), on every CUDA GPU.
 DEFAULT_SHARED_BYTES = 48 * 1024
+#: ``CudaOrderedEnds(kernel="auto")`` times both kernels on the first population of a
+#: shape with at least this many individuals (a search's islands are a few thousand), the
+#: median of this many launches each.
+TRIAL_POPULATION = 2048
+TRIAL_REPEATS = 3
 
 
 class CudaOrderedEnds:
@@ -125,18 +134,23 @@ class CudaOrderedEnds:
     ``kernel="lanes"``: one lane of a warp per stage, the scratch in shared memory
     (``windowed_lanes.cu``, blocks of one warp); where ``S > 32`` or a warp's scratch
     exceeds the device's shared memory per block, the thread kernel runs instead. Both give
-    the same ticks. ``max_blocks`` caps the grid (threads then loop over several
-    individuals; ``bench/bench_gpu.py`` sweeps it for the thread kernel: on an H200 at
-    ``P = 2**20`` 8 blocks per multiprocessor were 6% faster than no cap)."""
+    the same ticks, so the choice changes the time only. ``kernel="auto"``: where the lanes
+    fit, the first call with at least :data:`TRIAL_POPULATION` individuals of a shape
+    ``(S, K)`` times both kernels on them (:data:`TRIAL_REPEATS` launches each, after an
+    untimed one that compiles) and every later call of that shape runs the faster
+    (:attr:`chosen`); smaller populations before it run the thread kernel. ``max_blocks``
+    caps the grid (threads then loop over several individuals; ``bench/bench_gpu.py`` sweeps
+    it for the thread kernel: on an H200 at ``P = 2**20`` 8 blocks per multiprocessor were
+    6% faster than no cap)."""
 
-    def __init__(
-        self, ticked: TickedProblem, max_blocks: int | None = None, kernel: str = "thread"
-    ):
-        if kernel not in ORDERED_KERNELS:
-            names = " or ".join(map(repr, ORDERED_KERNELS))
-            raise ValueError(f"kernel must be {names}, not {kernel!r}")
+    def __init__(self, ticked: TickedProblem, max_blocks: int | None = None, kernel: str = "auto"):
+        if kernel not in KERNEL_CHOICES:
+            names = ", ".join(map(repr, KERNEL_CHOICES))
+            raise ValueError(f"kernel must be one of {names}, not {kernel!r}")
         self.max_blocks = max_blocks
         self.kernel = kernel
+        #: ``(S, K)`` -> the kernel ``"auto"`` timed faster for that shape.
+        self.chosen: dict[tuple[int, int], str] = {}
         tables = (
             ticked.forward_compute,
             ticked.backward_compute,
@@ -181,7 +195,43 @@ class CudaOrderedEnds:
             *self.recompute,
             np.int32(ticked.run_priced),
         )
-        if self.uses_lanes(stages, width):
+        shape = (stages, width)
+        if self.kernel == "auto" and self.lanes_fit(*shape) and shape not in self.chosen:
+            if population < TRIAL_POPULATION:
+                self._launch("thread", arguments, population, stages, width)
+                return fitness, held * ticked.unit
+            self.chosen[shape] = min(
+                ORDERED_KERNELS,
+                key=lambda name: _median_seconds(
+                    lambda: self._launch(name, arguments, population, stages, width)
+                ),
+            )
+        self._launch(self.kernel_for(stages, width), arguments, population, stages, width)
+        return fitness, held * ticked.unit
+
+    def lanes_fit(self, stages: int, width: int) -> bool:
+        """Whether a warp of the lane kernel holds ``(P, stages, width)`` chromosomes
+        (``stages <= 32``, its scratch within the device's shared memory per block)."""
+        return lane_group(stages) <= WARP and lane_scratch_bytes(stages, width) <= _shared_limit()
+
+    def kernel_for(self, stages: int, width: int) -> str:
+        """The kernel ``(P, stages, width)`` chromosomes run on (``"auto"`` before its
+        trial: ``"thread"``)."""
+        if not self.lanes_fit(stages, width):
+            return "thread"
+        if self.kernel == "auto":
+            return self.chosen.get((stages, width), "thread")
+        return self.kernel
+
+    def uses_lanes(self, stages: int, width: int) -> bool:
+        """Whether ``(P, stages, width)`` chromosomes run on the lane kernel."""
+        return self.kernel_for(stages, width) == "lanes"
+
+    def _launch(
+        self, name: str, arguments: tuple, population: int, stages: int, width: int
+    ) -> None:
+        """Launch kernel ``name`` of :data:`ORDERED_KERNELS` on ``arguments``."""
+        if name == "lanes":
             group, shared = lane_group(stages), lane_scratch_bytes(stages, width)
             kernel = _lane_kernel(scratch_width(width), group)
             blocks, threads = self._capped(population, WARP // group), WARP
@@ -194,15 +244,6 @@ class CudaOrderedEnds:
             )
             blocks, threads, shared = self._capped(population), THREADS_PER_BLOCK, 0
         kernel((blocks,), (threads,), arguments, shared_mem=shared)
-        return fitness, held * ticked.unit
-
-    def uses_lanes(self, stages: int, width: int) -> bool:
-        """Whether ``(P, stages, width)`` chromosomes run on the lane kernel."""
-        return (
-            self.kernel == "lanes"
-            and lane_group(stages) <= WARP
-            and lane_scratch_bytes(stages, width) <= _shared_limit()
-        )
 
     def _capped(self, count: int, per_block: int = THREADS_PER_BLOCK) -> int:
         """Blocks for ``count`` individuals, ``per_block`` to a block, at most
@@ -230,8 +271,24 @@ def _shared_limit() -> int:
     return int(attributes.get("MaxSharedMemoryPerBlockOptin", DEFAULT_SHARED_BYTES))
 
 
+def _median_seconds(launch: Callable[[], None]) -> float:
+    """The median wall time of :data:`TRIAL_REPEATS` calls of ``launch`` (seconds, the
+    device synchronised around each), after one untimed call (the compile, or the kernel
+    cache's load)."""
+    launch()
+    seconds = []
+    for _ in range(TRIAL_REPEATS):
+        cupy.cuda.Device().synchronize()
+        start = time.perf_counter()
+        launch()
+        cupy.cuda.Device().synchronize()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
 def windowed_cuda(ticked: TickedProblem) -> OrderedEvaluator:
-    """Ordered plans on the GPU (:class:`CudaOrderedEnds`)."""
+    """Ordered plans on the GPU (:class:`CudaOrderedEnds`, the faster kernel on this
+    device)."""
     return OrderedEvaluator(ticked, CudaOrderedEnds(ticked))
 
 

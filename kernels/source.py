@@ -33,6 +33,9 @@ def scratch_width(width: int) -> int:
 #: The ordered-plan kernels ``CudaOrderedEnds`` can launch: a thread per individual
 #: (``windowed_evaluate.cu``) or a lane per stage (``windowed_lanes.cu``).
 ORDERED_KERNELS = ("thread", "lanes")
+#: What ``CudaOrderedEnds(kernel=...)`` takes: a kernel of :data:`ORDERED_KERNELS`, or
+#: ``"auto"`` (the faster of the two, timed on the device at the first large population).
+KERNEL_CHOICES = ("auto", *ORDERED_KERNELS)
 #: Lanes of a warp (the lane kernel's block, ``windowed_lanes.cu``).
 WARP = 32
 #: int32 cursors per stage in ``windowed_sim.cuh`` (``TIDGAP_CURSORS``).

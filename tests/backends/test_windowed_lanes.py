@@ -8,7 +8,9 @@ problems the lanes cannot hold run the thread kernel."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -131,8 +133,108 @@ def test_problems_the_lanes_cannot_hold_run_the_thread_kernel(stages: int, width
     assert_as_numba(ticked, population, on_lanes=False)
 
 
+def auto_population(stages: int = 8) -> tuple[TickedProblem, Population]:
+    """20 random individuals of ``stages`` stages, deadlocks among them."""
+    rng = np.random.default_rng(70 + stages)
+    ticked = random_ticked(rng, stages, 9, 1000)
+    return ticked, random_orders(rng, random_individuals(rng, ticked, 20, 12, max_count=12))
+
+
+def timed_as(monkeypatch: pytest.MonkeyPatch, seconds: dict[str, float]) -> list[str]:
+    """Trials that see ``seconds[kernel]`` for each kernel's launches (each launch still
+    runs, so the results stay real); the kernels launched, in order."""
+    from tidgap.kernels import launcher
+
+    launched: list[str] = []
+    launch = launcher.CudaOrderedEnds._launch
+
+    def recording(self: Any, name: str, *arguments: Any) -> None:
+        launched.append(name)
+        launch(self, name, *arguments)
+
+    def median_seconds(run: Callable[[], None]) -> float:
+        run()
+        return seconds[launched[-1]]
+
+    monkeypatch.setattr(launcher.CudaOrderedEnds, "_launch", recording)
+    monkeypatch.setattr(launcher, "_median_seconds", median_seconds)
+    return launched
+
+
+@pytest.mark.parametrize("faster", ["thread", "lanes"])
+def test_auto_runs_the_kernel_its_trial_timed_faster(
+    monkeypatch: pytest.MonkeyPatch, faster: str
+) -> None:
+    """Below the trial's population the thread kernel, untimed; the first population at
+    least that large times both, and every later call of that shape runs the faster; the
+    ticks are Numba's throughout."""
+    from tidgap.kernels import launcher
+
+    monkeypatch.setattr(launcher, "TRIAL_POPULATION", 16)
+    launched = timed_as(
+        monkeypatch,
+        {"thread": 2.0, "lanes": 1.0} if faster == "lanes" else {"thread": 1.0, "lanes": 2.0},
+    )
+    ticked, population = auto_population()
+    ends = launcher.CudaOrderedEnds(ticked)
+    assert ends.kernel == "auto"
+
+    def check(individuals: Population) -> None:
+        fitness, held = ends(individuals.forward, individuals.backward, individuals.order, ticked)
+        expected = ordered_ends(
+            individuals.forward, individuals.backward, individuals.order, ticked
+        )
+        np.testing.assert_array_equal(to_host(fitness), expected[0])
+        np.testing.assert_array_equal(to_host(held), expected[1])
+
+    small = Population(
+        population.forward[:15], population.backward[:15], order=population.order[:15]
+    )
+    check(small)
+    assert launched == ["thread"] and ends.chosen == {}
+    check(population)
+    assert launched[1:] == ["thread", "lanes", faster]
+    assert ends.chosen == {(8, 12): faster} and ends.uses_lanes(8, 12) == (faster == "lanes")
+    check(small)
+    assert launched[4:] == [faster]
+
+
+def test_auto_times_the_kernels_for_real() -> None:
+    """Without a stand-in for the clock: the trial picks one of the two kernels and the
+    ticks are Numba's."""
+    from tidgap.kernels import launcher
+
+    ticked, population = auto_population(3)
+    big = Population(
+        *(
+            np.tile(genes, (-(-launcher.TRIAL_POPULATION // 20), 1, 1))
+            for genes in (population.forward, population.backward)
+        ),
+        order=np.tile(population.order, (-(-launcher.TRIAL_POPULATION // 20), 1, 1)),
+    )
+    ends = launcher.windowed_cuda(ticked).ordered_ends
+    fitness, _ = ends(big.forward, big.backward, big.order, ticked)
+    assert set(ends.chosen) == {(3, 12)} and ends.chosen[3, 12] in ("thread", "lanes")
+    np.testing.assert_array_equal(
+        to_host(fitness), ordered_ends(big.forward, big.backward, big.order, ticked)[0]
+    )
+
+
+def test_auto_times_nothing_where_the_lanes_do_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidgap.kernels import launcher
+
+    monkeypatch.setattr(launcher, "TRIAL_POPULATION", 1)
+    launched = timed_as(monkeypatch, {"thread": 2.0, "lanes": 1.0})
+    rng = np.random.default_rng(33)
+    ticked = random_ticked(rng, 33, 4, 100)
+    population = random_orders(rng, random_individuals(rng, ticked, 3, 4, 4))
+    ends = launcher.CudaOrderedEnds(ticked)
+    ends(population.forward, population.backward, population.order, ticked)
+    assert launched == ["thread"] and ends.chosen == {}
+
+
 def test_an_unknown_kernel_is_refused() -> None:
     from tidgap.kernels.launcher import CudaOrderedEnds
 
-    with pytest.raises(ValueError, match="'thread' or 'lanes'"):
+    with pytest.raises(ValueError, match="one of 'auto', 'thread', 'lanes'"):
         CudaOrderedEnds(tick_problem(Problem.from_dict(golden_cases()[0]["problem"])), kernel="x")
