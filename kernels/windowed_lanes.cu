@@ -10,7 +10,10 @@
 // the rounds end when no lane of the warp advanced. Grid-stride over the warps' first
 // individuals, so every lane of a warp runs the same rounds and syncs.
 // Compiled by g++ (the CuPy stand-in, one thread of one block), the one thread runs every
-// lane of each round in turn: the same rounds, serially.
+// lane of each round in turn: the same rounds, serially. A host build that defines
+// TIDGAP_WARP_SYNC, TIDGAP_WARP_ANY and TIDGAP_HOST_GROUPS (the groups its scratch holds)
+// runs a warp of threads instead (tests/support/native/lanes_warp.cpp, under
+// ThreadSanitizer).
 // Arguments, in order: windowed_evaluate.cu's (TIDGAP_ORDERED_PARAMETERS).
 #include "windowed_sim.cuh"
 
@@ -24,16 +27,20 @@
 #ifdef __CUDA_ARCH__
 #define TIDGAP_WARP_SYNC() __syncwarp()
 #define TIDGAP_WARP_ANY(flag) __any_sync(0xffffffffu, (flag))
-#else
+#elif !defined(TIDGAP_WARP_SYNC)
 #define TIDGAP_WARP_SYNC()
 #define TIDGAP_WARP_ANY(flag) (flag)
+#endif
+#ifndef TIDGAP_HOST_GROUPS
+#define TIDGAP_HOST_GROUPS 1
 #endif
 
 extern "C" __global__ void tidgap_windowed_lanes(TIDGAP_ORDERED_PARAMETERS) {
 #ifdef __CUDA_ARCH__
     extern __shared__ tidgap_i64 tidgap_lane_scratch[];
 #else
-    static tidgap_i64 tidgap_lane_scratch[TIDGAP_LANE_WORDS(TIDGAP_GROUP, TIDGAP_MAX_K)];
+    static tidgap_i64
+        tidgap_lane_scratch[TIDGAP_HOST_GROUPS * TIDGAP_LANE_WORDS(TIDGAP_GROUP, TIDGAP_MAX_K)];
 #endif
     // A whole warp of lanes on the GPU; one thread standing for every lane on the host.
     const bool warp = blockDim.x >= TIDGAP_GROUP;
