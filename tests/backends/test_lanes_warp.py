@@ -3,7 +3,8 @@ ThreadSanitizer (``tests/support/native/lanes_warp.cpp``): its lanes share the s
 a GPU warp shares shared memory, and sync only where the kernel says, so a lane that reads
 or writes what another writes between the same two syncs is a data race TSan reports (the
 lanes restart staggered after each sync, in alternating order, so that TSan's short memory
-of a word's accesses still holds the other side of a race). The
+of a word's accesses still holds the other side of a race; the vote, ``__any_sync``, orders
+no memory on a GPU and none here). The
 stand-in runs the lanes of a round one after the other and cannot see one. Each run must
 report no race and give Numba's ticks and peak held samples; with a sync dropped, TSan
 must report one (the harness sees what it is there to see)."""
@@ -139,10 +140,11 @@ def test_a_warp_of_threads_races_nowhere_and_gives_numbas_ticks(
     np.testing.assert_array_equal(held, expected[1])
 
 
-@pytest.mark.parametrize("drop_sync", [1, 2])
+@pytest.mark.parametrize("drop_sync", [1, 2, 3])
 def test_a_dropped_sync_is_a_race_tsan_reports(build, tmp_path: Path, drop_sync: int) -> None:
     """With a sync dropped (the harness's ``TIDGAP_DROP_SYNC``: 1, among others, the sync
-    after each round's snapshots; 2 the first round's and each later setup's), one lane
+    after each round's snapshots; 2 the one after each round's advances but the first, which
+    the vote after it does not replace; 3 the first round's after the advances), one lane
     writes what a neighbour reads in the same phase."""
     ticked, population = random_case(3, 7)
     done, _, _ = warp_run(build(3, 12, drop_sync), ticked, population, tmp_path)

@@ -3,11 +3,14 @@
 // __any_sync an OR of the lanes' flags between two barriers, the scratch one static array
 // that every lane shares, as a block's shared memory. A lane that touches what another
 // writes between the same two syncs is a data race that TSan reports (the warp's lanes
-// run in no guaranteed order on a GPU either). With TIDGAP_DROP_SYNC=k the k-th
-// TIDGAP_WARP_SYNC from the start and after each TIDGAP_WARP_ANY does nothing (1: the first
-// setup's, each later round's after the snapshots, each finish's; 2: the first round's after
-// the snapshots, each later round's after the advances, each later setup's): the harness's
-// own check that it sees a missing sync.
+// run in no guaranteed order on a GPU either). __any_sync orders no memory, so TSan is told
+// to ignore the barriers of the vote: only the kernel's __syncwarp calls order the lanes'
+// accesses. With TIDGAP_DROP_SYNC=k the k-th TIDGAP_WARP_SYNC from the start and after
+// each TIDGAP_WARP_ANY does nothing (1: the first setup's, each later round's after the
+// snapshots, each finish's; 2: the first round's after the snapshots, each later round's
+// after the advances, each later setup's; 3: the first round's after the advances, each
+// later individual's first after the snapshots): the harness's own check that it sees a
+// missing sync.
 //
 // A program, not a library (TSan wants to be loaded first): `lanes_warp IN OUT`. IN holds,
 // each as an int64 count then the elements: forward and backward (int32), order (int8),
@@ -17,6 +20,7 @@
 // (P x S int64).
 #include <pthread.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -37,7 +41,6 @@ static thread_local tidgap_warp_dim3 threadIdx = {0, 0, 0};
 static thread_local int tidgap_syncs_this_round = 0;
 static const tidgap_warp_dim3 blockIdx = {0, 0, 0}, gridDim = {1, 1, 1}, blockDim = {32, 1, 1};
 static pthread_barrier_t tidgap_warp_barrier;
-static int tidgap_warp_flags[32];
 
 static thread_local unsigned int tidgap_syncs_seen = 0;
 
@@ -56,13 +59,21 @@ static void tidgap_warp_sync() {
     tidgap_stagger();
 }
 
+// ThreadSanitizer's annotations: synchronisation between Begin and End orders nothing.
+extern "C" void AnnotateIgnoreSyncBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreSyncEnd(const char* file, int line);
+
+// The vote: relaxed atomic flags between two barriers that TSan is told to ignore.
 static int tidgap_warp_any(int flag) {
+    static std::atomic<int> flags[32];
     tidgap_syncs_this_round = 0;
-    tidgap_warp_flags[threadIdx.x] = flag;
+    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+    flags[threadIdx.x].store(flag, std::memory_order_relaxed);
     pthread_barrier_wait(&tidgap_warp_barrier);
     int any = 0;
-    for (int lane = 0; lane < 32; ++lane) any |= tidgap_warp_flags[lane];
+    for (auto& each : flags) any |= each.load(std::memory_order_relaxed);
     pthread_barrier_wait(&tidgap_warp_barrier);
+    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
     tidgap_stagger();
     return any;
 }
