@@ -156,7 +156,7 @@ def time_ordered(benchmark: Any, size: int, pricing: str = MODEL_PRICING, **opti
 
     run()  # compile (or load the kernel cache); "auto" times both kernels here
     got = benchmark(run)
-    chosen = evaluator.ordered_ends.kernel_for(*population.forward.shape[1:])
+    chosen = evaluator.ordered_ends.kernel_for(*population.forward.shape)
     benchmark.extra_info["kernel"] = chosen
     numba = create_evaluator(ticked, "windowed", "numba")
     assert np.array_equal(to_host(got)[:POPULATION], numba.score(base))
@@ -213,7 +213,9 @@ def test_cuda_joint_generation_at_65536(benchmark: Any, throughput: Any, kernel:
     benchmark(run)
     generation.check("numba")
     ends = generation.space.evaluator.ordered_ends
-    benchmark.extra_info["kernel"] = ends.kernel_for(*generation.island.genes.forward.shape[1:])
+    benchmark.extra_info["kernel"] = ends.kernel_for(
+        children, *generation.island.genes.forward.shape[1:]
+    )
     throughput(f"cuda joint generation {kernel} P=2^16", benchmark, children)
     if benchmark.stats is not None:
         benchmark.extra_info["generations_per_second"] = 1 / benchmark.stats.stats.median

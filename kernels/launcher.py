@@ -115,10 +115,11 @@ class CudaEvaluator(SeparableEvaluator):
 
 #: Shared memory a block may use without opting in (bytes), on every CUDA GPU.
 DEFAULT_SHARED_BYTES = 48 * 1024
-#: ``CudaOrderedEnds(kernel="auto")`` times both kernels on the first population of a
-#: shape with at least this many individuals (a search's islands are a few thousand), the
-#: median of this many launches each.
-TRIAL_POPULATION = 2048
+#: ``CudaOrderedEnds(kernel="auto")`` times both kernels on the first population of each
+#: shape and size class with at least this many individuals (a search's generation of four
+#: islands of 512, its annealing's four islands of 128 chains), the median of this many
+#: launches each.
+TRIAL_POPULATION = 512
 TRIAL_REPEATS = 3
 
 
@@ -136,9 +137,10 @@ class CudaOrderedEnds:
     exceeds the device's shared memory per block, the thread kernel runs instead. Both give
     the same ticks, so the choice changes the time only. ``kernel="auto"``: where the lanes
     fit, the first call with at least :data:`TRIAL_POPULATION` individuals of a shape
-    ``(S, K)`` times both kernels on them (:data:`TRIAL_REPEATS` launches each, after an
-    untimed one that compiles) and every later call of that shape runs the faster
-    (:attr:`chosen`); smaller populations before it run the thread kernel. ``max_blocks``
+    ``(S, K)`` and size class (``P``'s power of two: which kernel fills the device depends
+    on ``P``) times both kernels on them (:data:`TRIAL_REPEATS` launches each, after an
+    untimed one that compiles) and every later call of that shape and class runs the faster
+    (:attr:`chosen`); smaller populations run the thread kernel. ``max_blocks``
     caps the grid (threads then loop over several individuals; ``bench/bench_gpu.py`` sweeps
     it for the thread kernel: on an H200 at ``P = 2**20`` 8 blocks per multiprocessor were
     6% faster than no cap)."""
@@ -149,8 +151,8 @@ class CudaOrderedEnds:
             raise ValueError(f"kernel must be one of {names}, not {kernel!r}")
         self.max_blocks = max_blocks
         self.kernel = kernel
-        #: ``(S, K)`` -> the kernel ``"auto"`` timed faster for that shape.
-        self.chosen: dict[tuple[int, int], str] = {}
+        #: ``(S, K, P.bit_length())`` -> the kernel ``"auto"`` timed faster there.
+        self.chosen: dict[tuple[int, int, int], str] = {}
         tables = (
             ticked.forward_compute,
             ticked.backward_compute,
@@ -195,18 +197,20 @@ class CudaOrderedEnds:
             *self.recompute,
             np.int32(ticked.run_priced),
         )
-        shape = (stages, width)
-        if self.kernel == "auto" and self.lanes_fit(*shape) and shape not in self.chosen:
-            if population < TRIAL_POPULATION:
-                self._launch("thread", arguments, population, stages, width)
-                return fitness, held * ticked.unit
-            self.chosen[shape] = min(
+        key = (stages, width, population.bit_length())
+        if (
+            self.kernel == "auto"
+            and population >= TRIAL_POPULATION
+            and self.lanes_fit(stages, width)
+            and key not in self.chosen
+        ):
+            self.chosen[key] = min(
                 ORDERED_KERNELS,
                 key=lambda name: _median_seconds(
                     lambda: self._launch(name, arguments, population, stages, width)
                 ),
             )
-        self._launch(self.kernel_for(stages, width), arguments, population, stages, width)
+        self._launch(self.kernel_for(*forward.shape), arguments, population, stages, width)
         return fitness, held * ticked.unit
 
     def lanes_fit(self, stages: int, width: int) -> bool:
@@ -214,18 +218,18 @@ class CudaOrderedEnds:
         (``stages <= 32``, its scratch within the device's shared memory per block)."""
         return lane_group(stages) <= WARP and lane_scratch_bytes(stages, width) <= _shared_limit()
 
-    def kernel_for(self, stages: int, width: int) -> str:
-        """The kernel ``(P, stages, width)`` chromosomes run on (``"auto"`` before its
-        trial: ``"thread"``)."""
+    def kernel_for(self, population: int, stages: int, width: int) -> str:
+        """The kernel ``(population, stages, width)`` chromosomes run on (``"auto"``
+        without a trial for their shape and class: ``"thread"``)."""
         if not self.lanes_fit(stages, width):
             return "thread"
         if self.kernel == "auto":
-            return self.chosen.get((stages, width), "thread")
+            return self.chosen.get((stages, width, population.bit_length()), "thread")
         return self.kernel
 
-    def uses_lanes(self, stages: int, width: int) -> bool:
-        """Whether ``(P, stages, width)`` chromosomes run on the lane kernel."""
-        return self.kernel_for(stages, width) == "lanes"
+    def uses_lanes(self, population: int, stages: int, width: int) -> bool:
+        """Whether ``(population, stages, width)`` chromosomes run on the lane kernel."""
+        return self.kernel_for(population, stages, width) == "lanes"
 
     def _launch(
         self, name: str, arguments: tuple, population: int, stages: int, width: int

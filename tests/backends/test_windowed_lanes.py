@@ -42,7 +42,7 @@ def lanes(
     from tidgap.kernels.launcher import CudaOrderedEnds
 
     ends = CudaOrderedEnds(ticked, max_blocks or None, kernel="lanes")
-    assert ends.uses_lanes(*population.forward.shape[1:]) == on_lanes
+    assert ends.uses_lanes(*population.forward.shape) == on_lanes
     fitness, held = ends(population.forward, population.backward, population.order, ticked)
     return to_host(fitness), to_host(held)
 
@@ -166,8 +166,9 @@ def test_auto_runs_the_kernel_its_trial_timed_faster(
     monkeypatch: pytest.MonkeyPatch, faster: str
 ) -> None:
     """Below the trial's population the thread kernel, untimed; the first population at
-    least that large times both, and every later call of that shape runs the faster; the
-    ticks are Numba's throughout."""
+    least that large of a shape and size class times both, and every later call of that
+    shape and class runs the faster; another class has its own trial; the ticks are
+    Numba's throughout."""
     from tidgap.kernels import launcher
 
     monkeypatch.setattr(launcher, "TRIAL_POPULATION", 16)
@@ -179,7 +180,13 @@ def test_auto_runs_the_kernel_its_trial_timed_faster(
     ends = launcher.CudaOrderedEnds(ticked)
     assert ends.kernel == "auto"
 
-    def check(individuals: Population) -> None:
+    def check(count: int) -> None:
+        """Score ``count`` individuals (``population``'s repeated) and check the ticks."""
+        forward, backward, order = (
+            np.resize(genes, (count, *genes.shape[1:]))
+            for genes in (population.forward, population.backward, population.order)
+        )
+        individuals = Population(forward, backward, order=order)
         fitness, held = ends(individuals.forward, individuals.backward, individuals.order, ticked)
         expected = ordered_ends(
             individuals.forward, individuals.backward, individuals.order, ticked
@@ -187,16 +194,18 @@ def test_auto_runs_the_kernel_its_trial_timed_faster(
         np.testing.assert_array_equal(to_host(fitness), expected[0])
         np.testing.assert_array_equal(to_host(held), expected[1])
 
-    small = Population(
-        population.forward[:15], population.backward[:15], order=population.order[:15]
-    )
-    check(small)
+    check(15)
     assert launched == ["thread"] and ends.chosen == {}
-    check(population)
+    check(20)  # 16..31: class 5
     assert launched[1:] == ["thread", "lanes", faster]
-    assert ends.chosen == {(8, 12): faster} and ends.uses_lanes(8, 12) == (faster == "lanes")
-    check(small)
+    assert ends.chosen == {(8, 12, 5): faster}
+    assert ends.uses_lanes(31, 8, 12) == (faster == "lanes") and not ends.uses_lanes(15, 8, 12)
+    check(31)
     assert launched[4:] == [faster]
+    check(40)  # class 6: a trial of its own
+    assert launched[5:] == ["thread", "lanes", faster] and len(ends.chosen) == 2
+    check(15)
+    assert launched[8:] == ["thread"]
 
 
 def test_auto_times_the_kernels_for_real() -> None:
@@ -214,7 +223,8 @@ def test_auto_times_the_kernels_for_real() -> None:
     )
     ends = launcher.windowed_cuda(ticked).ordered_ends
     fitness, _ = ends(big.forward, big.backward, big.order, ticked)
-    assert set(ends.chosen) == {(3, 12)} and ends.chosen[3, 12] in ("thread", "lanes")
+    key = (3, 12, big.forward.shape[0].bit_length())
+    assert set(ends.chosen) == {key} and ends.chosen[key] in ("thread", "lanes")
     np.testing.assert_array_equal(
         to_host(fitness), ordered_ends(big.forward, big.backward, big.order, ticked)[0]
     )
