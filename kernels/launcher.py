@@ -116,9 +116,9 @@ class CudaEvaluator(SeparableEvaluator):
 #: Shared memory a block may use without opting in (bytes), on every CUDA GPU.
 DEFAULT_SHARED_BYTES = 48 * 1024
 #: ``CudaOrderedEnds(kernel="auto")`` times both kernels on the first population of each
-#: shape and size class with at least this many individuals (a search's generation of four
-#: islands of 512, its annealing's four islands of 128 chains), the median of this many
-#: launches each.
+#: shape and size class with at least this many individuals (a search scores each
+#: generation's children, about 512 per island, and its annealing's 128 chains per island,
+#: all islands in one call), the median of this many launches each.
 TRIAL_POPULATION = 512
 TRIAL_REPEATS = 3
 
