@@ -57,7 +57,7 @@ limited 130 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchm
   --benchmark-max-time=0.3 --benchmark-columns=median,iqr,rounds \
   --benchmark-json="$out/bench_gpu.json"
 bench_status=$?
-python3 -c "import json, sys; [print(b['name'], 'ran', b['extra_info']['kernel']) for b in json.load(open(sys.argv[1]))['benchmarks'] if 'kernel' in b['extra_info']]" \
+[ -f "$out/bench_gpu.json" ] && python3 -c "import json, sys; [print(b['name'], 'ran', b['extra_info']['kernel']) for b in json.load(open(sys.argv[1]))['benchmarks'] if 'kernel' in b['extra_info']]" \
   "$out/bench_gpu.json"
 [ -z "${TIDGAP_BENCH:-}" ] || limited 50 "${tidgap[@]}" bench --backend cuda,numba \
   --schedule all --population 65536,1048576 --repeats 5 --out "$out/tidgap_bench.json"
