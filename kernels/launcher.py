@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 
 import cupy
@@ -204,14 +205,32 @@ class CudaOrderedEnds:
             and self.lanes_fit(stages, width)
             and key not in self.chosen
         ):
-            self.chosen[key] = min(
-                ORDERED_KERNELS,
-                key=lambda name: _median_seconds(
-                    lambda: self._launch(name, arguments, population, stages, width)
-                ),
-            )
+            self.chosen[key] = self._trial(arguments, population, stages, width)
         self._launch(self.kernel_for(*forward.shape), arguments, population, stages, width)
         return fitness, held * ticked.unit
+
+    def _trial(self, arguments: tuple, population: int, stages: int, width: int) -> str:
+        """The faster of :data:`ORDERED_KERNELS` on ``arguments`` (whose ``fitness`` and
+        ``held`` each launch overwrites); ``"thread"``, with a warning, where the lane
+        kernel's results differ from the thread kernel's (the thread kernel is the one
+        checked on a GPU since 2026-12-04; the lanes have run on hosts only)."""
+        seconds, results = {}, {}
+        for name in ORDERED_KERNELS:
+            launch = functools.partial(self._launch, name, arguments, population, stages, width)
+            seconds[name] = _median_seconds(launch)
+            results[name] = (arguments[3].copy(), arguments[4].copy())
+        if not all(
+            bool((ours == theirs).all())
+            for ours, theirs in zip(results["lanes"], results["thread"], strict=True)
+        ):
+            warnings.warn(
+                "the lane kernel's ticks differ from the thread kernel's on this device: "
+                "running the thread kernel (please report this)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return "thread"
+        return min(ORDERED_KERNELS, key=seconds.__getitem__)
 
     def lanes_fit(self, stages: int, width: int) -> bool:
         """Whether a warp of the lane kernel holds ``(P, stages, width)`` chromosomes

@@ -208,6 +208,34 @@ def test_auto_runs_the_kernel_its_trial_timed_faster(
     assert launched[8:] == ["thread"]
 
 
+def test_auto_keeps_the_thread_kernel_where_the_lanes_disagree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The trial compares the two kernels' results: a lane kernel that gets any tick
+    wrong is not chosen, however fast, and a warning says so."""
+    from tidgap.kernels import launcher
+
+    monkeypatch.setattr(launcher, "TRIAL_POPULATION", 16)
+    timed_as(monkeypatch, {"thread": 2.0, "lanes": 1.0})
+    launch = launcher.CudaOrderedEnds._launch
+
+    def wrong_lanes(self: Any, name: str, arguments: tuple, *rest: Any) -> None:
+        launch(self, name, arguments, *rest)
+        if name == "lanes":
+            arguments[3][-1] += 1  # one individual's ticks
+
+    monkeypatch.setattr(launcher.CudaOrderedEnds, "_launch", wrong_lanes)
+    ticked, population = auto_population()
+    ends = launcher.CudaOrderedEnds(ticked)
+    with pytest.warns(RuntimeWarning, match="lane kernel's ticks differ"):
+        fitness, _ = ends(population.forward, population.backward, population.order, ticked)
+    assert ends.chosen == {(8, 12, 5): "thread"}
+    np.testing.assert_array_equal(
+        to_host(fitness),
+        ordered_ends(population.forward, population.backward, population.order, ticked)[0],
+    )
+
+
 def test_auto_times_the_kernels_for_real() -> None:
     """Without a stand-in for the clock: the trial picks one of the two kernels and the
     ticks are Numba's."""
