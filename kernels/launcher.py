@@ -141,7 +141,8 @@ class CudaOrderedEnds:
     ``(S, K)`` and size class (``P``'s power of two: which kernel fills the device depends
     on ``P``) times both kernels on them (:data:`TRIAL_REPEATS` launches each, after an
     untimed one that compiles) and every later call of that shape and class runs the faster
-    (:attr:`chosen`); smaller populations run the thread kernel. ``max_blocks``
+    (:attr:`chosen`), or the thread kernel where their results differ (:meth:`_trial`);
+    smaller populations run the thread kernel. ``max_blocks``
     caps the grid (threads then loop over several individuals; ``bench/bench_gpu.py`` sweeps
     it for the thread kernel: on an H200 at ``P = 2**20`` 8 blocks per multiprocessor were
     6% faster than no cap)."""
