@@ -4,9 +4,10 @@
 # past the budget; the device's per-call limit is 600 s): installs tidgap from this checkout
 # without dependencies (pydantic comes from wheels in .whl/, see
 # bench/fetch_device_wheels.sh), runs the backend tests (the GPU ones among them), the GPU
-# benchmarks (flush and both ordered-plan kernels, thread and lanes, and the one "auto"
-# times faster, at several population sizes, a flush and a joint generation with each and
-# an annealing step at 2^16; the kernel "auto" ran is printed after them), the fidelity
+# benchmarks (flush, and the ordered-plan kernels: thread in blocks of 128 and of a warp,
+# lanes, and the one "auto" times fastest, at several population sizes, a flush and a joint
+# generation with each and an annealing step at 2^16; the kernel "auto" ran is printed
+# after them), the fidelity
 # benchmark with both stage processes on the GPU (bench/fidelity.py --device cuda,
 # one round), one `tidgap run` with gradients checked, baselines, replays and the memory report, and
 # the same plan under torchrun; then prints a summary. Optional: SEARCH_DEVICES="gpu cpu"

@@ -116,7 +116,7 @@ class CudaEvaluator(SeparableEvaluator):
 
 #: Shared memory a block may use without opting in (bytes), on every CUDA GPU.
 DEFAULT_SHARED_BYTES = 48 * 1024
-#: ``CudaOrderedEnds(kernel="auto")`` times both kernels on the first population of each
+#: ``CudaOrderedEnds(kernel="auto")`` times the kernels on the first population of each
 #: shape and size class with at least this many individuals (a search scores each
 #: generation's children, about 512 per island, and its annealing's 128 chains per island,
 #: all islands in one call), the median of this many launches each.
@@ -132,17 +132,18 @@ class CudaOrderedEnds:
     non-partitions); the tables are uploaded once.
 
     ``kernel="thread"``: one thread per individual runs ``windowed_sim.cuh``'s event loop
-    with its scratch in local memory (``windowed_evaluate.cu``, blocks of 128 threads).
-    ``kernel="lanes"``: one lane of a warp per stage, the scratch in shared memory
-    (``windowed_lanes.cu``, blocks of one warp); where ``S > 32`` or a warp's scratch
-    exceeds the device's shared memory per block, the thread kernel runs instead. Both give
-    the same ticks, so the choice changes the time only. ``kernel="auto"``: where the lanes
-    fit, the first call with at least :data:`TRIAL_POPULATION` individuals of a shape
-    ``(S, K)`` and size class (``P``'s power of two: which kernel fills the device depends
-    on ``P``) times both kernels on them (:data:`TRIAL_REPEATS` launches each, after an
-    untimed one that compiles) and every later call of that shape and class runs the faster
-    (:attr:`chosen`), or the thread kernel where their results differ (:meth:`_trial`);
-    smaller populations run the thread kernel. ``max_blocks``
+    with its scratch in local memory (``windowed_evaluate.cu``, blocks of 128 threads);
+    ``"thread-warp"``: the same in blocks of one warp. ``kernel="lanes"``: one lane of a
+    warp per stage, the scratch in shared memory (``windowed_lanes.cu``, blocks of one
+    warp); where ``S > 32`` or a warp's scratch exceeds the device's shared memory per
+    block, the thread kernel runs instead. All give the same ticks, so the choice changes
+    the time only. ``kernel="auto"``: the first call with at least
+    :data:`TRIAL_POPULATION` individuals of a shape ``(S, K)`` and size class (``P``'s
+    power of two: which kernel fills the device depends on ``P``) times the kernels that
+    fit on them (:data:`TRIAL_REPEATS` launches each, after an untimed one that compiles)
+    and every later call of that shape and class runs the fastest (:attr:`chosen`) of
+    those whose results equal the thread kernel's (:meth:`_trial`); smaller populations
+    run the thread kernel. ``max_blocks``
     caps the grid (threads then loop over several individuals; ``bench/bench_gpu.py`` sweeps
     it for the thread kernel: on an H200 at ``P = 2**20`` 8 blocks per multiprocessor were
     6% faster than no cap)."""
@@ -200,38 +201,35 @@ class CudaOrderedEnds:
             np.int32(ticked.run_priced),
         )
         key = (stages, width, population.bit_length())
-        if (
-            self.kernel == "auto"
-            and population >= TRIAL_POPULATION
-            and self.lanes_fit(stages, width)
-            and key not in self.chosen
-        ):
+        if self.kernel == "auto" and population >= TRIAL_POPULATION and key not in self.chosen:
             self.chosen[key] = self._trial(arguments, population, stages, width)
         self._launch(self.kernel_for(*forward.shape), arguments, population, stages, width)
         return fitness, held * ticked.unit
 
     def _trial(self, arguments: tuple, population: int, stages: int, width: int) -> str:
-        """The faster of :data:`ORDERED_KERNELS` on ``arguments`` (whose ``fitness`` and
-        ``held`` each launch overwrites); ``"thread"``, with a warning, where the lane
-        kernel's results differ from the thread kernel's (the thread kernel is the one
-        checked on a GPU since 2026-12-04; the lanes have run on hosts only)."""
+        """The fastest of the kernels that fit, on ``arguments`` (whose ``fitness`` and
+        ``held`` each launch overwrites), among those whose results equal the thread
+        kernel's (the one checked on a GPU, 2026-12-04); a warning names any other."""
+        names = [n for n in ORDERED_KERNELS if n != "lanes" or self.lanes_fit(stages, width)]
         seconds, results = {}, {}
-        for name in ORDERED_KERNELS:
+        for name in names:
             launch = functools.partial(self._launch, name, arguments, population, stages, width)
             seconds[name] = _median_seconds(launch)
             results[name] = (arguments[3].copy(), arguments[4].copy())
-        if not all(
-            bool((ours == theirs).all())
-            for ours, theirs in zip(results["lanes"], results["thread"], strict=True)
-        ):
+        thread = results["thread"]
+        agree = [
+            name
+            for name in names
+            if all(bool((a == b).all()) for a, b in zip(results[name], thread, strict=True))
+        ]
+        for name in (name for name in names if name not in agree):
             warnings.warn(
-                "the lane kernel's ticks differ from the thread kernel's on this device: "
-                "running the thread kernel (please report this)",
+                f"the {name} kernel's ticks differ from the thread kernel's on this device: "
+                "not running it (please report this)",
                 RuntimeWarning,
                 stacklevel=3,
             )
-            return "thread"
-        return min(ORDERED_KERNELS, key=seconds.__getitem__)
+        return min(agree, key=seconds.__getitem__)
 
     def lanes_fit(self, stages: int, width: int) -> bool:
         """Whether a warp of the lane kernel holds ``(P, stages, width)`` chromosomes
@@ -241,10 +239,10 @@ class CudaOrderedEnds:
     def kernel_for(self, population: int, stages: int, width: int) -> str:
         """The kernel ``(population, stages, width)`` chromosomes run on (``"auto"``
         without a trial for their shape and class: ``"thread"``)."""
-        if not self.lanes_fit(stages, width):
-            return "thread"
         if self.kernel == "auto":
             return self.chosen.get((stages, width, population.bit_length()), "thread")
+        if self.kernel == "lanes" and not self.lanes_fit(stages, width):
+            return "thread"
         return self.kernel
 
     def uses_lanes(self, population: int, stages: int, width: int) -> bool:
@@ -266,7 +264,8 @@ class CudaOrderedEnds:
                 scratch_width(width),
                 scratch_width(stages),
             )
-            blocks, threads, shared = self._capped(population), THREADS_PER_BLOCK, 0
+            threads, shared = WARP if name == "thread-warp" else THREADS_PER_BLOCK, 0
+            blocks = self._capped(population, threads)
         kernel((blocks,), (threads,), arguments, shared_mem=shared)
 
     def _capped(self, count: int, per_block: int = THREADS_PER_BLOCK) -> int:

@@ -31,10 +31,12 @@ def scratch_width(width: int) -> int:
 
 
 #: The ordered-plan kernels ``CudaOrderedEnds`` can launch: a thread per individual
-#: (``windowed_evaluate.cu``) or a lane per stage (``windowed_lanes.cu``).
-ORDERED_KERNELS = ("thread", "lanes")
+#: (``windowed_evaluate.cu``) in blocks of 128 threads (``thread``) or of one warp
+#: (``thread-warp``: a few thousand individuals then spread over 4x the multiprocessors,
+#: and fewer threads share each one's cache), or a lane per stage (``windowed_lanes.cu``).
+ORDERED_KERNELS = ("thread", "thread-warp", "lanes")
 #: What ``CudaOrderedEnds(kernel=...)`` takes: a kernel of :data:`ORDERED_KERNELS`, or
-#: ``"auto"`` (the faster of the two, timed on the device at the first large population).
+#: ``"auto"`` (the fastest, timed on the device).
 KERNEL_CHOICES = ("auto", *ORDERED_KERNELS)
 #: Lanes of a warp (the lane kernel's block, ``windowed_lanes.cu``).
 WARP = 32

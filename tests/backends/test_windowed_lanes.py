@@ -24,6 +24,7 @@ from tidgap.backends.evaluator import INVALID
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.backends.xp import to_host
 from tidgap.fallback_cpu.windowed_numba import ordered_ends
+from tidgap.kernels.source import ORDERED_KERNELS
 from tidgap.optimize.genome import Population, encode_order, encode_plan
 
 
@@ -161,20 +162,35 @@ def timed_as(monkeypatch: pytest.MonkeyPatch, seconds: dict[str, float]) -> list
     return launched
 
 
-@pytest.mark.parametrize("faster", ["thread", "lanes"])
+@pytest.mark.parametrize("kernel", ORDERED_KERNELS)
+@pytest.mark.parametrize("max_blocks", [0, 1])
+def test_every_kernel_gives_numbas_ticks(kernel: str, max_blocks: int) -> None:
+    """Each kernel forced, on a random population with deadlocks, its grid as large as
+    it needs or of one block."""
+    from tidgap.kernels.launcher import CudaOrderedEnds
+
+    ticked, population = auto_population()
+    ends = CudaOrderedEnds(ticked, max_blocks or None, kernel=kernel)
+    assert ends.kernel_for(*population.forward.shape) == kernel
+    fitness, held = ends(population.forward, population.backward, population.order, ticked)
+    expected = ordered_ends(population.forward, population.backward, population.order, ticked)
+    np.testing.assert_array_equal(to_host(fitness), expected[0])
+    np.testing.assert_array_equal(to_host(held), expected[1])
+
+
+@pytest.mark.parametrize("faster", ORDERED_KERNELS)
 def test_auto_runs_the_kernel_its_trial_timed_faster(
     monkeypatch: pytest.MonkeyPatch, faster: str
 ) -> None:
     """Below the trial's population the thread kernel, untimed; the first population at
-    least that large of a shape and size class times both, and every later call of that
-    shape and class runs the faster; another class has its own trial; the ticks are
+    least that large of a shape and size class times every kernel, and every later call of
+    that shape and class runs the fastest; another class has its own trial; the ticks are
     Numba's throughout."""
     from tidgap.kernels import launcher
 
     monkeypatch.setattr(launcher, "TRIAL_POPULATION", 16)
     launched = timed_as(
-        monkeypatch,
-        {"thread": 2.0, "lanes": 1.0} if faster == "lanes" else {"thread": 1.0, "lanes": 2.0},
+        monkeypatch, {name: 1.0 if name == faster else 2.0 for name in ORDERED_KERNELS}
     )
     ticked, population = auto_population()
     ends = launcher.CudaOrderedEnds(ticked)
@@ -194,29 +210,31 @@ def test_auto_runs_the_kernel_its_trial_timed_faster(
         np.testing.assert_array_equal(to_host(fitness), expected[0])
         np.testing.assert_array_equal(to_host(held), expected[1])
 
+    trial = [*ORDERED_KERNELS, faster]
     check(15)
     assert launched == ["thread"] and ends.chosen == {}
     check(20)  # 16..31: class 5
-    assert launched[1:] == ["thread", "lanes", faster]
+    assert launched[1:] == trial
     assert ends.chosen == {(8, 12, 5): faster}
-    assert ends.uses_lanes(31, 8, 12) == (faster == "lanes") and not ends.uses_lanes(15, 8, 12)
+    assert ends.kernel_for(31, 8, 12) == faster and ends.kernel_for(15, 8, 12) == "thread"
     check(31)
-    assert launched[4:] == [faster]
+    assert launched[5:] == [faster]
     check(40)  # class 6: a trial of its own
-    assert launched[5:] == ["thread", "lanes", faster] and len(ends.chosen) == 2
+    assert launched[6:] == trial and len(ends.chosen) == 2
     check(15)
-    assert launched[8:] == ["thread"]
+    assert launched[10:] == ["thread"]
 
 
 def test_auto_keeps_the_thread_kernel_where_the_lanes_disagree(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The trial compares the two kernels' results: a lane kernel that gets any tick
-    wrong is not chosen, however fast, and a warning says so."""
+    """The trial compares each kernel's results with the thread kernel's: a lane kernel
+    that gets any tick wrong is not chosen, however fast, and a warning says so; the
+    fastest of the others is."""
     from tidgap.kernels import launcher
 
     monkeypatch.setattr(launcher, "TRIAL_POPULATION", 16)
-    timed_as(monkeypatch, {"thread": 2.0, "lanes": 1.0})
+    timed_as(monkeypatch, {"thread": 2.0, "thread-warp": 3.0, "lanes": 1.0})
     launch = launcher.CudaOrderedEnds._launch
 
     def wrong_lanes(self: Any, name: str, arguments: tuple, *rest: Any) -> None:
@@ -227,7 +245,7 @@ def test_auto_keeps_the_thread_kernel_where_the_lanes_disagree(
     monkeypatch.setattr(launcher.CudaOrderedEnds, "_launch", wrong_lanes)
     ticked, population = auto_population()
     ends = launcher.CudaOrderedEnds(ticked)
-    with pytest.warns(RuntimeWarning, match="lane kernel's ticks differ"):
+    with pytest.warns(RuntimeWarning, match="the lanes kernel's ticks differ"):
         fitness, _ = ends(population.forward, population.backward, population.order, ticked)
     assert ends.chosen == {(8, 12, 5): "thread"}
     np.testing.assert_array_equal(
@@ -237,7 +255,7 @@ def test_auto_keeps_the_thread_kernel_where_the_lanes_disagree(
 
 
 def test_auto_times_the_kernels_for_real() -> None:
-    """Without a stand-in for the clock: the trial picks one of the two kernels and the
+    """Without a stand-in for the clock: the trial picks one of the kernels and the
     ticks are Numba's."""
     from tidgap.kernels import launcher
 
@@ -252,27 +270,30 @@ def test_auto_times_the_kernels_for_real() -> None:
     ends = launcher.windowed_cuda(ticked).ordered_ends
     fitness, _ = ends(big.forward, big.backward, big.order, ticked)
     key = (3, 12, big.forward.shape[0].bit_length())
-    assert set(ends.chosen) == {key} and ends.chosen[key] in ("thread", "lanes")
+    assert set(ends.chosen) == {key} and ends.chosen[key] in ORDERED_KERNELS
     np.testing.assert_array_equal(
         to_host(fitness), ordered_ends(big.forward, big.backward, big.order, ticked)[0]
     )
 
 
-def test_auto_times_nothing_where_the_lanes_do_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_leaves_the_lanes_out_where_they_do_not_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from tidgap.kernels import launcher
 
     monkeypatch.setattr(launcher, "TRIAL_POPULATION", 1)
-    launched = timed_as(monkeypatch, {"thread": 2.0, "lanes": 1.0})
+    launched = timed_as(monkeypatch, {"thread": 2.0, "thread-warp": 1.5, "lanes": 1.0})
     rng = np.random.default_rng(33)
     ticked = random_ticked(rng, 33, 4, 100)
     population = random_orders(rng, random_individuals(rng, ticked, 3, 4, 4))
     ends = launcher.CudaOrderedEnds(ticked)
     ends(population.forward, population.backward, population.order, ticked)
-    assert launched == ["thread"] and ends.chosen == {}
+    assert launched == ["thread", "thread-warp", "thread-warp"]
+    assert ends.chosen == {(33, 4, 2): "thread-warp"}
 
 
 def test_an_unknown_kernel_is_refused() -> None:
     from tidgap.kernels.launcher import CudaOrderedEnds
 
-    with pytest.raises(ValueError, match="one of 'auto', 'thread', 'lanes'"):
+    with pytest.raises(ValueError, match="one of 'auto', 'thread', 'thread-warp', 'lanes'"):
         CudaOrderedEnds(tick_problem(Problem.from_dict(golden_cases()[0]["problem"])), kernel="x")
