@@ -143,10 +143,9 @@ class CudaOrderedEnds:
     fit on them (:data:`TRIAL_REPEATS` launches each, after an untimed one that compiles)
     and every later call of that shape and class runs the fastest (:attr:`chosen`) of
     those whose results equal the thread kernel's (:meth:`_trial`); smaller populations
-    run the thread kernel. ``max_blocks``
-    caps the grid (threads then loop over several individuals; ``bench/bench_gpu.py`` sweeps
-    it for the thread kernel: on an H200 at ``P = 2**20`` 8 blocks per multiprocessor were
-    6% faster than no cap)."""
+    run the thread kernel. ``max_blocks`` caps the grid (threads then loop over several
+    individuals; ``bench/bench_gpu.py`` sweeps it for the thread kernel: on an H200 at
+    ``P = 2**20`` 8 blocks per multiprocessor were 6% faster than no cap)."""
 
     def __init__(self, ticked: TickedProblem, max_blocks: int | None = None, kernel: str = "auto"):
         if kernel not in KERNEL_CHOICES:
@@ -154,7 +153,7 @@ class CudaOrderedEnds:
             raise ValueError(f"kernel must be one of {names}, not {kernel!r}")
         self.max_blocks = max_blocks
         self.kernel = kernel
-        #: ``(S, K, P.bit_length())`` -> the kernel ``"auto"`` timed faster there.
+        #: ``(S, K, P.bit_length())`` -> the kernel ``"auto"`` timed fastest there.
         self.chosen: dict[tuple[int, int, int], str] = {}
         tables = (
             ticked.forward_compute,
