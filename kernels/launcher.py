@@ -201,20 +201,23 @@ class CudaOrderedEnds:
         )
         key = (stages, width, population.bit_length())
         if self.kernel == "auto" and population >= TRIAL_POPULATION and key not in self.chosen:
-            self.chosen[key] = self._trial(arguments, population, stages, width)
+            self.chosen[key] = self._trial(arguments, (fitness, held), population, stages, width)
         self._launch(self.kernel_for(*forward.shape), arguments, population, stages, width)
         return fitness, held * ticked.unit
 
-    def _trial(self, arguments: tuple, population: int, stages: int, width: int) -> str:
-        """The fastest of the kernels that fit, on ``arguments`` (whose ``fitness`` and
-        ``held`` each launch overwrites), among those whose results equal the thread
-        kernel's (the one checked on a GPU, 2026-12-04); a warning names any other."""
+    def _trial(
+        self, arguments: tuple, outputs: tuple, population: int, stages: int, width: int
+    ) -> str:
+        """The fastest of the kernels that fit, on ``arguments`` (``outputs``: its fitness
+        and held arrays, which each launch overwrites), among those whose results equal the
+        thread kernel's (the one checked on a GPU, 2026-12-04); a warning names any
+        other."""
         names = [n for n in ORDERED_KERNELS if n != "lanes" or self.lanes_fit(stages, width)]
         seconds, results = {}, {}
         for name in names:
             launch = functools.partial(self._launch, name, arguments, population, stages, width)
             seconds[name] = _median_seconds(launch)
-            results[name] = (arguments[3].copy(), arguments[4].copy())
+            results[name] = tuple(output.copy() for output in outputs)
         thread = results["thread"]
         agree = [
             name
@@ -243,10 +246,6 @@ class CudaOrderedEnds:
         if self.kernel == "lanes" and not self.lanes_fit(stages, width):
             return "thread"
         return self.kernel
-
-    def uses_lanes(self, population: int, stages: int, width: int) -> bool:
-        """Whether ``(population, stages, width)`` chromosomes run on the lane kernel."""
-        return self.kernel_for(population, stages, width) == "lanes"
 
     def _launch(
         self, name: str, arguments: tuple, population: int, stages: int, width: int

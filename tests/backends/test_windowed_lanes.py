@@ -43,7 +43,7 @@ def lanes(
     from tidgap.kernels.launcher import CudaOrderedEnds
 
     ends = CudaOrderedEnds(ticked, max_blocks or None, kernel="lanes")
-    assert ends.uses_lanes(*population.forward.shape) == on_lanes
+    assert (ends.kernel_for(*population.forward.shape) == "lanes") == on_lanes
     fitness, held = ends(population.forward, population.backward, population.order, ticked)
     return to_host(fitness), to_host(held)
 

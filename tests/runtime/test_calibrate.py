@@ -362,7 +362,8 @@ def test_each_iteration_replays_to_its_own_time_when_op_times_vary(schedule: str
         for pick in (min, max)
     )
     replay = Problem.from_dict(measured_problem(document, problem, iterations, ["r"], overheads))
-    assert fed(replay, plan, *low) < drawn < fed(replay, plan, *high)
+    order = plan.stage_order()
+    assert fed(replay, plan, *low, order) < drawn < fed(replay, plan, *high, order)
     assert replays(document, problem, plan, results).drawn == drawn  # seeded
     assert replays(document, problem, plan, results, seed=1).drawn != drawn
 

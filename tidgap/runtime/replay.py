@@ -74,16 +74,15 @@ def replays(
     )
 
 
-def fed(
-    problem: Problem, plan: Plan, ops: Times, moved: Times, order: Order | None = None
-) -> float:
+def fed(problem: Problem, plan: Plan, ops: Times, moved: Times, order: Order) -> float:
     """``plan``'s iteration time in the model of ``problem`` with its ops timed ``ops`` and
-    its transfers ``moved`` (``order``: the plan's stage order, when the caller has it)."""
+    its transfers ``moved`` (``order``: the plan's stage order, computed once by the
+    caller)."""
     return evaluate_order(
         problem,
         plan.forward,
         plan.backward,
-        plan.stage_order() if order is None else order,
+        order,
         lambda s, op, k, size: ops[s, op, k],
         lambda link, op, k, size: moved[link, op, k],
     ).iteration_time

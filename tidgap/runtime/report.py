@@ -187,7 +187,12 @@ class RunFigures:
     def error(self) -> float | None:
         """``median / predicted - 1`` (positive: the run is slower than predicted);
         ``None`` when the prediction is 0."""
-        return self.median / self.predicted - 1 if self.predicted > 0 else None
+        return self.error_against(self.predicted) if self.predicted > 0 else None
+
+    def error_against(self, time: float) -> float:
+        """``median / time - 1``: the measured median's error against ``time`` (a
+        prediction or a replay, > 0)."""
+        return self.median / time - 1
 
     @property
     def iteration_replay_errors(self) -> list[float] | None:
@@ -219,7 +224,7 @@ class RunFigures:
             return None
         return {
             "predicted": self.replayed_drawn,
-            "error_percent": 100 * (self.median / self.replayed_drawn - 1),
+            "error_percent": 100 * self.error_against(self.replayed_drawn),
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -253,7 +258,7 @@ class RunFigures:
             if self.replayed is None
             else {
                 "predicted": self.replayed,
-                "error_percent": 100 * (self.median / self.replayed - 1),
+                "error_percent": 100 * self.error_against(self.replayed),
                 "per_iteration": self._per_iteration(),
                 "drawn": self._drawn(),
             },
@@ -375,13 +380,13 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
     if figures.replayed is not None:
         lines.append(
             f"  replayed with this run's median op and transfer times: {figures.replayed:.4g} "
-            f"{unit}, measured {figures.median / figures.replayed - 1:+.1%}"
+            f"{unit}, measured {figures.error_against(figures.replayed):+.1%}"
         )
     if figures.replayed_drawn is not None:
         lines.append(
             "  replayed with each op and transfer timed by a random iteration of this run "
             f"(median of {REPLAY_DRAWS} draws): {figures.replayed_drawn:.4g} {unit}, measured "
-            f"{figures.median / figures.replayed_drawn - 1:+.1%}: the medians plus what "
+            f"{figures.error_against(figures.replayed_drawn):+.1%}: the medians plus what "
             "the ops' variation costs, as if they varied independently"
         )
     errors = figures.iteration_replay_errors
