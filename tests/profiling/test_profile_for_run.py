@@ -120,7 +120,7 @@ def test_the_cuda_peak_is_the_allocators_peak_over_a_forward_and_backward(
     from torch import nn
 
     from tidgap.profiling.measure import cuda_peak_bytes
-    from tidgap.profiling.run import cuda_memory
+    from tidgap.profiling.run import StageMeasurements, memory_source
 
     layer = nn.Linear(3, 5)
     calls: list[str] = []
@@ -144,5 +144,15 @@ def test_the_cuda_peak_is_the_allocators_peak_over_a_forward_and_backward(
     assert cuda_peak_bytes(layer, x, False, torch.device("cuda")) == 4096
     assert calls == ["sync", "reset", "sync"] and layer.weight.grad is None
     assert cuda_peak_bytes(layer, x, False, torch.device("cpu")) is None
-    assert cuda_memory([None, None], 8) == {}
-    assert cuda_memory([10, 20], 8)["memory"]["cuda_peak_allocated_bytes"] == [10, 20]
+
+    def memory(peaks: list[int | None]) -> dict:
+        recompute = [(3, 4, 7, 1), (5, 6, 8, 2)]
+        measured = StageMeasurements(["a", "b"], [], [1, 2], recompute, peaks, None, {})
+        return memory_source(measured, 8)["memory"]
+
+    assert "cuda_peak_allocated_bytes" not in memory([None, None])
+    assert memory([10, 20])["cuda_peak_allocated_bytes"] == [10, 20]
+    assert memory([10, 20])["input_bytes_per_sample"] == [3, 5]
+    assert memory([None, None])["draw_bytes_per_sample"] == [4, 6]
+    assert memory([None, None])["recompute_backward_bytes_per_sample"] == [7, 8]
+    assert memory([None, None])["task_bytes_per_sample"] == [1, 2]

@@ -189,3 +189,30 @@ def test_the_gpts_draws_all_take_the_dropout_path_without_python_dispatch() -> N
         model.layers(tokens)
     assert [draw.name for draw in recording.draws] == [DROPOUT_MASK] * 7
     assert drawing._found == []
+
+
+def test_the_profiled_draw_bytes_are_what_a_recomputing_stage_keeps() -> None:
+    """``recompute_bytes_per_sample``'s draws are those a recomputing stage records of one
+    forward (the GPT's bool dropout masks; a random operator outside ``nn.Dropout``,
+    whole), 0 in eval mode, and the module's dropouts are left as they were."""
+    from tidgap.profiling.measure import recompute_bytes_per_sample
+
+    def recorded(model: Model) -> int:
+        stage = stage_on(model, recompute=True)
+        stage.forward((0, B))
+        return sum(t.numel() * t.element_size() for t in stage._draws.tensors())
+
+    def profiled(model: Model) -> int:
+        x = make_task(model, B, 0, torch.device("cpu"), torch.float64).inputs
+        return B * recompute_bytes_per_sample(model.layers, x, True, None)[1]
+
+    model = dropout_gpt()
+    assert profiled(model) == recorded(model) > 0
+    torch.manual_seed(0)
+    layers = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5), FeatureNoise()).double().train()
+    noisy = Model("t", layers, lambda b, device: torch.randn(b, 4), {"input_shape": [4]})
+    assert profiled(noisy) == B * 6 + 6 * 4  # a bool mask per sample; the noise, float32
+    assert not any("forward" in vars(m) for m in layers.modules())  # left as it was
+    assert profiled(noisy) == recorded(noisy)
+    model.layers.eval()
+    assert profiled(model) == 0

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from tidgap.model.errors import InputError
 from tidgap.profiling.user_code import user_errors
+from tidgap.runtime.drawing import drawing_as_recomputed
 
 
 @dataclass(frozen=True)
@@ -123,22 +124,74 @@ def held_bytes_per_sample(modules: Sequence[tuple[str, nn.Module]], first: Tenso
     return -(-(first.numel() * first.element_size() + largest) // size)
 
 
+class StorageBytes:
+    """Bytes of tensors counted by storage, each storage once, ``module``'s parameters and
+    the tensors ``left_out`` left out: those :meth:`add`-ed and those autograd saves inside
+    :meth:`saving`."""
+
+    def __init__(self, module: nn.Module, left_out: Sequence[Tensor] = ()) -> None:
+        self._parameters = {
+            t.untyped_storage().data_ptr() for t in [*module.parameters(), *left_out]
+        }
+        self._storages: dict[int, int] = {}
+
+    def add(self, *tensors: Tensor) -> None:
+        """Count the storages of ``tensors``."""
+        for tensor in tensors:
+            storage = tensor.untyped_storage()
+            if storage.data_ptr() not in self._parameters:
+                self._storages[storage.data_ptr()] = storage.nbytes()
+
+    def saving(self) -> AbstractContextManager[None]:
+        """Count what autograd saves for the backward inside the block."""
+
+        def pack(tensor: Tensor) -> Tensor:
+            self.add(tensor)
+            return tensor
+
+        return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+
+    def total(self) -> int:
+        """The bytes counted."""
+        return sum(self._storages.values())
+
+
 def saved_bytes_per_sample(module: nn.Module, given: Tensor, first: bool) -> int:
     """The bytes autograd saves for the backward in one forward of ``module`` on ``given``
     ``(b, ...)``, per sample (rounded up): every saved tensor's storage once, the module's
     own parameters left out (untimed; ``first`` as in :func:`time_module`)."""
-    parameters = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(tensor: Tensor) -> Tensor:
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in parameters:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    saved = StorageBytes(module)
+    with saved.saving():
         module(stage_input(given, first))
-    return -(-sum(saved.values()) // given.shape[0])
+    return -(-saved.total() // given.shape[0])
+
+
+def recompute_bytes_per_sample(
+    module: nn.Module, given: Tensor, first: bool, targets: Tensor | None
+) -> tuple[int, int, int, int]:
+    """Per sample of ``given`` ``(b, ...)`` (rounded up), what a recomputing stage of
+    ``tidgap run`` holds (:class:`~tidgap.runtime.recompute_memory.RecomputeBytes`): the
+    bytes of the input it receives (``given``; 0 if ``first``: the model's input) and of the
+    random values one forward of ``module`` on ``given`` draws, kept until its backward; its
+    backward's working set: the tensors autograd saves in that forward re-run with grad,
+    its input and its output (on the last stage, whose ``targets`` are given, a loss: not
+    counted), each storage once, the parameters and the task's tensors left out; and the
+    task's tensors the stage cuts its chunks from, ``given`` if ``first`` and ``targets``.
+    Untimed."""
+    x = stage_input(given, first)
+    task_data = [given] * first + ([] if targets is None else [targets])
+    working = StorageBytes(module, task_data)
+    with drawing_as_recomputed(module) as recording, working.saving():
+        y = module(x)
+    draws = StorageBytes(module)
+    draws.add(*(t for draw in recording.draws for t in draw.tensors))
+    working.add(x, *([y] if targets is None else []))
+    data = StorageBytes(module)
+    data.add(*task_data)
+    received = 0 if first else given.numel() * given.element_size()
+    counts = (received, draws.total(), working.total(), data.total())
+    size = given.shape[0]
+    return tuple(-(-count // size) for count in counts)  # type: ignore[return-value]
 
 
 def stage_input(given: Tensor, first: bool) -> Tensor:

@@ -25,12 +25,14 @@ from tidgap.profiling.measure import (
     cuda_peak_bytes,
     held_bytes_per_sample,
     measure,
+    recompute_bytes_per_sample,
     saved_bytes_per_sample,
     time_steps,
 )
 from tidgap.profiling.models import Model, parameter_count
 from tidgap.profiling.split import balanced_split, groups, parse_split
 from tidgap.runtime.optimizers import describe
+from tidgap.runtime.recompute_memory import FIELDS
 from tidgap.runtime.task import Task, make_task
 
 Step = Callable[[str], None]
@@ -177,7 +179,10 @@ class WithLoss(nn.Module):
 class StageMeasurements:
     """What :func:`measure_stages` measured of some consecutive stages: their ``names``;
     ``runs[i][k]`` (``sizes[i]``, the ``k``-th of them); ``held[k]``, the bytes it saves for
-    the backward per sample (at the largest size: ``activation_bytes``); ``cuda_peaks[k]``,
+    the backward per sample (at the largest size: ``activation_bytes``); ``recompute[k]``,
+    the bytes per sample a recomputing stage holds (its input, its forward's random draws,
+    its backward's working set: :class:`~tidgap.runtime.recompute_memory.RecomputeBytes`,
+    at the largest size); ``cuda_peaks[k]``,
     on CUDA the most bytes the allocator held in its forward and backward at the largest
     size (``None`` elsewhere); ``tails[k]``, its optimizer step in ms on the gradients of a
     backward at the largest size (``None`` without ``settings.optimizer``); ``how`` the
@@ -186,6 +191,7 @@ class StageMeasurements:
     names: list[str]
     runs: list[list[Measurement]]
     held: list[int]
+    recompute: list[tuple[int, int, int, int]]
     cuda_peaks: list[int | None]
     tails: list[float] | None
     how: Json
@@ -198,6 +204,7 @@ def joined_measurements(parts: Sequence[StageMeasurements]) -> StageMeasurements
         names=[name for part in parts for name in part.names],
         runs=[[m for part in parts for m in part.runs[i]] for i in range(len(parts[0].runs))],
         held=[held for part in parts for held in part.held],
+        recompute=[bytes_ for part in parts for bytes_ in part.recompute],
         cuda_peaks=[peak for part in parts for peak in part.cuda_peaks],
         tails=None if None in tails else [t for part in tails for t in part or []],
         how=parts[0].how,
@@ -234,6 +241,13 @@ def measure_stages(
         for k, ((_, module), x) in enumerate(zip(timed, fed, strict=True))
     ]
     held = [saved_bytes_per_sample(*given) for given in largest]
+    last = picked[-1] == len(named) - 1
+    recompute = [
+        recompute_bytes_per_sample(
+            module, x, starts, task.targets if last and k == len(largest) - 1 else None
+        )
+        for k, (module, x, starts) in enumerate(largest)
+    ]
     peaks = [cuda_peak_bytes(*given, device) for given in largest]
     tails = None
     if settings.optimizer is not None:
@@ -249,23 +263,35 @@ def measure_stages(
             on_step,
             first,
         )
-    return StageMeasurements([label for label, _ in timed], runs, held, peaks, tails, how)
+    return StageMeasurements(
+        [label for label, _ in timed], runs, held, recompute, peaks, tails, how
+    )
 
 
-def cuda_memory(peaks: list[int | None], cap: int) -> Json:
-    """``source.memory`` on CUDA: each stage's allocator peak (``peaks``, bytes) in a forward
-    and backward at ``cap`` samples; nothing on another device."""
-    if None in peaks:
-        return {}
-    return {
-        "memory": {
-            "cuda_peak_allocated_bytes": peaks,
-            "rule": f"torch.cuda.max_memory_allocated over one forward and backward of the "
-            f"stage at {cap} samples, less what was allocated before (the parameters and "
-            "the input): activations, the output and its gradient, the parameters' "
-            "gradients and any workspace",
-        }
-    }
+def memory_source(measured: StageMeasurements, cap: int) -> Json:
+    """``source.memory``: per stage, the bytes per sample a recomputing stage holds
+    (:mod:`tidgap.runtime.recompute_memory`); on CUDA also each stage's allocator peak in a
+    forward and backward at ``cap`` samples."""
+    memory: Json = dict(zip(FIELDS, map(list, zip(*measured.recompute, strict=True)), strict=True))
+    memory["recompute_rule"] = (
+        f"per sample at {cap} samples, what a recomputing stage of tidgap run holds: the "
+        "bytes of the input it receives (0 on the first stage) and of the random values its "
+        "forward draws in train mode as the stage keeps them (a bool mask per nn.Dropout, "
+        "every output of other random operators); of its backward's working set (what "
+        "autograd saves in the forward re-run with grad, its input and output; each "
+        "storage once, the parameters and the task's tensors left out); and of the task's "
+        "tensors it cuts its chunks from (the model's input on the first stage, the targets "
+        "on the last)"
+    )
+    if None not in measured.cuda_peaks:
+        memory["cuda_peak_allocated_bytes"] = measured.cuda_peaks
+        memory["cuda_rule"] = (
+            f"torch.cuda.max_memory_allocated over one forward and backward of the stage "
+            f"at {cap} samples, less what was allocated before (the parameters and the "
+            "input): activations, the output and its gradient, the parameters' gradients "
+            "and any workspace"
+        )
+    return {"memory": memory}
 
 
 def tail_rule(settings: Settings) -> str:
@@ -432,7 +458,7 @@ def problem_from(
             "largest size, per sample (saved-tensor hooks; each storage once, the stage's "
             "parameters left out)",
         },
-        **cuda_memory(measured.cuda_peaks, settings.cap),
+        **memory_source(measured, settings.cap),
         "links": {
             "bytes_per_sample": boundary_bytes,
             "bandwidth_GBps": settings.bandwidth,

@@ -7,6 +7,7 @@ later shows in the random generators' states (:func:`generators_unchanged`).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -103,14 +104,19 @@ class DrawingModules:
 
     @contextmanager
     def _located(self, mode: Recording | Replay) -> Iterator[None]:
-        """The block wholly under ``mode``, the modules that drew found and hooked."""
+        """The block wholly under ``mode``, the modules that drew found and hooked. The
+        module hooks are global: those of other threads (stages run in-process on threads,
+        :mod:`tidgap.runtime.fake`) are left out of the stack."""
         stack: list[nn.Module] = []
+        mine = threading.get_ident()
 
         def entered(module: nn.Module, args: Any) -> None:
-            stack.append(module)
+            if threading.get_ident() == mine:
+                stack.append(module)
 
         def left(module: nn.Module, args: Any, output: Any) -> None:
-            stack.pop()
+            if threading.get_ident() == mine:
+                stack.pop()
 
         hooks = [
             nn.modules.module.register_module_forward_pre_hook(entered),
@@ -178,3 +184,28 @@ def drawing_of(module: nn.Module) -> DrawingModules:
     if module not in _BY_MODULE:
         _BY_MODULE[module] = DrawingModules(module)
     return _BY_MODULE[module]
+
+
+@contextmanager
+def drawing_as_recomputed(module: nn.Module) -> Iterator[Recording]:
+    """Inside, ``module``'s forwards draw as a recomputing stage's forwards record their
+    draws: each ``nn.Dropout``'s keep mask (:func:`replayable_dropout`, ``bool``) and every
+    other random operator's outputs go into the :class:`Recording` yielded; in eval mode
+    nothing does (a stage records only in train mode). The modules' forwards are restored
+    after (unlike :func:`drawing_of`, which keeps its own)."""
+    recording = Recording()
+    if not module.training:
+        yield recording
+        return
+    dropouts = [(m, vars(m).get("forward")) for m in module.modules() if type(m) is nn.Dropout]
+    for dropout, _ in dropouts:
+        dropout.forward = replayable_dropout(dropout, lambda: recording)
+    try:
+        with recording:
+            yield recording
+    finally:
+        for dropout, before in dropouts:
+            if before is None:
+                del dropout.forward
+            else:
+                dropout.forward = before

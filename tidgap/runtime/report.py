@@ -22,6 +22,7 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.outputs.trace import microseconds_per_unit
 from tidgap.runtime.pricing import run_prediction
+from tidgap.runtime.recompute_memory import predicted_held_bytes
 from tidgap.runtime.results_check import check_result
 from tidgap.schedules.timeline import Step, Timeline, stage_names
 
@@ -145,11 +146,14 @@ class RunFigures:
     iteration's own and ``replayed_drawn`` the median of its times with each op and
     transfer timed by a random iteration's (:data:`REPLAY_DRAWS` draws;
     ``None``: not asked); ``peak_bytes[s]``: the most stage ``s`` held for
-    its backwards (median over iterations; ``None`` from results without it) and
-    ``predicted_memory[s]`` the model's ``peak_memory`` (``None`` without
-    ``activation_bytes``); ``weight_difference``: the largest relative difference of any
-    parameter after the checked iteration's optimizer step from one process's step of the
-    same optimizer on the same gradients (``None``: no optimizer or not checked);
+    its backwards (median over iterations; ``None`` from results without it),
+    ``predicted_memory[s]`` its prediction and ``model_memory[s]`` the model's
+    ``peak_memory`` (``None`` without ``activation_bytes``; the two differ on recomputing
+    stages whose profile says what they hold,
+    :func:`~tidgap.runtime.recompute_memory.predicted_held_bytes`); ``weight_difference``:
+    the largest relative difference of any parameter after the checked iteration's
+    optimizer step from one process's step of the same optimizer on the same gradients
+    (``None``: no optimizer or not checked);
     ``redrawn[s]``: why recompute stage ``s``'s random draws could not be replayed per
     sample, so its recomputed forwards drew anew (``None``: replayed, or none to replay);
     ``checked_in``: the gradient check's mode, ``"train"`` (the pipeline's random draws
@@ -172,6 +176,7 @@ class RunFigures:
     replayed_drawn: float | None = None
     peak_bytes: list[float] | None = None
     predicted_memory: list[float] | None = None
+    model_memory: list[float] | None = None
     weight_difference: float | None = None
     redrawn: list[str | None] | None = None
     checked_in: str | None = None
@@ -253,7 +258,11 @@ class RunFigures:
             "gradients_checked_in": self.checked_in,
             "gradient_eval_reason": self.eval_reason,
             **weights,
-            "memory": {"measured": self.peak_bytes, "predicted": self.predicted_memory},
+            "memory": {
+                "measured": self.peak_bytes,
+                "predicted": self.predicted_memory,
+                "model": self.model_memory,
+            },
             "replay": None
             if self.replayed is None
             else {
@@ -298,7 +307,8 @@ def run_figures(
         timeline=measured_timeline(problem, iterations[median], f"{label} measured"),
         predicted_timeline=predicted,
         peak_bytes=None if None in held else [float(statistics.median(h)) for h in held],
-        predicted_memory=evaluation.peak_memory,
+        predicted_memory=predicted_held_bytes(problem, plan, evaluation.peak_memory),
+        model_memory=evaluation.peak_memory,
     )
 
 
@@ -336,6 +346,26 @@ def _megabytes(count: float) -> str:
     return f"{count / 1e6:.4g} MB"
 
 
+def _recompute_memory_note(figures: RunFigures, again: list[int]) -> str:
+    """What the held-memory line says of the recomputing stages ``again``: predicted from
+    what the profile measured they hold (the model's figure beside), or the model's upper
+    bound."""
+    if not again or figures.predicted_memory is None or figures.model_memory is None:
+        return ""
+    if figures.predicted_memory == figures.model_memory:
+        return (
+            f" (stage(s) {again} recompute: they hold their inputs and random draws, and one "
+            "backward's activations at a time; the prediction there is the model's, every "
+            "held sample's activations: the profile does not say what they hold)"
+        )
+    model = ", ".join(_megabytes(figures.model_memory[s]) for s in again)
+    return (
+        f" (stage(s) {again} recompute: predicted from what the profile measured they hold, "
+        "their inputs, random draws and received gradients, and one backward's working "
+        f"set at a time; the model's figure, which memory limits use: {model})"
+    )
+
+
 def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
     """Text lines: measured (median, min, max) beside predicted, per-stage busy time,
     recomputing stages and the gradient (and optimizer step) check."""
@@ -369,13 +399,7 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
                 f"{name} {_megabytes(got)} / " + ("-" if want is None else _megabytes(want))
                 for name, got, want in zip(names, figures.peak_bytes, predicted, strict=True)
             )
-            + (
-                f" (stage(s) {again} recompute: they hold their inputs and random draws, and "
-                "one backward's activations at a time; the prediction, every held sample's "
-                "activations, is an upper bound there)"
-                if again and figures.predicted_memory is not None
-                else ""
-            )
+            + _recompute_memory_note(figures, again)
         )
     if figures.replayed is not None:
         lines.append(

@@ -1,0 +1,261 @@
+"""What a recomputing stage holds, predicted (:mod:`tidgap.runtime.recompute_memory`) from
+what the profile measures (:func:`tidgap.profiling.measure.recompute_bytes_per_sample`),
+against what the stage counts (``TorchStage.held``) when it runs through the in-process
+fakes, and through ``tidgap profile`` and ``tidgap run`` end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+
+from tests.runtime import pipeline_models  # noqa: E402
+from tests.runtime.test_run import QUICK  # noqa: E402
+from tests.runtime.test_stage import (  # noqa: E402
+    RECOMPUTE_FLUSH,
+    RECOMPUTE_ORDERED,
+    mlp,
+    ordered,
+)
+from tests.support.cli_helpers import describe, run_cli, write_json  # noqa: E402
+from tidgap.model.plan import Plan  # noqa: E402
+from tidgap.model.problem import Problem  # noqa: E402
+from tidgap.profiling.measure import (  # noqa: E402
+    chain_inputs,
+    recompute_bytes_per_sample,
+    saved_bytes_per_sample,
+)
+from tidgap.profiling.models import Model, gpt  # noqa: E402
+from tidgap.profiling.run import WithLoss, stage_modules  # noqa: E402
+from tidgap.profiling.synth import synth_problem  # noqa: E402
+from tidgap.runtime.fake import run_ranks  # noqa: E402
+from tidgap.runtime.lowering import lower, recomputes  # noqa: E402
+from tidgap.runtime.recompute_memory import (  # noqa: E402
+    FIELDS,
+    RecomputeBytes,
+    predicted_held_bytes,
+    recompute_bytes,
+    recompute_held_bytes,
+)
+from tidgap.runtime.report import RunFigures, format_figures  # noqa: E402
+from tidgap.runtime.stage import boundary_specs, stage_of  # noqa: E402
+from tidgap.runtime.task import make_task  # noqa: E402
+from tidgap.schedules.families import evaluate, plan_timeline  # noqa: E402
+
+B = 8
+CPU = torch.device("cpu")
+
+
+def dropout_gpt() -> Model:
+    """A tiny GPT in train mode: dropout masks to keep and replay."""
+    torch.manual_seed(0)
+    model = gpt(layers=2, hidden=16, heads=2, seq_len=8, vocab=50)
+    model.layers.train()
+    return model
+
+
+def dropout_mlp() -> Model:
+    """:data:`pipeline_models.DROPOUT` in train mode (dropout on both sides of a split at 3)."""
+    layers = pipeline_models.DROPOUT.train()
+    return Model("dropout", layers, lambda b, device: torch.randn(b, 6), {"input_shape": [6]})
+
+
+def profiled(model: Model, boundaries: list[int]) -> tuple[list[RecomputeBytes], list[int]]:
+    """Per stage, what the profile measures at ``B`` samples: its :class:`RecomputeBytes`
+    and ``activation_bytes`` (the last stage with its loss, as ``tidgap profile`` times it;
+    the profile's own task, not the run's)."""
+    task = make_task(model, B, 5, CPU, torch.get_default_dtype())
+    modules = [module for _, _, module in stage_modules(model, boundaries)]
+    inputs = chain_inputs([("", m) for m in modules], model.input(B, CPU))
+    modules[-1] = WithLoss(modules[-1], task)
+    last = len(modules) - 1
+    pairs = list(enumerate(zip(modules, inputs, strict=True)))
+    measured = [
+        recompute_bytes_per_sample(m, x, s == 0, task.targets if s == last else None)
+        for s, (m, x) in pairs
+    ]
+    saved = [saved_bytes_per_sample(m, x, s == 0) for s, (m, x) in pairs]
+    return [RecomputeBytes(*row) for row in measured], saved
+
+
+def measured_peaks(model: Model, boundaries: list[int], plan: Plan) -> list[int]:
+    """Each stage's ``held.peak`` after one iteration of ``plan`` through the fakes."""
+    task = make_task(model, B, 0, CPU, torch.get_default_dtype())
+    modules = [module for _, _, module in stage_modules(model, boundaries)]
+    specs = boundary_specs(modules, task.inputs[:1])
+    flags = recomputes(plan)
+    stages = [stage_of(modules, r, task, flags[r], specs) for r in range(len(modules))]
+    run_ranks(lower(plan), lambda r: stages[r], timeout=10.0)
+    return [stage.held.peak for stage in stages]
+
+
+FOUR_FORWARD = [[4, 4], [8], [2, 6], [8]]
+FOUR_BACKWARD = [[2, 6], [3, 5], [2, 6], [8]]
+CASES = {
+    "mlp-flush": (lambda: mlp(torch.float32), [2, 5], RECOMPUTE_FLUSH),
+    "mlp-ordered": (lambda: mlp(torch.float32), [2, 5], RECOMPUTE_ORDERED),
+    "dropout-mlp": (dropout_mlp, [3], Plan.of([[4, 4], [4, 4]], [[2, 6], [3, 5]])),
+    "gpt-flush": (dropout_gpt, [1, 2, 3], Plan.of(FOUR_FORWARD, FOUR_BACKWARD)),
+    "gpt-ordered": (dropout_gpt, [1, 2, 3], ordered(FOUR_FORWARD, FOUR_BACKWARD, 4)),
+    # every stage recomputes, chunks straddling the neighbours'
+    "gpt-all": (dropout_gpt, [1, 2, 3], ordered([[1, 3, 4]] * 4, [[2, 2, 4]] * 4, 3)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_prediction_is_what_a_recomputing_stage_holds(case: str) -> None:
+    """Within 1% of what each recomputing stage counts (the per-sample figures are rounded
+    up); the model's figure, every held sample's activations, is off by more on most."""
+    make, boundaries, plan = CASES[case]
+    model = make()
+    stages, saved = profiled(model, boundaries)
+    got = measured_peaks(model, boundaries, plan)
+    flags = recomputes(plan)
+    assert any(flags)
+    farther = 0
+    for s in (s for s, flag in enumerate(flags) if flag):
+        want = recompute_held_bytes(plan, s, stages, B)
+        assert want == pytest.approx(got[s], rel=0.01), (s, got[s], want)
+        model_figure = max(held for _, held in _held_samples(plan, s)) * saved[s]
+        farther += abs(model_figure - got[s]) > 2 * abs(want - got[s])
+    assert farther > 0
+
+
+def _held_samples(plan: Plan, s: int) -> list[tuple[float, int]]:
+    """Stage ``s``'s held samples over time in the model (any problem: counts only)."""
+    problem = Problem.from_dict(synth_problem(0, len(plan.forward), B))
+    return plan_timeline(problem, plan).held(s)
+
+
+def problem_with(memory: Any, activation: bool = True) -> Problem:
+    document = synth_problem(0, 2, B)
+    if activation:
+        for stage in document["stages"]:
+            stage["activation_bytes"] = 100
+    document["source"] = {"memory": memory}
+    return Problem.from_dict(document)
+
+
+GOOD = {field: [1, 2] for field in FIELDS}
+
+
+@pytest.mark.parametrize(
+    "memory",
+    [
+        None,
+        "text",
+        {},
+        {**GOOD, FIELDS[0]: [1]},
+        {**GOOD, FIELDS[1]: [1, -2]},
+        {**GOOD, FIELDS[2]: [1, True]},
+        {**GOOD, FIELDS[3]: [1, float("inf")]},
+        {**GOOD, FIELDS[3]: "12"},
+    ],
+)
+def test_a_missing_or_malformed_profile_entry_leaves_the_models_figure(memory: Any) -> None:
+    plan = Plan.of([[4, 4], [4, 4]], [[2, 6], [3, 5]])
+    problem = problem_with(memory)
+    model = evaluate(problem, plan).peak_memory
+    assert recompute_bytes(problem) is None
+    assert predicted_held_bytes(problem, plan, model) == model
+
+
+def test_only_recomputing_stages_change_and_only_with_activation_bytes() -> None:
+    plan = Plan.of([[4, 4], [4, 4]], [[4, 4], [3, 5]])  # stage 0 stores graphs
+    problem = problem_with(GOOD)
+    assert recompute_bytes(problem) == [RecomputeBytes(1, 1, 1, 1), RecomputeBytes(2, 2, 2, 2)]
+    model = evaluate(problem, plan).peak_memory
+    assert model is not None
+    predicted = predicted_held_bytes(problem, plan, model)
+    assert predicted is not None
+    assert predicted[0] == model[0]
+    assert predicted[1] == recompute_held_bytes(plan, 1, recompute_bytes(problem) or [], B)
+    assert predicted[1] != model[1]
+    assert recompute_bytes(problem_with(GOOD, activation=False)) is None
+
+
+def test_a_walk_by_hand() -> None:
+    """Stage 1 of 2 (the last), forwards (0, 4), (4, 8), backwards (0, 3), (3, 8): after
+    both forwards it keeps 8 samples' inputs and draws; the backward of (0, 3) cuts views
+    of the first chunks, and leaves them kept (they end after 3); that of (3, 8) joins two
+    input chunks (a new tensor) and two forwards' masks. Both hold the whole batch's
+    targets."""
+    plan = Plan.of([[4, 4], [4, 4]], [[4, 4], [3, 5]])
+    stages = [RecomputeBytes(0, 0, 0, 0), RecomputeBytes(10, 1, 100, 7)]
+    after_forwards = 8 * 10 + 8 * 1
+    first_backward = after_forwards + 3 * 100 - 3 * 10 - 3 * 1 + 8 * 7
+    second_backward = after_forwards + 5 * 100 + 8 * 7
+    assert recompute_held_bytes(plan, 1, stages, B) == max(
+        after_forwards, first_backward, second_backward
+    )
+
+
+def test_the_text_says_where_the_prediction_comes_from() -> None:
+    problem = problem_with(GOOD)
+    plan = Plan.of([[4, 4], [4, 4]], [[2, 6], [3, 5]])
+    predicted_time = evaluate(problem, plan).iteration_time
+
+    def text(predicted: list[float]) -> str:
+        figures = RunFigures(
+            label="plan",
+            time_unit="ms",
+            iterations=[1.0],
+            predicted=predicted_time,
+            busy=[0.5, 0.5],
+            predicted_busy=[0.5, 0.5],
+            recompute=[True, True],
+            gradient_difference=None,
+            timeline=plan_timeline(problem, plan),
+            predicted_timeline=plan_timeline(problem, plan),
+            peak_bytes=[1e6, 2e6],
+            predicted_memory=predicted,
+            model_memory=[3e6, 4e6],
+        )
+        return "\n".join(format_figures(figures, ["a", "b"]))
+
+    assert "predicted from what the profile measured" in text([1e6, 2.1e6])
+    assert "which memory limits use: 3 MB, 4 MB" in text([1e6, 2.1e6])
+    assert "the profile does not say what they hold" in text([3e6, 4e6])
+
+
+def test_profile_then_run_predicts_what_the_recomputing_stages_hold(tmp_path: Path) -> None:
+    """``tidgap profile`` records what a recomputing stage holds; ``tidgap run`` of a plan
+    whose stages both recompute (dropout on both) predicts it within 2% (``--json``'s
+    ``memory``), the model's figure beside it."""
+    model = ["--model", "tests.runtime.pipeline_models:DROPOUT", "--input-shape", "6"]
+    problem = tmp_path / "p.json"
+    result = run_cli(
+        "profile",
+        *model[1:],
+        "--stages",
+        "2",
+        "--batch-size",
+        str(B),
+        "--split",
+        "3",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--out",
+        str(problem),
+        "-q",
+    )
+    assert result.exit_code == 0, describe(result)
+    memory = json.loads(problem.read_text())["source"]["memory"]
+    assert all(len(memory[field]) == 2 for field in FIELDS)
+    assert memory["draw_bytes_per_sample"][0] > 0  # the dropout masks
+    plan = write_json(
+        tmp_path / "plan.json",
+        {"format": "tidgap.plan/1", "forward": [[4, 4], [4, 4]], "backward": [[2, 6], [3, 5]]},
+    )
+    result = run_cli("run", str(problem), str(plan), *model, *QUICK, "--json")
+    assert result.exit_code == 0, describe(result)
+    held = json.loads(result.stdout)["run"]["memory"]
+    assert held["predicted"] != held["model"]
+    for got, want in zip(held["measured"], held["predicted"], strict=True):
+        assert want == pytest.approx(got, rel=0.02)

@@ -1,0 +1,139 @@
+"""What a recomputing stage of ``tidgap run`` holds, predicted from its plan and its profile.
+
+The model (model.md, "Memory") prices a stage's memory as its held samples times
+``activation_bytes``: what a stage that stores its forwards' graphs holds. A recomputing
+stage (:func:`~tidgap.runtime.lowering.recomputes`) stores no graph: it keeps its
+received input chunks, its forwards' random draws (to replay them) and the received
+gradient chunks, and holds one backward's activations at a time, those of the forward it
+re-runs. :func:`recompute_held_bytes` walks the stage's instructions
+(:func:`~tidgap.runtime.lowering.lower`) and counts those at each op's end, as the stage
+counts what it holds (:class:`~tidgap.runtime.stage.HeldBytes`), from the bytes per sample
+that ``tidgap profile`` records under ``source.memory`` (:func:`recompute_bytes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.runtime.lowering import lower, recomputes
+
+#: The ``source.memory`` fields ``tidgap profile`` writes, per stage (bytes per sample):
+#: :class:`RecomputeBytes`'s fields in order.
+FIELDS = (
+    "input_bytes_per_sample",
+    "draw_bytes_per_sample",
+    "recompute_backward_bytes_per_sample",
+    "task_bytes_per_sample",
+)
+
+
+class RecomputeBytes(NamedTuple):
+    """Bytes per sample of what a recomputing stage holds
+    (:func:`~tidgap.profiling.measure.recompute_bytes_per_sample`): the ``input`` it
+    receives (0 on the first stage) and its forwards' random ``draws`` (0 without random
+    operators or in eval mode), kept until the backward of their samples; a ``backward``'s
+    working set (what autograd saves in the re-run forward, its input and its output, each
+    storage once, the task's tensors left out); and the ``task``'s tensors it cuts its
+    chunks from (the model's input on the first stage, the targets on the last), held
+    whole (``batch_size`` samples) by any chunk's backward."""
+
+    input: float
+    draws: float
+    backward: float
+    task: float
+
+
+def recompute_bytes(problem: Problem) -> list[RecomputeBytes] | None:
+    """Per stage, its :class:`RecomputeBytes` from ``source.memory``; ``None`` where the
+    problem has none usable (not profiled by this version, or a malformed free-form entry)
+    or no ``activation_bytes``."""
+    memory = problem.source_fields.get("memory")
+    if not isinstance(memory, dict) or not problem.has_memory:
+        return None
+    columns = [memory.get(field) for field in FIELDS]
+    for column in columns:
+        if not isinstance(column, list) or len(column) != problem.num_stages:
+            return None
+        if not all(_is_count(value) for value in column):
+            return None
+    return [RecomputeBytes(*map(float, row)) for row in zip(*columns, strict=True)]
+
+
+def _is_count(value: object) -> bool:
+    """Whether ``value`` is a finite number >= 0 (not a boolean)."""
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")
+    )
+
+
+def recompute_held_bytes(
+    plan: Plan, s: int, stages: Sequence[RecomputeBytes], batch_size: int
+) -> float:
+    """The most bytes recomputing stage ``s`` of ``plan`` holds at an op's end, as
+    :class:`~tidgap.runtime.stage.HeldBytes` counts it: the received input and gradient
+    chunks and the forwards' draws still kept, and at a backward of ``n`` samples (counted
+    after its forward re-ran) ``n`` samples' working set and the whole batch's task
+    tensors, less what the working set shares with what is kept: its input where it is a
+    view of one received chunk, its masks where they are views of one forward's draws.
+    ``stages``: every stage's :class:`RecomputeBytes` (stage ``s + 1``'s input bytes are
+    ``s``'s output's and its gradient's)."""
+    own = stages[s]
+    out = 0.0 if s == len(stages) - 1 else stages[s + 1].input
+    inputs: list[tuple[int, int]] = []
+    gradients: list[tuple[int, int]] = []
+    draws: list[tuple[int, int]] = []
+
+    def kept() -> float:
+        return (
+            own.input * _samples(inputs) + out * _samples(gradients) + own.draws * _samples(draws)
+        )
+
+    peak = 0.0
+    for step in lower(plan)[s]:
+        lo, hi = step.samples
+        if step.kind == "recv_forward":
+            inputs.append(step.samples)
+        elif step.kind == "recv_backward":
+            gradients.append(step.samples)
+        elif step.kind == "forward":
+            draws.append(step.samples)
+            peak = max(peak, kept())
+        elif step.kind == "backward":
+            n = hi - lo
+            shared = n * own.input * _within_one(inputs, lo, hi)
+            shared += n * own.draws * _within_one(draws, lo, hi)
+            peak = max(peak, kept() + n * own.backward - shared + batch_size * own.task)
+            inputs = [c for c in inputs if c[1] > hi]
+            gradients = [c for c in gradients if c[1] > hi]
+            draws = [c for c in draws if c[1] > hi]
+    return peak
+
+
+def _samples(chunks: list[tuple[int, int]]) -> int:
+    """The samples of ``chunks`` ``(lo, hi)``."""
+    return sum(hi - lo for lo, hi in chunks)
+
+
+def _within_one(chunks: list[tuple[int, int]], lo: int, hi: int) -> bool:
+    """Whether one of ``chunks`` holds samples ``lo..hi`` (a cut of them is a view)."""
+    return any(a <= lo and hi <= b for a, b in chunks)
+
+
+def predicted_held_bytes(
+    problem: Problem, plan: Plan, model_peaks: list[float] | None
+) -> list[float] | None:
+    """Each stage's predicted peak of what it holds for its backwards (bytes): the model's
+    ``model_peaks``, except on the recomputing stages where the problem's profile says what
+    they hold (:func:`recompute_bytes`): there :func:`recompute_held_bytes` (the model's
+    figure, every held sample's activations, prices stored graphs)."""
+    flags = recomputes(plan)
+    stages = recompute_bytes(problem)
+    if model_peaks is None or stages is None:
+        return model_peaks
+    return [
+        recompute_held_bytes(plan, s, stages, problem.batch_size) if flag else peak
+        for s, (flag, peak) in enumerate(zip(flags, model_peaks, strict=True))
+    ]
