@@ -3,9 +3,9 @@ calibrate it through the runtime (``tidgap calibrate``), search plans on the cal
 problem (a flush and a windowed plan whose backward partitions are their forward ones, a
 windowed plan that recomputes nothing, and windowed plans free to recompute: one priced as
 ``tidgap run`` runs it, the search's default on a calibrated problem, and one priced by the
-model alone, ``--pricing model``), run
-GPipe(m), 1F1B(m) and the searched plans with ``tidgap run`` (``--repeats`` rounds, each
-one ``tidgap run`` of all of them in turn, iteration by iteration, in the same processes
+model alone, ``--pricing model``), run GPipe(m), 1F1B(m), GPipe(4)'s twin whose every stage
+recomputes and the searched plans with ``tidgap run`` (``--repeats`` rounds, each one
+``tidgap run`` of all of them in turn, iteration by iteration, in the same processes
 (``--compare``), so that every plan meets the machine's same moments), and print measured
 against both predictions (each op timed as the runtime runs it, as ``tidgap run`` does),
 with the ranking of the plans by prediction and by measurement. A last column divides each
@@ -17,7 +17,9 @@ model fed the run's median op and transfer times and against the median of model
 times drawn independently from the run's iterations (the first plus what the ops'
 variation costs), and last the per-iteration replay (the model fed each timed
 iteration's own op and transfer times), its median error over iterations: what the
-model's dependencies leave once the op times are exactly right.
+model's dependencies leave once the op times are exactly right. A line gives each plan's
+largest per-stage error of the memory held for backwards against its prediction (and, for
+recomputing plans, against the model's figure, which memory limits use).
 Each round first calibrates afresh (``tidgap calibrate --rounds 1``, about 28 s: GPipe(m),
 1F1B(m) and the recomputing twins) and runs against that: a column gives the error
 against the round's own calibration, made seconds before its runs, which leaves out most
@@ -51,6 +53,9 @@ GPU_MODEL_OPTIONS = ["--layers", "8", "--hidden", "1024", "--heads", "16", "--se
 GPU_MODEL_OPTIONS += ["--vocab", "8000"]
 SHAPE = ["--stages", "2", "--batch-size", "16", "--threads", "1"]
 COUNTS = (2, 4, 8)
+#: A plan whose every stage recomputes: GPipe(4) with each backward row moved one sample
+#: earlier (its time and memory predicted as ``tidgap run`` runs it).
+RECOMPUTING = "GPipe(4), recomputing"
 #: The searched plans and their ``tidgap search`` options (on the calibrated problem).
 SEARCHES = {
     "searched flush, mirrored": ["--schedule", "flush", "--mirrored"],
@@ -74,12 +79,18 @@ def tidgap(*args: str) -> str:
     return done.stdout
 
 
-def baseline_plan(problem: Path, name: str, m: int, out: Path) -> Path:
-    """Write the ``name`` (gpipe or 1f1b) plan with ``m`` microbatches."""
+def baseline_plan(problem: Path, name: str, m: int, out: Path, recomputing: bool = False) -> Path:
+    """Write the ``name`` (gpipe or 1f1b) plan with ``m`` microbatches; ``recomputing``: its
+    twin whose every stage recomputes (each backward row moved one unit earlier,
+    :func:`~tidgap.runtime.calibrate.recomputing_twin`)."""
     from tidgap import load_problem
+    from tidgap.runtime.calibrate import recomputing_twin
     from tidgap.schedules.families import SCHEDULES
 
-    plan = SCHEDULES[name].baseline(load_problem(str(problem)), m)
+    loaded = load_problem(str(problem))
+    plan = SCHEDULES[name].baseline(loaded, m)
+    if recomputing:
+        plan = recomputing_twin(plan, loaded.unit) or plan
     out.write_text(json.dumps({**plan.document(), "problem": problem.stem}))
     return out
 
@@ -174,6 +185,9 @@ def main() -> None:
         for m in COUNTS:
             label = f"{'GPipe' if name == 'gpipe' else '1F1B'}({m})"
             plans[label] = baseline_plan(profiled, name, m, folder / f"{name}-{m}.json")
+    plans[RECOMPUTING] = baseline_plan(
+        profiled, "gpipe", 4, folder / "gpipe-4-recomputing.json", recomputing=True
+    )
     limit = ["--time-limit", str(options.search_seconds), "--seed", "0", "-q"]
     for label, extra in SEARCHES.items():
         out = folder / f"{label.replace(', ', '-').replace(' ', '-')}.json"
@@ -222,6 +236,7 @@ def main() -> None:
             replay_error_percent=replayed[label],
             medians_replay_error_percent=fed_medians[label],
             drawn_replay_error_percent=fed_draws[label],
+            memory=runs[label][0]["memory"],
         )
         for label in plans
     }
@@ -264,6 +279,28 @@ def main() -> None:
     within = sum(abs(own[label]) <= 10 for label in plans)
     print(f"within 10% of the round's own calibration: {within} of {len(plans)}")
     print(f"order effect: {order_effect(predicted, rounds)}")
+    print(f"held for backward, measured against predicted: {memory_errors(runs)}")
+
+
+def memory_errors(runs: dict[str, list[dict]]) -> str:
+    """Per plan, the largest error (by size) of any stage's measured held bytes against its
+    prediction, in the first round (the bytes do not vary between rounds); where the
+    prediction is not the model's (recomputing stages), the model's figure's beside it."""
+
+    def worst(measured: list[float], predicted: list[float]) -> str:
+        errors = [percent(m, p) for m, p in zip(measured, predicted, strict=True)]
+        return f"{max(errors, key=abs):+.1f}%"
+
+    parts = []
+    for label, ran in runs.items():
+        memory = ran[0]["memory"]
+        if memory["predicted"] is None:
+            continue
+        text = f"{label} {worst(memory['measured'], memory['predicted'])}"
+        if memory["model"] != memory["predicted"]:
+            text += f" (the model's {worst(memory['measured'], memory['model'])})"
+        parts.append(text)
+    return ", ".join(parts) or "no activation_bytes"
 
 
 def order_effect(predicted: dict[str, float], rounds: dict[str, list[float]]) -> str:

@@ -130,16 +130,14 @@ class StorageBytes:
     :meth:`saving`."""
 
     def __init__(self, module: nn.Module, left_out: Sequence[Tensor] = ()) -> None:
-        self._parameters = {
-            t.untyped_storage().data_ptr() for t in [*module.parameters(), *left_out]
-        }
+        self._left_out = {t.untyped_storage().data_ptr() for t in [*module.parameters(), *left_out]}
         self._storages: dict[int, int] = {}
 
     def add(self, *tensors: Tensor) -> None:
         """Count the storages of ``tensors``."""
         for tensor in tensors:
             storage = tensor.untyped_storage()
-            if storage.data_ptr() not in self._parameters:
+            if storage.data_ptr() not in self._left_out:
                 self._storages[storage.data_ptr()] = storage.nbytes()
 
     def saving(self) -> AbstractContextManager[None]:
