@@ -216,3 +216,23 @@ def test_the_profiled_draw_bytes_are_what_a_recomputing_stage_keeps() -> None:
     assert profiled(noisy) == recorded(noisy)
     model.layers.eval()
     assert profiled(model) == 0
+
+
+def test_the_profile_measures_dropout_draws_without_a_dispatch_mode() -> None:
+    """A model whose only random operators are ``nn.Dropout`` layers is measured without a
+    Python dispatch mode (one imports ``torch._dynamo``: seconds, and a folder in the
+    temporary directory, in every profiling process)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch\n"
+        "from torch import nn\n"
+        "from tidgap.profiling.measure import recompute_bytes_per_sample\n"
+        "layers = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5)).train()\n"
+        "drawn = recompute_bytes_per_sample(layers, torch.randn(8, 4), False, None)[1]\n"
+        "print(drawn, 'torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["6", "False"]  # a bool mask of 6 per sample

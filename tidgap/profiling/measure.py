@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from tidgap.model.errors import InputError
 from tidgap.profiling.user_code import user_errors
-from tidgap.runtime.drawing import drawing_as_recomputed
+from tidgap.runtime.drawing import drawing_as_recomputed, drew_since, generator_states
 
 
 @dataclass(frozen=True)
@@ -179,8 +179,12 @@ def recompute_bytes_per_sample(
     x = stage_input(given, first)
     task_data = [given] * first + ([] if targets is None else [targets])
     working = StorageBytes(module, task_data)
-    with drawing_as_recomputed(module) as recording, working.saving():
+    before = generator_states(given.device)
+    with drawing_as_recomputed(module, others=False) as recording, working.saving():
         y = module(x)
+    if drew_since(before, given.device):  # a random operator besides nn.Dropout drew
+        with torch.no_grad(), drawing_as_recomputed(module, others=True) as recording:
+            module(x)
     draws = StorageBytes(module)
     draws.add(*(t for draw in recording.draws for t in draw.tensors))
     working.add(x, *([y] if targets is None else []))

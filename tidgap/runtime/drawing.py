@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -26,13 +26,16 @@ DROPOUT_MASK = "nn.Dropout mask"
 
 
 def replayable_dropout(
-    module: nn.Dropout, active: Callable[[], Recording | Replay | None]
+    module: nn.Dropout,
+    active: Callable[[], Recording | Replay | None],
+    own: Callable[[torch.device], torch.Generator] | None = None,
 ) -> Callable[[Tensor], Tensor]:
     """A forward for the ``nn.Dropout`` ``module`` that, while ``active()`` is a
     :class:`Recording` or :class:`Replay` and the module trains, draws its keep mask
     ``(x.shape)`` bool itself and records it, or takes the replayed one, and returns
     ``x * mask / (1 - p)``, as ``F.dropout`` computes; otherwise ``F.dropout``. Outside any
-    dispatch mode: no Python dispatch per operator (the usual dropout costs)."""
+    dispatch mode: no Python dispatch per operator (the usual dropout costs). The masks
+    draw from ``own(device)`` where it is given, else from the device's default generator."""
 
     def forward(x: Tensor) -> Tensor:
         mode = active()
@@ -44,7 +47,9 @@ def replayable_dropout(
             if isinstance(mode, Replay):
                 keep = mode.take(DROPOUT_MASK, [tuple(x.shape)]).tensors[0]
             else:
-                keep = torch.empty_like(x, dtype=torch.bool).bernoulli_(1 - module.p)
+                generator = None if own is None else own(x.device)
+                keep = torch.empty_like(x, dtype=torch.bool)
+                keep.bernoulli_(1 - module.p, generator=generator)
                 mode.draws.append(Draw(DROPOUT_MASK, [keep], pytree.tree_flatten(keep)[1]))
             return x * keep / (1 - module.p)
 
@@ -161,14 +166,20 @@ def generator_states(device: torch.device) -> list[Tensor]:
     return states
 
 
+def drew_since(before: list[Tensor], device: torch.device) -> bool:
+    """Whether the random generators of ``device`` moved from the states ``before``
+    (:func:`generator_states`)."""
+    after = generator_states(device)
+    return not all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
 @contextmanager
 def generators_unchanged(device: torch.device) -> Iterator[None]:
     """:class:`NotReplayable` at the end of the block if it drew random values (from the
     generators of ``device``)."""
     before = generator_states(device)
     yield
-    after = generator_states(device)
-    if not all(torch.equal(a, b) for a, b in zip(before, after, strict=True)):
+    if drew_since(before, device):
         raise NotReplayable(
             "a recomputed forward drew random values its forward drew outside the "
             "operators recorded (in another module than before)"
@@ -187,21 +198,30 @@ def drawing_of(module: nn.Module) -> DrawingModules:
 
 
 @contextmanager
-def drawing_as_recomputed(module: nn.Module) -> Iterator[Recording]:
-    """Inside, ``module``'s forwards draw as a recomputing stage's forwards record their
-    draws: each ``nn.Dropout``'s keep mask (:func:`replayable_dropout`, ``bool``) and every
-    other random operator's outputs go into the :class:`Recording` yielded; in eval mode
-    nothing does (a stage records only in train mode). The modules' forwards are restored
-    after (unlike :func:`drawing_of`, which keeps its own)."""
+def drawing_as_recomputed(module: nn.Module, others: bool) -> Iterator[Recording]:
+    """Inside, ``module``'s ``nn.Dropout`` layers draw their keep masks as a recomputing
+    stage's forwards record them (:func:`replayable_dropout`, ``bool``) into the
+    :class:`Recording` yielded, from generators of their own (so the default generators'
+    states show whether any other random operator drew). With ``others`` the recording is
+    also a dispatch mode around the block and keeps every other random operator's outputs;
+    without, no Python dispatch runs (a dispatch mode imports ``torch._dynamo``, seconds,
+    and the folder it makes). In eval mode nothing is recorded (a stage records only in
+    train mode). The modules' forwards are restored after (unlike :func:`drawing_of`,
+    which keeps its own)."""
     recording = Recording()
     if not module.training:
         yield recording
         return
+    generators: dict[torch.device, torch.Generator] = {}
+
+    def own(device: torch.device) -> torch.Generator:
+        return generators.setdefault(device, torch.Generator(device))
+
     dropouts = [(m, vars(m).get("forward")) for m in module.modules() if type(m) is nn.Dropout]
     for dropout, _ in dropouts:
-        dropout.forward = replayable_dropout(dropout, lambda: recording)
+        dropout.forward = replayable_dropout(dropout, lambda: recording, own)
     try:
-        with recording:
+        with recording if others else nullcontext():
             yield recording
     finally:
         for dropout, before in dropouts:
