@@ -81,8 +81,8 @@ limited 240 python3 bench/fidelity.py --device cuda --out-dir "$fidelity" \
   --repeats 1 --rounds 1 --search-seconds 3 --iterations 5
 fidelity_status=$?
 cp "$fidelity/fidelity.json" "$out/fidelity_cuda.json" 2>/dev/null
-python3 -c "import json, sys; print('profiled memory:', json.load(open(sys.argv[1]))['source'].get('memory'))" \
-  "$fidelity/gpt2.json"
+python3 -c "import json, sys; m = json.load(open(sys.argv[1]))['source'].get('memory') or {}; \
+print('profiled memory:', {k: v for k, v in m.items() if not k.endswith('rule')})" "$fidelity/gpt2.json"
 
 echo "== tidgap run on the GPU: gradients, baselines, memory, replays; then under torchrun"
 # --transport auto: NCCL where the machine has a GPU per stage process (never lent yet),
