@@ -348,8 +348,8 @@ def _megabytes(count: float) -> str:
 
 def _recompute_memory_note(figures: RunFigures, again: list[int]) -> str:
     """What the held-memory line says of the recomputing stages ``again``: predicted from
-    what the profile measured they hold (the model's figure beside), or the model's upper
-    bound."""
+    what the profile measured they hold (the model's figure beside), or the model's figure
+    where the profile does not say."""
     if not again or figures.predicted_memory is None or figures.model_memory is None:
         return ""
     if figures.predicted_memory == figures.model_memory:
