@@ -104,6 +104,10 @@ def test_a_profile_records_activation_bytes_and_byte_limits_work(tmp_path: Path)
     document = json.loads(out.read_text())
     held = [stage["activation_bytes"] for stage in document["stages"]]
     assert all(isinstance(b, int) and b > 0 for b in held)
+    memory = document["source"]["memory"]  # what a recomputing stage holds, per sample
+    assert memory["input_bytes_per_sample"] == [0, *document["source"]["links"]["bytes_per_sample"]]
+    assert memory["draw_bytes_per_sample"] == [0, 0]  # no random operator in the MLP
+    assert all(b > 0 for b in memory["recompute_backward_bytes_per_sample"])
     limit = str(8 * max(held))  # every stage may hold the whole batch
     found = run("search", str(out), "--memory-limit", limit, "--generations", "3", "--json")
     assert found.exit_code == 0, found.stderr

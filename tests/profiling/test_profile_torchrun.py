@@ -40,6 +40,12 @@ def assert_profiled_per_rank(document: dict[str, Any], stages: int) -> None:
             assert len(times) == 3 and all(t > 0 for t in times), times
     assert "between the ranks of the link's two stages" in source["links"]["rule"]
     assert source["links"]["measured"] is True
+    # what a recomputing stage holds, each stage's from its own rank: the first receives
+    # nothing and cuts the model's input, the others receive what the one before sends
+    memory = source["memory"]
+    assert memory["input_bytes_per_sample"][0] == 0 < memory["task_bytes_per_sample"][0]
+    assert memory["input_bytes_per_sample"][1:] == source["links"]["bytes_per_sample"]
+    assert all(len(memory[key]) == stages for key in memory if key.endswith("_per_sample"))
 
 
 def test_each_rank_profiles_its_stage_and_rank_0_writes_the_problem() -> None:
