@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,21 +124,36 @@ def held_bytes_per_sample(modules: Sequence[tuple[str, nn.Module]], first: Tenso
     return -(-(first.numel() * first.element_size() + largest) // size)
 
 
+def storage_key(tensor: Tensor) -> int:
+    """The key a storage is known by (:class:`StorageBytes`): its address."""
+    return tensor.untyped_storage().data_ptr()
+
+
+def storage_keys(tensors: Iterable[Tensor]) -> set[int]:
+    """The :func:`storage_key` of each of ``tensors``."""
+    return {storage_key(tensor) for tensor in tensors}
+
+
 class StorageBytes:
-    """Bytes of tensors counted by storage, each storage once, ``module``'s parameters and
-    the tensors ``left_out`` left out: those :meth:`add`-ed and those autograd saves inside
+    """Bytes of tensors counted by storage, each storage once, those of ``left_out``
+    (:func:`storage_keys`) left out: those :meth:`add`-ed and those autograd saves inside
     :meth:`saving`."""
 
-    def __init__(self, module: nn.Module, left_out: Sequence[Tensor] = ()) -> None:
-        self._left_out = {t.untyped_storage().data_ptr() for t in [*module.parameters(), *left_out]}
+    def __init__(self, left_out: Set[int] = frozenset()) -> None:
+        self._left_out = left_out
         self._storages: dict[int, int] = {}
+
+    @classmethod
+    def of(cls, module: nn.Module, left_out: Sequence[Tensor] = ()) -> StorageBytes:
+        """A count that leaves out ``module``'s parameters and ``left_out``."""
+        return cls(storage_keys([*module.parameters(), *left_out]))
 
     def add(self, *tensors: Tensor) -> None:
         """Count the storages of ``tensors``."""
         for tensor in tensors:
-            storage = tensor.untyped_storage()
-            if storage.data_ptr() not in self._left_out:
-                self._storages[storage.data_ptr()] = storage.nbytes()
+            key = storage_key(tensor)
+            if key not in self._left_out:
+                self._storages[key] = tensor.untyped_storage().nbytes()
 
     def saving(self) -> AbstractContextManager[None]:
         """Count what autograd saves for the backward inside the block."""
@@ -158,7 +173,7 @@ def saved_bytes_per_sample(module: nn.Module, given: Tensor, first: bool) -> int
     """The bytes autograd saves for the backward in one forward of ``module`` on ``given``
     ``(b, ...)``, per sample (rounded up): every saved tensor's storage once, the module's
     own parameters left out (untimed; ``first`` as in :func:`time_module`)."""
-    saved = StorageBytes(module)
+    saved = StorageBytes.of(module)
     with saved.saving():
         module(stage_input(given, first))
     return -(-saved.total() // given.shape[0])
@@ -178,17 +193,17 @@ def recompute_bytes_per_sample(
     Untimed."""
     x = stage_input(given, first)
     task_data = [given] * first + ([] if targets is None else [targets])
-    working = StorageBytes(module, task_data)
+    working = StorageBytes.of(module, task_data)
     before = generator_states(given.device)
     with drawing_as_recomputed(module, others=False) as recording, working.saving():
         y = module(x)
     if drew_since(before, given.device):  # a random operator besides nn.Dropout drew
         with torch.no_grad(), drawing_as_recomputed(module, others=True) as recording:
             module(x)
-    draws = StorageBytes(module)
+    draws = StorageBytes()
     draws.add(*(t for draw in recording.draws for t in draw.tensors))
     working.add(x, *([y] if targets is None else []))
-    data = StorageBytes(module)
+    data = StorageBytes()
     data.add(*task_data)
     received = 0 if first else given.numel() * given.element_size()
     counts = (received, draws.total(), working.total(), data.total())

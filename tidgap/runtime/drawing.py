@@ -56,6 +56,12 @@ def replayable_dropout(
     return forward
 
 
+def dropout_layers(module: nn.Module) -> list[nn.Module]:
+    """``module``'s ``nn.Dropout`` layers, whose forwards :func:`replayable_dropout`
+    replaces (not its subclasses, which may draw otherwise)."""
+    return [m for m in module.modules() if type(m) is nn.Dropout]
+
+
 class _Locating(TorchDispatchMode):
     """Notes, for each random operator run inside it, the innermost module running
     (``stack``'s last; ``None`` outside every module)."""
@@ -88,9 +94,8 @@ class DrawingModules:
         self._found: list[nn.Module] | None = None
         self._mode: Recording | Replay | None = None
         self._depth = 0
-        for module in root.modules():
-            if type(module) is nn.Dropout:  # its own subclasses may draw otherwise
-                module.forward = replayable_dropout(module, lambda: self._mode)
+        for module in dropout_layers(root):
+            module.forward = replayable_dropout(module, lambda: self._mode)
 
     @contextmanager
     def under(self, mode: Recording | Replay) -> Iterator[None]:
@@ -217,7 +222,7 @@ def drawing_as_recomputed(module: nn.Module, others: bool) -> Iterator[Recording
     def own(device: torch.device) -> torch.Generator:
         return generators.setdefault(device, torch.Generator(device))
 
-    dropouts = [(m, vars(m).get("forward")) for m in module.modules() if type(m) is nn.Dropout]
+    dropouts = [(m, vars(m).get("forward")) for m in dropout_layers(module)]
     for dropout, _ in dropouts:
         dropout.forward = replayable_dropout(dropout, lambda: recording, own)
     try:

@@ -24,7 +24,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from tidgap.profiling.measure import synchronize_stream
+from tidgap.profiling.measure import (
+    StorageBytes,
+    storage_key,
+    storage_keys,
+    synchronize_stream,
+)
 from tidgap.runtime.drawing import DrawingModules, drawing_of, generators_unchanged
 from tidgap.runtime.draws import Draw, NotReplayable, RecordedDraws, Recording, Replay
 from tidgap.runtime.task import Task
@@ -103,12 +108,12 @@ class HeldBytes:
     :meth:`reset` (the measured twin of the model's ``peak_memory``)."""
 
     def __init__(self, module: nn.Module) -> None:
-        self._parameters = {p.untyped_storage().data_ptr() for p in module.parameters()}
+        self._parameters = storage_keys(module.parameters())
         self._saved: list[weakref.ref[Tensor]] = []
         self.peak = 0
 
     def _pack(self, tensor: Tensor) -> Tensor:
-        if tensor.untyped_storage().data_ptr() not in self._parameters:
+        if storage_key(tensor) not in self._parameters:
             self._saved.append(weakref.ref(tensor))
         return tensor
 
@@ -121,12 +126,9 @@ class HeldBytes:
     def sample(self, kept: Iterable[Tensor]) -> None:
         """Count what is held now: the saved tensors still alive and ``kept``."""
         self._saved = [ref for ref in self._saved if ref() is not None]
-        storages = {}
-        for tensor in [*(ref() for ref in self._saved), *kept]:
-            if tensor is not None:
-                storage = tensor.untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-        self.peak = max(self.peak, sum(storages.values()))
+        held = StorageBytes()
+        held.add(*(t for t in (ref() for ref in self._saved) if t is not None), *kept)
+        self.peak = max(self.peak, held.total())
 
     def reset(self) -> None:
         self._saved.clear()
