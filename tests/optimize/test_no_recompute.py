@@ -11,7 +11,7 @@ from tidgap import load_problem
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.optimize.driver import search
 from tidgap.optimize.genome import decode_plan
-from tidgap.optimize.order_genes import misaligned
+from tidgap.optimize.order_genes import misaligned, recomputing_stages
 from tidgap.runtime.lowering import recomputes
 
 
@@ -25,7 +25,7 @@ def random_sizes(rng: np.random.Generator, rows: int, total: int, width: int) ->
     return out
 
 
-def test_misaligned_agrees_with_the_runtimes_recompute_rule() -> None:
+def test_misaligned_and_recomputing_stages_agree_with_the_runtimes_recompute_rule() -> None:
     """On random partitions (and on aligned ones: backward = forward, or a coarsening)."""
     problem = load_problem(EXAMPLE_PREFIX + "tiny-2")
     rng = np.random.default_rng(7)
@@ -34,8 +34,10 @@ def test_misaligned_agrees_with_the_runtimes_recompute_rule() -> None:
     backward = random_sizes(rng, 64 * S, U, K).reshape(64, S, K)
     backward[:16] = forward[:16]
     flags = misaligned(forward, backward)
+    stages = recomputing_stages(forward, backward)
     for p in range(len(forward)):
         plan = decode_plan(forward[p], backward[p], problem)
+        assert stages[p].tolist() == recomputes(plan), p
         assert bool(flags[p]) == any(recomputes(plan)), p
     assert not flags[:16].any() and flags[16:].any()
 

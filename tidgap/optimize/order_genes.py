@@ -66,15 +66,20 @@ def own_forwards(forward_prefix: Any, backward_prefix: Any) -> Any:
     return _per_stage(forward_prefix, backward_prefix[..., 1:])
 
 
-def misaligned(forward: Any, backward: Any) -> Any:
-    """``(P,)`` bool: some stage has a backward boundary that is not one of its forward
+def recomputing_stages(forward: Any, backward: Any) -> Any:
+    """``(P, S)`` bool: the stage has a backward boundary that is not one of its forward
     boundaries (its backward would recompute forwards: :func:`tidgap.runtime.lowering.recomputes`),
     for ``(P, S, K)`` sizes."""
     xp = namespace(forward)
     forward_prefix, backward_prefix = prefix(forward), prefix(backward)
     own = own_forwards(forward_prefix, backward_prefix)
     boundary = xp.take_along_axis(forward_prefix, own, axis=-1)
-    return (boundary != backward_prefix[..., 1:]).any(axis=(1, 2))
+    return (boundary != backward_prefix[..., 1:]).any(axis=2)
+
+
+def misaligned(forward: Any, backward: Any) -> Any:
+    """``(P,)`` bool: some stage recomputes (:func:`recomputing_stages`)."""
+    return recomputing_stages(forward, backward).any(axis=1)
 
 
 def counts(genes: Any) -> Any:
