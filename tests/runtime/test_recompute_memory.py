@@ -218,7 +218,7 @@ def test_the_text_says_where_the_prediction_comes_from() -> None:
         return "\n".join(format_figures(figures, ["a", "b"]))
 
     assert "predicted from what the profile measured" in text([1e6, 2.1e6])
-    assert "which memory limits use: 3 MB, 4 MB" in text([1e6, 2.1e6])
+    assert "which a model-priced search's memory limits use: 3 MB, 4 MB" in text([1e6, 2.1e6])
     assert "the profile does not say what they hold" in text([3e6, 4e6])
 
 

@@ -3,7 +3,7 @@ plainly when a baseline is faster."""
 
 from __future__ import annotations
 
-from tidgap.backends.ticks import MODEL_PRICING
+from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult, TradeoffPoint
@@ -95,7 +95,12 @@ def tradeoff_lines(result: SearchResult) -> list[str]:
     one_f_one_b = result.baselines["1f1b"].iteration_time
     gpipe = result.baselines["gpipe"].iteration_time
     width = max(len(point.level.label) for point in result.tradeoff)
-    lines = ["  time-memory trade-off (fastest plan within each limit; gain = baseline / plan):"]
+    held = ""
+    if result.memory_pricing == RUN_PRICING:
+        held = "; memory as tidgap run holds it, recomputing stages keeping inputs, not graphs"
+    lines = [
+        f"  time-memory trade-off (fastest plan within each limit; gain = baseline / plan{held}):"
+    ]
     for point in result.tradeoff:
         label = point.level.label.ljust(width)
         in_force = "  <- limit in force" if point.level == result.memory_limit else ""

@@ -80,8 +80,9 @@ mode the recomputed forward replays, per sample, the random draws (dropout masks
 stage's forwards made; where a random op's values are not per sample (noise shared by the
 samples, a fused kernel's generator seed) it draws anew and the report says so. Its
 memory is predicted from what tidgap profile measured it holds (source.memory: inputs,
-random draws, one backward's working set), the model's figure beside it (memory limits
-use the model's). Flush plans with equal partitions, GPipe and 1F1B never recompute.
+random draws, one backward's working set), the model's figure beside it; a run-priced
+tidgap search of such a profile limits memory by the same prediction (--pricing model: by
+the model's). Flush plans with equal partitions, GPipe and 1F1B never recompute.
 
 \b
 Several machines (torchrun): run this command under torchrun on each machine NODE of N,

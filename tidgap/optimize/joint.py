@@ -35,6 +35,7 @@ from tidgap.optimize.joint_operators import (
 from tidgap.optimize.limits import MemoryLevel, penalised
 from tidgap.optimize.order_genes import canonical
 from tidgap.optimize.rng import CounterRng
+from tidgap.optimize.run_memory import RunMemory
 
 #: Generations between migrations.
 MIGRATION_INTERVAL = 10
@@ -69,7 +70,9 @@ class JointSpace:
     (:mod:`tidgap.optimize.backward_rules`): plans it refuses score
     :data:`~tidgap.backends.evaluator.INVALID`, and under ``mirrored`` every individual is
     made mirrored (:meth:`repaired`; the breeder and mutator are told :attr:`mirrored`), with
-    the caps of :func:`~tidgap.optimize.backward_rules.rule_caps`."""
+    the caps of :func:`~tidgap.optimize.backward_rules.rule_caps`; ``memory``: where given,
+    the limits count recomputing stages as ``tidgap run`` holds them
+    (:mod:`tidgap.optimize.run_memory`)."""
 
     evaluator: OrderedEvaluator
     forward_caps: Any
@@ -79,12 +82,17 @@ class JointSpace:
     repair: Repair = canonical
     mutate: Mutator = mutate_repaired
     backward: str = FREE
+    memory: RunMemory | None = None
 
     def evaluate(self, genes: JointGenes) -> tuple[Any, Any]:
-        """``(times (P,), peaks (P, S))`` of repaired ``genes`` in ticks and samples."""
+        """``(times (P,), peaks (P, S))`` of repaired ``genes`` in ticks and samples (with
+        :attr:`memory`, recomputing stages' samples as ``tidgap run`` holds them:
+        :meth:`~tidgap.optimize.run_memory.RunMemory.held`)."""
         times, peaks = self.evaluator.evaluate(
             Population(genes.forward, genes.backward, genes.codes)
         )
+        if self.memory is not None:
+            peaks = self.memory.held(peaks, genes.forward, genes.backward, genes.lead)
         if self.backward != FREE:
             xp = namespace(times)
             times = xp.where(breaks(self.backward, genes.forward, genes.backward), INVALID, times)

@@ -52,7 +52,7 @@ def holder(prefixes: Any, samples: Any) -> Any:
     return found.reshape(samples.shape) - xp.arange(rows, dtype=xp.int64)[:, None] * width
 
 
-def _per_stage(prefixes: Any, samples: Any) -> Any:
+def holder_per_stage(prefixes: Any, samples: Any) -> Any:
     """:func:`holder` over ``(P, S, K+1)`` and ``(P, S, Q)``: stages flattened into rows."""
     population, stages, width = prefixes.shape
     found = holder(
@@ -63,7 +63,7 @@ def _per_stage(prefixes: Any, samples: Any) -> Any:
 
 def own_forwards(forward_prefix: Any, backward_prefix: Any) -> Any:
     """``(P, S, K)`` ``own[s][k]``: the forwards that hold backward ``k``'s last sample."""
-    return _per_stage(forward_prefix, backward_prefix[..., 1:])
+    return holder_per_stage(forward_prefix, backward_prefix[..., 1:])
 
 
 def recomputing_stages(forward: Any, backward: Any) -> Any:

@@ -76,6 +76,7 @@ class SearchResult:
     tradeoff: tuple[TradeoffPoint, ...] = ()
     backward: str = FREE
     pricing: str = MODEL_PRICING
+    memory_pricing: str = MODEL_PRICING
 
     @property
     def no_recompute(self) -> bool:
@@ -116,6 +117,7 @@ class SearchResult:
             "no_recompute": self.no_recompute,
             "backward": self.backward,
             "pricing": self.pricing,
+            "memory_pricing": self.memory_pricing,
             "setup_time": {phase: round(t, 3) for phase, t in self.setup.items()},
         }
         if self.memory_limit is not None:

@@ -67,6 +67,7 @@ from tidgap.optimize.preparation import (
 )
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
+from tidgap.optimize.run_memory import RunMemory, run_held
 from tidgap.runtime.pricing import run_evaluation, run_op_times
 from tidgap.schedules.baselines import BaselineResult, best_baselines, equal_sizes
 from tidgap.schedules.families import (
@@ -249,18 +250,26 @@ def fastest_admitted(
 
 
 def decoded(
-    genes: JointGenes, problem: Problem, level: MemoryLevel, pricing: str = MODEL_PRICING
+    genes: JointGenes,
+    problem: Problem,
+    level: MemoryLevel,
+    pricing: str = MODEL_PRICING,
+    memory_pricing: str = MODEL_PRICING,
 ) -> TradeoffPoint:
     """The plan of one individual, checked and evaluated with the reference simulator
-    (priced by ``pricing``)."""
+    (its times priced by ``pricing``, its memory by ``memory_pricing``: run, as
+    :func:`~tidgap.optimize.run_memory.run_held`)."""
     plan = decode_plan(genes.forward[0], genes.backward[0], problem, genes.codes[0])
     check_plan(plan, problem)
     if pricing == RUN_PRICING:
         evaluation = run_evaluation(problem, plan, run_op_times(problem, plan, order=False))
     else:
         evaluation = SEARCHED.evaluate(problem, plan)
-    if not level.admits(evaluation.peak_held):
-        raise AssertionError(f"the plan for {level.label} holds {evaluation.peak_held}")
+    held = evaluation.peak_held
+    if memory_pricing == RUN_PRICING:
+        evaluation, held = run_held(problem, plan, evaluation)
+    if not level.admits(held):
+        raise AssertionError(f"the plan for {level.label} holds {held}")
     return TradeoffPoint(level, plan, evaluation)
 
 
@@ -288,6 +297,12 @@ class WindowedRun:
     backward: str
     pricing: str
     on_progress: Callable[[SearchProgress], None] | None
+
+    @property
+    def memory_pricing(self) -> str:
+        """How the limits count memory: ``run`` where the search counts recomputing stages
+        as ``tidgap run`` holds them (:mod:`tidgap.optimize.run_memory`), else ``model``."""
+        return MODEL_PRICING if self.optimizer.space.memory is None else RUN_PRICING
 
     def report(self) -> Callable | None:
         """The progress reporter of the GA (counts after the flush search's)."""
@@ -396,7 +411,8 @@ def prepare_windowed(
     settings = GeneticSettings(population=population)
     rng = CounterRng(seed, xp)
     caps = rule_caps(backward, xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
-    space = JointSpace(evaluator, *caps, width, *breeding, backward=backward)
+    memory = RunMemory.of(problem, xp) if pricing == RUN_PRICING and backward == FREE else None
+    space = JointSpace(evaluator, *caps, width, *breeding, backward=backward, memory=memory)
     with phases("seeding"):
         capped = [p for level in levels for p in capped_one_f_one_b(problem, level, width)]
         found = [*equal, *plans, *windowed_seeds(partitions, levels), *capped]
@@ -511,7 +527,7 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
     tradeoff = [
         TradeoffPoint(level, None, None)
         if best is None
-        else decoded(best[0], problem, level, run.pricing)
+        else decoded(best[0], problem, level, run.pricing, run.memory_pricing)
         for level, best in zip(levels, found, strict=True)
     ]
     chosen = tradeoff[levels.index(in_force)]
@@ -539,4 +555,5 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
         tradeoff=tuple(tradeoff),
         backward=run.backward,
         pricing=run.pricing,
+        memory_pricing=run.memory_pricing,
     )

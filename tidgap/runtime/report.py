@@ -362,7 +362,8 @@ def _recompute_memory_note(figures: RunFigures, again: list[int]) -> str:
     return (
         f" (stage(s) {again} recompute: predicted from what the profile measured they hold, "
         "their inputs, random draws and received gradients, and one backward's working "
-        f"set at a time; the model's figure, which memory limits use: {model})"
+        "set at a time, as a run-priced search limits them; the model's figure, which a "
+        f"model-priced search's memory limits use: {model})"
     )
 
 

@@ -20,12 +20,16 @@ def peak_memory(problem: Problem, peak_held: list[int]) -> tuple[list[float], li
         return None
     stages = problem.stages
     memory = [held * stage.activation_bytes for held, stage in zip(peak_held, stages, strict=True)]
-    over = [
+    return memory, over_limits(problem, memory)
+
+
+def over_limits(problem: Problem, memory: list[float]) -> list[int]:
+    """The stages whose ``memory`` (bytes) is strictly above their ``memory_limit``."""
+    return [
         s
-        for s, (used, stage) in enumerate(zip(memory, stages, strict=True))
+        for s, (used, stage) in enumerate(zip(memory, problem.stages, strict=True))
         if stage.memory_limit is not None and used > stage.memory_limit
     ]
-    return memory, over
 
 
 def flush_over_limit(problem: Problem) -> tuple[list[float], list[int]]:

@@ -1,0 +1,201 @@
+"""Memory limits priced as ``tidgap run`` holds plans (:mod:`tidgap.optimize.run_memory`):
+the batched figure equals the runtime's walk of each plan, stages that store graphs keep the
+model's count, and a run-priced search of a profiled problem trades time for memory by
+recomputing, never over a limit as the runtime holds it, the same plan on every backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.support.backends import install_fake_cupy
+from tidgap import Problem, search
+from tidgap.backends.evaluator import create_evaluator
+from tidgap.backends.ticks import tick_problem
+from tidgap.optimize.genome import decode_plan
+from tidgap.optimize.joint import JointSpace
+from tidgap.optimize.rng import CounterRng
+from tidgap.optimize.run_memory import RunMemory, run_held, samples_of
+from tidgap.profiling.synth import synth_problem
+from tidgap.runtime.lowering import recomputes
+from tidgap.runtime.recompute_memory import (
+    FIELDS,
+    RecomputeBytes,
+    predicted_held_bytes,
+    recompute_held_bytes,
+)
+from tidgap.schedules.families import evaluate
+
+#: A 2-stage GPT's figures as ``tidgap profile`` measured them (bytes per sample): the
+#: stages save 1.6 and 2.2 MB for backward, a recomputing stage keeps 32 KB of input and
+#: 66-74 KB of dropout masks per sample and re-runs forwards of 1.4-2.0 MB a sample.
+GPT_MEMORY = {
+    "activation_bytes": [1608736, 2153985],
+    FIELDS[0]: [0, 32768],
+    FIELDS[1]: [73728, 65536],
+    FIELDS[2]: [1419808, 1956865],
+    FIELDS[3]: [512, 512],
+}
+SEARCH: dict[str, Any] = {"seed": 0, "generations": 60, "population": 64, "pricing": "run"}
+
+
+def profiled(document: dict[str, Any], memory: dict[str, list[int]] | None) -> Problem:
+    """``document`` with ``activation_bytes`` and, unless ``memory`` is ``None``, the
+    profile's ``source.memory`` (``memory`` also gives ``activation_bytes``)."""
+    figures = memory or GPT_MEMORY
+    for s, stage in enumerate(document["stages"]):
+        stage["activation_bytes"] = figures["activation_bytes"][s]
+    if memory is not None:
+        document["source"] = {"memory": {field: memory[field] for field in FIELDS}}
+    return Problem.from_dict(document)
+
+
+def random_memory(stages: int, rng: np.random.Generator, least_backward: int) -> dict:
+    """Random figures (integers, bytes per sample); the first stage receives no input."""
+
+    def column(low: int, high: int) -> list[int]:
+        return [int(v) for v in rng.integers(low, high, stages)]
+
+    return {
+        "activation_bytes": column(500, 2000),
+        FIELDS[0]: [0, *column(20, 200)[1:]],
+        FIELDS[1]: column(0, 50),
+        FIELDS[2]: column(least_backward, 900),
+        FIELDS[3]: column(0, 20),
+    }
+
+
+@pytest.mark.parametrize(
+    ("stages", "unit", "least_backward"), [(4, 2, 300), (6, 1, 300), (3, 4, 0), (2, 1, 0)]
+)
+def test_the_batched_figure_is_the_runtimes_walk(
+    stages: int, unit: int, least_backward: int
+) -> None:
+    """On random repaired populations, every stage (recomputing or not) of every plan; a
+    working set below its input's and draws' bytes makes the forwards' ends count too."""
+    rng = np.random.default_rng(stages)
+    memory = random_memory(stages, rng, least_backward)
+    problem = profiled(synth_problem(3, stages, 32, unit=unit), memory)
+    ticked = tick_problem(problem)
+    space = JointSpace(
+        create_evaluator(ticked, "windowed", "numpy"), ticked.forward_caps, ticked.backward_caps, 8
+    )
+    genes = space.random(200, CounterRng(1))
+    figures = RunMemory.of(problem)
+    assert figures is not None
+    got = figures.held_bytes(genes.forward, genes.backward, genes.lead)
+    walked = [RecomputeBytes(*(float(memory[f][s]) for f in FIELDS)) for s in range(stages)]
+    for p in range(len(genes.forward)):
+        plan = decode_plan(genes.forward[p], genes.backward[p], problem, genes.codes[p])
+        want = [recompute_held_bytes(plan, s, walked, problem.batch_size) for s in range(stages)]
+        np.testing.assert_allclose(got[p], want, rtol=1e-12, err_msg=str(plan))
+
+
+def test_stages_that_store_graphs_keep_the_models_count() -> None:
+    problem = profiled(synth_problem(0, 2, 16), GPT_MEMORY)
+    figures = RunMemory.of(problem)
+    assert figures is not None
+    forward = np.array([[[4, 4, 4, 4], [4, 4, 4, 4]], [[4, 4, 4, 4], [4, 4, 4, 4]]], np.int32)
+    backward = np.array([[[4, 4, 4, 4], [8, 8, 0, 0]], [[2, 6, 8, 0], [4, 4, 4, 4]]], np.int32)
+    lead = np.zeros_like(forward)
+    lead[:, 0, :2] = 1
+    peaks = np.array([[8, 4], [16, 4]])
+    held = figures.held(peaks, forward, backward, lead)
+    recomputing = held[1, 0]
+    # the first plan stores graphs on both stages; the second recomputes on stage 0 only
+    assert held[0].tolist() == [8, 4] and held[1, 1] == 4
+    exact = figures.held_bytes(forward, backward, lead)[1, 0]
+    assert recomputing == int(np.ceil(exact / GPT_MEMORY["activation_bytes"][0])) < 16
+
+
+def test_samples_of_rounds_up_and_clips_at_the_batch() -> None:
+    activation = np.array([100.0, 100.0, 0.0])
+    memory = np.array([[250.0, 5000.0, 7.0]])
+    held = np.array([[1, 2, 3]])
+    assert samples_of(memory, activation, held, 16).tolist() == [[3, 16, 3]]
+
+
+def test_without_the_profiles_figures_nothing_changes() -> None:
+    problem = profiled(synth_problem(0, 2, 16), None)
+    plan = decode_plan(np.array([[4] * 4, [4] * 4]), np.array([[2, 6, 8, 0], [4] * 4]), problem)
+    evaluation = evaluate(problem, plan)
+    assert RunMemory.of(problem) is None
+    assert run_held(problem, plan, evaluation) == (evaluation, evaluation.peak_held)
+
+
+LIMITS_MB = (4, 6, 10)
+
+
+@pytest.fixture(scope="module")
+def gpt_searches() -> list[tuple[int, Problem, Any, Any]]:
+    """Per limit (MB a stage): the profiled GPT, and the same run-priced search with the
+    profile's ``source.memory`` (memory as the runtime holds it) and without (the
+    model's)."""
+    runs = []
+    for megabytes in LIMITS_MB:
+        limit = {"memory_limit": int(megabytes * 1e6)}
+        problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+        model = profiled(synth_problem(4, 2, 16), None)
+        runs.append(
+            (
+                megabytes,
+                problem,
+                search(problem, **SEARCH, **limit),
+                search(model, **SEARCH, **limit),
+            )
+        )
+    return runs
+
+
+def test_a_tight_limit_is_met_faster_by_recomputing(gpt_searches: list) -> None:
+    """Counted as the model counts it, a stage that recomputes holds as much as one that
+    stores graphs; counted as the runtime holds it, recomputing the first stage fits larger
+    microbatches under the same limit."""
+    for megabytes, _, run_memory, model_memory in gpt_searches:
+        assert (run_memory.memory_pricing, model_memory.memory_pricing) == ("run", "model")
+        assert recomputes(run_memory.plan)[0], megabytes
+        assert run_memory.evaluation.iteration_time < 0.9 * model_memory.evaluation.iteration_time
+        assert run_memory.plan_document()["search"]["memory_pricing"] == "run"
+
+
+def test_every_plan_is_within_its_limit_as_the_runtime_holds_it(gpt_searches: list) -> None:
+    for megabytes, problem, result, _ in gpt_searches:
+        activation = GPT_MEMORY["activation_bytes"]
+        for point in result.tradeoff:
+            if point.plan is None:
+                continue
+            model = evaluate(problem, point.plan)
+            held = predicted_held_bytes(problem, point.plan, model.peak_memory)
+            assert held == point.evaluation.peak_memory
+            budget = [h * a for h, a in zip(point.level.held, activation, strict=True)]
+            assert all(b <= limit for b, limit in zip(held, budget, strict=True)), megabytes
+        assert max(result.evaluation.peak_memory) <= megabytes * 1e6
+
+
+def test_the_summary_says_how_memory_was_counted(gpt_searches: list) -> None:
+    from tidgap.analysis.search_summary import summary_lines
+
+    _, _, run_memory, model_memory = gpt_searches[0]
+    assert "memory as tidgap run holds it" in "\n".join(summary_lines(run_memory))
+    assert "memory as tidgap run holds it" not in "\n".join(summary_lines(model_memory))
+
+
+def test_model_pricing_and_rules_without_recomputation_count_the_models_memory() -> None:
+    problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+    limit = {"memory_limit": 6_000_000}
+    assert search(problem, **SEARCH | {"pricing": "model"}, **limit).memory_pricing == "model"
+    kept = search(problem, **SEARCH, **limit, backward="aligned")
+    assert kept.memory_pricing == "model" and not any(recomputes(kept.plan))
+
+
+def test_same_seed_same_plan_on_every_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+    options = SEARCH | {"memory_limit": 6_000_000, "generations": 20}
+    runs = [search(problem, backend=b, **options) for b in ("numba", "numpy")]
+    install_fake_cupy(monkeypatch)
+    runs.append(search(problem, backend="cuda", **options))
+    plans = [(r.plan.forward, r.plan.backward, r.plan.order) for r in runs]
+    assert all(plan == plans[0] for plan in plans)
+    assert any(recomputes(runs[0].plan))
