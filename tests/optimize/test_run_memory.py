@@ -5,6 +5,7 @@ recomputing, never over a limit as the runtime holds it, the same plan on every 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import JointSpace
+from tidgap.optimize.order_genes import recomputing_stages
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import RunMemory, run_held, samples_of
 from tidgap.profiling.synth import synth_problem
@@ -91,6 +93,37 @@ def test_the_batched_figure_is_the_runtimes_walk(
         plan = decode_plan(genes.forward[p], genes.backward[p], problem, genes.codes[p])
         want = [recompute_held_bytes(plan, s, walked, problem.batch_size) for s in range(stages)]
         np.testing.assert_allclose(got[p], want, rtol=1e-12, err_msg=str(plan))
+
+
+@pytest.mark.parametrize(("stages", "unit"), [(4, 2), (6, 1), (3, 4)])
+def test_the_compiled_twin_counts_as_the_array_passes(stages: int, unit: int) -> None:
+    """Numba's loops against the array passes on random repaired populations: with one
+    byte of activations a sample and no batch to clip at, the samples are the bytes."""
+    from tidgap.fallback_cpu.run_memory_numba import held
+
+    rng = np.random.default_rng(stages + 10)
+    problem = profiled(synth_problem(5, stages, 32, unit=unit), random_memory(stages, rng, 0))
+    ticked = tick_problem(problem)
+    space = JointSpace(
+        create_evaluator(ticked, "windowed", "numba"), ticked.forward_caps, ticked.backward_caps, 8
+    )
+    genes = space.random(300, CounterRng(2))
+    _, peaks = space.evaluate(genes)
+    figures = RunMemory.of(problem)
+    assert figures is not None
+    bytewise = replace(figures, activation=np.ones(stages), batch_size=2**50)
+    for memory in (figures, bytewise):
+        compiled = replace(memory, compiled=held)
+        arrays = memory.held(peaks, genes.forward, genes.backward, genes.lead)
+        np.testing.assert_array_equal(
+            compiled.held(peaks, genes.forward, genes.backward, genes.lead), arrays
+        )
+    flags = recomputing_stages(genes.forward, genes.backward)
+    assert 0.2 < flags.mean() < 1  # both kinds of stage are checked
+    exact = np.ceil(bytewise.held_bytes(genes.forward, genes.backward, genes.lead))
+    np.testing.assert_array_equal(
+        np.where(flags, exact, peaks), held(peaks, *genes.rows(), bytewise)
+    )
 
 
 def test_stages_that_store_graphs_keep_the_models_count() -> None:

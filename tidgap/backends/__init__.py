@@ -38,6 +38,9 @@ class Backend:
       ``None`` for the ``xp`` operators;
     - ``repair``: ``"module:function"`` of a compiled
       :func:`tidgap.optimize.order_genes.canonical` (same results), ``None`` for the ``xp`` one;
+    - ``run_memory``: ``"module:function"`` of a compiled
+      :meth:`tidgap.optimize.run_memory.RunMemory.held` (same results; its signature
+      :data:`~tidgap.optimize.run_memory.CompiledHeld`), ``None`` for the ``xp`` one;
     - ``free_memory()``: free bytes of the device memory its populations live in, ``None``
       where it cannot say; the field is ``None`` for backends in host memory;
     - ``cached_loops``: ``"module:function"`` of the disk-cached compiled loops of its
@@ -55,6 +58,7 @@ class Backend:
     joint_breeder: str | None = None
     joint_mutator: str | None = None
     repair: str | None = None
+    run_memory: str | None = None
     free_memory: Callable[[], int | None] | None = None
     cached_loops: tuple[str, ...] = ()
 
@@ -125,11 +129,13 @@ BACKENDS: dict[str, Backend] = {
             joint_breeder="tidgap.fallback_cpu.breed_numba:numba_joint_breed",
             joint_mutator="tidgap.fallback_cpu.breed_numba:numba_joint_mutate",
             repair="tidgap.fallback_cpu.repair_numba:canonical",
+            run_memory="tidgap.fallback_cpu.run_memory_numba:held",
             cached_loops=(
                 "tidgap.fallback_cpu.windowed_numba:_ordered_kernel",
                 "tidgap.fallback_cpu.breed_numba:_joint_breed",
                 "tidgap.fallback_cpu.breed_numba:_joint_mutate",
                 "tidgap.fallback_cpu.repair_numba:_canonical",
+                "tidgap.fallback_cpu.run_memory_numba:_held",
             ),
         ),
         Backend(

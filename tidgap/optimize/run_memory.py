@@ -21,6 +21,7 @@ figures for the search's result.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,41 +52,55 @@ def samples_of(memory: Any, activation: Any, held: Any, batch_size: int) -> Any:
     return xp.where(positive, xp.minimum(samples, batch_size), held).astype(xp.int64)
 
 
+#: Rows of :attr:`RunMemory.figures`: bytes per sample received, sent, drawn, of a
+#: backward's working set, and the whole batch's task tensors (bytes), per stage.
+INPUT, OUTPUT, DRAWS, BACKWARD, TASK = range(5)
+
+#: ``compiled(peaks, forward, backward, lead, memory) -> samples``: a backend's compiled
+#: twin of :meth:`RunMemory.held` (its record's ``run_memory``).
+CompiledHeld = Callable[[Any, Any, Any, Any, "RunMemory"], Any]
+
+
 @dataclass(frozen=True)
 class RunMemory:
-    """Per stage ``(S,)`` float64 arrays of the search's array module, bytes per sample
-    (:class:`~tidgap.runtime.recompute_memory.RecomputeBytes`): ``input`` received,
-    ``output`` sent (the next stage's input; 0 on the last), ``draws``, a backward's
-    working set ``backward``, ``activation`` (``activation_bytes``), and ``task``, the
-    whole batch's task tensors in bytes; ``unit``: samples per partition unit."""
+    """What a recomputing stage holds, per stage, on the search's array module:
+    ``figures`` ``(5, S)`` float64 (rows :data:`INPUT`, :data:`OUTPUT` (the next stage's
+    input; 0 on the last), :data:`DRAWS`, :data:`BACKWARD` in bytes per sample, :data:`TASK`
+    in bytes), ``activation`` ``(S,)`` (``activation_bytes``), ``unit`` samples per
+    partition unit, and the backend's ``compiled`` twin of :meth:`held`, if any. The
+    per-sample figures are rounded up to whole bytes (``tidgap profile`` writes whole
+    bytes), so every backend sums exact integers."""
 
-    input: Any
-    output: Any
-    draws: Any
-    backward: Any
-    task: Any
+    figures: Any
     activation: Any
     batch_size: int
     unit: int
+    compiled: CompiledHeld | None = None
 
     @classmethod
-    def of(cls, problem: Problem, xp: Any = np) -> RunMemory | None:
+    def of(
+        cls, problem: Problem, xp: Any = np, compiled: CompiledHeld | None = None
+    ) -> RunMemory | None:
         """The problem's figures on ``xp``; ``None`` where it has no usable
         ``source.memory`` or no ``activation_bytes`` (its limits then stay the model's)."""
         stages = recompute_bytes(problem)
         if stages is None:
             return None
-        column = np.asarray(stages, dtype=np.float64).T  # (4, S)
-        output = np.append(column[0, 1:], 0.0)
-        activation = [float(stage.activation_bytes or 0.0) for stage in problem.stages]
+        column = np.ceil(np.asarray(stages, dtype=np.float64).T)  # (4, S): input .. task
         B = problem.batch_size
-        arrays = (column[0], output, column[1], column[2], column[3] * B, activation)
-        return cls(*(xp.asarray(a, dtype=xp.float64) for a in arrays), B, problem.unit)
+        output = np.append(column[0, 1:], 0.0)
+        figures = np.stack([column[0], output, column[1], column[2], column[3] * B])
+        activation = [float(stage.activation_bytes or 0.0) for stage in problem.stages]
+        return cls(
+            xp.asarray(figures), xp.asarray(activation, dtype=xp.float64), B, problem.unit, compiled
+        )
 
     def held(self, peaks: Any, forward: Any, backward: Any, lead: Any) -> Any:
         """``(P, S)`` int64 samples as the limits count them: ``peaks`` (the model's peak
         held samples) on stages that store graphs, :func:`samples_of` the bytes
         :meth:`held_bytes` on recomputing ones."""
+        if self.compiled is not None:
+            return self.compiled(peaks, forward, backward, lead, self)
         counted = samples_of(
             self.held_bytes(forward, backward, lead), self.activation, peaks, self.batch_size
         )
@@ -120,23 +135,16 @@ class RunMemory:
         received = _at(downstream, holder_per_stage(downstream, hi))
         earlier = xp.concatenate([xp.zeros_like(received[..., :1]), received[..., :-1]], axis=-1)
         size = (hi - lo).astype(xp.float64)
-        column = self._column
-        kept = column(self.input) * inputs + column(self.draws) * draws
-        at_backward = kept + column(self.output) * (received - gradients_from)
-        at_backward += size * (
-            column(self.backward) - column(self.input) * one_input - column(self.draws) * one_draw
-        )
-        at_forward = kept + column(self.output) * xp.maximum(earlier - gradients_from, 0)
+        received_input, sent, drawn, work, task = (row[None, :, None] for row in self.figures)
+        kept = received_input * inputs + drawn * draws
+        at_backward = kept + sent * (received - gradients_from)
+        at_backward += size * (work - received_input * one_input - drawn * one_draw)
+        at_forward = kept + sent * xp.maximum(earlier - gradients_from, 0)
         previous = xp.concatenate([xp.full_like(before[..., :1], -1), before[..., :-1]], axis=-1)
         at_forward = xp.where(before > previous, at_forward, 0.0)
-        peak = xp.maximum(at_backward * self.unit + column(self.task), at_forward * self.unit)
+        peak = xp.maximum(at_backward * self.unit + task, at_forward * self.unit)
         backwards = xp.arange(lead.shape[-1])[None, None, :] < counts(backward)[..., None]
         return xp.where(backwards, peak, 0.0).max(axis=-1)
-
-    @staticmethod
-    def _column(values: Any) -> Any:
-        """``(S,)`` -> ``(1, S, 1)``, to broadcast over ``(P, S, K)``."""
-        return values[None, :, None]
 
 
 def _at(prefixes: Any, index: Any) -> Any:

@@ -19,7 +19,7 @@ from types import ModuleType
 
 import numpy as np
 
-from tidgap.backends import Backend
+from tidgap.backends import Backend, load
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING, TickedProblem, tick_problem
 from tidgap.model.errors import InputError
@@ -214,6 +214,10 @@ def compiled_loops(
     one = JointGenes(genes, genes, xp.zeros_like(genes)).repaired(space.repair)
     space.evaluate(one)
     space.mutate(one, caps, caps, CounterRng(0, xp), 1.0)
+    if record.run_memory is not None:
+        nothing = RunMemory(xp.zeros((5, caps.size)), xp.zeros(caps.size), 1, 1)
+        peaks = xp.zeros(one.forward.shape[:2], dtype=xp.int64)
+        load(record.run_memory)(peaks, one.forward, one.backward, one.lead, nothing)
     space.breed(one, xp.zeros((1,), dtype=xp.int64), caps, caps, CounterRng(0, xp), 1, 1.0, 1.0, 2)
     return ticked, evaluator, xp, breeding
 
@@ -411,7 +415,10 @@ def prepare_windowed(
     settings = GeneticSettings(population=population)
     rng = CounterRng(seed, xp)
     caps = rule_caps(backward, xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
-    memory = RunMemory.of(problem, xp) if pricing == RUN_PRICING and backward == FREE else None
+    memory = None
+    if pricing == RUN_PRICING and backward == FREE:
+        compiled = None if record.run_memory is None else load(record.run_memory)
+        memory = RunMemory.of(problem, xp, compiled)
     space = JointSpace(evaluator, *caps, width, *breeding, backward=backward, memory=memory)
     with phases("seeding"):
         capped = [p for level in levels for p in capped_one_f_one_b(problem, level, width)]
