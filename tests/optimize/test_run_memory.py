@@ -15,8 +15,10 @@ from tests.support.backends import install_fake_cupy
 from tidgap import Problem, search
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
+from tidgap.model.plan import Plan
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import JointSpace
+from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.order_genes import recomputing_stages
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import RunMemory, run_held, samples_of
@@ -232,3 +234,17 @@ def test_same_seed_same_plan_on_every_backend(monkeypatch: pytest.MonkeyPatch) -
     plans = [(r.plan.forward, r.plan.backward, r.plan.order) for r in runs]
     assert all(plan == plans[0] for plan in plans)
     assert any(recomputes(runs[0].plan))
+
+
+def test_evaluate_says_what_recomputing_stages_hold_when_run() -> None:
+    from tidgap.cli.options import run_note
+
+    plan = Plan.of([[4, 4, 4, 4], [4, 4, 4, 4]], [[2, 6, 8], [4, 4, 4, 4]])
+    problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+    model = evaluate(problem, plan).peak_memory
+    held = predicted_held_bytes(problem, plan, model)
+    assert model is not None and held is not None and held[0] < model[0]
+    note = run_note(problem, plan) or ""
+    shown = f"{format_bytes(held[0])} (the model's {format_bytes(model[0])})"
+    assert f"stage(s) holding {shown}" in note
+    assert "holding" not in (run_note(profiled(synth_problem(4, 2, 16), None), plan) or "x")

@@ -22,6 +22,7 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.text import printable
 from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
+from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.optimizer import MIN_POPULATION
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.pricing import (
@@ -30,6 +31,8 @@ from tidgap.runtime.pricing import (
     run_evaluation,
     run_op_times,
 )
+from tidgap.runtime.recompute_memory import predicted_held_bytes
+from tidgap.schedules.evaluation import Evaluation
 
 Command = Callable[..., Any]
 
@@ -200,11 +203,24 @@ def run_note(problem: Problem, plan: Plan, pricing: str = MODEL_PRICING) -> str 
         how.append(f"stage(s) {ordered} run ops timed by the op before them (the calibration's)")
     if not how:
         return None
-    time = run_evaluation(problem, plan, priced).iteration_time
+    evaluation = run_evaluation(problem, plan, priced)
     advice = "; --mirrored searches plans that tidgap run runs at the model's costs"
     if not again and not merged:
         advice = ""
     return (
-        f"  when run, {' and '.join(how)}: tidgap run predicts {time:.6g} "
-        f"{problem.time_unit} for it{advice}"
+        f"  when run, {' and '.join(how)}: tidgap run predicts {evaluation.iteration_time:.6g} "
+        f"{problem.time_unit} for it{_held_note(problem, plan, evaluation, again)}{advice}"
     )
+
+
+def _held_note(problem: Problem, plan: Plan, evaluation: Evaluation, again: list[int]) -> str:
+    """`` and that they hold ...`` for recomputing stages ``again`` whose profile says what
+    they hold (:func:`~tidgap.runtime.recompute_memory.predicted_held_bytes`), else ``""``."""
+    model = evaluation.peak_memory
+    held = predicted_held_bytes(problem, plan, model)
+    if not again or held is None or held == model or model is None:
+        return ""
+    shown = ", ".join(
+        f"{format_bytes(held[s])} (the model's {format_bytes(model[s])})" for s in again
+    )
+    return f", those stage(s) holding {shown}"
