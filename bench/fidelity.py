@@ -3,7 +3,8 @@ calibrate it through the runtime (``tidgap calibrate``), search plans on the cal
 problem (a flush and a windowed plan whose backward partitions are their forward ones, a
 windowed plan that recomputes nothing, and windowed plans free to recompute: one priced as
 ``tidgap run`` runs it, the search's default on a calibrated problem, and one priced by the
-model alone, ``--pricing model``), run GPipe(m), 1F1B(m), GPipe(4)'s twin whose every stage
+model alone, ``--pricing model``; and one within half the best 1F1B's memory, which may
+recompute to fit), run GPipe(m), 1F1B(m), GPipe(4)'s twin whose every stage
 recomputes and the searched plans with ``tidgap run`` (``--repeats`` rounds, each one
 ``tidgap run`` of all of them in turn, iteration by iteration, in the same processes
 (``--compare``), so that every plan meets the machine's same moments), and print measured
@@ -19,7 +20,8 @@ variation costs), and last the per-iteration replay (the model fed each timed
 iteration's own op and transfer times), its median error over iterations: what the
 model's dependencies leave once the op times are exactly right. A line gives each plan's
 largest per-stage error of the memory held for backwards against its prediction (and, for
-recomputing plans, against the model's figure, which memory limits use).
+recomputing plans, against the model's figure), and one the memory held by the plan
+searched within half 1F1B's memory against that limit.
 Each round first calibrates afresh (``tidgap calibrate --rounds 1``, about 28 s: GPipe(m),
 1F1B(m) and the recomputing twins) and runs against that: a column gives the error
 against the round's own calibration, made seconds before its runs, which leaves out most
@@ -56,6 +58,9 @@ COUNTS = (2, 4, 8)
 #: A plan whose every stage recomputes: GPipe(4) with each backward row moved one sample
 #: earlier (its time and memory predicted as ``tidgap run`` runs it).
 RECOMPUTING = "GPipe(4), recomputing"
+#: A plan searched within half the best 1F1B's memory (:func:`half_one_f_one_b`); the search
+#: counts recomputing stages as the run holds them, so it may recompute to fit.
+LIMITED = "searched, half 1F1B's memory"
 #: The searched plans and their ``tidgap search`` options (on the calibrated problem).
 SEARCHES = {
     "searched flush, mirrored": ["--schedule", "flush", "--mirrored"],
@@ -93,6 +98,20 @@ def baseline_plan(problem: Path, name: str, m: int, out: Path, recomputing: bool
         plan = recomputing_twin(plan, loaded.unit) or plan
     out.write_text(json.dumps({**plan.document(), "problem": problem.stem}))
     return out
+
+
+def half_one_f_one_b(problem: Path) -> int:
+    """Half of what the best 1F1B holds on its fullest stage (bytes, the model's figure):
+    a limit that only plans holding less than 1F1B meet, recomputing or not."""
+    from tidgap import load_problem
+    from tidgap.schedules.baselines import best_baselines
+    from tidgap.schedules.families import baseline_evaluation
+
+    loaded = load_problem(str(problem))
+    best = best_baselines(loaded)["1f1b"]
+    evaluation = baseline_evaluation(loaded, best.schedule, best.microbatches)
+    assert evaluation is not None and evaluation.peak_memory is not None
+    return int(max(evaluation.peak_memory) / 2)
 
 
 def run_round(
@@ -193,6 +212,10 @@ def main() -> None:
         out = folder / f"{label.replace(', ', '-').replace(' ', '-')}.json"
         tidgap("search", str(fitted), *extra, *limit, "--out", str(out))
         plans[label] = out
+    tight = half_one_f_one_b(fitted)
+    plans[LIMITED] = folder / "searched-half-1f1b-memory.json"
+    limited = ["--memory-limit", str(tight), "--out", str(plans[LIMITED])]
+    tidgap("search", str(fitted), *limited, *limit)
     from tidgap import load_problem
     from tidgap.model.plan import load_plan
     from tidgap.runtime.pricing import run_evaluation
@@ -280,6 +303,12 @@ def main() -> None:
     print(f"within 10% of the round's own calibration: {within} of {len(plans)}")
     print(f"order effect: {order_effect(predicted, rounds)}")
     print(f"held for backward, measured against predicted: {memory_errors(runs)}")
+    held = runs[LIMITED][0]["memory"]["measured"]
+    print(
+        f"{LIMITED} (limit {tight / 1e6:.2f} MB a stage, as the run holds it): measured "
+        f"{', '.join(f'{b / 1e6:.2f}' for b in held)} MB, "
+        f"{'within' if max(held) <= tight else 'OVER'} the limit"
+    )
 
 
 def memory_errors(runs: dict[str, list[dict]]) -> str:
