@@ -78,21 +78,28 @@ def test_the_last_stage_is_timed_with_the_runs_loss(monkeypatch: pytest.MonkeyPa
         assert torch.equal(last(x), want) and want.shape == (3,)
 
 
-def test_saved_bytes_count_each_storage_once_and_leave_parameters_out() -> None:
-    """``x * x`` saves ``x`` twice (one storage); a Linear saves its input, not its weight."""
+def test_graph_bytes_count_each_storage_once_and_leave_parameters_out() -> None:
+    """What a stored graph holds: ``x * x`` saves ``x`` twice (one storage) and makes ``y``;
+    a Linear saves its input, not its weight, and its output is held; Tanh saves its output
+    (the graph's, one storage). The first stage's input is the task's; the last stage's
+    output a loss."""
     torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
     from torch import nn
 
-    from tidgap.profiling.measure import saved_bytes_per_sample
+    from tidgap.profiling.measure import graph_bytes_per_sample
 
     class Square(nn.Module):
         def forward(self, x: Any) -> Any:
             return x * x
 
     x = torch.randn(5, 12)
-    assert saved_bytes_per_sample(Square(), x, first=False) == 12 * 4
-    assert saved_bytes_per_sample(nn.Linear(12, 300), x, first=False) == 12 * 4
-    assert saved_bytes_per_sample(nn.Sequential(nn.Linear(12, 3), nn.Tanh()), x, False) == 15 * 4
+    assert graph_bytes_per_sample(Square(), x, first=False, last=False) == 24 * 4
+    assert graph_bytes_per_sample(nn.Linear(12, 300), x, first=False, last=False) == 312 * 4
+    assert graph_bytes_per_sample(nn.Linear(12, 300), x, first=False, last=True) == 12 * 4
+    assert graph_bytes_per_sample(nn.Linear(12, 300), x, first=True, last=False) == 312 * 4
+    tanh = nn.Sequential(nn.Linear(12, 3), nn.Tanh())
+    assert graph_bytes_per_sample(tanh, x, first=False, last=False) == 15 * 4
+    assert graph_bytes_per_sample(nn.Tanh(), x, first=True, last=False) == 12 * 4
 
 
 def test_a_profile_records_activation_bytes_and_byte_limits_work(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from tests.runtime.test_stage import (  # noqa: E402
     RECOMPUTE_FLUSH,
     RECOMPUTE_ORDERED,
     mlp,
+    one_f_one_b,
     ordered,
 )
 from tests.support.cli_helpers import describe, run_cli, write_json  # noqa: E402
@@ -26,8 +27,8 @@ from tidgap.model.plan import Plan  # noqa: E402
 from tidgap.model.problem import Problem  # noqa: E402
 from tidgap.profiling.measure import (  # noqa: E402
     chain_inputs,
+    graph_bytes_per_sample,
     recompute_bytes_per_sample,
-    saved_bytes_per_sample,
 )
 from tidgap.profiling.models import Model, gpt  # noqa: E402
 from tidgap.profiling.run import WithLoss, stage_modules  # noqa: E402
@@ -78,7 +79,7 @@ def profiled(model: Model, boundaries: list[int]) -> tuple[list[RecomputeBytes],
         recompute_bytes_per_sample(m, x, s == 0, task.targets if s == last else None)
         for s, (m, x) in pairs
     ]
-    saved = [saved_bytes_per_sample(m, x, s == 0) for s, (m, x) in pairs]
+    saved = [graph_bytes_per_sample(m, x, s == 0, s == last) for s, (m, x) in pairs]
     return [RecomputeBytes(*row) for row in measured], saved
 
 
@@ -123,6 +124,37 @@ def test_the_prediction_is_what_a_recomputing_stage_holds(case: str) -> None:
         model_figure = max(held for _, held in _held_samples(plan, s)) * saved[s]
         farther += abs(model_figure - got[s]) > 2 * abs(want - got[s])
     assert farther > 0
+
+
+STORING = {
+    "mlp": (lambda: mlp(torch.float32), [2, 5]),
+    "dropout-mlp": (dropout_mlp, [3]),
+    "gpt": (dropout_gpt, [1, 2, 3]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STORING))
+@pytest.mark.parametrize("microbatches", [1, 2, 4])
+def test_a_stage_that_stores_graphs_holds_activation_bytes_per_held_sample(
+    case: str, microbatches: int
+) -> None:
+    """GPipe(m) and 1F1B(m) (every stage's chunks the same: no received chunk is cut): each
+    stage holds its peak held samples times ``activation_bytes``, which counts each graph's
+    input and output beside what autograd saves. Not counted, and bounded here: tensors made
+    once per chunk (the GPT's positions and masks: 64 bytes), each chunk's loss on the last
+    stage (4 bytes), and the task's tensors, which the first and last stages keep whole
+    (``B`` samples of ``task_bytes_per_sample``) where the profile counts them per sample."""
+    make, boundaries = STORING[case]
+    model = make()
+    recomputing, saved = profiled(model, boundaries)
+    stages = len(boundaries) + 1
+    gpipe = Plan.of(*[[[B // microbatches] * microbatches] * stages] * 2)
+    for plan in (gpipe, one_f_one_b(stages, microbatches)):
+        got = measured_peaks(model, boundaries, plan)
+        for s, held in enumerate(got):
+            model_figure = max(h for _, h in _held_samples(plan, s)) * saved[s]
+            extra = 64 * (microbatches - 1) + 4 * microbatches + B * recomputing[s].task
+            assert model_figure <= held <= model_figure + extra, (s, plan)
 
 
 def _held_samples(plan: Plan, s: int) -> list[tuple[float, int]]:

@@ -262,7 +262,7 @@ def test_stage_gradients_key_parameters_as_the_whole_model() -> None:
 def test_held_bytes_follow_the_schedule_and_match_the_profile() -> None:
     """GPipe holds the whole batch's saved tensors on stage 0, exactly what the profile
     measures per sample times ``B``; 1F1B holds less on both stages."""
-    from tidgap.profiling.measure import saved_bytes_per_sample
+    from tidgap.profiling.measure import graph_bytes_per_sample
 
     model = mlp(torch.float32)
     task = make_task(model, 8, 0, torch.device("cpu"), torch.float32)
@@ -276,6 +276,6 @@ def test_held_bytes_follow_the_schedule_and_match_the_profile() -> None:
 
     gpipe = peaks(Plan.of([[2] * 4] * 2, [[2] * 4] * 2))
     first = stage_modules(model, [2])[0][2]
-    assert gpipe[0] == 8 * saved_bytes_per_sample(first, task.inputs, True)
+    assert gpipe[0] == 8 * graph_bytes_per_sample(first, task.inputs, True, False)
     interleaved = peaks(one_f_one_b(2, 4))
     assert interleaved[0] < gpipe[0] and interleaved[1] < gpipe[1]

@@ -169,14 +169,19 @@ class StorageBytes:
         return sum(self._storages.values())
 
 
-def saved_bytes_per_sample(module: nn.Module, given: Tensor, first: bool) -> int:
-    """The bytes autograd saves for the backward in one forward of ``module`` on ``given``
-    ``(b, ...)``, per sample (rounded up): every saved tensor's storage once, the module's
-    own parameters left out (untimed; ``first`` as in :func:`time_module`)."""
-    saved = StorageBytes.of(module)
-    with saved.saving():
-        module(stage_input(given, first))
-    return -(-saved.total() // given.shape[0])
+def graph_bytes_per_sample(module: nn.Module, given: Tensor, first: bool, last: bool) -> int:
+    """Per sample of ``given`` ``(b, ...)`` (rounded up), what a stage of ``tidgap run`` that
+    stores a forward's graph holds for its backward (as
+    :class:`~tidgap.runtime.stage.HeldBytes` counts it): the tensors autograd saves in one
+    forward of ``module`` on ``given``, the graph's input (unless ``first``: the model's
+    input, the task's) and its output (unless ``last``: a loss), each storage once, the
+    module's own parameters left out (untimed; ``first`` as in :func:`time_module`)."""
+    held = StorageBytes.of(module)
+    x = stage_input(given, first)
+    with held.saving():
+        y = module(x)
+    held.add(*([] if first else [x]), *([] if last else [y]))
+    return -(-held.total() // given.shape[0])
 
 
 def recompute_bytes_per_sample(

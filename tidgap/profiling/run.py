@@ -26,7 +26,7 @@ from tidgap.profiling.measure import (
     held_bytes_per_sample,
     measure,
     recompute_bytes_per_sample,
-    saved_bytes_per_sample,
+    graph_bytes_per_sample,
     time_steps,
 )
 from tidgap.profiling.models import Model, parameter_count
@@ -178,8 +178,9 @@ class WithLoss(nn.Module):
 @dataclass(frozen=True)
 class StageMeasurements:
     """What :func:`measure_stages` measured of some consecutive stages: their ``names``;
-    ``runs[i][k]`` (``sizes[i]``, the ``k``-th of them); ``held[k]``, the bytes it saves for
-    the backward per sample (at the largest size: ``activation_bytes``); ``recompute[k]``,
+    ``runs[i][k]`` (``sizes[i]``, the ``k``-th of them); ``held[k]``, the bytes it holds for
+    the backward per sample when it stores a forward's graph (at the largest size:
+    ``activation_bytes``, :func:`~tidgap.profiling.measure.graph_bytes_per_sample`); ``recompute[k]``,
     the bytes per sample a recomputing stage holds (its input, its forward's random draws,
     its backward's working set: :class:`~tidgap.runtime.recompute_memory.RecomputeBytes`,
     at the largest size); ``cuda_peaks[k]``,
@@ -240,8 +241,11 @@ def measure_stages(
         (module, x, first and k == 0)
         for k, ((_, module), x) in enumerate(zip(timed, fed, strict=True))
     ]
-    held = [saved_bytes_per_sample(*given) for given in largest]
     last = picked[-1] == len(named) - 1
+    held = [
+        graph_bytes_per_sample(*given, last and k == len(largest) - 1)
+        for k, given in enumerate(largest)
+    ]
     recompute = [
         recompute_bytes_per_sample(
             module, x, starts, task.targets if last and k == len(largest) - 1 else None
@@ -454,9 +458,10 @@ def problem_from(
             "optimizer": None
             if settings.optimizer is None
             else {"name": settings.optimizer, "lr": settings.lr},
-            "activation_bytes": "bytes autograd saves for the backward in one forward at the "
-            "largest size, per sample (saved-tensor hooks; each storage once, the stage's "
-            "parameters left out)",
+            "activation_bytes": "what a stage that stores a forward's graph holds for its "
+            "backward, at the largest size, per sample: the tensors autograd saves "
+            "(saved-tensor hooks), the graph's input (not on the first stage) and output (not "
+            "on the last), each storage once, the stage's parameters left out",
         },
         **memory_source(measured, settings.cap),
         "links": {
