@@ -23,10 +23,10 @@ from tidgap.profiling.measure import (
     OtherLoad,
     chain_inputs,
     cuda_peak_bytes,
+    graph_bytes_per_sample,
     held_bytes_per_sample,
     measure,
     recompute_bytes_per_sample,
-    graph_bytes_per_sample,
     time_steps,
 )
 from tidgap.profiling.models import Model, parameter_count
@@ -180,14 +180,14 @@ class StageMeasurements:
     """What :func:`measure_stages` measured of some consecutive stages: their ``names``;
     ``runs[i][k]`` (``sizes[i]``, the ``k``-th of them); ``held[k]``, the bytes it holds for
     the backward per sample when it stores a forward's graph (at the largest size:
-    ``activation_bytes``, :func:`~tidgap.profiling.measure.graph_bytes_per_sample`); ``recompute[k]``,
-    the bytes per sample a recomputing stage holds (its input, its forward's random draws,
-    its backward's working set: :class:`~tidgap.runtime.recompute_memory.RecomputeBytes`,
-    at the largest size); ``cuda_peaks[k]``,
-    on CUDA the most bytes the allocator held in its forward and backward at the largest
-    size (``None`` elsewhere); ``tails[k]``, its optimizer step in ms on the gradients of a
-    backward at the largest size (``None`` without ``settings.optimizer``); ``how`` the
-    split was chosen."""
+    ``activation_bytes``, :func:`~tidgap.profiling.measure.graph_bytes_per_sample`);
+    ``recompute[k]``, the bytes per sample a recomputing stage holds (its input, its
+    forward's random draws, its backward's working set:
+    :class:`~tidgap.runtime.recompute_memory.RecomputeBytes`, at the largest size);
+    ``cuda_peaks[k]``, on CUDA the most bytes the allocator held in its forward and
+    backward at the largest size (``None`` elsewhere); ``tails[k]``, its optimizer step in
+    ms on the gradients of a backward at the largest size (``None`` without
+    ``settings.optimizer``); ``how`` the split was chosen."""
 
     names: list[str]
     runs: list[list[Measurement]]
