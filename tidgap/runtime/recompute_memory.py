@@ -112,6 +112,39 @@ def recompute_held_bytes(
     return peak
 
 
+def stored_held_bytes(
+    plan: Plan, s: int, stages: Sequence[RecomputeBytes], activation: float
+) -> float:
+    """The most bytes stage ``s`` of ``plan``, storing its forwards' graphs, holds at an
+    op's end, as :class:`~tidgap.runtime.stage.HeldBytes` counts it (after its forwards:
+    a stored stage counts nothing else): ``activation`` bytes for each sample whose graph
+    is alive (``activation_bytes``: what autograd saved, the graph's input and output),
+    and the received chunks it still keeps, whole: the input chunk that reaches past the
+    last forward (a forward takes its own copy of part of a chunk) and the gradient chunk
+    that reaches past the last backward. The task's tensors, which the first and last
+    stages keep whole, tensors made once per chunk and the losses are left out."""
+    out = 0.0 if s == len(stages) - 1 else stages[s + 1].input
+    inputs: list[tuple[int, int]] = []
+    gradients: list[tuple[int, int]] = []
+    forwarded = backwarded = 0
+    peak = 0.0
+    for step in lower(plan)[s]:
+        lo, hi = step.samples
+        if step.kind == "recv_forward":
+            inputs.append(step.samples)
+        elif step.kind == "recv_backward":
+            gradients.append(step.samples)
+        elif step.kind == "forward":
+            forwarded = hi
+            inputs = [c for c in inputs if c[1] > hi]
+            kept = stages[s].input * _samples(inputs) + out * _samples(gradients)
+            peak = max(peak, activation * (forwarded - backwarded) + kept)
+        elif step.kind == "backward":
+            backwarded = hi
+            gradients = [c for c in gradients if c[1] > hi]
+    return peak
+
+
 def _samples(chunks: list[tuple[int, int]]) -> int:
     """The samples of ``chunks`` ``(lo, hi)``."""
     return sum(hi - lo for lo, hi in chunks)
@@ -126,14 +159,16 @@ def predicted_held_bytes(
     problem: Problem, plan: Plan, model_peaks: list[float] | None
 ) -> list[float] | None:
     """Each stage's predicted peak of what it holds for its backwards (bytes): the model's
-    ``model_peaks``, except on the recomputing stages where the problem's profile says what
-    they hold (:func:`recompute_bytes`): there :func:`recompute_held_bytes` (the model's
-    figure, every held sample's activations, prices stored graphs)."""
+    ``model_peaks``, except where the problem's profile says what stages hold besides
+    their graphs (:func:`recompute_bytes`): there :func:`recompute_held_bytes` on the
+    recomputing stages and :func:`stored_held_bytes` on the others."""
     flags = recomputes(plan)
     stages = recompute_bytes(problem)
     if model_peaks is None or stages is None:
         return model_peaks
     return [
-        recompute_held_bytes(plan, s, stages, problem.batch_size) if flag else peak
-        for s, (flag, peak) in enumerate(zip(flags, model_peaks, strict=True))
+        recompute_held_bytes(plan, s, stages, problem.batch_size)
+        if flag
+        else stored_held_bytes(plan, s, stages, float(problem.stages[s].activation_bytes or 0))
+        for s, flag in enumerate(flags)
     ]

@@ -74,9 +74,11 @@ class Chunks:
         """Keep ``tensor`` ``(hi - lo, ...)`` for ``samples``."""
         self.pieces.append((samples, tensor))
 
-    def cut(self, samples: Samples, what: str) -> Tensor:
+    def cut(self, samples: Samples, what: str, own: bool = False) -> Tensor:
         """Samples ``(lo, hi)`` cut from the pieces that hold them, concatenated; a
-        ``RuntimeError`` naming ``what`` if some of them have not arrived."""
+        ``RuntimeError`` naming ``what`` if some of them have not arrived. A cut of one
+        piece is a view of it, which keeps the whole piece alive; ``own``: a copy where it
+        is part of one piece."""
         lo, hi = samples
         parts, covered = [], lo
         for (a, b), tensor in self.pieces:
@@ -84,13 +86,16 @@ class Chunks:
                 continue
             if a > covered:
                 break
-            parts.append(tensor[covered - a : min(b, hi) - a])
+            parts.append((tensor[covered - a : min(b, hi) - a], tensor))
             covered = min(b, hi)
             if covered == hi:
                 break
         if covered != hi:
             raise RuntimeError(f"{what} of samples {samples}: samples {covered}.. not received")
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        if len(parts) > 1:
+            return torch.cat([part for part, _ in parts])
+        part, piece = parts[0]
+        return part.clone() if own and part.shape[0] < piece.shape[0] else part
 
     def drop_through(self, sample: int) -> None:
         """Forget the pieces that end at or before ``sample`` (0-based, excluded)."""
@@ -224,14 +229,16 @@ class TorchStage:
     def receive_gradient(self, samples: Samples, payload: Tensor) -> None:
         self._gradients.add(samples, payload)
 
-    def _stage_input(self, samples: Samples) -> Tensor:
+    def _stage_input(self, samples: Samples, own: bool = False) -> Tensor:
         if self.first:
             return self.task.inputs[samples[0] : samples[1]]
-        return self._inputs.cut(samples, "forward")
+        return self._inputs.cut(samples, "forward", own)
 
-    def _graph_input(self, samples: Samples) -> Tensor:
-        """The stage's input for a forward with grad: a leaf on every stage but the first."""
-        x = self._stage_input(samples)
+    def _graph_input(self, samples: Samples, own: bool = False) -> Tensor:
+        """The stage's input for a forward with grad: a leaf on every stage but the first;
+        ``own``: not a view of part of a received chunk (a stored graph would keep the whole
+        chunk alive until its backward)."""
+        x = self._stage_input(samples, own)
         return x if self.first else input_leaf(x)
 
     def _output(self, samples: Samples, x: Tensor) -> Tensor:
@@ -252,7 +259,7 @@ class TorchStage:
             with torch.no_grad(), drawn:
                 y = self._output(samples, self._stage_input(samples))
         else:
-            x = self._graph_input(samples)
+            x = self._graph_input(samples, own=True)
             with self.held.watching(), drawn:
                 y = self._output(samples, x)
             self._graphs.append((samples, x, y))
