@@ -13,9 +13,10 @@ samples' working set, less its input and draws where one chunk holds them, and t
 task tensors. After its last forward before backward ``k`` (where it ran one since backward
 ``k - 1``) it keeps the same inputs and draws, and the gradients received up to backward
 ``k - 1``. Each chunk index is a walk that only moves forward as ``k`` grows. A stage that
-recomputes (a backward boundary not a forward one) counts ``ceil(bytes / activation)``
-samples, at most the batch; one that stores graphs the model's. Numba is imported only when
-this module is.
+recomputes (a backward boundary not a forward one) counts its bytes in ``FINE`` units of
+its activations, rounded up, at most the batch; one that stores graphs its held samples
+after each forward plus the received chunks it keeps past its last forward and backward.
+Numba is imported only when this module is.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from numba import njit, prange
 
 from tidgap.fallback_cpu.repair_numba import _prefix
-from tidgap.optimize.run_memory import BACKWARD, DRAWS, INPUT, OUTPUT, TASK, RunMemory
+from tidgap.optimize.run_memory import BACKWARD, DRAWS, FINE, INPUT, OUTPUT, TASK, RunMemory
 
 #: Individuals per ``prange`` iteration, which allocates its scratch once.
 CHUNK = 64
@@ -96,6 +97,49 @@ def _stage(fp, m, bp, n, up, down, lead, figures, s, unit):  # pragma: no cover 
 
 
 @njit(cache=True, boundscheck=False, nogil=True)
+def _stored(fp, m, bp, n, up, down, lead, figures, activation, s, unit):  # pragma: no cover
+    """What stage ``s``, storing its graphs, holds in ``FINE`` units: after each forward
+    ``k`` (ending at ``E``, the backwards up to ``hi`` done), ``E - hi`` held samples plus
+    the received input chunk reaching past ``E`` and gradient chunk reaching past ``hi``,
+    in units of ``activation`` rounded up."""
+    j = 0
+    own = 0
+    before = m
+    if n > 0:
+        while fp[own] < bp[1]:
+            own += 1
+        before = min(own + lead[0], m)
+    input_end = 0
+    input_chunk = 0
+    gradient_end = 0
+    gradient_chunk = 0
+    best = 0
+    for k in range(m):
+        while j < n and before <= k:
+            j += 1
+            if j < n:
+                while fp[own] < bp[j + 1]:
+                    own += 1
+                before = min(own + lead[j], m)
+        end = fp[k + 1]
+        last = bp[j]
+        input_end = _holder(up, input_end, end)
+        kept_input = 0
+        if up[input_end] > end:
+            input_chunk = _start(up, input_chunk, end)
+            kept_input = up[input_end] - up[input_chunk]
+        gradient_end = _holder(down, gradient_end, last)
+        kept_gradients = 0
+        if down[gradient_end] > last:
+            gradient_chunk = _start(down, gradient_chunk, last)
+            kept_gradients = down[gradient_end] - down[gradient_chunk]
+        kept = (figures[INPUT, s] * kept_input + figures[OUTPUT, s] * kept_gradients) * unit
+        units = (end - last) * unit * FINE + np.int64(np.ceil(kept * FINE / activation))
+        best = max(best, units)
+    return best
+
+
+@njit(cache=True, boundscheck=False, nogil=True)
 def _recomputes(fp, bp, n):  # pragma: no cover - compiled
     """Whether some backward boundary ``bp[1..n]`` is not a forward boundary."""
     i = 0
@@ -110,8 +154,7 @@ def _recomputes(fp, bp, n):  # pragma: no cover - compiled
 @njit(cache=True, parallel=True, boundscheck=False)
 def _held(forward, backward, lead, peaks, figures, activation, unit, batch, held):
     # pragma: no cover - compiled
-    """Every individual in parallel: ``held`` the samples the limits count (a stage that
-    stores graphs is not walked)."""
+    """Every individual in parallel: ``held`` what the limits count, in ``FINE`` units."""
     population, stages, width = forward.shape
     chunks = (population + CHUNK - 1) // CHUNK
     for c in prange(chunks):
@@ -126,13 +169,20 @@ def _held(forward, backward, lead, peaks, figures, activation, unit, batch, held
                 fp[s, m[s] + 1 :] = fp[s, m[s]]
                 bp[s, n[s] + 1 :] = bp[s, n[s]]
             for s in range(stages):
-                held[p, s] = peaks[p, s]
-                if activation[s] <= 0 or not _recomputes(fp[s], bp[s], n[s]):
+                held[p, s] = peaks[p, s] * FINE
+                if activation[s] <= 0:
                     continue
                 up = fp[s - 1] if s > 0 else fp[s]
                 down = bp[s + 1] if s < stages - 1 else bp[s]
-                memory = _stage(fp[s], m[s], bp[s], n[s], up, down, lead[p, s], figures, s, unit)
-                held[p, s] = min(np.ceil(memory / activation[s]), batch)
+                row = lead[p, s]
+                if _recomputes(fp[s], bp[s], n[s]):
+                    memory = _stage(fp[s], m[s], bp[s], n[s], up, down, row, figures, s, unit)
+                    held[p, s] = min(np.ceil(memory * FINE / activation[s]), batch * FINE)
+                else:
+                    count = _stored(
+                        fp[s], m[s], bp[s], n[s], up, down, row, figures, activation[s], s, unit
+                    )
+                    held[p, s] = min(count, batch * FINE)
 
 
 def held(
@@ -142,7 +192,7 @@ def held(
     lead: np.ndarray,
     memory: RunMemory,
 ) -> np.ndarray:
-    """:meth:`~tidgap.optimize.run_memory.RunMemory.held`: ``(P, S)`` int64 samples for
+    """:meth:`~tidgap.optimize.run_memory.RunMemory.held`: ``(P, S)`` int64 units for
     ``(P, S, K)`` sizes (units), canonical leads and the model's ``(P, S)`` ``peaks``."""
     population, stages, _ = forward.shape
     samples = np.empty((population, stages), dtype=np.int64)

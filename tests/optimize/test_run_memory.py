@@ -5,6 +5,7 @@ recomputing, never over a limit as the runtime holds it, the same plan on every 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -18,10 +19,12 @@ from tidgap.backends.ticks import tick_problem
 from tidgap.model.plan import Plan
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import JointSpace
+from tidgap.optimize.limits import MemoryLevel, bytes_level, capped
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.order_genes import recomputing_stages
 from tidgap.optimize.rng import CounterRng
-from tidgap.optimize.run_memory import RunMemory, run_held, samples_of
+from tidgap.optimize.run_memory import FINE, RunMemory, fine_units, run_evaluated
+from tidgap.optimize.windowed_driver import encode_plans
 from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.recompute_memory import (
@@ -29,8 +32,9 @@ from tidgap.runtime.recompute_memory import (
     RecomputeBytes,
     predicted_held_bytes,
     recompute_held_bytes,
+    stored_held_bytes,
 )
-from tidgap.schedules.families import evaluate
+from tidgap.schedules.families import SCHEDULES, evaluate
 
 #: A 2-stage GPT's figures as ``tidgap profile`` measured them (bytes per sample): the
 #: stages save 1.6 and 2.2 MB for backward, a recomputing stage keeps 32 KB of input and
@@ -71,50 +75,63 @@ def random_memory(stages: int, rng: np.random.Generator, least_backward: int) ->
     }
 
 
+def population(problem: Problem, backend: str, count: int, seed: int) -> tuple[Any, Any]:
+    """``(genes, peaks)``: ``count`` random repaired individuals and their model peaks."""
+    ticked = tick_problem(problem)
+    evaluator = create_evaluator(ticked, "windowed", backend)
+    space = JointSpace(evaluator, ticked.forward_caps, ticked.backward_caps, 8)
+    genes = space.random(count, CounterRng(seed))
+    return genes, space.evaluate(genes)[1]
+
+
+def bytewise(memory: RunMemory) -> RunMemory:
+    """``memory`` counting one byte a sample, no batch to clip at: its samples are bytes."""
+    return replace(memory, activation=np.ones(memory.activation.shape), batch_size=2**40)
+
+
 @pytest.mark.parametrize(
     ("stages", "unit", "least_backward"), [(4, 2, 300), (6, 1, 300), (3, 4, 0), (2, 1, 0)]
 )
-def test_the_batched_figure_is_the_runtimes_walk(
+def test_the_batched_figures_are_the_runtimes_walks(
     stages: int, unit: int, least_backward: int
 ) -> None:
-    """On random repaired populations, every stage (recomputing or not) of every plan; a
-    working set below its input's and draws' bytes makes the forwards' ends count too."""
+    """On random repaired populations, every plan: every stage as it would hold if it
+    recomputed (a working set below its input's and draws' bytes makes the forwards' ends
+    count too); the stages that store graphs as they do, in whole bytes."""
     rng = np.random.default_rng(stages)
     memory = random_memory(stages, rng, least_backward)
     problem = profiled(synth_problem(3, stages, 32, unit=unit), memory)
-    ticked = tick_problem(problem)
-    space = JointSpace(
-        create_evaluator(ticked, "windowed", "numpy"), ticked.forward_caps, ticked.backward_caps, 8
-    )
-    genes = space.random(200, CounterRng(1))
+    genes, peaks = population(problem, "numpy", 200, 1)
     figures = RunMemory.of(problem)
     assert figures is not None
     got = figures.held_bytes(genes.forward, genes.backward, genes.lead)
+    counted = bytewise(figures).held(peaks, genes.forward, genes.backward, genes.lead)
     walked = [RecomputeBytes(*(float(memory[f][s]) for f in FIELDS)) for s in range(stages)]
+    kept = 0
     for p in range(len(genes.forward)):
         plan = decode_plan(genes.forward[p], genes.backward[p], problem, genes.codes[p])
         want = [recompute_held_bytes(plan, s, walked, problem.batch_size) for s in range(stages)]
         np.testing.assert_allclose(got[p], want, rtol=1e-12, err_msg=str(plan))
+        flags = recomputes(plan)
+        for s in (s for s in range(stages) if not flags[s]):
+            stored = stored_held_bytes(plan, s, walked, 1.0)
+            assert counted[p, s] == stored * FINE, (plan, s)
+            kept += stored > peaks[p, s]
+    assert kept > 0  # some stages keep received chunks past their ops
 
 
 @pytest.mark.parametrize(("stages", "unit"), [(4, 2), (6, 1), (3, 4)])
 def test_the_compiled_twin_counts_as_the_array_passes(stages: int, unit: int) -> None:
-    """Numba's loops against the array passes on random repaired populations: with one
-    byte of activations a sample and no batch to clip at, the samples are the bytes."""
+    """Numba's loops against the array passes on random repaired populations, in samples
+    of the profile's activations and, exactly, in bytes."""
     from tidgap.fallback_cpu.run_memory_numba import held
 
     rng = np.random.default_rng(stages + 10)
     problem = profiled(synth_problem(5, stages, 32, unit=unit), random_memory(stages, rng, 0))
-    ticked = tick_problem(problem)
-    space = JointSpace(
-        create_evaluator(ticked, "windowed", "numba"), ticked.forward_caps, ticked.backward_caps, 8
-    )
-    genes = space.random(300, CounterRng(2))
-    _, peaks = space.evaluate(genes)
+    genes, peaks = population(problem, "numba", 300, 2)
     figures = RunMemory.of(problem)
     assert figures is not None
-    bytewise = replace(figures, activation=np.ones(stages), batch_size=2**50)
-    for memory in (figures, bytewise):
+    for memory in (figures, bytewise(figures)):
         compiled = replace(memory, compiled=held)
         arrays = memory.held(peaks, genes.forward, genes.backward, genes.lead)
         np.testing.assert_array_equal(
@@ -122,34 +139,44 @@ def test_the_compiled_twin_counts_as_the_array_passes(stages: int, unit: int) ->
         )
     flags = recomputing_stages(genes.forward, genes.backward)
     assert 0.2 < flags.mean() < 1  # both kinds of stage are checked
-    exact = np.ceil(bytewise.held_bytes(genes.forward, genes.backward, genes.lead))
-    np.testing.assert_array_equal(
-        np.where(flags, exact, peaks), held(peaks, *genes.rows(), bytewise)
-    )
 
 
-def test_stages_that_store_graphs_keep_the_models_count() -> None:
-    problem = profiled(synth_problem(0, 2, 16), GPT_MEMORY)
+def test_equal_partitions_count_the_models_samples() -> None:
+    """GPipe and 1F1B keep no received chunk past an op (every stage cuts the same
+    microbatches), so they count as the model does: the 1F1B level admits 1F1B."""
+    problem = profiled(synth_problem(0, 3, 16), random_memory(3, np.random.default_rng(0), 0))
     figures = RunMemory.of(problem)
     assert figures is not None
-    forward = np.array([[[4, 4, 4, 4], [4, 4, 4, 4]], [[4, 4, 4, 4], [4, 4, 4, 4]]], np.int32)
-    backward = np.array([[[4, 4, 4, 4], [8, 8, 0, 0]], [[2, 6, 8, 0], [4, 4, 4, 4]]], np.int32)
-    lead = np.zeros_like(forward)
-    lead[:, 0, :2] = 1
-    peaks = np.array([[8, 4], [16, 4]])
-    held = figures.held(peaks, forward, backward, lead)
-    recomputing = held[1, 0]
-    # the first plan stores graphs on both stages; the second recomputes on stage 0 only
-    assert held[0].tolist() == [8, 4] and held[1, 1] == 4
-    exact = figures.held_bytes(forward, backward, lead)[1, 0]
-    assert recomputing == int(np.ceil(exact / GPT_MEMORY["activation_bytes"][0])) < 16
+    for name in ("gpipe", "1f1b"):
+        for m in (1, 2, 4, 8):
+            plan = SCHEDULES[name].baseline(problem, m)
+            genes = encode_plans([plan], problem, 8)
+            peaks = np.asarray([evaluate(problem, plan).peak_held])
+            held = figures.held(peaks, genes.forward, genes.backward, genes.lead)
+            assert held.tolist() == (peaks * FINE).tolist(), (name, m)
 
 
-def test_samples_of_rounds_up_and_clips_at_the_batch() -> None:
+def test_fine_units_round_up_and_clip_at_the_batch() -> None:
     activation = np.array([100.0, 100.0, 0.0])
     memory = np.array([[250.0, 5000.0, 7.0]])
     held = np.array([[1, 2, 3]])
-    assert samples_of(memory, activation, held, 16).tolist() == [[3, 16, 3]]
+    assert fine_units(memory, activation, held, 16).tolist() == [[2.5 * FINE, 16 * FINE, 3 * FINE]]
+    assert fine_units(np.array([[100.0 + 1e-3, 0, 0]]), activation, held, 16)[0, 0] == FINE + 1
+
+
+def test_a_level_allows_its_byte_limit_where_one_binds() -> None:
+    """A byte limit of 4 MB on stages of 2.15 MB a sample holds 1 sample by the model;
+    counted in fine units, 1.86 samples; the 1F1B level (samples) counts its samples."""
+    problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+    figures = RunMemory.of(problem)
+    assert figures is not None
+    level = bytes_level(problem, 4_000_000)
+    assert level.held == (2, 1)
+    expected = [int(4_000_000 * FINE // a) for a in GPT_MEMORY["activation_bytes"]]
+    assert figures.limit(level).tolist() == expected
+    assert figures.limit(MemoryLevel("1F1B", (3, 2))).tolist() == [3 * FINE, 2 * FINE]
+    both = capped(MemoryLevel("1F1B", (3, 1)), level)
+    assert figures.limit(both).tolist() == [expected[0], FINE]
 
 
 def test_without_the_profiles_figures_nothing_changes() -> None:
@@ -157,7 +184,7 @@ def test_without_the_profiles_figures_nothing_changes() -> None:
     plan = decode_plan(np.array([[4] * 4, [4] * 4]), np.array([[2, 6, 8, 0], [4] * 4]), problem)
     evaluation = evaluate(problem, plan)
     assert RunMemory.of(problem) is None
-    assert run_held(problem, plan, evaluation) == (evaluation, evaluation.peak_held)
+    assert run_evaluated(problem, plan, evaluation) is evaluation
 
 
 LIMITS_MB = (4, 6, 10)
@@ -204,7 +231,11 @@ def test_every_plan_is_within_its_limit_as_the_runtime_holds_it(gpt_searches: li
             model = evaluate(problem, point.plan)
             held = predicted_held_bytes(problem, point.plan, model.peak_memory)
             assert held == point.evaluation.peak_memory
-            budget = [h * a for h, a in zip(point.level.held, activation, strict=True)]
+            caps = point.level.bytes_cap or [math.inf] * len(activation)
+            budget = [
+                c if math.isfinite(c) else h * a
+                for h, a, c in zip(point.level.held, activation, caps, strict=True)
+            ]
             assert all(b <= limit for b, limit in zip(held, budget, strict=True)), megabytes
         assert max(result.evaluation.peak_memory) <= megabytes * 1e6
 
@@ -248,3 +279,30 @@ def test_evaluate_says_what_recomputing_stages_hold_when_run() -> None:
     shown = f"{format_bytes(held[0])} (the model's {format_bytes(model[0])})"
     assert f"stage(s) holding {shown}" in note
     assert "holding" not in (run_note(profiled(synth_problem(4, 2, 16), None), plan) or "x")
+
+
+def test_ask_and_tell_give_samples_and_keep_the_units() -> None:
+    """``evaluate``'s scores give each stage's peak in samples (rounded up) and in the
+    levels' units; ``tell`` takes either, and a fitness of one's own sees samples."""
+    import tidgap
+
+    problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+    seen = []
+
+    def fitness(population: Any, scores: Any) -> Any:
+        seen.append(scores.peaks)
+        return scores.time
+
+    for own in (None, fitness):
+        optimizer = tidgap.Optimizer(problem, seed=0, population=32, pricing="run", fitness=own)
+        population = optimizer.ask()
+        scores = optimizer.evaluate(population)
+        assert scores.units is not None
+        assert (scores.peaks == -(-scores.units // FINE)).all()
+        assert (scores.peaks <= problem.batch_size).all()
+        optimizer.tell(population, scores)
+        population = optimizer.ask()
+        scores = optimizer.evaluate(population)
+        optimizer.tell(population, scores.time, peaks=scores.peaks)
+        assert optimizer.generation == 2
+    assert seen and all((peaks <= problem.batch_size).all() for peaks in seen)

@@ -98,6 +98,15 @@ class JointSpace:
             times = xp.where(breaks(self.backward, genes.forward, genes.backward), INVALID, times)
         return times, peaks
 
+    def limit(self, level: MemoryLevel) -> Any:
+        """``(S,)`` int64: what ``level`` allows each stage, as :meth:`evaluate` counts
+        peaks (samples; with :attr:`memory`, its units:
+        :meth:`~tidgap.optimize.run_memory.RunMemory.limit`)."""
+        if self.memory is not None:
+            return self.memory.limit(level)
+        xp = namespace(self.forward_caps)
+        return xp.asarray(level.held, dtype=xp.int64)
+
     @property
     def mirrored(self) -> bool:
         """Whether the breeder and mutator make mirrored children (the ``mirrored`` rule)."""
@@ -145,12 +154,20 @@ class Island:
 
     @classmethod
     def seeded(
-        cls, level: MemoryLevel, candidates: JointGenes, times: Any, peaks: Any, size: int
+        cls,
+        level: MemoryLevel,
+        candidates: JointGenes,
+        times: Any,
+        peaks: Any,
+        size: int,
+        held: Any = None,
     ) -> Island:
         """The ``size`` fittest under ``level`` of ``candidates`` (repaired) with their
-        ``times`` ``(n,)`` and ``peaks`` ``(n, S)``."""
+        ``times`` ``(n,)`` and ``peaks`` ``(n, S)``; ``held``: the level as the peaks count
+        (:meth:`JointSpace.limit`; its samples by default)."""
         xp = namespace(candidates.forward)
-        held = xp.asarray(level.held, dtype=xp.int64)
+        if held is None:
+            held = xp.asarray(level.held, dtype=xp.int64)
         fitness = penalised(times, peaks, held)
         keep = xp.argsort(fitness, kind="stable")[:size]
         island = cls(level, held, candidates.take(keep), times[keep], peaks[keep], fitness[keep])
@@ -255,11 +272,14 @@ def pooled(islands: list[Island], count: int | None = None) -> tuple[JointGenes,
     return genes, times, peaks
 
 
-def fastest_within(times: Any, peaks: Any, level: MemoryLevel) -> int | None:
+def fastest_within(times: Any, peaks: Any, level: MemoryLevel, held: Any = None) -> int | None:
     """The index of the fastest individual (first on ties) whose ``peaks`` ``(n, S)`` are
-    within ``level`` and whose time is a plan's (not :data:`INVALID`), or ``None``."""
+    within ``level`` (``held``: as the peaks count it, :meth:`JointSpace.limit`; its samples
+    by default) and whose time is a plan's (not :data:`INVALID`), or ``None``."""
     xp = namespace(times)
-    fitness = penalised(times, peaks, xp.asarray(level.held, dtype=xp.int64))
+    if held is None:
+        held = xp.asarray(level.held, dtype=xp.int64)
+    fitness = penalised(times, peaks, held)
     index = int(xp.argmin(fitness))
     found = int(fitness[index]) == int(times[index]) < INVALID
     return index if found else None

@@ -34,6 +34,7 @@ from tidgap.optimize.joint import (
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel
 from tidgap.optimize.rng import CounterRng
+from tidgap.optimize.run_memory import FINE
 from tidgap.optimize.scores import Fitness, Scores, custom_scores, to_ticks
 
 #: The arrays of an island's state, in :meth:`JointOptimizer.state_arrays`.
@@ -108,9 +109,17 @@ class JointOptimizer:
         """The scores of ``population`` (the last asked): iteration times in ticks and the
         peaks, with the optimizer's own fitness applied when it has one."""
         check_told(self.asked, population)
-        times, peaks = self.space.evaluate(self.pending)
-        scores = Scores(times, self.ticked.tick, peaks=peaks)
+        scores = self._scores(*self.space.evaluate(self.pending))
         return scores if self.fitness is None else custom_scores(self.fitness, population, scores)
+
+    def _scores(self, times: Any, counted: Any) -> Scores:
+        """The built-in :class:`Scores` of ``times`` (ticks) and peaks as
+        :meth:`JointSpace.evaluate` counts them (with run memory, ``peaks`` rounded up to
+        samples and ``units`` the counts)."""
+        if self.space.memory is None:
+            return Scores(times, self.ticked.tick, peaks=counted)
+        samples = -(-counted // FINE)
+        return Scores(times, self.ticked.tick, peaks=samples, units=counted)
 
     def rescore(self) -> None:
         """Score every island again from its genes (leads repaired) with :meth:`evaluate`'s
@@ -120,7 +129,7 @@ class JointOptimizer:
             times, peaks = self.space.evaluate(genes)
             if self.fitness is not None:
                 population = Population(genes.forward, genes.backward, genes.codes)
-                built_in = Scores(times, self.ticked.tick, peaks=peaks)
+                built_in = self._scores(times, peaks)
                 times = custom_scores(self.fitness, population, built_in).ticks
             island._replace(genes, times, peaks)
             island.best_fitness = int(island.fitness.min())
@@ -129,15 +138,23 @@ class JointOptimizer:
         """Make the next generation from the last :meth:`ask`'s ``population`` and its
         ``fitness``: :class:`Scores`, or ``(P,)`` values in the problem's time unit (``inf``
         rejects one) with ``peaks`` ``(P, S)`` samples (computed with the built-in
-        evaluator when not given; the memory levels select on them)."""
+        evaluator when not given; the memory levels select on them; a search counting
+        memory as ``tidgap run`` holds it takes :class:`Scores`' ``units`` where they are
+        given, else counts the samples whole)."""
         asked = check_told(self.asked, population)
         xp = self.xp
+        units = None
         if isinstance(fitness, Scores):
-            ticks, peaks = fitness.ticks, fitness.peaks if peaks is None else peaks
+            ticks = fitness.ticks
+            if peaks is None:
+                peaks, units = fitness.peaks, fitness.units
         else:
             ticks = to_ticks(xp.asarray(fitness), self.ticked.tick)
         if peaks is None:
-            peaks = self.space.evaluate(self.pending)[1]
+            units = self.space.evaluate(self.pending)[1]
+        elif units is None and self.space.memory is not None:
+            units = xp.asarray(peaks, dtype=xp.int64) * FINE
+        peaks = peaks if units is None else units
         ticks, peaks = xp.asarray(ticks, dtype=xp.int64), xp.asarray(peaks, dtype=xp.int64)
         stages = self.problem.num_stages
         if ticks.shape != (population.size,) or peaks.shape != (population.size, stages):
@@ -171,7 +188,7 @@ class JointOptimizer:
     def best_within(self, level: MemoryLevel) -> tuple[JointGenes, int] | None:
         """The fastest individual of any island within ``level`` and its ticks, or ``None``."""
         genes, times, peaks = pooled(self.islands)
-        index = fastest_within(times, peaks, level)
+        index = fastest_within(times, peaks, level, self.space.limit(level))
         return None if index is None else (genes.take(slice(index, index + 1)), int(times[index]))
 
     def best(self) -> tuple[Plan, float] | None:

@@ -88,8 +88,7 @@ def joint_polish(
     """Steepest descent from ``individual`` (``(1, S, K)`` repaired genes, ``ticks`` its time,
     within ``level``) among plans within ``level``; returns the individual reached
     (repaired) and its time in ticks."""
-    xp = namespace(space.forward_caps)
-    held = xp.asarray(level.held, dtype=xp.int64)
+    held = space.limit(level)
     caps = (to_host(space.forward_caps), to_host(space.backward_caps))
     start = np.stack(
         [to_host(g)[0] for g in (individual.forward, individual.backward, individual.lead)]

@@ -33,10 +33,14 @@ STAGE_LIMITS = "stage memory_limit"
 @dataclass(frozen=True)
 class MemoryLevel:
     """``held[s]``: the most samples stage ``s`` may hold; ``label`` says where it comes
-    from (``1F1B``, ``1.5x 1F1B``, ``8 GB``, ``unlimited``)."""
+    from (``1F1B``, ``1.5x 1F1B``, ``8 GB``, ``unlimited``); ``bytes_cap[s]``: the byte
+    limit ``held[s]`` was rounded down from, where one binds (``inf`` where the samples
+    do; ``None``: on no stage), which a search counting bytes as ``tidgap run`` holds them
+    compares with (:meth:`tidgap.optimize.run_memory.RunMemory.limit`)."""
 
     label: str
     held: tuple[int, ...]
+    bytes_cap: tuple[float, ...] | None = None
 
     def admits(self, peak_held: list[int]) -> bool:
         """Whether a plan holding ``peak_held[s]`` samples is within this level."""
@@ -89,14 +93,26 @@ def held_within(limit: float, activation_bytes: float, batch_size: int) -> int:
 def stage_level(problem: Problem) -> MemoryLevel:
     """What the stages' own ``memory_limit`` allows (the whole batch where none is given),
     labelled ``unlimited`` when no stage gives one."""
+    B = problem.batch_size
     held = [
-        problem.batch_size
+        B
         if stage.memory_limit is None
-        else held_within(stage.memory_limit, stage.activation_bytes, problem.batch_size)
+        else held_within(stage.memory_limit, stage.activation_bytes, B)
         for stage in problem.stages
     ]
-    limited = any(stage.memory_limit is not None for stage in problem.stages)
-    return MemoryLevel(STAGE_LIMITS if limited else "unlimited", tuple(held))
+    limits = [stage.memory_limit for stage in problem.stages]
+    limited = any(limit is not None for limit in limits)
+    label = STAGE_LIMITS if limited else "unlimited"
+    return MemoryLevel(label, tuple(held), _binding(limits, held, B) if limited else None)
+
+
+def _binding(limits: list[float | None], held: list[int], batch_size: int) -> tuple[float, ...]:
+    """Per stage its byte limit where it binds (fewer than ``batch_size`` samples), else
+    ``inf``."""
+    return tuple(
+        math.inf if limit is None or h >= batch_size else float(limit)
+        for limit, h in zip(limits, held, strict=True)
+    )
 
 
 def bytes_level(problem: Problem, limit: int) -> MemoryLevel:
@@ -109,19 +125,34 @@ def bytes_level(problem: Problem, limit: int) -> MemoryLevel:
             source="--memory-limit",
         )
     held = [held_within(limit, s.activation_bytes, problem.batch_size) for s in problem.stages]
-    return MemoryLevel(format_bytes(limit), tuple(held))
+    caps = _binding([limit] * len(held), held, problem.batch_size)
+    return MemoryLevel(format_bytes(limit), tuple(held), caps)
 
 
 def scaled(level: MemoryLevel, factor: float, batch_size: int) -> MemoryLevel:
-    """``factor`` times ``level`` (samples rounded down, at most the batch)."""
+    """``factor`` times ``level`` (samples rounded down, at most the batch; a level in
+    samples: the best 1F1B's)."""
     held = tuple(min(batch_size, int(h * factor)) for h in level.held)
     label = level.label if factor == 1 else f"{factor:g}x {level.label}"
     return MemoryLevel(label, held)
 
 
 def capped(level: MemoryLevel, cap: MemoryLevel) -> MemoryLevel:
-    """``level`` within ``cap`` stage by stage (the stages' own limits stay in force)."""
-    return MemoryLevel(level.label, tuple(map(min, level.held, cap.held)))
+    """``level`` within ``cap`` stage by stage (the stages' own limits stay in force): the
+    fewer samples, with the byte limit behind them (on a tie the samples bind if they do
+    on either, else the smaller byte limit)."""
+    held = tuple(map(min, level.held, cap.held))
+    if level.bytes_cap is None and cap.bytes_cap is None:
+        return MemoryLevel(level.label, held)
+    ours = level.bytes_cap or (math.inf,) * len(held)
+    theirs = cap.bytes_cap or (math.inf,) * len(held)
+    caps = []
+    for a, b, x, y in zip(level.held, cap.held, ours, theirs, strict=True):
+        if a != b:
+            caps.append(x if a < b else y)
+        else:
+            caps.append(math.inf if math.inf in (x, y) else min(x, y))
+    return MemoryLevel(level.label, held, tuple(caps))
 
 
 def limit_in_force(

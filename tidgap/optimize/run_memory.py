@@ -10,13 +10,16 @@ figure, from the bytes per sample ``tidgap profile`` records under ``source.memo
 On a transformer stage that is a fraction of the model's figure, so a search that counts
 it can trade time for memory by recomputing, as activation checkpointing does.
 
-The search needs the figure for a whole population at once: :meth:`RunMemory.held_bytes`
-computes that walk's peak with array passes over the genes (equal to it, tested). Limits
-stay in samples of ``activation_bytes`` (:class:`~tidgap.optimize.limits.MemoryLevel`): a
-recomputing stage counts as the samples whose activations would take as many bytes
-(:func:`samples_of`), at most the whole batch (a stage whose inputs and draws outweigh its
-saved activations counts as holding the whole batch). :func:`run_held` gives one plan's
-figures for the search's result.
+The search needs the figures for a whole population at once: :meth:`RunMemory.held`
+computes those walks' peaks with array passes over the genes (equal to them, tested), for
+recomputing stages and for stages that store graphs (which also keep the received chunks
+reaching past their last op; a forward copies its part of a chunk). It counts them in
+:data:`FINE` units, a 65536th of a sample's activations (rounded up; a stage that stores
+graphs and keeps no chunk, as in GPipe and 1F1B, counts its held samples exactly), and
+compares them with each level's byte limit where one binds, else its samples
+(:meth:`RunMemory.limit`); at most the whole batch (a stage whose inputs and draws outweigh
+the whole batch's activations counts as holding the batch). :func:`run_evaluated` gives
+one plan's figures for the search's result.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 from tidgap.backends.xp import namespace
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.limits import MemoryLevel
 from tidgap.optimize.order_genes import (
     counts,
     holder_per_stage,
@@ -37,26 +41,31 @@ from tidgap.optimize.order_genes import (
     prefix,
     recomputing_stages,
 )
-from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.recompute_memory import predicted_held_bytes, recompute_bytes
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.held import over_limits
 
+#: Fine units per sample: a search counting memory as ``tidgap run`` holds it counts each
+#: stage in ``1 / FINE`` of a sample's activations (a power of two: scaling is exact).
+FINE = 1 << 16
 
-def samples_of(memory: Any, activation: Any, held: Any, batch_size: int) -> Any:
-    """``(..., S)`` int64: ``ceil(memory / activation)`` samples, at most ``batch_size``;
-    ``held`` where a stage's ``activation`` is not positive (a limit cannot bind there)."""
+
+def fine_units(memory: Any, activation: Any, held: Any, batch_size: int) -> Any:
+    """``(..., S)`` int64: ``memory`` bytes in :data:`FINE` units of ``activation`` bytes,
+    rounded up, at most ``batch_size`` samples; ``held`` samples where a stage's
+    ``activation`` is not positive (a limit cannot bind there)."""
     xp = namespace(memory)
     positive = activation > 0
-    samples = xp.ceil(memory / xp.where(positive, activation, 1.0))
-    return xp.where(positive, xp.minimum(samples, batch_size), held).astype(xp.int64)
+    units = xp.ceil(memory * FINE / xp.where(positive, activation, 1.0))
+    units = xp.minimum(units, batch_size * FINE)
+    return xp.where(positive, units, held * FINE).astype(xp.int64)
 
 
 #: Rows of :attr:`RunMemory.figures`: bytes per sample received, sent, drawn, of a
 #: backward's working set, and the whole batch's task tensors (bytes), per stage.
 INPUT, OUTPUT, DRAWS, BACKWARD, TASK = range(5)
 
-#: ``compiled(peaks, forward, backward, lead, memory) -> samples``: a backend's compiled
+#: ``compiled(peaks, forward, backward, lead, memory) -> units``: a backend's compiled
 #: twin of :meth:`RunMemory.held` (its record's ``run_memory``).
 CompiledHeld = Callable[[Any, Any, Any, Any, "RunMemory"], Any]
 
@@ -95,37 +104,53 @@ class RunMemory:
             xp.asarray(figures), xp.asarray(activation, dtype=xp.float64), B, problem.unit, compiled
         )
 
+    def limit(self, level: MemoryLevel) -> Any:
+        """``(S,)`` int64: what ``level`` allows each stage, in :data:`FINE` units: its
+        samples, or where a byte limit binds, that limit in units rounded down."""
+        xp = namespace(self.activation)
+        held = xp.asarray(level.held, dtype=xp.int64) * FINE
+        if level.bytes_cap is None:
+            return held
+        caps = xp.asarray(level.bytes_cap, dtype=xp.float64)
+        binding = xp.isfinite(caps) & (self.activation > 0)
+        units = xp.floor(
+            xp.where(binding, caps, 0.0) * FINE / xp.where(binding, self.activation, 1.0)
+        )
+        return xp.where(binding, xp.maximum(units.astype(xp.int64), held), held)
+
     def held(self, peaks: Any, forward: Any, backward: Any, lead: Any) -> Any:
-        """``(P, S)`` int64 samples as the limits count them: ``peaks`` (the model's peak
-        held samples) on stages that store graphs, :func:`samples_of` the bytes
-        :meth:`held_bytes` on recomputing ones."""
+        """``(P, S)`` int64, in :data:`FINE` units, what each stage holds as ``tidgap run``
+        runs it, for ``(P, S, K)`` sizes in units, the canonical ``lead`` of repaired genes
+        and the model's ``(P, S)`` peak held samples ``peaks``: on recomputing stages the
+        bytes :meth:`held_bytes`; on stages that store graphs :meth:`_stored_units`."""
         if self.compiled is not None:
             return self.compiled(peaks, forward, backward, lead, self)
-        counted = samples_of(
-            self.held_bytes(forward, backward, lead), self.activation, peaks, self.batch_size
+        chunks = _Chunks.of(forward, backward, lead)
+        recomputing = fine_units(
+            self._recomputing_bytes(chunks), self.activation, peaks, self.batch_size
         )
-        return namespace(peaks).where(recomputing_stages(forward, backward), counted, peaks)
+        stored = self._stored_units(chunks, peaks)
+        return namespace(peaks).where(recomputing_stages(forward, backward), recomputing, stored)
 
     def held_bytes(self, forward: Any, backward: Any, lead: Any) -> Any:
         """``(P, S)`` float64: the most bytes each stage would hold at an op's end if it
         recomputed, as :func:`~tidgap.runtime.recompute_memory.recompute_held_bytes` walks
-        it, for ``(P, S, K)`` sizes in units and the canonical ``lead`` of repaired genes.
+        it (arguments as :meth:`held`)."""
+        return self._recomputing_bytes(_Chunks.of(forward, backward, lead))
 
-        With backward ``k`` covering ``lo..hi`` after ``a_k`` forwards, ending at ``E``: the
-        stage keeps the received input chunks from the one holding ``lo`` to the one
-        holding ``E``, its forwards' draws from its own chunk holding ``lo`` to ``E``, and
-        the received gradient chunks from the one holding ``lo`` to the one holding ``hi``;
-        the backward adds its samples' working set (less its input and masks where one
-        chunk holds them all: views) and the batch's task tensors. Before it, after the
-        last forward since backward ``k - 1``, the same but the gradients only up to those
-        backward ``k - 1`` received."""
-        xp = namespace(forward)
-        forward_prefix, backward_prefix = prefix(forward), prefix(backward)
-        before = own_forwards(forward_prefix, backward_prefix) + lead.astype(xp.int64)
-        before = xp.minimum(before, counts(forward)[..., None])
-        lo, hi = backward_prefix[..., :-1], backward_prefix[..., 1:]
-        upstream = xp.concatenate([forward_prefix[:, :1], forward_prefix[:, :-1]], axis=1)
-        downstream = xp.concatenate([backward_prefix[:, 1:], backward_prefix[:, -1:]], axis=1)
+    def _recomputing_bytes(self, chunks: _Chunks) -> Any:
+        """:meth:`held_bytes`. With backward ``k`` covering ``lo..hi`` after ``a_k``
+        forwards, ending at ``E``: the stage keeps the received input chunks from the one
+        holding ``lo`` to the one holding ``E``, its forwards' draws from its own chunk
+        holding ``lo`` to ``E``, and the received gradient chunks from the one holding
+        ``lo`` to the one holding ``hi``; the backward adds its samples' working set (less
+        its input and masks where one chunk holds them all: views) and the batch's task
+        tensors. Before it, after the last forward since backward ``k - 1``, the same but
+        the gradients only up to those backward ``k - 1`` received."""
+        xp = namespace(chunks.before)
+        before, forward_prefix = chunks.before, chunks.forward
+        upstream, downstream = chunks.upstream, chunks.downstream
+        lo, hi = chunks.backward[..., :-1], chunks.backward[..., 1:]
         end = xp.take_along_axis(forward_prefix, before, axis=-1)
         inputs, one_input = _from_chunk_holding(upstream, lo, hi)
         inputs = _at(upstream, holder_per_stage(upstream, end)) - inputs
@@ -143,8 +168,70 @@ class RunMemory:
         previous = xp.concatenate([xp.full_like(before[..., :1], -1), before[..., :-1]], axis=-1)
         at_forward = xp.where(before > previous, at_forward, 0.0)
         peak = xp.maximum(at_backward * self.unit + task, at_forward * self.unit)
+        return xp.where(chunks.backwards, peak, 0.0).max(axis=-1)
+
+    def _stored_units(self, chunks: _Chunks, peaks: Any) -> Any:
+        """``(P, S)`` int64: what a stage that stores its graphs holds, in :data:`FINE`
+        units, as :func:`~tidgap.runtime.recompute_memory.stored_held_bytes` walks it:
+        after each forward ``k``, ending at ``E`` with the backwards up to ``hi`` done, its
+        ``E - hi`` held samples, plus the bytes of the received input chunk reaching past
+        ``E`` and of the gradient chunk reaching past ``hi``, kept whole, in units rounded
+        up (so a stage keeping no chunk counts its held samples exactly); at most the
+        batch; ``peaks`` where ``activation_bytes`` is 0."""
+        xp = namespace(peaks)
+        forward_prefix = chunks.forward
+        upstream, downstream = chunks.upstream, chunks.downstream
+        forwards = chunks.forwards
+        k = xp.arange(chunks.before.shape[-1])[None, None, :]
+        done = holder_per_stage(chunks.before, xp.minimum(k + 1, forwards))
+        end = forward_prefix[..., 1:]
+        last = _at(chunks.backward, done)
+        received = _at(upstream, holder_per_stage(upstream, end))
+        inputs = xp.where(received > end, received - _from_chunk_holding(upstream, end, end)[0], 0)
+        gradients = _at(downstream, holder_per_stage(downstream, last))
+        gradients = xp.where(
+            gradients > last, gradients - _from_chunk_holding(downstream, last, last)[0], 0
+        )
+        received_input, sent = (row[None, :, None] for row in self.figures[:2])
+        kept = (received_input * inputs + sent * gradients) * (self.unit * FINE)
+        positive = self.activation > 0
+        activation = xp.where(positive, self.activation, 1.0)[None, :, None]
+        units = (end - last) * (self.unit * FINE) + xp.ceil(kept / activation).astype(xp.int64)
+        units = xp.where(k < forwards, units, 0).max(axis=-1)
+        return xp.where(positive, xp.minimum(units, self.batch_size * FINE), peaks * FINE)
+
+
+@dataclass(frozen=True)
+class _Chunks:
+    """A population's ``(P, S, K+1)`` prefix sums in units, ``forward`` and ``backward``,
+    those of each stage's ``upstream`` neighbour's forwards and ``downstream`` neighbour's
+    backwards (a stage's own on the first / last stage, where the bytes that read them are
+    0), ``before`` ``(P, S, K)``: the forwards run before each backward (padding ``M_s``),
+    ``backwards`` ``(P, S, K)``: which backward slots are real, and ``forwards`` ``(P, S,
+    1)``: each stage's ``M_s``."""
+
+    forward: Any
+    backward: Any
+    upstream: Any
+    downstream: Any
+    before: Any
+    backwards: Any
+    forwards: Any
+
+    @classmethod
+    def of(cls, forward: Any, backward: Any, lead: Any) -> _Chunks:
+        """From ``(P, S, K)`` sizes in units and the canonical ``lead`` of repaired genes."""
+        xp = namespace(forward)
+        forward_prefix, backward_prefix = prefix(forward), prefix(backward)
+        before = own_forwards(forward_prefix, backward_prefix) + lead.astype(xp.int64)
+        before = xp.minimum(before, counts(forward)[..., None])
+        upstream = xp.concatenate([forward_prefix[:, :1], forward_prefix[:, :-1]], axis=1)
+        downstream = xp.concatenate([backward_prefix[:, 1:], backward_prefix[:, -1:]], axis=1)
         backwards = xp.arange(lead.shape[-1])[None, None, :] < counts(backward)[..., None]
-        return xp.where(backwards, peak, 0.0).max(axis=-1)
+        forwards = counts(forward)[..., None]
+        return cls(
+            forward_prefix, backward_prefix, upstream, downstream, before, backwards, forwards
+        )
 
 
 def _at(prefixes: Any, index: Any) -> Any:
@@ -161,18 +248,11 @@ def _from_chunk_holding(prefixes: Any, lo: Any, hi: Any) -> tuple[Any, Any]:
     return _at(prefixes, holding - 1), _at(prefixes, holding) >= hi
 
 
-def run_held(problem: Problem, plan: Plan, evaluation: Evaluation) -> tuple[Evaluation, list[int]]:
+def run_evaluated(problem: Problem, plan: Plan, evaluation: Evaluation) -> Evaluation:
     """``evaluation`` of ``plan`` with ``peak_memory`` (and ``over_memory_limit``) as
-    ``tidgap run`` holds it (:func:`~tidgap.runtime.recompute_memory.predicted_held_bytes`),
-    and each stage's samples as a run-priced search's limits count them
-    (:func:`samples_of` on recomputing stages, the model's ``peak_held`` elsewhere); as
-    they are where the problem has no ``source.memory``."""
+    ``tidgap run`` holds it (:func:`~tidgap.runtime.recompute_memory.predicted_held_bytes`);
+    as it is where the problem has no ``source.memory``."""
     memory = predicted_held_bytes(problem, plan, evaluation.peak_memory)
-    if recompute_bytes(problem) is None or memory is None:
-        return evaluation, list(evaluation.peak_held)
-    activation = np.asarray([s.activation_bytes for s in problem.stages], dtype=np.float64)
-    peaks = np.asarray(evaluation.peak_held, dtype=np.int64)
-    counted = samples_of(np.asarray(memory), activation, peaks, problem.batch_size)
-    held = np.where(recomputes(plan), counted, peaks)
-    priced = replace(evaluation, peak_memory=memory, over_memory_limit=over_limits(problem, memory))
-    return priced, [int(h) for h in held]
+    if memory is None or memory == evaluation.peak_memory:
+        return evaluation
+    return replace(evaluation, peak_memory=memory, over_memory_limit=over_limits(problem, memory))

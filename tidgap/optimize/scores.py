@@ -11,7 +11,7 @@ tick is a power of two).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -29,13 +29,17 @@ class Scores:
     :data:`~tidgap.backends.evaluator.INVALID` for an individual that is no plan or breaks
     a constraint), for a separable family also ``halves`` (forward end and backward span,
     ``(P,)`` ticks each, whose sum is ``ticks``), and for an ordered family ``peaks``
-    ``(P, S)``, the samples each stage holds at most. All on the optimizer's ``xp``;
-    ``tick`` converts to the problem's time unit."""
+    ``(P, S)``, the samples each stage holds at most, and ``units``, the same as the
+    memory levels count them where that differs (a search counting memory as ``tidgap
+    run`` holds it: :data:`~tidgap.optimize.run_memory.FINE` units; ``peaks`` are then
+    those rounded up to samples). All on the optimizer's ``xp``; ``tick`` converts to the
+    problem's time unit."""
 
     ticks: Any
     tick: float
     halves: tuple[Any, Any] | None = None
     peaks: Any = None
+    units: Any = None
 
     @property
     def time(self) -> Any:
@@ -51,7 +55,7 @@ class Scores:
         halves = None
         if self.halves is not None:
             halves = tuple(xp.where(keep, half, INVALID) for half in self.halves)
-        return Scores(xp.where(keep, self.ticks, INVALID), self.tick, halves, self.peaks)
+        return replace(self, ticks=xp.where(keep, self.ticks, INVALID), halves=halves)
 
     @property
     def valid(self) -> Any:
@@ -132,7 +136,7 @@ def custom_scores(fitness: Fitness, population: Population, built_in: Scores) ->
             for half, own in zip(result, built_in.halves, strict=True)
         )
         ticks = namespace(built_in.ticks).minimum(halves[0] + halves[1], INVALID)
-        return Scores(ticks, built_in.tick, (halves[0], halves[1]), built_in.peaks)
+        return replace(built_in, ticks=ticks, halves=(halves[0], halves[1]))
     if built_in.halves is not None:
         raise ValueError(
             "the flush family is separable: its fitness returns (forward, backward) values"
@@ -143,8 +147,7 @@ def custom_scores(fitness: Fitness, population: Population, built_in: Scores) ->
             f"fitness returned shape {ticks.shape} (mask {mask.shape}) for a population of "
             f"{built_in.ticks.shape[0]}"
         )
-    ticks = xp.where(mask & built_in.valid, ticks, INVALID)
-    return Scores(ticks, built_in.tick, None, built_in.peaks)
+    return replace(built_in, ticks=xp.where(mask & built_in.valid, ticks, INVALID))
 
 
 def _is_mask(value: Any) -> bool:

@@ -22,6 +22,7 @@ import numpy as np
 from tidgap.backends import Backend, load
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING, TickedProblem, tick_problem
+from tidgap.backends.xp import namespace, to_host
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
@@ -67,7 +68,7 @@ from tidgap.optimize.preparation import (
 )
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
-from tidgap.optimize.run_memory import RunMemory, run_held
+from tidgap.optimize.run_memory import RunMemory, run_evaluated
 from tidgap.runtime.pricing import run_evaluation, run_op_times
 from tidgap.schedules.baselines import BaselineResult, best_baselines, equal_sizes
 from tidgap.schedules.families import (
@@ -249,7 +250,7 @@ def fastest_admitted(
     if not kept:
         return [None] * len(levels)
     scored = space.evaluate(JointGenes.concatenate([b[0] for b in kept]))
-    chosen = [fastest_within(*scored, level) for level in levels]
+    chosen = [fastest_within(*scored, level, space.limit(level)) for level in levels]
     return [None if index is None else kept[index] for index in chosen]
 
 
@@ -258,22 +259,28 @@ def decoded(
     problem: Problem,
     level: MemoryLevel,
     pricing: str = MODEL_PRICING,
-    memory_pricing: str = MODEL_PRICING,
+    memory: RunMemory | None = None,
 ) -> TradeoffPoint:
     """The plan of one individual, checked and evaluated with the reference simulator
-    (its times priced by ``pricing``, its memory by ``memory_pricing``: run, as
-    :func:`~tidgap.optimize.run_memory.run_held`)."""
+    (its times priced by ``pricing``; with ``memory``, the search's count of what it holds
+    as ``tidgap run`` runs it, and its ``peak_memory`` the run's:
+    :func:`~tidgap.optimize.run_memory.run_evaluated`)."""
     plan = decode_plan(genes.forward[0], genes.backward[0], problem, genes.codes[0])
     check_plan(plan, problem)
     if pricing == RUN_PRICING:
         evaluation = run_evaluation(problem, plan, run_op_times(problem, plan, order=False))
     else:
         evaluation = SEARCHED.evaluate(problem, plan)
-    held = evaluation.peak_held
-    if memory_pricing == RUN_PRICING:
-        evaluation, held = run_held(problem, plan, evaluation)
-    if not level.admits(held):
-        raise AssertionError(f"the plan for {level.label} holds {held}")
+    if memory is None:
+        held, allowed = evaluation.peak_held, list(level.held)
+    else:
+        xp = namespace(genes.forward)
+        peaks = xp.asarray([evaluation.peak_held], dtype=xp.int64)
+        held = to_host(memory.held(peaks, genes.forward, genes.backward, genes.lead))[0].tolist()
+        allowed = to_host(memory.limit(level)).tolist()
+        evaluation = run_evaluated(problem, plan, evaluation)
+    if any(h > a for h, a in zip(held, allowed, strict=True)):
+        raise AssertionError(f"the plan for {level.label} holds {held}, over {allowed}")
     return TradeoffPoint(level, plan, evaluation)
 
 
@@ -428,7 +435,9 @@ def prepare_windowed(
         fill = max(population - seeds.size, population // 2)
         candidates = JointGenes.concatenate([space.repaired(device_seeds), space.random(fill, rng)])
         scored = (candidates, *space.evaluate(candidates))
-        islands = [Island.seeded(level, *scored, population) for level in levels]
+        islands = [
+            Island.seeded(level, *scored, population, space.limit(level)) for level in levels
+        ]
     optimizer = JointOptimizer(
         problem,
         ticked,
@@ -534,7 +543,7 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
     tradeoff = [
         TradeoffPoint(level, None, None)
         if best is None
-        else decoded(best[0], problem, level, run.pricing, run.memory_pricing)
+        else decoded(best[0], problem, level, run.pricing, run.optimizer.space.memory)
         for level, best in zip(levels, found, strict=True)
     ]
     chosen = tradeoff[levels.index(in_force)]
