@@ -306,3 +306,14 @@ def test_ask_and_tell_give_samples_and_keep_the_units() -> None:
         optimizer.tell(population, scores.time, peaks=scores.peaks)
         assert optimizer.generation == 2
     assert seen and all((peaks <= problem.batch_size).all() for peaks in seen)
+
+
+def test_a_resumed_search_counts_memory_as_one_search(tmp_path: Any) -> None:
+    """The islands' peaks in a state file are the units the search counted."""
+    from tests.optimize.test_checkpoint import resumed
+
+    problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+    options = dict(seed=5, population=16, backend="numba", pricing="run")
+    full, rest, _ = resumed(tmp_path, problem, 1400, 1250, memory_limit=6_000_000, **options)
+    assert rest.memory_pricing == full.memory_pricing == "run"
+    assert rest.plan == full.plan and any(recomputes(full.plan))
