@@ -72,7 +72,8 @@ CompiledHeld = Callable[[Any, Any, Any, Any, "RunMemory"], Any]
 
 @dataclass(frozen=True)
 class RunMemory:
-    """What a recomputing stage holds, per stage, on the search's array module:
+    """The figures that say what stages hold as ``tidgap run`` runs them, per stage, on the
+    search's array module:
     ``figures`` ``(5, S)`` float64 (rows :data:`INPUT`, :data:`OUTPUT` (the next stage's
     input; 0 on the last), :data:`DRAWS`, :data:`BACKWARD` in bytes per sample, :data:`TASK`
     in bytes), ``activation`` ``(S,)`` (``activation_bytes``), ``unit`` samples per

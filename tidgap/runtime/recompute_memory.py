@@ -9,6 +9,8 @@ re-runs. :func:`recompute_held_bytes` walks the stage's instructions
 (:func:`~tidgap.runtime.lowering.lower`) and counts those at each op's end, as the stage
 counts what it holds (:class:`~tidgap.runtime.stage.HeldBytes`), from the bytes per sample
 that ``tidgap profile`` records under ``source.memory`` (:func:`recompute_bytes`).
+:func:`stored_held_bytes` does the same for a stage that stores its graphs: its held
+samples' ``activation_bytes`` and the received chunks it keeps past its ops.
 """
 
 from __future__ import annotations
