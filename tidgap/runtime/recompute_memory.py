@@ -15,12 +15,12 @@ samples' ``activation_bytes`` and the received chunks it keeps past its ops.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.runtime.lowering import lower, recomputes
+from tidgap.runtime.lowering import Instruction, lower, recomputes
 
 #: The ``source.memory`` fields ``tidgap profile`` writes, per stage (bytes per sample):
 #: :class:`RecomputeBytes`'s fields in order.
@@ -83,34 +83,23 @@ def recompute_held_bytes(
     ``stages``: every stage's :class:`RecomputeBytes` (stage ``s + 1``'s input bytes are
     ``s``'s output's and its gradient's)."""
     own = stages[s]
-    out = 0.0 if s == len(stages) - 1 else stages[s + 1].input
-    inputs: list[tuple[int, int]] = []
-    gradients: list[tuple[int, int]] = []
+    received = _Received(own.input, 0.0 if s == len(stages) - 1 else stages[s + 1].input)
     draws: list[tuple[int, int]] = []
-
-    def kept() -> float:
-        return (
-            own.input * _samples(inputs) + out * _samples(gradients) + own.draws * _samples(draws)
-        )
-
     peak = 0.0
-    for step in lower(plan)[s]:
+    for step in received.computing(plan, s):
         lo, hi = step.samples
-        if step.kind == "recv_forward":
-            inputs.append(step.samples)
-        elif step.kind == "recv_backward":
-            gradients.append(step.samples)
-        elif step.kind == "forward":
+        if step.kind == "forward":
             draws.append(step.samples)
-            peak = max(peak, kept())
+            peak = max(peak, received.kept() + own.draws * _samples(draws))
         elif step.kind == "backward":
             n = hi - lo
-            shared = n * own.input * _within_one(inputs, lo, hi)
+            shared = n * own.input * _within_one(received.inputs, lo, hi)
             shared += n * own.draws * _within_one(draws, lo, hi)
-            peak = max(peak, kept() + n * own.backward - shared + batch_size * own.task)
-            inputs = [c for c in inputs if c[1] > hi]
-            gradients = [c for c in gradients if c[1] > hi]
-            draws = [c for c in draws if c[1] > hi]
+            kept = received.kept() + own.draws * _samples(draws)
+            peak = max(peak, kept + n * own.backward - shared + batch_size * own.task)
+            received.inputs = _after(received.inputs, hi)
+            received.gradients = _after(received.gradients, hi)
+            draws = _after(draws, hi)
     return peak
 
 
@@ -125,26 +114,49 @@ def stored_held_bytes(
     last forward (a forward takes its own copy of part of a chunk) and the gradient chunk
     that reaches past the last backward. The task's tensors, which the first and last
     stages keep whole, tensors made once per chunk and the losses are left out."""
-    out = 0.0 if s == len(stages) - 1 else stages[s + 1].input
-    inputs: list[tuple[int, int]] = []
-    gradients: list[tuple[int, int]] = []
+    received = _Received(stages[s].input, 0.0 if s == len(stages) - 1 else stages[s + 1].input)
     forwarded = backwarded = 0
     peak = 0.0
-    for step in lower(plan)[s]:
-        lo, hi = step.samples
-        if step.kind == "recv_forward":
-            inputs.append(step.samples)
-        elif step.kind == "recv_backward":
-            gradients.append(step.samples)
-        elif step.kind == "forward":
+    for step in received.computing(plan, s):
+        hi = step.samples[1]
+        if step.kind == "forward":
             forwarded = hi
-            inputs = [c for c in inputs if c[1] > hi]
-            kept = stages[s].input * _samples(inputs) + out * _samples(gradients)
-            peak = max(peak, activation * (forwarded - backwarded) + kept)
+            received.inputs = _after(received.inputs, hi)
+            peak = max(peak, activation * (forwarded - backwarded) + received.kept())
         elif step.kind == "backward":
             backwarded = hi
-            gradients = [c for c in gradients if c[1] > hi]
+            received.gradients = _after(received.gradients, hi)
     return peak
+
+
+class _Received:
+    """The chunks a stage received and keeps, as it walks its instructions: ``inputs`` of
+    ``input_bytes`` a sample and ``gradients`` of ``output_bytes`` (``(lo, hi)`` each)."""
+
+    def __init__(self, input_bytes: float, output_bytes: float) -> None:
+        self.input_bytes, self.output_bytes = input_bytes, output_bytes
+        self.inputs: list[tuple[int, int]] = []
+        self.gradients: list[tuple[int, int]] = []
+
+    def computing(self, plan: Plan, s: int) -> Iterator[Instruction]:
+        """Stage ``s``'s instructions but its receives, which it records."""
+        for step in lower(plan)[s]:
+            if step.kind == "recv_forward":
+                self.inputs.append(step.samples)
+            elif step.kind == "recv_backward":
+                self.gradients.append(step.samples)
+            else:
+                yield step
+
+    def kept(self) -> float:
+        """The bytes of the chunks kept."""
+        inputs, gradients = _samples(self.inputs), _samples(self.gradients)
+        return self.input_bytes * inputs + self.output_bytes * gradients
+
+
+def _after(chunks: list[tuple[int, int]], sample: int) -> list[tuple[int, int]]:
+    """``chunks`` but those that end at or before ``sample`` (a stage drops them)."""
+    return [c for c in chunks if c[1] > sample]
 
 
 def _samples(chunks: list[tuple[int, int]]) -> int:
