@@ -5,8 +5,9 @@ or of one warp, and ``windowed_lanes.cu``, a lane per stage; and the one ``"auto
 fastest) at several sizes on ``bench_windowed``'s
 population (issue 11's target: >= 2e8 evaluations/s at ``P >= 2**20`` on an H200), and one
 generation of the joint GA (``bench_windowed.Generation``) at ``P = 2**16`` with each
-(target: at most 2 ms), and one annealing step of ``2**16`` chains (four islands of ``2**14``: the
-mutation kernel, the repair in it, the ordered-plan kernel and the acceptance).
+(target: at most 2 ms), one annealing step of ``2**16`` chains (four islands of ``2**14``: the
+mutation kernel, the repair in it, the ordered-plan kernel and the acceptance), and the
+run-priced search's memory count at ``P = 2**16``.
 
 Workload as in ``bench_evaluate.py``: ``S = 8``, ``B = 256``, unit 1, 12..20 microbatches
 per stage and direction, ``K = 32``; one evaluation is ``forward_end + backward_span``.
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 from bench_evaluate import POPULATION, STAGES, WIDTH, random_chromosomes, synthetic_problem
-from bench_windowed import Generation, ordered_population
+from bench_windowed import ISLAND, Generation, ordered_population, run_memory
 
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.gpu import gpu_unusable_reason
@@ -244,3 +245,30 @@ def test_cuda_anneal_step_at_65536(benchmark: Any, throughput: Any, kernel: str)
     throughput(f"cuda anneal {kernel} 4x2^14", benchmark, evaluations)
     if benchmark.stats is not None:
         benchmark.extra_info["steps_per_second"] = 1 / benchmark.stats.stats.median
+
+
+def test_cuda_run_memory_count(benchmark: Any, throughput: Any) -> None:
+    """What ``2**16`` plans' stages hold as ``tidgap run`` runs them (``RunMemory.held``,
+    a run-priced search's memory count: the array passes on CuPy), an island of
+    ``bench_windowed``'s repeated, equal to Numba's loops on the island."""
+    import cupy
+
+    island = Generation.on("numba", ISLAND).island
+    host = (island.genes.forward, island.genes.backward, island.genes.lead, island.peaks)
+    repeat = 2**16 // ISLAND
+    forward, backward, lead, peaks = (
+        cupy.asarray(np.tile(a, (repeat,) + (1,) * (a.ndim - 1))) for a in host
+    )
+    memory = run_memory("cuda")
+
+    def count() -> Any:
+        held = memory.held(peaks, forward, backward, lead)
+        cupy.cuda.Device().synchronize()
+        return held
+
+    got = count()
+    benchmark.group = "cuda run memory count S=8 B=256 P=2^16"
+    benchmark(count)
+    expected = run_memory("numba").held(host[3], *host[:3])
+    assert np.array_equal(to_host(got)[:ISLAND], expected)
+    throughput("cuda run-memory P=2^16", benchmark, 2**16)

@@ -42,7 +42,7 @@ from bench_evaluate import BATCH, POPULATION, STAGES, WIDTH, random_chromosomes,
 
 from tidgap import Problem
 from tidgap.analysis.workload import Draw, ordered_population
-from tidgap.backends import BACKENDS
+from tidgap.backends import BACKENDS, load
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import RUN_PRICING, TickedProblem, tick_problem
 from tidgap.backends.xp import to_host
@@ -53,6 +53,7 @@ from tidgap.optimize.genome import Population, decode_plan
 from tidgap.optimize.joint import Island, JointSpace, backend_breeding
 from tidgap.optimize.limits import stage_level
 from tidgap.optimize.rng import CounterRng
+from tidgap.optimize.run_memory import RunMemory
 from tidgap.optimize.windowed_driver import ANNEAL_CHAINS
 from tidgap.schedules.families import SCHEDULES
 
@@ -242,3 +243,39 @@ def test_windowed_anneal_step(benchmark: Any, throughput: Any, backend: str) -> 
     throughput(f"anneal-{backend} S=8 B=256 4x{chains}", benchmark, evaluations)
     if benchmark.stats is not None:
         benchmark.extra_info["steps_per_second"] = 1 / benchmark.stats.stats.median
+
+
+def run_memory(backend: str, batch_size: int = BATCH) -> RunMemory:
+    """What the ``S = 8`` problem's stages hold as ``tidgap run`` runs them, with a GPT
+    stage's figures (1.6 MB of activations a sample; recomputing: 32 KB of input, 70 KB of
+    draws, a 1.4 MB working set a sample), on ``backend``'s arrays, with its compiled twin
+    where it has one."""
+    record = BACKENDS[backend]
+    xp = record.namespace()
+    figures = np.zeros((5, STAGES))
+    figures[0, 1:] = figures[1, :-1] = 32768
+    figures[2], figures[3] = 70000, 1_400_000
+    figures[4, 0] = figures[4, -1] = 512 * batch_size
+    compiled = None if record.run_memory is None else load(record.run_memory)
+    activation = xp.full(STAGES, 1_600_000.0)
+    return RunMemory(xp.asarray(figures), activation, batch_size, 1, compiled)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_run_memory_count(benchmark: Any, throughput: Any, backend: str) -> None:
+    """What an island's stages hold as ``tidgap run`` runs them (``RunMemory.held``, the
+    run-priced search's memory count, about one evaluation per generation on Numba), equal
+    on both backends."""
+    generation = Generation.on(backend, ISLAND)
+    genes, peaks = generation.island.genes, generation.island.peaks
+    memory = run_memory(backend)
+
+    def count() -> Any:
+        return memory.held(peaks, genes.forward, genes.backward, genes.lead)
+
+    held = count()  # warm-up: Numba compiles (or loads its cache)
+    other = run_memory("numpy" if backend == "numba" else "numba")
+    assert np.array_equal(held, other.held(peaks, genes.forward, genes.backward, genes.lead))
+    benchmark.group = f"run memory count S=8 B=256 P={ISLAND}"
+    benchmark(count)
+    throughput(f"run-memory-{backend} S=8 B=256 P={ISLAND}", benchmark, ISLAND)
