@@ -1,6 +1,6 @@
 """What each stage holds as ``tidgap run`` runs it, as compiled loops (Numba): the same
-``(P, S)`` samples as the array passes of :meth:`tidgap.optimize.run_memory.RunMemory.held`
-(bytes as ``held_bytes``), a chunk of individuals per ``prange`` iteration.
+``(P, S)`` counts as the array passes of :meth:`tidgap.optimize.run_memory.RunMemory.held`,
+a chunk of individuals per ``prange`` iteration.
 
 Per stage, with ``P`` / ``Q`` its forward / backward prefix sums in units, ``U`` the
 upstream stage's forward sums and ``D`` the downstream stage's backward sums (the stage's
@@ -151,9 +151,8 @@ def _recomputes(fp, bp, n):  # pragma: no cover - compiled
     return False
 
 
-@njit(cache=True, parallel=True, boundscheck=False)
+@njit(cache=True, parallel=True, boundscheck=False)  # pragma: no cover - compiled
 def _held(forward, backward, lead, peaks, figures, activation, unit, batch, held):
-    # pragma: no cover - compiled
     """Every individual in parallel: ``held`` what the limits count, in ``FINE`` units."""
     population, stages, width = forward.shape
     chunks = (population + CHUNK - 1) // CHUNK
@@ -195,7 +194,7 @@ def held(
     """:meth:`~tidgap.optimize.run_memory.RunMemory.held`: ``(P, S)`` int64 units for
     ``(P, S, K)`` sizes (units), canonical leads and the model's ``(P, S)`` ``peaks``."""
     population, stages, _ = forward.shape
-    samples = np.empty((population, stages), dtype=np.int64)
+    units = np.empty((population, stages), dtype=np.int64)
     _held(
         np.ascontiguousarray(forward),
         np.ascontiguousarray(backward),
@@ -205,6 +204,6 @@ def held(
         np.ascontiguousarray(memory.activation, dtype=np.float64),
         int(memory.unit),
         int(memory.batch_size),
-        samples,
+        units,
     )
-    return samples
+    return units

@@ -248,12 +248,16 @@ def test_the_summary_says_how_memory_was_counted(gpt_searches: list) -> None:
     assert "memory as tidgap run holds it" not in "\n".join(summary_lines(model_memory))
 
 
-def test_model_pricing_and_rules_without_recomputation_count_the_models_memory() -> None:
+def test_model_pricing_counts_the_models_memory_and_every_rule_the_runs() -> None:
+    """Model pricing keeps model.md's memory; run pricing counts the run's under every
+    backward rule (a stage that stores graphs keeps received chunks too)."""
     problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
     limit = {"memory_limit": 6_000_000}
     assert search(problem, **SEARCH | {"pricing": "model"}, **limit).memory_pricing == "model"
-    kept = search(problem, **SEARCH, **limit, backward="aligned")
-    assert kept.memory_pricing == "model" and not any(recomputes(kept.plan))
+    for rule in ("aligned", "mirrored"):
+        kept = search(problem, **SEARCH, **limit, backward=rule)
+        assert kept.memory_pricing == "run" and not any(recomputes(kept.plan))
+        assert max(kept.evaluation.peak_memory) <= 6_000_000
 
 
 def test_same_seed_same_plan_on_every_backend(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -311,8 +311,8 @@ class WindowedRun:
 
     @property
     def memory_pricing(self) -> str:
-        """How the limits count memory: ``run`` where the search counts recomputing stages
-        as ``tidgap run`` holds them (:mod:`tidgap.optimize.run_memory`), else ``model``."""
+        """How the limits count memory: ``run`` where the search counts every stage as
+        ``tidgap run`` holds it (:mod:`tidgap.optimize.run_memory`), else ``model``."""
         return MODEL_PRICING if self.optimizer.space.memory is None else RUN_PRICING
 
     def report(self) -> Callable | None:
@@ -423,7 +423,7 @@ def prepare_windowed(
     rng = CounterRng(seed, xp)
     caps = rule_caps(backward, xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
     memory = None
-    if pricing == RUN_PRICING and backward == FREE:
+    if pricing == RUN_PRICING:
         compiled = None if record.run_memory is None else load(record.run_memory)
         memory = RunMemory.of(problem, xp, compiled)
     space = JointSpace(evaluator, *caps, width, *breeding, backward=backward, memory=memory)
