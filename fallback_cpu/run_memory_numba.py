@@ -14,8 +14,9 @@ task tensors. After its last forward before backward ``k`` (where it ran one sin
 ``k - 1``) it keeps the same inputs and draws, and the gradients received up to backward
 ``k - 1``. Each chunk index is a walk that only moves forward as ``k`` grows. A stage that
 recomputes (a backward boundary not a forward one) counts its bytes in ``FINE`` units of
-its activations, rounded up, at most the batch; one that stores graphs its held samples
-after each forward plus the received chunks it keeps past its last forward and backward.
+its activations, rounded up, at most the batch; one that stores graphs its alive graphs
+after each forward, the task's tensors and the received chunks it keeps past its last
+forward and backward, the same way.
 Numba is imported only when this module is.
 """
 
@@ -25,7 +26,17 @@ import numpy as np
 from numba import njit, prange
 
 from tidgap.fallback_cpu.repair_numba import _prefix
-from tidgap.optimize.run_memory import BACKWARD, DRAWS, FINE, INPUT, OUTPUT, TASK, RunMemory
+from tidgap.optimize.run_memory import (
+    BACKWARD,
+    DRAWS,
+    FINE,
+    GRAPH_CHUNK,
+    GRAPH_SAMPLE,
+    INPUT,
+    OUTPUT,
+    TASK,
+    RunMemory,
+)
 
 #: Individuals per ``prange`` iteration, which allocates its scratch once.
 CHUNK = 64
@@ -98,10 +109,11 @@ def _stage(fp, m, bp, n, up, down, lead, figures, s, unit):  # pragma: no cover 
 
 @njit(cache=True, boundscheck=False, nogil=True)
 def _stored(fp, m, bp, n, up, down, lead, figures, activation, s, unit):  # pragma: no cover
-    """What stage ``s``, storing its graphs, holds in ``FINE`` units: after each forward
-    ``k`` (ending at ``E``, the backwards up to ``hi`` done), ``E - hi`` held samples plus
-    the received input chunk reaching past ``E`` and gradient chunk reaching past ``hi``,
-    in units of ``activation`` rounded up."""
+    """What stage ``s``, storing its graphs, holds in ``FINE`` units of ``activation``,
+    rounded up: after each forward ``k`` (ending at ``E``, the backwards up to ``hi``
+    done), its alive graphs (``E - hi`` samples, ``k + 1`` less the backwarded chunks),
+    the task's tensors, the received input chunk reaching past ``E`` and the gradient chunk
+    reaching past ``hi``."""
     j = 0
     own = 0
     before = m
@@ -113,6 +125,7 @@ def _stored(fp, m, bp, n, up, down, lead, figures, activation, s, unit):  # prag
     input_chunk = 0
     gradient_end = 0
     gradient_chunk = 0
+    done = 0
     best = 0
     for k in range(m):
         while j < n and before <= k:
@@ -133,9 +146,12 @@ def _stored(fp, m, bp, n, up, down, lead, figures, activation, s, unit):  # prag
         if down[gradient_end] > last:
             gradient_chunk = _start(down, gradient_chunk, last)
             kept_gradients = down[gradient_end] - down[gradient_chunk]
-        kept = (figures[INPUT, s] * kept_input + figures[OUTPUT, s] * kept_gradients) * unit
-        units = (end - last) * unit * FINE + np.int64(np.ceil(kept * FINE / activation))
-        best = max(best, units)
+        done = _holder(fp, done, last)
+        graphs = figures[GRAPH_SAMPLE, s] * (end - last)
+        kept = figures[INPUT, s] * kept_input + figures[OUTPUT, s] * kept_gradients
+        held = (graphs + kept) * unit + figures[GRAPH_CHUNK, s] * (k + 1 - done)
+        held += figures[TASK, s]
+        best = max(best, np.int64(np.ceil(held * FINE / activation)))
     return best
 
 

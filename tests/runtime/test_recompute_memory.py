@@ -28,6 +28,7 @@ from tidgap.model.problem import Problem  # noqa: E402
 from tidgap.profiling.measure import (  # noqa: E402
     chain_inputs,
     graph_bytes_per_sample,
+    graph_growth,
     recompute_bytes_per_sample,
 )
 from tidgap.profiling.models import Model, gpt  # noqa: E402
@@ -37,7 +38,9 @@ from tidgap.runtime.fake import run_ranks  # noqa: E402
 from tidgap.runtime.lowering import lower, recomputes  # noqa: E402
 from tidgap.runtime.recompute_memory import (  # noqa: E402
     FIELDS,
+    GraphBytes,
     RecomputeBytes,
+    graph_bytes,
     predicted_held_bytes,
     recompute_bytes,
     recompute_held_bytes,
@@ -82,6 +85,20 @@ def profiled(model: Model, boundaries: list[int]) -> tuple[list[RecomputeBytes],
     ]
     saved = [graph_bytes_per_sample(m, x, s == 0, s == last) for s, (m, x) in pairs]
     return [RecomputeBytes(*row) for row in measured], saved
+
+
+def graphs(model: Model, boundaries: list[int]) -> list[GraphBytes]:
+    """Per stage, what the profile measures a stored graph holds, per sample and per chunk."""
+    task = make_task(model, B, 5, CPU, torch.get_default_dtype())
+    modules = [module for _, _, module in stage_modules(model, boundaries)]
+    inputs = chain_inputs([("", m) for m in modules], model.input(B, CPU))
+    modules[-1] = WithLoss(modules[-1], task)
+    last = len(modules) - 1
+    pairs = enumerate(zip(modules, inputs, strict=True))
+    return [
+        GraphBytes(*graph_growth(m, x, s == 0, task.targets if s == last else None))
+        for s, (m, x) in pairs
+    ]
 
 
 def measured_peaks(model: Model, boundaries: list[int], plan: Plan) -> list[int]:
@@ -141,21 +158,24 @@ def test_a_stage_that_stores_graphs_holds_activation_bytes_per_held_sample(
 ) -> None:
     """GPipe(m) and 1F1B(m) (every stage's chunks the same: no received chunk is cut): each
     stage holds its peak held samples times ``activation_bytes``, which counts each graph's
-    input and output beside what autograd saves. Not counted, and bounded here: tensors made
-    once per chunk (the GPT's positions and masks: 64 bytes), each chunk's loss on the last
-    stage (4 bytes), and the task's tensors, which the first and last stages keep whole
-    (``B`` samples of ``task_bytes_per_sample``) where the profile counts them per sample."""
+    input and output beside what autograd saves, give or take the tensors made once per
+    chunk (the GPT's positions and masks), each chunk's loss on the last stage (4 bytes)
+    and the task's tensors, which the first and last stages keep whole; the walk with the
+    graphs' bytes per sample and per chunk counts all of them but the losses."""
     make, boundaries = STORING[case]
     model = make()
     recomputing, saved = profiled(model, boundaries)
+    growth = graphs(model, boundaries)
     stages = len(boundaries) + 1
     gpipe = Plan.of(*[[[B // microbatches] * microbatches] * stages] * 2)
     for plan in (gpipe, one_f_one_b(stages, microbatches)):
         got = measured_peaks(model, boundaries, plan)
         for s, held in enumerate(got):
             model_figure = max(h for _, h in _held_samples(plan, s)) * saved[s]
-            extra = 64 * (microbatches - 1) + 4 * microbatches + B * recomputing[s].task
-            assert model_figure <= held <= model_figure + extra, (s, plan)
+            extra = growth[s].chunk * microbatches + 4 * microbatches + B * recomputing[s].task
+            assert abs(held - model_figure) <= extra, (s, plan)
+            want = stored_held_bytes(plan, s, recomputing, growth[s], B)
+            assert want <= held <= want + 4 * microbatches, (s, plan, held, want)
 
 
 MISMATCHED = {
@@ -174,18 +194,17 @@ MISMATCHED = {
 def test_a_stage_that_stores_graphs_is_predicted_with_the_chunks_it_keeps(case: str) -> None:
     """Microbatches cut from larger received chunks: each forward copies its part of a
     chunk (a view would keep the whole chunk alive with the graph), and the stage keeps
-    the chunk reaching past its last forward; the prediction counts both. Within the
-    per-chunk tensors, losses and the task's tensors held whole, as above."""
+    the chunk reaching past its last forward; the prediction counts both, within the
+    chunks' losses."""
     make, boundaries, plan = MISMATCHED[case]
     model = make()
-    stages, saved = profiled(model, boundaries)
+    stages, _ = profiled(model, boundaries)
+    growth = graphs(model, boundaries)
     got = measured_peaks(model, boundaries, plan)
     assert not any(recomputes(plan))
     for s, held in enumerate(got):
-        want = stored_held_bytes(plan, s, stages, saved[s])
-        chunks = len(plan.forward[s])
-        extra = 64 * chunks + 4 * chunks + B * stages[s].task
-        assert want <= held <= want + extra, (s, held, want)
+        want = stored_held_bytes(plan, s, stages, growth[s], B)
+        assert want <= held <= want + 4 * len(plan.forward[s]), (s, held, want)
 
 
 def _held_samples(plan: Plan, s: int) -> list[tuple[float, int]]:
@@ -227,15 +246,24 @@ def test_a_missing_or_malformed_profile_entry_leaves_the_models_figure(memory: A
     assert predicted_held_bytes(problem, plan, model) == model
 
 
-def test_only_recomputing_stages_change_and_only_with_activation_bytes() -> None:
+def test_each_stage_is_walked_and_only_with_activation_bytes() -> None:
+    """Without the graphs' figures a stage that stores graphs counts ``activation_bytes`` a
+    held sample, and the task's tensors whole; with them, those."""
     plan = Plan.of([[4, 4], [4, 4]], [[4, 4], [3, 5]])  # stage 0 stores graphs
     problem = problem_with(GOOD)
     assert recompute_bytes(problem) == [RecomputeBytes(1, 1, 1, 1), RecomputeBytes(2, 2, 2, 2)]
+    assert graph_bytes(problem) == [GraphBytes(100, 0), GraphBytes(100, 0)]
     model = evaluate(problem, plan).peak_memory
     assert model is not None
     predicted = predicted_held_bytes(problem, plan, model)
     assert predicted is not None
-    assert predicted[0] == model[0]
+    assert predicted[0] == model[0] + B * 1
+    graphs_given = problem_with(
+        {**GOOD, "graph_bytes_per_sample": [90, 90], "graph_bytes_per_chunk": [7, 7]}
+    )
+    assert graph_bytes(graphs_given) == [GraphBytes(90, 7), GraphBytes(90, 7)]
+    walked = predicted_held_bytes(graphs_given, plan, model)
+    assert walked is not None and walked[0] == 8 * 90 + 2 * 7 + B * 1
     assert predicted[1] == recompute_held_bytes(plan, 1, recompute_bytes(problem) or [], B)
     assert predicted[1] != model[1]
     assert recompute_bytes(problem_with(GOOD, activation=False)) is None

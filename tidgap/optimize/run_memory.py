@@ -14,10 +14,10 @@ The search needs the figures for a whole population at once: :meth:`RunMemory.he
 computes those walks' peaks with array passes over the genes (equal to them, tested), for
 recomputing stages and for stages that store graphs (which also keep the received chunks
 reaching past their last op; a forward copies its part of a chunk). It counts them in
-:data:`FINE` units, a 65536th of a sample's activations (rounded up; a stage that stores
-graphs and keeps no chunk, as in GPipe and 1F1B, counts its held samples exactly), and
-compares them with each level's byte limit where one binds, else its samples
-(:meth:`RunMemory.limit`); at most the whole batch (a stage whose inputs and draws outweigh
+:data:`FINE` units, a 65536th of a sample's activations, rounded up, and compares them
+with each level's byte limit where one binds, else its samples plus what the best 1F1B
+holds beyond its samples (:meth:`RunMemory.limit`, so the 1F1B level admits 1F1B); at
+most the whole batch (a stage whose inputs and draws outweigh
 the whole batch's activations counts as holding the batch). :func:`run_evaluated` gives
 one plan's figures for the search's result.
 """
@@ -41,7 +41,7 @@ from tidgap.optimize.order_genes import (
     prefix,
     recomputing_stages,
 )
-from tidgap.runtime.recompute_memory import predicted_held_bytes, recompute_bytes
+from tidgap.runtime.recompute_memory import graph_bytes, predicted_held_bytes, recompute_bytes
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.held import over_limits
 
@@ -62,8 +62,11 @@ def fine_units(memory: Any, activation: Any, held: Any, batch_size: int) -> Any:
 
 
 #: Rows of :attr:`RunMemory.figures`: bytes per sample received, sent, drawn, of a
-#: backward's working set, and the whole batch's task tensors (bytes), per stage.
-INPUT, OUTPUT, DRAWS, BACKWARD, TASK = range(5)
+#: backward's working set, the whole batch's task tensors (bytes), and a stored graph's
+#: bytes per sample and per chunk, per stage.
+INPUT, OUTPUT, DRAWS, BACKWARD, TASK, GRAPH_SAMPLE, GRAPH_CHUNK = range(7)
+#: The number of those rows.
+ROWS = 7
 
 #: ``compiled(peaks, forward, backward, lead, memory) -> units``: a backend's compiled
 #: twin of :meth:`RunMemory.held` (its record's ``run_memory``).
@@ -74,18 +77,22 @@ CompiledHeld = Callable[[Any, Any, Any, Any, "RunMemory"], Any]
 class RunMemory:
     """The figures that say what stages hold as ``tidgap run`` runs them, per stage, on the
     search's array module:
-    ``figures`` ``(5, S)`` float64 (rows :data:`INPUT`, :data:`OUTPUT` (the next stage's
-    input; 0 on the last), :data:`DRAWS`, :data:`BACKWARD` in bytes per sample, :data:`TASK`
-    in bytes), ``activation`` ``(S,)`` (``activation_bytes``), ``unit`` samples per
-    partition unit, and the backend's ``compiled`` twin of :meth:`held`, if any. The
-    per-sample figures are rounded up to whole bytes (``tidgap profile`` writes whole
-    bytes), so every backend sums exact integers."""
+    ``figures`` ``(ROWS, S)`` float64 (rows :data:`INPUT`, :data:`OUTPUT` (the next
+    stage's input; 0 on the last), :data:`DRAWS`, :data:`BACKWARD` in bytes per sample,
+    :data:`TASK` in bytes, :data:`GRAPH_SAMPLE` and :data:`GRAPH_CHUNK`:
+    :class:`~tidgap.runtime.recompute_memory.GraphBytes`), ``activation`` ``(S,)``
+    (``activation_bytes``), ``unit`` samples per partition unit, the backend's ``compiled``
+    twin of :meth:`held`, if any, and ``overhead`` ``(S,)``: the units the best 1F1B holds
+    beyond its samples (:meth:`with_reference`), which a limit in samples allows. The
+    figures are rounded up to whole bytes (``tidgap profile`` writes whole bytes), so every
+    backend sums exact integers."""
 
     figures: Any
     activation: Any
     batch_size: int
     unit: int
     compiled: CompiledHeld | None = None
+    overhead: Any = None
 
     @classmethod
     def of(
@@ -97,19 +104,31 @@ class RunMemory:
         if stages is None:
             return None
         column = np.ceil(np.asarray(stages, dtype=np.float64).T)  # (4, S): input .. task
+        graphs = np.ceil(np.asarray(graph_bytes(problem), dtype=np.float64).T)  # (2, S)
         B = problem.batch_size
         output = np.append(column[0, 1:], 0.0)
-        figures = np.stack([column[0], output, column[1], column[2], column[3] * B])
+        figures = np.stack([column[0], output, column[1], column[2], column[3] * B, *graphs])
         activation = [float(stage.activation_bytes or 0.0) for stage in problem.stages]
         return cls(
             xp.asarray(figures), xp.asarray(activation, dtype=xp.float64), B, problem.unit, compiled
         )
 
+    def with_reference(self, peaks: Any, forward: Any, backward: Any, lead: Any) -> RunMemory:
+        """These figures with :attr:`overhead` set from one reference plan (the best 1F1B:
+        ``(1, S)`` peaks and ``(1, S, K)`` genes): what it holds beyond its samples, so that
+        a level in its samples admits it."""
+        xp = namespace(self.activation)
+        units = self.held(peaks, forward, backward, lead)[0] - peaks[0] * FINE
+        return replace(self, overhead=xp.maximum(units, 0).astype(xp.int64))
+
     def limit(self, level: MemoryLevel) -> Any:
         """``(S,)`` int64: what ``level`` allows each stage, in :data:`FINE` units: its
-        samples, or where a byte limit binds, that limit in units rounded down."""
+        samples and the best 1F1B's :attr:`overhead`, or where a byte limit binds, that
+        limit in units rounded down."""
         xp = namespace(self.activation)
         held = xp.asarray(level.held, dtype=xp.int64) * FINE
+        if self.overhead is not None:
+            held = held + self.overhead
         if level.bytes_cap is None:
             return held
         caps = xp.asarray(level.bytes_cap, dtype=xp.float64)
@@ -117,7 +136,7 @@ class RunMemory:
         units = xp.floor(
             xp.where(binding, caps, 0.0) * FINE / xp.where(binding, self.activation, 1.0)
         )
-        return xp.where(binding, xp.maximum(units.astype(xp.int64), held), held)
+        return xp.where(binding, units.astype(xp.int64), held)
 
     def held(self, peaks: Any, forward: Any, backward: Any, lead: Any) -> Any:
         """``(P, S)`` int64, in :data:`FINE` units, what each stage holds as ``tidgap run``
@@ -161,7 +180,7 @@ class RunMemory:
         received = _at(downstream, holder_per_stage(downstream, hi))
         earlier = xp.concatenate([xp.zeros_like(received[..., :1]), received[..., :-1]], axis=-1)
         size = (hi - lo).astype(xp.float64)
-        received_input, sent, drawn, work, task = (row[None, :, None] for row in self.figures)
+        received_input, sent, drawn, work, task = (row[None, :, None] for row in self.figures[:5])
         kept = received_input * inputs + drawn * draws
         at_backward = kept + sent * (received - gradients_from)
         at_backward += size * (work - received_input * one_input - drawn * one_draw)
@@ -173,12 +192,12 @@ class RunMemory:
 
     def _stored_units(self, chunks: _Chunks, peaks: Any) -> Any:
         """``(P, S)`` int64: what a stage that stores its graphs holds, in :data:`FINE`
-        units, as :func:`~tidgap.runtime.recompute_memory.stored_held_bytes` walks it:
-        after each forward ``k``, ending at ``E`` with the backwards up to ``hi`` done, its
-        ``E - hi`` held samples, plus the bytes of the received input chunk reaching past
-        ``E`` and of the gradient chunk reaching past ``hi``, kept whole, in units rounded
-        up (so a stage keeping no chunk counts its held samples exactly); at most the
-        batch; ``peaks`` where ``activation_bytes`` is 0."""
+        units rounded up, as :func:`~tidgap.runtime.recompute_memory.stored_held_bytes`
+        walks it: after each forward ``k``, ending at ``E`` with the backwards up to ``hi``
+        done, its alive graphs (``E - hi`` samples in ``k + 1`` chunks less those
+        backwarded), the task's tensors, and the received input chunk reaching past ``E``
+        and gradient chunk reaching past ``hi``, kept whole; at most the batch; ``peaks``
+        where ``activation_bytes`` is 0."""
         xp = namespace(peaks)
         forward_prefix = chunks.forward
         upstream, downstream = chunks.upstream, chunks.downstream
@@ -194,10 +213,15 @@ class RunMemory:
             gradients > last, gradients - _from_chunk_holding(downstream, last, last)[0], 0
         )
         received_input, sent = (row[None, :, None] for row in self.figures[:2])
-        kept = (received_input * inputs + sent * gradients) * (self.unit * FINE)
+        task, sample, chunk = (
+            self.figures[row][None, :, None] for row in (TASK, GRAPH_SAMPLE, GRAPH_CHUNK)
+        )
+        alive = k + 1 - holder_per_stage(forward_prefix, last)
+        held = (sample * (end - last) + received_input * inputs + sent * gradients) * self.unit
+        held = held + chunk * alive + task
         positive = self.activation > 0
         activation = xp.where(positive, self.activation, 1.0)[None, :, None]
-        units = (end - last) * (self.unit * FINE) + xp.ceil(kept / activation).astype(xp.int64)
+        units = xp.ceil(held * FINE / activation).astype(xp.int64)
         units = xp.where(k < forwards, units, 0).max(axis=-1)
         return xp.where(positive, xp.minimum(units, self.batch_size * FINE), peaks * FINE)
 

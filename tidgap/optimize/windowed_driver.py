@@ -31,7 +31,7 @@ from tidgap.optimize.anneal import Annealing, anneal
 from tidgap.optimize.backward_rules import FREE, MIRRORED, refusal, rule_caps
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
-from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
+from tidgap.optimize.genome import GENE, Population, decode_plan, encode_partitions
 from tidgap.optimize.interrupts import STOP_SIGNALS
 from tidgap.optimize.joint import (
     Breeding,
@@ -40,7 +40,7 @@ from tidgap.optimize.joint import (
     backend_breeding,
     fastest_within,
 )
-from tidgap.optimize.joint_operators import JointGenes
+from tidgap.optimize.joint_operators import JointGenes, Repair
 from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.joint_polish import joint_polish
 from tidgap.optimize.limits import (
@@ -68,7 +68,7 @@ from tidgap.optimize.preparation import (
 )
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
-from tidgap.optimize.run_memory import RunMemory, run_evaluated
+from tidgap.optimize.run_memory import ROWS, RunMemory, run_evaluated
 from tidgap.runtime.pricing import run_evaluation, run_op_times
 from tidgap.schedules.baselines import BaselineResult, best_baselines, equal_sizes
 from tidgap.schedules.families import (
@@ -216,7 +216,7 @@ def compiled_loops(
     space.evaluate(one)
     space.mutate(one, caps, caps, CounterRng(0, xp), 1.0)
     if record.run_memory is not None:
-        nothing = RunMemory(xp.zeros((5, caps.size)), xp.zeros(caps.size), 1, 1)
+        nothing = RunMemory(xp.zeros((ROWS, caps.size)), xp.zeros(caps.size), 1, 1)
         peaks = xp.zeros(one.forward.shape[:2], dtype=xp.int64)
         load(record.run_memory)(peaks, one.forward, one.backward, one.lead, nothing)
     space.breed(one, xp.zeros((1,), dtype=xp.int64), caps, caps, CounterRng(0, xp), 1, 1.0, 1.0, 2)
@@ -252,6 +252,25 @@ def fastest_admitted(
     scored = space.evaluate(JointGenes.concatenate([b[0] for b in kept]))
     chosen = [fastest_within(*scored, level, space.limit(level)) for level in levels]
     return [None if index is None else kept[index] for index in chosen]
+
+
+def referenced(
+    memory: RunMemory,
+    problem: Problem,
+    best: BaselineResult,
+    width: int,
+    evaluator: OrderedEvaluator,
+    repair: Repair,
+) -> RunMemory:
+    """``memory`` with the best 1F1B (``best``) as its reference
+    (:meth:`~tidgap.optimize.run_memory.RunMemory.with_reference`): the levels in its
+    samples then allow what it holds beside them."""
+    plan = SCHEDULES[best.schedule].baseline(problem, best.microbatches)
+    encoded = encode_plans([plan], problem, width)
+    xp = namespace(memory.activation)
+    genes = JointGenes(*(xp.asarray(a) for a in encoded.rows())).repaired(repair)
+    peaks = evaluator.evaluate(Population(genes.forward, genes.backward, genes.codes))[1]
+    return memory.with_reference(peaks, genes.forward, genes.backward, genes.lead)
 
 
 def decoded(
@@ -426,6 +445,8 @@ def prepare_windowed(
     if pricing == RUN_PRICING:
         compiled = None if record.run_memory is None else load(record.run_memory)
         memory = RunMemory.of(problem, xp, compiled)
+    if memory is not None:
+        memory = referenced(memory, problem, baselines["1f1b"], width, evaluator, breeding[1])
     space = JointSpace(evaluator, *caps, width, *breeding, backward=backward, memory=memory)
     with phases("seeding"):
         capped = [p for level in levels for p in capped_one_f_one_b(problem, level, width)]

@@ -176,12 +176,41 @@ def graph_bytes_per_sample(module: nn.Module, given: Tensor, first: bool, last: 
     forward of ``module`` on ``given``, the graph's input (unless ``first``: the model's
     input, the task's) and its output (unless ``last``: a loss), each storage once, the
     module's own parameters left out (untimed; ``first`` as in :func:`time_module`)."""
-    held = StorageBytes.of(module)
+    return -(-_graph_bytes(module, given, first, last) // given.shape[0])
+
+
+def graph_growth(
+    module: nn.Module, given: Tensor, first: bool, targets: Tensor | None
+) -> tuple[int, int]:
+    """``(per_sample, per_chunk)``, rounded up: what one stored graph (as
+    :func:`graph_bytes_per_sample` counts it, but the task's tensors: ``given`` if
+    ``first``, the last stage's ``targets`` where given, which the stage keeps whole) holds
+    is ``per_chunk + n * per_sample`` for a forward of ``n`` samples, from forwards of
+    ``given`` ``(b, ...)`` and of its first sample, a copy (a view's storage is all of
+    ``given``; ``per_chunk``: tensors made once per forward, a GPT's positions and masks;
+    0 when ``b == 1``). Untimed."""
+    size = given.shape[0]
+    task_data = [given] * first + ([] if targets is None else [targets])
+    last = targets is not None
+    whole = _graph_bytes(module, given, first, last, task_data)
+    if size == 1:
+        return whole, 0
+    one = _graph_bytes(module, given[:1] if first else given[:1].clone(), first, last, task_data)
+    per_chunk = max(0, -(-(size * one - whole) // (size - 1)))
+    return max(0, -(-(whole - per_chunk) // size)), per_chunk
+
+
+def _graph_bytes(
+    module: nn.Module, given: Tensor, first: bool, last: bool, left_out: Sequence[Tensor] = ()
+) -> int:
+    """The bytes :func:`graph_bytes_per_sample` counts, for the whole of ``given``, but the
+    storages of ``left_out``."""
+    held = StorageBytes.of(module, left_out)
     x = stage_input(given, first)
     with held.saving():
         y = module(x)
     held.add(*([] if first else [x]), *([] if last else [y]))
-    return -(-held.total() // given.shape[0])
+    return held.total()
 
 
 def recompute_bytes_per_sample(

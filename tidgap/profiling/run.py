@@ -7,7 +7,7 @@ import datetime
 import platform
 import socket
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -24,6 +24,7 @@ from tidgap.profiling.measure import (
     chain_inputs,
     cuda_peak_bytes,
     graph_bytes_per_sample,
+    graph_growth,
     held_bytes_per_sample,
     measure,
     recompute_bytes_per_sample,
@@ -32,7 +33,7 @@ from tidgap.profiling.measure import (
 from tidgap.profiling.models import Model, parameter_count
 from tidgap.profiling.split import balanced_split, groups, parse_split
 from tidgap.runtime.optimizers import describe
-from tidgap.runtime.recompute_memory import FIELDS
+from tidgap.runtime.recompute_memory import FIELDS, GRAPH_FIELDS
 from tidgap.runtime.task import Task, make_task
 
 Step = Callable[[str], None]
@@ -187,7 +188,8 @@ class StageMeasurements:
     ``cuda_peaks[k]``, on CUDA the most bytes the allocator held in its forward and
     backward at the largest size (``None`` elsewhere); ``tails[k]``, its optimizer step in
     ms on the gradients of a backward at the largest size (``None`` without
-    ``settings.optimizer``); ``how`` the split was chosen."""
+    ``settings.optimizer``); ``how`` the split was chosen; ``growth[k]``, a stored graph's
+    bytes per sample and per forward (:func:`~tidgap.profiling.measure.graph_growth`)."""
 
     names: list[str]
     runs: list[list[Measurement]]
@@ -196,6 +198,7 @@ class StageMeasurements:
     cuda_peaks: list[int | None]
     tails: list[float] | None
     how: Json
+    growth: list[tuple[int, int]] = field(default_factory=list)
 
 
 def joined_measurements(parts: Sequence[StageMeasurements]) -> StageMeasurements:
@@ -209,6 +212,7 @@ def joined_measurements(parts: Sequence[StageMeasurements]) -> StageMeasurements
         cuda_peaks=[peak for part in parts for peak in part.cuda_peaks],
         tails=None if None in tails else [t for part in tails for t in part or []],
         how=parts[0].how,
+        growth=[g for part in parts for g in part.growth],
     )
 
 
@@ -246,6 +250,10 @@ def measure_stages(
         graph_bytes_per_sample(*given, last and k == len(largest) - 1)
         for k, given in enumerate(largest)
     ]
+    growth = [
+        graph_growth(module, x, starts, task.targets if last and k == len(largest) - 1 else None)
+        for k, (module, x, starts) in enumerate(largest)
+    ]
     recompute = [
         recompute_bytes_per_sample(
             module, x, starts, task.targets if last and k == len(largest) - 1 else None
@@ -268,7 +276,7 @@ def measure_stages(
             first,
         )
     return StageMeasurements(
-        [label for label, _ in timed], runs, held, recompute, peaks, tails, how
+        [label for label, _ in timed], runs, held, recompute, peaks, tails, how, growth
     )
 
 
@@ -287,6 +295,17 @@ def memory_source(measured: StageMeasurements, cap: int) -> Json:
         "tensors it cuts its chunks from (the model's input on the first stage, the targets "
         "on the last)"
     )
+    if len(measured.growth) == len(measured.recompute):
+        for field_name, column in zip(
+            GRAPH_FIELDS, zip(*measured.growth, strict=True), strict=True
+        ):
+            memory[field_name] = list(column)
+        memory["graph_rule"] = (
+            f"at {cap} samples and at 1, what a stage that stores a forward's graph holds for "
+            "its backward, as activation_bytes counts it but the task's tensors (held whole: "
+            "task_bytes_per_sample), split into bytes per sample and bytes per forward "
+            "(tensors made once per forward, whatever its size)"
+        )
     if None not in measured.cuda_peaks:
         memory["cuda_peak_allocated_bytes"] = measured.cuda_peaks
         memory["cuda_rule"] = (

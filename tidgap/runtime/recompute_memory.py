@@ -48,6 +48,39 @@ class RecomputeBytes(NamedTuple):
     task: float
 
 
+#: The ``source.memory`` fields of a stored graph's bytes, per stage: :class:`GraphBytes`.
+GRAPH_FIELDS = ("graph_bytes_per_sample", "graph_bytes_per_chunk")
+
+
+class GraphBytes(NamedTuple):
+    """What one stored forward graph of ``n`` samples holds: ``chunk + n * sample`` bytes
+    (:func:`~tidgap.profiling.measure.graph_growth`)."""
+
+    sample: float
+    chunk: float
+
+
+def graph_bytes(problem: Problem) -> list[GraphBytes]:
+    """Per stage, its :class:`GraphBytes` from ``source.memory``; where the profile did not
+    record them, ``activation_bytes`` a sample and nothing a chunk."""
+    memory = problem.source_fields.get("memory")
+    columns = _columns(memory if isinstance(memory, dict) else {}, GRAPH_FIELDS, problem)
+    if columns is None:
+        return [GraphBytes(float(st.activation_bytes or 0.0), 0.0) for st in problem.stages]
+    return [GraphBytes(*map(float, row)) for row in zip(*columns, strict=True)]
+
+
+def _columns(memory: dict, fields: tuple[str, ...], problem: Problem) -> list[list] | None:
+    """``memory``'s lists ``fields``, one number >= 0 per stage each, or ``None``."""
+    columns = [memory.get(field) for field in fields]
+    for column in columns:
+        if not isinstance(column, list) or len(column) != problem.num_stages:
+            return None
+        if not all(_is_count(value) for value in column):
+            return None
+    return columns
+
+
 def recompute_bytes(problem: Problem) -> list[RecomputeBytes] | None:
     """Per stage, its :class:`RecomputeBytes` from ``source.memory``; ``None`` where the
     problem has none usable (not profiled by this version, or a malformed free-form entry)
@@ -55,12 +88,9 @@ def recompute_bytes(problem: Problem) -> list[RecomputeBytes] | None:
     memory = problem.source_fields.get("memory")
     if not isinstance(memory, dict) or not problem.has_memory:
         return None
-    columns = [memory.get(field) for field in FIELDS]
-    for column in columns:
-        if not isinstance(column, list) or len(column) != problem.num_stages:
-            return None
-        if not all(_is_count(value) for value in column):
-            return None
+    columns = _columns(memory, FIELDS, problem)
+    if columns is None:
+        return None
     return [RecomputeBytes(*map(float, row)) for row in zip(*columns, strict=True)]
 
 
@@ -104,27 +134,29 @@ def recompute_held_bytes(
 
 
 def stored_held_bytes(
-    plan: Plan, s: int, stages: Sequence[RecomputeBytes], activation: float
+    plan: Plan, s: int, stages: Sequence[RecomputeBytes], graph: GraphBytes, batch_size: int
 ) -> float:
     """The most bytes stage ``s`` of ``plan``, storing its forwards' graphs, holds at an
     op's end, as :class:`~tidgap.runtime.stage.HeldBytes` counts it (after its forwards:
-    a stored stage counts nothing else): ``activation`` bytes for each sample whose graph
-    is alive (``activation_bytes``: what autograd saved, the graph's input and output),
-    and the received chunks it still keeps, whole: the input chunk that reaches past the
-    last forward (a forward takes its own copy of part of a chunk) and the gradient chunk
-    that reaches past the last backward. The task's tensors, which the first and last
-    stages keep whole, tensors made once per chunk and the losses are left out."""
+    a stored stage counts nothing else): each alive graph's :class:`GraphBytes` (what
+    autograd saved, the graph's input and output), the task's tensors its chunks are cut
+    from, whole (``batch_size`` samples of ``task``: the first and last stages), and the
+    received chunks it still keeps, whole: the input chunk that reaches past the last
+    forward (a forward takes its own copy of part of a chunk) and the gradient chunk that
+    reaches past the last backward. Each chunk's loss (4 bytes) is left out."""
     received = _Received(stages[s].input, 0.0 if s == len(stages) - 1 else stages[s + 1].input)
-    forwarded = backwarded = 0
+    graphs: list[tuple[int, int]] = []
+    task = batch_size * stages[s].task
     peak = 0.0
     for step in received.computing(plan, s):
         hi = step.samples[1]
         if step.kind == "forward":
-            forwarded = hi
+            graphs.append(step.samples)
             received.inputs = _after(received.inputs, hi)
-            peak = max(peak, activation * (forwarded - backwarded) + received.kept())
+            alive = graph.sample * _samples(graphs) + graph.chunk * len(graphs)
+            peak = max(peak, alive + task + received.kept())
         elif step.kind == "backward":
-            backwarded = hi
+            graphs = _after(graphs, hi)
             received.gradients = _after(received.gradients, hi)
     return peak
 
@@ -180,9 +212,10 @@ def predicted_held_bytes(
     stages = recompute_bytes(problem)
     if model_peaks is None or stages is None:
         return model_peaks
+    graphs, B = graph_bytes(problem), problem.batch_size
     return [
-        recompute_held_bytes(plan, s, stages, problem.batch_size)
+        recompute_held_bytes(plan, s, stages, B)
         if flag
-        else stored_held_bytes(plan, s, stages, float(problem.stages[s].activation_bytes or 0))
+        else stored_held_bytes(plan, s, stages, graphs[s], B)
         for s, flag in enumerate(flags)
     ]
