@@ -53,7 +53,17 @@ from tidgap.optimize.genome import Population, decode_plan
 from tidgap.optimize.joint import Island, JointSpace, backend_breeding
 from tidgap.optimize.limits import stage_level
 from tidgap.optimize.rng import CounterRng
-from tidgap.optimize.run_memory import RunMemory
+from tidgap.optimize.run_memory import (
+    BACKWARD,
+    DRAWS,
+    GRAPH_CHUNK,
+    GRAPH_SAMPLE,
+    INPUT,
+    OUTPUT,
+    ROWS,
+    TASK,
+    RunMemory,
+)
 from tidgap.optimize.windowed_driver import ANNEAL_CHAINS
 from tidgap.schedules.families import SCHEDULES
 
@@ -193,7 +203,8 @@ class Generation:
         )
         rng = CounterRng(seed, xp)
         start = space.random(size, rng)
-        island = Island.seeded(stage_level(problem), start, *space.evaluate(start), size)
+        level = stage_level(problem)
+        island = Island.seeded(level, start, *space.evaluate(start), size, space.limit(level))
         return cls(island, space, GeneticSettings(population=size), rng)
 
     def step(self) -> int:
@@ -247,15 +258,17 @@ def test_windowed_anneal_step(benchmark: Any, throughput: Any, backend: str) -> 
 
 def run_memory(backend: str, batch_size: int = BATCH) -> RunMemory:
     """What the ``S = 8`` problem's stages hold as ``tidgap run`` runs them, with a GPT
-    stage's figures (1.6 MB of activations a sample; recomputing: 32 KB of input, 70 KB of
-    draws, a 1.4 MB working set a sample), on ``backend``'s arrays, with its compiled twin
+    stage's figures (1.6 MB of activations a sample, a stored graph 1.59 MB a sample and
+    8.7 KB a forward; recomputing: 32 KB of input, 70 KB of draws, a 1.4 MB working set a
+    sample), on ``backend``'s arrays, with its compiled twin
     where it has one."""
     record = BACKENDS[backend]
     xp = record.namespace()
-    figures = np.zeros((5, STAGES))
-    figures[0, 1:] = figures[1, :-1] = 32768
-    figures[2], figures[3] = 70000, 1_400_000
-    figures[4, 0] = figures[4, -1] = 512 * batch_size
+    figures = np.zeros((ROWS, STAGES))
+    figures[INPUT, 1:] = figures[OUTPUT, :-1] = 32768
+    figures[DRAWS], figures[BACKWARD] = 70000, 1_400_000
+    figures[TASK, 0] = figures[TASK, -1] = 512 * batch_size
+    figures[GRAPH_SAMPLE], figures[GRAPH_CHUNK] = 1_590_000, 8704
     compiled = None if record.run_memory is None else load(record.run_memory)
     activation = xp.full(STAGES, 1_600_000.0)
     return RunMemory(xp.asarray(figures), activation, batch_size, 1, compiled)

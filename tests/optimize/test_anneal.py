@@ -31,7 +31,11 @@ def _islands(name: str, backend: str, size: int = 24) -> tuple[object, JointSpac
     levels = [one_f_one_b_level(problem, best_baselines(problem)["1f1b"]), stage_level(problem)]
     genes = space.random(size, CounterRng(3))
     scored = (genes, *space.evaluate(genes))
-    return problem, space, [Island.seeded(level, *scored, size) for level in levels]
+    return (
+        problem,
+        space,
+        [Island.seeded(level, *scored, size, space.limit(level)) for level in levels],
+    )
 
 
 def _plain(found: tuple[JointGenes, int] | None) -> tuple | None:
@@ -92,7 +96,7 @@ def test_over_limit_moves_are_never_taken() -> None:
     problem, space, islands = _islands("tiny-2", "numba", size=8)
     source = islands[0]
     tight = MemoryLevel("tight", (1,) * problem.num_stages)
-    island = Island.seeded(tight, source.genes, source.times, source.peaks, 8)
+    island = Island.seeded(tight, source.genes, source.times, source.peaks, 8, space.limit(tight))
     assert int(island.fitness.min()) >= OVER_LIMIT
     found, _ = anneal([island], space, CounterRng(2), Annealing(steps=10))
     assert found == [None]

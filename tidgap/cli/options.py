@@ -214,8 +214,9 @@ def run_note(problem: Problem, plan: Plan, pricing: str = MODEL_PRICING) -> str 
 
 
 def _held_note(problem: Problem, plan: Plan, evaluation: Evaluation, again: list[int]) -> str:
-    """`` and that they hold ...`` for recomputing stages ``again`` whose profile says what
-    they hold (:func:`~tidgap.runtime.recompute_memory.predicted_held_bytes`), else ``""``."""
+    """``, those stage(s) holding ...`` for recomputing stages ``again`` whose profile says
+    what they hold (:func:`~tidgap.runtime.recompute_memory.predicted_held_bytes`), else
+    ``""``."""
     model = evaluation.peak_memory
     held = predicted_held_bytes(problem, plan, model)
     if not again or held is None or held == model or model is None:

@@ -71,7 +71,7 @@ class JointSpace:
     :data:`~tidgap.backends.evaluator.INVALID`, and under ``mirrored`` every individual is
     made mirrored (:meth:`repaired`; the breeder and mutator are told :attr:`mirrored`), with
     the caps of :func:`~tidgap.optimize.backward_rules.rule_caps`; ``memory``: where given,
-    the limits count recomputing stages as ``tidgap run`` holds them
+    peaks and limits count every stage as ``tidgap run`` holds it
     (:mod:`tidgap.optimize.run_memory`)."""
 
     evaluator: OrderedEvaluator
@@ -86,7 +86,7 @@ class JointSpace:
 
     def evaluate(self, genes: JointGenes) -> tuple[Any, Any]:
         """``(times (P,), peaks (P, S))`` of repaired ``genes`` in ticks and samples (with
-        :attr:`memory`, recomputing stages' samples as ``tidgap run`` holds them:
+        :attr:`memory`, what each stage holds as ``tidgap run`` runs it, in its units:
         :meth:`~tidgap.optimize.run_memory.RunMemory.held`)."""
         times, peaks = self.evaluator.evaluate(
             Population(genes.forward, genes.backward, genes.codes)
@@ -160,14 +160,12 @@ class Island:
         times: Any,
         peaks: Any,
         size: int,
-        held: Any = None,
+        held: Any,
     ) -> Island:
         """The ``size`` fittest under ``level`` of ``candidates`` (repaired) with their
         ``times`` ``(n,)`` and ``peaks`` ``(n, S)``; ``held``: the level as the peaks count
-        (:meth:`JointSpace.limit`; its samples by default)."""
+        (:meth:`JointSpace.limit`)."""
         xp = namespace(candidates.forward)
-        if held is None:
-            held = xp.asarray(level.held, dtype=xp.int64)
         fitness = penalised(times, peaks, held)
         keep = xp.argsort(fitness, kind="stable")[:size]
         island = cls(level, held, candidates.take(keep), times[keep], peaks[keep], fitness[keep])
@@ -272,13 +270,11 @@ def pooled(islands: list[Island], count: int | None = None) -> tuple[JointGenes,
     return genes, times, peaks
 
 
-def fastest_within(times: Any, peaks: Any, level: MemoryLevel, held: Any = None) -> int | None:
+def fastest_within(times: Any, peaks: Any, held: Any) -> int | None:
     """The index of the fastest individual (first on ties) whose ``peaks`` ``(n, S)`` are
-    within ``level`` (``held``: as the peaks count it, :meth:`JointSpace.limit`; its samples
-    by default) and whose time is a plan's (not :data:`INVALID`), or ``None``."""
+    within a level (``held``: as the peaks count it, :meth:`JointSpace.limit`) and whose
+    time is a plan's (not :data:`INVALID`), or ``None``."""
     xp = namespace(times)
-    if held is None:
-        held = xp.asarray(level.held, dtype=xp.int64)
     fitness = penalised(times, peaks, held)
     index = int(xp.argmin(fitness))
     found = int(fitness[index]) == int(times[index]) < INVALID

@@ -188,7 +188,7 @@ class JointOptimizer:
     def best_within(self, level: MemoryLevel) -> tuple[JointGenes, int] | None:
         """The fastest individual of any island within ``level`` and its ticks, or ``None``."""
         genes, times, peaks = pooled(self.islands)
-        index = fastest_within(times, peaks, level, self.space.limit(level))
+        index = fastest_within(times, peaks, self.space.limit(level))
         return None if index is None else (genes.take(slice(index, index + 1)), int(times[index]))
 
     def best(self) -> tuple[Plan, float] | None:

@@ -250,7 +250,7 @@ def fastest_admitted(
     if not kept:
         return [None] * len(levels)
     scored = space.evaluate(JointGenes.concatenate([b[0] for b in kept]))
-    chosen = [fastest_within(*scored, level, space.limit(level)) for level in levels]
+    chosen = [fastest_within(*scored, space.limit(level)) for level in levels]
     return [None if index is None else kept[index] for index in chosen]
 
 

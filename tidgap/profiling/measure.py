@@ -190,7 +190,7 @@ def graph_growth(
     ``given``; ``per_chunk``: tensors made once per forward, a GPT's positions and masks;
     0 when ``b == 1``). Untimed."""
     size = given.shape[0]
-    task_data = [given] * first + ([] if targets is None else [targets])
+    task_data = task_tensors(given, first, targets)
     last = targets is not None
     whole = _graph_bytes(module, given, first, last, task_data)
     if size == 1:
@@ -198,6 +198,12 @@ def graph_growth(
     one = _graph_bytes(module, given[:1] if first else given[:1].clone(), first, last, task_data)
     per_chunk = max(0, -(-(size * one - whole) // (size - 1)))
     return max(0, -(-(whole - per_chunk) // size)), per_chunk
+
+
+def task_tensors(given: Tensor, first: bool, targets: Tensor | None) -> list[Tensor]:
+    """The task's tensors a stage cuts its chunks from and keeps whole: the model's input
+    ``given`` on the first stage, the ``targets`` on the last (where given)."""
+    return [given] * first + ([] if targets is None else [targets])
 
 
 def _graph_bytes(
@@ -226,7 +232,7 @@ def recompute_bytes_per_sample(
     task's tensors the stage cuts its chunks from, ``given`` if ``first`` and ``targets``.
     Untimed."""
     x = stage_input(given, first)
-    task_data = [given] * first + ([] if targets is None else [targets])
+    task_data = task_tensors(given, first, targets)
     working = StorageBytes.of(module, task_data)
     before = generator_states(given.device)
     with drawing_as_recomputed(module, others=False) as recording, working.saving():

@@ -245,20 +245,16 @@ def measure_stages(
         (module, x, first and k == 0)
         for k, ((_, module), x) in enumerate(zip(timed, fed, strict=True))
     ]
-    last = picked[-1] == len(named) - 1
+    # per measured stage: the targets, on the model's last stage only
+    ends = [None] * (len(largest) - 1) + [task.targets if picked[-1] == len(named) - 1 else None]
     held = [
-        graph_bytes_per_sample(*given, last and k == len(largest) - 1)
-        for k, given in enumerate(largest)
+        graph_bytes_per_sample(*given, targets is not None)
+        for given, targets in zip(largest, ends, strict=True)
     ]
-    growth = [
-        graph_growth(module, x, starts, task.targets if last and k == len(largest) - 1 else None)
-        for k, (module, x, starts) in enumerate(largest)
-    ]
+    growth = [graph_growth(*given, targets) for given, targets in zip(largest, ends, strict=True)]
     recompute = [
-        recompute_bytes_per_sample(
-            module, x, starts, task.targets if last and k == len(largest) - 1 else None
-        )
-        for k, (module, x, starts) in enumerate(largest)
+        recompute_bytes_per_sample(*given, targets)
+        for given, targets in zip(largest, ends, strict=True)
     ]
     peaks = [cuda_peak_bytes(*given, device) for given in largest]
     tails = None
