@@ -55,6 +55,7 @@ from tidgap.optimize.limits import stage_level
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import (
     BACKWARD,
+    BACKWARD_CHUNK,
     DRAWS,
     GRAPH_CHUNK,
     GRAPH_SAMPLE,
@@ -260,8 +261,8 @@ def run_memory(backend: str, batch_size: int = BATCH) -> RunMemory:
     """What the ``S = 8`` problem's stages hold as ``tidgap run`` runs them, with a GPT
     stage's figures (1.6 MB of activations a sample, a stored graph 1.59 MB a sample and
     8.7 KB a forward; recomputing: 32 KB of input, 70 KB of draws, a 1.4 MB working set a
-    sample), on ``backend``'s arrays, with its compiled twin
-    where it has one."""
+    sample and 8.7 KB a forward), on ``backend``'s arrays, with its compiled twin where it
+    has one."""
     record = BACKENDS[backend]
     xp = record.namespace()
     figures = np.zeros((ROWS, STAGES))
@@ -269,6 +270,7 @@ def run_memory(backend: str, batch_size: int = BATCH) -> RunMemory:
     figures[DRAWS], figures[BACKWARD] = 70000, 1_400_000
     figures[TASK, 0] = figures[TASK, -1] = 512 * batch_size
     figures[GRAPH_SAMPLE], figures[GRAPH_CHUNK] = 1_590_000, 8704
+    figures[BACKWARD_CHUNK] = 8704
     compiled = None if record.run_memory is None else load(record.run_memory)
     activation = xp.full(STAGES, 1_600_000.0)
     return RunMemory(xp.asarray(figures), activation, batch_size, 1, compiled)

@@ -28,6 +28,7 @@ from numba import njit, prange
 from tidgap.fallback_cpu.repair_numba import _prefix
 from tidgap.optimize.run_memory import (
     BACKWARD,
+    BACKWARD_CHUNK,
     DRAWS,
     FINE,
     GRAPH_CHUNK,
@@ -98,6 +99,7 @@ def _stage(fp, m, bp, n, up, down, lead, figures, s, unit):  # pragma: no cover 
             work -= drawn
         gradients = down[gradient_end] - down[gradient_chunk]
         at_backward = (kept + sent * gradients + (hi - lo) * work) * unit + figures[TASK, s]
+        at_backward += figures[BACKWARD_CHUNK, s]
         peak = max(peak, at_backward)
         if before > previous:
             waiting = max(earlier - down[gradient_chunk], 0)

@@ -28,6 +28,7 @@ from tidgap.optimize.windowed_driver import encode_plans
 from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.recompute_memory import (
+    CHUNK_FIELD,
     FIELDS,
     GRAPH_FIELDS,
     RecomputeBytes,
@@ -58,7 +59,7 @@ def profiled(document: dict[str, Any], memory: dict[str, list[int]] | None) -> P
     for s, stage in enumerate(document["stages"]):
         stage["activation_bytes"] = figures["activation_bytes"][s]
     if memory is not None:
-        given = [f for f in (*FIELDS, *GRAPH_FIELDS) if f in memory]
+        given = [f for f in (*FIELDS, CHUNK_FIELD, *GRAPH_FIELDS) if f in memory]
         document["source"] = {"memory": {field: memory[field] for field in given}}
     return Problem.from_dict(document)
 
@@ -75,6 +76,7 @@ def random_memory(stages: int, rng: np.random.Generator, least_backward: int) ->
         FIELDS[1]: column(0, 50),
         FIELDS[2]: column(least_backward, 900),
         FIELDS[3]: column(0, 20),
+        CHUNK_FIELD: column(0, 300),
         GRAPH_FIELDS[0]: column(400, 2000),
         GRAPH_FIELDS[1]: column(0, 300),
     }
@@ -111,7 +113,11 @@ def test_the_batched_figures_are_the_runtimes_walks(
     assert figures is not None
     got = figures.held_bytes(genes.forward, genes.backward, genes.lead)
     counted = bytewise(figures).held(peaks, genes.forward, genes.backward, genes.lead)
-    walked = [RecomputeBytes(*(float(memory[f][s]) for f in FIELDS)) for s in range(stages)]
+    walked = [
+        RecomputeBytes(*(float(memory[f][s]) for f in (*FIELDS, CHUNK_FIELD)))
+        for s in range(stages)
+    ]
+    assert any(w.backward_chunk for w in walked)
     graphs = graph_bytes(problem)
     kept = 0
     for p in range(len(genes.forward)):

@@ -95,7 +95,8 @@ def test_graph_bytes_count_each_storage_once_and_leave_parameters_out() -> None:
     x = torch.randn(5, 12)
     assert graph_bytes_per_sample(Square(), x, first=False, last=False) == 24 * 4
     assert graph_bytes_per_sample(nn.Linear(12, 300), x, first=False, last=False) == 312 * 4
-    assert graph_bytes_per_sample(nn.Linear(12, 300), x, first=False, last=True) == 12 * 4
+    # the last stage keeps the chunk's loss, a scalar: 4 bytes over 5 samples, rounded up
+    assert graph_bytes_per_sample(nn.Linear(12, 300), x, first=False, last=True) == 12 * 4 + 1
     assert graph_bytes_per_sample(nn.Linear(12, 300), x, first=True, last=False) == 312 * 4
     tanh = nn.Sequential(nn.Linear(12, 3), nn.Tanh())
     assert graph_bytes_per_sample(tanh, x, first=False, last=False) == 15 * 4
@@ -157,7 +158,7 @@ def test_the_cuda_peak_is_the_allocators_peak_over_a_forward_and_backward(
     assert cuda_peak_bytes(layer, x, False, torch.device("cpu")) is None
 
     def memory(peaks: list[int | None]) -> dict:
-        recompute = [(3, 4, 7, 1), (5, 6, 8, 2)]
+        recompute = [(3, 4, 7, 1, 9), (5, 6, 8, 2, 0)]
         measured = StageMeasurements(["a", "b"], [], [1, 2], recompute, peaks, None, {})
         return memory_source(measured, 8)["memory"]
 
@@ -167,3 +168,4 @@ def test_the_cuda_peak_is_the_allocators_peak_over_a_forward_and_backward(
     assert memory([None, None])["draw_bytes_per_sample"] == [4, 6]
     assert memory([None, None])["recompute_backward_bytes_per_sample"] == [7, 8]
     assert memory([None, None])["task_bytes_per_sample"] == [1, 2]
+    assert memory([None, None])["recompute_backward_bytes_per_chunk"] == [9, 0]

@@ -97,7 +97,7 @@ def tradeoff_lines(result: SearchResult) -> list[str]:
     width = max(len(point.level.label) for point in result.tradeoff)
     held = ""
     if result.memory_pricing == RUN_PRICING:
-        held = "; memory as tidgap run holds it, recomputing stages keeping inputs, not graphs"
+        held = "; memory as tidgap run holds it, graphs or, where a stage recomputes, inputs"
     lines = [
         f"  time-memory trade-off (fastest plan within each limit; gain = baseline / plan{held}):"
     ]

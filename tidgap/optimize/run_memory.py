@@ -62,11 +62,11 @@ def fine_units(memory: Any, activation: Any, held: Any, batch_size: int) -> Any:
 
 
 #: Rows of :attr:`RunMemory.figures`: bytes per sample received, sent, drawn, of a
-#: backward's working set, the whole batch's task tensors (bytes), and a stored graph's
-#: bytes per sample and per chunk, per stage.
-INPUT, OUTPUT, DRAWS, BACKWARD, TASK, GRAPH_SAMPLE, GRAPH_CHUNK = range(7)
+#: backward's working set, the whole batch's task tensors (bytes), a stored graph's bytes
+#: per sample and per chunk, and a backward's working set's bytes per chunk, per stage.
+INPUT, OUTPUT, DRAWS, BACKWARD, TASK, GRAPH_SAMPLE, GRAPH_CHUNK, BACKWARD_CHUNK = range(8)
 #: The number of those rows.
-ROWS = 7
+ROWS = 8
 
 #: ``compiled(peaks, forward, backward, lead, memory) -> units``: a backend's compiled
 #: twin of :meth:`RunMemory.held` (its record's ``run_memory``).
@@ -80,7 +80,8 @@ class RunMemory:
     ``figures`` ``(ROWS, S)`` float64 (rows :data:`INPUT`, :data:`OUTPUT` (the next
     stage's input; 0 on the last), :data:`DRAWS`, :data:`BACKWARD` in bytes per sample,
     :data:`TASK` in bytes, :data:`GRAPH_SAMPLE` and :data:`GRAPH_CHUNK`:
-    :class:`~tidgap.runtime.recompute_memory.GraphBytes`), ``activation`` ``(S,)``
+    :class:`~tidgap.runtime.recompute_memory.GraphBytes`, :data:`BACKWARD_CHUNK` in
+    bytes), ``activation`` ``(S,)``
     (``activation_bytes``), ``unit`` samples per partition unit, the backend's ``compiled``
     twin of :meth:`held`, if any, and ``overhead`` ``(S,)``: the units the best 1F1B holds
     beyond its samples (:meth:`with_reference`), which a limit in samples allows. The
@@ -103,11 +104,13 @@ class RunMemory:
         stages = recompute_bytes(problem)
         if stages is None:
             return None
-        column = np.ceil(np.asarray(stages, dtype=np.float64).T)  # (4, S): input .. task
+        column = np.ceil(np.asarray(stages, dtype=np.float64).T)  # (5, S): input .. chunk
         graphs = np.ceil(np.asarray(graph_bytes(problem), dtype=np.float64).T)  # (2, S)
         B = problem.batch_size
         output = np.append(column[0, 1:], 0.0)
-        figures = np.stack([column[0], output, column[1], column[2], column[3] * B, *graphs])
+        figures = np.stack(
+            [column[0], output, column[1], column[2], column[3] * B, *graphs, column[4]]
+        )
         activation = [float(stage.activation_bytes or 0.0) for stage in problem.stages]
         return cls(
             xp.asarray(figures), xp.asarray(activation, dtype=xp.float64), B, problem.unit, compiled
@@ -164,9 +167,10 @@ class RunMemory:
         holding ``lo`` to the one holding ``E``, its forwards' draws from its own chunk
         holding ``lo`` to ``E``, and the received gradient chunks from the one holding
         ``lo`` to the one holding ``hi``; the backward adds its samples' working set (less
-        its input and masks where one chunk holds them all: views) and the batch's task
-        tensors. Before it, after the last forward since backward ``k - 1``, the same but
-        the gradients only up to those backward ``k - 1`` received."""
+        its input and masks where one chunk holds them all: views), its bytes per chunk
+        and the batch's task tensors. Before it, after the last forward since backward
+        ``k - 1``, the same but the gradients only up to those backward ``k - 1``
+        received."""
         xp = namespace(chunks.before)
         before, forward_prefix = chunks.before, chunks.forward
         upstream, downstream = chunks.upstream, chunks.downstream
@@ -187,7 +191,8 @@ class RunMemory:
         at_forward = kept + sent * xp.maximum(earlier - gradients_from, 0)
         previous = xp.concatenate([xp.full_like(before[..., :1], -1), before[..., :-1]], axis=-1)
         at_forward = xp.where(before > previous, at_forward, 0.0)
-        peak = xp.maximum(at_backward * self.unit + task, at_forward * self.unit)
+        work_chunk = self.figures[BACKWARD_CHUNK][None, :, None]
+        peak = xp.maximum(at_backward * self.unit + task + work_chunk, at_forward * self.unit)
         return xp.where(chunks.backwards, peak, 0.0).max(axis=-1)
 
     def _stored_units(self, chunks: _Chunks, peaks: Any) -> Any:

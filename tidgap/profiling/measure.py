@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from tidgap.model.errors import InputError
 from tidgap.profiling.user_code import user_errors
 from tidgap.runtime.drawing import drawing_as_recomputed, drew_since, generator_states
+from tidgap.runtime.draws import Recording
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,9 @@ def graph_bytes_per_sample(module: nn.Module, given: Tensor, first: bool, last: 
     stores a forward's graph holds for its backward (as
     :class:`~tidgap.runtime.stage.HeldBytes` counts it): the tensors autograd saves in one
     forward of ``module`` on ``given``, the graph's input (unless ``first``: the model's
-    input, the task's) and its output (unless ``last``: a loss), each storage once, the
-    module's own parameters left out (untimed; ``first`` as in :func:`time_module`)."""
+    input, the task's) and its output (:func:`output_kept`: if ``last``, the chunk's loss),
+    each storage once, the module's own parameters left out (untimed; ``first`` as in
+    :func:`time_module`)."""
     return -(-_graph_bytes(module, given, first, last) // given.shape[0])
 
 
@@ -184,20 +186,34 @@ def graph_growth(
 ) -> tuple[int, int]:
     """``(per_sample, per_chunk)``, rounded up: what one stored graph (as
     :func:`graph_bytes_per_sample` counts it, but the task's tensors: ``given`` if
-    ``first``, the last stage's ``targets`` where given, which the stage keeps whole) holds
-    is ``per_chunk + n * per_sample`` for a forward of ``n`` samples, from forwards of
-    ``given`` ``(b, ...)`` and of its first sample, a copy (a view's storage is all of
-    ``given``; ``per_chunk``: tensors made once per forward, a GPT's positions and masks;
-    0 when ``b == 1``). Untimed."""
-    size = given.shape[0]
+    ``first``, the last stage's ``targets`` where given, which the stage keeps whole, and
+    the chunk's loss on the last stage) holds is ``per_chunk + n * per_sample`` for a
+    forward of ``n`` samples, from forwards of ``given`` ``(b, ...)`` and of its first
+    sample (:func:`one_sample`; ``per_chunk``: tensors made once per forward, a GPT's
+    positions and masks, and the loss; 0 when ``b == 1``). Untimed."""
     task_data = task_tensors(given, first, targets)
     last = targets is not None
-    whole = _graph_bytes(module, given, first, last, task_data)
+
+    return growth(lambda x: _graph_bytes(module, x, first, last, task_data), given, first)
+
+
+def growth(count: Callable[[Tensor], int], given: Tensor, first: bool) -> tuple[int, int]:
+    """``(per_sample, per_chunk)``, rounded up, such that ``count`` of ``n`` samples is
+    ``per_chunk + n * per_sample``, from ``count`` of ``given`` ``(b, ...)`` and of its first
+    sample (:func:`one_sample`); ``(count(given), 0)`` when ``b == 1``."""
+    size = given.shape[0]
+    whole = count(given)
     if size == 1:
         return whole, 0
-    one = _graph_bytes(module, given[:1] if first else given[:1].clone(), first, last, task_data)
+    one = count(one_sample(given, first))
     per_chunk = max(0, -(-(size * one - whole) // (size - 1)))
     return max(0, -(-(whole - per_chunk) // size)), per_chunk
+
+
+def one_sample(given: Tensor, first: bool) -> Tensor:
+    """The first sample of ``given`` ``(b, ...)`` as a stage gets it: a view of the task's
+    tensor on the first stage, else a copy (a view's storage is all of ``given``)."""
+    return given[:1] if first else given[:1].clone()
 
 
 def task_tensors(given: Tensor, first: bool, targets: Tensor | None) -> list[Tensor]:
@@ -215,40 +231,57 @@ def _graph_bytes(
     x = stage_input(given, first)
     with held.saving():
         y = module(x)
-    held.add(*([] if first else [x]), *([] if last else [y]))
+    held.add(*([] if first else [x]), output_kept(y, last))
     return held.total()
+
+
+def output_kept(y: Tensor, last: bool) -> Tensor:
+    """What a stage of ``tidgap run`` keeps of a forward's output ``y`` ``(n, ...)``: ``y``,
+    or on the last stage (``y`` the per-sample losses) the chunk's loss, their sum (a
+    scalar)."""
+    return y.detach().sum() if last else y
 
 
 def recompute_bytes_per_sample(
     module: nn.Module, given: Tensor, first: bool, targets: Tensor | None
-) -> tuple[int, int, int, int]:
+) -> tuple[int, int, int, int, int]:
     """Per sample of ``given`` ``(b, ...)`` (rounded up), what a recomputing stage of
     ``tidgap run`` holds (:class:`~tidgap.runtime.recompute_memory.RecomputeBytes`): the
     bytes of the input it receives (``given``; 0 if ``first``: the model's input) and of the
     random values one forward of ``module`` on ``given`` draws, kept until its backward; its
     backward's working set: the tensors autograd saves in that forward re-run with grad,
-    its input and its output (on the last stage, whose ``targets`` are given, a loss: not
-    counted), each storage once, the parameters and the task's tensors left out; and the
-    task's tensors the stage cuts its chunks from, ``given`` if ``first`` and ``targets``.
-    Untimed."""
-    x = stage_input(given, first)
+    its input and its output (:func:`output_kept`: on the last stage, whose ``targets`` are
+    given, the chunk's loss), each storage once, the parameters and the task's tensors
+    left out, per sample and (last) per forward (:func:`growth`); and the task's tensors
+    the stage cuts its chunks from, ``given`` if ``first`` and ``targets``. Untimed."""
     task_data = task_tensors(given, first, targets)
-    working = StorageBytes.of(module, task_data)
+    recordings: list[Recording] = []
+
+    def working_set(chunk: Tensor) -> int:
+        x = stage_input(chunk, first)
+        working = StorageBytes.of(module, task_data)
+        with drawing_as_recomputed(module, others=False) as recording, working.saving():
+            y = module(x)
+        recordings.append(recording)
+        working.add(x, output_kept(y, targets is not None))
+        return working.total()
+
     before = generator_states(given.device)
-    with drawing_as_recomputed(module, others=False) as recording, working.saving():
-        y = module(x)
+    backward, backward_chunk = growth(working_set, given, first)
+    recording = recordings[0]
     if drew_since(before, given.device):  # a random operator besides nn.Dropout drew
         with torch.no_grad(), drawing_as_recomputed(module, others=True) as recording:
-            module(x)
+            module(stage_input(given, first))
     draws = StorageBytes()
     draws.add(*(t for draw in recording.draws for t in draw.tensors))
-    working.add(x, *([y] if targets is None else []))
     data = StorageBytes()
     data.add(*task_data)
     received = 0 if first else given.numel() * given.element_size()
-    counts = (received, draws.total(), working.total(), data.total())
     size = given.shape[0]
-    return tuple(-(-count // size) for count in counts)  # type: ignore[return-value]
+    input_bytes, draw_bytes, task_bytes = (
+        -(-count // size) for count in (received, draws.total(), data.total())
+    )
+    return input_bytes, draw_bytes, backward, task_bytes, backward_chunk
 
 
 def stage_input(given: Tensor, first: bool) -> Tensor:

@@ -33,7 +33,7 @@ from tidgap.profiling.measure import (
 from tidgap.profiling.models import Model, parameter_count
 from tidgap.profiling.split import balanced_split, groups, parse_split
 from tidgap.runtime.optimizers import describe
-from tidgap.runtime.recompute_memory import FIELDS, GRAPH_FIELDS
+from tidgap.runtime.recompute_memory import CHUNK_FIELD, FIELDS, GRAPH_FIELDS
 from tidgap.runtime.task import Task, make_task
 
 Step = Callable[[str], None]
@@ -183,8 +183,9 @@ class StageMeasurements:
     the backward per sample when it stores a forward's graph (at the largest size:
     ``activation_bytes``, :func:`~tidgap.profiling.measure.graph_bytes_per_sample`);
     ``recompute[k]``, the bytes per sample a recomputing stage holds (its input, its
-    forward's random draws, its backward's working set:
-    :class:`~tidgap.runtime.recompute_memory.RecomputeBytes`, at the largest size);
+    forward's random draws, its backward's working set, its task's tensors, and the working
+    set's bytes per forward: :class:`~tidgap.runtime.recompute_memory.RecomputeBytes`, at
+    the largest size and at 1);
     ``cuda_peaks[k]``, on CUDA the most bytes the allocator held in its forward and
     backward at the largest size (``None`` elsewhere); ``tails[k]``, its optimizer step in
     ms on the gradients of a backward at the largest size (``None`` without
@@ -194,7 +195,7 @@ class StageMeasurements:
     names: list[str]
     runs: list[list[Measurement]]
     held: list[int]
-    recompute: list[tuple[int, int, int, int]]
+    recompute: list[tuple[int, int, int, int, int]]
     cuda_peaks: list[int | None]
     tails: list[float] | None
     how: Json
@@ -280,16 +281,19 @@ def memory_source(measured: StageMeasurements, cap: int) -> Json:
     """``source.memory``: per stage, the bytes per sample a recomputing stage holds
     (:mod:`tidgap.runtime.recompute_memory`); on CUDA also each stage's allocator peak in a
     forward and backward at ``cap`` samples."""
-    memory: Json = dict(zip(FIELDS, map(list, zip(*measured.recompute, strict=True)), strict=True))
+    columns = map(list, zip(*measured.recompute, strict=True))
+    memory: Json = dict(zip((*FIELDS, CHUNK_FIELD), columns, strict=True))
     memory["recompute_rule"] = (
         f"per sample at {cap} samples, what a recomputing stage of tidgap run holds: the "
         "bytes of the input it receives (0 on the first stage) and of the random values its "
         "forward draws in train mode as the stage keeps them (a bool mask per nn.Dropout, "
         "every output of other random operators); of its backward's working set (what "
-        "autograd saves in the forward re-run with grad, its input and output; each "
-        "storage once, the parameters and the task's tensors left out); and of the task's "
-        "tensors it cuts its chunks from (the model's input on the first stage, the targets "
-        "on the last)"
+        "autograd saves in the forward re-run with grad, its input and output, on the last "
+        "stage the chunk's loss; each storage once, the parameters and the task's tensors "
+        f"left out), measured at {cap} samples and at 1 and split into bytes per sample and "
+        f"{CHUNK_FIELD} (tensors made once per forward, whatever its size); and of the "
+        "task's tensors it cuts its chunks from (the model's input on the first stage, the "
+        "targets on the last)"
     )
     if len(measured.growth) == len(measured.recompute):
         for field_name, column in zip(
@@ -298,7 +302,8 @@ def memory_source(measured: StageMeasurements, cap: int) -> Json:
             memory[field_name] = list(column)
         memory["graph_rule"] = (
             f"at {cap} samples and at 1, what a stage that stores a forward's graph holds for "
-            "its backward, as activation_bytes counts it but the task's tensors (held whole: "
+            "its backward, as activation_bytes counts it (on the last stage with the chunk's "
+            "loss) but the task's tensors (held whole: "
             "task_bytes_per_sample), split into bytes per sample and bytes per forward "
             "(tensors made once per forward, whatever its size)"
         )

@@ -30,6 +30,9 @@ FIELDS = (
     "recompute_backward_bytes_per_sample",
     "task_bytes_per_sample",
 )
+#: The field of a backward's working set per forward (bytes; :class:`RecomputeBytes`'s
+#: last), which profiles before it lack (their working set per sample includes it).
+CHUNK_FIELD = "recompute_backward_bytes_per_chunk"
 
 
 class RecomputeBytes(NamedTuple):
@@ -40,12 +43,16 @@ class RecomputeBytes(NamedTuple):
     working set (what autograd saves in the re-run forward, its input and its output, each
     storage once, the task's tensors left out); and the ``task``'s tensors it cuts its
     chunks from (the model's input on the first stage, the targets on the last), held
-    whole (``batch_size`` samples) by any chunk's backward."""
+    whole (``batch_size`` samples) by any chunk's backward; and ``backward_chunk``, the
+    working set's bytes per forward (tensors made once per forward, a GPT's positions and
+    masks, and the loss on the last stage), so ``n`` samples' working set is
+    ``backward_chunk + n * backward``."""
 
     input: float
     draws: float
     backward: float
     task: float
+    backward_chunk: float = 0.0
 
 
 #: The ``source.memory`` fields of a stored graph's bytes, per stage: :class:`GraphBytes`.
@@ -91,6 +98,7 @@ def recompute_bytes(problem: Problem) -> list[RecomputeBytes] | None:
     columns = _columns(memory, FIELDS, problem)
     if columns is None:
         return None
+    columns += _columns(memory, (CHUNK_FIELD,), problem) or [[0.0] * problem.num_stages]
     return [RecomputeBytes(*map(float, row)) for row in zip(*columns, strict=True)]
 
 
@@ -108,7 +116,8 @@ def recompute_held_bytes(
     :class:`~tidgap.runtime.stage.HeldBytes` counts it: the received input and gradient
     chunks and the forwards' draws still kept, and at a backward of ``n`` samples (counted
     after its forward re-ran) ``n`` samples' working set and the whole batch's task
-    tensors, less what the working set shares with what is kept: its input where it is a
+    tensors (plus the working set's bytes per forward), less what the working set shares
+    with what is kept: its input where it is a
     view of one received chunk, its masks where they are views of one forward's draws.
     ``stages``: every stage's :class:`RecomputeBytes` (stage ``s + 1``'s input bytes are
     ``s``'s output's and its gradient's)."""
@@ -126,7 +135,8 @@ def recompute_held_bytes(
             shared = n * own.input * _within_one(received.inputs, lo, hi)
             shared += n * own.draws * _within_one(draws, lo, hi)
             kept = received.kept() + own.draws * _samples(draws)
-            peak = max(peak, kept + n * own.backward - shared + batch_size * own.task)
+            working = own.backward_chunk + n * own.backward
+            peak = max(peak, kept + working - shared + batch_size * own.task)
             received.inputs = _after(received.inputs, hi)
             received.gradients = _after(received.gradients, hi)
             draws = _after(draws, hi)
@@ -143,7 +153,7 @@ def stored_held_bytes(
     from, whole (``batch_size`` samples of ``task``: the first and last stages), and the
     received chunks it still keeps, whole: the input chunk that reaches past the last
     forward (a forward takes its own copy of part of a chunk) and the gradient chunk that
-    reaches past the last backward. Each chunk's loss (4 bytes) is left out."""
+    reaches past the last backward."""
     received = _Received(stages[s].input, 0.0 if s == len(stages) - 1 else stages[s + 1].input)
     graphs: list[tuple[int, int]] = []
     task = batch_size * stages[s].task
