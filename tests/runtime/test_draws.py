@@ -12,7 +12,7 @@ from torch import nn  # noqa: E402
 
 from tests.runtime.pipeline_models import FeatureNoise  # noqa: E402
 from tidgap.profiling.models import Model, gpt  # noqa: E402
-from tidgap.runtime.drawing import drawing_of  # noqa: E402
+from tidgap.runtime.drawing import DROPOUT_MASK, drawing_of  # noqa: E402
 from tidgap.runtime.draws import NotReplayable, RecordedDraws, Recording, Replay  # noqa: E402
 from tidgap.runtime.reference import max_relative_difference  # noqa: E402
 from tidgap.runtime.stage import TorchStage  # noqa: E402
@@ -236,3 +236,84 @@ def test_the_profile_measures_dropout_draws_without_a_dispatch_mode() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["6", "False"]  # a bool mask of 6 per sample
+
+
+class FunctionalDropout(nn.Module):
+    """Dropout through ``functional.dropout``: a random operator besides ``nn.Dropout``,
+    drawn per sample (so replayable)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.dropout(x, 0.5, self.training)
+
+
+def test_another_random_operator_runs_the_first_forward_again_under_the_dispatch_mode() -> None:
+    """A first forward that moved the default generator ran outside the recording: it runs
+    again wholly under the mode, from the same generator state and buffers (a batch norm's
+    running mean moves once, as by one forward), and records every draw."""
+    torch.manual_seed(0)
+    layers = (
+        nn.Sequential(
+            nn.Linear(4, 6),
+            nn.BatchNorm1d(6),
+            FunctionalDropout(),
+            nn.Dropout(0.5),
+            nn.Linear(6, 1),
+        )
+        .double()
+        .train()
+    )
+    model = Model("t", layers, lambda b, device: torch.randn(b, 4), {"input_shape": [4]})
+    stage = stage_on(model, recompute=True)
+    x = make_task(model, B, 0, torch.device("cpu"), torch.float64).inputs[:4]
+    batch_norm = layers[1]
+    expected = (1 - batch_norm.momentum) * batch_norm.running_mean
+    expected += batch_norm.momentum * layers[0](x).mean(0).detach()
+    stage.forward((0, 4))
+    assert torch.allclose(batch_norm.running_mean, expected)
+    assert drawing_of(layers)._found == [layers[2]]  # located; nn.Dropout draws on its own
+    [(_, draws)] = stage._draws.chunks
+    assert len(draws) == 2 and DROPOUT_MASK in [draw.name for draw in draws]
+
+
+def test_another_random_operators_draws_replay_per_sample() -> None:
+    """``functional.dropout`` (not an ``nn.Dropout``), located on the first forward: the
+    recomputed backwards cutting across the forward chunks give the stored graphs'
+    gradients."""
+    torch.manual_seed(0)
+    layers = nn.Sequential(nn.Linear(4, 6), FunctionalDropout(), nn.Linear(6, 1)).double()
+    model = Model("t", layers.train(), lambda b, d: torch.randn(b, 4), {"input_shape": [4]})
+    recomputing, storing = stage_on(model, recompute=True), stage_on(model, recompute=False)
+    forward = [(0, 4), (4, 8)]
+    replayed = gradients_after(recomputing, forward, [(0, 3), (3, 5), (5, 8)])
+    stored = gradients_after(storing, forward, [(0, 8)])
+    assert recomputing.redrawn is None
+    assert drawing_of(layers)._found == [layers[1]]
+    assert max_relative_difference(replayed, stored) < 1e-10
+
+
+def test_a_recomputing_stage_whose_only_random_operators_are_dropouts_needs_no_dispatch() -> None:
+    """Forwards and recomputed backwards of a dropout model without a Python dispatch mode
+    (one imports ``torch._dynamo``: seconds, and a folder in the temporary directory)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch\n"
+        "from torch import nn\n"
+        "from tidgap.profiling.models import Model\n"
+        "from tidgap.runtime.stage import TorchStage\n"
+        "from tidgap.runtime.task import make_task\n"
+        "layers = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5), nn.Linear(6, 1)).train()\n"
+        "model = Model('t', layers, lambda b, d: torch.randn(b, 4), {'input_shape': [4]})\n"
+        "task = make_task(model, 8, 0, torch.device('cpu'), torch.float32)\n"
+        "stage = TorchStage(layers, first=True, last=True, task=task, recompute=True,\n"
+        "                   input_spec=None, output_spec=None)\n"
+        "for samples in ((0, 4), (4, 8)):\n"
+        "    stage.forward(samples)\n"
+        "for samples in ((0, 3), (3, 8)):\n"
+        "    stage.backward(samples)\n"
+        "print(stage.redrawn, len(stage._draws.chunks), 'torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "0", "False"]

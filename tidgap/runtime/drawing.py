@@ -11,7 +11,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +23,8 @@ from tidgap.runtime.draws import Draw, NotReplayable, Recording, Replay, is_rand
 
 #: The name of an ``nn.Dropout``'s mask among a forward's draws.
 DROPOUT_MASK = "nn.Dropout mask"
+
+T = TypeVar("T")
 
 
 def replayable_dropout(
@@ -86,16 +88,52 @@ class DrawingModules:
     innermost modules inside which random operators ran (global module hooks keep the
     stack of running modules); from then on only those modules' forwards run under the
     mode (their own hooks). Random operators elsewhere later are not seen: a caller
-    checks the generators (:func:`generators_unchanged`). One per module
-    (:func:`drawing_of`): its ``nn.Dropout`` layers answer to one of them."""
+    checks the generators (:func:`generators_unchanged`). :meth:`run` spares the first
+    block the mode where the ``nn.Dropout`` layers are the only random operators (their
+    masks draw from generators of their own, seeded from ``torch.initial_seed()``). One
+    per module (:func:`drawing_of`): its ``nn.Dropout`` layers answer to one of them."""
 
     def __init__(self, root: nn.Module) -> None:
         self._root = root
         self._found: list[nn.Module] | None = None
         self._mode: Recording | Replay | None = None
         self._depth = 0
+        self._generators: dict[torch.device, torch.Generator] = {}
         for module in dropout_layers(root):
-            module.forward = replayable_dropout(module, lambda: self._mode)
+            module.forward = replayable_dropout(module, lambda: self._mode, self._generator)
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        """The generator the ``nn.Dropout`` masks on ``device`` draw from."""
+        if device not in self._generators:
+            generator = torch.Generator(device)
+            self._generators[device] = generator.manual_seed(torch.initial_seed())
+        return self._generators[device]
+
+    def run(self, mode: Recording | Replay, compute: Callable[[], T], device: torch.device) -> T:
+        """``compute()`` with its random draws recorded or replayed through ``mode``
+        (:meth:`under`). The first call with a :class:`Recording` runs without a dispatch
+        mode (one imports ``torch._dynamo``: seconds, and a folder in the temporary
+        directory): if the default generators of ``device`` did not move, the
+        ``nn.Dropout`` layers drew everything and no module needs the mode; if they moved,
+        the generators and the module's buffers go back to where they were and
+        ``compute()`` runs again, wholly under the mode."""
+        if self._found is None and isinstance(mode, Recording):
+            before = generator_states(device)
+            buffers = [buffer.clone() for buffer in self._root.buffers()]
+            self._mode = mode
+            try:
+                result = compute()
+            finally:
+                self._mode = None
+            if not drew_since(before, device):
+                self._found = []
+                return result
+            set_generator_states(before, device)
+            for buffer, saved in zip(self._root.buffers(), buffers, strict=True):
+                buffer.copy_(saved)
+            mode.draws.clear()
+        with self.under(mode):
+            return compute()
 
     @contextmanager
     def under(self, mode: Recording | Replay) -> Iterator[None]:
@@ -169,6 +207,13 @@ def generator_states(device: torch.device) -> list[Tensor]:
     if device.type != "cpu":  # a GPU (the runtime computes on the CPU or with CUDA)
         states.append(torch.cuda.get_rng_state(device))
     return states
+
+
+def set_generator_states(states: list[Tensor], device: torch.device) -> None:
+    """Put the random generators of ``device`` back to ``states`` (:func:`generator_states`)."""
+    torch.set_rng_state(states[0])
+    if device.type != "cpu":
+        torch.cuda.set_rng_state(states[1], device)
 
 
 def drew_since(before: list[Tensor], device: torch.device) -> bool:

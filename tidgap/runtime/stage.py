@@ -17,8 +17,8 @@ chunks' sum is the full-batch mean loss.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -254,14 +254,17 @@ class TorchStage:
         """Forward of ``samples``; the output chunk ``(hi - lo, ...)`` to send, ``None`` on
         the last stage."""
         drawing, recording = self._recording(), Recording()
-        drawn = nullcontext() if drawing is None else drawing.under(recording)
+
+        def drawn(compute: Callable[[], Tensor]) -> Tensor:
+            return compute() if drawing is None else drawing.run(recording, compute, self.device)
+
         if self.recompute:
-            with torch.no_grad(), drawn:
-                y = self._output(samples, self._stage_input(samples))
+            with torch.no_grad():
+                y = drawn(lambda: self._output(samples, self._stage_input(samples)))
         else:
             x = self._graph_input(samples, own=True)
-            with self.held.watching(), drawn:
-                y = self._output(samples, x)
+            with self.held.watching():
+                y = drawn(lambda: self._output(samples, x))
             self._graphs.append((samples, x, y))
             self._inputs.drop_through(samples[1])
         if drawing is not None:
