@@ -222,20 +222,25 @@ def test_the_profile_measures_dropout_draws_without_a_dispatch_mode() -> None:
     """A model whose only random operators are ``nn.Dropout`` layers is measured without a
     Python dispatch mode (one imports ``torch._dynamo``: seconds, and a folder in the
     temporary directory, in every profiling process)."""
-    import subprocess
-    import sys
-
-    script = (
-        "import sys, torch\n"
-        "from torch import nn\n"
+    printed = printed_by(
         "from tidgap.profiling.measure import recompute_bytes_per_sample\n"
         "layers = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5)).train()\n"
         "drawn = recompute_bytes_per_sample(layers, torch.randn(8, 4), False, None)[1]\n"
         "print(drawn, 'torch._dynamo' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert printed == ["6", "False"]  # a bool mask of 6 per sample
+
+
+def printed_by(script: str) -> list[str]:
+    """The words ``script`` prints, run by a fresh Python after ``import sys, torch`` and
+    ``from torch import nn``."""
+    import subprocess
+    import sys
+
+    preamble = "import sys, torch\nfrom torch import nn\n"
+    done = subprocess.run([sys.executable, "-c", preamble + script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["6", "False"]  # a bool mask of 6 per sample
+    return done.stdout.split()
 
 
 class FunctionalDropout(nn.Module):
@@ -294,12 +299,7 @@ def test_another_random_operators_draws_replay_per_sample() -> None:
 def test_a_recomputing_stage_whose_only_random_operators_are_dropouts_needs_no_dispatch() -> None:
     """Forwards and recomputed backwards of a dropout model without a Python dispatch mode
     (one imports ``torch._dynamo``: seconds, and a folder in the temporary directory)."""
-    import subprocess
-    import sys
-
-    script = (
-        "import sys, torch\n"
-        "from torch import nn\n"
+    printed = printed_by(
         "from tidgap.profiling.models import Model\n"
         "from tidgap.runtime.stage import TorchStage\n"
         "from tidgap.runtime.task import make_task\n"
@@ -314,6 +314,4 @@ def test_a_recomputing_stage_whose_only_random_operators_are_dropouts_needs_no_d
         "    stage.backward(samples)\n"
         "print(stage.redrawn, len(stage._draws.chunks), 'torch._dynamo' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["None", "0", "False"]
+    assert printed == ["None", "0", "False"]
