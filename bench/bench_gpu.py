@@ -247,10 +247,12 @@ def test_cuda_anneal_step_at_65536(benchmark: Any, throughput: Any, kernel: str)
         benchmark.extra_info["steps_per_second"] = 1 / benchmark.stats.stats.median
 
 
-def test_cuda_run_memory_count(benchmark: Any, throughput: Any) -> None:
+@pytest.mark.parametrize("counted_by", ["kernel", "array passes"])
+def test_cuda_run_memory_count(benchmark: Any, throughput: Any, counted_by: str) -> None:
     """What ``2**16`` plans' stages hold as ``tidgap run`` runs them (``RunMemory.held``,
-    a run-priced search's memory count: the array passes on CuPy), an island of
-    ``bench_windowed``'s repeated, equal to Numba's loops on the island."""
+    a run-priced search's memory count: the backend's kernel, ``run_memory.cu``, or the
+    array passes it replaced on CuPy), an island of ``bench_windowed``'s repeated, equal to
+    Numba's loops on the island."""
     import cupy
 
     island = Generation.on("numba", ISLAND).island
@@ -260,6 +262,8 @@ def test_cuda_run_memory_count(benchmark: Any, throughput: Any) -> None:
         cupy.asarray(np.tile(a, (repeat,) + (1,) * (a.ndim - 1))) for a in host
     )
     memory = run_memory("cuda")
+    if counted_by == "array passes":
+        memory = replace(memory, compiled=None)
 
     def count() -> Any:
         held = memory.held(peaks, forward, backward, lead)
@@ -271,4 +275,4 @@ def test_cuda_run_memory_count(benchmark: Any, throughput: Any) -> None:
     benchmark(count)
     expected = run_memory("numba").held(host[3], *host[:3])
     assert np.array_equal(to_host(got)[:ISLAND], expected)
-    throughput("cuda run-memory P=2^16", benchmark, 2**16)
+    throughput(f"cuda run-memory ({counted_by}) P=2^16", benchmark, 2**16)

@@ -30,7 +30,7 @@ needs_cxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not i
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("max_width", [16, 256])
-@pytest.mark.parametrize("name", ["flush_evaluate.cu", "breed.cu"])
+@pytest.mark.parametrize("name", ["flush_evaluate.cu", "breed.cu", "run_memory.cu"])
 def test_kernel_source_compiles_with_nvcc(
     name: str, arch: str, max_width: int, tmp_path: Path
 ) -> None:

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support.backends import install_fake_cupy
+from tests.support.backends import install_fake_cupy, run_here
 from tidgap import Problem, search
+from tidgap.backends import BACKENDS, load
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
 from tidgap.model.plan import Plan
@@ -133,23 +134,30 @@ def test_the_batched_figures_are_the_runtimes_walks(
     assert kept > 0  # some stages keep received chunks, or several graphs, past their ops
 
 
+@pytest.mark.parametrize("backend", ["numba", "cuda"])
 @pytest.mark.parametrize(("stages", "unit"), [(4, 2), (6, 1), (3, 4)])
-def test_the_compiled_twin_counts_as_the_array_passes(stages: int, unit: int) -> None:
-    """Numba's loops against the array passes on random repaired populations, in samples
-    of the profile's activations and, exactly, in bytes."""
-    from tidgap.fallback_cpu.run_memory_numba import held
-
+def test_the_compiled_twin_counts_as_the_array_passes(
+    stages: int, unit: int, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each backend's compiled twin (Numba's loops; the CUDA kernel, through the CuPy
+    stand-in where no GPU is) against the array passes on random repaired populations, in
+    samples of the profile's activations and, exactly, in bytes."""
+    run_here(backend, monkeypatch)
+    record = BACKENDS[backend]
+    assert record.run_memory is not None
+    held, xp = load(record.run_memory), record.namespace()
     rng = np.random.default_rng(stages + 10)
     problem = profiled(synth_problem(5, stages, 32, unit=unit), random_memory(stages, rng, 0))
     genes, peaks = population(problem, "numba", 300, 2)
     figures = RunMemory.of(problem)
     assert figures is not None
     for memory in (figures, bytewise(figures)):
-        compiled = replace(memory, compiled=held)
+        on_device = replace(memory, figures=xp.asarray(memory.figures), compiled=held)
+        on_device = replace(on_device, activation=xp.asarray(memory.activation))
         arrays = memory.held(peaks, genes.forward, genes.backward, genes.lead)
-        np.testing.assert_array_equal(
-            compiled.held(peaks, genes.forward, genes.backward, genes.lead), arrays
-        )
+        device_genes = (xp.asarray(a) for a in (peaks, genes.forward, genes.backward, genes.lead))
+        counted = on_device.held(*device_genes)
+        np.testing.assert_array_equal(np.asarray(counted), arrays)
     flags = recomputing_stages(genes.forward, genes.backward)
     assert 0.2 < flags.mean() < 1  # both kinds of stage are checked
 

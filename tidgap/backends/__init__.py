@@ -113,6 +113,7 @@ BACKENDS: dict[str, Backend] = {
             breeder="tidgap.kernels.launcher:cuda_breed",
             joint_breeder="tidgap.kernels.launcher:cuda_joint_breed",
             joint_mutator="tidgap.kernels.launcher:cuda_joint_mutate",
+            run_memory="tidgap.kernels.launcher:cuda_run_memory",
             free_memory=device_free_memory,
         ),
         Backend(
