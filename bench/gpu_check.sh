@@ -45,12 +45,14 @@ nproc
 python3 -c "import cupy, numba, numpy, torch, sys; print('python', sys.version.split()[0], 'cupy', cupy.__version__, 'numba', numba.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__)"
 python3 -c "from tidgap.backends.gpu import gpu_unusable_reason as r; print('gpu usable:', r() or 'yes')"
 
-echo "== tests (tests/backends: the GPU tests, the kernels' host builds, every backend)"
+echo "== tests (tests/backends: the GPU tests, the kernels' host builds, every backend;"
+echo "   the run memory kernel against the array passes)"
 limited 75 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs -p no:benchmark \
   tests/backends/test_gpu.py tests/backends/test_joint_kernels.py \
   tests/backends/test_contract.py tests/backends/test_windowed.py \
   tests/backends/test_registry.py tests/backends/test_windowed_lanes.py \
-  tests/backends/test_run_pricing.py
+  tests/backends/test_run_pricing.py \
+  "tests/optimize/test_run_memory.py::test_the_compiled_twin_counts_as_the_array_passes"
 tests_status=$?
 
 echo "== benchmarks (bench/bench_gpu.py)"
