@@ -243,26 +243,15 @@ def printed_by(script: str) -> list[str]:
     return done.stdout.split()
 
 
-class FunctionalDropout(nn.Module):
-    """Dropout through ``functional.dropout``: a random operator besides ``nn.Dropout``,
-    drawn per sample (so replayable)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.dropout(x, 0.5, self.training)
-
-
 def test_another_random_operator_runs_the_first_forward_again_under_the_dispatch_mode() -> None:
-    """A first forward that moved the default generator ran outside the recording: it runs
-    again wholly under the mode, from the same generator state and buffers (a batch norm's
-    running mean moves once, as by one forward), and records every draw."""
+    """A first forward that moved the default generator (an ``nn.RReLU``'s noise) ran
+    outside the recording: it runs again wholly under the mode, from the same generator
+    state and buffers (a batch norm's running mean moves once, as by one forward), and
+    records every draw."""
     torch.manual_seed(0)
     layers = (
         nn.Sequential(
-            nn.Linear(4, 6),
-            nn.BatchNorm1d(6),
-            FunctionalDropout(),
-            nn.Dropout(0.5),
-            nn.Linear(6, 1),
+            nn.Linear(4, 6), nn.BatchNorm1d(6), nn.RReLU(), nn.Dropout(0.5), nn.Linear(6, 1)
         )
         .double()
         .train()
@@ -280,19 +269,35 @@ def test_another_random_operator_runs_the_first_forward_again_under_the_dispatch
     assert len(draws) == 2 and DROPOUT_MASK in [draw.name for draw in draws]
 
 
-def test_another_random_operators_draws_replay_per_sample() -> None:
-    """``functional.dropout`` (not an ``nn.Dropout``), located on the first forward: the
-    recomputed backwards cutting across the forward chunks give the stored graphs'
-    gradients."""
+class OwnNoise(nn.Module):
+    """Multiplicative noise per sample from a generator of the module's own: code tidgap
+    does not know, whose draws the default generators do not show."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.generator = torch.Generator()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        noise = torch.rand(x.shape, generator=self.generator, dtype=x.dtype)
+        return x * noise if self.training else x
+
+
+def test_a_modules_own_random_operators_are_found_and_replayed_per_sample() -> None:
+    """A layer of code tidgap does not know, drawing from its own generator: located on
+    the first forward, under the mode, and replayed, so recomputed backwards cutting
+    across the forward chunks give the stored graphs' gradients."""
     torch.manual_seed(0)
-    layers = nn.Sequential(nn.Linear(4, 6), FunctionalDropout(), nn.Linear(6, 1)).double()
+    noise = OwnNoise()
+    layers = nn.Sequential(nn.Linear(4, 6), noise, nn.Linear(6, 1)).double()
     model = Model("t", layers.train(), lambda b, d: torch.randn(b, 4), {"input_shape": [4]})
     recomputing, storing = stage_on(model, recompute=True), stage_on(model, recompute=False)
     forward = [(0, 4), (4, 8)]
+    noise.generator.manual_seed(3)
     replayed = gradients_after(recomputing, forward, [(0, 3), (3, 5), (5, 8)])
+    noise.generator.manual_seed(3)
     stored = gradients_after(storing, forward, [(0, 8)])
     assert recomputing.redrawn is None
-    assert drawing_of(layers)._found == [layers[1]]
+    assert drawing_of(layers)._found == [noise]
     assert max_relative_difference(replayed, stored) < 1e-10
 
 

@@ -111,27 +111,35 @@ class DrawingModules:
 
     def run(self, mode: Recording | Replay, compute: Callable[[], T], device: torch.device) -> T:
         """``compute()`` with its random draws recorded or replayed through ``mode``
-        (:meth:`under`). The first call with a :class:`Recording` runs without a dispatch
-        mode (one imports ``torch._dynamo``: seconds, and a folder in the temporary
-        directory): if the default generators of ``device`` did not move, the
-        ``nn.Dropout`` layers drew everything and no module needs the mode; if they moved,
-        the generators and the module's buffers go back to where they were and
-        ``compute()`` runs again, wholly under the mode."""
-        if self._found is None and isinstance(mode, Recording):
+        (:meth:`under`). The first call, on a module made of PyTorch's and tidgap's own
+        layers (whose random operators draw from the default generators), runs without a
+        dispatch mode (one imports ``torch._dynamo``: seconds, and a folder in the
+        temporary directory): if the default generators of ``device`` did not move (and a
+        replay found every draw in order), the ``nn.Dropout`` layers drew everything and no
+        module needs the mode; else the generators and the module's buffers go back to
+        where they were, ``mode`` starts again, and ``compute()`` runs again, wholly under
+        the mode. A module of other code (which may draw from a generator of its own)
+        runs its first call under the mode, as :meth:`under` does."""
+        if self._found is None and all(map(_draws_from_default_generators, self._root.modules())):
             before = generator_states(device)
             buffers = [buffer.clone() for buffer in self._root.buffers()]
             self._mode = mode
             try:
                 result = compute()
+                if not drew_since(before, device):
+                    self._found = []
+                    return result
+            except NotReplayable:  # a replayed draw of another operator came first
+                pass
             finally:
                 self._mode = None
-            if not drew_since(before, device):
-                self._found = []
-                return result
             set_generator_states(before, device)
             for buffer, saved in zip(self._root.buffers(), buffers, strict=True):
                 buffer.copy_(saved)
-            mode.draws.clear()
+            if isinstance(mode, Replay):
+                mode.rewind()
+            else:
+                mode.draws.clear()
         with self.under(mode):
             return compute()
 
@@ -199,6 +207,16 @@ class DrawingModules:
             self._depth -= 1
             if self._depth == 0:
                 self._mode.__exit__(None, None, None)
+
+
+#: The packages whose layers draw random values only from the default generators.
+DEFAULT_DRAWING = ("torch.nn.", "tidgap.profiling.models")
+
+
+def _draws_from_default_generators(module: nn.Module) -> bool:
+    """Whether ``module``'s own code is PyTorch's or a built-in model's
+    (:data:`DEFAULT_DRAWING`)."""
+    return type(module).__module__.startswith(DEFAULT_DRAWING)
 
 
 def generator_states(device: torch.device) -> list[Tensor]:

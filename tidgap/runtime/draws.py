@@ -154,7 +154,12 @@ class Replay(TorchDispatchMode):
 
     def __init__(self, draws: list[Draw]) -> None:
         super().__init__()
-        self._draws = list(reversed(draws))
+        self._given = list(reversed(draws))
+        self._draws = list(self._given)
+
+    def rewind(self) -> None:
+        """Give the draws again from the first."""
+        self._draws = list(self._given)
 
     def take(self, name: str, shapes: list[tuple[int, ...]]) -> Draw:
         """The next draw, which must be ``name``'s with tensors of ``shapes``."""

@@ -12,6 +12,7 @@ per-rank results can be saved, merged and compared.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -58,8 +59,8 @@ def replayed_forward(stages: list[nn.Module], draws: list[list[Draw]]) -> Forwar
     def forward(x: Tensor) -> Tensor:
         for module, drawn in zip(stages, draws, strict=True):
             replay = Replay(drawn)
-            with drawing_of(module).under(replay), generators_unchanged(x.device):
-                x = module(x)
+            with generators_unchanged(x.device):
+                x = drawing_of(module).run(replay, partial(module, x), x.device)
             replay.check_done()
         return x
 
