@@ -33,18 +33,7 @@ from tidgap.kernels.source import (
 from tidgap.optimize.joint_operators import JointGenes, mutation_table
 from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng
-from tidgap.optimize.run_memory import (
-    BACKWARD,
-    BACKWARD_CHUNK,
-    DRAWS,
-    FINE,
-    GRAPH_CHUNK,
-    GRAPH_SAMPLE,
-    INPUT,
-    OUTPUT,
-    TASK,
-    RunMemory,
-)
+from tidgap.optimize.run_memory import FINE, RunMemory
 
 THREADS_PER_BLOCK = 128
 
@@ -476,10 +465,6 @@ def cuda_joint_mutate(
     return mutated
 
 
-#: :attr:`RunMemory.figures`' rows in the order ``run_memory.cu`` reads them.
-RUN_MEMORY_ROWS = (INPUT, OUTPUT, DRAWS, BACKWARD, TASK, GRAPH_SAMPLE, GRAPH_CHUNK, BACKWARD_CHUNK)
-
-
 def _device_int32(array: cupy.ndarray) -> cupy.ndarray:
     """``array`` as a contiguous int32 device array."""
     return cupy.ascontiguousarray(cupy.asarray(array), dtype=cupy.int32)
@@ -499,7 +484,6 @@ def cuda_run_memory(
     held = cupy.empty((population, stages), dtype=cupy.int64)
     if population == 0:
         return held
-    figures = cupy.asarray(memory.figures)[list(RUN_MEMORY_ROWS)]
     kernel = _kernel("run_memory.cu", "tidgap_run_memory", scratch_width(width))
     kernel(
         _grid(population * stages),
@@ -507,7 +491,7 @@ def cuda_run_memory(
         (
             *(_device_int32(array) for array in (forward, backward, lead)),
             cupy.ascontiguousarray(cupy.asarray(peaks), dtype=cupy.int64),
-            cupy.ascontiguousarray(figures, dtype=cupy.float64),
+            cupy.ascontiguousarray(cupy.asarray(memory.figures), dtype=cupy.float64),
             cupy.ascontiguousarray(cupy.asarray(memory.activation), dtype=cupy.float64),
             held,
             np.int64(population),

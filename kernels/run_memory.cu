@@ -15,7 +15,8 @@
 // Arguments, in order:
 //   forward, backward (P, S, K) int32 sizes in units, lead (P, S, K) int32 canonical leads,
 //   peaks (P, S) int64, figures (8, S) float64 (rows: input, output, draws, backward,
-//   task, graph sample, graph chunk, backward chunk: RunMemory's), activation (S,) float64,
+//   task, graph sample, graph chunk, backward chunk: RunMemory.figures as it is, the row
+//   constants of tidgap/optimize/run_memory.py in order), activation (S,) float64,
 //   held (P, S) int64 out, population P, stages S, width K, unit, batch, fine.
 #ifndef __CUDACC__
 #define __host__
