@@ -269,6 +269,27 @@ def test_another_random_operator_runs_the_first_forward_again_under_the_dispatch
     assert len(draws) == 2 and DROPOUT_MASK in [draw.name for draw in draws]
 
 
+def test_the_one_process_replay_finds_every_draw_after_a_first_try_without_the_mode() -> None:
+    """The gradient check's replayed forward (:func:`replayed_forward`) of layers whose
+    ``nn.RReLU`` draws from the default generator: the first try without the mode finds a
+    draw it cannot take in order, so the replay starts again under the mode and gives the
+    recorded forward's output exactly."""
+    import copy
+
+    from tidgap.runtime.reference import replayed_forward
+
+    torch.manual_seed(0)
+    layers = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5), nn.RReLU(), nn.Linear(6, 1))
+    layers = layers.double().train()
+    twin = copy.deepcopy(layers)  # before either has a DrawingModules
+    x = torch.randn(8, 4, dtype=torch.float64)
+    recording = Recording()
+    recorded = drawing_of(layers).run(recording, lambda: layers(x), x.device)
+    replayed = replayed_forward([twin], [recording.draws])(x)
+    assert torch.equal(replayed, recorded)
+    assert drawing_of(twin)._found == [twin[2]]
+
+
 class OwnNoise(nn.Module):
     """Multiplicative noise per sample from a generator of the module's own: code tidgap
     does not know, whose draws the default generators do not show."""

@@ -193,7 +193,6 @@ def graph_growth(
     positions and masks, and the loss; 0 when ``b == 1``). Untimed."""
     task_data = task_tensors(given, first, targets)
     last = targets is not None
-
     return growth(lambda x: _graph_bytes(module, x, first, last, task_data), given, first)
 
 
@@ -252,8 +251,9 @@ def recompute_bytes_per_sample(
     backward's working set: the tensors autograd saves in that forward re-run with grad,
     its input and its output (:func:`output_kept`: on the last stage, whose ``targets`` are
     given, the chunk's loss), each storage once, the parameters and the task's tensors
-    left out, per sample and (last) per forward (:func:`growth`); and the task's tensors
-    the stage cuts its chunks from, ``given`` if ``first`` and ``targets``. Untimed."""
+    left out, per sample and, returned last, per forward (:func:`growth`); and the task's
+    tensors the stage cuts its chunks from, ``given`` if ``first`` and ``targets``.
+    Untimed."""
     task_data = task_tensors(given, first, targets)
     recordings: list[Recording] = []
 
