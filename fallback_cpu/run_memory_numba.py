@@ -14,7 +14,8 @@ task tensors. After its last forward before backward ``k`` (where it ran one sin
 ``k - 1``) it keeps the same inputs and draws, and the gradients received up to backward
 ``k - 1``. Each chunk index is a walk that only moves forward as ``k`` grows. A stage that
 recomputes (a backward boundary not a forward one) counts its bytes in ``FINE`` units of
-its activations, rounded up, at most the batch; one that stores graphs its alive graphs
+its activations, rounded up (more than the batch's where it holds more); one that stores
+graphs its alive graphs
 after each forward, the task's tensors and the received chunks it keeps past its last
 forward and backward, the same way.
 Numba is imported only when this module is.
@@ -170,7 +171,7 @@ def _recomputes(fp, bp, n):  # pragma: no cover - compiled
 
 
 @njit(cache=True, parallel=True, boundscheck=False)  # pragma: no cover - compiled
-def _held(forward, backward, lead, peaks, figures, activation, unit, batch, held):
+def _held(forward, backward, lead, peaks, figures, activation, unit, held):
     """Every individual in parallel: ``held`` what the limits count, in ``FINE`` units."""
     population, stages, width = forward.shape
     chunks = (population + CHUNK - 1) // CHUNK
@@ -194,12 +195,11 @@ def _held(forward, backward, lead, peaks, figures, activation, unit, batch, held
                 row = lead[p, s]
                 if _recomputes(fp[s], bp[s], n[s]):
                     memory = _stage(fp[s], m[s], bp[s], n[s], up, down, row, figures, s, unit)
-                    held[p, s] = min(np.ceil(memory * FINE / activation[s]), batch * FINE)
+                    held[p, s] = np.ceil(memory * FINE / activation[s])
                 else:
-                    count = _stored(
+                    held[p, s] = _stored(
                         fp[s], m[s], bp[s], n[s], up, down, row, figures, activation[s], s, unit
                     )
-                    held[p, s] = min(count, batch * FINE)
 
 
 def held(
@@ -221,7 +221,6 @@ def held(
         np.ascontiguousarray(memory.figures, dtype=np.float64),
         np.ascontiguousarray(memory.activation, dtype=np.float64),
         int(memory.unit),
-        int(memory.batch_size),
         units,
     )
     return units

@@ -498,7 +498,6 @@ def cuda_run_memory(
             np.int32(stages),
             np.int32(width),
             np.float64(memory.unit),
-            np.int64(memory.batch_size),
             np.float64(FINE),
         ),
     )

@@ -3,11 +3,12 @@
 // The GPU twin of tidgap/fallback_cpu/run_memory_numba.py (the same walks, the same
 // float64 sums of whole numbers, so the same int64 results): held[p][s] in `fine` units
 // (tidgap.optimize.run_memory.FINE, a power of two) of stage s's activation bytes, rounded
-// up, at most the batch: a recomputing stage (some backward boundary is not a forward one)
-// counts its received input and gradient chunks, its forwards' draws and one backward's
-// working set; a stage that stores its graphs its alive graphs, the task's tensors and the
-// received chunks it keeps past its last forward and backward. A stage with no positive
-// activation bytes keeps the model's peak samples (peaks[p][s] * fine).
+// up (more than the batch's where a stage holds more): a recomputing stage (some backward
+// boundary is not a forward one) counts its received input and gradient chunks, its
+// forwards' draws and one backward's working set; a stage that stores its graphs its
+// alive graphs, the task's tensors and the received chunks it keeps past its last forward
+// and backward. A stage with no positive activation bytes keeps the model's peak samples
+// (peaks[p][s] * fine).
 // Thread-to-work mapping: one thread per (individual, stage), w = p * S + s, grid-stride
 // loop; each thread builds four prefix sums of K + 1 entries in local memory (its stage's
 // forwards and backwards, the upstream stage's forwards, the downstream stage's backwards;
@@ -17,7 +18,7 @@
 //   peaks (P, S) int64, figures (8, S) float64 (rows: input, output, draws, backward,
 //   task, graph sample, graph chunk, backward chunk: RunMemory.figures as it is, the row
 //   constants of tidgap/optimize/run_memory.py in order), activation (S,) float64,
-//   held (P, S) int64 out, population P, stages S, width K, unit, batch, fine.
+//   held (P, S) int64 out, population P, stages S, width K, unit, fine.
 #ifndef __CUDACC__
 #define __host__
 #define __device__
@@ -56,9 +57,8 @@ __host__ __device__ inline int rm_prefix(const int* row, int width, long long* p
 
 __host__ __device__ inline double rm_max(double a, double b) { return a > b ? a : b; }
 
-// min(ceil(x), cap) for x >= 0 and a whole cap, without a math header (NVRTC has none).
-__host__ __device__ inline long long rm_units(double x, long long cap) {
-    if (x >= (double)cap) return cap;
+// ceil(x) for 0 <= x < 2^63, without a math header (NVRTC has none).
+__host__ __device__ inline long long rm_ceil(double x) {
     const long long whole = (long long)x;
     return (double)whole < x ? whole + 1 : whole;
 }
@@ -105,12 +105,11 @@ __host__ __device__ inline double rm_recomputing(
     return peak;
 }
 
-// What stage s, storing its graphs, holds in fine units of `activation`, rounded up, at
-// most `cap`.
+// What stage s, storing its graphs, holds in fine units of `activation`, rounded up.
 __host__ __device__ inline long long rm_stored(
     const long long* fp, int m, const long long* bp, int n, const long long* up,
     const long long* down, const int* lead, const double* figures, int stages, int s,
-    double unit, double activation, double fine, long long cap) {
+    double unit, double activation, double fine) {
     int j = 0, own = 0, before = m;
     if (n > 0) {
         while (fp[own] < bp[1]) ++own;
@@ -146,7 +145,7 @@ __host__ __device__ inline long long rm_stored(
         double held = (graphs + kept) * unit;
         held += figures[RM_CHUNK * stages + s] * (double)(k + 1 - done);
         held += figures[RM_TASK * stages + s];
-        const long long units = rm_units(held * fine / activation, cap);
+        const long long units = rm_ceil(held * fine / activation);
         best = units > best ? units : best;
     }
     return best;
@@ -167,7 +166,7 @@ extern "C" __global__ void tidgap_run_memory(
     const int* __restrict__ lead, const long long* __restrict__ peaks,
     const double* __restrict__ figures, const double* __restrict__ activation,
     long long* __restrict__ held, long long population, int stages, int width, double unit,
-    long long batch, double fine) {
+    double fine) {
     long long fp[TIDGAP_MAX_K + 1], bp[TIDGAP_MAX_K + 1];
     long long up[TIDGAP_MAX_K + 1], down[TIDGAP_MAX_K + 1];
     const long long work = population * stages;
@@ -182,14 +181,13 @@ extern "C" __global__ void tidgap_run_memory(
         rm_prefix(s > 0 ? row - width : row, width, up);
         rm_prefix(backward + (s < stages - 1 ? w + 1 : w) * width, width, down);
         const int* leads = lead + w * width;
-        const long long cap = batch * (long long)fine;
         if (rm_recomputes(fp, bp, n)) {
             const double memory = rm_recomputing(
                 fp, m, bp, n, up, down, leads, figures, stages, s, unit);
-            held[w] = rm_units(memory * fine / activation[s], cap);
+            held[w] = rm_ceil(memory * fine / activation[s]);
         } else {
             held[w] = rm_stored(
-                fp, m, bp, n, up, down, leads, figures, stages, s, unit, activation[s], fine, cap);
+                fp, m, bp, n, up, down, leads, figures, stages, s, unit, activation[s], fine);
         }
     }
 }

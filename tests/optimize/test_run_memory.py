@@ -20,11 +20,11 @@ from tidgap.backends.ticks import tick_problem
 from tidgap.model.plan import Plan
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import JointSpace
-from tidgap.optimize.limits import MemoryLevel, bytes_level, capped
+from tidgap.optimize.limits import MemoryLevel, bytes_level, capped, stage_level
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.order_genes import recomputing_stages
 from tidgap.optimize.rng import CounterRng
-from tidgap.optimize.run_memory import FINE, RunMemory, fine_units, run_evaluated
+from tidgap.optimize.run_memory import FINE, NO_LIMIT, RunMemory, fine_units, run_evaluated
 from tidgap.optimize.windowed_driver import encode_plans
 from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.lowering import recomputes
@@ -93,7 +93,7 @@ def population(problem: Problem, backend: str, count: int, seed: int) -> tuple[A
 
 
 def bytewise(memory: RunMemory) -> RunMemory:
-    """``memory`` counting one byte a sample, no batch to clip at: its samples are bytes."""
+    """``memory`` counting one byte a sample: its samples are bytes."""
     return replace(memory, activation=np.ones(memory.activation.shape), batch_size=2**40)
 
 
@@ -182,12 +182,12 @@ def test_the_1f1b_level_admits_1f1b() -> None:
     assert over > 0
 
 
-def test_fine_units_round_up_and_clip_at_the_batch() -> None:
+def test_fine_units_round_up_past_the_batch() -> None:
     activation = np.array([100.0, 100.0, 0.0])
     memory = np.array([[250.0, 5000.0, 7.0]])
     held = np.array([[1, 2, 3]])
-    assert fine_units(memory, activation, held, 16).tolist() == [[2.5 * FINE, 16 * FINE, 3 * FINE]]
-    assert fine_units(np.array([[100.0 + 1e-3, 0, 0]]), activation, held, 16)[0, 0] == FINE + 1
+    assert fine_units(memory, activation, held).tolist() == [[2.5 * FINE, 50 * FINE, 3 * FINE]]
+    assert fine_units(np.array([[100.0 + 1e-3, 0, 0]]), activation, held)[0, 0] == FINE + 1
 
 
 def test_a_level_allows_its_byte_limit_where_one_binds() -> None:
@@ -201,8 +201,33 @@ def test_a_level_allows_its_byte_limit_where_one_binds() -> None:
     expected = [int(4_000_000 * FINE // a) for a in GPT_MEMORY["activation_bytes"]]
     assert figures.limit(level).tolist() == expected
     assert figures.limit(MemoryLevel("1F1B", (3, 2))).tolist() == [3 * FINE, 2 * FINE]
-    both = capped(MemoryLevel("1F1B", (3, 1)), level)
+    both = capped(MemoryLevel("1F1B", (3, 1)), level, 16)
     assert figures.limit(both).tolist() == [expected[0], FINE]
+    unlimited = figures.limit(MemoryLevel("unlimited", (16, 16)))
+    assert unlimited.tolist() == [NO_LIMIT, NO_LIMIT]
+
+
+def test_a_byte_limit_above_the_batchs_activations_still_binds() -> None:
+    """GPipe(1)'s first stage holds the whole batch's graphs and the task's tensors: more
+    than 16 samples' activations. A byte limit between the two allows the whole batch by
+    the model, and refuses the plan as the runtime holds it; the stages' own limits the
+    same way, and unlimited admits it."""
+    problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+    figures = RunMemory.of(problem)
+    assert figures is not None
+    plan = SCHEDULES["gpipe"].baseline(problem, 1)
+    genes = encode_plans([plan], problem, 8)
+    peaks = np.asarray([evaluate(problem, plan).peak_held])
+    held = figures.held(peaks, genes.forward, genes.backward, genes.lead)[0]
+    batch = 16 * GPT_MEMORY["activation_bytes"][0]
+    assert held[0] > 16 * FINE  # the task's 8 KB beside the batch's activations
+    level = bytes_level(problem, batch + 100)
+    assert level.held[0] == 16
+    assert held[0] > figures.limit(level)[0]
+    document = synth_problem(4, 2, 16)
+    document["stages"][0]["memory_limit"] = batch + 100
+    assert held[0] > figures.limit(stage_level(profiled(document, GPT_MEMORY)))[0]
+    assert held[0] <= figures.limit(MemoryLevel("unlimited", (16, 16)))[0]
 
 
 def test_without_the_profiles_figures_nothing_changes() -> None:
@@ -266,7 +291,7 @@ def test_every_plan_is_within_its_limit_as_the_runtime_holds_it(gpt_searches: li
             assert held == point.evaluation.peak_memory
             caps = point.level.bytes_cap or [math.inf] * len(activation)
             budget = [
-                c if math.isfinite(c) else h * a + extra
+                c if math.isfinite(c) else math.inf if h >= 16 else h * a + extra
                 for h, a, c, extra in zip(point.level.held, activation, caps, beside, strict=True)
             ]
             assert all(b <= limit for b, limit in zip(held, budget, strict=True)), megabytes
@@ -335,7 +360,7 @@ def test_ask_and_tell_give_samples_and_keep_the_units() -> None:
         population = optimizer.ask()
         scores = optimizer.evaluate(population)
         assert scores.units is not None
-        assert (scores.peaks == -(-scores.units // FINE)).all()
+        assert (scores.peaks == np.minimum(-(-scores.units // FINE), 16)).all()
         assert (scores.peaks <= problem.batch_size).all()
         optimizer.tell(population, scores)
         population = optimizer.ask()

@@ -115,10 +115,10 @@ class JointOptimizer:
     def _scores(self, times: Any, counted: Any) -> Scores:
         """The built-in :class:`Scores` of ``times`` (ticks) and peaks as
         :meth:`JointSpace.evaluate` counts them (with run memory, ``peaks`` rounded up to
-        samples and ``units`` the counts)."""
+        samples, at most the batch, and ``units`` the counts, which may be more)."""
         if self.space.memory is None:
             return Scores(times, self.ticked.tick, peaks=counted)
-        samples = -(-counted // FINE)
+        samples = self.xp.minimum(-(-counted // FINE), self.problem.batch_size)
         return Scores(times, self.ticked.tick, peaks=samples, units=counted)
 
     def rescore(self) -> None:

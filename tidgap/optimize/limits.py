@@ -34,9 +34,11 @@ STAGE_LIMITS = "stage memory_limit"
 class MemoryLevel:
     """``held[s]``: the most samples stage ``s`` may hold; ``label`` says where it comes
     from (``1F1B``, ``1.5x 1F1B``, ``8 GB``, ``unlimited``); ``bytes_cap[s]``: the byte
-    limit ``held[s]`` was rounded down from, where one binds (``inf`` where the samples
-    do; ``None``: on no stage), which a search counting bytes as ``tidgap run`` holds them
-    compares with (:meth:`tidgap.optimize.run_memory.RunMemory.limit`)."""
+    limit ``held[s]`` was rounded down from (``inf`` where the samples bind, or no byte
+    limit applies; ``None``: on no stage), even where it allows the whole batch, which a
+    search counting bytes as ``tidgap run`` holds them compares with
+    (:meth:`tidgap.optimize.run_memory.RunMemory.limit`: a stage can hold more than its
+    batch's activations)."""
 
     label: str
     held: tuple[int, ...]
@@ -103,16 +105,8 @@ def stage_level(problem: Problem) -> MemoryLevel:
     limits = [stage.memory_limit for stage in problem.stages]
     limited = any(limit is not None for limit in limits)
     label = STAGE_LIMITS if limited else "unlimited"
-    return MemoryLevel(label, tuple(held), _binding(limits, held, B) if limited else None)
-
-
-def _binding(limits: list[float | None], held: list[int], batch_size: int) -> tuple[float, ...]:
-    """Per stage its byte limit where it binds (fewer than ``batch_size`` samples), else
-    ``inf``."""
-    return tuple(
-        math.inf if limit is None or h >= batch_size else float(limit)
-        for limit, h in zip(limits, held, strict=True)
-    )
+    caps = tuple(math.inf if limit is None else float(limit) for limit in limits)
+    return MemoryLevel(label, tuple(held), caps if limited else None)
 
 
 def bytes_level(problem: Problem, limit: int) -> MemoryLevel:
@@ -125,8 +119,7 @@ def bytes_level(problem: Problem, limit: int) -> MemoryLevel:
             source="--memory-limit",
         )
     held = [held_within(limit, s.activation_bytes, problem.batch_size) for s in problem.stages]
-    caps = _binding([limit] * len(held), held, problem.batch_size)
-    return MemoryLevel(format_bytes(limit), tuple(held), caps)
+    return MemoryLevel(format_bytes(limit), tuple(held), (float(limit),) * len(held))
 
 
 def scaled(level: MemoryLevel, factor: float, batch_size: int) -> MemoryLevel:
@@ -137,10 +130,11 @@ def scaled(level: MemoryLevel, factor: float, batch_size: int) -> MemoryLevel:
     return MemoryLevel(label, held)
 
 
-def capped(level: MemoryLevel, cap: MemoryLevel) -> MemoryLevel:
+def capped(level: MemoryLevel, cap: MemoryLevel, batch_size: int) -> MemoryLevel:
     """``level`` within ``cap`` stage by stage (the stages' own limits stay in force): the
-    fewer samples, with the byte limit behind them (on a tie the samples bind if they do
-    on either, else the smaller byte limit)."""
+    fewer samples, with the byte limit behind them; on a tie below the whole batch the
+    samples bind if they do on either, else the smaller byte limit; at the whole batch
+    (``batch_size``), where samples limit nothing, the smaller byte limit."""
     held = tuple(map(min, level.held, cap.held))
     if level.bytes_cap is None and cap.bytes_cap is None:
         return MemoryLevel(level.label, held)
@@ -150,8 +144,10 @@ def capped(level: MemoryLevel, cap: MemoryLevel) -> MemoryLevel:
     for a, b, x, y in zip(level.held, cap.held, ours, theirs, strict=True):
         if a != b:
             caps.append(x if a < b else y)
+        elif a < batch_size and math.inf in (x, y):
+            caps.append(math.inf)
         else:
-            caps.append(math.inf if math.inf in (x, y) else min(x, y))
+            caps.append(min(x, y))
     return MemoryLevel(level.label, held, tuple(caps))
 
 
@@ -164,7 +160,7 @@ def limit_in_force(
     if requested is None:
         return stages
     level = one_f_one_b if requested == ONE_F_ONE_B else bytes_level(problem, int(requested))
-    return capped(level, stages)
+    return capped(level, stages, problem.batch_size)
 
 
 def tradeoff_levels(
@@ -174,7 +170,8 @@ def tradeoff_levels(
     the best 1F1B's memory times :data:`TRADEOFF_FACTORS` and unlimited, each within the
     stages' own limits; levels that equal another are dropped."""
     stages = stage_level(problem)
-    levels = [capped(scaled(one_f_one_b, f, problem.batch_size), stages) for f in TRADEOFF_FACTORS]
+    B = problem.batch_size
+    levels = [capped(scaled(one_f_one_b, f, B), stages, B) for f in TRADEOFF_FACTORS]
     levels += [stages, in_force]
     unique: dict[tuple[int, ...], MemoryLevel] = {}
     for level in levels:

@@ -14,12 +14,12 @@ The search needs the figures for a whole population at once: :meth:`RunMemory.he
 computes those walks' peaks with array passes over the genes (equal to them, tested), for
 recomputing stages and for stages that store graphs (which also keep the received chunks
 reaching past their last op; a forward copies its part of a chunk). It counts them in
-:data:`FINE` units, a 65536th of a sample's activations, rounded up, and compares them
-with each level's byte limit where one binds, else its samples plus what the best 1F1B
-holds beyond its samples (:meth:`RunMemory.limit`, so the 1F1B level admits 1F1B); at
-most the whole batch (a stage whose inputs and draws outweigh
-the whole batch's activations counts as holding the batch). :func:`run_evaluated` gives
-one plan's figures for the search's result.
+:data:`FINE` units, a 65536th of a sample's activations, rounded up (a stage may hold
+more than its whole batch's activations: inputs and draws, tensors made once per forward,
+the task's), and compares them with each level's byte limit where it has one, else its
+samples plus what the best 1F1B holds beyond its samples (:meth:`RunMemory.limit`, so
+the 1F1B level admits 1F1B), nothing where those are the whole batch.
+:func:`run_evaluated` gives one plan's figures for the search's result.
 """
 
 from __future__ import annotations
@@ -50,15 +50,20 @@ from tidgap.schedules.held import over_limits
 FINE = 1 << 16
 
 
-def fine_units(memory: Any, activation: Any, held: Any, batch_size: int) -> Any:
+def fine_units(memory: Any, activation: Any, held: Any) -> Any:
     """``(..., S)`` int64: ``memory`` bytes in :data:`FINE` units of ``activation`` bytes,
-    rounded up, at most ``batch_size`` samples; ``held`` samples where a stage's
-    ``activation`` is not positive (a limit cannot bind there)."""
+    rounded up (more than the batch's where a stage holds more than its activations);
+    ``held`` samples where a stage's ``activation`` is not positive (a limit cannot bind
+    there)."""
     xp = namespace(memory)
     positive = activation > 0
     units = xp.ceil(memory * FINE / xp.where(positive, activation, 1.0))
-    units = xp.minimum(units, batch_size * FINE)
     return xp.where(positive, units, held * FINE).astype(xp.int64)
+
+
+#: What :meth:`RunMemory.limit` allows a stage no limit binds (the whole batch, no byte
+#: limit), in :data:`FINE` units: more than any count.
+NO_LIMIT = 2**62
 
 
 #: Rows of :attr:`RunMemory.figures`: bytes per sample received, sent, drawn, of a
@@ -125,13 +130,16 @@ class RunMemory:
         return replace(self, overhead=xp.maximum(units, 0).astype(xp.int64))
 
     def limit(self, level: MemoryLevel) -> Any:
-        """``(S,)`` int64: what ``level`` allows each stage, in :data:`FINE` units: its
-        samples and the best 1F1B's :attr:`overhead`, or where a byte limit binds, that
-        limit in units rounded down."""
+        """``(S,)`` int64: what ``level`` allows each stage, in :data:`FINE` units: where it
+        has a byte limit, that limit in units rounded down (even above the batch's
+        activations); else its samples and the best 1F1B's :attr:`overhead`, or
+        :data:`NO_LIMIT` where they are the whole batch."""
         xp = namespace(self.activation)
-        held = xp.asarray(level.held, dtype=xp.int64) * FINE
+        samples = xp.asarray(level.held, dtype=xp.int64)
+        held = samples * FINE
         if self.overhead is not None:
             held = held + self.overhead
+        held = xp.where(samples >= self.batch_size, NO_LIMIT, held)
         if level.bytes_cap is None:
             return held
         caps = xp.asarray(level.bytes_cap, dtype=xp.float64)
@@ -149,9 +157,7 @@ class RunMemory:
         if self.compiled is not None:
             return self.compiled(peaks, forward, backward, lead, self)
         chunks = _Chunks.of(forward, backward, lead)
-        recomputing = fine_units(
-            self._recomputing_bytes(chunks), self.activation, peaks, self.batch_size
-        )
+        recomputing = fine_units(self._recomputing_bytes(chunks), self.activation, peaks)
         stored = self._stored_units(chunks, peaks)
         return namespace(peaks).where(recomputing_stages(forward, backward), recomputing, stored)
 
@@ -201,8 +207,8 @@ class RunMemory:
         walks it: after each forward ``k``, ending at ``E`` with the backwards up to ``hi``
         done, its alive graphs (``E - hi`` samples in ``k + 1`` chunks less those
         backwarded), the task's tensors, and the received input chunk reaching past ``E``
-        and gradient chunk reaching past ``hi``, kept whole; at most the batch; ``peaks``
-        where ``activation_bytes`` is 0."""
+        and gradient chunk reaching past ``hi``, kept whole; ``peaks`` where
+        ``activation_bytes`` is 0."""
         xp = namespace(peaks)
         forward_prefix = chunks.forward
         upstream, downstream = chunks.upstream, chunks.downstream
@@ -228,7 +234,7 @@ class RunMemory:
         activation = xp.where(positive, self.activation, 1.0)[None, :, None]
         units = xp.ceil(held * FINE / activation).astype(xp.int64)
         units = xp.where(k < forwards, units, 0).max(axis=-1)
-        return xp.where(positive, xp.minimum(units, self.batch_size * FINE), peaks * FINE)
+        return xp.where(positive, units, peaks * FINE)
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ class Scores:
     ``(P, S)``, the samples each stage holds at most, and ``units``, the same as the
     memory levels count them where that differs (a search counting memory as ``tidgap
     run`` holds it: :data:`~tidgap.optimize.run_memory.FINE` units; ``peaks`` are then
-    those rounded up to samples). All on the optimizer's ``xp``; ``tick`` converts to the
-    problem's time unit."""
+    those rounded up to samples, at most the batch). All on the optimizer's ``xp``;
+    ``tick`` converts to the problem's time unit."""
 
     ticks: Any
     tick: float
