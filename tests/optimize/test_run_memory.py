@@ -211,7 +211,8 @@ def test_a_byte_limit_above_the_batchs_activations_still_binds() -> None:
     """GPipe(1)'s first stage holds the whole batch's graphs and the task's tensors: more
     than 16 samples' activations. A byte limit between the two allows the whole batch by
     the model, and refuses the plan as the runtime holds it; the stages' own limits the
-    same way, and unlimited admits it."""
+    same way, and unlimited admits it. A search under that limit returns a plan within
+    it."""
     problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
     figures = RunMemory.of(problem)
     assert figures is not None
@@ -228,6 +229,10 @@ def test_a_byte_limit_above_the_batchs_activations_still_binds() -> None:
     document["stages"][0]["memory_limit"] = batch + 100
     assert held[0] > figures.limit(stage_level(profiled(document, GPT_MEMORY)))[0]
     assert held[0] <= figures.limit(MemoryLevel("unlimited", (16, 16)))[0]
+    limited = search(problem, **SEARCH, memory_limit=batch + 100)
+    assert limited.memory_limit is not None and limited.memory_limit.held[0] == 16
+    assert limited.evaluation.peak_memory is not None
+    assert limited.evaluation.peak_memory[0] <= batch + 100
 
 
 def test_without_the_profiles_figures_nothing_changes() -> None:
