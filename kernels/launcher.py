@@ -465,11 +465,6 @@ def cuda_joint_mutate(
     return mutated
 
 
-def _device_int32(array: cupy.ndarray) -> cupy.ndarray:
-    """``array`` as a contiguous int32 device array."""
-    return cupy.ascontiguousarray(cupy.asarray(array), dtype=cupy.int32)
-
-
 def cuda_run_memory(
     peaks: cupy.ndarray,
     forward: cupy.ndarray,
@@ -489,7 +484,7 @@ def cuda_run_memory(
         _grid(population * stages),
         (THREADS_PER_BLOCK,),
         (
-            *(_device_int32(array) for array in (forward, backward, lead)),
+            *_joint_rows(JointGenes(forward, backward, lead)),
             cupy.ascontiguousarray(cupy.asarray(peaks), dtype=cupy.int64),
             cupy.ascontiguousarray(cupy.asarray(memory.figures), dtype=cupy.float64),
             cupy.ascontiguousarray(cupy.asarray(memory.activation), dtype=cupy.float64),

@@ -70,6 +70,7 @@ from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import ROWS, RunMemory, run_evaluated
 from tidgap.runtime.pricing import run_evaluation, run_op_times
+from tidgap.runtime.recompute_memory import recompute_bytes
 from tidgap.schedules.baselines import BaselineResult, best_baselines, equal_sizes
 from tidgap.schedules.families import (
     SCHEDULES,
@@ -201,11 +202,13 @@ def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
 
 
 def compiled_loops(
-    problem: Problem, record: Backend, pricing: str = MODEL_PRICING
+    problem: Problem, record: Backend, pricing: str = MODEL_PRICING, counts_memory: bool = True
 ) -> tuple[TickedProblem, OrderedEvaluator, ModuleType, Breeding]:
     """The tick tables of ``problem`` priced by ``pricing``, and the evaluator, array
     module and breeding of the backend ``record``, its evaluator, repair, breeding and
-    mutation compiled (or loaded from the disk cache) on :func:`warm_up_inputs`."""
+    mutation compiled (or loaded from the disk cache) on :func:`warm_up_inputs`; its
+    run-memory count too where ``counts_memory`` (a search that counts memory as ``tidgap
+    run`` holds it: :func:`counts_run_memory`)."""
     ticked = tick_problem(problem, pricing)
     evaluator = create_evaluator(ticked, SEARCHED.name, record.name)
     xp = record.namespace()
@@ -215,12 +218,18 @@ def compiled_loops(
     one = JointGenes(genes, genes, xp.zeros_like(genes)).repaired(space.repair)
     space.evaluate(one)
     space.mutate(one, caps, caps, CounterRng(0, xp), 1.0)
-    if record.run_memory is not None:
+    if counts_memory and record.run_memory is not None:
         nothing = RunMemory(xp.zeros((ROWS, caps.size)), xp.zeros(caps.size), 1, 1)
         peaks = xp.zeros(one.forward.shape[:2], dtype=xp.int64)
         load(record.run_memory)(peaks, one.forward, one.backward, one.lead, nothing)
     space.breed(one, xp.zeros((1,), dtype=xp.int64), caps, caps, CounterRng(0, xp), 1, 1.0, 1.0, 2)
     return ticked, evaluator, xp, breeding
+
+
+def counts_run_memory(problem: Problem, pricing: str) -> bool:
+    """Whether a search priced by ``pricing`` counts memory as ``tidgap run`` holds it: run
+    pricing of a problem whose profile says what stages hold (:meth:`RunMemory.of`)."""
+    return pricing == RUN_PRICING and recompute_bytes(problem) is not None
 
 
 def polished(
@@ -394,7 +403,8 @@ def prepare_windowed(
             phases.seconds |= {f"flush {name}": t for name, t in flush.setup.items()}
         with phases("compile"):
             background_compile.finish(helper)
-            ticked, evaluator, xp, breeding = compiled_loops(problem, record, pricing)
+            counting = counts_run_memory(problem, pricing)
+            ticked, evaluator, xp, breeding = compiled_loops(problem, record, pricing, counting)
     finally:
         background_compile.stop(helper)
     with phases("baselines"):
@@ -442,7 +452,7 @@ def prepare_windowed(
     rng = CounterRng(seed, xp)
     caps = rule_caps(backward, xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
     memory = None
-    if pricing == RUN_PRICING:
+    if counts_run_memory(problem, pricing):
         compiled = None if record.run_memory is None else load(record.run_memory)
         memory = RunMemory.of(problem, xp, compiled)
     if memory is not None:

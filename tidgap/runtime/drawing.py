@@ -58,6 +58,20 @@ def replayable_dropout(
     return forward
 
 
+class OwnGenerators:
+    """Generators of one's own, one per device, made on first use and seeded from
+    ``torch.initial_seed()``: what ``nn.Dropout`` masks draw from, so that the default
+    generators' states show whether any other random operator drew."""
+
+    def __init__(self) -> None:
+        self._by_device: dict[torch.device, torch.Generator] = {}
+
+    def __call__(self, device: torch.device) -> torch.Generator:
+        if device not in self._by_device:
+            self._by_device[device] = torch.Generator(device).manual_seed(torch.initial_seed())
+        return self._by_device[device]
+
+
 def dropout_layers(module: nn.Module) -> list[nn.Module]:
     """``module``'s ``nn.Dropout`` layers, whose forwards :func:`replayable_dropout`
     replaces (not its subclasses, which may draw otherwise)."""
@@ -90,24 +104,17 @@ class DrawingModules:
     mode (their own hooks). Random operators elsewhere later are not seen: a caller
     checks the generators (:func:`generators_unchanged`). :meth:`run` spares the first
     block the mode where the ``nn.Dropout`` layers are the only random operators (their
-    masks draw from generators of their own, seeded from ``torch.initial_seed()``). One
-    per module (:func:`drawing_of`): its ``nn.Dropout`` layers answer to one of them."""
+    masks draw from generators of their own: :class:`OwnGenerators`). One per module
+    (:func:`drawing_of`): its ``nn.Dropout`` layers answer to one of them."""
 
     def __init__(self, root: nn.Module) -> None:
         self._root = root
         self._found: list[nn.Module] | None = None
         self._mode: Recording | Replay | None = None
         self._depth = 0
-        self._generators: dict[torch.device, torch.Generator] = {}
+        own = OwnGenerators()
         for module in dropout_layers(root):
-            module.forward = replayable_dropout(module, lambda: self._mode, self._generator)
-
-    def _generator(self, device: torch.device) -> torch.Generator:
-        """The generator the ``nn.Dropout`` masks on ``device`` draw from."""
-        if device not in self._generators:
-            generator = torch.Generator(device)
-            self._generators[device] = generator.manual_seed(torch.initial_seed())
-        return self._generators[device]
+            module.forward = replayable_dropout(module, lambda: self._mode, own)
 
     def run(self, mode: Recording | Replay, compute: Callable[[], T], device: torch.device) -> T:
         """``compute()`` with its random draws recorded or replayed through ``mode``
@@ -269,22 +276,17 @@ def drawing_of(module: nn.Module) -> DrawingModules:
 def drawing_as_recomputed(module: nn.Module, others: bool) -> Iterator[Recording]:
     """Inside, ``module``'s ``nn.Dropout`` layers draw their keep masks as a recomputing
     stage's forwards record them (:func:`replayable_dropout`, ``bool``) into the
-    :class:`Recording` yielded, from generators of their own (so the default generators'
-    states show whether any other random operator drew). With ``others`` the recording is
-    also a dispatch mode around the block and keeps every other random operator's outputs;
-    without, no Python dispatch runs (a dispatch mode imports ``torch._dynamo``, seconds,
-    and the folder it makes). In eval mode nothing is recorded (a stage records only in
-    train mode). The modules' forwards are restored after (unlike :func:`drawing_of`,
-    which keeps its own)."""
+    :class:`Recording` yielded, from generators of their own (:class:`OwnGenerators`).
+    With ``others`` the recording is also a dispatch mode around the block and keeps every
+    other random operator's outputs; without, no Python dispatch runs (a dispatch mode
+    imports ``torch._dynamo``, seconds, and the folder it makes). In eval mode nothing is
+    recorded (a stage records only in train mode). The modules' forwards are restored
+    after (unlike :func:`drawing_of`, which keeps its own)."""
     recording = Recording()
     if not module.training:
         yield recording
         return
-    generators: dict[torch.device, torch.Generator] = {}
-
-    def own(device: torch.device) -> torch.Generator:
-        return generators.setdefault(device, torch.Generator(device))
-
+    own = OwnGenerators()
     dropouts = [(m, vars(m).get("forward")) for m in dropout_layers(module)]
     for dropout, _ in dropouts:
         dropout.forward = replayable_dropout(dropout, lambda: recording, own)

@@ -115,10 +115,10 @@ def recompute_held_bytes(
     """The most bytes recomputing stage ``s`` of ``plan`` holds at an op's end, as
     :class:`~tidgap.runtime.stage.HeldBytes` counts it: the received input and gradient
     chunks and the forwards' draws still kept, and at a backward of ``n`` samples (counted
-    after its forward re-ran) ``n`` samples' working set and the whole batch's task
-    tensors (plus the working set's bytes per forward), less what the working set shares
-    with what is kept: its input where it is a
-    view of one received chunk, its masks where they are views of one forward's draws.
+    after its forward re-ran) ``n`` samples' working set (and its bytes per forward) and
+    the whole batch's task tensors, less what the working set shares with what is kept:
+    its input where it is a view of one received chunk, its masks where they are views of
+    one forward's draws.
     ``stages``: every stage's :class:`RecomputeBytes` (stage ``s + 1``'s input bytes are
     ``s``'s output's and its gradient's)."""
     own = stages[s]
