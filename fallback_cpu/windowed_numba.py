@@ -22,7 +22,9 @@ that are not partitions of ``U`` raise ``ValueError``.
 Run pricing (:mod:`tidgap.backends.run_pricing`'s rule, computed here in the loop): per
 stage, once its holder indices are known, whether every backward boundary is a forward
 boundary (else it recomputes: its ops at the recompute tables) and the prefix sums of
-``Tb_s`` over its forward chunks, whose difference prices a stored-graph backward.
+``Tb_s`` over its forward chunks, whose difference prices a stored-graph backward; as each
+op runs, the op before it in the order (a stored-graph forward right after a backward, the
+last stage's backward right after the forward of the same samples: the order tables).
 
 Parallel mapping: ``prange`` over chunks of individuals (a few per thread); each chunk
 allocates its scratch once: ``(S, K+2)`` int64 prefix sums and holder indices (``i`` and
@@ -96,15 +98,16 @@ def _holders(r1, q1, c1, o1, r2, q2, c2, o2, r3, q3, c3, o3):  # pragma: no cove
 
 @njit(parallel=True, cache=True, boundscheck=False, nogil=True)
 def _ordered_kernel(
-    forward, backward, order, fc, bc, ft, bt, tails, unit, chunk, rf, rb, priced
+    forward, backward, order, fc, bc, ft, bt, tails, unit, chunk, rf, rb, fab, baf, priced
 ):  # pragma: no cover - compiled
     """``ticks (P,)``, ``peaks (P, S)`` and ``1 +`` the index of an individual whose sizes
     are not partitions (0 when none). ``ft`` / ``bt``: ``(S, U+1)`` link ticks of each
     stage's forwards / backwards (0 for the last / first stage's). With ``priced`` (run
     pricing, :mod:`tidgap.backends.run_pricing`'s rule), a stage some of whose backward
     boundaries are not forward boundaries recomputes, its ops at ``rf`` / ``rb`` ``(S,
-    U+1)``, and any other's backward costs the sum of ``bc`` over the forward chunks it
-    covers."""
+    U+1)``, and on any other a backward costs the sum of ``bc`` over the forward chunks it
+    covers, a forward right after a backward ``fab``, and on the last stage a backward
+    right after the forward of the same samples ``baf`` ``(S, U+1)``."""
     population, stages, kf = forward.shape
     kb = backward.shape[2]
     width = order.shape[2]
@@ -218,7 +221,12 @@ def _ordered_kernel(
                         if up_done < i:
                             break
                         size = forward[p, s, k - 1]
-                        cost = rf[s, size] if again[s] else fc[s, size]
+                        if again[s]:
+                            cost = rf[s, size]
+                        elif priced and pos > 0 and order[p, s, pos - 1] == BACKWARD_OP:
+                            cost = fab[s, size]
+                        else:
+                            cost = fc[s, size]
                         fr = max(fr, af[r - 1, i]) + cost
                         ef[s, k] = fr
                         last_af = max(fr, last_af) + ft[s, size]
@@ -235,6 +243,15 @@ def _ordered_kernel(
                         size = backward[p, s, k - 1]
                         if again[s]:
                             cost = rb[s, size]
+                        elif (
+                            priced
+                            and s == last
+                            and pos > 0
+                            and order[p, s, pos - 1] == FORWARD_OP
+                            and pf[s, done_f - 1] == qb[s, k - 1]
+                            and pf[s, done_f] == qb[s, k]
+                        ):  # right after the forward of the same samples
+                            cost = baf[s, size]
                         elif priced:
                             cost = graphs[s, mine] - graphs[s, own[s, k - 1]]
                         else:
@@ -291,12 +308,6 @@ def ordered_ends(
     t = ticked
     fc = np.ascontiguousarray(t.forward_compute, dtype=np.int64)
     bc = np.ascontiguousarray(t.backward_compute, dtype=np.int64)
-    recompute = (fc, bc)  # unused under model pricing
-    if t.run_priced:
-        recompute = tuple(
-            np.ascontiguousarray(a, dtype=np.int64)
-            for a in (t.recompute_forward, t.recompute_backward)
-        )
     ticks, peaks, bad = _ordered_kernel(
         forward,
         backward,
@@ -307,7 +318,7 @@ def ordered_ends(
         np.ascontiguousarray(t.tails, dtype=np.int64),
         np.int64(t.unit),
         chunk,
-        *recompute,
+        *t.run_tables(),
         t.run_priced,
     )
     if bad:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from tidgap.backends.evaluator import INVALID, not_partitions
-from tidgap.backends.run_pricing import op_ticks
+from tidgap.backends.run_pricing import op_ticks, order_dependent_ticks
 from tidgap.backends.ticks import TickedProblem, stage_link_ticks
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP
 
@@ -260,10 +260,12 @@ def ordered_ends(
     op_compute = None
     if ticked.run_priced:
         durations = np.zeros((count, stages, width + 1), dtype=np.int64)
-        durations[..., 1:width_f], durations[..., width_f + 1 : width] = op_ticks(
+        durations[..., 1:width_f], durations[..., width_f + 1 : width], stored = op_ticks(
             forward, backward, ticked
         )
-        op_compute = durations.ravel()[flat].ravel()
+        op_compute = order_dependent_ticks(
+            durations.ravel()[flat], is_forward, size, held, stored.ravel(), ticked
+        ).ravel()
     free, ran = simulate(
         op_records(wait, slot, entry, width),
         active * (width + 1) + wait[active, 0],

@@ -164,11 +164,8 @@ class CudaOrderedEnds:
             ticked.tails,
         )
         self.tables = tuple(cupy.asarray(np.ascontiguousarray(table)) for table in tables)
-        # Run pricing's recompute tables (the compute tables, unread, under model pricing).
-        self.recompute = self.tables[:2]
-        if ticked.run_priced:
-            recompute = (ticked.recompute_forward, ticked.recompute_backward)
-            self.recompute = tuple(cupy.asarray(np.ascontiguousarray(t)) for t in recompute)
+        # Run pricing's recompute and order tables (unread under model pricing).
+        self.run_tables = tuple(cupy.asarray(table) for table in ticked.run_tables())
 
     def __call__(
         self,
@@ -197,7 +194,7 @@ class CudaOrderedEnds:
             np.int32(order.shape[2]),
             *self.tables,
             np.int32(self.tables[0].shape[1]),
-            *self.recompute,
+            *self.run_tables,
             np.int32(ticked.run_priced),
         )
         key = (stages, width, population.bit_length())

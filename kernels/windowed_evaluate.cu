@@ -13,8 +13,8 @@
 //   forward, backward (P, S, K) int32, order (P, S, L) int8, fitness (P,) int64 out,
 //   peak_held (P, S) int64 out, population P, stages S, width K, length L, forward_compute and
 //   backward_compute (S, T) int64, forward_transfer and backward_transfer (S-1, T) int64,
-//   tails (S,) int64, T, recompute_forward and recompute_backward (S, T) int64 and priced
-//   (run pricing where not 0).
+//   tails (S,) int64, T, recompute_forward, recompute_backward, forward_after_backward and
+//   backward_after_forward (S, T) int64 and priced (run pricing where not 0).
 #include "windowed_sim.cuh"
 
 #ifndef TIDGAP_MAX_K
@@ -34,7 +34,8 @@ extern "C" __global__ void tidgap_windowed_evaluate(TIDGAP_ORDERED_PARAMETERS) {
         fitness[p] = tidgap_ordered_fitness(
             forward + p * genes, backward + p * genes, order + p * stages * length, stages, width, length,
             forward_compute, backward_compute, forward_transfer, backward_transfer, tails,
-            table_width, recompute_forward, recompute_backward, priced, arrivals, sizes,
+            table_width, recompute_forward, recompute_backward, forward_after_backward,
+            backward_after_forward, priced, arrivals, sizes,
             peak_held + p * stages);
     }
 }

@@ -20,8 +20,11 @@
 //   recompute_forward, recompute_backward (S, T): a recomputing stage's ops, read where
 //                     `priced` (plans priced as tidgap run runs them: a stage with a backward
 //                     boundary that is not a forward boundary recomputes, its ops at these;
-//                     any other's backward costs the sum of backward_compute over the
+//                     on any other a backward costs the sum of backward_compute over the
 //                     forward chunks it covers; tidgap/backends/run_pricing.py's rule)
+//   forward_after_backward, backward_after_forward (S, T): read where `priced`, on a stage
+//                     that does not recompute: a forward right after a backward, and on the
+//                     last stage a backward right after the forward of the same samples
 //   arrivals          (S (2 (K+1) + 1)) int64 scratch: A and A' per stage (K+1 each), then
 //                     each stage's free time (the end of its last op)
 //   sizes             (S (2 (K+1) + TIDGAP_CURSORS)) int32 scratch: P and Q per stage (K+1
@@ -91,6 +94,8 @@ struct tidgap_ordered_tables {
     int table_width;
     const tidgap_i64* recompute_forward;
     const tidgap_i64* recompute_backward;
+    const tidgap_i64* forward_after_backward;
+    const tidgap_i64* backward_after_forward;
     int priced;
 };
 
@@ -187,8 +192,10 @@ __host__ __device__ inline int tidgap_stage_advance(
     int done = cursor[TIDGAP_OPS_DONE], nf = cursor[TIDGAP_FORWARDS_DONE];
     int nb = cursor[TIDGAP_BACKWARDS_DONE], peak = cursor[TIDGAP_PEAK_HELD];
     const int first = done;
+    const int priced_by_order = tables.priced && !cursor[TIDGAP_RECOMPUTES];
     while (done < length) {
         const signed char op = genes.order[s * ops + done];
+        const signed char before = done > 0 ? genes.order[s * ops + done - 1] : TIDGAP_NO_OP;
         tidgap_i64 start = stage_free;  // the stage is free when its previous op ends
         if (op == TIDGAP_FORWARD_OP) {
             const int k = nf + 1;
@@ -200,7 +207,9 @@ __host__ __device__ inline int tidgap_stage_advance(
             }
             const int size = genes.forward[s * width + nf];
             const tidgap_i64* compute =
-                cursor[TIDGAP_RECOMPUTES] ? tables.recompute_forward : tables.forward_compute;
+                cursor[TIDGAP_RECOMPUTES]                             ? tables.recompute_forward
+                : priced_by_order && before == TIDGAP_BACKWARD_OP ? tables.forward_after_backward
+                                                                      : tables.forward_compute;
             stage_free = start + compute[s * table_width + size];
             if (s < stages - 1) {
                 tidgap_i64* A = scratch.arrival(s, 0);
@@ -224,6 +233,9 @@ __host__ __device__ inline int tidgap_stage_advance(
             tidgap_i64 cost;
             if (cursor[TIDGAP_RECOMPUTES]) {
                 cost = tables.recompute_backward[s * table_width + size];
+            } else if (priced_by_order && s == stages - 1 && before == TIDGAP_FORWARD_OP &&
+                       P[nf - 1] == Q[k - 1] && P[nf] == Q[k]) {  // after its own forward
+                cost = tables.backward_after_forward[s * table_width + size];
             } else if (tables.priced) {  // the stored forward chunks it covers, one graph each
                 cost = 0;
                 const int first = tidgap_holder(P, cursor[TIDGAP_FORWARD_COUNT], Q[k - 1]);
@@ -272,8 +284,8 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_finish(
 
 // The parameters of a population kernel (windowed_evaluate.cu, windowed_lanes.cu): the
 // population's genes (P, S, K) and (P, S, L), its outputs fitness (P,) and peak_held (P, S),
-// P, S, K, L, then the tables and T, then the recompute tables (S, T) and whether plans are
-// run-priced (else the recompute tables are not read).
+// P, S, K, L, then the tables and T, then the recompute and order tables (S, T) and whether
+// plans are run-priced (else those four are not read).
 #define TIDGAP_ORDERED_PARAMETERS                                                          \
     const int *__restrict__ forward, const int *__restrict__ backward,                     \
         const signed char *__restrict__ order, tidgap_i64 *__restrict__ fitness,           \
@@ -284,7 +296,9 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_finish(
         const tidgap_i64 *__restrict__ backward_transfer,                                  \
         const tidgap_i64 *__restrict__ tails, int table_width,                           \
         const tidgap_i64 *__restrict__ recompute_forward,                                  \
-        const tidgap_i64 *__restrict__ recompute_backward, int priced
+        const tidgap_i64 *__restrict__ recompute_backward,                                 \
+        const tidgap_i64 *__restrict__ forward_after_backward,                             \
+        const tidgap_i64 *__restrict__ backward_after_forward, int priced
 
 // One thread's evaluation of one individual: the stages take turns, each with a fresh
 // snapshot, until none advances.
@@ -293,12 +307,14 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
     int length, const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
     const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
     const tidgap_i64* tails, int table_width, const tidgap_i64* recompute_forward,
-    const tidgap_i64* recompute_backward, int priced, tidgap_i64* arrivals, int* sizes,
+    const tidgap_i64* recompute_backward, const tidgap_i64* forward_after_backward,
+    const tidgap_i64* backward_after_forward, int priced, tidgap_i64* arrivals, int* sizes,
     tidgap_i64* peak_held) {
     const tidgap_ordered_genes genes = {forward, backward, order, stages, width, length};
-    const tidgap_ordered_tables tables = {forward_compute,   backward_compute,   forward_transfer,
-                                          backward_transfer, tails,              table_width,
-                                          recompute_forward, recompute_backward, priced};
+    const tidgap_ordered_tables tables = {
+        forward_compute,    backward_compute,       forward_transfer,       backward_transfer,
+        tails,              table_width,            recompute_forward,      recompute_backward,
+        forward_after_backward, backward_after_forward, priced};
     const tidgap_ordered_scratch scratch = {arrivals, sizes, width + 1, stages};
     int valid = 1;
     for (int s = 0; s < stages; ++s) valid &= tidgap_stage_setup(genes, tables, scratch, s);

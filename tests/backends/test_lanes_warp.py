@@ -14,14 +14,18 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.support.host_build import NATIVE
-from tests.support.populations import random_individuals, random_orders, random_ticked
+from tests.support.populations import (
+    random_individuals,
+    random_orders,
+    random_ticked,
+    with_run_tables,
+)
 from tidgap.backends.ticks import TickedProblem
 from tidgap.fallback_cpu.windowed_numba import ordered_ends
 from tidgap.kernels.source import KERNEL_DIR, lane_group, operation_defines, scratch_width
@@ -76,7 +80,6 @@ def warp_run(
     count, stages, width = population.forward.shape
     assert population.order is not None
     compute = (ticked.forward_compute, ticked.backward_compute)
-    recompute = (ticked.recompute_forward, ticked.recompute_backward)
     arrays = [
         population.forward.astype(np.int32),
         population.backward.astype(np.int32),
@@ -85,7 +88,7 @@ def warp_run(
         ticked.forward_transfer.astype(np.int64),
         ticked.backward_transfer.astype(np.int64),
         ticked.tails.astype(np.int64),
-        *(t.astype(np.int64) for t in (recompute if ticked.run_priced else compute)),
+        *ticked.run_tables(),
     ]
     scalars = [count, stages, width, population.order.shape[2]]
     scalars += [ticked.forward_compute.shape[1], int(ticked.run_priced)]
@@ -114,11 +117,7 @@ def random_case(
     rng = np.random.default_rng(seed)
     ticked = random_ticked(rng, stages, int(rng.integers(4, 13)), 1000)
     if run_priced:
-        ticked = replace(
-            ticked,
-            recompute_forward=2 * ticked.forward_compute,
-            recompute_backward=3 * ticked.backward_compute,
-        )
+        ticked = with_run_tables(ticked)
     return ticked, random_orders(rng, random_individuals(rng, ticked, 13, 12, max_count=12))
 
 

@@ -1,11 +1,12 @@
 """Plans priced as ``tidgap run`` runs them (``tick_problem(problem, "run")``): every
 ordered evaluator (NumPy, Numba, CUDA, here or on the stand-in) equals the others exactly
-and the reference (:func:`tidgap.runtime.pricing.run_evaluation` without the order
-tables) up to the tick rounding; stored-graph stages, recomputing ones and mirrored ones
-are each priced as the runtime runs them."""
+and the reference (:func:`tidgap.runtime.pricing.run_evaluation`) up to the tick rounding;
+stored-graph stages, recomputing ones, mirrored ones and ops timed by the op before them
+(a calibration's order tables) are each priced as the runtime runs them."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 
 from tests.conftest import case_id, golden_cases
 from tests.support.backends import runnable
+from tests.support.calibrations import order_tables
 from tests.support.populations import (
     coarsened_backwards,
     random_individuals,
@@ -97,7 +99,7 @@ def test_every_backend_equals_the_runtimes_pricing(
         plan = decode_plan(
             population.forward[p], population.backward[p], problem, population.order[p]
         )
-        priced = run_op_times(problem, plan, order=False)
+        priced = run_op_times(problem, plan)
         expected = run_evaluation(problem, plan, priced).iteration_time
         assert ticks[p] * ticked.tick == pytest.approx(expected, rel=REL)
         kinds["recompute" if p < 40 else "merged"] += bool(priced)
@@ -139,7 +141,8 @@ def test_op_ticks_of_stored_recomputing_and_mirrored_stages() -> None:
     )
     forward = np.array([[[2, 1, 1], [2, 2, 0], [1, 3, 0]]])
     backward = np.array([[[3, 1, 0], [1, 3, 0], [1, 3, 0]]])
-    fd, bd = op_ticks(forward, backward, ticked)
+    fd, bd, stored = op_ticks(forward, backward, ticked)
+    assert stored.tolist() == [[True, False, True]]
     fc, bc = ticked.forward_compute, ticked.backward_compute
     rf, rb = ticked.recompute_forward, ticked.recompute_backward
     assert fd[0].tolist() == [
@@ -167,6 +170,8 @@ def test_backends_agree_on_large_random_tables(seed: int, monkeypatch: pytest.Mo
         ticked,
         recompute_forward=recompute_table(rng, stages, num_units, 2**40),
         recompute_backward=recompute_table(rng, stages, num_units, 2**40),
+        forward_after_backward=recompute_table(rng, stages, num_units, 2**40),
+        backward_after_forward=recompute_table(rng, stages, num_units, 2**40),
     )
     population = mixed_population(rng, ticked, 70, min(num_units, 40) + 3)
     assert_all_equal(scores(backends_here(monkeypatch), ticked, population))
@@ -194,3 +199,36 @@ def test_a_calibrated_problem_prices_recomputing_stages_with_its_tables() -> Non
     sizes = np.arange(1, problem.forward_cap(0) // problem.unit + 1)
     assert ticked.recompute_forward[0, sizes] * ticked.tick == pytest.approx([0.5] * len(sizes))
     assert ticked.recompute_backward[0, sizes] * ticked.tick == pytest.approx([7.0] * len(sizes))
+
+
+def order_calibrated(case: dict) -> Problem:
+    """Golden ``case``'s problem with a calibration's order tables
+    (:func:`tests.support.calibrations.order_tables`)."""
+    data = copy.deepcopy(case["problem"])
+    data["source"] = {"calibration": {"order": order_tables(data["stages"])}}
+    return Problem.from_dict(data)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_ops_after_the_op_before_are_priced_as_the_runtime_runs_them(
+    case: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    problem = order_calibrated(case)
+    assert problem.order_times is not None
+    ticked = tick_problem(problem, RUN_PRICING)
+    rng = np.random.default_rng(7 + len(case_id(case)))
+    population = mixed_population(rng, ticked, 40, 10)
+    ticks, _ = assert_all_equal(scores(backends_here(monkeypatch), ticked, population))
+    assert (ticks < INVALID).all()
+    plain_ticked = tick_problem(Problem.from_dict(case["problem"]), RUN_PRICING)
+    plain = scores(["numba"], plain_ticked, population)["numba"][0] * plain_ticked.tick
+    ordered = 0  # individuals with an op priced by the op before it
+    for p in range(population.size):
+        plan = decode_plan(
+            population.forward[p], population.backward[p], problem, population.order[p]
+        )
+        expected = run_evaluation(problem, plan).iteration_time
+        assert ticks[p] * ticked.tick == pytest.approx(expected, rel=REL)
+        ordered += run_op_times(problem, plan) != run_op_times(problem, plan, order=False)
+    assert ordered
+    assert (ticks * ticked.tick < plain * (1 - REL)).any()  # faster tables, and they count

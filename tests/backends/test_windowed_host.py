@@ -66,6 +66,7 @@ def run(
             ticked.tails,
         )
     ]
+    run_tables = ticked.run_tables()
     host(
         *(ctypes.c_void_p(a.ctypes.data) for a in (forward, backward, codes, fitness, held)),
         ctypes.c_longlong(population),
@@ -74,7 +75,7 @@ def run(
         ctypes.c_int(codes.shape[2]),
         *(ctypes.c_void_p(t.ctypes.data) for t in tables),
         ctypes.c_int(ticked.forward_compute.shape[1]),
-        *(ctypes.c_void_p(t.ctypes.data) for t in tables[:2]),  # recompute: unread
+        *(ctypes.c_void_p(t.ctypes.data) for t in run_tables),  # unread: model pricing
         ctypes.c_int(0),
     )
     return fitness, held

@@ -18,7 +18,12 @@ import pytest
 from tests.conftest import golden_cases
 from tests.support.backends import run_here
 from tests.support.golden_ordered import ordered_plan
-from tests.support.populations import random_individuals, random_orders, random_ticked
+from tests.support.populations import (
+    random_individuals,
+    random_orders,
+    random_ticked,
+    with_run_tables,
+)
 from tidgap import Problem
 from tidgap.backends.evaluator import INVALID
 from tidgap.backends.ticks import TickedProblem, tick_problem
@@ -93,12 +98,7 @@ def test_run_priced_populations(stages: int) -> None:
     """Each op's compute ticks in place of the tables' (run pricing: recomputing, merged
     and mirrored stages), as Numba's."""
     rng = np.random.default_rng(50 + stages)
-    ticked = random_ticked(rng, stages, 9, 1000)
-    ticked = replace(
-        ticked,
-        recompute_forward=2 * ticked.forward_compute,
-        recompute_backward=3 * ticked.backward_compute,
-    )
+    ticked = with_run_tables(random_ticked(rng, stages, 9, 1000))
     population = random_individuals(rng, ticked, 13, 12, max_count=12)
     mirrored = rng.random(13)[:, None, None] < 0.5
     population = replace(

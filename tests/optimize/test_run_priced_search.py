@@ -12,36 +12,42 @@ import pytest
 import tidgap
 from tests.conftest import golden_cases
 from tests.support.backends import install_fake_cupy
+from tests.support.calibrations import order_tables
 from tidgap import InputError, Problem, search
 from tidgap.optimize.results import SearchResult
-from tidgap.runtime.pricing import run_evaluation, run_op_times
+from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.baselines import best_baselines
 
 OPTIONS: dict[str, Any] = {"seed": 2, "generations": 30, "population": 32}
 
 
-def calibrated(name: str) -> Problem:
+def calibrated(name: str, order: bool = False) -> Problem:
     """Golden problem ``name`` with a calibration's recompute tables, as ``tidgap
     calibrate`` writes them: here the stage's own (recomputing then costs nothing more, so
-    the runtime's prices differ from the model's in stored-graph merges)."""
+    the runtime's prices differ from the model's in stored-graph merges); with ``order``,
+    its order tables too (:func:`tests.support.calibrations.order_tables`)."""
     data = next(c["problem"] for c in golden_cases() if c["problem"]["name"] == name)
     recompute = [{"forward": st["forward"], "backward": st["backward"]} for st in data["stages"]]
     data["source"] = {"calibration": {"recompute": recompute}}
+    if order:
+        data["source"]["calibration"]["order"] = order_tables(data["stages"])
     return Problem.from_dict(data)
 
 
 def run_priced(problem: Problem, result: SearchResult) -> list[float]:
-    """Each trade-off plan's time as the runtime pricing gives it (without order tables)."""
+    """Each trade-off plan's time as the runtime pricing gives it."""
     return [
-        run_evaluation(problem, p.plan, run_op_times(problem, p.plan, order=False)).iteration_time
+        run_evaluation(problem, p.plan).iteration_time
         for p in result.tradeoff
         if p.plan is not None
     ]
 
 
-@pytest.mark.parametrize("name", ["tiny7_2", "med7_1"])
-def test_a_calibrated_problem_is_priced_as_the_runtime_runs_it(name: str) -> None:
-    problem = calibrated(name)
+@pytest.mark.parametrize(
+    ("name", "order"), [("tiny7_2", False), ("med7_1", False), ("med7_1", True)]
+)
+def test_a_calibrated_problem_is_priced_as_the_runtime_runs_it(name: str, order: bool) -> None:
+    problem = calibrated(name, order)
     result = search(problem, **OPTIONS)
     assert result.pricing == "run"
     times = [p.evaluation.iteration_time for p in result.tradeoff if p.evaluation is not None]

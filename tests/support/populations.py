@@ -83,6 +83,21 @@ def random_ticked(rng: np.random.Generator, stages: int, num_units: int, top: in
     )
 
 
+def with_run_tables(ticked: TickedProblem) -> TickedProblem:
+    """``ticked`` priced as ``tidgap run`` runs plans, with tables that differ from its own:
+    a recomputing stage's forwards twice ``Tf``, its backwards three times ``Tb``; a
+    forward right after a backward 3/4 ``Tf``, the last stage's backward right after its
+    own forward 5/8 ``Tb``."""
+    fc, bc = ticked.forward_compute, ticked.backward_compute
+    return replace(
+        ticked,
+        recompute_forward=2 * fc,
+        recompute_backward=3 * bc,
+        forward_after_backward=3 * fc // 4,
+        backward_after_forward=5 * bc // 8,
+    )
+
+
 def random_individuals(
     rng: np.random.Generator, ticked: TickedProblem, size: int, width: int, max_count: int = 40
 ) -> Population:

@@ -19,10 +19,12 @@ from tidgap.model.timefn import TimeFunction
 TICK_BUDGET = 2**50
 
 #: How plans are priced. ``"model"``: model.md, every op at its stage's ``Tf_s`` / ``Tb_s``.
-#: ``"run"``: as ``tidgap run`` runs them (:mod:`tidgap.runtime.pricing`, without the op
-#: times that depend on the op before): a stage whose backward boundaries are all forward
-#: boundaries runs each backward over the stored graphs of the forward chunks it covers
-#: (the sum of their ``Tb_s``); any other stage recomputes (its ops priced by
+#: ``"run"``: as ``tidgap run`` runs them (:mod:`tidgap.runtime.pricing`): a stage whose
+#: backward boundaries are all forward boundaries runs each backward over the stored graphs
+#: of the forward chunks it covers (the sum of their ``Tb_s``), and where the problem was
+#: calibrated with order tables (:attr:`~tidgap.model.problem.Problem.order_times`) a
+#: forward right after a backward, and the last stage's backward right after its own
+#: forward, at those tables' times; any other stage recomputes (its ops priced by
 #: :meth:`~tidgap.model.problem.Problem.recomputing_costs`).
 MODEL_PRICING, RUN_PRICING = "model", "run"
 PRICINGS = (MODEL_PRICING, RUN_PRICING)
@@ -41,7 +43,12 @@ class TickedProblem:
     - ``tails``: ``(S,)`` int64; ``forward_caps``, ``backward_caps``: ``(S,)`` int64 in units;
     - ``recompute_forward``, ``recompute_backward``: ``(S, U+1)`` int64, a recomputing
       stage's ops (:meth:`~tidgap.model.problem.Problem.recomputing_costs`), when the
-      problem is priced as ``tidgap run`` runs it (:data:`RUN_PRICING`); else ``None``.
+      problem is priced as ``tidgap run`` runs it (:data:`RUN_PRICING`); else ``None``;
+    - ``forward_after_backward``, ``backward_after_forward``: ``(S, U+1)`` int64, a
+      stored-graph stage's forward right after one of its backwards, and the last stage's
+      backward right after the forward of the same samples, when run-priced and the
+      problem has order tables (:attr:`~tidgap.model.problem.Problem.order_times`); else
+      ``None`` (those ops cost ``Tf_s`` / ``Tb_s``: :meth:`run_tables`).
     """
 
     tick: float
@@ -56,11 +63,31 @@ class TickedProblem:
     backward_caps: np.ndarray
     recompute_forward: np.ndarray | None = None
     recompute_backward: np.ndarray | None = None
+    forward_after_backward: np.ndarray | None = None
+    backward_after_forward: np.ndarray | None = None
 
     @property
     def run_priced(self) -> bool:
         """Whether plans are priced as ``tidgap run`` runs them (:data:`RUN_PRICING`)."""
         return self.recompute_forward is not None
+
+    def run_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The four ``(S, U+1)`` int64 tables a run-priced evaluator reads:
+        ``recompute_forward``, ``recompute_backward``, ``forward_after_backward`` and
+        ``backward_after_forward``, each contiguous; ``forward_compute`` or
+        ``backward_compute`` in place of one that is ``None`` (the order tables of a problem
+        without any: the same ticks; the recompute tables under model pricing: unread)."""
+        fallback = (self.forward_compute, self.backward_compute) * 2
+        tables = (
+            self.recompute_forward,
+            self.recompute_backward,
+            self.forward_after_backward,
+            self.backward_after_forward,
+        )
+        return tuple(  # type: ignore[return-value]
+            np.ascontiguousarray(default if table is None else table, dtype=np.int64)
+            for table, default in zip(tables, fallback, strict=True)
+        )
 
     @property
     def num_stages(self) -> int:
@@ -118,6 +145,16 @@ def tick_problem(problem: Problem, pricing: str = MODEL_PRICING) -> TickedProble
             sum(_tabulate(f, unit, bcaps[s], U) for f in backward)
             for s, (_, backward) in enumerate(costs)
         ]
+        if problem.order_times is not None:
+            measured = problem.order_times
+            tables["forward_after_backward"] = [
+                _tabulate(m.forward_after_backward, unit, fcaps[s], U)
+                for s, m in enumerate(measured)
+            ]
+            tables["backward_after_forward"] = [
+                _tabulate(m.backward_after_forward, unit, bcaps[s], U)
+                for s, m in enumerate(measured)
+            ]
     tails = [stage.tail for stage in problem.stages]
     # Any plan's iteration time is at most the sum of every operation and transfer it
     # can contain (each has at most U microbatches per stage and direction).

@@ -109,8 +109,9 @@ def backward_rule_options(command: Command) -> Command:
         is_flag=True,
         help="Only plans whose backward partition is the forward one on every stage: tidgap "
         "run runs every backward on one forward's stored graph, at the model's op costs, so "
-        "its prediction is the searched time (on a problem tidgap calibrate gave order "
-        "tables, up to the ops timed by the op before them) (implies --no-recompute).",
+        "its prediction is the searched time (searched with --pricing model on a problem "
+        "tidgap calibrate gave order tables, up to the ops timed by the op before them) "
+        "(implies --no-recompute).",
     )(command)
     return click.option(
         "--no-recompute",
@@ -174,23 +175,21 @@ def compact_sizes(sizes: list[int]) -> str:
 
 def run_note(problem: Problem, plan: Plan, pricing: str = MODEL_PRICING) -> str | None:
     """A line for a ``plan`` that ``tidgap run`` runs at other op costs than ``pricing``
-    gave it (stages that recompute and stored-graph backwards over several forward chunks,
-    unless run-priced; ops timed by the op before them, where the problem was calibrated
-    so), with the time it predicts for it (:func:`tidgap.runtime.pricing.run_evaluation`);
-    ``None`` when it runs as priced."""
+    gave it (stages that recompute, stored-graph backwards over several forward chunks, and
+    ops timed by the op before them where the problem was calibrated so: all priced by
+    run pricing), with the time it predicts for it
+    (:func:`tidgap.runtime.pricing.run_evaluation`); ``None`` when it runs as priced."""
     priced = run_op_times(problem, plan)
-    if not priced:
+    if not priced or pricing == RUN_PRICING:
         return None
     flags = recomputes(plan)
-    again, merged = [], []
-    if pricing != RUN_PRICING:
-        again = [s for s, flag in enumerate(flags) if flag]
-        merged = [
-            s
-            for s, flag in enumerate(flags)
-            if not flag
-            and any(len(parts) > 1 for parts in covered_chunks(plan.forward[s], plan.backward[s]))
-        ]
+    again = [s for s, flag in enumerate(flags) if flag]
+    merged = [
+        s
+        for s, flag in enumerate(flags)
+        if not flag
+        and any(len(parts) > 1 for parts in covered_chunks(plan.forward[s], plan.backward[s]))
+    ]
     how = []
     if again:
         how.append(f"stage(s) {again} recompute (backward boundaries that are not forward ones)")

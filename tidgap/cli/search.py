@@ -155,7 +155,9 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
     "Tb(b), whatever the forward partition: what UMPIPE assumes). run (windowed only): as "
     "tidgap run runs them: a stage whose backward boundaries are all forward boundaries "
     "pays the sum of its covered forwards' backward times, any other recomputes (the "
-    "calibrated recompute times, else Tf + Tb per backward). auto: run for a windowed "
+    "calibrated recompute times, else Tf + Tb per backward), and ops timed by the op "
+    "before them take the calibration's order tables: the time tidgap run predicts. "
+    "auto: run for a windowed "
     "search of a problem tidgap calibrate timed (it has recompute tables), else model.",
 )
 @click.option(

@@ -114,11 +114,12 @@ def search(
     ``pricing`` is how plans are timed: ``"model"``, model.md's op times (what the golden
     cases and UMPIPE price); ``"run"`` (windowed only), as ``tidgap run`` runs them (a
     stage whose backward boundaries are all forward boundaries runs each backward over its
-    forwards' stored graphs, at the sum of their backward times; any other recomputes, at
+    forwards' stored graphs, at the sum of their backward times, and where calibrated so
+    the ops timed by the op before them at the order tables' times; any other recomputes, at
     the calibrated or profiled recompute costs), so the result's time is
-    :func:`tidgap.runtime.pricing.run_evaluation`'s but for the ops timed by the op before
-    them; ``"auto"`` (the default), run for a windowed search of a problem ``tidgap
-    calibrate`` timed through the runtime (its recompute tables), else model.
+    :func:`tidgap.runtime.pricing.run_evaluation`'s; ``"auto"`` (the default), run for a
+    windowed search of a problem ``tidgap calibrate`` timed through the runtime (its
+    recompute tables), else model.
     ``result.pricing`` says which.
 
     ``checkpoint`` (a path) saves the GA's state (:mod:`tidgap.optimize.checkpoint`)

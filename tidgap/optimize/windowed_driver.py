@@ -69,7 +69,7 @@ from tidgap.optimize.preparation import (
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import ROWS, RunMemory, run_evaluated
-from tidgap.runtime.pricing import run_evaluation, run_op_times
+from tidgap.runtime.pricing import run_evaluation
 from tidgap.runtime.recompute_memory import recompute_bytes
 from tidgap.schedules.baselines import BaselineResult, best_baselines, equal_sizes
 from tidgap.schedules.families import (
@@ -296,7 +296,7 @@ def decoded(
     plan = decode_plan(genes.forward[0], genes.backward[0], problem, genes.codes[0])
     check_plan(plan, problem)
     if pricing == RUN_PRICING:
-        evaluation = run_evaluation(problem, plan, run_op_times(problem, plan, order=False))
+        evaluation = run_evaluation(problem, plan)
     else:
         evaluation = SEARCHED.evaluate(problem, plan)
     if memory is None:

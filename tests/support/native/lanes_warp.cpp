@@ -15,7 +15,8 @@
 // A program, not a library (TSan wants to be loaded first): `lanes_warp IN OUT`. IN holds,
 // each as an int64 count then the elements: forward and backward (int32), order (int8),
 // forward_compute, backward_compute, forward_transfer, backward_transfer, tails,
-// recompute_forward, recompute_backward (int64), then the int64 scalars population,
+// recompute_forward, recompute_backward, forward_after_backward, backward_after_forward
+// (int64), then the int64 scalars population,
 // stages, width, length, table_width, priced. OUT gets fitness (P int64) then peak_held
 // (P x S int64).
 #include <pthread.h>
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
     if (in == nullptr) return 2;
     std::vector<int> forward, backward;
     std::vector<signed char> order;
-    std::vector<tidgap_i64> tables[7];
+    std::vector<tidgap_i64> tables[9];
     bool ok = read_array(in, forward) && read_array(in, backward) && read_array(in, order);
     for (auto& table : tables) ok = ok && read_array(in, table);
     long long scalars[6];
@@ -119,7 +120,8 @@ int main(int argc, char** argv) {
                                   tables[0].data(), tables[1].data(), tables[2].data(),
                                   tables[3].data(), tables[4].data(),
                                   static_cast<int>(scalars[4]), tables[5].data(),
-                                  tables[6].data(), static_cast<int>(scalars[5]));
+                                  tables[6].data(), tables[7].data(), tables[8].data(),
+                                  static_cast<int>(scalars[5]));
         });
     }
     for (auto& lane : lanes) lane.join();

@@ -11,7 +11,8 @@ extern "C" void tidgap_windowed_host(
     const tidgap_i64* forward_compute, const tidgap_i64* backward_compute,
     const tidgap_i64* forward_transfer, const tidgap_i64* backward_transfer,
     const tidgap_i64* tails, int table_width, const tidgap_i64* recompute_forward,
-    const tidgap_i64* recompute_backward, int priced) {
+    const tidgap_i64* recompute_backward, const tidgap_i64* forward_after_backward,
+    const tidgap_i64* backward_after_forward, int priced) {
     std::vector<tidgap_i64> arrivals(TIDGAP_ARRIVALS(static_cast<std::size_t>(stages), width));
     std::vector<int> sizes(TIDGAP_SIZES(static_cast<std::size_t>(stages), width));
     const long long genes = static_cast<long long>(stages) * width;
@@ -20,7 +21,8 @@ extern "C" void tidgap_windowed_host(
             forward + p * genes, backward + p * genes, order + p * stages * length, stages, width,
             length,
             forward_compute, backward_compute, forward_transfer, backward_transfer, tails,
-            table_width, recompute_forward, recompute_backward, priced, arrivals.data(),
+            table_width, recompute_forward, recompute_backward, forward_after_backward,
+            backward_after_forward, priced, arrivals.data(),
             sizes.data(), peak_held + p * stages);
     }
 }
