@@ -54,9 +54,10 @@ extern "C" __global__ void tidgap_windowed_lanes(TIDGAP_ORDERED_PARAMETERS) {
         mine, (int*)(mine + TIDGAP_ARRIVALS(stages, width)), width + 1, stages};
     int* snapshots = scratch.sizes + TIDGAP_SIZES(stages, width);
     const tidgap_ordered_tables tables = {
-        forward_compute,    backward_compute,       forward_transfer,       backward_transfer,
-        tails,              table_width,            recompute_forward,      recompute_backward,
-        forward_after_backward, backward_after_forward, priced};
+        forward_compute,        backward_compute,   forward_transfer,
+        backward_transfer,      tails,              table_width,
+        recompute_forward,      recompute_backward, forward_after_backward,
+        backward_after_forward, priced};
     const long long genes_per_individual = (long long)stages * width;
     for (long long base = (long long)blockIdx.x * groups; base < population;
          base += (long long)gridDim.x * groups) {

@@ -206,10 +206,12 @@ __host__ __device__ inline int tidgap_stage_advance(
                 start = tidgap_max(start, scratch.arrival(s - 1, 0)[i]);
             }
             const int size = genes.forward[s * width + nf];
-            const tidgap_i64* compute =
-                cursor[TIDGAP_RECOMPUTES]                             ? tables.recompute_forward
-                : priced_by_order && before == TIDGAP_BACKWARD_OP ? tables.forward_after_backward
-                                                                      : tables.forward_compute;
+            const tidgap_i64* compute = tables.forward_compute;
+            if (cursor[TIDGAP_RECOMPUTES]) {
+                compute = tables.recompute_forward;
+            } else if (priced_by_order && before == TIDGAP_BACKWARD_OP) {
+                compute = tables.forward_after_backward;
+            }
             stage_free = start + compute[s * table_width + size];
             if (s < stages - 1) {
                 tidgap_i64* A = scratch.arrival(s, 0);
@@ -312,9 +314,10 @@ __host__ __device__ inline tidgap_i64 tidgap_ordered_fitness(
     tidgap_i64* peak_held) {
     const tidgap_ordered_genes genes = {forward, backward, order, stages, width, length};
     const tidgap_ordered_tables tables = {
-        forward_compute,    backward_compute,       forward_transfer,       backward_transfer,
-        tails,              table_width,            recompute_forward,      recompute_backward,
-        forward_after_backward, backward_after_forward, priced};
+        forward_compute,        backward_compute,   forward_transfer,
+        backward_transfer,      tails,              table_width,
+        recompute_forward,      recompute_backward, forward_after_backward,
+        backward_after_forward, priced};
     const tidgap_ordered_scratch scratch = {arrivals, sizes, width + 1, stages};
     int valid = 1;
     for (int s = 0; s < stages; ++s) valid &= tidgap_stage_setup(genes, tables, scratch, s);
