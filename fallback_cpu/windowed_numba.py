@@ -23,8 +23,9 @@ Run pricing (:mod:`tidgap.backends.run_pricing`'s rule, computed here in the loo
 stage, once its holder indices are known, whether every backward boundary is a forward
 boundary (else it recomputes: its ops at the recompute tables) and the prefix sums of
 ``Tb_s`` over its forward chunks, whose difference prices a stored-graph backward; as each
-op runs, the op before it in the order (a stored-graph forward right after a backward, the
-last stage's backward right after the forward of the same samples: the order tables).
+op runs, the op before it in the order (a stored-graph forward right after a backward of
+its size, the last stage's backward right after the forward of the same samples: the
+order tables).
 
 Parallel mapping: ``prange`` over chunks of individuals (a few per thread); each chunk
 allocates its scratch once: ``(S, K+2)`` int64 prefix sums and holder indices (``i`` and
@@ -106,8 +107,8 @@ def _ordered_kernel(
     pricing, :mod:`tidgap.backends.run_pricing`'s rule), a stage some of whose backward
     boundaries are not forward boundaries recomputes, its ops at ``rf`` / ``rb`` ``(S,
     U+1)``, and on any other a backward costs the sum of ``bc`` over the forward chunks it
-    covers, a forward right after a backward ``fab``, and on the last stage a backward
-    right after the forward of the same samples ``baf`` ``(S, U+1)``."""
+    covers, a forward right after a backward of its size ``fab``, and on the last stage a
+    backward right after the forward of the same samples ``baf`` ``(S, U+1)``."""
     population, stages, kf = forward.shape
     kb = backward.shape[2]
     width = order.shape[2]
@@ -223,7 +224,12 @@ def _ordered_kernel(
                         size = forward[p, s, k - 1]
                         if again[s]:
                             cost = rf[s, size]
-                        elif priced and pos > 0 and order[p, s, pos - 1] == BACKWARD_OP:
+                        elif (
+                            priced
+                            and pos > 0
+                            and order[p, s, pos - 1] == BACKWARD_OP
+                            and backward[p, s, done_b - 1] == size
+                        ):  # right after a backward of its size
                             cost = fab[s, size]
                         else:
                             cost = fc[s, size]

@@ -23,8 +23,9 @@
 //                     on any other a backward costs the sum of backward_compute over the
 //                     forward chunks it covers; tidgap/backends/run_pricing.py's rule)
 //   forward_after_backward, backward_after_forward (S, T): read where `priced`, on a stage
-//                     that does not recompute: a forward right after a backward, and on the
-//                     last stage a backward right after the forward of the same samples
+//                     that does not recompute: a forward right after a backward of its
+//                     size, and on the last stage a backward right after the forward of
+//                     the same samples
 //   arrivals          (S (2 (K+1) + 1)) int64 scratch: A and A' per stage (K+1 each), then
 //                     each stage's free time (the end of its last op)
 //   sizes             (S (2 (K+1) + TIDGAP_CURSORS)) int32 scratch: P and Q per stage (K+1
@@ -209,7 +210,8 @@ __host__ __device__ inline int tidgap_stage_advance(
             const tidgap_i64* compute = tables.forward_compute;
             if (cursor[TIDGAP_RECOMPUTES]) {
                 compute = tables.recompute_forward;
-            } else if (priced_by_order && before == TIDGAP_BACKWARD_OP) {
+            } else if (priced_by_order && before == TIDGAP_BACKWARD_OP &&
+                       genes.backward[s * width + nb - 1] == size) {  // after one of its size
                 compute = tables.forward_after_backward;
             }
             stage_free = start + compute[s * table_width + size];

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -469,6 +470,18 @@ def test_op_contexts_name_forwards_after_backwards_and_the_last_stages_own_backw
     one = records_of(plan_timeline(problem, SCHEDULES["gpipe"].baseline(problem, 1)))
     assert op_contexts(one[2], True) == {("backward", 0): AFTER_OWN_FORWARD}
     assert op_contexts(one[1], False) == {}
+    # 1F1B(5) of 12 samples: a forward after a backward of another size is not named
+    five = SCHEDULES["1f1b"].baseline(problem, 5)
+    rows = records_of(plan_timeline(problem, five))[2]
+    named = op_contexts(rows, True)
+    computes = sorted((r for r in rows if r[0] in ("forward", "backward")), key=lambda r: r[4])
+    unequal = 0
+    for previous, row in itertools.pairwise(computes):
+        if (previous[0], row[0]) == ("backward", "forward"):
+            same = row[3] - row[2] == previous[3] - previous[2]
+            assert (named.get(("forward", row[1])) == AFTER_BACKWARD) == same
+            unequal += not same
+    assert unequal
 
 
 def test_ops_timed_by_the_op_before_them_are_calibrated_and_priced() -> None:

@@ -156,7 +156,7 @@ def order_entry(forward: float, backward: float) -> dict[str, Any]:
 
 
 def test_calibrated_order_times_price_ops_by_the_op_before_them() -> None:
-    """With ``source.calibration.order``: a forward right after a backward, and the last
+    """With ``source.calibration.order``: a forward right after a backward of its size, and the last
     stage's backward right after its own forward, take the calibrated times; GPipe's order
     has neither; a recomputing stage keeps its own pricing; a merged backward its sum."""
     from tidgap.schedules.families import SCHEDULES
@@ -182,6 +182,10 @@ def test_calibrated_order_times_price_ops_by_the_op_before_them() -> None:
     }
     again = run_op_times(problem, PLAN)
     assert (0, "B", 1) in again and not [key for key in again if key[:2] == (0, "F")]
+    # the calibration timed forwards after backwards of their own size (1F1B(m)): the
+    # forward of 5 samples after the backward of 3 costs what it costs in GPipe's order
+    unequal = Plan.of([[3, 5], [3, 5]], [[3, 5], [3, 5]], ["FFBB", "FBFB"])
+    assert run_op_times(problem, unequal) == {(1, "B", 1): 6.0, (1, "B", 2): 10.0}
 
 
 def test_the_run_note_names_order_pricing_without_the_mirrored_advice() -> None:

@@ -14,8 +14,8 @@ Per individual and stage, with ``P`` / ``Q`` the forward / backward prefix sums 
   (``recompute_forward`` / ``recompute_backward`` of the ticked problem).
 
 On a stored-graph stage the op before also counts (:func:`order_dependent_ticks`, from
-the order gene): a forward right after a backward costs ``Tfb_s(f_k)``, and on the last
-stage a backward right after the forward of the same samples ``Tbf_s(c_k)``
+the order gene): a forward right after a backward of its size costs ``Tfb_s(f_k)``, and on
+the last stage a backward right after the forward of the same samples ``Tbf_s(c_k)``
 (``forward_after_backward`` / ``backward_after_forward`` of the ticked problem: the
 calibration's order tables, else ``Tf_s`` / ``Tb_s`` again).
 
@@ -65,7 +65,8 @@ def order_dependent_ticks(
     Per pair ``q = p S + s`` and op ``n`` of its order, ``(N, L)`` each: ``op_compute``, the
     ticks of :func:`op_ticks`; ``is_forward``; ``size`` in units; ``held``, the units held
     after the op; ``stored`` ``(N,)``, whether the pair stores its graphs. Forward ``n`` after
-    a backward costs ``forward_after_backward``; on the last stage a backward after a
+    a backward of its size costs ``forward_after_backward``; on the last stage a backward
+    after a
     forward of the same samples (nothing held before that forward nor after the backward)
     ``backward_after_forward``. Without order tables, ``op_compute`` itself (those ops
     cost what :func:`op_ticks` gave them)."""
@@ -77,7 +78,7 @@ def order_dependent_ticks(
     previous_forward = np.zeros_like(is_forward)
     previous_forward[:, 1:] = is_forward[:, :-1]
     previous_backward = np.zeros_like(is_forward)
-    previous_backward[:, 1:] = ~is_forward[:, :-1]
+    previous_backward[:, 1:] = ~is_forward[:, :-1] & (size[:, :-1] == size[:, 1:])
     held_before_previous = np.zeros_like(held)
     held_before_previous[:, 2:] = held[:, :-2]
     alternate = stored[:, None] & (is_forward & previous_backward)

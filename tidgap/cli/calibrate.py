@@ -97,8 +97,9 @@ def calibrate_command(
     recomputes (unless --no-recompute): its forwards without autograd's graph and its
     backwards re-running their forward are timed too, and tidgap run prices a plan's
     recomputing stages with them (source.calibration.recompute). 1F1B(m) runs too (unless
-    --no-order): a forward right after a backward and the last stage's backward right after
-    its own forward run faster than in GPipe's order, and their times go beside the tables
+    --no-order): a forward right after a backward of its size and the last stage's backward
+    right after its own forward run faster than in GPipe's order, and their times go beside
+    the tables
     (source.calibration.order) for tidgap run's prediction. Search and evaluate plans on the
     calibrated problem to predict tidgap run. With a --split
     other than the one PROBLEM records, the calibrated problem records --split (the split

@@ -120,8 +120,8 @@ def alternating_plans(problem: Problem, sizes: Sequence[int]) -> list[tuple[str,
     return [(f"1F1B({m})", SCHEDULES["1f1b"].baseline(problem, m)) for m in counts if m > 1]
 
 
-#: :func:`op_contexts`' kinds: a forward right after a backward of its stage, and the
-#: last stage's backward right after its own forward.
+#: :func:`op_contexts`' kinds: a forward right after a backward of its stage and its size,
+#: and the last stage's backward right after its own forward.
 AFTER_BACKWARD, AFTER_OWN_FORWARD = "FB", "BF"
 
 
@@ -129,12 +129,15 @@ def op_contexts(rows: Sequence[Row], last: bool) -> dict[tuple[str, int], str]:
     """One rank's records of one iteration: the compute records ``(kind, microbatch)`` whose
     time depends on the op before them on the stage (on this project's CPU both ran 4-8%
     faster than in GPipe's order), by kind: :data:`AFTER_BACKWARD` for a forward whose
-    previous op was a backward; on the ``last`` stage, :data:`AFTER_OWN_FORWARD` for a
-    backward whose previous op was the forward of the same samples."""
+    previous op was a backward of its size (as :func:`tidgap.runtime.pricing.
+    order_dependent_times` prices them; a forward after a backward of another size is timed
+    with GPipe's order); on the ``last`` stage, :data:`AFTER_OWN_FORWARD` for a backward
+    whose previous op was the forward of the same samples."""
     computes = sorted((r for r in rows if r[0] in _SENDS), key=lambda r: r[4])
     found = {}
     for previous, row in itertools.pairwise(computes):
-        if row[0] == "forward" and previous[0] == "backward":
+        same_size = row[3] - row[2] == previous[3] - previous[2]
+        if row[0] == "forward" and previous[0] == "backward" and same_size:
             found[row[0], row[1]] = AFTER_BACKWARD
         elif (
             last and (previous[0], row[0]) == ("forward", "backward") and previous[2:4] == row[2:4]
