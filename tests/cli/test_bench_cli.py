@@ -206,6 +206,8 @@ def test_an_unusable_backend_is_listed_unless_named(monkeypatch: pytest.MonkeyPa
         ["--population", ""],
         ["--repeats", "0"],
         ["--warmup", "-1"],
+        ["--max-memory", "0"],
+        ["example:tiny-2", "--max-memory", "1"],  # its tick tables alone exceed it
         ["missing.json"],
         ["bad.json"],
     ],

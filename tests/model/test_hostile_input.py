@@ -149,6 +149,31 @@ def test_deep_nesting_in_an_ignored_plan_key_is_bad_input(tmp_path: Path) -> Non
         assert line.startswith(f"tidgap: error: {plan}: nested deeper than"), line
 
 
+def test_a_file_past_the_size_limit_is_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read no further than the limit: ``/dev/zero`` as a problem would fill the memory."""
+    monkeypatch.setattr("tidgap.model.fileio.MAX_FILE_BYTES", 64)
+    path = write(tmp_path, "p.json", json.dumps(tiny()))
+    assert_rejected(path, None, "larger than 0 MiB: not a tidgap file")
+    monkeypatch.setattr("tidgap.model.fileio.MAX_FILE_BYTES", len(Path(path).read_bytes()))
+    assert read_json(path)["name"] == "tiny-2"
+
+
+def test_dev_zero_is_refused_without_reading_it_all() -> None:
+    line = error_line(run_cli("evaluate", "/dev/zero", "--schedule", "gpipe", "-m", "2"))
+    assert line == "tidgap: error: /dev/zero: larger than 256 MiB: not a tidgap file"
+
+
+def test_an_empty_file_name_is_bad_input(tmp_path: Path) -> None:
+    """``Path("")`` is the current folder: an empty argument is named as one, and ``tidgap
+    search ""`` does not search the default example."""
+    problem = write(tmp_path, "p.json", tiny())
+    for args in (["evaluate", "", "--schedule", "gpipe", "-m", "2"], ["evaluate", problem, ""],
+                 ["search", "", "--generations", "1"]):  # fmt: skip
+        assert error_line(run_cli(*args)) == 'tidgap: error: "": no file name (an empty argument)'
+
+
 def test_invalid_utf8_is_bad_input(tmp_path: Path) -> None:
     data = json.dumps(tiny()).encode().replace(b'"tiny-2"', b'"tiny\xff"')
     assert_rejected(write(tmp_path, "p.json", data), None, "not UTF-8 text (byte")

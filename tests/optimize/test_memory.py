@@ -95,9 +95,20 @@ def test_max_memory_lowers_the_budget() -> None:
     assert "memory budget 1 MB (--max-memory" in result.stderr
 
 
-def test_a_bad_max_memory_is_bad_usage() -> None:
-    result = CliRunner().invoke(cli, ["search", "--max-memory", "plenty"])
+@pytest.mark.parametrize("value", ["plenty", "0", "0.4"])
+def test_a_bad_max_memory_is_bad_usage(value: str) -> None:
+    result = CliRunner().invoke(cli, ["search", "--max-memory", value])
     assert result.exit_code == 2 and "--max-memory" in result.stderr
+
+
+def test_a_huge_batch_is_refused_by_bench_before_its_tables(tmp_path: Path) -> None:
+    """Before building them: 10**9 units' tables would take 256 GB."""
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(synth_problem(seed=1, stages=4, batch_size=10**9)))
+    result = CliRunner().invoke(cli, ["bench", str(path), "--backend", "numpy"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"tidgap: error: {path}: batch_size: the tick tables")
+    assert result.stderr.count("\n") == 1
 
 
 def test_a_huge_batch_names_the_problem_field(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ fakes, and through ``tidgap profile`` and ``tidgap run`` end to end."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from tidgap.runtime.lowering import lower, recomputes  # noqa: E402
 from tidgap.runtime.recompute_memory import (  # noqa: E402
     CHUNK_FIELD,
     FIELDS,
+    MOST_ACTIVATIONS,
     GraphBytes,
     RecomputeBytes,
     graph_bytes,
@@ -236,6 +238,8 @@ GOOD = {field: [1, 2] for field in FIELDS}
         {**GOOD, FIELDS[2]: [1, True]},
         {**GOOD, FIELDS[3]: [1, float("inf")]},
         {**GOOD, FIELDS[3]: "12"},
+        {**GOOD, FIELDS[0]: [1, 1e308]},  # the batch's bytes would not be finite
+        {**GOOD, FIELDS[1]: [1, 100 * MOST_ACTIVATIONS / B * 1.01]},  # past a search's counts
     ],
 )
 def test_a_missing_or_malformed_profile_entry_leaves_the_models_figure(memory: Any) -> None:
@@ -244,6 +248,24 @@ def test_a_missing_or_malformed_profile_entry_leaves_the_models_figure(memory: A
     model = evaluate(problem, plan).peak_memory
     assert recompute_bytes(problem) is None
     assert predicted_held_bytes(problem, plan, model) == model
+
+
+def test_graph_figures_past_the_bounds_leave_activation_bytes(tmp_path: Path) -> None:
+    """A ``source.memory`` whose batch's bytes would overflow: the figures are left out, the
+    search's memory stays finite and ``--out`` is written (fuzzing found an ``inf`` that
+    JSON could not write)."""
+    huge = {**GOOD, "graph_bytes_per_sample": [1e308, 1e308], "graph_bytes_per_chunk": [0, 0]}
+    problem = problem_with(huge)
+    assert graph_bytes(problem) == [GraphBytes(100.0, 0.0)] * 2
+    bounded = problem_with({**huge, "graph_bytes_per_sample": [1e3, 1e3]})
+    assert graph_bytes(bounded) == [GraphBytes(1e3, 0.0)] * 2
+    path, out = tmp_path / "p.json", tmp_path / "plan.json"
+    path.write_text(json.dumps(problem.model_dump(mode="json", exclude_none=True)))
+    result = run_cli(
+        "search", str(path), "--pricing", "run", "--generations", "2", "--out", str(out), "-q"
+    )
+    assert result.exit_code == 0, describe(result)
+    assert all(math.isfinite(b) for b in json.loads(out.read_text())["predicted"]["peak_memory"])
 
 
 def test_each_stage_is_walked_and_only_with_activation_bytes() -> None:

@@ -24,6 +24,7 @@ from tidgap.cli.options import (
 from tidgap.cli.search import MemorySize
 from tidgap.model.errors import InputError
 from tidgap.model.problem import load_problem
+from tidgap.optimize.memory import TABLE_BYTES_PER_ENTRY, available_memory, require_within
 from tidgap.outputs.files import check_outputs, write_json
 
 #: Population sizes measured unless ``--population`` says otherwise.
@@ -85,9 +86,19 @@ def _backends(names: list[str], explicit: bool) -> tuple[list[Backend], dict[str
     return usable, unusable
 
 
-def _workload(problem: str | None) -> Workload:
-    """The default workload, or ``problem``'s."""
-    return default_workload() if problem is None else problem_workload(load_problem(problem))
+def _workload(problem: str | None, max_memory: int | None) -> Workload:
+    """The default workload, or ``problem``'s; :class:`InputError` naming its
+    ``batch_size`` where its tick tables alone would exceed ``max_memory`` (default half the
+    memory available)."""
+    if problem is None:
+        return default_workload()
+    loaded = load_problem(problem)
+    tables = loaded.num_stages * (loaded.num_units + 1) * TABLE_BYTES_PER_ENTRY
+    budget = available_memory() // 2 if max_memory is None else max_memory
+    source = "half the memory available" if max_memory is None else "--max-memory"
+    what = "the tick tables (stages x units)"
+    require_within(tables, budget, what, source, problem, ("batch_size",))
+    return problem_workload(loaded)
 
 
 def _heading(workload: Workload, repeats: int, warmup: int, described: dict) -> list[str]:
@@ -190,7 +201,7 @@ def bench_command(
     explicit = backend_names is not None
     usable, unusable = _backends(backend_names or list(BACKENDS), explicit)
     families = families or evaluated_families()
-    workload = _workload(problem)
+    workload = _workload(problem, max_memory)
     if not as_json:
         for line in _heading(workload, repeats, warmup, machine(usable)):
             click.echo(line)

@@ -67,12 +67,13 @@ class MemorySize(click.ParamType):
     name = "SIZE"
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
-        if isinstance(value, int):
-            return value
         try:
-            return parse_size(str(value))
+            size = value if isinstance(value, int) else parse_size(str(value))
         except ValueError as error:
             self.fail(str(error), param, ctx)
+        if size < 1:
+            self.fail(f"must be at least 1 byte, not {value!r}", param, ctx)
+        return size
 
 
 def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
@@ -229,7 +230,7 @@ def search_command(
     130 / 143; a second one exits at once.
     """
     backend = chosen_backend(backend, gpu, cpu)
-    spec = problem or EXAMPLE_PREFIX + DEFAULT_EXAMPLE
+    spec = EXAMPLE_PREFIX + DEFAULT_EXAMPLE if problem is None else problem
     loaded = load_problem(spec)
     check_outputs(
         gantt, trace, ("--out", out), ("--checkpoint", checkpoint), inputs={"PROBLEM": problem}

@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -85,6 +85,10 @@ def parse_model(model: type[Model], data: Any, format_tag: str) -> Model:
 #: Deepest nesting of arrays and objects in a file, counting the top level as 1 (anywhere,
 #: ``source`` included).
 MAX_DEPTH = 64
+#: The largest file :func:`read_json` reads (bytes): far above any problem, plan or
+#: profile (a problem's tables for 100 stages of 10,000 sizes each are about 20 MB), far
+#: below what would exhaust a machine's memory.
+MAX_FILE_BYTES = 1 << 28
 #: Most digits of a JSON integer, anywhere in a file.
 MAX_INTEGER_DIGITS = 100
 
@@ -179,14 +183,42 @@ def _too_deep_at(text: str) -> tuple[int, int]:
     return 1, 1
 
 
+def require_file_name(name: str) -> None:
+    """:class:`InputError` where ``name``, a file argument, is empty (``Path("")`` would
+    read the current folder)."""
+    if not name:
+        raise InputError("no file name (an empty argument)", source='""')
+
+
+def _read_at_most(file: BinaryIO, limit: int) -> bytes:
+    """``file``'s bytes up to ``limit`` of them, read a MiB at a time (one read of ``limit``
+    bytes would reserve them all, whatever the file's size)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit:
+        chunk = file.read(min(1 << 20, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
 def read_json(path: str | os.PathLike[str]) -> Any:
-    """Decode a JSON file. A file that cannot be read, is not UTF-8, is not JSON or holds a
-    value no command can use (see :func:`_check_values`) raises :class:`InputError`."""
+    """Decode a JSON file. An empty name, a file that cannot be read, is larger than
+    :data:`MAX_FILE_BYTES` (``/dev/zero``, say), is not UTF-8, is not JSON or holds a value
+    no command can use (see :func:`_check_values`) raises :class:`InputError`."""
     source = str(path)
+    require_file_name(source)
     try:
-        data = Path(path).read_bytes()
+        with Path(path).open("rb") as file:
+            data = _read_at_most(file, MAX_FILE_BYTES + 1)
     except OSError as error:
         raise InputError(f"cannot read file: {error.strerror or error}", source=source) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(
+            f"larger than {MAX_FILE_BYTES >> 20} MiB: not a tidgap file", source=source
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:

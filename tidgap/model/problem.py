@@ -17,7 +17,7 @@ from tidgap.model.calibration_tables import (
     stage_times,
 )
 from tidgap.model.errors import InputError
-from tidgap.model.fileio import parse_model, read_json
+from tidgap.model.fileio import parse_model, read_json, require_file_name
 from tidgap.model.numbers import MAX_COUNT
 from tidgap.model.text import printable
 from tidgap.model.timefn import Bytes, Duration, PositiveBytes, Samples, StrictModel, TimeFunction
@@ -410,6 +410,7 @@ def problem_path(spec: str | os.PathLike[str]) -> Path:
 def load_problem(spec: str | os.PathLike[str]) -> Problem:
     """Load a problem from a file path, or a built-in one named ``example:NAME``."""
     shown = str(spec)
+    require_file_name(shown)
     try:
         path = problem_path(spec)
         problem = Problem.from_dict(read_json(path), default_name=path.stem)

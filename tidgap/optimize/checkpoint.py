@@ -30,7 +30,7 @@ import numpy as np
 
 from tidgap.backends.ticks import MODEL_PRICING
 from tidgap.model.errors import InputError
-from tidgap.model.fileio import parse_json
+from tidgap.model.fileio import parse_json, require_file_name
 from tidgap.model.numbers import is_integer
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
@@ -138,7 +138,11 @@ class SavedState:
                 raise ValueError(f"draws {draws} out of range")
             optimizer.rng.draws = draws
             optimizer.rescore()  # the scores from the restored genes, with today's fitness
-        except (KeyError, TypeError, ValueError, OverflowError, IndexError) as error:
+        except KeyError as error:
+            raise InputError(
+                f"does not fit this search (it has no {error.args[0]!r})", source=self.source
+            ) from None
+        except (TypeError, ValueError, OverflowError, IndexError) as error:
             raise InputError(f"does not fit this search ({error})", source=self.source) from None
 
 
@@ -211,6 +215,7 @@ def load_state(path: str | os.PathLike[str]) -> SavedState:
     """Read a state file; :class:`InputError` naming the file (and field) when it cannot
     be read, is not a state archive, or is of another format or version."""
     source = str(path)
+    require_file_name(source)
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}

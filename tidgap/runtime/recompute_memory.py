@@ -15,11 +15,12 @@ samples' ``activation_bytes`` and the received chunks it keeps past its ops.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from tidgap.model.plan import Plan
-from tidgap.model.problem import Problem
+from tidgap.model.problem import MAX_BYTES, Problem
 from tidgap.runtime.lowering import Instruction, lower, recomputes
 
 #: The ``source.memory`` fields ``tidgap profile`` writes, per stage (bytes per sample):
@@ -77,13 +78,26 @@ def graph_bytes(problem: Problem) -> list[GraphBytes]:
     return [GraphBytes(*map(float, row)) for row in zip(*columns, strict=True)]
 
 
+#: The most a ``source.memory`` figure may be for the whole batch, in a stage's
+#: ``activation_bytes``: far above what any stage holds, low enough that a search's counts
+#: of the figures' sums (:data:`tidgap.optimize.run_memory.FINE` units of a sample's
+#: activations) fit int64.
+MOST_ACTIVATIONS = 2.0**40
+
+
 def _columns(memory: dict, fields: tuple[str, ...], problem: Problem) -> list[list] | None:
-    """``memory``'s lists ``fields``, one number >= 0 per stage each, or ``None``."""
+    """``memory``'s lists ``fields``, one number >= 0 per stage each, whose whole batch's
+    bytes are at most :data:`~tidgap.model.problem.MAX_BYTES` and :data:`MOST_ACTIVATIONS`
+    times the stage's ``activation_bytes`` (where positive), or ``None``."""
     columns = [memory.get(field) for field in fields]
+    most = [
+        min(MAX_BYTES, MOST_ACTIVATIONS * (stage.activation_bytes or math.inf)) / problem.batch_size
+        for stage in problem.stages
+    ]
     for column in columns:
         if not isinstance(column, list) or len(column) != problem.num_stages:
             return None
-        if not all(_is_count(value) for value in column):
+        if not all(_is_count(value, top) for value, top in zip(column, most, strict=True)):
             return None
     return columns
 
@@ -102,11 +116,9 @@ def recompute_bytes(problem: Problem) -> list[RecomputeBytes] | None:
     return [RecomputeBytes(*map(float, row)) for row in zip(*columns, strict=True)]
 
 
-def _is_count(value: object) -> bool:
-    """Whether ``value`` is a finite number >= 0 (not a boolean)."""
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")
-    )
+def _is_count(value: object, most: float) -> bool:
+    """Whether ``value`` is a number from 0 to ``most`` (not a boolean)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= most
 
 
 def recompute_held_bytes(
