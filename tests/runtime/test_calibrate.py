@@ -454,7 +454,12 @@ def test_op_contexts_name_forwards_after_backwards_and_the_last_stages_own_backw
     """1F1B(4) on 3 stages: each forward after a backward; on the last stage every
     backward (right after its own forward); GPipe(4): none, GPipe(1): the last stage's
     backward."""
-    from tidgap.runtime.calibrate import AFTER_BACKWARD, AFTER_OWN_FORWARD, op_contexts
+    from tidgap.runtime.calibrate import (
+        AFTER_BACKWARD,
+        AFTER_OWN_FORWARD,
+        op_contexts,
+        op_durations,
+    )
     from tidgap.schedules.families import SCHEDULES, plan_timeline
 
     problem = Problem.from_dict(synth_problem(3, 3, 12, 1, 0.5, "affine", "contexts"))
@@ -470,7 +475,7 @@ def test_op_contexts_name_forwards_after_backwards_and_the_last_stages_own_backw
     one = records_of(plan_timeline(problem, SCHEDULES["gpipe"].baseline(problem, 1)))
     assert op_contexts(one[2], True) == {("backward", 0): AFTER_OWN_FORWARD}
     assert op_contexts(one[1], False) == {}
-    # 1F1B(5) of 12 samples: a forward after a backward of another size is not named
+    # 1F1B(5) of 12 samples: a forward after a backward of another size is left out
     five = SCHEDULES["1f1b"].baseline(problem, 5)
     rows = records_of(plan_timeline(problem, five))[2]
     named = op_contexts(rows, True)
@@ -479,9 +484,14 @@ def test_op_contexts_name_forwards_after_backwards_and_the_last_stages_own_backw
     for previous, row in itertools.pairwise(computes):
         if (previous[0], row[0]) == ("backward", "forward"):
             same = row[3] - row[2] == previous[3] - previous[2]
-            assert (named.get(("forward", row[1])) == AFTER_BACKWARD) == same
+            assert named[("forward", row[1])] == (AFTER_BACKWARD if same else None)
             unequal += not same
     assert unequal
+    timed = op_durations([records_of(plan_timeline(problem, five))], 1.0, contexts=True)[2]
+    ops = sum(
+        len(times) for kind, sizes in timed.items() if kind != "T" for times in sizes.values()
+    )
+    assert ops == len(computes) - unequal  # timed in neither order: left out of every table
 
 
 def test_ops_timed_by_the_op_before_them_are_calibrated_and_priced() -> None:

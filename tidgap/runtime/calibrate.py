@@ -125,20 +125,20 @@ def alternating_plans(problem: Problem, sizes: Sequence[int]) -> list[tuple[str,
 AFTER_BACKWARD, AFTER_OWN_FORWARD = "FB", "BF"
 
 
-def op_contexts(rows: Sequence[Row], last: bool) -> dict[tuple[str, int], str]:
+def op_contexts(rows: Sequence[Row], last: bool) -> dict[tuple[str, int], str | None]:
     """One rank's records of one iteration: the compute records ``(kind, microbatch)`` whose
     time depends on the op before them on the stage (on this project's CPU both ran 4-8%
     faster than in GPipe's order), by kind: :data:`AFTER_BACKWARD` for a forward whose
     previous op was a backward of its size (as :func:`tidgap.runtime.pricing.
-    order_dependent_times` prices them; a forward after a backward of another size is timed
-    with GPipe's order); on the ``last`` stage, :data:`AFTER_OWN_FORWARD` for a backward
-    whose previous op was the forward of the same samples."""
+    order_dependent_times` prices them), ``None`` for one after a backward of another size
+    (timed in neither order: left out); on the ``last`` stage, :data:`AFTER_OWN_FORWARD`
+    for a backward whose previous op was the forward of the same samples."""
     computes = sorted((r for r in rows if r[0] in _SENDS), key=lambda r: r[4])
-    found = {}
+    found: dict[tuple[str, int], str | None] = {}
     for previous, row in itertools.pairwise(computes):
-        same_size = row[3] - row[2] == previous[3] - previous[2]
-        if row[0] == "forward" and previous[0] == "backward" and same_size:
-            found[row[0], row[1]] = AFTER_BACKWARD
+        if row[0] == "forward" and previous[0] == "backward":
+            same_size = row[3] - row[2] == previous[3] - previous[2]
+            found[row[0], row[1]] = AFTER_BACKWARD if same_size else None
         elif (
             last and (previous[0], row[0]) == ("forward", "backward") and previous[2:4] == row[2:4]
         ):
@@ -175,7 +175,8 @@ def op_durations(
     """Every op of ``iterations`` (each: per rank its records, seconds), its send included
     (:func:`op_spans`), by stage, kind (``F``, ``B``, ``T`` for the tail, the optimizer
     step; with ``contexts``, an op that :func:`op_contexts` names under its kind there
-    instead) and size (samples; 0 for a tail), times ``scale`` (the problem's unit)."""
+    instead, or nowhere where it names ``None``) and size (samples; 0 for a tail), times
+    ``scale`` (the problem's unit)."""
     kinds = ("F", "B", "T", AFTER_BACKWARD, AFTER_OWN_FORWARD)
     found: Durations = [{kind: defaultdict(list) for kind in kinds} for _ in iterations[0]]
     for ranks in iterations:
@@ -186,7 +187,8 @@ def op_durations(
                 if row[0] in COMPUTE:
                     start, end = spans[row[0], row[1]]
                     kind = named.get((row[0], row[1]), COMPUTE[row[0]])
-                    found[s][kind][row[3] - row[2]].append((end - start) * scale)
+                    if kind is not None:
+                        found[s][kind][row[3] - row[2]].append((end - start) * scale)
     return found
 
 
