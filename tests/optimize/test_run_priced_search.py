@@ -15,7 +15,7 @@ from tests.support.backends import install_fake_cupy
 from tests.support.calibrations import order_tables
 from tidgap import InputError, Problem, search
 from tidgap.optimize.results import SearchResult
-from tidgap.runtime.pricing import run_evaluation
+from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
 from tidgap.schedules.baselines import best_baselines
 
 OPTIONS: dict[str, Any] = {"seed": 2, "generations": 30, "population": 32}
@@ -53,10 +53,12 @@ def test_a_calibrated_problem_is_priced_as_the_runtime_runs_it(name: str, order:
     times = [p.evaluation.iteration_time for p in result.tradeoff if p.evaluation is not None]
     assert times == pytest.approx(run_priced(problem, result), rel=1e-9)
     assert result.plan_document()["search"]["pricing"] == "run"
-    # the baselines are mirrored: the runtime runs them at the model's costs
-    baselines = best_baselines(problem)
+    # the baselines as the runtime prices them (with order tables, not the model's costs)
+    baselines = run_priced_baselines(problem, best_baselines(problem))
     for name in ("gpipe", "1f1b"):
+        assert result.baselines[name] == baselines[name]
         assert result.evaluation.iteration_time <= baselines[name].iteration_time * (1 + 1e-9)
+    assert (baselines != best_baselines(problem)) == order
 
 
 def test_other_problems_and_flush_searches_are_priced_by_the_model() -> None:

@@ -211,3 +211,34 @@ def test_the_run_note_names_order_pricing_without_the_mirrored_advice() -> None:
     # a run-priced search priced the recomputation, the merges and the order: nothing left
     assert run_note(problem, PLAN, "run") is None
     assert run_note(problem, plan, "run") is None
+
+
+@pytest.mark.parametrize("name", ["tiny7_2", "med7_1", "linkheavy7", "bwdcaps7", "nounit7"])
+def test_run_priced_baselines_are_the_best_counts_as_the_run_prices_them(name: str) -> None:
+    """With order tables the best GPipe and 1F1B are found among every count by
+    :func:`run_evaluation` (a search then compares against them), and no count runs faster
+    than :func:`order_credit` of its model time (what lets the search skip counts)."""
+    from tests.conftest import golden_cases
+    from tests.support.calibrations import order_tables
+    from tidgap.runtime.pricing import order_credit, run_priced_baselines
+    from tidgap.schedules.baselines import baseline_times, best_baselines
+    from tidgap.schedules.families import SCHEDULES
+
+    data = next(c["problem"] for c in golden_cases() if c["problem"]["name"] == name)
+    plain = Problem.from_dict(data)
+    assert run_priced_baselines(plain, best_baselines(plain)) == best_baselines(plain)
+    data["source"] = {"calibration": {"order": order_tables(data["stages"])}}
+    problem = Problem.from_dict(data)
+    credit = order_credit(problem)
+    assert 0 < credit < 1
+    ms, times = baseline_times(problem)
+    found = run_priced_baselines(problem, best_baselines(problem))
+    for row, schedule in enumerate(("gpipe", "1f1b")):
+        every = {}
+        for m, model in zip(ms, times[row], strict=True):
+            plan = SCHEDULES[schedule].baseline(problem, int(m))
+            every[int(m)] = run_evaluation(problem, plan).iteration_time
+            assert every[int(m)] >= credit * model * (1 - 1e-12)
+        best = min(every, key=lambda m: (every[m], m))
+        assert (found[schedule].microbatches, found[schedule].iteration_time) == (best, every[best])
+    assert found["1f1b"].iteration_time < best_baselines(problem)["1f1b"].iteration_time

@@ -479,13 +479,15 @@ def to_run(
 ) -> list[tuple[str, Plan]]:
     """``(label, plan)`` of every plan the run runs in turn: the plan, then the
     ``--compare`` plan files (each checked against ``problem``, labelled with its name),
-    then with ``--baselines`` the best GPipe and the best 1F1B."""
+    then with ``--baselines`` the best GPipe and the best 1F1B (as the run prices them:
+    :func:`~tidgap.runtime.pricing.run_priced_baselines`)."""
     runs = [("plan", plan), *((path, plan_for(path, problem)) for path in compared)]
     if with_baselines:
+        from tidgap.runtime.pricing import run_priced_baselines
         from tidgap.schedules.baselines import best_baselines
         from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, baseline_label
 
-        best = best_baselines(problem)
+        best = run_priced_baselines(problem, best_baselines(problem))
         for name in TIMED_BASELINES:
             m = best[name].microbatches
             runs.append((baseline_label(name, m), SCHEDULES[name].baseline(problem, m)))

@@ -69,7 +69,7 @@ from tidgap.optimize.preparation import (
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import ROWS, RunMemory, run_evaluated
-from tidgap.runtime.pricing import run_evaluation
+from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
 from tidgap.runtime.recompute_memory import recompute_bytes
 from tidgap.schedules.baselines import BaselineResult, best_baselines, equal_sizes
 from tidgap.schedules.families import (
@@ -409,6 +409,8 @@ def prepare_windowed(
         background_compile.stop(helper)
     with phases("baselines"):
         baselines = flush.baselines if flush else best_baselines(problem)
+        if pricing == RUN_PRICING:  # the order tables time 1F1B and GPipe apart
+            baselines = run_priced_baselines(problem, baselines)
         one_f_one_b = one_f_one_b_level(problem, baselines["1f1b"])
         in_force = limit_in_force(problem, memory_limit, one_f_one_b)
         levels = tradeoff_levels(problem, in_force, one_f_one_b)

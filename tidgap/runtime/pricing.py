@@ -22,11 +22,14 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import numpy as np
+
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.runtime.lowering import recomputes
+from tidgap.schedules.baselines import BASELINE_ROWS, BaselineResult, baseline_times
 from tidgap.schedules.evaluation import Evaluation
-from tidgap.schedules.families import family_of, plan_timeline
+from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, family_of, plan_timeline
 from tidgap.schedules.ir import holder, prefix_sums
 from tidgap.schedules.simulate import OpTime, evaluate_order, order_timeline
 from tidgap.schedules.timeline import Timeline
@@ -118,6 +121,58 @@ def run_op_times(problem: Problem, plan: Plan, order: bool = True) -> RunTimes:
             if len(parts) > 1:
                 times[s, "B", k] = sum(stage.backward(part) for part in parts)
     return times
+
+
+def order_credit(problem: Problem) -> float:
+    """The least ratio, at most 1, of an op time the order tables give to the model's for
+    the same stage and size (``forward_after_backward`` to ``Tf``, the last stage's
+    ``backward_after_forward`` to ``Tb``, over every size the stage takes): no op of a plan
+    that recomputes nothing runs faster than this share of its model time, so neither does
+    the plan (the event simulation is monotone and scales with its op times); 1 without
+    order tables."""
+    if problem.order_times is None:
+        return 1.0
+    least = 1.0
+    last = problem.num_stages - 1
+    for s, (stage, measured) in enumerate(zip(problem.stages, problem.order_times, strict=True)):
+        pairs = [(measured.forward_after_backward, stage.forward, problem.forward_cap(s))]
+        if s == last:
+            pairs.append((measured.backward_after_forward, stage.backward, problem.backward_cap(s)))
+        for ordered, plain, cap in pairs:
+            sizes = np.arange(problem.unit, cap + 1, problem.unit)
+            model, priced = plain.at(sizes), ordered.at(sizes)
+            positive = model > 0
+            if positive.any():
+                least = min(least, float((priced[positive] / model[positive]).min()))
+    return max(least, 0.0)
+
+
+def run_priced_baselines(
+    problem: Problem, baselines: dict[str, BaselineResult]
+) -> dict[str, BaselineResult]:
+    """``baselines`` (:func:`~tidgap.schedules.baselines.best_baselines`: model.md's times)
+    with the best GPipe and 1F1B as ``tidgap run`` prices them (:func:`run_evaluation`),
+    which differ where the problem has order tables: every count is a candidate whose
+    model time, times :func:`order_credit`, is not above the best run-priced time found,
+    tried in order of model time. PipeDream, without a timeline, keeps the model's."""
+    if problem.order_times is None:
+        return baselines
+    credit = order_credit(problem)
+    ms, times = baseline_times(problem)
+    priced = dict(baselines)
+    for name in TIMED_BASELINES:
+        row = times[BASELINE_ROWS.index(name)]
+        best: BaselineResult | None = None
+        for i in np.argsort(row, kind="stable"):
+            if best is not None and credit * row[i] > best.iteration_time:
+                break
+            m = int(ms[i])
+            time = run_evaluation(problem, SCHEDULES[name].baseline(problem, m)).iteration_time
+            if best is None or time < best.iteration_time:
+                best = BaselineResult(name, m, time)
+        if best is not None:
+            priced[name] = best
+    return priced
 
 
 def run_op_time(problem: Problem, priced: RunTimes) -> OpTime:
