@@ -95,11 +95,28 @@ def test_a_state_resumes_only_with_its_pricing(tmp_path) -> None:
     assert tidgap.search(problem, resume=path, **OPTIONS).pricing == "run"
 
 
-def test_the_first_flush_search_is_mirrored_under_run_pricing() -> None:
-    """A free flush plan recomputes, so the run-priced search seeds a mirrored one."""
+def test_the_first_search_is_mirrored_under_run_pricing() -> None:
+    """A free plan may recompute, so the run-priced search first searches mirrored plans
+    (windowed ones: :func:`~tidgap.optimize.windowed_driver.mirrored_first_search`), and
+    an ask/tell optimizer, with no stopping rule, is still built."""
     from tidgap.optimize.optimizer import Optimizer
 
     for pricing, mirrored in (("run", True), ("model", False)):
         optimizer = Optimizer(calibrated("med7_1"), seed=1, population=32, pricing=pricing)
         plan = optimizer.run.flush_plan
         assert plan is not None and (plan.backward == plan.forward) == mirrored
+
+
+@pytest.mark.parametrize("backward", ["free", "aligned"])
+def test_a_search_that_may_recompute_is_never_slower_than_its_mirrored_first_search(
+    backward: str,
+) -> None:
+    """Its first search is the mirrored search of half its generations (at most
+    ``FLUSH_GENERATIONS``; the same seed and options), whose plan seeds it: its result is
+    never slower than that search's."""
+    problem = calibrated("med7_1", order=True)
+    options = {**OPTIONS, "generations": 40}
+    mirrored = search(problem, **{**options, "generations": 20}, backward="mirrored")
+    result = search(problem, **options, backward=backward)
+    assert result.evaluation.iteration_time <= mirrored.evaluation.iteration_time * (1 + 1e-9)
+    assert result.generations == options["generations"]

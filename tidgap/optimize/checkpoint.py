@@ -5,8 +5,8 @@ A state file is a NumPy ``.npz`` archive (no pickles): the populations and their
 ``schedule``, the problem's ``digest`` (SHA-256 of its canonical JSON), ``seed``,
 ``population``, ``backend``, ``same_partition``, ``backward`` (the rule), ``memory_limit``, the
 generator's ``draws``, the ``counters`` (``generation``, ``evaluations``,
-``since_improvement``, ``best`` ticks) and, for a windowed search, its first,
-flush search (``first_search``: plan, generations, evaluations). It is written atomically
+``since_improvement``, ``best`` ticks) and, for a windowed search, its first
+search (``first_search``: plan, generations, evaluations). It is written atomically
 (readers never see half a file; a failed write keeps the old one). Resuming rebuilds the
 search from the same problem and options (the setup is deterministic), then puts the
 saved state back: a search of ``G`` generations equals one of ``G1`` resumed for
@@ -111,7 +111,8 @@ class SavedState:
                 )
 
     def first_search(self, problem: Problem) -> tuple[Plan, int, int] | None:
-        """A windowed search's first, flush search: its plan, generations, evaluations."""
+        """A windowed search's first search (flush, or mirrored windowed): its plan,
+        generations, evaluations."""
         first = self.meta.get("first_search")
         if first is None:
             return None

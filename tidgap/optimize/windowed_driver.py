@@ -3,11 +3,12 @@ islands, one per memory level, seeded so that it is never slower than the best 1
 best GPipe or the best flush plan found.
 
 It runs a short flush search first (its plan, the heuristics and the baselines become
-seeds; under run pricing a mirrored one, whose plan runs at the model's costs), then the
-joint GA (:mod:`tidgap.optimize.joint`), then anneals every island's fittest
-(:mod:`tidgap.optimize.anneal`) and polishes each level's best. Its result is the fastest
-plan within the memory limit in force, checked with the reference simulator, and the
-fastest within each level of the trade-off.
+seeds; under run pricing a mirrored one, whose plan runs at the model's costs; a run-priced
+search that admits recomputation runs a mirrored windowed search first instead, for half
+its time: :func:`mirrored_first_search`), then the joint GA (:mod:`tidgap.optimize.joint`),
+then anneals every island's fittest (:mod:`tidgap.optimize.anneal`) and polishes each
+level's best. Its result is the fastest plan within the memory limit in force, checked
+with the reference simulator, and the fastest within each level of the trade-off.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from tidgap.model.problem import Problem
 from tidgap.optimize import background_compile
 from tidgap.optimize.anneal import Annealing, anneal
 from tidgap.optimize.backward_rules import FREE, MIRRORED, refusal, rule_caps
+from tidgap.optimize.checkpoint import drive
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, Population, decode_plan, encode_partitions
@@ -91,6 +94,12 @@ SEARCHED = SCHEDULES["windowed"]
 FLUSH_SHARE = 0.25
 FLUSH_GENERATIONS = 300
 FLUSH_STAGNATION = 100
+#: A run-priced search that admits recomputation first searches mirrored plans (a windowed
+#: search under the ``mirrored`` rule, :func:`mirrored_first_search`): the share of a time
+#: limit and of ``generations`` it takes (on the calibrated fidelity GPT the free search
+#: trailed the mirrored one by 0.1-1.9% at 10 s on 6 of 6 problems and seeds; a 5 s
+#: mirrored search and then 5 s of the free one matched the mirrored: docs/measurements.md).
+MIRRORED_SHARE = 0.5
 #: The annealing after the GA: its share of a time limit, and without one its steps per
 #: generation the GA ran.
 ANNEAL_SHARE = 0.4
@@ -105,6 +114,34 @@ def flush_generations(generations: int | None) -> int:
     if generations is None:
         return FLUSH_GENERATIONS
     return min(max(1, int(generations * FLUSH_SHARE)), FLUSH_GENERATIONS)
+
+
+def mirrored_first_search(
+    problem: Problem, generations: int | None, time_limit: float | None, **options: Any
+) -> SearchResult | None:
+    """The first search of a run-priced windowed search that admits recomputation: the
+    same search (``options``) under the ``mirrored`` rule, whose plans run every op at the
+    model's costs and which finds them faster than the free search does, for
+    :data:`MIRRORED_SHARE` of ``time_limit`` and of ``generations``, at most
+    :data:`FLUSH_GENERATIONS` of them as for the flush first search (so a search resumed
+    past them equals one search; with neither, as an ask/tell optimizer is built, that
+    many); ``None`` where it finds no plan (none mirrored within the memory limits)."""
+    if generations is not None:
+        generations = min(max(1, int(generations * MIRRORED_SHARE)), FLUSH_GENERATIONS)
+    elif time_limit is None:
+        generations = FLUSH_GENERATIONS
+    run = prepare_windowed(
+        problem,
+        generations=generations,
+        time_limit=None if time_limit is None else time_limit * MIRRORED_SHARE,
+        backward=MIRRORED,
+        pricing=RUN_PRICING,
+        **options,
+    )
+    try:
+        return finish_windowed(run, drive(run))
+    except InputError:  # no mirrored plan within the memory limits
+        return None
 
 
 def encode_plans(plans: Sequence[Plan], problem: Problem, width: int) -> JointGenes:
@@ -369,8 +406,9 @@ def prepare_windowed(
     first_search: tuple[Plan, int, int] | None = None,
     pricing: str = MODEL_PRICING,
 ) -> WindowedRun:
-    """Everything a windowed search does before its generations (the first, flush
-    search unless ``first_search`` gives its plan, generations and evaluations)."""
+    """Everything a windowed search does before its generations (the first search, flush
+    or :func:`mirrored_first_search`, unless ``first_search`` gives its plan, generations
+    and evaluations)."""
     begun = start_search(problem, backend, population, max_memory)
     backend, record = begun.backend, begun.record
     population, started = begun.population, begun.started
@@ -378,7 +416,29 @@ def prepare_windowed(
     require_room(problem, memory_limit)  # refuse a limit no plan meets before any work
     phases = Phases(on_phase)
     flush = None
-    first_flush = flush_fits(problem) and first_search is None
+    if first_search is None and pricing == RUN_PRICING and backward != MIRRORED:
+        flush = mirrored_first_search(
+            problem,
+            generations,
+            time_limit,
+            seed=seed,
+            population=population,
+            stagnation=stagnation,
+            backend=backend,
+            max_microbatches=max_microbatches,
+            on_progress=on_progress,
+            initial_plans=initial_plans,
+            interrupted=interrupted,
+            on_phase=None if on_phase is None else lambda name: on_phase(f"mirrored {name}"),
+            max_memory=max_memory,
+            memory_limit=memory_limit,
+        )
+        if flush is not None:
+            phases.seconds |= {f"mirrored {name}": t for name, t in flush.setup.items()}
+            if time_limit is not None:  # this search's shares are of the time left
+                time_limit *= 1 - MIRRORED_SHARE
+    mirrored = flush is not None
+    first_flush = flush_fits(problem) and first_search is None and not mirrored
     # A first run compiles the windowed loops beside the flush search's.
     helper = background_compile.start(record) if first_flush else None
     try:
@@ -422,8 +482,11 @@ def prepare_windowed(
     done = 0 if first_search is not None else first[0]
     left = None if generations is None else max(generations - done, 0)
     ga_limit = None if time_limit is None else time_limit * (1 - POLISH_SHARE - ANNEAL_SHARE)
-    # The time limit does not cover compiling (the flush search's and this one's).
+    # The time limit does not cover compiling (the flush search's and this one's); after a
+    # mirrored first search it is what is left (from now).
     clock = started + phases.seconds.get("flush compile", 0.0) + phases.seconds["compile"]
+    if mirrored:
+        clock = time.perf_counter()
     stop = StopRule(left, ga_limit, stagnation, interrupted, started=clock)
     heuristics = dict(flush.heuristics) if flush else {}
     with phases("heuristics"):
