@@ -120,3 +120,18 @@ def test_a_search_that_may_recompute_is_never_slower_than_its_mirrored_first_sea
     result = search(problem, **options, backward=backward)
     assert result.evaluation.iteration_time <= mirrored.evaluation.iteration_time * (1 + 1e-9)
     assert result.generations == options["generations"]
+
+
+def test_a_mirrored_first_search_that_finds_no_plan_gives_none() -> None:
+    """Within 6 MB a stage storing the GPT's graphs holds at most 2-3 samples: two
+    mirrored microbatches cannot split the batch, so there is no first plan (the search
+    falls back to the flush first search)."""
+    from tests.optimize.test_run_memory import GPT_MEMORY, profiled
+    from tidgap.optimize.windowed_driver import mirrored_first_search
+    from tidgap.profiling.synth import synth_problem
+
+    problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+    options = dict(seed=5, population=16, memory_limit=6_000_000)
+    assert mirrored_first_search(problem, 20, None, max_microbatches=2, **options) is None
+    found = mirrored_first_search(problem, 20, None, **options)
+    assert found is not None and found.plan.forward == found.plan.backward

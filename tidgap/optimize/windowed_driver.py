@@ -130,15 +130,15 @@ def mirrored_first_search(
         generations = min(max(1, int(generations * MIRRORED_SHARE)), FLUSH_GENERATIONS)
     elif time_limit is None:
         generations = FLUSH_GENERATIONS
-    run = prepare_windowed(
-        problem,
-        generations=generations,
-        time_limit=None if time_limit is None else time_limit * MIRRORED_SHARE,
-        backward=MIRRORED,
-        pricing=RUN_PRICING,
-        **options,
-    )
     try:
+        run = prepare_windowed(
+            problem,
+            generations=generations,
+            time_limit=None if time_limit is None else time_limit * MIRRORED_SHARE,
+            backward=MIRRORED,
+            pricing=RUN_PRICING,
+            **options,
+        )
         return finish_windowed(run, drive(run))
     except InputError:  # no mirrored plan within the memory limits
         return None
