@@ -415,9 +415,9 @@ def prepare_windowed(
     S, U = problem.num_stages, problem.num_units
     require_room(problem, memory_limit)  # refuse a limit no plan meets before any work
     phases = Phases(on_phase)
-    flush = None
+    earlier = None  # the first search's result
     if first_search is None and pricing == RUN_PRICING and backward != MIRRORED:
-        flush = mirrored_first_search(
+        earlier = mirrored_first_search(
             problem,
             generations,
             time_limit,
@@ -433,17 +433,17 @@ def prepare_windowed(
             max_memory=max_memory,
             memory_limit=memory_limit,
         )
-        if flush is not None:
-            phases.seconds |= {f"mirrored {name}": t for name, t in flush.setup.items()}
+        if earlier is not None:
+            phases.seconds |= {f"mirrored {name}": t for name, t in earlier.setup.items()}
             if time_limit is not None:  # this search's shares are of the time left
                 time_limit *= 1 - MIRRORED_SHARE
-    mirrored = flush is not None
+    mirrored = earlier is not None
     first_flush = flush_fits(problem) and first_search is None and not mirrored
     # A first run compiles the windowed loops beside the flush search's.
     helper = background_compile.start(record) if first_flush else None
     try:
         if first_flush:
-            flush = flush_search(
+            earlier = flush_search(
                 problem,
                 seed=seed,
                 population=population,
@@ -460,7 +460,7 @@ def prepare_windowed(
                 # Run-priced, a free flush plan recomputes: its seed would be slow.
                 backward=MIRRORED if pricing == RUN_PRICING else FREE,
             )
-            phases.seconds |= {f"flush {name}": t for name, t in flush.setup.items()}
+            phases.seconds |= {f"flush {name}": t for name, t in earlier.setup.items()}
         with phases("compile"):
             background_compile.finish(helper)
             counting = counts_run_memory(problem, pricing)
@@ -468,14 +468,14 @@ def prepare_windowed(
     finally:
         background_compile.stop(helper)
     with phases("baselines"):
-        baselines = flush.baselines if flush else best_baselines(problem)
-        if pricing == RUN_PRICING:  # the order tables time 1F1B and GPipe apart
+        baselines = earlier.baselines if earlier else best_baselines(problem)
+        if pricing == RUN_PRICING and not mirrored:  # the order tables time them apart
             baselines = run_priced_baselines(problem, baselines)
         one_f_one_b = one_f_one_b_level(problem, baselines["1f1b"])
         in_force = limit_in_force(problem, memory_limit, one_f_one_b)
         levels = tradeoff_levels(problem, in_force, one_f_one_b)
-    first = (flush.generations, flush.evaluations) if flush else (0, 0)
-    flush_plan = flush.plan if flush else None
+    first = (earlier.generations, earlier.evaluations) if earlier else (0, 0)
+    flush_plan = earlier.plan if earlier else None
     if first_search is not None:
         flush_plan, first = first_search[0], first_search[1:]
     # The first search's generations count in ``generations``, unless it ran before a resume.
@@ -488,7 +488,7 @@ def prepare_windowed(
     if mirrored:
         clock = time.perf_counter()
     stop = StopRule(left, ga_limit, stagnation, interrupted, started=clock)
-    heuristics = dict(flush.heuristics) if flush else {}
+    heuristics = dict(earlier.heuristics) if earlier else {}
     with phases("heuristics"):
         add_heuristics(problem, stop, heuristics)
     first_plan = [flush_plan] if flush_plan else []
