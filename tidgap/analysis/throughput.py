@@ -29,7 +29,7 @@ from tidgap.backends import BACKENDS, Backend
 from tidgap.backends.evaluator import Evaluator, create_evaluator
 from tidgap.host import cpu_model
 from tidgap.optimize.genome import Population
-from tidgap.optimize.memory import default_budget, format_bytes, joint_footprint, search_footprint
+from tidgap.optimize.memory import format_bytes, joint_footprint, memory_budget, search_footprint
 from tidgap.schedules.families import SCHEDULES
 
 #: The document's ``format``.
@@ -152,12 +152,12 @@ def measure_backend(
     budget: int | None = None,
 ) -> Iterator[Row]:
     """The rows of a usable backend, family by family, size by size. A size whose
-    :func:`footprint` exceeds ``budget`` bytes (default: :func:`default_budget`) and a family
-    without an evaluator on the backend give skipped rows."""
+    :func:`footprint` exceeds ``budget`` bytes (default:
+    :func:`~tidgap.optimize.memory.memory_budget`'s) and a family without an evaluator on
+    the backend give skipped rows."""
     xp = record.namespace()
     peak = peak_bandwidth(xp)
-    limit = default_budget(record) if budget is None else budget
-    source = "half the memory available" if budget is None else "--max-memory"
+    limit, source = memory_budget(budget, record)
     ticked = workload.ticked
     for family in families:
         try:

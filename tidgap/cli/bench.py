@@ -24,7 +24,7 @@ from tidgap.cli.options import (
 from tidgap.cli.search import MemorySize
 from tidgap.model.errors import InputError
 from tidgap.model.problem import load_problem
-from tidgap.optimize.memory import TABLE_BYTES_PER_ENTRY, available_memory, require_within
+from tidgap.optimize.memory import memory_budget, require_within, tick_table_bytes
 from tidgap.outputs.files import check_outputs, write_json
 
 #: Population sizes measured unless ``--population`` says otherwise.
@@ -93,9 +93,8 @@ def _workload(problem: str | None, max_memory: int | None) -> Workload:
     if problem is None:
         return default_workload()
     loaded = load_problem(problem)
-    tables = loaded.num_stages * (loaded.num_units + 1) * TABLE_BYTES_PER_ENTRY
-    budget = available_memory() // 2 if max_memory is None else max_memory
-    source = "half the memory available" if max_memory is None else "--max-memory"
+    tables = tick_table_bytes(loaded.num_stages, loaded.num_units)
+    budget, source = memory_budget(max_memory)
     what = "the tick tables (stages x units)"
     require_within(tables, budget, what, source, problem, ("batch_size",))
     return problem_workload(loaded)

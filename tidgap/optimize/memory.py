@@ -64,8 +64,14 @@ def search_footprint(
     return SearchFootprint(
         population=2 * population * genes * BYTES_PER_GENE,
         seeds=2 * seeds * genes * 4,
-        tables=stages * (units + 1) * TABLE_BYTES_PER_ENTRY,
+        tables=tick_table_bytes(stages, units),
     )
+
+
+def tick_table_bytes(stages: int, units: int) -> int:
+    """The tick tables of ``stages`` stages and ``units`` partition units, with the float64
+    tabulation they are made from (bytes)."""
+    return stages * (units + 1) * TABLE_BYTES_PER_ENTRY
 
 
 def joint_footprint(
@@ -78,7 +84,7 @@ def joint_footprint(
     return SearchFootprint(
         population=islands * population * genes * BYTES_PER_GENE * 7 // 4,
         seeds=seeds * genes * 14,
-        tables=stages * (units + 1) * TABLE_BYTES_PER_ENTRY,
+        tables=tick_table_bytes(stages, units),
     )
 
 
@@ -92,6 +98,16 @@ def available_memory() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_budget(max_memory: int | None, backend: Backend | None = None) -> tuple[int, str]:
+    """The bytes a command holds its estimates to and where they come from: ``max_memory``
+    (``--max-memory``), else :func:`default_budget` of ``backend`` (without one, half of
+    :func:`available_memory`)."""
+    if max_memory is not None:
+        return max_memory, "--max-memory"
+    budget = available_memory() // 2 if backend is None else default_budget(backend)
+    return budget, "half the memory available"
 
 
 def default_budget(backend: Backend) -> int:

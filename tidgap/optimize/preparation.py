@@ -22,7 +22,7 @@ from tidgap.optimize.genome import GENE
 from tidgap.optimize.heuristics import HEURISTIC_SECONDS, HEURISTICS
 from tidgap.optimize.memory import (
     SearchFootprint,
-    default_budget,
+    memory_budget,
     require_within,
     search_footprint,
 )
@@ -71,8 +71,7 @@ def start_search(
     started = time.perf_counter()
     backend = default_backend() if backend == "auto" else backend
     record = BACKENDS[backend]
-    budget = default_budget(record) if max_memory is None else max_memory
-    source = "half the available memory" if max_memory is None else "--max-memory"
+    budget, source = memory_budget(max_memory, record)
     population = max(population, 8)
     footprint = search_footprint(population, problem.num_stages, 1, problem.num_units, 0)
     require_memory(footprint, budget, source)

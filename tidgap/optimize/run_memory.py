@@ -153,12 +153,13 @@ class RunMemory:
         """``(P, S)`` int64, in :data:`FINE` units, what each stage holds as ``tidgap run``
         runs it, for ``(P, S, K)`` sizes in units, the canonical ``lead`` of repaired genes
         and the model's ``(P, S)`` peak held samples ``peaks``: on recomputing stages the
-        bytes :meth:`held_bytes`; on stages that store graphs :meth:`_stored_units`."""
+        bytes :meth:`held_bytes`, on stages that store graphs :meth:`_stored_bytes`, both
+        in units by :func:`fine_units`."""
         if self.compiled is not None:
             return self.compiled(peaks, forward, backward, lead, self)
         chunks = _Chunks.of(forward, backward, lead)
         recomputing = fine_units(self._recomputing_bytes(chunks), self.activation, peaks)
-        stored = self._stored_units(chunks, peaks)
+        stored = fine_units(self._stored_bytes(chunks), self.activation, peaks)
         return namespace(peaks).where(recomputing_stages(forward, backward), recomputing, stored)
 
     def held_bytes(self, forward: Any, backward: Any, lead: Any) -> Any:
@@ -201,15 +202,14 @@ class RunMemory:
         peak = xp.maximum(at_backward * self.unit + task + work_chunk, at_forward * self.unit)
         return xp.where(chunks.backwards, peak, 0.0).max(axis=-1)
 
-    def _stored_units(self, chunks: _Chunks, peaks: Any) -> Any:
-        """``(P, S)`` int64: what a stage that stores its graphs holds, in :data:`FINE`
-        units rounded up, as :func:`~tidgap.runtime.recompute_memory.stored_held_bytes`
-        walks it: after each forward ``k``, ending at ``E`` with the backwards up to ``hi``
-        done, its alive graphs (``E - hi`` samples in ``k + 1`` chunks less those
-        backwarded), the task's tensors, and the received input chunk reaching past ``E``
-        and gradient chunk reaching past ``hi``, kept whole; ``peaks`` where
-        ``activation_bytes`` is 0."""
-        xp = namespace(peaks)
+    def _stored_bytes(self, chunks: _Chunks) -> Any:
+        """``(P, S)`` float64: the most bytes a stage that stores its graphs holds, as
+        :func:`~tidgap.runtime.recompute_memory.stored_held_bytes` walks it: after each
+        forward ``k``, ending at ``E`` with the backwards up to ``hi`` done, its alive graphs
+        (``E - hi`` samples in ``k + 1`` chunks less those backwarded), the task's tensors,
+        and the received input chunk reaching past ``E`` and gradient chunk reaching past
+        ``hi``, kept whole."""
+        xp = namespace(chunks.before)
         forward_prefix = chunks.forward
         upstream, downstream = chunks.upstream, chunks.downstream
         forwards = chunks.forwards
@@ -230,11 +230,7 @@ class RunMemory:
         alive = k + 1 - holder_per_stage(forward_prefix, last)
         held = (sample * (end - last) + received_input * inputs + sent * gradients) * self.unit
         held = held + chunk * alive + task
-        positive = self.activation > 0
-        activation = xp.where(positive, self.activation, 1.0)[None, :, None]
-        units = xp.ceil(held * FINE / activation).astype(xp.int64)
-        units = xp.where(k < forwards, units, 0).max(axis=-1)
-        return xp.where(positive, units, peaks * FINE)
+        return xp.where(k < forwards, held, 0.0).max(axis=-1)
 
 
 @dataclass(frozen=True)
