@@ -77,6 +77,9 @@ def _rewrite_meta(path, change):
         (lambda p: _rewrite_meta(p, lambda m: m.update(format="tidgap.state/0")), "format"),
         (lambda p: _rewrite_meta(p, lambda m: m.update(seed=99)), "seed"),
         (lambda p: _rewrite_meta(p, lambda m: m.update(digest="x")), "another problem"),
+        (lambda p: _rewrite_meta(p, lambda m: m.update(phase="ga")), "not a phase tidgap"),
+        # only a run-priced windowed search runs a mirrored first search
+        (lambda p: _rewrite_meta(p, lambda m: m.update(phase="mirrored")), "phase: was saved"),
     ],
 )
 def test_bad_state_files_are_refused(tmp_path, damage, message):

@@ -5,6 +5,8 @@ plan on every backend, and flush searches refuse it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from tests.conftest import golden_cases
 from tests.support.backends import install_fake_cupy
 from tests.support.calibrations import order_tables
 from tidgap import InputError, Problem, search
+from tidgap.optimize.checkpoint import MIRRORED_PHASE, load_state
 from tidgap.optimize.results import SearchResult
 from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
 from tidgap.schedules.baselines import best_baselines
@@ -93,6 +96,49 @@ def test_a_state_resumes_only_with_its_pricing(tmp_path) -> None:
     with pytest.raises(InputError, match="was saved with pricing 'run', not 'model'"):
         search(problem, pricing="model", resume=path, **OPTIONS)
     assert tidgap.search(problem, resume=path, **OPTIONS).pricing == "run"
+
+
+def signal_once_saved(path: Path, generation: int) -> Callable[[], str | None]:
+    """An ``interrupted`` that names SIGINT once the state at ``path`` is the mirrored first
+    search's at ``generation`` or later (a Ctrl-C there)."""
+
+    def interrupted() -> str | None:
+        if not path.exists():
+            return None
+        meta = load_state(path).meta
+        reached = meta["phase"] == MIRRORED_PHASE and meta["counters"]["generation"] >= generation
+        return "SIGINT" if reached else None
+
+    return interrupted
+
+
+def test_a_search_stopped_in_its_mirrored_first_search_resumes_there(tmp_path: Path) -> None:
+    """The mirrored first search checkpoints too: a search stopped there saves that
+    search's state (not the GA's, which the signal stops at once), and resuming it with the
+    generations left gives the plan of one unbroken search."""
+    problem = calibrated("med7_1", order=True)
+    options = {**OPTIONS, "backend": "numba"}
+    full = search(problem, **{**options, "generations": 80}, checkpoint=tmp_path / "full")
+    assert load_state(tmp_path / "full").meta["phase"] is None  # the GA's, at the end
+    path = tmp_path / "s.state"
+    stopped = search(
+        problem,
+        **{**options, "generations": 80},
+        checkpoint=path,
+        checkpoint_every=1e-9,
+        interrupted=signal_once_saved(path, 5),
+    )
+    assert stopped.stop_reason == "SIGINT"
+    saved = load_state(path)
+    assert (saved.meta["phase"], saved.meta["counters"]["generation"]) == (MIRRORED_PHASE, 5)
+    left = 80 - saved.generations_run(problem)
+    rest = search(problem, **{**options, "generations": left}, resume=path)
+    assert (rest.plan.forward, rest.plan.backward, rest.plan.order) == (
+        full.plan.forward,
+        full.plan.backward,
+        full.plan.order,
+    )
+    assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
 
 
 def test_the_first_search_is_mirrored_under_run_pricing() -> None:

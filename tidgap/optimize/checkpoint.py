@@ -3,13 +3,15 @@
 A state file is a NumPy ``.npz`` archive (no pickles): the populations and their scores
 (``state_arrays`` of the optimizer) and ``meta``, one JSON string: ``format``, the
 ``schedule``, the problem's ``digest`` (SHA-256 of its canonical JSON), ``seed``,
-``population``, ``backend``, ``same_partition``, ``backward`` (the rule), ``memory_limit``, the
-generator's ``draws``, the ``counters`` (``generation``, ``evaluations``,
-``since_improvement``, ``best`` ticks) and, for a windowed search, its first
-search (``first_search``: plan, generations, evaluations). It is written atomically
-(readers never see half a file; a failed write keeps the old one). Resuming rebuilds the
-search from the same problem and options (the setup is deterministic), then puts the
-saved state back: a search of ``G`` generations equals one of ``G1`` resumed for
+``population``, ``backend``, ``same_partition``, ``backward`` (the rule), ``memory_limit``,
+the generator's ``draws``, the ``counters`` (``generation``, ``evaluations``,
+``since_improvement``, ``best`` ticks), for a windowed search its first search
+(``first_search``: plan, generations, evaluations), and the ``phase``: ``null`` for the
+search's own GA, :data:`MIRRORED_PHASE` while a run-priced search runs its mirrored first
+search (whose state it then holds; a resume finishes that search first). It is written
+atomically (readers never see half a file; a failed write keeps the old one). Resuming
+rebuilds the search from the same problem and options (the setup is deterministic), then
+puts the saved state back: a search of ``G`` generations equals one of ``G1`` resumed for
 ``G - G1`` more, with the same seed.
 """
 
@@ -21,7 +23,8 @@ import json
 import os
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,6 +40,7 @@ from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.ga import StopRule
 from tidgap.optimize.generations import run_generations
+from tidgap.optimize.interrupts import STOP_SIGNALS
 from tidgap.outputs.atomic import replace_atomically
 from tidgap.schedules.families import SCHEDULES
 
@@ -46,6 +50,9 @@ DEFAULT_EVERY = 60.0
 #: Most generations a state may count: more than a day of the fastest searches (a
 #: generation takes tens of microseconds at least), so a larger count is a damaged file.
 MAX_GENERATION = 10**9
+#: The ``phase`` of a state saved during a run-priced search's mirrored first search
+#: (:func:`tidgap.optimize.windowed_driver.mirrored_first_search`).
+MIRRORED_PHASE = "mirrored"
 
 
 def problem_digest(problem: Problem) -> str:
@@ -128,9 +135,29 @@ class SavedState:
                 f"is not a plan record ({error})", ("first_search",), source=self.source
             ) from None
 
+    @property
+    def phase(self) -> str | None:
+        """The search's phase it was saved in: ``None`` (its GA) or :data:`MIRRORED_PHASE`."""
+        phase = self.meta.get("phase")
+        if phase not in (None, MIRRORED_PHASE):
+            raise InputError(
+                f"is not a phase tidgap saves ({phase!r})", ("phase",), source=self.source
+            )
+        return phase
+
+    def generations_run(self, problem: Problem) -> int:
+        """Generations the saved search had run: its first search's and its GA's."""
+        first = self.first_search(problem)
+        return (0 if first is None else first[1]) + self._counters()["generation"]
+
+    def _counters(self) -> dict[str, int]:
+        """The saved ``counters``, checked (:func:`_counters`)."""
+        with self._fitting():
+            return _counters(self.meta["counters"])
+
     def restore(self, optimizer: Any) -> None:
         """Put this state into ``optimizer`` (built by the same setup)."""
-        try:
+        with self._fitting():
             optimizer.restore_arrays(self.arrays)
             for name, value in _counters(self.meta["counters"]).items():
                 setattr(optimizer.counters, name, value)
@@ -139,6 +166,12 @@ class SavedState:
                 raise ValueError(f"draws {draws} out of range")
             optimizer.rng.draws = draws
             optimizer.rescore()  # the scores from the restored genes, with today's fitness
+
+    @contextmanager
+    def _fitting(self) -> Iterator[None]:
+        """What this state lacks or holds wrong for a search, as one :class:`InputError`."""
+        try:
+            yield
         except KeyError as error:
             raise InputError(
                 f"does not fit this search (it has no {error.args[0]!r})", source=self.source
@@ -166,8 +199,9 @@ def _counters(saved: Any) -> dict[str, int]:
     return counters
 
 
-def state_meta(run: Prepared, identity: SearchIdentity) -> dict[str, Any]:
-    """The ``meta`` of ``run``'s state now (before any pending ask)."""
+def state_meta(run: Prepared, identity: SearchIdentity, phase: str | None = None) -> dict[str, Any]:
+    """The ``meta`` of ``run``'s state now (before any pending ask), in ``phase`` of the
+    search with ``identity`` (``run`` is that phase's)."""
     optimizer = run.optimizer
     counters = optimizer.counters
     asked = optimizer.asked
@@ -190,19 +224,26 @@ def state_meta(run: Prepared, identity: SearchIdentity) -> dict[str, Any]:
             "best": counters.best,
         },
         "first_search": first,
+        "phase": phase,
     }
 
 
-def current_state(run: Prepared, identity: SearchIdentity) -> SavedState:
+def current_state(run: Prepared, identity: SearchIdentity, phase: str | None = None) -> SavedState:
     """``run``'s state now, in memory (what :func:`save_state` writes)."""
     return SavedState(
-        "the optimizer's state", state_meta(run, identity), run.optimizer.state_arrays()
+        "the optimizer's state", state_meta(run, identity, phase), run.optimizer.state_arrays()
     )
 
 
-def save_state(path: str | os.PathLike[str], run: Prepared, identity: SearchIdentity) -> None:
-    """Write ``run``'s state to ``path`` atomically (:mod:`tidgap.outputs.atomic`)."""
-    state = current_state(run, identity)
+def save_state(
+    path: str | os.PathLike[str],
+    run: Prepared,
+    identity: SearchIdentity,
+    phase: str | None = None,
+) -> None:
+    """Write ``run``'s state (in ``phase``) to ``path`` atomically
+    (:mod:`tidgap.outputs.atomic`)."""
+    state = current_state(run, identity, phase)
 
     def produce(temporary: Path) -> None:
         buffer = io.BytesIO()
@@ -240,12 +281,17 @@ def load_state(path: str | os.PathLike[str]) -> SavedState:
 @dataclass
 class Checkpoint:
     """Where and how often a search saves its state: ``path``, every ``every`` seconds and
-    at the end, for a search with ``identity``."""
+    at the end, for a search with ``identity``; the ``phase`` it is in (``None``: its GA;
+    :meth:`in_phase` sets another). Once a signal stopped a phase other than the GA, it is
+    ``closed``: the state saved is that phase's, which a resume continues, and the phases
+    after it (which the signal stops at once) save nothing over it."""
 
     path: str
     identity: SearchIdentity
     every: float = DEFAULT_EVERY
     last: float = field(default_factory=time.monotonic)
+    phase: str | None = None
+    closed: bool = False
 
     def due(self, run: Prepared) -> None:
         """Save if ``every`` seconds passed since the last save."""
@@ -253,16 +299,27 @@ class Checkpoint:
             self.save(run)
 
     def save(self, run: Prepared) -> None:
-        """Save now."""
-        save_state(self.path, run, self.identity)
+        """Save now (unless closed)."""
+        if not self.closed:
+            save_state(self.path, run, self.identity, self.phase)
         self.last = time.monotonic()
+
+    @contextmanager
+    def in_phase(self, phase: str) -> Iterator[Checkpoint]:
+        """This checkpoint saving a run of ``phase`` (then the GA's again)."""
+        self.phase = phase
+        try:
+            yield self
+        finally:
+            self.phase = None
 
 
 def drive(run: Prepared, checkpoint: Checkpoint | None = None) -> str:
     """Run ``run``'s generations, checkpointing as asked and at the end (an interrupted
-    search too); the stop reason."""
+    search too; a phase a signal stopped closes the checkpoint); the stop reason."""
     after = None if checkpoint is None else (lambda: checkpoint.due(run))
     reason = run_generations(run.optimizer, run.stop, run.report(), after)
     if checkpoint is not None:
         checkpoint.save(run)
+        checkpoint.closed |= checkpoint.phase is not None and reason in STOP_SIGNALS.values()
     return reason

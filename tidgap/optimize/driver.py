@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import FREE
-from tidgap.optimize.checkpoint import DEFAULT_EVERY, Checkpoint, SavedState
+from tidgap.optimize.checkpoint import DEFAULT_EVERY, SavedState
 from tidgap.optimize.optimizer import (
     AUTO_PRICING,
     DEFAULT_SCHEDULE,
@@ -125,7 +125,8 @@ def search(
     ``result.pricing`` says which.
 
     ``checkpoint`` (a path) saves the GA's state (:mod:`tidgap.optimize.checkpoint`)
-    every ``checkpoint_every`` seconds, at the end and when a signal stops the search;
+    every ``checkpoint_every`` seconds, at the end and when a signal stops the search (during
+    a mirrored first search, that search's GA's);
     ``resume`` (a path or a loaded state) continues from one, for the same problem, family,
     seed, population, backend and constraints (:class:`InputError` otherwise), and the
     stopping rule counts the generations after it: ``G1`` generations then ``G - G1``
@@ -149,8 +150,7 @@ def search(
         max_memory=max_memory,
         resume=resume,
         stopping=stopping,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
     )
-    saving = None
-    if checkpoint is not None:
-        saving = Checkpoint(str(checkpoint), optimizer.identity, checkpoint_every)
-    return optimizer.result(optimizer.drive(saving))
+    return optimizer.result(optimizer.drive())

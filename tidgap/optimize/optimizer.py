@@ -30,6 +30,7 @@ from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.backward_rules import FREE, check_rule
 from tidgap.optimize.checkpoint import (
+    DEFAULT_EVERY,
     Checkpoint,
     SavedState,
     SearchIdentity,
@@ -43,7 +44,11 @@ from tidgap.optimize.genome import Population
 from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level, checked_memory_limit
 from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.scores import Fitness, Scores, to_ticks
-from tidgap.optimize.windowed_driver import finish_windowed, prepare_windowed
+from tidgap.optimize.windowed_driver import (
+    finish_windowed,
+    prepare_windowed,
+    searches_mirrored_first,
+)
 from tidgap.schedules.families import SCHEDULES
 
 #: The families a search can return.
@@ -143,8 +148,11 @@ class Optimizer:
     returns the best plan within ``memory_limit``; a flush one selects each direction on
     its own half (the fitness must be separable: ``(forward, backward)`` values).
     ``resume`` (a state file or :class:`SavedState`) continues a saved optimizer with the
-    same problem and options. The same seed, options and fitness give the same sequence
-    of populations.
+    same problem and options. ``checkpoint`` (a path) is where :meth:`drive` saves the
+    state every ``checkpoint_every`` seconds and at the end; a run-priced windowed
+    optimizer's mirrored first search, run as it is built, saves there too (a resume
+    finishes that search first). The same seed, options and fitness give the same
+    sequence of populations.
     """
 
     def __init__(
@@ -165,6 +173,8 @@ class Optimizer:
         fitness: Fitness | None = None,
         resume: str | os.PathLike[str] | SavedState | None = None,
         stopping: Stopping = Stopping(),
+        checkpoint: str | os.PathLike[str] | None = None,
+        checkpoint_every: float = DEFAULT_EVERY,
     ) -> None:
         require_problem(problem)
         if schedule is None:
@@ -194,6 +204,19 @@ class Optimizer:
         saved = load_state(resume) if isinstance(resume, (str, os.PathLike)) else resume
         if saved is not None:
             saved.check(problem, self.identity)
+        phase = None if saved is None else saved.phase
+        mirrors_first = not SCHEDULES[schedule].separable and searches_mirrored_first(
+            self.identity.pricing, self.identity.backward
+        )
+        if phase is not None and not mirrors_first:
+            raise InputError(
+                "was saved in a mirrored first search, which this search does not run",
+                ("phase",),
+                source=saved.source,
+            )
+        self.checkpoint = None
+        if checkpoint is not None:
+            self.checkpoint = Checkpoint(str(checkpoint), self.identity, checkpoint_every)
         self.stopping = stopping
         options: dict[str, Any] = dict(
             seed=seed,
@@ -224,17 +247,19 @@ class Optimizer:
         else:
             if same_partition:
                 raise ValueError(f"same_partition searches {SAME_PARTITION_SCHEDULE} plans only")
-            first = None if saved is None else saved.first_search(problem)
+            in_ga = saved is not None and phase is None
             self.run = prepare_windowed(
                 problem,
                 memory_limit=memory_limit,
                 backward=backward,
                 pricing=self.identity.pricing,
-                first_search=first,
+                first_search=saved.first_search(problem) if in_ga else None,
+                checkpoint=self.checkpoint,
+                mirrored_state=None if in_ga else saved,
                 **options,
             )
         self.run.optimizer.fitness = fitness
-        if saved is not None:
+        if saved is not None and phase is None:
             saved.restore(self.run.optimizer)  # scored again with this fitness
         elif fitness is not None:
             self.run.optimizer.rescore()
@@ -312,14 +337,14 @@ class Optimizer:
         ``path`` atomically; ``Optimizer(..., resume=path)`` continues from it."""
         save_state(path, self.run, self.identity)
 
-    def drive(self, checkpoint: Checkpoint | None = None) -> str:
+    def drive(self) -> str:
         """Run generations until the stopping rule given at construction says why (its
-        name), checkpointing as asked; ``ValueError`` if it has no generations, time limit
-        or stagnation rule (it would never stop)."""
+        name), saving to the ``checkpoint`` given then; ``ValueError`` if it has no
+        generations, time limit or stagnation rule (it would never stop)."""
         stop = self.stopping
         if stop.generations is None and stop.time_limit is None and stop.stagnation is None:
             raise ValueError("drive() needs Stopping(generations=, time_limit= or stagnation=)")
-        return drive(self.run, checkpoint)
+        return drive(self.run, self.checkpoint)
 
     def result(self, stop_reason: str = "generations") -> SearchResult:
         """The search's result now: the best plans annealed (windowed) and polished (unless

@@ -31,7 +31,7 @@ from tidgap.model.problem import Problem
 from tidgap.optimize import background_compile
 from tidgap.optimize.anneal import Annealing, anneal
 from tidgap.optimize.backward_rules import FREE, MIRRORED, refusal, rule_caps
-from tidgap.optimize.checkpoint import drive
+from tidgap.optimize.checkpoint import MIRRORED_PHASE, Checkpoint, SavedState, drive
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, Population, decode_plan, encode_partitions
@@ -116,8 +116,19 @@ def flush_generations(generations: int | None) -> int:
     return min(max(1, int(generations * FLUSH_SHARE)), FLUSH_GENERATIONS)
 
 
+def searches_mirrored_first(pricing: str, backward: str) -> bool:
+    """Whether a windowed search with ``pricing`` and ``backward`` rule first runs
+    :func:`mirrored_first_search`: a run-priced one that admits recomputation."""
+    return pricing == RUN_PRICING and backward != MIRRORED
+
+
 def mirrored_first_search(
-    problem: Problem, generations: int | None, time_limit: float | None, **options: Any
+    problem: Problem,
+    generations: int | None,
+    time_limit: float | None,
+    checkpoint: Checkpoint | None = None,
+    resumed: SavedState | None = None,
+    **options: Any,
 ) -> SearchResult | None:
     """The first search of a run-priced windowed search that admits recomputation: the
     same search (``options``) under the ``mirrored`` rule, whose plans run every op at the
@@ -125,11 +136,18 @@ def mirrored_first_search(
     :data:`MIRRORED_SHARE` of ``time_limit`` and of ``generations``, at most
     :data:`FLUSH_GENERATIONS` of them as for the flush first search (so a search resumed
     past them equals one search; with neither, as an ask/tell optimizer is built, that
-    many); ``None`` where it finds no plan (none mirrored within the memory limits)."""
+    many); ``None`` where it finds no plan (none mirrored within the memory limits).
+    ``checkpoint`` saves its GA's state (phase :data:`MIRRORED_PHASE`); ``resumed``, such
+    a state, continues it (``generations`` then counts those it ran)."""
     if generations is not None:
         generations = min(max(1, int(generations * MIRRORED_SHARE)), FLUSH_GENERATIONS)
     elif time_limit is None:
         generations = FLUSH_GENERATIONS
+    first = None
+    if resumed is not None:
+        first = resumed.first_search(problem)
+        if generations is not None:
+            generations = max(generations - resumed.generations_run(problem), 0)
     try:
         run = prepare_windowed(
             problem,
@@ -137,10 +155,21 @@ def mirrored_first_search(
             time_limit=None if time_limit is None else time_limit * MIRRORED_SHARE,
             backward=MIRRORED,
             pricing=RUN_PRICING,
+            first_search=first,
             **options,
         )
-        return finish_windowed(run, drive(run))
     except InputError:  # no mirrored plan within the memory limits
+        return None
+    if resumed is not None:
+        resumed.restore(run.optimizer)
+    if checkpoint is None:
+        reason = drive(run)
+    else:
+        with checkpoint.in_phase(MIRRORED_PHASE):
+            reason = drive(run, checkpoint)
+    try:
+        return finish_windowed(run, reason)
+    except InputError:  # none found within the memory limits
         return None
 
 
@@ -405,10 +434,14 @@ def prepare_windowed(
     backward: str = FREE,
     first_search: tuple[Plan, int, int] | None = None,
     pricing: str = MODEL_PRICING,
+    checkpoint: Checkpoint | None = None,
+    mirrored_state: SavedState | None = None,
 ) -> WindowedRun:
     """Everything a windowed search does before its generations (the first search, flush
     or :func:`mirrored_first_search`, unless ``first_search`` gives its plan, generations
-    and evaluations)."""
+    and evaluations). ``checkpoint`` saves the mirrored first search's state, and
+    ``mirrored_state``, one saved so, continues it (``generations`` counting the
+    generations after it, as for a resumed GA)."""
     begun = start_search(problem, backend, population, max_memory)
     backend, record = begun.backend, begun.record
     population, started = begun.population, begun.started
@@ -416,11 +449,15 @@ def prepare_windowed(
     require_room(problem, memory_limit)  # refuse a limit no plan meets before any work
     phases = Phases(on_phase)
     earlier = None  # the first search's result
-    if first_search is None and pricing == RUN_PRICING and backward != MIRRORED:
+    if first_search is None and searches_mirrored_first(pricing, backward):
+        if mirrored_state is not None and generations is not None:
+            generations += mirrored_state.generations_run(problem)  # as one unbroken search
         earlier = mirrored_first_search(
             problem,
             generations,
             time_limit,
+            checkpoint,
+            mirrored_state,
             seed=seed,
             population=population,
             stagnation=stagnation,
