@@ -73,7 +73,8 @@ def _rewrite_meta(path, change):
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        (lambda p: p.write_bytes(b"not a zip"), "is not a tidgap state file"),
+        (lambda p: p.write_bytes(b"not a zip"), "not a NumPy archive of plain arrays"),
+        (lambda p: p.write_bytes(b""), r"is not a tidgap state file \(empty\)"),
         (lambda p: _rewrite_meta(p, lambda m: m.update(format="tidgap.state/0")), "format"),
         (lambda p: _rewrite_meta(p, lambda m: m.update(seed=99)), "seed"),
         (lambda p: _rewrite_meta(p, lambda m: m.update(digest="x")), "another problem"),
@@ -127,7 +128,7 @@ def _huge_array(path):
         (lambda p: _meta_text(p, "[" * 100_000 + "]" * 100_000), "meta: nested deeper than 64"),
         (lambda p: _meta_text(p, '{"format": NaN}'), "meta.format: "),
         (lambda p: _meta_text(p, "{"), "meta: not valid JSON"),
-        (_huge_array, "is not a tidgap state file (MemoryError)"),
+        (_huge_array, "is not a tidgap state file (an array larger than the memory)"),
     ],
 )
 def test_damaged_meta_is_one_error(tmp_path, damage, message):
@@ -151,7 +152,11 @@ def test_truncated_state_file_is_refused(tmp_path):
         names = archive.namelist()
     path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
     assert names
-    with pytest.raises(InputError, match="state file"):
+    with pytest.raises(InputError, match="not a whole zip archive: File is not a zip file"):
+        load_state(path)
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(InputError, match=r"state file \(Is a directory\)"):
         load_state(path)
 
 

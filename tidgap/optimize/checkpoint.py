@@ -264,9 +264,8 @@ def load_state(path: str | os.PathLike[str]) -> SavedState:
     except FileNotFoundError:
         raise InputError("no such file", source=source) from None
     except (OSError, ValueError, EOFError, MemoryError, zipfile.BadZipFile) as error:
-        raise InputError(
-            f"is not a tidgap state file ({type(error).__name__})", source=source
-        ) from None
+        why = _unreadable(error)
+        raise InputError(f"is not a tidgap state file ({why})", source=source) from None
     if "meta" not in arrays:
         raise InputError("is not a tidgap state file (no meta)", source=source)
     meta = parse_json(str(arrays.pop("meta")), source, ("meta",))
@@ -276,6 +275,19 @@ def load_state(path: str | os.PathLike[str]) -> SavedState:
             f"is format {found!r}, this tidgap reads {STATE_FORMAT!r}", ("format",), source=source
         )
     return SavedState(source, meta, arrays)
+
+
+def _unreadable(error: Exception) -> str:
+    """Why ``np.load`` could not read a file, in words (not Python's exception)."""
+    if isinstance(error, EOFError):
+        return "empty"
+    if isinstance(error, MemoryError):
+        return "an array larger than the memory"
+    if isinstance(error, zipfile.BadZipFile):
+        return f"not a whole zip archive: {error}"
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    return "not a NumPy archive of plain arrays"  # pickled objects, a bad .npy header
 
 
 @dataclass
