@@ -194,6 +194,30 @@ def test_limits_that_leave_a_stage_less_than_one_unit_exit_2_before_any_search(
         assert "so no plan fits" in result.stderr and not out.exists()
 
 
+def test_a_limit_only_recomputing_meets_is_checked_as_the_search_counts_memory(
+    tmp_path: Path,
+) -> None:
+    """On a calibrated problem (run-priced, memory as the runtime holds it) a limit below a
+    sample's activations but above what a recomputing stage holds is searched; with
+    --mirrored (nothing recomputes) it is refused before any search."""
+    from tests.optimize.test_run_memory import gpt_between_bounds
+
+    problem, limit = gpt_between_bounds()
+    document = problem.model_dump(mode="json", exclude_none=True)
+    stages = document["stages"]
+    recompute = [{"forward": st["forward"], "backward": st["backward"]} for st in stages]
+    document["source"]["calibration"] = {"recompute": recompute}
+    path = str(write_json(tmp_path / "gpt.json", document))
+    out = tmp_path / "out"
+    options = ("--memory-limit", str(limit), *SHORT, "--out-dir", str(out))
+    _refused(run_cli("sweep", path, *options, "--mirrored"), f"{path}: --memory-limit: ")
+    assert not out.exists()
+    searched = run_cli("sweep", path, *options)
+    assert searched.exit_code == 0, describe(searched)
+    plan = load_plan(out / "gpt.plan.json", Problem.from_dict(document))
+    assert plan.forward != plan.backward  # it recomputes
+
+
 def _refused(result, names: str) -> None:
     assert result.exit_code == 2, describe(result)
     lines = result.stderr.splitlines()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.support.backends import install_fake_cupy, run_here
-from tidgap import Problem, search
+from tidgap import InputError, Problem, search
 from tidgap.backends import BACKENDS, load
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
@@ -24,7 +24,14 @@ from tidgap.optimize.limits import MemoryLevel, bytes_level, capped, stage_level
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.order_genes import recomputing_stages
 from tidgap.optimize.rng import CounterRng
-from tidgap.optimize.run_memory import FINE, NO_LIMIT, RunMemory, fine_units, run_evaluated
+from tidgap.optimize.run_memory import (
+    FINE,
+    NO_LIMIT,
+    RunMemory,
+    fine_units,
+    least_bytes,
+    run_evaluated,
+)
 from tidgap.optimize.windowed_driver import encode_plans
 from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.lowering import recomputes
@@ -233,6 +240,76 @@ def test_a_byte_limit_above_the_batchs_activations_still_binds() -> None:
     assert limited.memory_limit is not None and limited.memory_limit.held[0] == 16
     assert limited.evaluation.peak_memory is not None
     assert limited.evaluation.peak_memory[0] <= batch + 100
+
+
+@pytest.mark.parametrize(("stages", "unit", "least_backward"), [(4, 2, 300), (3, 1, 0)])
+def test_least_bytes_bound_what_every_plan_holds(
+    stages: int, unit: int, least_backward: int
+) -> None:
+    """On random repaired populations, every stage holds at least :func:`least_bytes` as
+    the runtime holds it: the recomputing bound where it recomputes, the stored-graph one
+    where it stores graphs (which a search that never recomputes checks a limit against)."""
+    rng = np.random.default_rng(stages + 10)
+    problem = profiled(synth_problem(3, stages, 32, unit=unit), random_memory(stages, rng, 0))
+    genes, peaks = population(problem, "numpy", 200, 2)
+    figures = RunMemory.of(problem)
+    assert figures is not None
+    held = bytewise(figures).held(peaks, genes.forward, genes.backward, genes.lead) / FINE
+    recomputing = recomputing_stages(genes.forward, genes.backward)
+    free, stored = least_bytes(problem, True), least_bytes(problem, False)
+    assert free is not None and stored is not None
+    assert all(f <= s for f, s in zip(free, stored, strict=True))
+    assert (held >= np.array(free) - 1e-6).all()
+    assert (held[~recomputing] >= np.broadcast_to(stored, held.shape)[~recomputing] - 1e-6).all()
+    assert recomputing.any() and (~recomputing).any()
+    # one unit at a time, each backward on its forward's graph, holds exactly the bound
+    m = problem.num_units
+    sizes = [problem.unit] * m
+    one_at_a_time = Plan.of([sizes] * stages, [sizes] * stages, order=["FB" * m] * stages)
+    model = evaluate(problem, one_at_a_time)
+    assert predicted_held_bytes(problem, one_at_a_time, model.peak_memory) == stored
+    assert least_bytes(profiled(synth_problem(3, 2, 32), None), True) is None
+
+
+def gpt_between_bounds() -> tuple[Problem, int]:
+    """The profiled GPT and a byte limit that leaves its last stage room to recompute one
+    sample's backward but not to store one sample's graph."""
+    problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+    free, stored = least_bytes(problem, True), least_bytes(problem, False)
+    assert free is not None and stored is not None and free[1] < 2_100_000 < stored[1]
+    return problem, 2_100_000
+
+
+def test_a_limit_only_recomputing_meets_is_searched_not_refused() -> None:
+    """Below a sample's activations (so the model's count, and a search that never
+    recomputes, refuses it before any work), above what a recomputing stage holds: the
+    free search's mirrored first search finds nothing, it falls back to its flush one and
+    returns a recomputing plan within the limit as the runtime holds it."""
+    problem, limit = gpt_between_bounds()
+    for rule in ("mirrored", "aligned"):
+        with pytest.raises(InputError, match="every plan holds on stage 1 as tidgap run"):
+            search(problem, **SEARCH, memory_limit=limit, backward=rule)
+    with pytest.raises(InputError, match="holds 0 samples of 2.154e\\+06 bytes on stage 1"):
+        search(problem, **SEARCH | {"pricing": "model"}, memory_limit=limit)
+    result = search(problem, **SEARCH, memory_limit=limit)
+    assert not any(name.startswith("mirrored") for name in result.setup)
+    assert any(name.startswith("flush") for name in result.setup)
+    assert recomputes(result.plan)[1]
+    assert max(result.evaluation.peak_memory) <= limit
+    held = predicted_held_bytes(problem, result.plan, evaluate(problem, result.plan).peak_memory)
+    assert held == result.evaluation.peak_memory
+
+
+def test_a_limit_below_every_plan_is_refused_before_any_work() -> None:
+    problem, _ = gpt_between_bounds()
+    free = least_bytes(problem, True)
+    assert free is not None
+    document = problem.model_dump(mode="json", exclude_none=True)
+    document["stages"][1]["memory_limit"] = int(free[1]) - 1
+    limited = Problem.from_dict(document)
+    with pytest.raises(InputError, match="every plan holds on stage 1") as caught:
+        search(limited, **SEARCH)
+    assert caught.value.path == ("stages", 1, "memory_limit")
 
 
 def test_without_the_profiles_figures_nothing_changes() -> None:

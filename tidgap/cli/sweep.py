@@ -27,9 +27,14 @@ from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.optimize.driver import SEARCHABLE
 from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.many import SearchFailed, local_pool, search_many
-from tidgap.optimize.memory_seeds import require_room
-from tidgap.optimize.optimizer import flush_memory_limit
+from tidgap.optimize.optimizer import (
+    AUTO_PRICING,
+    DEFAULT_SCHEDULE,
+    flush_memory_limit,
+    resolved_pricing,
+)
 from tidgap.optimize.results import SearchResult
+from tidgap.optimize.windowed_driver import require_windowed_room
 from tidgap.outputs.files import check_outputs, json_file, text_file, write_files, writing
 from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.families import SCHEDULES
@@ -55,16 +60,22 @@ def _plan_names(specs: tuple[str, ...]) -> list[str]:
 
 
 def _check_memory_limit(
-    specs: tuple[str, ...], problems: list[Problem], limit: str | int | None, schedule: str | None
+    specs: tuple[str, ...],
+    problems: list[Problem],
+    limit: str | int | None,
+    schedule: str | None,
+    backward: str,
 ) -> None:
     """Refuse, naming the file, a problem a byte ``--memory-limit`` cannot apply to, one
-    whose limits leave a stage less than one unit (:func:`require_room`), or (``--schedule
-    flush``) one no flush plan meets within the limit."""
+    whose limits leave some stage no room for any plan (:func:`require_windowed_room`, as
+    its search counts memory), or (``--schedule flush``) one no flush plan meets within
+    the limit."""
     separable = schedule is not None and SCHEDULES[schedule].separable
     for spec, problem in zip(specs, problems, strict=True):
         try:
             if not separable:
-                require_room(problem, limit)
+                pricing = resolved_pricing(problem, AUTO_PRICING, schedule or DEFAULT_SCHEDULE)
+                require_windowed_room(problem, limit, pricing, backward)
             elif limit is not None:
                 flush_memory_limit(problem, limit)
         except InputError as error:
@@ -174,7 +185,8 @@ def sweep_command(
         raise click.UsageError("give --workers or --scheduler, not both")
     loaded = [load_problem(spec) for spec in problems]
     names = _plan_names(problems)
-    _check_memory_limit(problems, loaded, memory_limit, schedule)
+    backward = backward_rule(no_recompute, mirrored)
+    _check_memory_limit(problems, loaded, memory_limit, schedule, backward)
     backend = chosen_backend(backend)
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
@@ -195,7 +207,7 @@ def sweep_command(
                 seeds=seed,
                 schedule=schedule,
                 memory_limit=memory_limit,
-                backward=backward_rule(no_recompute, mirrored),
+                backward=backward,
                 population=population,
                 generations=generations,
                 time_limit=time_limit,

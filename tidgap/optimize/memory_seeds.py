@@ -9,6 +9,8 @@ every limit that leaves each stage a unit of samples (:func:`require_room`).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from itertools import accumulate
 
 from tidgap.model.errors import InputError
@@ -19,24 +21,40 @@ from tidgap.schedules.baselines import equal_partition, least_feasible_count
 from tidgap.schedules.ir import alternating_letters
 
 
-def require_room(problem: Problem, memory_limit: str | int | None) -> None:
+def require_room(
+    problem: Problem, memory_limit: str | int | None, least: Sequence[float] | None = None
+) -> None:
     """Raise :class:`InputError` where the stages' own ``memory_limit`` (on
     ``stages[s].memory_limit``) or ``memory_limit`` bytes (on ``--memory-limit``; ``1f1b``
-    always leaves room) leave some stage less than one unit of samples: every plan holds at
-    least its first forward microbatch there, so none fits (model.md, Memory)."""
+    always leaves room) leave some stage no room for any plan: less than one unit of
+    samples, which every plan holds at its first forward (model.md, Memory), or where the
+    search counts memory as ``tidgap run`` holds it, fewer bytes than ``least``
+    (:func:`~tidgap.optimize.run_memory.least_bytes`: a recomputing stage holds less than
+    its samples' activations)."""
     limits: list[tuple[MemoryLevel, str | None]] = [(stage_level(problem), None)]
     if memory_limit is not None and memory_limit != ONE_F_ONE_B:
         limits.append((bytes_level(problem, int(memory_limit)), "--memory-limit"))
     for level, option in limits:
+        caps = level.bytes_cap or (math.inf,) * problem.num_stages
         for s, held in enumerate(level.held):
-            if held >= problem.unit:
-                continue
             stage = problem.stages[s]
+            if least is None and held < problem.unit:
+                why = (
+                    f"holds {held} samples of {stage.activation_bytes:.4g} bytes on stage {s}; "
+                    f"every plan holds at least one microbatch there (unit {problem.unit} "
+                    "samples)"
+                )
+            elif least is not None and caps[s] < least[s]:
+                why = (
+                    f"is below the {least[s]:.4g} bytes every plan holds on stage {s} as "
+                    "tidgap run holds it (at least the task's tensors and one unit of "
+                    "samples' activations)"
+                )
+            else:
+                continue
             limit = level.label if option else f"{stage.memory_limit:.4g} bytes"
             raise InputError(
-                f"a limit of {limit} holds {held} samples of {stage.activation_bytes:.4g} "
-                f"bytes on stage {s}; every plan holds at least one microbatch there (unit "
-                f"{problem.unit} samples), so no plan fits",
+                f"a limit of {limit} {why}, so no plan fits",
                 () if option else ("stages", s, "memory_limit"),
                 option,
             )

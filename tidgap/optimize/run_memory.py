@@ -280,6 +280,25 @@ def _from_chunk_holding(prefixes: Any, lo: Any, hi: Any) -> tuple[Any, Any]:
     return _at(prefixes, holding - 1), _at(prefixes, holding) >= hi
 
 
+def least_bytes(problem: Problem, recomputes: bool) -> list[float] | None:
+    """Per stage, bytes that every plan holds at some op as ``tidgap run`` holds it (as
+    :meth:`RunMemory.held` counts): the task's tensors and the stored graph of one unit of
+    samples (its first forward's, at least) or, where the search may recompute
+    (``recomputes``), the least of that and a recomputed backward's working set of one unit;
+    ``None`` where the search counts the model's memory (no usable ``source.memory``)."""
+    stages = recompute_bytes(problem)
+    if stages is None:
+        return None
+    unit, B = problem.unit, problem.batch_size
+    least = []
+    for graph, stage in zip(graph_bytes(problem), stages, strict=True):
+        held = unit * graph.sample + graph.chunk
+        if recomputes:
+            held = min(held, unit * stage.backward + stage.backward_chunk)
+        least.append(held + B * stage.task)
+    return least
+
+
 def run_evaluated(problem: Problem, plan: Plan, evaluation: Evaluation) -> Evaluation:
     """``evaluation`` of ``plan`` with ``peak_memory`` (and ``over_memory_limit``) as
     ``tidgap run`` holds it (:func:`~tidgap.runtime.recompute_memory.predicted_held_bytes`);

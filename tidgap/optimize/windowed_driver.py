@@ -71,7 +71,7 @@ from tidgap.optimize.preparation import (
 )
 from tidgap.optimize.results import SearchProgress, SearchResult, TradeoffPoint
 from tidgap.optimize.rng import CounterRng
-from tidgap.optimize.run_memory import ROWS, RunMemory, run_evaluated
+from tidgap.optimize.run_memory import ROWS, RunMemory, least_bytes, run_evaluated
 from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
 from tidgap.runtime.recompute_memory import recompute_bytes
 from tidgap.schedules.baselines import BaselineResult, best_baselines, equal_sizes
@@ -114,6 +114,17 @@ def flush_generations(generations: int | None) -> int:
     if generations is None:
         return FLUSH_GENERATIONS
     return min(max(1, int(generations * FLUSH_SHARE)), FLUSH_GENERATIONS)
+
+
+def require_windowed_room(
+    problem: Problem, memory_limit: str | int | None, pricing: str, backward: str
+) -> None:
+    """:func:`~tidgap.optimize.memory_seeds.require_room` as a windowed search priced by
+    ``pricing`` under the ``backward`` rule counts memory: as ``tidgap run`` holds plans
+    (:func:`counts_run_memory`: a recomputing stage, under the free rule, holds less than
+    its samples' activations), else as the model does."""
+    least = least_bytes(problem, backward == FREE) if counts_run_memory(problem, pricing) else None
+    require_room(problem, memory_limit, least)
 
 
 def searches_mirrored_first(pricing: str, backward: str) -> bool:
@@ -446,7 +457,8 @@ def prepare_windowed(
     backend, record = begun.backend, begun.record
     population, started = begun.population, begun.started
     S, U = problem.num_stages, problem.num_units
-    require_room(problem, memory_limit)  # refuse a limit no plan meets before any work
+    require_windowed_room(problem, memory_limit, pricing, backward)  # before any work
+    counting = counts_run_memory(problem, pricing)
     phases = Phases(on_phase)
     earlier = None  # the first search's result
     if first_search is None and searches_mirrored_first(pricing, backward):
@@ -500,7 +512,6 @@ def prepare_windowed(
             phases.seconds |= {f"flush {name}": t for name, t in earlier.setup.items()}
         with phases("compile"):
             background_compile.finish(helper)
-            counting = counts_run_memory(problem, pricing)
             ticked, evaluator, xp, breeding = compiled_loops(problem, record, pricing, counting)
     finally:
         background_compile.stop(helper)
@@ -554,7 +565,7 @@ def prepare_windowed(
     rng = CounterRng(seed, xp)
     caps = rule_caps(backward, xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
     memory = None
-    if counts_run_memory(problem, pricing):
+    if counting:
         compiled = None if record.run_memory is None else load(record.run_memory)
         memory = RunMemory.of(problem, xp, compiled)
     if memory is not None:
@@ -681,9 +692,12 @@ def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
     ]
     chosen = tradeoff[levels.index(in_force)]
     if chosen.plan is None or chosen.evaluation is None:
+        held = f"at most {list(in_force.held)} samples per stage"
+        if run.memory_pricing == RUN_PRICING:
+            held = "as tidgap run holds plans"
         raise InputError(
-            f"no plan found within the memory limit ({in_force.label}: at most "
-            f"{list(in_force.held)} samples per stage)" + refusal(run.backward),
+            f"no plan found within the memory limit ({in_force.label}: {held})"
+            + refusal(run.backward),
             source="stages' memory_limit" if in_force.label == STAGE_LIMITS else "--memory-limit",
         )
     return SearchResult(
