@@ -30,7 +30,8 @@ def require_room(
     samples, which every plan holds at its first forward (model.md, Memory), or where the
     search counts memory as ``tidgap run`` holds it, fewer bytes than ``least``
     (:func:`~tidgap.optimize.run_memory.least_bytes`: a recomputing stage holds less than
-    its samples' activations)."""
+    its samples' activations) on a stage with ``activation_bytes`` (no byte limit binds a
+    stage without: :meth:`~tidgap.optimize.run_memory.RunMemory.limit`)."""
     limits: list[tuple[MemoryLevel, str | None]] = [(stage_level(problem), None)]
     if memory_limit is not None and memory_limit != ONE_F_ONE_B:
         limits.append((bytes_level(problem, int(memory_limit)), "--memory-limit"))
@@ -44,7 +45,7 @@ def require_room(
                     f"every plan holds at least one microbatch there (unit {problem.unit} "
                     "samples)"
                 )
-            elif least is not None and caps[s] < least[s]:
+            elif least is not None and stage.activation_bytes and caps[s] < least[s]:
                 why = (
                     f"is below the {least[s]:.4g} bytes every plan holds on stage {s} as "
                     "tidgap run holds it (at least the task's tensors and one unit of "

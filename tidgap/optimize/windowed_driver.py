@@ -129,7 +129,7 @@ def require_windowed_room(
 
 def searches_mirrored_first(pricing: str, backward: str) -> bool:
     """Whether a windowed search with ``pricing`` and ``backward`` rule first runs
-    :func:`mirrored_first_search`: a run-priced one that admits recomputation."""
+    :func:`mirrored_first_search`: a run-priced one under another rule than ``mirrored``."""
     return pricing == RUN_PRICING and backward != MIRRORED
 
 
