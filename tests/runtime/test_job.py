@@ -34,7 +34,7 @@ def _job_file(folder: Path, **fields: Any) -> Path:
     return write_json(folder / "job.json", {**BASE, **fields})
 
 
-@pytest.mark.parametrize("lr", [None, "0.01", 0, -0.1, True, [0.01], {"lr": 1}])
+@pytest.mark.parametrize("lr", [None, "0.01", 0, -0.1, True, [0.01], {"lr": 1}, 1e300])
 def test_an_optimizer_without_a_positive_number_lr_is_refused(tmp_path: Path, lr: Any) -> None:
     path = _job_file(tmp_path, optimizer="sgd", lr=lr)
     with pytest.raises(InputError, match=r"job\.json: lr: expected a positive number"):

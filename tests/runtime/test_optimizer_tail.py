@@ -183,6 +183,7 @@ def test_tails_of_zero_warn_only_with_an_optimizer(tmp_path: Path) -> None:
         (["--lr", "0.1"], "--lr needs --optimizer"),
         (["--optimizer", "adam", "--lr", "0"], "Invalid value for '--lr': 0.0 is not in the range"),
         (["--optimizer", "adam", "--lr", "-1"], "Invalid value for '--lr'"),
+        (["--optimizer", "sgd", "--lr", "1e308"], "Invalid value for '--lr': 1e+308 is not in"),
         (["--optimizer", "rmsprop"], "Invalid value for '--optimizer': 'rmsprop' is not one of"),
     ],
 )

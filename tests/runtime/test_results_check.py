@@ -118,6 +118,15 @@ def test_swapped_rank_files_are_refused_naming_the_file(tmp_path: Path) -> None:
     assert str(caught.value) == f"{result_path(tmp_path, 0)}: rank: is 1: not rank 0's file"
 
 
+def test_a_file_torch_cannot_load_is_refused_saying_so(tmp_path: Path) -> None:
+    result_path(tmp_path, 0).write_text("junk\n")
+    with pytest.raises(InputError) as caught:
+        load_results(tmp_path, 1)
+    message = str(caught.value)
+    assert message.startswith(f"{result_path(tmp_path, 0)}: cannot read rank 0's result (not")
+    assert "not a file torch.load reads" in message
+
+
 def test_ranks_with_different_iteration_counts_are_refused(tmp_path: Path) -> None:
     short = result(1)
     short.update(iterations=short["iterations"][:1], peak_bytes=[64], starts=[0.0])

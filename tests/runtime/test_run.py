@@ -543,6 +543,24 @@ def test_another_device_than_the_profiled_one_warns(tmp_path: Path) -> None:
     assert Job.load(job).device == "cpu"
 
 
+def test_warnings_escape_what_the_problem_file_says(tmp_path: Path) -> None:
+    """Text quoted from the file reaches the terminal escaped: one line per warning."""
+    problem = write_json(tmp_path / "p.json", problem_document(device="\x1b[2Jgpu\nx"))
+    plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
+    result = run_cli("run", str(problem), str(plan), *MODEL, "--write-job", str(tmp_path / "j"))
+    assert result.exit_code == 0, describe(result)
+    assert "profiled on \\x1b[2Jgpu\\nx, this run" in result.stderr
+    assert "\x1b" not in result.stderr
+    assert all(line.startswith("tidgap: warning: ") for line in result.stderr.splitlines())
+
+
+def test_huge_timeouts_are_capped_where_torch_distributed_takes_them() -> None:
+    from tidgap.runtime.dist_transport import LONGEST_WAIT, dist_timeout
+
+    assert dist_timeout(1e308).total_seconds() == LONGEST_WAIT
+    assert dist_timeout(60.0).total_seconds() == 60.0
+
+
 def test_a_worker_without_cuda_refuses_a_cuda_job(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 

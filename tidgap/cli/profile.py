@@ -25,7 +25,7 @@ from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
 from tidgap.outputs.files import check_outputs, json_file, write_files, write_json
 from tidgap.profiling.synth import SHAPES, synth_problem
-from tidgap.runtime.optimizers import DEFAULT_LR, OPTIMIZERS
+from tidgap.runtime.optimizers import DEFAULT_LR, MAX_LR, OPTIMIZERS
 from tidgap.runtime.worker import start_watchdog, torchrun_rank
 
 #: The most problems one synth writes.
@@ -214,7 +214,7 @@ def optimizer_options(command: Command) -> Command:
         ),
         click.option(
             "--lr",
-            type=Number(min=0, min_open=True),
+            type=Number(min=0, min_open=True, max=MAX_LR),
             help=f"--optimizer's learning rate [{DEFAULT_LR:g}].",
         ),
     ]

@@ -44,6 +44,7 @@ from tidgap.model.fileio import read_json
 from tidgap.model.numbers import MAX_THREADS, is_integer
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem, problem_path
+from tidgap.model.text import printable
 from tidgap.outputs.files import check_outputs, timeline_files, write_files, write_json
 from tidgap.profiling.split import parse_split
 from tidgap.runtime.job import TRANSPORTS, Job
@@ -766,7 +767,7 @@ def run_command(
         require_device(device, transport, processes)  # before the warnings: one line
     for line in caveats(loaded, problem, plan, model, optimizer, device):
         if here is None or here[0] == 0:  # under torchrun, once
-            click.echo(f"tidgap: warning: {line}", err=True)
+            click.echo(f"tidgap: warning: {printable(line)}", err=True)
     if write_job is not None:
         folder = Path(write_job).parent / "results"
         write_plans(alternates, [each for _, each in todo[1:]])

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime
 import os
 import shutil
 import statistics
@@ -40,6 +39,7 @@ from tidgap.profiling.build import Json, table
 from tidgap.profiling.models import Model
 from tidgap.profiling.run import stage_modules
 from tidgap.runtime.calibrate import table_sizes
+from tidgap.runtime.dist_transport import dist_timeout
 from tidgap.runtime.launch import WorkerError, launch
 from tidgap.runtime.report import unit_per_second
 from tidgap.runtime.stage import boundary_specs
@@ -151,7 +151,7 @@ def run_rank(job: LinkJob, rank: int) -> list[list[list[float]]]:
     device = torch.device("cuda", rank) if job.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    timeout = datetime.timedelta(seconds=job.timeout)
+    timeout = dist_timeout(job.timeout)
     dist.init_process_group(backend(job.device), rank=rank, world_size=2, timeout=timeout)
     transfers = pair_transfers(job, rank, device, [(link, 0, 1) for link in range(len(job.shapes))])
     dist.barrier()

@@ -18,7 +18,6 @@ by its watchdog (:func:`tidgap.runtime.worker.start_watchdog`, started by the co
 
 from __future__ import annotations
 
-import datetime
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -54,6 +53,7 @@ from tidgap.profiling.run import (
     problem_from,
     torch_device,
 )
+from tidgap.runtime.dist_transport import dist_timeout
 from tidgap.runtime.worker import local_processes, rank_device, stage_count_mismatch
 
 #: Seconds a rank may wait for the others at any point (the longest stage's measurement).
@@ -157,7 +157,7 @@ def profile_rank(
         require_link_devices(device)
     device = rank_device(device.type)  # this rank's GPU: LOCAL_RANK modulo the GPUs
     kept_freed_memory = keep_freed_memory()
-    waits = datetime.timedelta(seconds=TIMEOUT if timeout is None else timeout)
+    waits = dist_timeout(TIMEOUT if timeout is None else timeout)
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=waits)
     try:
         with prepared(model, settings, device):

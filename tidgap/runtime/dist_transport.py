@@ -45,6 +45,17 @@ from torch import distributed as dist
 
 from tidgap.profiling.measure import synchronize_stream
 
+#: The longest wait a process group takes, in seconds: torch.distributed keeps it in
+#: milliseconds in a 32-bit int (longer ones overflow); the runs' own watchdogs enforce
+#: longer timeouts.
+LONGEST_WAIT = 2_000_000.0
+
+
+def dist_timeout(seconds: float) -> datetime.timedelta:
+    """``seconds`` as a process group's timeout, at most :data:`LONGEST_WAIT`."""
+    return datetime.timedelta(seconds=min(seconds, LONGEST_WAIT))
+
+
 #: ``(shape, dtype)`` of a chunk to receive, shape with the samples first.
 Spec = tuple[tuple[int, ...], torch.dtype]
 #: Where chunks travel over gloo: it sends and receives host tensors.

@@ -17,7 +17,7 @@ from typing import Any
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import read_json, write_json_atomic
 from tidgap.model.numbers import MAX_COUNT, MAX_THREADS, MAX_TORCH_SEED, is_integer
-from tidgap.runtime.optimizers import OPTIMIZERS
+from tidgap.runtime.optimizers import MAX_LR, OPTIMIZERS
 
 JOB_FORMAT = "tidgap.job/1"
 #: What chunks may travel over (:attr:`Job.transport`).
@@ -103,9 +103,10 @@ class Job:
             raise InputError(
                 f"expected one of {', '.join(OPTIMIZERS)} or null", ("optimizer",), source=source
             )
-        if document.get("optimizer") is not None and not _positive_number(document.get("lr")):
+        lr = document.get("lr")
+        if document.get("optimizer") is not None and not (_positive_number(lr) and lr <= MAX_LR):
             raise InputError(
-                "expected a positive number (the optimizer's learning rate)",
+                f"expected a positive number up to {MAX_LR:g} (the optimizer's learning rate)",
                 ("lr",),
                 source=source,
             )

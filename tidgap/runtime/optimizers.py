@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 OPTIMIZERS = {"sgd": "SGD", "adam": "Adam"}
 #: The learning rate when ``--lr`` is not given (PyTorch's default for both).
 DEFAULT_LR = 1e-3
+#: The largest learning rate taken: far above any that trains; PyTorch's optimizers fail
+#: on one past float32's range (about 3.4e38).
+MAX_LR = 1e6
 
 
 def describe(name: str, lr: float) -> str:

@@ -58,9 +58,10 @@ def load_results(
         except FileNotFoundError:
             raise InputError(f"rank {rank} wrote no result", source=str(path)) from None
         except Exception as error:  # torch.load raises many kinds on a damaged file
-            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            reason = (str(error).strip().splitlines() or ["no reason given"])[0]
             raise InputError(
-                f"cannot read rank {rank}'s result: {reason}", source=str(path)
+                f"cannot read rank {rank}'s result (not a file torch.load reads: {reason})",
+                source=str(path),
             ) from None
         try:
             check_result(results[-1], rank)

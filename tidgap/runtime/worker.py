@@ -31,7 +31,6 @@ launcher.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import functools
 import os
 import socket
@@ -177,7 +176,7 @@ def run_rank(
     from tidgap.model.problem import load_problem
     from tidgap.profiling.allocator import keep_freed_memory
     from tidgap.profiling.run import stage_modules
-    from tidgap.runtime.dist_transport import DistTransport, handshake, link_groups
+    from tidgap.runtime.dist_transport import DistTransport, dist_timeout, handshake, link_groups
     from tidgap.runtime.draws import NotReplayable, RecordedDraws, as_saved
     from tidgap.runtime.executor import execute
     from tidgap.runtime.lowering import lower, recomputes
@@ -216,7 +215,7 @@ def run_rank(
         tail = functools.partial(step, build_optimizer(job.optimizer, module.parameters(), job.lr))
 
     say("joining the process group")
-    timeout = datetime.timedelta(seconds=job.timeout)
+    timeout = dist_timeout(job.timeout)
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timeout)
 
     say("joined")
