@@ -24,7 +24,7 @@ from tidgap.cli.options import describe_problem
 from tidgap.model.examples import example_path
 from tidgap.model.fileio import MAX_DEPTH, MAX_INTEGER_DIGITS, read_json
 from tidgap.model.problem import MAX_SAMPLES, MAX_TIME, MIN_ITERATION, load_problem, time_range
-from tidgap.model.text import printable
+from tidgap.model.text import brief, printable
 from tidgap.model.timefn import table
 
 ESC = "\x1b[31mred\x1b[0m"
@@ -172,6 +172,18 @@ def test_an_empty_file_name_is_bad_input(tmp_path: Path) -> None:
     for args in (["evaluate", "", "--schedule", "gpipe", "-m", "2"], ["evaluate", problem, ""],
                  ["search", "", "--generations", "1"]):  # fmt: skip
         assert error_line(run_cli(*args)) == 'tidgap: error: "": no file name (an empty argument)'
+
+
+def test_an_empty_output_name_is_bad_input_before_any_work(tmp_path: Path) -> None:
+    problem = write(tmp_path, "p.json", tiny())
+    for option in ("--out", "--gantt", "--trace"):
+        result = run_cli("search", problem, "--generations", "1", option, "")
+        assert error_line(result) == f"tidgap: error: {option}: no file name (an empty argument)"
+
+
+def test_a_long_value_quoted_in_a_message_is_cut() -> None:
+    assert brief("x" * 61) == "x" * 60 + "..."
+    assert brief([1] * 3) == "[1, 1, 1]"
 
 
 def test_invalid_utf8_is_bad_input(tmp_path: Path) -> None:

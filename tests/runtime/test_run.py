@@ -430,6 +430,32 @@ def test_a_hanging_worker_times_out(
     assert workers_under(own_temporary_folder) == []
 
 
+@pytest.mark.parametrize("command", ["run", "calibrate"])
+def test_a_model_whose_import_hangs_ends_at_the_timeout(command: str, tmp_path: Path) -> None:
+    """The launcher builds the model before any worker starts: --timeout covers that too
+    (status 124, as tidgap profile), where it hung before."""
+    (tmp_path / "hangs_on_import.py").write_text("import time\ntime.sleep(600)\n")
+    document = synth_problem(0, 2, 8, 1, 0.5, "table", "tiny")  # calibrate takes tables
+    document["source"] = {"split": {"boundaries": [2]}}
+    problem_file = write_json(tmp_path / "problem.json", document)
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    arguments = [str(plan)] if command == "run" else ["--out", str(tmp_path / "c.json")]
+    model = ["--model", "hangs_on_import:model", "--input-shape", "6", "--timeout", "2"]
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    cli = [sys.executable, "-c", "from tidgap.cli import main; main()", command]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*cli, str(problem_file), *arguments, *model],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 124, done.stderr
+    assert f"tidgap {command} timed out" in done.stderr
+    assert time.monotonic() - started < 30
+
+
 def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
     """Per case of bad input, the ``tidgap run`` arguments."""
     problem = str(write_json(tmp_path / "problem.json", problem_document()))
@@ -543,6 +569,20 @@ def test_another_device_than_the_profiled_one_warns(tmp_path: Path) -> None:
     assert Job.load(job).device == "cpu"
 
 
+def test_another_split_than_the_timed_one_warns(problem_file: Path, tmp_path: Path) -> None:
+    plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
+    job = str(tmp_path / "job.json")
+    for split, warned in (("3", True), ("2", False)):
+        result = run_cli(
+            "run", str(problem_file), str(plan), *MODEL, "--split", split, "--write-job", job
+        )
+        assert result.exit_code == 0, describe(result)
+        message = (
+            "source.split: its times were measured with boundaries [2], this run splits at [3]"
+        )
+        assert (message in result.stderr) == warned
+
+
 def test_warnings_escape_what_the_problem_file_says(tmp_path: Path) -> None:
     """Text quoted from the file reaches the terminal escaped: one line per warning."""
     problem = write_json(tmp_path / "p.json", problem_document(device="\x1b[2Jgpu\nx"))
@@ -552,6 +592,10 @@ def test_warnings_escape_what_the_problem_file_says(tmp_path: Path) -> None:
     assert "profiled on \\x1b[2Jgpu\\nx, this run" in result.stderr
     assert "\x1b" not in result.stderr
     assert all(line.startswith("tidgap: warning: ") for line in result.stderr.splitlines())
+    long = write_json(tmp_path / "long.json", problem_document(model={"name": [1] * 100_000}))
+    result = run_cli("run", str(long), str(plan), *MODEL, "--write-job", str(tmp_path / "j"))
+    assert result.exit_code == 0, describe(result)
+    assert max(map(len, result.stderr.splitlines())) < 500  # the list cut to 60 characters
 
 
 def test_huge_timeouts_are_capped_where_torch_distributed_takes_them() -> None:

@@ -44,7 +44,7 @@ from tidgap.model.fileio import read_json
 from tidgap.model.numbers import MAX_THREADS, is_integer
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem, problem_path
-from tidgap.model.text import printable
+from tidgap.model.text import brief, printable
 from tidgap.outputs.files import check_outputs, timeline_files, write_files, write_json
 from tidgap.profiling.split import parse_split
 from tidgap.runtime.job import TRANSPORTS, Job
@@ -59,7 +59,12 @@ from tidgap.runtime.report import (
     speedup,
     speedup_line,
 )
-from tidgap.runtime.worker import local_processes, stage_count_mismatch, torchrun_rank
+from tidgap.runtime.worker import (
+    local_processes,
+    stage_count_mismatch,
+    start_watchdog,
+    torchrun_rank,
+)
 
 #: Largest max relative gradient difference accepted, by precision.
 TOLERANCE = {False: 1e-4, True: 1e-10}
@@ -147,12 +152,14 @@ def caveats(
     model: Any,
     optimizer: str | None = None,
     device: str = "cpu",
+    boundaries: list[int] | None = None,
 ) -> list[str]:
     """Reasons the prediction may not describe this run: a model other than the profiled
-    one, recomputing stages neither the profile nor a calibration timed that way, a
-    calibration entry left out as malformed (:attr:`Problem.unused_calibration`), another
-    ``device`` than the profiled one, and an ``optimizer`` step the stages' tails leave out
-    (all 0) or another optimizer than the profiled one."""
+    one, stage ``boundaries`` other than the split its times were measured on, recomputing
+    stages neither the profile nor a calibration timed that way, a calibration entry left
+    out as malformed (:attr:`Problem.unused_calibration`), another ``device`` than the
+    profiled one, and an ``optimizer`` step the stages' tails leave out (all 0) or another
+    optimizer than the profiled one."""
     from tidgap.runtime.lowering import recomputes
 
     found = []
@@ -161,9 +168,17 @@ def caveats(
         wanted = {"name": model.name, **model.config}
         differ = sorted(key for key in wanted if key in recorded and recorded[key] != wanted[key])
         if differ:
-            was = ", ".join(f"{key} {recorded[key]}" for key in differ)
-            now = ", ".join(f"{key} {wanted[key]}" for key in differ)
+            was = ", ".join(f"{key} {brief(recorded[key])}" for key in differ)
+            now = ", ".join(f"{key} {brief(wanted[key])}" for key in differ)
             found.append(f"{spec}: source.model: profiled with {was}, running {now}")
+    split = problem.source_fields.get("split")
+    timed = split.get("boundaries") if isinstance(split, dict) else None
+    if boundaries is not None and isinstance(timed, list) and timed != boundaries:
+        found.append(
+            f"{spec}: source.split: its times were measured with boundaries {brief(timed)}, "
+            "this run "
+            f"splits at {boundaries} (--split): the prediction uses the other split's op times"
+        )
     flags = recomputes(plan)
     again = [s for s, flag in enumerate(flags) if flag]
     profiled_again = problem.profiled_with_recompute
@@ -194,9 +209,9 @@ def device_caveats(problem: Problem, spec: str, device: str) -> list[str]:
     profiled = problem.source_fields.get("device")
     if isinstance(profiled, str) and profiled != device:
         return [
-            f"{spec}: source.device: profiled on {profiled}, this run computes on {device}: "
-            f"the prediction uses {profiled} op times (profile or calibrate with --device "
-            f"{device})"
+            f"{spec}: source.device: profiled on {brief(profiled)}, this run computes on "
+            f"{device}: the prediction uses {brief(profiled)} op times (profile or calibrate "
+            f"with --device {device})"
         ]
     return []
 
@@ -214,7 +229,10 @@ def optimizer_caveats(problem: Problem, spec: str, optimizer: str | None) -> lis
     name = timed.get("name") if isinstance(timed, dict) else None
     if name is not None and name != optimizer:
         running = f"steps with {optimizer}" if optimizer else "steps nothing (no --optimizer)"
-        return [f"{spec}: {'.'.join(OPTIMIZER_PATH)}: the tails time {name}, this run {running}"]
+        timed_name = brief(name)
+        return [
+            f"{spec}: {'.'.join(OPTIMIZER_PATH)}: the tails time {timed_name}, this run {running}"
+        ]
     return []
 
 
@@ -565,7 +583,8 @@ def worker_options(command: Command) -> Command:
             default=300.0,
             show_default=True,
             help="Seconds each plan's run may take (plans run in turn: that times their "
-            "number); then every worker is killed (exit 1).",
+            "number); then every worker is killed (exit 1). Building the model before the "
+            "workers start (its import included) may take as long (then exit 124).",
         ),
     ]
     model, *rest = options
@@ -586,7 +605,8 @@ def worker_job(
 ) -> tuple[Job, Any]:
     """The job of a run of ``plan`` (a file, or ``""`` for plans written per run) and the
     model, built from ``seed`` as every worker builds it (imports PyTorch; ``command``
-    names a missing PyTorch); ``settings``: the other :class:`Job` fields."""
+    names a missing PyTorch; within ``settings["timeout"]`` seconds, else the process
+    exits 124); ``settings``: the other :class:`Job` fields."""
     if settings["transport"] == "nccl" and settings["device"] == "cpu":
         raise InputError(
             "nccl passes chunks from GPU to GPU: give --device cuda", source="--transport"
@@ -595,7 +615,12 @@ def worker_job(
     import torch
 
     torch.manual_seed(settings["seed"])
-    model = build_model(model_reference, options, command)
+    # --timeout covers building the model here too (an import that hangs ends the command)
+    watchdog = start_watchdog(settings["timeout"], f"tidgap {command}", launched=False)
+    try:
+        model = build_model(model_reference, options, command)
+    finally:
+        watchdog.set()
     layers = [name for name, _ in model.layers.named_children()]
     job = Job(
         problem=absolute(problem),
@@ -765,7 +790,7 @@ def run_command(
     if write_job is None and results is None:
         processes = loaded.num_stages if here is None else None  # torchrun: its choice
         require_device(device, transport, processes)  # before the warnings: one line
-    for line in caveats(loaded, problem, plan, model, optimizer, device):
+    for line in caveats(loaded, problem, plan, model, optimizer, device, job.boundaries):
         if here is None or here[0] == 0:  # under torchrun, once
             click.echo(f"tidgap: warning: {printable(line)}", err=True)
     if write_job is not None:

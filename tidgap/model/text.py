@@ -15,3 +15,14 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+#: The most characters :func:`brief` keeps of a value quoted in a message.
+BRIEF = 60
+
+
+def brief(value: object, most: int = BRIEF) -> str:
+    """``str(value)`` cut to its first ``most`` characters and ``...`` where longer: a value
+    quoted from a file in a one-line message."""
+    text = str(value)
+    return text if len(text) <= most else text[:most] + "..."

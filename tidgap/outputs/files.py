@@ -36,18 +36,23 @@ def check_outputs(
     input or as another output (through symlinks and hard links), or cannot be written.
 
     ``inputs`` maps an argument (``PROBLEM``, ``PLAN``) to its file; ``example:NAME`` and
-    ``None`` are not files. Streams (devices, FIFOs) may be named more than once.
+    ``None`` are not files. Streams (devices, FIFOs) may be named more than once. An empty
+    name is refused (``Path("")`` is the current folder).
     """
-    if gantt is not None:
-        from tidgap.outputs.gantt import check_picture_path
-
-        check_picture_path(gantt)
     owners: dict[Identity, tuple[str, str]] = {}  # a file -> who has it, why not write it
     for name, path in (inputs or {}).items():
         key = None if path is None or str(path).startswith(EXAMPLE_PREFIX) else identity(path)
         if key is not None:
             owners.setdefault(key, (f"{name} {path}", "refusing to overwrite an input"))
-    for option, path in (("--gantt", gantt), ("--trace", trace), *others):
+    outputs = [("--gantt", gantt), ("--trace", trace), *others]
+    for option, path in outputs:
+        if path is not None and not str(path):
+            raise InputError("no file name (an empty argument)", source=option)
+    if gantt is not None:
+        from tidgap.outputs.gantt import check_picture_path
+
+        check_picture_path(gantt)
+    for option, path in outputs:
         if path is None:
             continue
         key = identity(path)
