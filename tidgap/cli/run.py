@@ -176,8 +176,8 @@ def caveats(
     if boundaries is not None and isinstance(timed, list) and timed != boundaries:
         found.append(
             f"{spec}: source.split: its times were measured with boundaries {brief(timed)}, "
-            "this run "
-            f"splits at {boundaries} (--split): the prediction uses the other split's op times"
+            f"this run splits at {boundaries} (--split): the prediction uses the other "
+            "split's op times"
         )
     flags = recomputes(plan)
     again = [s for s, flag in enumerate(flags) if flag]
@@ -229,10 +229,8 @@ def optimizer_caveats(problem: Problem, spec: str, optimizer: str | None) -> lis
     name = timed.get("name") if isinstance(timed, dict) else None
     if name is not None and name != optimizer:
         running = f"steps with {optimizer}" if optimizer else "steps nothing (no --optimizer)"
-        timed_name = brief(name)
-        return [
-            f"{spec}: {'.'.join(OPTIMIZER_PATH)}: the tails time {timed_name}, this run {running}"
-        ]
+        where = ".".join(OPTIMIZER_PATH)
+        return [f"{spec}: {where}: the tails time {brief(name)}, this run {running}"]
     return []
 
 
