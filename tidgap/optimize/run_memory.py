@@ -282,21 +282,19 @@ def _from_chunk_holding(prefixes: Any, lo: Any, hi: Any) -> tuple[Any, Any]:
 
 def least_bytes(problem: Problem, recomputes: bool) -> list[float] | None:
     """Per stage, bytes that every plan holds at some op as ``tidgap run`` holds it (as
-    :meth:`RunMemory.held` counts): the task's tensors and the stored graph of one unit of
-    samples (its first forward's, at least) or, where the search may recompute
-    (``recomputes``), the least of that and a recomputed backward's working set of one unit;
-    ``None`` where the search counts the model's memory (no usable ``source.memory``)."""
-    stages = recompute_bytes(problem)
-    if stages is None:
+    :meth:`RunMemory.held` counts, from its :attr:`~RunMemory.figures`): the task's tensors
+    and the stored graph of one unit of samples (its first forward's, at least) or, where
+    the search may recompute (``recomputes``), the least of that and a recomputed
+    backward's working set of one unit; ``None`` where the search counts the model's memory
+    (:meth:`RunMemory.of` finds no usable ``source.memory``)."""
+    memory = RunMemory.of(problem)
+    if memory is None:
         return None
-    unit, B = problem.unit, problem.batch_size
-    least = []
-    for graph, stage in zip(graph_bytes(problem), stages, strict=True):
-        held = unit * graph.sample + graph.chunk
-        if recomputes:
-            held = min(held, unit * stage.backward + stage.backward_chunk)
-        least.append(held + B * stage.task)
-    return least
+    figures, unit = memory.figures, memory.unit
+    held = unit * figures[GRAPH_SAMPLE] + figures[GRAPH_CHUNK]
+    if recomputes:
+        held = np.minimum(held, unit * figures[BACKWARD] + figures[BACKWARD_CHUNK])
+    return (held + figures[TASK]).tolist()
 
 
 def run_evaluated(problem: Problem, plan: Plan, evaluation: Evaluation) -> Evaluation:

@@ -123,7 +123,7 @@ def require_windowed_room(
     ``pricing`` under the ``backward`` rule counts memory: as ``tidgap run`` holds plans
     (:func:`counts_run_memory`: a recomputing stage, under the free rule, holds less than
     its samples' activations), else as the model does."""
-    least = least_bytes(problem, backward == FREE) if counts_run_memory(problem, pricing) else None
+    least = least_bytes(problem, backward == FREE) if pricing == RUN_PRICING else None
     require_room(problem, memory_limit, least)
 
 
