@@ -6,8 +6,9 @@ neighbours are the plans one step away in one gene of one stage: a partition ste
 halved) on the forward or the backward row, or one backward (or every backward from one
 on) run one forward earlier or later. They are streamed in batches of at most
 :data:`~tidgap.optimize.polish.BATCH_BYTES`, repaired, scored and penalised under the level;
-:func:`~tidgap.optimize.polish.descend` takes the best improving one until none improves
-or the deadline passes.
+:func:`~tidgap.optimize.polish.descend` takes the best improving one, with the other
+improving ones' rows (forward, backward or lead of a stage) that still help, until none
+improves or the deadline passes.
 """
 
 from __future__ import annotations

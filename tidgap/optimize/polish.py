@@ -2,9 +2,10 @@
 
 All neighbours of a chromosome (one unit shifted across a boundary, two neighbouring
 microbatches merged, a microbatch halved) are scored in batches of at most
-``batch_bytes``; the best improving one (the first on ties) is taken, until none
-improves or the deadline passes (then the best improving neighbour scored so far, if
-any, is the last step).
+``batch_bytes``; the best improving one (the first on ties) is taken, with the other
+improving ones' changes that still help (:func:`descend`), until none improves or the
+deadline passes (then the best improving neighbour scored so far, if any, is the last
+step).
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ def neighbour_batches(genes: np.ndarray, caps: np.ndarray, batch: int) -> Iterat
         yield np.stack(found)
 
 
+#: The most improving neighbours one step of :func:`descend` keeps to combine.
+COMBINED_MOVES = 64
+
+
 def descend(
     genes: np.ndarray,
     fitness: int,
@@ -69,20 +74,71 @@ def descend(
 ) -> tuple[np.ndarray, int]:
     """Steepest descent from ``genes`` over the candidates ``batches(genes)`` yields (arrays
     of genes' shape with a leading batch axis) until a local optimum or ``deadline`` (a
-    ``time.perf_counter()`` value, checked after every batch); returns the genes reached and
-    their fitness."""
+    ``time.perf_counter()`` value, checked after every batch and every combination tried);
+    returns the genes reached and their fitness.
+
+    Each step scores every candidate, takes the best (the first on ties), then adds the
+    other improving candidates' changed rows (best first, up to :data:`COMBINED_MOVES`,
+    each changing no row an added one changed) one at a time, each kept where it makes
+    the plan faster: a step of a deep pipeline then moves several stages, not one."""
     while True:
-        best, best_fitness = genes, fitness
+        improving = _Improving(genes, fitness)
         for candidates in batches(genes):
-            scores = np.asarray(score(candidates))
-            index = int(np.argmin(scores))
-            if scores[index] < best_fitness:
-                best, best_fitness = candidates[index], int(scores[index])
-            if deadline is not None and time.perf_counter() >= deadline:
-                return best, best_fitness
-        if best_fitness >= fitness:
+            improving.add(candidates, np.asarray(score(candidates)))
+            if _past(deadline):
+                return improving.best()
+        if improving.best()[1] >= fitness:
             return genes, fitness
-        genes, fitness = best, best_fitness
+        genes, fitness = _combined(genes, improving, score, deadline)
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() >= deadline
+
+
+class _Improving:
+    """The :data:`COMBINED_MOVES` fastest candidates faster than ``fitness`` scored so far
+    (``genes``: ``(n, ...)``, fastest first, the first scored on ties; ``scores``:
+    ``(n,)``)."""
+
+    def __init__(self, start: np.ndarray, fitness: int) -> None:
+        self.start, self.fitness = start, fitness
+        self.genes = np.empty((0, *start.shape), dtype=start.dtype)
+        self.scores = np.empty(0, dtype=np.int64)
+
+    def add(self, candidates: np.ndarray, scores: np.ndarray) -> None:
+        faster = np.flatnonzero(scores < self.fitness)
+        genes = np.concatenate([self.genes, candidates[faster]])
+        kept = np.concatenate([self.scores, scores[faster].astype(np.int64)])
+        order = np.argsort(kept, kind="stable")[:COMBINED_MOVES]
+        self.genes, self.scores = genes[order], kept[order]
+
+    def best(self) -> tuple[np.ndarray, int]:
+        """The fastest candidate and its fitness; the start where none was faster."""
+        if len(self.scores) == 0:
+            return self.start, self.fitness
+        return self.genes[0], int(self.scores[0])
+
+
+def _combined(
+    start: np.ndarray, improving: _Improving, score: Score, deadline: float | None
+) -> tuple[np.ndarray, int]:
+    """The fastest improving candidate with each other one's rows (along the last axis)
+    that differ from ``start`` added in turn, where no row added before changed and the
+    fitness drops (so each row stays one of a neighbour's)."""
+    genes, fitness = improving.best()
+    touched = (genes != start).any(axis=-1)
+    for other in improving.genes[1:]:
+        if _past(deadline):
+            break
+        changed = (other != start).any(axis=-1)
+        if (changed & touched).any():
+            continue
+        trial = np.where(changed[..., None], other, genes)
+        trial_fitness = int(np.asarray(score(trial[None]))[0])
+        if trial_fitness < fitness:
+            genes, fitness, touched = trial, trial_fitness, touched | changed
+    return genes, fitness
 
 
 def polish(

@@ -1,0 +1,78 @@
+"""The polish's descent: each step adds the other improving neighbours' rows that help."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tidgap.optimize.polish import COMBINED_MOVES, polish
+
+UNITS, WIDTH = 8, 4
+
+
+def _valid(row: np.ndarray) -> bool:
+    sizes = row[row > 0]
+    return int(row.sum()) == UNITS and bool((row[len(sizes) :] == 0).all())
+
+
+def _separable(targets: np.ndarray, scans: list[int]):
+    """A score summing each row's squared distance of its first microbatch from its
+    target; refuses rows that are not partitions of :data:`UNITS`."""
+
+    def score(candidates: np.ndarray) -> np.ndarray:
+        assert all(_valid(row) for candidate in candidates for row in candidate)
+        if len(candidates) > 1:
+            scans.append(len(candidates))
+        return ((candidates[:, :, 0] - targets) ** 2).sum(axis=1)
+
+    return score
+
+
+def _start(stages: int) -> np.ndarray:
+    genes = np.zeros((stages, WIDTH), dtype=np.int32)
+    genes[:, :2] = [UNITS - 1, 1]
+    return genes
+
+
+def test_one_step_moves_every_stage_that_gains() -> None:
+    stages = 6
+    targets = np.array([3, 6, 3, 7, 8, 6])  # one move from 7 each (halve, shift, merge)
+    scans: list[int] = []
+    genes = _start(stages)
+    start = int(_separable(targets, [])(genes[None])[0])
+    caps = np.full(stages, UNITS)
+    polished, fitness = polish(genes, start, caps, _separable(targets, scans))
+    assert fitness == 0 and (polished[:, 0] == targets).all()
+    # one scan moving every stage but the one at its target, and one finding no move;
+    # steepest descent alone takes a scan per move
+    assert len(scans) == 2
+    assert all(_valid(row) for row in polished)
+
+
+def test_a_move_that_no_longer_helps_is_left_out() -> None:
+    """Two stages each gain alone; together they lose (a shared resource): the step keeps
+    only the better one."""
+    genes = _start(2)
+
+    def score(candidates: np.ndarray) -> np.ndarray:
+        moved = candidates[:, :, 0] != UNITS - 1
+        return np.where(moved.all(axis=1), 100, 10 - 2 * moved[:, 0] - moved[:, 1])
+
+    polished, fitness = polish(genes, 10, np.full(2, UNITS), score)
+    assert fitness == 8
+    assert polished[0, 0] != UNITS - 1 and polished[1, 0] == UNITS - 1
+
+
+def test_a_step_combines_at_most_its_share_of_moves() -> None:
+    stages = COMBINED_MOVES + 8
+    targets = np.full(stages, 3)
+    scans: list[int] = []
+    genes = _start(stages)
+    polished, fitness = polish(
+        genes,
+        int(((genes[:, 0] - 3) ** 2).sum()),
+        np.full(stages, UNITS),
+        _separable(targets, scans),
+        batch_bytes=1 << 30,
+    )
+    # the first step moves COMBINED_MOVES stages, the second the rest, a third finds none
+    assert fitness == 0 and len(scans) == 3
