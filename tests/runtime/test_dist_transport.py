@@ -23,6 +23,7 @@ from tidgap.model.plan import Plan  # noqa: E402
 from tidgap.runtime import dist_transport, worker  # noqa: E402
 from tidgap.runtime.dist_transport import DistTransport, LinkGroups, handshake  # noqa: E402
 from tidgap.runtime.executor import execute  # noqa: E402
+from tidgap.runtime.failures import handler_error  # noqa: E402
 from tidgap.runtime.fake import SampleStage  # noqa: E402
 from tidgap.runtime.handlers import PipelineHandlers  # noqa: E402
 from tidgap.runtime.lowering import lower  # noqa: E402
@@ -231,7 +232,7 @@ def run_in_order(
             handlers.expect(lowered[rank])
             execute(lowered[rank], handlers)
         except BaseException as error:  # reported below
-            errors.append(error)
+            errors.append(handler_error(error))
 
     threads = [threading.Thread(target=rank_thread, args=(r,)) for r in range(len(lowered))]
     for thread in threads:

@@ -387,8 +387,14 @@ def misbehaving_rank1(
 @pytest.mark.parametrize(
     ("behaviour", "model", "message"),
     [
-        ("raise", "MLP", "RuntimeError: pipeline_models refuses to load on rank 1"),
-        ("blow", "FUSED", "RuntimeError: Fuse blew on rank 1"),  # rank 0 fails after it
+        ("raise", "MLP", ": RuntimeError: pipeline_models refuses to load on rank 1"),
+        # rank 0 fails after it; stage 1's first forward is of samples 0..3 (PLANS)
+        (
+            "blow",
+            "FUSED",
+            ": stage 1 forward of samples 0..3 in layer '2' (Fuse): "
+            "RuntimeError: Fuse blew on rank 1",
+        ),
     ],
 )
 def test_a_failing_worker_stops_every_worker(

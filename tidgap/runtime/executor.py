@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from tidgap.runtime.failures import InstructionFailed
 from tidgap.runtime.lowering import Instruction, Kind
 
 
@@ -45,11 +46,15 @@ def execute(
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[Record]:
     """Dispatch every instruction in order, then ``handlers.finish()``; the records, in
-    order (``finish`` is not recorded)."""
+    order (``finish`` is not recorded). :class:`InstructionFailed` from what a handler
+    raised (an :class:`Exception`), naming its instruction."""
     records = []
     for step in instructions:
         start = clock()
-        getattr(handlers, step.kind)(step.microbatch, step.samples)
+        try:
+            getattr(handlers, step.kind)(step.microbatch, step.samples)
+        except Exception as error:
+            raise InstructionFailed(step) from error
         records.append(Record(step.kind, step.microbatch, step.samples, start, clock()))
     handlers.finish()
     return records

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tidgap.runtime.executor import Record, execute
+from tidgap.runtime.failures import handler_error
 from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.lowering import Instruction
 
@@ -118,7 +119,7 @@ def run_ranks(
             handlers.expect(lowered[rank])
             records[rank] = execute(lowered[rank], handlers)
         except BaseException as error:  # reported to the caller below
-            errors.append(error)
+            errors.append(handler_error(error))
 
     threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(len(lowered))]
     for thread in threads:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tidgap.model.errors import InputError, first_line
+from tidgap.runtime.failures import InstructionFailed, RunFailed, failure_line
 from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.job import Job
 
@@ -242,7 +243,10 @@ def run_rank(
         handlers.expect(run.instructions)
         dist.barrier()
         start = time.perf_counter()
-        records = execute(run.instructions, handlers)
+        try:
+            records = execute(run.instructions, handlers)
+        except InstructionFailed as failed:
+            raise RunFailed(failure_line(failed, rank, module, names)) from failed
         say(f"ran an iteration ({'train' if train else 'eval'} mode)")
         rows: list[Row] = [
             (r.kind, r.microbatch, r.samples[0], r.samples[1], r.start - start, r.end - start)
@@ -535,10 +539,12 @@ def run_here(
 
 
 def die_reporting(error: BaseException) -> NoReturn:
-    """Print the traceback, then one last line ``Error: message`` on stderr (the launcher
-    quotes it), and end the process at once with status 1 (no teardown that could hang)."""
+    """Print the traceback, then one last line ``Error: message`` (a :class:`RunFailed`'s
+    message alone: it names the error) on stderr (the launcher quotes it), and end the
+    process at once with status 1 (no teardown that could hang)."""
     traceback.print_exc()
-    print(first_line(error), file=sys.stderr, flush=True)
+    line = str(error) if isinstance(error, RunFailed) else first_line(error)
+    print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(1)
 

@@ -1,0 +1,58 @@
+"""Where a run failed, in one line: the stage, the instruction and, for a layer's own
+error, the layer.
+
+:func:`~tidgap.runtime.executor.execute` raises :class:`InstructionFailed` from what a
+handler raised; the worker raises :class:`RunFailed` with :func:`failure_line`, its last line, which
+``tidgap run`` and ``tidgap calibrate`` quote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidgap.model.errors import first_line
+from tidgap.runtime.lowering import Instruction
+
+
+class InstructionFailed(Exception):
+    """A handler raised while running ``step`` (the error is ``__cause__``)."""
+
+    def __init__(self, step: Instruction) -> None:
+        lo, hi = step.samples
+        super().__init__(f"{step.kind} of samples {lo}..{hi - 1}")
+        self.step = step
+
+
+class RunFailed(RuntimeError):
+    """A rank's run failed; the message is :func:`failure_line`'s."""
+
+
+def handler_error(error: BaseException) -> BaseException:
+    """What the handler raised where ``error`` is :class:`InstructionFailed`, else
+    ``error``."""
+    return error.__cause__ or error if isinstance(error, InstructionFailed) else error
+
+
+def failing_layer(error: BaseException, module: Any, names: list[str]) -> str | None:
+    """``layer 'NAME' (Type)``: the top-level layer of ``module`` (the stage's
+    ``nn.Sequential``; its children are named ``names``) whose code is on ``error``'s
+    traceback, the outermost such; ``None`` where none is (an error raised inside
+    autograd's engine or the transport)."""
+    children = {id(child): i for i, child in enumerate(module.children())}
+    frame = error.__traceback__
+    while frame is not None:
+        index = children.get(id(frame.tb_frame.f_locals.get("self")))
+        if index is not None:
+            layer = list(module.children())[index]
+            return f"layer {names[index]!r} ({type(layer).__name__})"
+        frame = frame.tb_next
+    return None
+
+
+def failure_line(failed: InstructionFailed, stage: int, module: Any, names: list[str]) -> str:
+    """``stage 1 forward of samples 2..7 in layer '2' (Fuse): RuntimeError: ...``: where
+    ``failed`` happened on ``stage`` and its cause in one line."""
+    cause = handler_error(failed)
+    layer = failing_layer(cause, module, names)
+    where = f"stage {stage} {failed}" + (f" in {layer}" if layer else "")
+    return f"{where}: {first_line(cause)}"
