@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 
 from tidgap.analysis.search_summary import best_rival
-from tidgap.cli.options import Number, about_problem, compact_sizes, count_range, problem_argument
+from tidgap.cli.options import Number, about_problem, count_range, problem_argument
 from tidgap.cli.search import DEFAULT_TIME_LIMIT
 from tidgap.model.errors import InputError
+from tidgap.model.lists import compact_sizes
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem
 from tidgap.optimize.driver import search

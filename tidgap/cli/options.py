@@ -162,17 +162,6 @@ def output_options(command: Command) -> Command:
     )(command)
 
 
-def compact_sizes(sizes: list[int]) -> str:
-    """``[8, 8, 8, 16]`` -> ``8x3 16``: runs of equal sizes collapsed."""
-    runs: list[list[int]] = []
-    for size in sizes:
-        if runs and runs[-1][0] == size:
-            runs[-1][1] += 1
-        else:
-            runs.append([size, 1])
-    return " ".join(f"{size}x{count}" if count > 1 else str(size) for size, count in runs)
-
-
 def run_note(problem: Problem, plan: Plan, pricing: str = MODEL_PRICING) -> str | None:
     """A line for a ``plan`` that ``tidgap run`` runs at other op costs than ``pricing``
     gave it (stages that recompute, stored-graph backwards over several forward chunks, and

@@ -18,7 +18,6 @@ from tidgap.cli.options import (
     backend_option,
     backward_rule,
     backward_rule_options,
-    compact_sizes,
     count_range,
     describe_problem,
     echo_json,
@@ -31,6 +30,7 @@ from tidgap.cli.options import (
 from tidgap.cli.progress import ProgressLine
 from tidgap.model.errors import InputError
 from tidgap.model.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
+from tidgap.model.lists import compact_sizes
 from tidgap.model.problem import load_problem
 from tidgap.optimize.checkpoint import DEFAULT_EVERY, load_state
 from tidgap.optimize.driver import (
