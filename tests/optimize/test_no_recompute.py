@@ -9,6 +9,7 @@ import pytest
 from tests.support.cli_helpers import describe, run_cli
 from tidgap import load_problem
 from tidgap.model.examples import EXAMPLE_PREFIX
+from tidgap.model.lists import stages_doing
 from tidgap.optimize.driver import search
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.order_genes import misaligned, recomputing_stages
@@ -131,4 +132,5 @@ def test_the_summary_gives_tidgap_runs_prediction(tmp_path, extra: list[str]) ->
         return
     priced = run_prediction(problem, plan, "run")[0].iteration_time
     assert len(lines) == 1 and f"tidgap run predicts {priced:.6g} ms" in lines[0]
-    assert (f"stage(s) {again} recompute" in lines[0]) == bool(again)
+    assert again == [] or f"{stages_doing(again, 'recompute')} (backward" in lines[0]
+    assert ("recompute (backward" in lines[0] or "recomputes (backward" in lines[0]) == bool(again)

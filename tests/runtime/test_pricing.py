@@ -200,12 +200,12 @@ def test_the_run_note_names_order_pricing_without_the_mirrored_advice() -> None:
     plan = SCHEDULES["1f1b"].baseline(problem, 4)
     note = run_note(problem, plan)
     assert note is not None and "--mirrored" not in note
-    assert "stage(s) [0, 1] run ops timed by the op before them" in note
+    assert "stages 0, 1 run ops timed by the op before them" in note
     assert f"{run_evaluation(problem, plan).iteration_time:.6g}" in note
     assert run_note(problem, SCHEDULES["gpipe"].baseline(problem, 4)) is None
     both = run_note(problem, PLAN)
-    assert both is not None and "stage(s) [1] run backwards over several" in both
-    assert "stage(s) [0] recompute" in both and "--mirrored" in both
+    assert both is not None and "stage 1 runs backwards over several" in both
+    assert "stage 0 recomputes" in both and "--mirrored" in both
     assert "run ops timed" not in both  # a flush order: no forward after a backward, and
     # the last stage's first backward (samples 0-4) follows the forward of samples 4-8
     # a run-priced search priced the recomputation, the merges and the order: nothing left

@@ -174,7 +174,7 @@ def test_the_memory_line_says_where_the_prediction_is_an_upper_bound(tmp_path: P
     assert result.exit_code == 0, describe(result)
     memory = [line for line in result.stdout.splitlines() if "held for backward" in line]
     assert len(memory) == 2 and all(" / - " not in line for line in memory)
-    assert "stage(s) [0, 1] recompute: they hold their inputs" in memory[0]
+    assert "stages 0, 1 recompute: they hold their inputs" in memory[0]
     assert "recompute" not in memory[1]
 
 
@@ -533,7 +533,7 @@ def test_recompute_against_a_stored_activation_profile_warns(
     job = tmp_path / "job.json"
     result = run_cli("run", str(problem_file), str(plan), *MODEL, "--write-job", str(job))
     assert result.exit_code == 0, describe(result)
-    assert "stage(s) [0, 1] recompute forwards" in result.stderr
+    assert "stages 0, 1 recompute forwards" in result.stderr
     assert "prices each of their backwards as the profiled forward plus" in result.stderr
     saved = Job.load(job)
     assert saved.boundaries == [2] and Path(saved.plan) == plan.resolve()
@@ -676,7 +676,7 @@ def test_stored_graph_stages_on_a_recompute_profile_warn(tmp_path: Path) -> None
         "run", str(problem), str(plan), *MODEL, "--write-job", str(tmp_path / "job.json")
     )
     assert result.exit_code == 0, describe(result)
-    assert "stage(s) [0, 1] run backward on stored graphs" in result.stderr
+    assert "stages 0, 1 run backward on stored graphs" in result.stderr
 
 
 @pytest.mark.parametrize("extra", [["--json"], ["--trace", "t.json"]])

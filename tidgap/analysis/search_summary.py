@@ -4,6 +4,7 @@ plainly when a baseline is faster."""
 from __future__ import annotations
 
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
+from tidgap.model.lists import compact_sizes
 from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult, TradeoffPoint
@@ -83,7 +84,7 @@ def _memory(point: TradeoffPoint) -> str:
         return ""
     if evaluation.peak_memory is not None:
         return "memory " + " ".join(format_bytes(b) for b in evaluation.peak_memory)
-    return "held " + " ".join(map(str, evaluation.peak_held))
+    return "held " + compact_sizes(evaluation.peak_held)
 
 
 def tradeoff_lines(result: SearchResult) -> list[str]:

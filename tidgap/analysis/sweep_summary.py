@@ -6,6 +6,7 @@ import csv
 import io
 from typing import Any
 
+from tidgap.model.lists import compact_sizes
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult
 
@@ -91,7 +92,7 @@ def _peak(row: dict[str, Any]) -> str:
     """Peak per stage: bytes where the problem gives them, else samples held."""
     if row["peak_memory"] is not None:
         return " ".join(format_bytes(b) for b in row["peak_memory"])
-    return " ".join(map(str, row["peak_held"]))
+    return compact_sizes(row["peak_held"])
 
 
 def format_sweep_table(rows: list[dict[str, Any]]) -> str:

@@ -17,6 +17,7 @@ import click
 from tidgap.backends import BACKENDS
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.errors import InputError
+from tidgap.model.lists import stages_doing
 from tidgap.model.numbers import MAX_COUNT, MAX_TORCH_SEED
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
@@ -181,14 +182,18 @@ def run_note(problem: Problem, plan: Plan, pricing: str = MODEL_PRICING) -> str 
     ]
     how = []
     if again:
-        how.append(f"stage(s) {again} recompute (backward boundaries that are not forward ones)")
+        how.append(
+            f"{stages_doing(again, 'recompute')} (backward boundaries that are not forward ones)"
+        )
     if merged:
-        how.append(f"stage(s) {merged} run backwards over several stored forward chunks")
+        how.append(f"{stages_doing(merged, 'run')} backwards over several stored forward chunks")
     ordered = [
         s for s, flag in enumerate(flags) if not flag and order_dependent_times(problem, plan, s)
     ]
     if ordered:
-        how.append(f"stage(s) {ordered} run ops timed by the op before them (the calibration's)")
+        how.append(
+            f"{stages_doing(ordered, 'run')} ops timed by the op before them (the calibration's)"
+        )
     if not how:
         return None
     evaluation = run_evaluation(problem, plan, priced)

@@ -41,6 +41,7 @@ from tidgap.cli.profile import (
 from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import read_json
+from tidgap.model.lists import stages_doing
 from tidgap.model.numbers import MAX_THREADS, is_integer
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem, problem_path
@@ -184,7 +185,7 @@ def caveats(
     profiled_again = problem.profiled_with_recompute
     if again and not profiled_again and problem.recompute_times is None:
         found.append(
-            f"stage(s) {again} recompute forwards, and {spec} was neither calibrated with "
+            f"{stages_doing(again, 'recompute')} forwards, and {spec} was neither calibrated with "
             "recomputing plans (tidgap calibrate) nor profiled with --recompute: the "
             "prediction prices each of their backwards as the profiled forward plus backward "
             "of its samples"
@@ -192,8 +193,8 @@ def caveats(
     stored = [s for s, flag in enumerate(flags) if not flag]
     if profiled_again and stored:
         found.append(
-            f"stage(s) {stored} run backward on stored graphs, but {spec} was profiled with "
-            "--recompute: the prediction counts a forward in each of their backwards"
+            f"{stages_doing(stored, 'run')} backward on stored graphs, but {spec} was profiled "
+            "with --recompute: the prediction counts a forward in each of their backwards"
         )
     found += [f"{spec}: {reason}" for reason in problem.unused_calibration]
     return [

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidgap.model.errors import InputError
+from tidgap.model.lists import stages_doing
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.outputs.trace import microseconds_per_unit
@@ -355,14 +356,14 @@ def _recompute_memory_note(figures: RunFigures, again: list[int]) -> str:
         return ""
     if figures.predicted_memory == figures.model_memory:
         return (
-            f" (stage(s) {again} recompute: they hold their inputs and random draws, and one "
-            "backward's activations at a time; the prediction there is the model's, every "
+            f" ({stages_doing(again, 'recompute')}: they hold their inputs and random draws, and "
+            "one backward's activations at a time; the prediction there is the model's, every "
             "held sample's activations: the profile does not say what they hold)"
         )
     model = ", ".join(_megabytes(figures.model_memory[s]) for s in again)
     return (
-        f" (stage(s) {again} recompute: predicted from what the profile measured they hold, "
-        "their inputs, random draws and received gradients, and one backward's working "
+        f" ({stages_doing(again, 'recompute')}: predicted from what the profile measured they "
+        "hold, their inputs, random draws and received gradients, and one backward's working "
         "set at a time, as a run-priced search limits them; the model's figure, which a "
         f"model-priced search's memory limits use: {model})"
     )
@@ -386,7 +387,7 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
     again = [s for s, flag in enumerate(figures.recompute) if flag]
     if again:
         lines.append(
-            f"  stage(s) {again} recompute: each backward re-ran its forward from the "
+            f"  {stages_doing(again, 'recompute')}: each backward re-ran its forward from the "
             "stage's inputs, its random draws replayed per sample (the prediction counts "
             "that only if the profile did)"
         )
