@@ -18,6 +18,7 @@ from tidgap.cli.options import (
     run_note,
 )
 from tidgap.model.errors import InputError
+from tidgap.model.lists import compact_sizes, stage_list
 from tidgap.model.plan import load_plan
 from tidgap.model.problem import Problem, load_problem
 from tidgap.outputs.files import check_outputs, timeline_files, write_files
@@ -42,12 +43,12 @@ MAX_BASELINE_RUN_STEPS = 10**6
 def memory_lines(evaluation: Evaluation) -> list[str]:
     """``peak held`` per stage (samples) and, where the problem gives ``activation_bytes``,
     ``peak memory`` (bytes) with the stages over their limit."""
-    lines = [f"  peak held (samples per stage): {evaluation.peak_held}"]
+    lines = [f"  peak held (samples per stage): {compact_sizes(evaluation.peak_held)}"]
     if evaluation.peak_memory is not None:
         over = evaluation.over_memory_limit
         lines.append(
             f"  peak memory (bytes per stage): {[f'{b:.4g}' for b in evaluation.peak_memory]}; "
-            + (f"over the memory limit on stage(s) {over}" if over else "within every limit")
+            + (f"over the memory limit on {stage_list(over)}" if over else "within every limit")
         )
     return lines
 
@@ -119,8 +120,8 @@ def evaluate_command(
     for s in range(loaded.num_stages):
         ordered = "" if plan.order_field is None else f", order {order.stages[s]}"
         click.echo(
-            f"  {loaded.stage_name(s)}: forwards {plan.forward[s]} end "
-            f"{evaluation.forward_ends[s]:.6g}, backwards {plan.backward[s]} end "
+            f"  {loaded.stage_name(s)}: forwards {compact_sizes(plan.forward[s])} end "
+            f"{evaluation.forward_ends[s]:.6g}, backwards {compact_sizes(plan.backward[s])} end "
             f"{evaluation.backward_ends[s]:.6g}, tail {loaded.stages[s].tail:g}{ordered}"
         )
     bound = lower_bound(loaded) if family.has_flush else None
