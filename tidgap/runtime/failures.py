@@ -2,8 +2,8 @@
 error, the layer.
 
 :func:`~tidgap.runtime.executor.execute` raises :class:`InstructionFailed` from what a
-handler raised; the worker raises :class:`RunFailed` with :func:`failure_line`, its last line, which
-``tidgap run`` and ``tidgap calibrate`` quote.
+handler raised; the worker raises :class:`RunFailed` with :func:`failure_line`, which it
+prints as its last line, which ``tidgap run`` and ``tidgap calibrate`` quote.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ class RunFailed(RuntimeError):
 def handler_error(error: BaseException) -> BaseException:
     """What the handler raised where ``error`` is :class:`InstructionFailed`, else
     ``error``."""
-    return error.__cause__ or error if isinstance(error, InstructionFailed) else error
+    if isinstance(error, InstructionFailed):
+        return error.__cause__ or error
+    return error
 
 
 def failing_layer(error: BaseException, module: Any, names: list[str]) -> str | None:
@@ -38,13 +40,13 @@ def failing_layer(error: BaseException, module: Any, names: list[str]) -> str | 
     ``nn.Sequential``; its children are named ``names``) whose code is on ``error``'s
     traceback, the outermost such; ``None`` where none is (an error raised inside
     autograd's engine or the transport)."""
-    children = {id(child): i for i, child in enumerate(module.children())}
+    children = list(module.children())
+    index = {id(child): i for i, child in enumerate(children)}
     frame = error.__traceback__
     while frame is not None:
-        index = children.get(id(frame.tb_frame.f_locals.get("self")))
-        if index is not None:
-            layer = list(module.children())[index]
-            return f"layer {names[index]!r} ({type(layer).__name__})"
+        i = index.get(id(frame.tb_frame.f_locals.get("self")))
+        if i is not None:
+            return f"layer {names[i]!r} ({type(children[i]).__name__})"
         frame = frame.tb_next
     return None
 
