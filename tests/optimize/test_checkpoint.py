@@ -190,3 +190,17 @@ def test_damaged_populations_are_refused(tmp_path, schedule, name, change):
     with pytest.raises(InputError, match="does not fit this search") as caught:
         tidgap.search(problem, generations=3, resume=path, **options)
     assert str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "name"), [("flush", "forward_genes"), ("windowed", "island0_forward")]
+)
+def test_a_population_of_floats_is_named_so(tmp_path, schedule, name):
+    problem = tidgap.load_problem("example:tiny-2")
+    path = tmp_path / "s.state"
+    options = dict(schedule=schedule, population=16, seed=0, backend="numpy")
+    tidgap.search(problem, generations=3, checkpoint=path, **options)
+    _rewrite_array(path, name, lambda a: a.astype(np.float64))
+    with pytest.raises(InputError, match=r"float64 \(\d+, 2, \d+\), not integers \(") as caught:
+        tidgap.search(problem, generations=3, resume=path, **options)
+    assert str(path) in str(caught.value)

@@ -208,7 +208,9 @@ class DualOptimizer:
         for name, side in zip(("forward", "backward"), self.sides, strict=True):
             genes = arrays[f"{name}_genes"]
             if genes.shape != tuple(side.genes.shape) or genes.dtype.kind not in "iu":
-                raise ValueError(f"{name}: {genes.dtype} {genes.shape}, not {side.genes.shape}")
+                raise ValueError(
+                    f"{name}: {genes.dtype} {genes.shape}, not integers {side.genes.shape}"
+                )
             check_chromosomes(genes, self.ticked.num_units, to_host(side.caps), name)
             side.genes = self.xp.asarray(genes.astype(side.genes.dtype))
         restarting = arrays["restarting"]

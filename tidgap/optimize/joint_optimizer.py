@@ -235,7 +235,8 @@ class JointOptimizer:
             for name, saved, now in zip(ISLAND_ARRAYS, values, current, strict=True):
                 if saved.shape != tuple(now.shape) or saved.dtype.kind not in "iu":
                     raise ValueError(
-                        f"island {i}'s {name}: {saved.dtype} {saved.shape}, not {now.shape}"
+                        f"island {i}'s {name}: {saved.dtype} {saved.shape}, "
+                        f"not integers {now.shape}"
                     )
             units = self.ticked.num_units
             for saved, caps, name in zip(
