@@ -8,6 +8,7 @@ system's ``/dev`` is never touched.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -456,3 +457,49 @@ def test_probe_leaves_nothing_behind(tmp_path: Path) -> None:
 def test_probe_refuses_a_folder(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="is a directory"):
         probe(tmp_path)
+
+
+def test_a_file_rename_cannot_replace_is_found_before_the_search(
+    inputs: tuple[Path, Path], no_search: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An immutable or append-only file (chattr +i / +a: opening it for writing fails with
+    EPERM, which needs root to set up, so stood in for here) is refused before any work,
+    and the other outputs keep their content; a merely read-only file is still replaced."""
+    import tidgap.outputs.atomic as atomic
+
+    folder = inputs[0].parent
+    locked, kept = folder / "locked.json", folder / "kept.json"
+    for path in (locked, kept):
+        path.write_text("old", encoding="utf-8")
+    opening = atomic._open_for_writing
+
+    def refusing(path: Path, flags: int = 0) -> int:
+        if Path(path) == locked:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        return opening(path, flags)
+
+    monkeypatch.setattr(atomic, "_open_for_writing", refusing)
+    words = ("search", str(inputs[0]), "--generations", "1000000000", "--out", str(kept))
+    line = error_line(run_cli(*words, "--trace", str(locked)))
+    assert line == f"tidgap: error: {locked}: cannot replace: Operation not permitted"
+    assert kept.read_text(encoding="utf-8") == "old"
+    locked.chmod(0o444)
+    monkeypatch.setattr(atomic, "_open_for_writing", opening)
+    probe(locked)
+
+
+def test_another_users_file_in_a_sticky_folder_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rename() may not replace another user's file in a folder with the sticky bit (as
+    /tmp) that is not this user's: this user stood in for by another euid."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    theirs = shared / "plan.json"
+    theirs.write_text("theirs", encoding="utf-8")
+    probe(theirs)  # one's own file
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(theirs).st_uid + 1)
+    with pytest.raises(InputError, match="another user's file in a folder with the sticky"):
+        probe(theirs)
+    probe(shared / "new.json")

@@ -110,6 +110,25 @@ def probe(path: str | os.PathLike[str]) -> None:
     except OSError as error:
         message = f"folder {str(folder)!r} is not writable: {_reason(error)}"
         raise InputError(message, source=shown) from None
+    if where.status is not None:
+        _require_replaceable(where.target, where.status, shown)
+
+
+def _require_replaceable(target: Path, status: os.stat_result, shown: str) -> None:
+    """Raise :class:`InputError` where renaming a file onto the existing ``target`` would
+    fail: it is immutable or append-only (opening it for writing fails with ``EPERM``; a
+    file without write permission fails with ``EACCES`` and is still replaced), or it is
+    another user's in a folder with the sticky bit (``/tmp``) that is not this user's."""
+    try:
+        os.close(_open_for_writing(target, os.O_NONBLOCK))
+    except OSError as error:
+        if error.errno == errno.EPERM:
+            raise InputError(f"cannot replace: {_reason(error)}", source=shown) from None
+    folder = target.parent.stat()
+    user = os.geteuid()
+    if folder.st_mode & stat.S_ISVTX and user not in (0, folder.st_uid, status.st_uid):
+        message = "cannot replace another user's file in a folder with the sticky bit"
+        raise InputError(message, source=shown)
 
 
 def _umask() -> int:
@@ -221,7 +240,8 @@ def _put_in_place(staged: _Staged) -> None:
 def write_together(files: list[tuple[str | os.PathLike[str], Producer]]) -> None:
     """Write several files as one: every file is made first (``produce(temporary)``, see
     the module), and only when all are made are they put in place, those written in place
-    (devices, FIFOs, hard links: they can still fail) before the renames (which do not).
+    (devices, FIFOs, hard links: they can still fail) before the renames (which do not,
+    on paths :func:`probe` passed: it refuses files a rename cannot replace).
 
     So a failure while making any file leaves every path as it was, and the temporary
     files are removed. An :class:`OSError` becomes an :class:`InputError` naming the path;
