@@ -181,6 +181,24 @@ def test_an_empty_output_name_is_bad_input_before_any_work(tmp_path: Path) -> No
         assert error_line(result) == f"tidgap: error: {option}: no file name (an empty argument)"
 
 
+def test_an_empty_export_or_folder_name_is_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``export --to pytorch-csv --out ""`` (its sidecar's name came from it) and an empty
+    ``--out-dir`` (it wrote into the current folder) are refused, writing nothing."""
+    problem = write(tmp_path, "p.json", tiny())
+    plan = tmp_path / "plan.json"
+    assert run_cli("search", problem, "--generations", "1", "--out", str(plan)).exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.iterdir())
+    result = run_cli("export", problem, str(plan), "--to", "pytorch-csv", "--out", "")
+    assert error_line(result) == "tidgap: error: --out: no file name (an empty argument)"
+    for args in (["sweep", problem, "--generations", "1"], ["synth", "--count", "2"]):
+        result = run_cli(*args, "--out-dir", "")
+        assert error_line(result) == "tidgap: error: --out-dir: no folder name (an empty argument)"
+    assert sorted(tmp_path.iterdir()) == before
+
+
 def test_a_long_value_quoted_in_a_message_is_cut() -> None:
     assert brief("x" * 61) == "x" * 60 + "..."
     assert brief([1] * 3) == "[1, 1, 1]"

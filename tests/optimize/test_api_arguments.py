@@ -30,6 +30,14 @@ def tiny() -> tidgap.Problem:
         ({"time_limit": "1"}, "time_limit: must be a number of seconds >= 0 (got '1')"),
         ({"max_memory": 0}, "max_memory: must be at least 1 (got 0)"),
         ({"max_memory": "1G"}, "max_memory: must be an integer (got '1G')"),
+        ({"population": None}, "population: must be an integer (got None)"),
+        ({"resume": 5}, "resume: must be a state file's path or a SavedState (got int)"),
+        ({"resume": b"s.npz"}, "resume: must be a state file's path or a SavedState (got bytes)"),
+        (
+            {"checkpoint_every": "x"},
+            "checkpoint_every: must be a positive number of seconds (got 'x')",
+        ),
+        ({"checkpoint_every": 0}, "checkpoint_every: must be a positive number of seconds (got 0)"),
         (
             {"initial_plans": [tidgap.Plan.of([[8]] * 3, [[8]] * 3)]},
             "initial_plans[0]: forward: has 3 stage(s), the problem has 2",
@@ -148,3 +156,12 @@ def test_a_numpy_count_is_a_count(tiny: tidgap.Problem) -> None:
 def test_an_unknown_baseline_is_named(tiny: tidgap.Problem) -> None:
     with pytest.raises(ValueError, match="unknown baseline 'zb'; baselines: gpipe, 1f1b"):
         tidgap.baseline(tiny, "zb", 2)
+
+
+def test_a_numpy_integer_seed_is_the_seed(tiny: tidgap.Problem, tmp_path) -> None:
+    """``np.int64(3)`` searches as ``3`` does, and its checkpoint saves a plain integer."""
+    as_numpy = tidgap.search(tiny, seed=np.int64(3), generations=2, checkpoint=tmp_path / "s")
+    plain = tidgap.search(tiny, seed=3, generations=2)
+    assert as_numpy.plan == plain.plan and as_numpy.seed == 3
+    resumed = tidgap.search(tiny, seed=np.int32(3), generations=2, resume=tmp_path / "s")
+    assert resumed.plan == plain.plan

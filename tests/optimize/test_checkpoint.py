@@ -204,3 +204,15 @@ def test_a_population_of_floats_is_named_so(tmp_path, schedule, name):
     with pytest.raises(InputError, match=r"float64 \(\d+, 2, \d+\), not integers \(") as caught:
         tidgap.search(problem, generations=3, resume=path, **options)
     assert str(path) in str(caught.value)
+
+
+def test_an_islands_progress_that_is_not_integers_is_refused(tmp_path):
+    """It was cast to int with a ComplexWarning leaking to stderr."""
+    problem = tidgap.load_problem("example:tiny-2")
+    path = tmp_path / "s.state"
+    options = dict(population=16, seed=0, backend="numpy")
+    tidgap.search(problem, generations=3, checkpoint=path, **options)
+    _rewrite_array(path, "island0_progress", lambda a: a.astype(complex))
+    message = r"island 0's progress: complex128 \(2,\), not integers \(2,\)"
+    with pytest.raises(InputError, match=message):
+        tidgap.search(problem, generations=3, resume=path, **options)

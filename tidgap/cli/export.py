@@ -79,7 +79,7 @@ def export_command(
         raise click.UsageError(f"missing option --to ({', '.join(EXPORTS)})")
     if target != "same-partition" and (seed, generations, time_limit) != (None, None, None):
         raise click.UsageError("--seed, --generations and --time-limit go with --to same-partition")
-    sidecar = str(microbatches_path(out)) if target == "pytorch-csv" else None
+    sidecar = str(microbatches_path(out)) if target == "pytorch-csv" and out else None
     inputs = {"PROBLEM": problem, "PLAN": plan_file}
     check_outputs(None, None, ("--out", out), ("--out's sidecar", sidecar), inputs=inputs)
     loaded = load_problem(problem)

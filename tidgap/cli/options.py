@@ -163,6 +163,13 @@ def output_options(command: Command) -> Command:
     )(command)
 
 
+def require_folder_name(folder: str | None, option: str = "--out-dir") -> None:
+    """Refuse an empty folder name (``Path("")`` is the current folder), naming
+    ``option``."""
+    if folder is not None and not folder:
+        raise InputError("no folder name (an empty argument)", source=option)
+
+
 def run_note(problem: Problem, plan: Plan, pricing: str = MODEL_PRICING) -> str | None:
     """A line for a ``plan`` that ``tidgap run`` runs at other op costs than ``pricing``
     gave it (stages that recompute, stored-graph backwards over several forward chunks, and

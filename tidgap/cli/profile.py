@@ -19,7 +19,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tidgap.cli.options import Command, Number, count_range
+from tidgap.cli.options import Command, Number, count_range, require_folder_name
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
@@ -521,6 +521,7 @@ def synth_command(
         raise click.UsageError("give --out or --out-dir, not both")
     if count > 1 and out_dir is None:
         raise click.UsageError("--count needs --out-dir")
+    require_folder_name(out_dir)
     if count > 1 and (name is not None or as_json):
         raise click.UsageError("--name and --json are for one problem, not --count > 1")
     if batch_size % unit:

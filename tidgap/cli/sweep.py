@@ -20,6 +20,7 @@ from tidgap.cli.options import (
     backward_rule_options,
     count_range,
     population_option,
+    require_folder_name,
 )
 from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit, chosen_backend
 from tidgap.model.errors import InputError
@@ -183,6 +184,7 @@ def sweep_command(
     """
     if workers is not None and scheduler is not None:
         raise click.UsageError("give --workers or --scheduler, not both")
+    require_folder_name(out_dir)
     loaded = [load_problem(spec) for spec in problems]
     names = _plan_names(problems)
     backward = backward_rule(no_recompute, mirrored)

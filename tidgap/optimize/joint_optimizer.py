@@ -257,6 +257,9 @@ class JointOptimizer:
                 xp.asarray(values[4].astype(np.int64)),
                 xp.asarray(values[5].astype(current[5].dtype)),
             )
-            island.best_fitness, island.since_improvement = (
-                int(v) for v in arrays[f"island{i}_progress"]
-            )
+            progress = arrays[f"island{i}_progress"]
+            if progress.shape != (2,) or progress.dtype.kind not in "iu":
+                raise ValueError(
+                    f"island {i}'s progress: {progress.dtype} {progress.shape}, not integers (2,)"
+                )
+            island.best_fitness, island.since_improvement = (int(v) for v in progress)

@@ -183,8 +183,9 @@ class Optimizer:
             raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
         memory_limit = checked_memory_limit(memory_limit)
         integer_at_least("seed", seed, None)
+        integer_at_least("population", population, MIN_POPULATION)
+        seed, population = int(seed), int(population)
         at_least(
-            ("population", population, MIN_POPULATION),
             ("max_microbatches", max_microbatches, 1),
             ("max_memory", max_memory, 1),
         )
@@ -201,6 +202,16 @@ class Optimizer:
             max_microbatches,
             resolved_pricing(problem, pricing, schedule),
         )
+        if not (resume is None or isinstance(resume, (str, os.PathLike, SavedState))):
+            raise InputError(
+                f"must be a state file's path or a SavedState (got {type(resume).__name__})",
+                source="resume",
+            )
+        if not (is_number(checkpoint_every) and checkpoint_every > 0):
+            raise InputError(
+                f"must be a positive number of seconds (got {checkpoint_every!r})",
+                source="checkpoint_every",
+            )
         saved = load_state(resume) if isinstance(resume, (str, os.PathLike)) else resume
         if saved is not None:
             saved.check(problem, self.identity)
