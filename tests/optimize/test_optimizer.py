@@ -241,3 +241,13 @@ def test_ask_tell_through_the_cupy_stand_in_equals_numba(monkeypatch):
     gpu.tell(population, gpu.evaluate(population))
     run(gpu, 6)
     assert gpu.best() == cpu.best()
+
+
+def test_plans_refuses_what_is_not_a_population_or_not_op_codes() -> None:
+    optimizer = tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), population=16)
+    population = optimizer.ask()
+    with pytest.raises(TypeError, match="must be a Population, as ask"):
+        optimizer.plans(None)
+    population.order[:] = -128
+    with pytest.raises(ValueError, match=r"op code -128 is not one of \[0, 1\]"):
+        optimizer.plans(population)

@@ -83,6 +83,9 @@ def encode_order(plan: Plan, width: int) -> np.ndarray:
 def decode_order(genes: Any) -> Order:
     """``(S, L)`` op codes (NumPy or CuPy) -> the order's letters, padding dropped."""
     rows = np.asarray(genes.get() if hasattr(genes, "get") else genes)
+    unknown = set(np.unique(rows).tolist()) - set(_LETTERS) - {NO_OP}
+    if unknown:
+        raise ValueError(f"op code {min(unknown)} is not one of {sorted(_LETTERS)} or {NO_OP}")
     return Order.of(["".join(_LETTERS[int(code)] for code in row if code != NO_OP) for row in rows])
 
 

@@ -334,7 +334,11 @@ class Optimizer:
         return self.run.optimizer.best()
 
     def plans(self, population: Population) -> list[Plan]:
-        """Every individual of ``population`` as a :class:`~tidgap.Plan`."""
+        """Every individual of ``population`` as a :class:`~tidgap.Plan` (``TypeError``
+        unless it is a :class:`Population`; ``ValueError`` naming an op code that is not one
+        of :mod:`tidgap.optimize.genome`'s)."""
+        if not isinstance(population, Population):
+            raise TypeError(f"population must be a Population, as ask() gives (got {population!r})")
         return self.run.optimizer.plans(population)
 
     @property
