@@ -165,3 +165,17 @@ def test_a_numpy_integer_seed_is_the_seed(tiny: tidgap.Problem, tmp_path) -> Non
     assert as_numpy.plan == plain.plan and as_numpy.seed == 3
     resumed = tidgap.search(tiny, seed=np.int32(3), generations=2, resume=tmp_path / "s")
     assert resumed.plan == plain.plan
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ((None, None), "table: sizes: must be a list (got null)"),
+        (([1, 2], None), "table: times: must be a list (got null)"),
+        (((1, 2), np.array([1.0, -2.0])), "table: times[1]: must be >= 0"),
+    ],
+)
+def test_a_table_of_the_wrong_kind_is_one_input_error(arguments: tuple, message: str) -> None:
+    with pytest.raises(InputError) as caught:
+        tidgap.table(*arguments)
+    assert str(caught.value).startswith(message)

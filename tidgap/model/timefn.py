@@ -6,7 +6,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -129,7 +129,16 @@ def table(sizes: list[int], times: list[float]) -> TimeFunction:
     """Shorthand for a tabulated time function; :class:`InputError` on ``table`` naming the
     first bad field."""
     with one_line("table"):
-        return TimeFunction(table=Table(sizes=list(sizes), times=list(times)))
+        return TimeFunction(table=Table(sizes=_listed(sizes), times=_listed(times)))
+
+
+def _listed(values: Any) -> Any:
+    """``values`` as a list where it is iterable (a tuple, an array), else as given, for
+    the validation to name (``None`` is "not a list", not a ``TypeError``)."""
+    try:
+        return list(values)
+    except TypeError:
+        return values
 
 
 @contextmanager
