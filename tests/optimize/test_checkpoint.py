@@ -216,3 +216,22 @@ def test_an_islands_progress_that_is_not_integers_is_refused(tmp_path):
     message = r"island 0's progress: complex128 \(2,\), not integers \(2,\)"
     with pytest.raises(InputError, match=message):
         tidgap.search(problem, generations=3, resume=path, **options)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda first: first["plan"].update(forward="x"), "first_search.plan.forward: is not a"),
+        (lambda first: first.pop("plan"), "first_search: is not a plan record ('plan')"),
+        (lambda first: first.update(generations=-1), "first_search: is not a plan record (neg"),
+    ],
+)
+def test_a_damaged_first_search_record_is_named_by_its_field(tmp_path, change, expected):
+    """Its plan's fields as a JSON path, not pydantic's own report."""
+    problem = tidgap.load_problem("example:tiny-2")
+    path = tmp_path / "s.state"
+    tidgap.search(problem, generations=3, checkpoint=path, population=16, seed=0)
+    _rewrite_meta(path, lambda meta: change(meta["first_search"]))
+    with pytest.raises(InputError) as caught:
+        tidgap.search(problem, generations=3, resume=path, population=16, seed=0)
+    assert expected in str(caught.value) and "pydantic" not in str(caught.value)

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from pydantic import ValidationError
 
 from tidgap.backends.ticks import MODEL_PRICING
 from tidgap.model.errors import InputError
-from tidgap.model.fileio import parse_json, require_file_name
+from tidgap.model.fileio import input_error_from, parse_json, require_file_name
 from tidgap.model.numbers import is_integer
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
@@ -125,6 +126,18 @@ class SavedState:
             return None
         try:
             plan = Plan.model_validate(first["plan"])
+        except ValidationError as error:
+            found = input_error_from(error)
+            raise InputError(
+                f"is not a plan record ({found.message})",
+                ("first_search", "plan", *found.path),
+                source=self.source,
+            ) from None
+        except (KeyError, TypeError) as error:
+            raise InputError(
+                f"is not a plan record ({error})", ("first_search",), source=self.source
+            ) from None
+        try:
             check_plan(plan, problem)
             counts = int(first["generations"]), int(first["evaluations"])
             if min(counts) < 0:
