@@ -206,15 +206,21 @@ def test_a_population_of_floats_is_named_so(tmp_path, schedule, name):
     assert str(path) in str(caught.value)
 
 
-def test_an_islands_progress_that_is_not_integers_is_refused(tmp_path):
-    """It was cast to int with a ComplexWarning leaking to stderr."""
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda a: a.astype(complex), r"complex128 \(2,\), not integers \(2,\)"),
+        (lambda a: a * 0 - 1, r"\[-1, -1\], not counts >= 0"),
+    ],
+)
+def test_an_islands_progress_that_is_not_counts_is_refused(tmp_path, change, message):
+    """A complex one was cast to int with a ComplexWarning leaking to stderr."""
     problem = tidgap.load_problem("example:tiny-2")
     path = tmp_path / "s.state"
     options = dict(population=16, seed=0, backend="numpy")
     tidgap.search(problem, generations=3, checkpoint=path, **options)
-    _rewrite_array(path, "island0_progress", lambda a: a.astype(complex))
-    message = r"island 0's progress: complex128 \(2,\), not integers \(2,\)"
-    with pytest.raises(InputError, match=message):
+    _rewrite_array(path, "island0_progress", change)
+    with pytest.raises(InputError, match="island 0's progress: " + message):
         tidgap.search(problem, generations=3, resume=path, **options)
 
 

@@ -262,4 +262,6 @@ class JointOptimizer:
                 raise ValueError(
                     f"island {i}'s progress: {progress.dtype} {progress.shape}, not integers (2,)"
                 )
+            if (progress < 0).any():
+                raise ValueError(f"island {i}'s progress: {progress.tolist()}, not counts >= 0")
             island.best_fitness, island.since_improvement = (int(v) for v in progress)
