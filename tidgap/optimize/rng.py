@@ -46,7 +46,7 @@ class CounterRng:
 
     def __init__(self, seed: int, xp: ModuleType = np):
         self.xp = xp
-        self.key = int(splitmix64(np.array([int(seed) % 2**64], dtype=np.uint64))[0])
+        self.key = int(splitmix64(np.array([seed % 2**64], dtype=np.uint64))[0])
         self.draws = 0
 
     def stream(self) -> int:
