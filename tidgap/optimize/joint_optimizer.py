@@ -212,6 +212,21 @@ class JointOptimizer:
         )
         return [self.plan(host, p) for p in range(host.size)]
 
+    def restored_genes(self, saved: list[np.ndarray], like: JointGenes, owner: str) -> JointGenes:
+        """Saved ``forward``, ``backward``, ``lead`` (and ``codes``) as genes on the device,
+        checked against ``like`` (the same shapes, integers; every row a partition of the
+        batch within the caps): ``ValueError`` naming ``owner``'s array otherwise."""
+        current = like.arrays()
+        for name, array, now in zip(ISLAND_ARRAYS, saved, current, strict=False):
+            check_integers(array, now.shape, f"{owner} {name}")
+        units = self.ticked.num_units
+        caps = (self.ticked.forward_caps, self.ticked.backward_caps)
+        for name, array, cap in zip(ISLAND_ARRAYS[:2], saved[:2], caps, strict=True):
+            check_chromosomes(array, units, cap, f"{owner} {name}")
+        return JointGenes(
+            *(self.xp.asarray(a.astype(c.dtype)) for a, c in zip(saved, current, strict=False))
+        )
+
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Every island's population, times and peaks, and its stagnation, on the host."""
         arrays: dict[str, np.ndarray] = {}
@@ -231,37 +246,22 @@ class JointOptimizer:
         xp = self.xp
         for i, island in enumerate(self.islands):
             values = [arrays[f"island{i}_{name}"] for name in ISLAND_ARRAYS]
-            current = (*island.genes.arrays(), island.times, island.peaks)
-            for name, saved, now in zip(ISLAND_ARRAYS, values, current, strict=True):
-                if saved.shape != tuple(now.shape) or saved.dtype.kind not in "iu":
-                    raise ValueError(
-                        f"island {i}'s {name}: {saved.dtype} {saved.shape}, "
-                        f"not integers {now.shape}"
-                    )
-            units = self.ticked.num_units
-            for saved, caps, name in zip(
-                values[:2],
-                (self.ticked.forward_caps, self.ticked.backward_caps),
-                ISLAND_ARRAYS[:2],
-                strict=True,
-            ):
-                check_chromosomes(saved, units, caps, f"island {i}'s {name}")
-            genes = JointGenes(
-                *(
-                    xp.asarray(v.astype(c.dtype))
-                    for v, c in zip(values[:4], current[:4], strict=True)
-                )
-            )
+            now = (island.times, island.peaks)
+            for name, saved, current in zip(ISLAND_ARRAYS[4:], values[4:], now, strict=True):
+                check_integers(saved, current.shape, f"island {i}'s {name}")
             island._replace(
-                genes,
+                self.restored_genes(values[:4], island.genes, f"island {i}'s"),
                 xp.asarray(values[4].astype(np.int64)),
-                xp.asarray(values[5].astype(current[5].dtype)),
+                xp.asarray(values[5].astype(island.peaks.dtype)),
             )
             progress = arrays[f"island{i}_progress"]
-            if progress.shape != (2,) or progress.dtype.kind not in "iu":
-                raise ValueError(
-                    f"island {i}'s progress: {progress.dtype} {progress.shape}, not integers (2,)"
-                )
+            check_integers(progress, (2,), f"island {i}'s progress")
             if (progress < 0).any():
                 raise ValueError(f"island {i}'s progress: {progress.tolist()}, not counts >= 0")
             island.best_fitness, island.since_improvement = (int(v) for v in progress)
+
+
+def check_integers(saved: np.ndarray, shape: tuple[int, ...], name: str) -> None:
+    """``ValueError`` naming ``name`` unless ``saved`` is an integer array of ``shape``."""
+    if saved.shape != tuple(shape) or saved.dtype.kind not in "iu":
+        raise ValueError(f"{name}: {saved.dtype} {saved.shape}, not integers {tuple(shape)}")
