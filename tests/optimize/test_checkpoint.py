@@ -3,7 +3,6 @@ files are versioned and rejected cleanly."""
 
 from __future__ import annotations
 
-import json
 import re
 import zipfile
 
@@ -12,6 +11,7 @@ import pytest
 
 import tidgap
 from tests.support.backends import install_fake_cupy
+from tests.support.state_files import rewrite_array, rewrite_meta
 from tidgap.model.errors import InputError
 from tidgap.optimize.checkpoint import STATE_FORMAT, load_state
 
@@ -61,26 +61,17 @@ def test_state_file_round_trips_and_names_its_format(tmp_path):
     assert state.arrays["forward_genes"].shape[0] == 16
 
 
-def _rewrite_meta(path, change):
-    with np.load(path) as archive:
-        arrays = {name: archive[name] for name in archive.files}
-    meta = json.loads(str(arrays.pop("meta")))
-    change(meta)
-    with path.open("wb") as file:  # a file, not a name: savez would add ".npz"
-        np.savez(file, meta=np.array(json.dumps(meta)), **arrays)
-
-
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
         (lambda p: p.write_bytes(b"not a zip"), "not a NumPy archive of plain arrays"),
         (lambda p: p.write_bytes(b""), r"is not a tidgap state file \(empty\)"),
-        (lambda p: _rewrite_meta(p, lambda m: m.update(format="tidgap.state/0")), "format"),
-        (lambda p: _rewrite_meta(p, lambda m: m.update(seed=99)), "seed"),
-        (lambda p: _rewrite_meta(p, lambda m: m.update(digest="x")), "another problem"),
-        (lambda p: _rewrite_meta(p, lambda m: m.update(phase="ga")), "not a phase tidgap"),
+        (lambda p: rewrite_meta(p, lambda m: m.update(format="tidgap.state/0")), "format"),
+        (lambda p: rewrite_meta(p, lambda m: m.update(seed=99)), "seed"),
+        (lambda p: rewrite_meta(p, lambda m: m.update(digest="x")), "another problem"),
+        (lambda p: rewrite_meta(p, lambda m: m.update(phase="ga")), "not a phase tidgap"),
         # only a run-priced windowed search runs a mirrored first search
-        (lambda p: _rewrite_meta(p, lambda m: m.update(phase="mirrored")), "phase: was saved"),
+        (lambda p: rewrite_meta(p, lambda m: m.update(phase="mirrored")), "phase: was saved"),
     ],
 )
 def test_bad_state_files_are_refused(tmp_path, damage, message):
@@ -95,7 +86,7 @@ def test_bad_state_files_are_refused(tmp_path, damage, message):
 
 
 def _counters(**changes):
-    return lambda p: _rewrite_meta(p, lambda m: m["counters"].update(changes))
+    return lambda p: rewrite_meta(p, lambda m: m["counters"].update(changes))
 
 
 def _meta_text(path, text):
@@ -124,7 +115,7 @@ def _huge_array(path):
         (_counters(best=1.5), "counters.best 1.5 is not a count"),
         (_counters(generation=10**15), "counters.generation 1000000000000000 above"),
         (_counters(generation=3, since_improvement=4), "since_improvement above"),
-        (lambda p: _rewrite_meta(p, lambda m: m.update(counters=[1])), "counters is not an"),
+        (lambda p: rewrite_meta(p, lambda m: m.update(counters=[1])), "counters is not an"),
         (lambda p: _meta_text(p, "[" * 100_000 + "]" * 100_000), "meta: nested deeper than 64"),
         (lambda p: _meta_text(p, '{"format": NaN}'), "meta.format: "),
         (lambda p: _meta_text(p, "{"), "meta: not valid JSON"),
@@ -160,14 +151,6 @@ def test_truncated_state_file_is_refused(tmp_path):
         load_state(path)
 
 
-def _rewrite_array(path, name, change):
-    with np.load(path) as archive:
-        arrays = {key: archive[key] for key in archive.files}
-    arrays[name] = change(arrays[name])
-    with path.open("wb") as file:
-        np.savez(file, **arrays)
-
-
 @pytest.mark.parametrize(
     ("schedule", "name"),
     [("flush", "forward_genes"), ("flush", "backward_genes"), ("windowed", "island0_forward")],
@@ -186,7 +169,7 @@ def test_damaged_populations_are_refused(tmp_path, schedule, name, change):
     path = tmp_path / "s.state"
     options = dict(schedule=schedule, population=16, seed=0, backend="numpy")
     tidgap.search(problem, generations=3, checkpoint=path, **options)
-    _rewrite_array(path, name, change)
+    rewrite_array(path, name, change)
     with pytest.raises(InputError, match="does not fit this search") as caught:
         tidgap.search(problem, generations=3, resume=path, **options)
     assert str(path) in str(caught.value)
@@ -200,7 +183,7 @@ def test_a_population_of_floats_is_named_so(tmp_path, schedule, name):
     path = tmp_path / "s.state"
     options = dict(schedule=schedule, population=16, seed=0, backend="numpy")
     tidgap.search(problem, generations=3, checkpoint=path, **options)
-    _rewrite_array(path, name, lambda a: a.astype(np.float64))
+    rewrite_array(path, name, lambda a: a.astype(np.float64))
     with pytest.raises(InputError, match=r"float64 \(\d+, 2, \d+\), not integers \(") as caught:
         tidgap.search(problem, generations=3, resume=path, **options)
     assert str(path) in str(caught.value)
@@ -219,7 +202,7 @@ def test_an_islands_progress_that_is_not_counts_is_refused(tmp_path, change, mes
     path = tmp_path / "s.state"
     options = dict(population=16, seed=0, backend="numpy")
     tidgap.search(problem, generations=3, checkpoint=path, **options)
-    _rewrite_array(path, "island0_progress", change)
+    rewrite_array(path, "island0_progress", change)
     with pytest.raises(InputError, match="island 0's progress: " + message):
         tidgap.search(problem, generations=3, resume=path, **options)
 
@@ -237,7 +220,7 @@ def test_a_damaged_first_search_record_is_named_by_its_field(tmp_path, change, e
     problem = tidgap.load_problem("example:tiny-2")
     path = tmp_path / "s.state"
     tidgap.search(problem, generations=3, checkpoint=path, population=16, seed=0)
-    _rewrite_meta(path, lambda meta: change(meta["first_search"]))
+    rewrite_meta(path, lambda meta: change(meta["first_search"]))
     with pytest.raises(InputError) as caught:
         tidgap.search(problem, generations=3, resume=path, population=16, seed=0)
     assert expected in str(caught.value) and "pydantic" not in str(caught.value)
