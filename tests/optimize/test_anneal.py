@@ -81,7 +81,12 @@ def test_the_schedule_ends_on_steps_or_deadline() -> None:
     assert Annealing(steps=10).progress(5, time.perf_counter()) == 0.5
     started = time.perf_counter()
     assert Annealing(deadline=started - 1).progress(0, started) >= 1
-    assert Annealing(steps=10, interrupted=lambda: "SIGINT").progress(0, started) == 1
+    assert Annealing(steps=10, interrupted=lambda: "SIGINT").stopped()
+    # Resumed half way: the time to the deadline covers the other half.
+    resumed = Annealing(deadline=started + 100, begun=0.5)
+    assert 0.5 <= resumed.progress(0, started) < 0.51
+    assert Annealing(steps=10, deadline=started + 100, begun=0.5).progress(8, started) == 0.8
+    assert not Annealing(steps=10, interrupted=lambda: None).stopped()
     _, space, islands = _islands("tiny-2", "numba", size=8)
     _, evaluations = anneal(
         islands, space, CounterRng(0), Annealing(deadline=time.perf_counter()), per_island=4

@@ -39,24 +39,28 @@ END_TEMPERATURE = 1e-4
 class Annealing:
     """How long the chains run: at most ``steps`` steps, until ``deadline`` (a
     ``time.perf_counter()`` value; at least one of the two is given) and until
-    ``interrupted()`` names a signal."""
+    ``interrupted()`` names a signal. ``begun`` is how far the schedule was before a
+    resume (``0..1``): the time to the deadline covers the rest."""
 
     steps: int | None = None
     deadline: float | None = None
     interrupted: Callable[[], str | None] | None = None
+    begun: float = 0.0
+
+    def stopped(self) -> bool:
+        """Whether a signal asked to stop."""
+        return self.interrupted is not None and self.interrupted() is not None
 
     def progress(self, step: int, started: float) -> float:
-        """How far the schedule is, ``0..1``: the larger of the steps and the time done (1
-        once a signal asked to stop)."""
-        if self.interrupted is not None and self.interrupted() is not None:
-            return 1.0
+        """How far the schedule is, ``0..1``: the larger of the steps and the time done."""
         if self.steps == 0:
             return 1.0
         done = 0.0 if self.steps is None else step / self.steps
         if self.deadline is not None:
             span = max(self.deadline - started, 1e-9)
-            done = max(done, (time.perf_counter() - started) / span)
-        return done
+            elapsed = (time.perf_counter() - started) / span
+            done = max(done, self.begun + (1 - self.begun) * elapsed)
+        return min(done, 1.0)
 
 
 @dataclass
@@ -92,43 +96,81 @@ class Chains:
         )
 
 
+@dataclass
+class AnnealState:
+    """An annealing under way: its ``chains``; each island's fittest individual any of its
+    chains reached (``best``, ``(1, S, K)`` genes each, ``best_fitness`` ticks); the
+    ``step`` s taken and how far the schedule is (``done``, ``0..1``: 1 once it ended on
+    its steps or deadline)."""
+
+    chains: Chains
+    best: list[JointGenes]
+    best_fitness: list[int]
+    step: int = 0
+    done: float = 0.0
+
+    @classmethod
+    def start(cls, islands: list[Island], per_island: int | None = None) -> AnnealState:
+        """Chains from every island's population (its ``per_island`` fittest, when given),
+        each island's best its fittest chain."""
+        chains = Chains.of(islands, per_island)
+        first = chains.offsets[:-1]
+        best = [_copy(chains.genes.take(slice(i, i + 1))) for i in first]
+        return cls(chains, best, [int(chains.fitness[i]) for i in first])
+
+    @property
+    def evaluations(self) -> int:
+        """Chains scored: steps times chains."""
+        return self.step * self.chains.genes.size
+
+    def found(self) -> list[tuple[JointGenes, int] | None]:
+        """Per island, its best and fitness; ``None`` where none is within its level."""
+        return [
+            (genes, value) if value < OVER_LIMIT else None
+            for genes, value in zip(self.best, self.best_fitness, strict=True)
+        ]
+
+
 def anneal(
     islands: list[Island],
     space: JointSpace,
     rng: CounterRng,
     annealing: Annealing,
     per_island: int | None = None,
+    state: AnnealState | None = None,
+    after_step: Callable[[AnnealState], None] | None = None,
 ) -> tuple[list[tuple[JointGenes, int] | None], int]:
     """Anneal chains started from every island's population (its ``per_island`` fittest,
-    when given); returns, per island, the fittest individual any of its chains reached
-    (``(1, S, K)`` genes and its fitness in ticks, ``None`` if none is within the island's
-    level) and the evaluations made (steps times chains)."""
+    when given), or go on with ``state`` (a resumed one); ``after_step(state)`` is called
+    after each step (a checkpoint). Returns, per island, the fittest individual any of its
+    chains reached (``(1, S, K)`` genes and its fitness in ticks, ``None`` if none is within
+    the island's level) and the evaluations made (steps times chains, a resumed state's
+    steps included)."""
     xp = namespace(islands[0].fitness)
-    chains = Chains.of(islands, per_island)
-    first = chains.offsets[:-1]
-    best = [_copy(chains.genes.take(slice(i, i + 1))) for i in first]
-    best_fitness = [int(chains.fitness[i]) for i in first]
-    started, step = time.perf_counter(), 0
+    state = AnnealState.start(islands, per_island) if state is None else state
+    chains = state.chains
+    started = time.perf_counter()
     ratio = END_TEMPERATURE / START_TEMPERATURE
-    while (done := annealing.progress(step, started)) < 1:
+    while not annealing.stopped():
+        state.done = annealing.progress(state.step, started)
+        if state.done >= 1:
+            break
         moved = space.mutate(
             chains.genes, space.forward_caps, space.backward_caps, rng, 1.0, mirrored=space.mirrored
         )
         fitness = penalised(*space.evaluate(moved), chains.held)
         delta = (fitness - chains.fitness).astype(xp.float64)
-        temperature = chains.scale * (START_TEMPERATURE * ratio**done)
+        temperature = chains.scale * (START_TEMPERATURE * ratio**state.done)
         chance = xp.exp(-xp.clip(delta / temperature, 0.0, 700.0))
         take = (delta <= 0) | (rng.random((chains.genes.size,)) < chance)
         take &= fitness < OVER_LIMIT
         _take_moves(take, moved, chains.genes)
         chains.fitness = xp.where(take, fitness, chains.fitness)
-        _keep_best(best, best_fitness, moved, fitness, chains.offsets)
-        step += 1
-    found = [
-        (genes, value) if value < OVER_LIMIT else None
-        for genes, value in zip(best, best_fitness, strict=True)
-    ]
-    return found, step * chains.genes.size
+        _keep_best(state.best, state.best_fitness, moved, fitness, chains.offsets)
+        state.step += 1
+        if after_step is not None:
+            after_step(state)
+    return state.found(), state.evaluations
 
 
 def _take_moves(take: Any, moved: JointGenes, chains: JointGenes) -> None:

@@ -54,6 +54,9 @@ MAX_GENERATION = 10**9
 #: The ``phase`` of a state saved during a run-priced search's mirrored first search
 #: (:func:`tidgap.optimize.windowed_driver.mirrored_first_search`).
 MIRRORED_PHASE = "mirrored"
+#: The ``phase`` of a state saved while a windowed search anneals after its GA
+#: (:mod:`tidgap.optimize.anneal_checkpoint`).
+ANNEAL_PHASE = "anneal"
 
 
 def problem_digest(problem: Problem) -> str:
@@ -150,9 +153,10 @@ class SavedState:
 
     @property
     def phase(self) -> str | None:
-        """The search's phase it was saved in: ``None`` (its GA) or :data:`MIRRORED_PHASE`."""
+        """The search's phase it was saved in: ``None`` (its GA), :data:`MIRRORED_PHASE`
+        or :data:`ANNEAL_PHASE`."""
         phase = self.meta.get("phase")
-        if phase not in (None, MIRRORED_PHASE):
+        if phase not in (None, MIRRORED_PHASE, ANNEAL_PHASE):
             raise InputError(
                 f"is not a phase tidgap saves ({phase!r})", ("phase",), source=self.source
             )
@@ -165,12 +169,12 @@ class SavedState:
 
     def _counters(self) -> dict[str, int]:
         """The saved ``counters``, checked (:func:`_counters`)."""
-        with self._fitting():
+        with self.fitting():
             return _counters(self.meta["counters"])
 
     def restore(self, optimizer: Any) -> None:
         """Put this state into ``optimizer`` (built by the same setup)."""
-        with self._fitting():
+        with self.fitting():
             optimizer.restore_arrays(self.arrays)
             for name, value in _counters(self.meta["counters"]).items():
                 setattr(optimizer.counters, name, value)
@@ -181,7 +185,7 @@ class SavedState:
             optimizer.rescore()  # the scores from the restored genes, with today's fitness
 
     @contextmanager
-    def _fitting(self) -> Iterator[None]:
+    def fitting(self) -> Iterator[None]:
         """What this state lacks or holds wrong for a search, as one :class:`InputError`."""
         try:
             yield
@@ -256,7 +260,11 @@ def save_state(
 ) -> None:
     """Write ``run``'s state (in ``phase``) to ``path`` atomically
     (:mod:`tidgap.outputs.atomic`)."""
-    state = current_state(run, identity, phase)
+    write_state(path, current_state(run, identity, phase))
+
+
+def write_state(path: str | os.PathLike[str], state: SavedState) -> None:
+    """Write ``state`` to ``path`` atomically (:mod:`tidgap.outputs.atomic`)."""
 
     def produce(temporary: Path) -> None:
         buffer = io.BytesIO()
@@ -318,15 +326,24 @@ class Checkpoint:
     phase: str | None = None
     closed: bool = False
 
+    @property
+    def is_due(self) -> bool:
+        """Whether ``every`` seconds passed since the last save."""
+        return time.monotonic() - self.last >= self.every
+
     def due(self, run: Prepared) -> None:
         """Save if ``every`` seconds passed since the last save."""
-        if time.monotonic() - self.last >= self.every:
+        if self.is_due:
             self.save(run)
 
     def save(self, run: Prepared) -> None:
-        """Save now (unless closed)."""
+        """Save ``run``'s state now (unless closed)."""
+        self.write(current_state(run, self.identity, self.phase))
+
+    def write(self, state: SavedState) -> None:
+        """Write ``state`` now (unless closed)."""
         if not self.closed:
-            save_state(self.path, run, self.identity, self.phase)
+            write_state(self.path, state)
         self.last = time.monotonic()
 
     @contextmanager

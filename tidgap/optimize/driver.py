@@ -126,7 +126,8 @@ def search(
 
     ``checkpoint`` (a path) saves the GA's state (:mod:`tidgap.optimize.checkpoint`)
     every ``checkpoint_every`` seconds, at the end and when a signal stops the search (during
-    a mirrored first search, that search's GA's);
+    a mirrored first search, that search's GA's; during a windowed search's annealing, the
+    annealing's, which a resume goes on with: :mod:`tidgap.optimize.anneal_checkpoint`);
     ``resume`` (a path or a loaded state) continues from one, for the same problem, family,
     seed, population, backend and constraints (:class:`InputError` otherwise), and the
     stopping rule counts the generations after it: ``G1`` generations then ``G - G1``

@@ -28,9 +28,12 @@ from tidgap.model.errors import InputError
 from tidgap.model.numbers import integer_at_least, is_number
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem, require_problem
+from tidgap.optimize.anneal_checkpoint import ResumedAnnealing, resumed_annealing
 from tidgap.optimize.backward_rules import FREE, check_rule
 from tidgap.optimize.checkpoint import (
+    ANNEAL_PHASE,
     DEFAULT_EVERY,
+    MIRRORED_PHASE,
     Checkpoint,
     SavedState,
     SearchIdentity,
@@ -45,6 +48,7 @@ from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level, checked_memory_limi
 from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.scores import Fitness, Scores, to_ticks
 from tidgap.optimize.windowed_driver import (
+    ANNEAL_CHAINS,
     finish_windowed,
     prepare_windowed,
     searches_mirrored_first,
@@ -151,8 +155,9 @@ class Optimizer:
     same problem and options. ``checkpoint`` (a path) is where :meth:`drive` saves the
     state every ``checkpoint_every`` seconds and at the end; a run-priced windowed
     optimizer's mirrored first search, run as it is built, saves there too (a resume
-    finishes that search first). The same seed, options and fitness give the same
-    sequence of populations.
+    finishes that search first), and so does a windowed optimizer's annealing in
+    :meth:`result` (a resume goes on annealing). The same seed, options and fitness give
+    the same sequence of populations.
     """
 
     def __init__(
@@ -219,9 +224,15 @@ class Optimizer:
         mirrors_first = not SCHEDULES[schedule].separable and searches_mirrored_first(
             self.identity.pricing, self.identity.backward
         )
-        if phase is not None and not mirrors_first:
+        if phase == MIRRORED_PHASE and not mirrors_first:
             raise InputError(
                 "was saved in a mirrored first search, which this search does not run",
+                ("phase",),
+                source=saved.source,
+            )
+        if phase == ANNEAL_PHASE and SCHEDULES[schedule].separable:
+            raise InputError(
+                "was saved in a windowed search's annealing, which a flush search does not run",
                 ("phase",),
                 source=saved.source,
             )
@@ -258,7 +269,7 @@ class Optimizer:
         else:
             if same_partition:
                 raise ValueError(f"same_partition searches {SAME_PARTITION_SCHEDULE} plans only")
-            in_ga = saved is not None and phase is None
+            in_ga = saved is not None and phase != MIRRORED_PHASE
             self.run = prepare_windowed(
                 problem,
                 memory_limit=memory_limit,
@@ -270,10 +281,13 @@ class Optimizer:
                 **options,
             )
         self.run.optimizer.fitness = fitness
-        if saved is not None and phase is None:
+        if saved is not None and phase != MIRRORED_PHASE:
             saved.restore(self.run.optimizer)  # scored again with this fitness
         elif fitness is not None:
             self.run.optimizer.rescore()
+        self.annealing: ResumedAnnealing | None = None
+        if phase == ANNEAL_PHASE and fitness is None:
+            self.annealing = resumed_annealing(saved, self.run.optimizer, ANNEAL_CHAINS)
 
     @property
     def problem(self) -> Problem:
@@ -355,15 +369,21 @@ class Optimizer:
     def drive(self) -> str:
         """Run generations until the stopping rule given at construction says why (its
         name), saving to the ``checkpoint`` given then; ``ValueError`` if it has no
-        generations, time limit or stagnation rule (it would never stop)."""
+        generations, time limit or stagnation rule (it would never stop). Resumed from a
+        state saved in the annealing, it runs none (that GA is over) and gives the reason
+        that GA stopped."""
         stop = self.stopping
         if stop.generations is None and stop.time_limit is None and stop.stagnation is None:
             raise ValueError("drive() needs Stopping(generations=, time_limit= or stagnation=)")
+        if self.annealing is not None:  # its GA is over
+            return self.annealing.reason
         return drive(self.run, self.checkpoint)
 
     def result(self, stop_reason: str = "generations") -> SearchResult:
-        """The search's result now: the best plans annealed (windowed) and polished (unless
+        """The search's result now: the best plans annealed (windowed; the annealing a
+        resumed state holds goes on, and the ``checkpoint`` saves it) and polished (unless
         ``stop_reason`` names a signal), decoded and checked with the reference simulator,
         beside the baselines."""
-        finish = finish_flush if self.separable else finish_windowed
-        return finish(self.run, stop_reason)
+        if self.separable:
+            return finish_flush(self.run, stop_reason)
+        return finish_windowed(self.run, stop_reason, self.checkpoint, self.annealing)

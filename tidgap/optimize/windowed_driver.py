@@ -29,9 +29,16 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.optimize import background_compile
-from tidgap.optimize.anneal import Annealing, anneal
+from tidgap.optimize.anneal import Annealing, AnnealState, anneal
+from tidgap.optimize.anneal_checkpoint import AnnealSaving, ResumedAnnealing
 from tidgap.optimize.backward_rules import FREE, MIRRORED, refusal, rule_caps
-from tidgap.optimize.checkpoint import MIRRORED_PHASE, Checkpoint, SavedState, drive
+from tidgap.optimize.checkpoint import (
+    MIRRORED_PHASE,
+    Checkpoint,
+    SavedState,
+    current_state,
+    drive,
+)
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import GENE, Population, decode_plan, encode_partitions
@@ -615,23 +622,40 @@ def prepare_windowed(
 
 
 def annealed(
-    run: WindowedRun, found: list[tuple[JointGenes, int] | None], deadline: float | None = None
+    run: WindowedRun,
+    found: list[tuple[JointGenes, int] | None],
+    deadline: float | None = None,
+    saving: AnnealSaving | None = None,
+    resumed: ResumedAnnealing | None = None,
 ) -> list[tuple[JointGenes, int] | None]:
-    """:func:`anneal` from every island, then each level takes the fastest it admits of
-    ``found`` and the chains' bests. The chains run until ``deadline`` (default: for
-    :data:`ANNEAL_SHARE` of a time limit, up to the polish's share); when the GA stops on
-    generations or stagnation, for at most :data:`ANNEAL_STEPS_PER_GENERATION` steps per
-    generation it ran (so the same seed and generations give the same plan)."""
+    """:func:`anneal` from every island (or on from ``resumed``), then each level takes the
+    fastest it admits of ``found`` and the chains' bests. The chains run until ``deadline``
+    (default: for :data:`ANNEAL_SHARE` of a time limit, up to the polish's share); when the
+    GA stops on generations or stagnation, for at most :data:`ANNEAL_STEPS_PER_GENERATION`
+    steps per generation it ran (so the same seed and generations give the same plan).
+    ``saving`` checkpoints the annealing: when due, when a signal stops it and at its end."""
     optimizer, time_limit, stop = run.optimizer, run.time_limit, run.stop
     steps = None
     if not runs_to_the_limit(run.stop, time_limit):
         steps = ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation
     if deadline is None and time_limit is not None:
         deadline = run.clock + time_limit * (1 - POLISH_SHARE)
-    annealing = Annealing(steps, deadline, stop.interrupted)
+    state = AnnealState.start(optimizer.islands, ANNEAL_CHAINS)
+    if resumed is not None:
+        state, optimizer.rng.draws = resumed.state, resumed.draws
+    annealing = Annealing(steps, deadline, stop.interrupted, state.done)
+    after_step = None if saving is None else saving.due
     reached, evaluations = anneal(
-        optimizer.islands, optimizer.space, optimizer.rng, annealing, ANNEAL_CHAINS
+        optimizer.islands,
+        optimizer.space,
+        optimizer.rng,
+        annealing,
+        state=state,
+        after_step=after_step,
     )
+    if saving is not None:
+        saving.save(state)
+        saving.checkpoint.closed |= annealing.stopped()
     optimizer.counters.evaluations += evaluations
     return fastest_admitted([*found, *reached], run.levels, optimizer.space)
 
@@ -667,23 +691,37 @@ def used_to_the_end(
     return found, stop_reason
 
 
-def finish_windowed(run: WindowedRun, stop_reason: str) -> SearchResult:
+def finish_windowed(
+    run: WindowedRun,
+    stop_reason: str,
+    checkpoint: Checkpoint | None = None,
+    resumed: ResumedAnnealing | None = None,
+) -> SearchResult:
     """The result of ``run`` after its generations stopped for ``stop_reason``: each level's
-    best annealed, then polished (unless a signal stopped it, or a fitness of the user's
-    own ranks them: both minimise the iteration time; a signal during the annealing skips
-    the polish and becomes the stop reason), decoded and checked."""
+    best annealed (or, ``resumed``, the annealing a state holds goes on), then polished
+    (unless a signal stopped it, or a fitness of the user's own ranks them: both minimise
+    the iteration time; a signal during the annealing skips the polish and becomes the stop
+    reason), decoded and checked. ``checkpoint`` saves the annealing (phase
+    :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`) and, once the search ends without a
+    signal, the GA's state again."""
     optimizer, levels, in_force, problem = run.optimizer, run.levels, run.in_force, run.problem
     phases, time_limit, clock = run.phases, run.time_limit, run.clock
     found = [optimizer.best_within(level) for level in levels]
     if stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None:
+        saving = None
+        if checkpoint is not None:
+            ga = current_state(run, checkpoint.identity) if resumed is None else resumed.ga
+            saving = AnnealSaving(checkpoint, ga, stop_reason, lambda: optimizer.rng.draws)
         with phases("anneal"):
-            found = annealed(run, found)
+            found = annealed(run, found, saving=saving, resumed=resumed)
         stop_reason = run.stop.signal() or stop_reason
         if stop_reason not in STOP_SIGNALS.values():
             with phases("polish"):
                 deadline = None if time_limit is None else clock + time_limit
                 found = polished(found, levels, optimizer.space, deadline)
             found, stop_reason = used_to_the_end(run, found, stop_reason)
+            if saving is not None and stop_reason not in STOP_SIGNALS.values():
+                saving.finished()
     tradeoff = [
         TradeoffPoint(level, None, None)
         if best is None

@@ -1,0 +1,179 @@
+"""A windowed search checkpoints its annealing: stopped there, it resumes there and gives
+the plan of one unbroken search; ended without a signal, its file holds the GA's state."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.support.state_files import rewrite_array, rewrite_meta
+from tidgap import load_problem, search
+from tidgap.model.errors import InputError
+from tidgap.optimize import windowed_driver
+from tidgap.optimize.checkpoint import ANNEAL_PHASE, load_state
+
+OPTIONS = dict(population=16, seed=2, backend="numba", memory_limit="1f1b")
+GENERATIONS = 40
+
+
+def _problem():
+    return load_problem("example:gpt1-14")
+
+
+def _same(result, other) -> bool:
+    plans = (result.plan.forward, result.plan.backward, result.plan.order)
+    return plans == (other.plan.forward, other.plan.backward, other.plan.order)
+
+
+def signal_in_annealing(path: Path, step: int) -> Callable[[], str | None]:
+    """An ``interrupted`` that names SIGINT once the state at ``path`` was saved in the
+    annealing at ``step`` or later (a Ctrl-C there)."""
+
+    def interrupted() -> str | None:
+        if not path.exists():
+            return None
+        meta = load_state(path).meta
+        reached = meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= step
+        return "SIGINT" if reached else None
+
+    return interrupted
+
+
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory):
+    """One search of :data:`GENERATIONS` and its state file."""
+    path = tmp_path_factory.mktemp("unbroken") / "s.state"
+    return search(_problem(), generations=GENERATIONS, checkpoint=path, **OPTIONS), path
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """The same search stopped by a signal at the annealing's 25th step, and its state."""
+    path = tmp_path_factory.mktemp("stopped") / "s.state"
+    result = search(
+        _problem(),
+        generations=GENERATIONS,
+        checkpoint=path,
+        checkpoint_every=1e-9,
+        interrupted=signal_in_annealing(path, 25),
+        **OPTIONS,
+    )
+    return result, path
+
+
+def test_a_search_stopped_in_its_annealing_resumes_there(unbroken, stopped) -> None:
+    full, _ = unbroken
+    result, path = stopped
+    assert result.stop_reason == "SIGINT" and "polish" not in result.setup
+    saved = load_state(path)
+    assert saved.meta["phase"] == ANNEAL_PHASE
+    assert saved.meta["anneal"]["step"] == 25 and 0 < saved.meta["anneal"]["done"] < 1
+    assert saved.meta["anneal"]["reason"] == "generations"
+    # Its GA is over: no more generations; the annealing goes on to 4 steps a generation.
+    rest = search(_problem(), generations=0, resume=path, **OPTIONS)
+    assert _same(rest, full)
+    assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
+    assert rest.stop_reason == full.stop_reason == "generations"
+
+
+def test_a_search_ended_without_a_signal_leaves_the_gas_state(unbroken, tmp_path) -> None:
+    """Saved in its annealing too (every step), the file at the end is the GA's state of a
+    search that saved only then, so more generations resumed from it go on as before."""
+    full, quiet = unbroken
+    path = tmp_path / "s.state"
+    again = search(
+        _problem(), generations=GENERATIONS, checkpoint=path, checkpoint_every=1e-9, **OPTIONS
+    )
+    assert _same(again, full)
+    saved, expected = load_state(path), load_state(quiet)
+    assert saved.meta == expected.meta and saved.meta["phase"] is None
+    assert saved.arrays.keys() == expected.arrays.keys()
+    for name, array in saved.arrays.items():
+        assert np.array_equal(array, expected.arrays[name]), name
+
+
+def test_a_search_killed_after_its_annealing_resumes_at_the_polish(
+    unbroken, tmp_path, monkeypatch
+) -> None:
+    """The annealing's end is saved: a search killed in the polish does not anneal again."""
+    full, _ = unbroken
+    path, copy = tmp_path / "s.state", tmp_path / "at_polish.state"
+    polished = windowed_driver.polished
+
+    def copying(*args, **kwargs):
+        if not copy.exists():
+            shutil.copy(path, copy)
+        return polished(*args, **kwargs)
+
+    monkeypatch.setattr(windowed_driver, "polished", copying)
+    search(_problem(), generations=GENERATIONS, checkpoint=path, **OPTIONS)
+    monkeypatch.undo()
+    saved = load_state(copy)
+    generation = saved.meta["counters"]["generation"]
+    assert saved.meta["phase"] == ANNEAL_PHASE and saved.meta["anneal"]["done"] == 1
+    assert saved.meta["anneal"]["step"] == windowed_driver.ANNEAL_STEPS_PER_GENERATION * generation
+    rest = search(_problem(), generations=0, resume=copy, **OPTIONS)
+    assert _same(rest, full)
+    assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
+
+
+def _record(**changes):
+    return lambda path: rewrite_meta(path, lambda meta: meta["anneal"].update(changes))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (_record(step=-1), "anneal.step: is -1, not a count"),
+        (_record(step=True), "anneal.step: is True, not a count"),
+        (_record(done=1.5), "anneal.done: is 1.5, not a number 0..1"),
+        (_record(draws=2**64), "anneal.draws: is 18446744073709551616, not a count"),
+        (_record(reason="SIGINT"), "anneal.reason: is 'SIGINT', not one of generations"),
+        (lambda p: rewrite_meta(p, lambda m: m.update(anneal=[])), "anneal: is not an annealing"),
+        (
+            lambda p: rewrite_array(p, "anneal_forward", lambda a: a * 2),
+            "does not fit this search (the annealing's chains' forward population holds rows",
+        ),
+        (
+            lambda p: rewrite_array(p, "anneal_best_lead", lambda a: a[:1]),
+            "does not fit this search (the annealing's bests' lead: int32 (1,",
+        ),
+        (
+            lambda p: rewrite_array(p, "anneal_lead", lambda a: a.astype(np.float64)),
+            "the annealing's chains' lead: float64",
+        ),
+    ],
+)
+def test_a_damaged_annealing_is_one_error(stopped, tmp_path, damage, message) -> None:
+    """Each names the file and the field, before any work."""
+    path = tmp_path / "s.state"
+    shutil.copy(stopped[1], path)
+    damage(path)
+    with pytest.raises(InputError, match=re.escape(message)) as caught:
+        search(_problem(), generations=0, resume=path, **OPTIONS)
+    assert str(caught.value).startswith(f"{path}: ")
+
+
+def test_a_missing_annealing_array_is_named(stopped, tmp_path) -> None:
+    path = tmp_path / "s.state"
+    with np.load(stopped[1]) as archive:
+        arrays = {name: archive[name] for name in archive.files if name != "anneal_lead"}
+    with path.open("wb") as file:
+        np.savez(file, **arrays)
+    with pytest.raises(InputError, match="it has no 'anneal_lead'"):
+        search(_problem(), generations=0, resume=path, **OPTIONS)
+
+
+def test_a_flush_state_marked_as_annealing_is_refused(tmp_path) -> None:
+    """A flush search anneals nothing (a windowed state fails the schedule check first)."""
+    path = tmp_path / "s.state"
+    options = {**OPTIONS, "memory_limit": None, "schedule": "flush"}
+    search(_problem(), generations=3, checkpoint=path, **options)
+    rewrite_meta(path, lambda meta: meta.update(phase=ANNEAL_PHASE))
+    with pytest.raises(InputError, match="phase: was saved in a windowed search's annealing"):
+        search(_problem(), generations=0, resume=path, **options)
