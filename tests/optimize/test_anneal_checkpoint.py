@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.backends import install_fake_cupy
 from tests.support.state_files import rewrite_array, rewrite_meta
 from tidgap import load_problem, search
 from tidgap.model.errors import InputError
@@ -177,3 +178,17 @@ def test_a_flush_state_marked_as_annealing_is_refused(tmp_path) -> None:
     rewrite_meta(path, lambda meta: meta.update(phase=ANNEAL_PHASE))
     with pytest.raises(InputError, match="phase: was saved in a windowed search's annealing"):
         search(_problem(), generations=0, resume=path, **options)
+
+
+def test_an_annealing_resumes_through_the_cupy_stand_in(tmp_path, monkeypatch) -> None:
+    """Device arrays are saved from and restored to the device."""
+    install_fake_cupy(monkeypatch)
+    options = {**OPTIONS, "backend": "cuda", "generations": 12}
+    problem = load_problem("example:tiny-2")
+    full = search(problem, **options)
+    path = tmp_path / "s.state"
+    interrupted = signal_in_annealing(path, 5)
+    search(problem, checkpoint=path, checkpoint_every=1e-9, interrupted=interrupted, **options)
+    assert load_state(path).meta["anneal"]["step"] == 5
+    rest = search(problem, resume=path, **{**options, "generations": 0})
+    assert _same(rest, full) and rest.evaluations == full.evaluations
