@@ -224,3 +224,19 @@ def test_a_damaged_first_search_record_is_named_by_its_field(tmp_path, change, e
     with pytest.raises(InputError) as caught:
         tidgap.search(problem, generations=3, resume=path, population=16, seed=0)
     assert expected in str(caught.value) and "pydantic" not in str(caught.value)
+
+
+def test_state_files_are_compressed_and_uncompressed_ones_still_resume(tmp_path):
+    """Written deflated (a deep problem's 118 MB state took 1.1 MB); files written
+    uncompressed, as before 2026-12-05, resume the same."""
+    problem = tidgap.load_problem("example:tiny-2")
+    options = dict(schedule="windowed", population=16, seed=4, backend="numpy")
+    path = tmp_path / "s.state"
+    tidgap.search(problem, generations=3, checkpoint=path, **options)
+    with zipfile.ZipFile(path) as archive:
+        assert {i.compress_type for i in archive.infolist()} == {zipfile.ZIP_DEFLATED}
+    plain = tmp_path / "plain.state"
+    with np.load(path) as archive, plain.open("wb") as file:
+        np.savez(file, **{name: archive[name] for name in archive.files})
+    results = [tidgap.search(problem, generations=2, resume=p, **options) for p in (path, plain)]
+    assert results[0].plan == results[1].plan

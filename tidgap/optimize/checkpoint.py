@@ -1,6 +1,6 @@
 """Optimizer state files (``tidgap.state/1``): checkpoint a search and resume it.
 
-A state file is a NumPy ``.npz`` archive (no pickles): the populations and their scores
+A state file is a deflated NumPy ``.npz`` archive (no pickles): the populations and their scores
 (``state_arrays`` of the optimizer) and ``meta``, one JSON string: ``format``, the
 ``schedule``, the problem's ``digest`` (SHA-256 of its canonical JSON), ``seed``,
 ``population``, ``backend``, ``same_partition``, ``backward`` (the rule), ``memory_limit``,
@@ -268,7 +268,7 @@ def write_state(path: str | os.PathLike[str], state: SavedState) -> None:
 
     def produce(temporary: Path) -> None:
         buffer = io.BytesIO()
-        np.savez(buffer, meta=np.array(json.dumps(state.meta)), **state.arrays)
+        np.savez_compressed(buffer, meta=np.array(json.dumps(state.meta)), **state.arrays)
         temporary.write_bytes(buffer.getvalue())
 
     replace_atomically(path, produce)
