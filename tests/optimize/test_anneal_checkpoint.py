@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from tests.support.backends import install_fake_cupy
-from tests.support.state_files import rewrite_array, rewrite_meta
+from tests.support.state_files import (
+    rewrite_array,
+    rewrite_arrays,
+    rewrite_meta,
+    signal_once_saved,
+)
 from tidgap import load_problem, search
 from tidgap.model.errors import InputError
 from tidgap.optimize import windowed_driver
@@ -34,15 +39,9 @@ def _same(result, other) -> bool:
 def signal_in_annealing(path: Path, step: int) -> Callable[[], str | None]:
     """An ``interrupted`` that names SIGINT once the state at ``path`` was saved in the
     annealing at ``step`` or later (a Ctrl-C there)."""
-
-    def interrupted() -> str | None:
-        if not path.exists():
-            return None
-        meta = load_state(path).meta
-        reached = meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= step
-        return "SIGINT" if reached else None
-
-    return interrupted
+    return signal_once_saved(
+        path, lambda meta: meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= step
+    )
 
 
 @pytest.fixture(scope="module")
@@ -162,10 +161,8 @@ def test_a_damaged_annealing_is_one_error(stopped, tmp_path, damage, message) ->
 
 def test_a_missing_annealing_array_is_named(stopped, tmp_path) -> None:
     path = tmp_path / "s.state"
-    with np.load(stopped[1]) as archive:
-        arrays = {name: archive[name] for name in archive.files if name != "anneal_lead"}
-    with path.open("wb") as file:
-        np.savez(file, **arrays)
+    shutil.copy(stopped[1], path)
+    rewrite_arrays(path, lambda arrays: arrays.pop("anneal_lead"))
     with pytest.raises(InputError, match="it has no 'anneal_lead'"):
         search(_problem(), generations=0, resume=path, **OPTIONS)
 

@@ -11,7 +11,7 @@ import pytest
 
 import tidgap
 from tests.support.backends import install_fake_cupy
-from tests.support.state_files import rewrite_array, rewrite_meta
+from tests.support.state_files import rewrite_array, rewrite_arrays, rewrite_meta
 from tidgap.model.errors import InputError
 from tidgap.optimize.checkpoint import STATE_FORMAT, load_state
 
@@ -91,10 +91,7 @@ def _counters(**changes):
 
 def _meta_text(path, text):
     """Replace the meta string of the state at ``path`` with ``text`` as it is."""
-    with np.load(path) as archive:
-        arrays = {name: archive[name] for name in archive.files if name != "meta"}
-    with path.open("wb") as file:
-        np.savez(file, meta=np.array(text), **arrays)
+    rewrite_arrays(path, lambda arrays: arrays.update(meta=np.array(text)))
 
 
 def _huge_array(path):

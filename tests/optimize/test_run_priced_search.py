@@ -15,6 +15,7 @@ import tidgap
 from tests.conftest import golden_cases
 from tests.support.backends import install_fake_cupy
 from tests.support.calibrations import order_tables
+from tests.support.state_files import signal_once_saved
 from tidgap import InputError, Problem, search
 from tidgap.optimize.checkpoint import MIRRORED_PHASE, load_state
 from tidgap.optimize.results import SearchResult
@@ -98,18 +99,11 @@ def test_a_state_resumes_only_with_its_pricing(tmp_path) -> None:
     assert tidgap.search(problem, resume=path, **OPTIONS).pricing == "run"
 
 
-def signal_once_saved(path: Path, generation: int) -> Callable[[], str | None]:
-    """An ``interrupted`` that names SIGINT once the state at ``path`` is the mirrored first
-    search's at ``generation`` or later (a Ctrl-C there)."""
-
-    def interrupted() -> str | None:
-        if not path.exists():
-            return None
-        meta = load_state(path).meta
-        reached = meta["phase"] == MIRRORED_PHASE and meta["counters"]["generation"] >= generation
-        return "SIGINT" if reached else None
-
-    return interrupted
+def in_the_mirrored_search(generation: int) -> Callable[[dict], bool]:
+    """Whether a state's ``meta`` is the mirrored first search's at ``generation`` or later."""
+    return lambda meta: (
+        meta["phase"] == MIRRORED_PHASE and meta["counters"]["generation"] >= generation
+    )
 
 
 def test_a_search_stopped_in_its_mirrored_first_search_resumes_there(tmp_path: Path) -> None:
@@ -126,7 +120,7 @@ def test_a_search_stopped_in_its_mirrored_first_search_resumes_there(tmp_path: P
         **{**options, "generations": 80},
         checkpoint=path,
         checkpoint_every=1e-9,
-        interrupted=signal_once_saved(path, 5),
+        interrupted=signal_once_saved(path, in_the_mirrored_search(5)),
     )
     assert stopped.stop_reason == "SIGINT"
     saved = load_state(path)

@@ -1,4 +1,5 @@
-"""Damage a saved state file (``tidgap.state/1``) as a test needs: its meta or one array."""
+"""Damage a saved state file (``tidgap.state/1``) as a test needs, and stop a search once
+its state file shows a point reached."""
 
 from __future__ import annotations
 
@@ -9,21 +10,44 @@ from typing import Any
 
 import numpy as np
 
+from tidgap.optimize.checkpoint import load_state
+
+
+def rewrite_arrays(path: Path, change: Callable[[dict[str, np.ndarray]], Any]) -> None:
+    """Apply ``change`` to the state's arrays (a dict, ``meta`` included, changed in place)
+    and write them back uncompressed."""
+    with np.load(path) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    change(arrays)
+    with path.open("wb") as file:  # a file, not a name: savez would add ".npz"
+        np.savez(file, **arrays)
+
 
 def rewrite_meta(path: Path, change: Callable[[dict[str, Any]], Any]) -> None:
     """Apply ``change`` to the state's ``meta`` (a dict, in place) and write it back."""
-    with np.load(path) as archive:
-        arrays = {name: archive[name] for name in archive.files}
-    meta = json.loads(str(arrays.pop("meta")))
-    change(meta)
-    with path.open("wb") as file:  # a file, not a name: savez would add ".npz"
-        np.savez(file, meta=np.array(json.dumps(meta)), **arrays)
+
+    def on_meta(arrays: dict[str, np.ndarray]) -> None:
+        meta = json.loads(str(arrays["meta"]))
+        change(meta)
+        arrays["meta"] = np.array(json.dumps(meta))
+
+    rewrite_arrays(path, on_meta)
 
 
 def rewrite_array(path: Path, name: str, change: Callable[[np.ndarray], np.ndarray]) -> None:
     """Replace the state's array ``name`` with ``change`` of it."""
-    with np.load(path) as archive:
-        arrays = {key: archive[key] for key in archive.files}
-    arrays[name] = change(arrays[name])
-    with path.open("wb") as file:
-        np.savez(file, **arrays)
+    rewrite_arrays(path, lambda arrays: arrays.update({name: change(arrays[name])}))
+
+
+def signal_once_saved(
+    path: Path, reached: Callable[[dict[str, Any]], bool]
+) -> Callable[[], str | None]:
+    """An ``interrupted`` that names SIGINT once the state at ``path`` has a ``meta`` that
+    ``reached`` accepts (a Ctrl-C then)."""
+
+    def interrupted() -> str | None:
+        if not path.exists():
+            return None
+        return "SIGINT" if reached(load_state(path).meta) else None
+
+    return interrupted
