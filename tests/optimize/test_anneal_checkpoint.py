@@ -18,7 +18,7 @@ from tests.support.state_files import (
     rewrite_meta,
     signal_once_saved,
 )
-from tidgap import load_problem, search
+from tidgap import Optimizer, load_problem, search
 from tidgap.model.errors import InputError
 from tidgap.optimize import windowed_driver
 from tidgap.optimize.checkpoint import ANNEAL_PHASE, load_state
@@ -189,3 +189,23 @@ def test_an_annealing_resumes_through_the_cupy_stand_in(tmp_path, monkeypatch) -
     assert load_state(path).meta["anneal"]["step"] == 5
     rest = search(problem, resume=path, **{**options, "generations": 0})
     assert _same(rest, full) and rest.evaluations == full.evaluations
+
+
+def test_generations_told_after_resuming_an_annealing_anneal_afresh(stopped, monkeypatch) -> None:
+    """The saved chains came from the GA's islands as they were; after more generations
+    the annealing starts (at step 0) from the islands as they are."""
+    first_steps: list[int] = []
+    annealing = windowed_driver.anneal
+
+    def recording(*args, state, **kwargs):
+        first_steps.append(state.step)
+        return annealing(*args, state=state, **kwargs)
+
+    monkeypatch.setattr(windowed_driver, "anneal", recording)
+    resumed = Optimizer(_problem(), resume=stopped[1], **OPTIONS).result()
+    again = Optimizer(_problem(), resume=stopped[1], **OPTIONS)
+    population = again.ask()
+    again.tell(population, again.evaluate(population))
+    result = again.result()
+    assert first_steps == [25, 0]
+    assert result.generations == resumed.generations + 1

@@ -386,4 +386,7 @@ class Optimizer:
         beside the baselines."""
         if self.separable:
             return finish_flush(self.run, stop_reason)
-        return finish_windowed(self.run, stop_reason, self.checkpoint, self.annealing)
+        annealing = self.annealing
+        if annealing is not None and self.generation != annealing.ga.meta["counters"]["generation"]:
+            annealing = None  # generations told since: their islands anneal afresh
+        return finish_windowed(self.run, stop_reason, self.checkpoint, annealing)
