@@ -17,6 +17,7 @@ from tidgap.optimize.joint_polish import (
     unstacked,
 )
 from tidgap.optimize.limits import MemoryLevel, penalised, stage_level
+from tidgap.optimize.polish import moved_batches
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.windowed_driver import encode_plans, one_f_one_b_level
 from tidgap.schedules.baselines import best_baselines, one_f_one_b_plan
@@ -54,7 +55,7 @@ def test_the_polish_never_leaves_its_level_and_ends_at_a_local_optimum() -> None
     assert reference.iteration_time == pytest.approx(space.evaluator.ticked.to_time(ticks))
     stacked = np.stack([individual.forward[0], individual.backward[0], individual.lead[0]])
     caps = (space.forward_caps, space.backward_caps)
-    around = unstacked(np.stack(list(stacked_neighbours(stacked, caps))), space)
+    around = unstacked(np.concatenate(list(stacked_neighbours(stacked, caps, 100, (0, 1)))), space)
     times, peaks = space.evaluate(around)
     assert penalised(times, peaks, np.asarray(level.held)).min() >= ticks
 
@@ -73,3 +74,21 @@ def test_the_polish_improves_a_random_plan() -> None:
     times, _ = space.evaluate(start)
     _, ticks = joint_polish(start, int(times[0]), stage_level(problem), space)
     assert ticks < int(times[0])
+
+
+def test_batches_are_the_start_with_each_move_applied_in_order() -> None:
+    """Filled in place, not copied per neighbour: the same candidates in the same order as
+    a copy of the start per move, each gene contiguous over a batch."""
+    rng = np.random.default_rng(0)
+    start = rng.integers(0, 9, size=(3, 5, 4)).astype(np.int32)
+    places = [(int(g), int(s)) for g, s in rng.integers(0, [3, 5], size=(11, 2))]
+    moves = [(place, rng.integers(0, 9, size=4).astype(np.int32)) for place in places]
+    expected = []
+    for (gene, stage), row in moves:
+        changed = start.copy()
+        changed[gene, stage] = row
+        expected.append(changed)
+    batches = list(moved_batches(start, moves, 4, split=1))
+    assert [len(b) for b in batches] == [4, 4, 3]
+    assert np.array_equal(np.concatenate(batches), np.stack(expected))
+    assert all(b[:, g].flags.c_contiguous for b in batches for g in range(3))

@@ -21,7 +21,7 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel, penalised
-from tidgap.optimize.polish import BATCH_BYTES, descend, rows_near
+from tidgap.optimize.polish import BATCH_BYTES, Move, descend, moved_batches, rows_near
 
 #: Bytes per gene of a candidate in a batch, with the repair's int64 temporaries.
 BYTES_PER_CANDIDATE_GENE = 96
@@ -42,34 +42,26 @@ def lead_rows_near(lead: np.ndarray, backwards: int) -> Iterator[np.ndarray]:
                 yield tail
 
 
-def stacked_neighbours(
+def stacked_moves(
     stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], genes: tuple[int, ...] = (0, 1)
-) -> Iterator:
-    """Every individual one step from ``stacked`` ``(3, S, K)``, one at a time; the
-    partition steps move the rows ``genes`` (0 forward, 1 backward)."""
+) -> Iterator[Move]:
+    """The moves one step from ``stacked`` ``(3, S, K)`` (each a ``(gene, stage)`` row and
+    its new value); the partition steps move the rows ``genes`` (0 forward, 1 backward)."""
     forward, backward, lead = stacked
     for s in range(forward.shape[0]):
         for gene in genes:
             for row in rows_near(stacked[gene, s], int(caps[gene][s])):
-                changed = stacked.copy()
-                changed[gene, s] = row
-                yield changed
+                yield (gene, s), row
         for row in lead_rows_near(lead[s], int((backward[s] > 0).sum())):
-            changed = stacked.copy()
-            changed[2, s] = row
-            yield changed
+            yield (2, s), row
 
 
-def batched(found: Iterator[np.ndarray], batch: int) -> Iterator[np.ndarray]:
-    """``found`` in ``(n, ...)`` stacks of at most ``batch``."""
-    chunk: list[np.ndarray] = []
-    for item in found:
-        chunk.append(item)
-        if len(chunk) == batch:
-            yield np.stack(chunk)
-            chunk = []
-    if chunk:
-        yield np.stack(chunk)
+def stacked_neighbours(
+    stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], batch: int, genes: tuple[int, ...]
+) -> Iterator[np.ndarray]:
+    """Every individual one step from ``stacked`` (:func:`stacked_moves`) in ``(n, 3, S,
+    K)`` batches of at most ``batch``, each gene contiguous over the batch."""
+    return moved_batches(stacked, stacked_moves(stacked, caps, genes), batch, split=1)
 
 
 def unstacked(stacked: np.ndarray, space: JointSpace) -> JointGenes:
@@ -101,7 +93,7 @@ def joint_polish(
         return to_host(penalised(times, peaks, held))
 
     def batches(stacked: np.ndarray) -> Iterator[np.ndarray]:
-        return batched(stacked_neighbours(stacked, caps, space.partition_genes), batch)
+        return stacked_neighbours(stacked, caps, batch, space.partition_genes)
 
     best, best_ticks = descend(start, ticks, batches, score, deadline)
     return unstacked(best[None], space), best_ticks

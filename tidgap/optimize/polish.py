@@ -11,7 +11,7 @@ step).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -45,20 +45,42 @@ def _padded(sizes: list[int], width: int) -> np.ndarray:
     return row
 
 
+#: A move: the index of one row of a chromosome and the row put there.
+Move = tuple[tuple[int, ...], np.ndarray]
+
+
 def neighbour_batches(genes: np.ndarray, caps: np.ndarray, batch: int) -> Iterator[np.ndarray]:
     """Every chromosome one step away from ``genes`` ``(S, K)``, stage by stage, as
     ``(n, S, K)`` arrays of at most ``batch`` chromosomes."""
-    found: list[np.ndarray] = []
-    for s in range(genes.shape[0]):
-        for row in rows_near(genes[s], int(caps[s])):
-            candidate = genes.copy()
-            candidate[s] = row
-            found.append(candidate)
-            if len(found) == batch:
-                yield np.stack(found)
-                found = []
-    if found:
-        yield np.stack(found)
+    stages = range(genes.shape[0])
+    moves = (((s,), row) for s in stages for row in rows_near(genes[s], int(caps[s])))
+    return moved_batches(genes, moves, batch)
+
+
+def moved_batches(
+    start: np.ndarray, moves: Iterable[Move], batch: int, split: int = 0
+) -> Iterator[np.ndarray]:
+    """``start`` with each of ``moves`` applied, in order, as ``(n, *start.shape)`` arrays
+    of at most ``batch``. In memory the batch axis follows ``start``'s first ``split`` axes,
+    so each of those sub-arrays is contiguous over the batch."""
+    chunk: list[Move] = []
+    for move in moves:
+        chunk.append(move)
+        if len(chunk) == batch:
+            yield _applied(start, chunk, split)
+            chunk = []
+    if chunk:
+        yield _applied(start, chunk, split)
+
+
+def _applied(start: np.ndarray, moves: list[Move], split: int) -> np.ndarray:
+    """One batch of :func:`moved_batches`."""
+    lead, rest = start.shape[:split], start.shape[split:]
+    out = np.empty((*lead, len(moves), *rest), dtype=start.dtype)
+    out[...] = start.reshape(*lead, 1, *rest)
+    for i, (index, row) in enumerate(moves):
+        out[(*index[:split], i, *index[split:])] = row
+    return np.moveaxis(out, split, 0)
 
 
 #: The most improving neighbours one step of :func:`descend` keeps to combine.
