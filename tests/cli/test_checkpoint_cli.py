@@ -6,8 +6,9 @@ import json
 
 import tidgap
 from tests.support.cli_helpers import run_cli
+from tests.support.state_files import signal_once_saved
 from tidgap.model.plan import check_plan, load_plan
-from tidgap.optimize.checkpoint import load_state
+from tidgap.optimize.checkpoint import ANNEAL_PHASE, load_state
 
 COMMON = ["--schedule", "flush", "--population", "32", "--seed", "2", "-q"]
 
@@ -81,3 +82,33 @@ def test_a_search_stopped_by_a_signal_saves_a_state_that_resumes(tmp_path):
                 str(out), "-q")  # fmt: skip
     assert again.exit_code == 0
     check_plan(load_plan(out, problem), problem)
+
+
+def test_a_state_saved_in_the_annealing_resumes_from_the_command_line(tmp_path):
+    """Stopped in its annealing, the search goes on annealing under ``--generations 0``
+    and prints the plan of the unbroken search."""
+    problem = tidgap.load_problem("example:hetero-8")
+    state = tmp_path / "s.state"
+    options = dict(population=16, seed=3, backend="numba", generations=30)
+    full = tidgap.search(problem, **options)
+
+    def reached(meta: dict) -> bool:
+        return meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= 10
+
+    tidgap.search(
+        problem,
+        checkpoint=state,
+        checkpoint_every=1e-9,
+        interrupted=signal_once_saved(state, reached),
+        **options,
+    )
+    assert load_state(state).meta["phase"] == ANNEAL_PHASE
+    args = ["--population", "16", "--seed", "3", "--backend", "numba", "--generations", "0"]
+    rest = run("example:hetero-8", *args, "--resume", str(state), "--json")
+    assert rest.exit_code == 0, rest.stderr
+    document = json.loads(rest.stdout)
+    assert (document["forward"], document["backward"], document["order"]) == (
+        full.plan.forward,
+        full.plan.backward,
+        full.plan.order,
+    )
