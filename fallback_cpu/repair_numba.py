@@ -93,7 +93,7 @@ def canonical(
     _canonical(
         np.ascontiguousarray(forward),
         np.ascontiguousarray(backward),
-        np.ascontiguousarray(lead, dtype=np.int64),
+        np.ascontiguousarray(lead, dtype=GENE),
         out_lead,
         codes,
     )
