@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tidgap.optimize.polish import COMBINED_MOVES, polish
+from tidgap.optimize.polish import COMBINED_MOVES, polish, rows_near
 
 UNITS, WIDTH = 8, 4
 
@@ -76,3 +76,35 @@ def test_a_step_combines_at_most_its_share_of_moves() -> None:
     )
     # the first step moves COMBINED_MOVES stages, the second the rest, a third finds none
     assert fitness == 0 and len(scans) == 3
+
+
+def _rows_near_by_definition(row: np.ndarray, cap: int) -> list[list[int]]:
+    """The neighbour rows as the polish defines them, one at a time (the oracle)."""
+    sizes, width = [int(u) for u in row if u > 0], len(row)
+    found = []
+    for k in range(len(sizes) - 1):
+        for step in (-1, 1):
+            left, right = sizes[k] + step, sizes[k + 1] - step
+            if 1 <= left <= cap and 1 <= right <= cap:
+                found.append([*sizes[:k], left, right, *sizes[k + 2 :]])
+        if sizes[k] + sizes[k + 1] <= cap:
+            found.append([*sizes[:k], sizes[k] + sizes[k + 1], *sizes[k + 2 :]])
+    if len(sizes) < width:
+        for k, size in enumerate(sizes):
+            if size >= 2:
+                found.append([*sizes[:k], size // 2, size - size // 2, *sizes[k + 1 :]])
+    return [[*f, *[0] * (width - len(f))] for f in found]
+
+
+def test_the_neighbour_rows_are_those_of_the_definition_in_its_order() -> None:
+    """The vectorised rows: every shift, merge and halving that fits, in the order of the
+    definition (ties go to the first), on random partitions."""
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        width, count = (int(v) for v in sorted(rng.integers(1, 9, size=2))[::-1])
+        row = np.zeros(width, dtype=np.int32)
+        row[:count] = rng.integers(1, 7, size=count)
+        cap = int(rng.integers(row.max(), 14))
+        near = rows_near(row, cap)
+        assert near.dtype == np.int32 and near.shape[1] == width
+        assert near.tolist() == _rows_near_by_definition(row, cap)

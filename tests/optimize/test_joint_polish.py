@@ -78,17 +78,20 @@ def test_the_polish_improves_a_random_plan() -> None:
 
 def test_batches_are_the_start_with_each_move_applied_in_order() -> None:
     """Filled in place, not copied per neighbour: the same candidates in the same order as
-    a copy of the start per move, each gene contiguous over a batch."""
+    a copy of the start per row moved (blocks of rows split across batches), each gene
+    contiguous over a batch."""
     rng = np.random.default_rng(0)
     start = rng.integers(0, 9, size=(3, 5, 4)).astype(np.int32)
-    places = [(int(g), int(s)) for g, s in rng.integers(0, [3, 5], size=(11, 2))]
-    moves = [(place, rng.integers(0, 9, size=4).astype(np.int32)) for place in places]
+    places = [(int(g), int(s)) for g, s in rng.integers(0, [3, 5], size=(6, 2))]
+    moves = [(place, rng.integers(0, 9, size=(n, 4)).astype(np.int32)) for n, place in
+             zip([3, 0, 5, 1, 2, 4], places, strict=True)]  # fmt: skip
     expected = []
-    for (gene, stage), row in moves:
-        changed = start.copy()
-        changed[gene, stage] = row
-        expected.append(changed)
+    for (gene, stage), rows in moves:
+        for row in rows:
+            changed = start.copy()
+            changed[gene, stage] = row
+            expected.append(changed)
     batches = list(moved_batches(start, moves, 4, split=1))
-    assert [len(b) for b in batches] == [4, 4, 3]
+    assert [len(b) for b in batches] == [4, 4, 4, 3]
     assert np.array_equal(np.concatenate(batches), np.stack(expected))
     assert all(b[:, g].flags.c_contiguous for b in batches for g in range(3))

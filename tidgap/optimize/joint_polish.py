@@ -21,39 +21,36 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel, penalised
-from tidgap.optimize.polish import BATCH_BYTES, Move, descend, moved_batches, rows_near
+from tidgap.optimize.polish import BATCH_BYTES, Moves, descend, moved_batches, rows_near
 
 #: Bytes per gene of a candidate in a batch, with the repair's int64 temporaries.
 BYTES_PER_CANDIDATE_GENE = 96
 
 
-def lead_rows_near(lead: np.ndarray, backwards: int) -> Iterator[np.ndarray]:
-    """Lead rows one step from ``lead`` ``(K,)``: one entry ``k < backwards`` moved by one,
-    or every entry from ``k`` on (``k >= 1``; from 0 all of them move, ``k = 0`` alone
-    when there is one backward)."""
-    for k in range(backwards):
-        for step in (-1, 1):
-            single = lead.copy()
-            single[k] += step
-            yield single
-            if k > 0:
-                tail = lead.copy()
-                tail[k:backwards] += step
-                yield tail
+def lead_rows_near(lead: np.ndarray, backwards: int) -> np.ndarray:
+    """Lead rows one step from ``lead`` ``(K,)``, as ``(n, K)``: for each ``k < backwards``
+    in turn, entry ``k`` moved down by one, then every entry from ``k`` on (``k >= 1``;
+    from 0 all of them move, ``k = 0`` alone when there is one backward), then the same
+    moved up."""
+    column = np.arange(len(lead))
+    k = np.arange(backwards)[:, None]
+    single, tail = column == k, (column >= k) & (column < backwards)
+    moved = np.stack([lead + step * part for step in (-1, 1) for part in (single, tail)], 1)
+    kept = np.broadcast_to(np.array([True, False, True, False]) | (k > 0), moved.shape[:2])
+    return moved[kept].astype(lead.dtype, copy=False)
 
 
 def stacked_moves(
     stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], genes: tuple[int, ...] = (0, 1)
-) -> Iterator[Move]:
-    """The moves one step from ``stacked`` ``(3, S, K)`` (each a ``(gene, stage)`` row and
-    its new value); the partition steps move the rows ``genes`` (0 forward, 1 backward)."""
+) -> Iterator[Moves]:
+    """The moves one step from ``stacked`` ``(3, S, K)``, stage by stage (each a ``(gene,
+    stage)`` row and its new values); the partition steps move the rows ``genes`` (0
+    forward, 1 backward)."""
     forward, backward, lead = stacked
     for s in range(forward.shape[0]):
         for gene in genes:
-            for row in rows_near(stacked[gene, s], int(caps[gene][s])):
-                yield (gene, s), row
-        for row in lead_rows_near(lead[s], int((backward[s] > 0).sum())):
-            yield (2, s), row
+            yield (gene, s), rows_near(stacked[gene, s], int(caps[gene][s]))
+        yield (2, s), lead_rows_near(lead[s], int((backward[s] > 0).sum()))
 
 
 def stacked_neighbours(

@@ -22,64 +22,79 @@ Score = Callable[[np.ndarray], np.ndarray]
 BATCH_BYTES = 32 << 20
 
 
-def rows_near(row: np.ndarray, cap: int) -> Iterator[np.ndarray]:
-    """Feasible rows one step from ``row`` (sizes in units, zero-padded)."""
-    sizes = [int(u) for u in row if u > 0]
-    width = len(row)
-    for k in range(len(sizes) - 1):
-        for step in (-1, 1):
-            left, right = sizes[k] + step, sizes[k + 1] - step
-            if 1 <= left <= cap and 1 <= right <= cap:
-                yield _padded([*sizes[:k], left, right, *sizes[k + 2 :]], width)
-        if sizes[k] + sizes[k + 1] <= cap:
-            yield _padded([*sizes[:k], sizes[k] + sizes[k + 1], *sizes[k + 2 :]], width)
-    if len(sizes) < width:
-        for k, size in enumerate(sizes):
-            if size >= 2:
-                yield _padded([*sizes[:k], size // 2, size - size // 2, *sizes[k + 1 :]], width)
+def rows_near(row: np.ndarray, cap: int) -> np.ndarray:
+    """Feasible rows one step from ``row`` ``(K,)`` (sizes in units, zero-padded), as
+    ``(n, K)``: across each boundary in turn, one unit moved left, one moved right, the two
+    microbatches merged; then, if a microbatch is free, each of two units or more halved."""
+    width, count = len(row), int(np.count_nonzero(row))
+    column = np.arange(width)
+    k = np.arange(count - 1)[:, None]
+    left, right = row[: count - 1, None], row[1:count, None]
+    across = [row + step * ((column == k) * 1 - (column == k + 1)) for step in (-1, 1)]
+    merged = np.append(row, 0)[np.where(column <= k, column, column + 1)]
+    across.append(merged + np.where(column == k, right, 0))
+    valid = [
+        _within(left - 1, cap) & _within(right + 1, cap),
+        _within(left + 1, cap) & _within(right - 1, cap),
+        left + right <= cap,
+    ]
+    near = [np.stack(across, axis=1)[np.concatenate(valid, axis=1)]]
+    if count < width:
+        k = np.arange(count)[:, None]
+        size = row[:count, None]
+        halved = row[np.where(column <= k, column, column - 1)]
+        halved = np.where(column == k + 1, size - size // 2, halved)
+        halved = np.where(column == k, size // 2, halved)
+        near.append(halved[row[:count] >= 2])
+    return np.concatenate(near).astype(row.dtype, copy=False)
 
 
-def _padded(sizes: list[int], width: int) -> np.ndarray:
-    row = np.zeros(width, dtype=np.int32)
-    row[: len(sizes)] = sizes
-    return row
+def _within(sizes: np.ndarray, cap: int) -> np.ndarray:
+    """Whether each of ``sizes`` is a microbatch size: ``1..cap`` units."""
+    return (sizes >= 1) & (sizes <= cap)
 
 
-#: A move: the index of one row of a chromosome and the row put there.
-Move = tuple[tuple[int, ...], np.ndarray]
+#: Moves: the index of one row of a chromosome and the rows put there in turn, ``(n, K)``.
+Moves = tuple[tuple[int, ...], np.ndarray]
 
 
 def neighbour_batches(genes: np.ndarray, caps: np.ndarray, batch: int) -> Iterator[np.ndarray]:
     """Every chromosome one step away from ``genes`` ``(S, K)``, stage by stage, as
     ``(n, S, K)`` arrays of at most ``batch`` chromosomes."""
-    stages = range(genes.shape[0])
-    moves = (((s,), row) for s in stages for row in rows_near(genes[s], int(caps[s])))
+    moves = (((s,), rows_near(genes[s], int(caps[s]))) for s in range(genes.shape[0]))
     return moved_batches(genes, moves, batch)
 
 
 def moved_batches(
-    start: np.ndarray, moves: Iterable[Move], batch: int, split: int = 0
+    start: np.ndarray, moves: Iterable[Moves], batch: int, split: int = 0
 ) -> Iterator[np.ndarray]:
-    """``start`` with each of ``moves`` applied, in order, as ``(n, *start.shape)`` arrays
-    of at most ``batch``. In memory the batch axis follows ``start``'s first ``split`` axes,
-    so each of those sub-arrays is contiguous over the batch."""
-    chunk: list[Move] = []
-    for move in moves:
-        chunk.append(move)
-        if len(chunk) == batch:
-            yield _applied(start, chunk, split)
-            chunk = []
-    if chunk:
-        yield _applied(start, chunk, split)
+    """``start`` with each row of ``moves`` put in its place, in order, as ``(n,
+    *start.shape)`` arrays of ``batch`` (the last may be fewer). In memory the batch axis
+    follows ``start``'s first ``split`` axes, so each of those sub-arrays is contiguous over
+    the batch."""
+    blocks: list[Moves] = []
+    size = 0
+    for index, rows in moves:
+        while len(rows):
+            taken, rows = rows[: batch - size], rows[batch - size :]
+            blocks.append((index, taken))
+            size += len(taken)
+            if size == batch:
+                yield _applied(start, blocks, size, split)
+                blocks, size = [], 0
+    if size:
+        yield _applied(start, blocks, size, split)
 
 
-def _applied(start: np.ndarray, moves: list[Move], split: int) -> np.ndarray:
-    """One batch of :func:`moved_batches`."""
+def _applied(start: np.ndarray, blocks: list[Moves], size: int, split: int) -> np.ndarray:
+    """One batch of :func:`moved_batches`: ``size`` candidates."""
     lead, rest = start.shape[:split], start.shape[split:]
-    out = np.empty((*lead, len(moves), *rest), dtype=start.dtype)
+    out = np.empty((*lead, size, *rest), dtype=start.dtype)
     out[...] = start.reshape(*lead, 1, *rest)
-    for i, (index, row) in enumerate(moves):
-        out[(*index[:split], i, *index[split:])] = row
+    first = 0
+    for index, rows in blocks:
+        out[(*index[:split], slice(first, first + len(rows)), *index[split:])] = rows
+        first += len(rows)
     return np.moveaxis(out, split, 0)
 
 
