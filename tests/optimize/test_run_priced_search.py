@@ -17,7 +17,7 @@ from tests.support.backends import install_fake_cupy
 from tests.support.calibrations import order_tables
 from tests.support.state_files import signal_once_saved
 from tidgap import InputError, Problem, search
-from tidgap.optimize.checkpoint import MIRRORED_PHASE, load_state
+from tidgap.optimize.checkpoint import ANNEAL_PHASE, MIRRORED_PHASE, load_state
 from tidgap.optimize.results import SearchResult
 from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
 from tidgap.schedules.baselines import best_baselines
@@ -127,6 +127,37 @@ def test_a_search_stopped_in_its_mirrored_first_search_resumes_there(tmp_path: P
     assert (saved.meta["phase"], saved.meta["counters"]["generation"]) == (MIRRORED_PHASE, 5)
     left = 80 - saved.generations_run(problem)
     rest = search(problem, **{**options, "generations": left}, resume=path)
+    assert (rest.plan.forward, rest.plan.backward, rest.plan.order) == (
+        full.plan.forward,
+        full.plan.backward,
+        full.plan.order,
+    )
+    assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
+
+
+def test_a_run_priced_search_stopped_in_its_annealing_resumes_there(tmp_path: Path) -> None:
+    """After its mirrored first search, the search's own annealing checkpoints: the state
+    keeps that first search's plan, and the resume (no first search, no generations) ends
+    on the plan of one unbroken search."""
+    problem = calibrated("med7_1", order=True)
+    options = {**OPTIONS, "backend": "numba", "generations": 40}
+    full = search(problem, **options)
+    path = tmp_path / "s.state"
+
+    def in_the_annealing(meta: dict) -> bool:
+        return meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= 7
+
+    stopped = search(
+        problem,
+        **options,
+        checkpoint=path,
+        checkpoint_every=1e-9,
+        interrupted=signal_once_saved(path, in_the_annealing),
+    )
+    assert stopped.stop_reason == "SIGINT"
+    saved = load_state(path)
+    assert saved.meta["first_search"] is not None and saved.meta["anneal"]["step"] == 7
+    rest = search(problem, **{**options, "generations": 0}, resume=path)
     assert (rest.plan.forward, rest.plan.backward, rest.plan.order) == (
         full.plan.forward,
         full.plan.backward,
