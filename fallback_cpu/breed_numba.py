@@ -386,12 +386,15 @@ def numba_joint_breed(
     mutation_rate: float,
     tournament_size: int,
     mirrored: bool = False,
+    out: JointGenes | None = None,
 ) -> JointGenes:
     """:func:`tidgap.optimize.joint_operators.joint_breed`, compiled: the same repaired
-    children (``(children, S, K)`` int32 rows, ``(children, S, 2K)`` int8 codes)."""
+    children (``(children, S, K)`` int32 rows, ``(children, S, 2K)`` int8 codes), written
+    into ``out`` (C-contiguous arrays) where given."""
     parents = tuple(_int32(rows) for rows in genes.rows())
     streams = rng.streams(BREED_DRAWS)
-    out = JointGenes.empty(children, *parents[0].shape[1:], np)
+    if out is None:
+        out = JointGenes.empty(children, *parents[0].shape[1:], np)
     if children:
         kinds, on_backward = joint_kinds(mirrored)
         _joint_breed(

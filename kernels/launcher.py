@@ -378,18 +378,20 @@ def cuda_joint_breed(
     mutation_rate: float,
     tournament_size: int,
     mirrored: bool = False,
+    out: JointGenes | None = None,
 ) -> JointGenes:
     """:func:`tidgap.optimize.joint_operators.joint_breed` in one kernel launch: the same
     draws, the same repaired children (``mirrored`` or not).
 
     ``genes``' ``(P, S, K)`` int32 rows (codes unused), ``fitness`` ``(P,)`` int64, caps
     ``(S,)`` units; returns ``children`` individuals on the device, ``(children, S, K)`` int32
-    rows and ``(children, S, 2K)`` int8 codes.
+    rows and ``(children, S, 2K)`` int8 codes: ``out`` (C-contiguous device arrays) where
+    given.
     """
     forward, backward, lead = _joint_rows(genes)
     population, stages, width = forward.shape
     streams = _streams(rng, BREED_DRAWS)
-    offspring = JointGenes.empty(children, stages, width, cupy)
+    offspring = JointGenes.empty(children, stages, width, cupy) if out is None else out
     if children == 0:
         return offspring
     kernel = _kernel("joint_breed.cu", "tidgap_joint_breed", scratch_width(width))

@@ -9,7 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.support.populations import assert_same_children, random_joint, random_population
+from tests.support.populations import (
+    assert_breeds_into_a_part,
+    assert_same_children,
+    random_joint,
+    random_population,
+)
 from tidgap.backends import BACKENDS, load
 from tidgap.optimize.joint import backend_breeding
 from tidgap.optimize.joint_operators import (
@@ -59,6 +64,16 @@ def test_numba_joint_breed_equals_the_xp_operators(seed: int, width: int, mirror
     args = (genes, fitness, forward_caps, backward_caps)
     expected = joint_breed(*args, CounterRng(seed), **settings)
     assert_same_children(numba_joint_breed(*args, CounterRng(seed), **settings), expected)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_joint_breeder_breeds_into_a_part_of_a_larger_population(backend: str) -> None:
+    breeder = backend_breeding(BACKENDS[backend])[0]
+    rng = np.random.default_rng(5)
+    genes, forward_caps, backward_caps = random_joint(rng, 4, 8, size=60)
+    fitness = rng.integers(0, 100, size=60).astype(np.int64)
+    settings = dict(children=50, crossover_rate=0.7, mutation_rate=0.9, tournament_size=3)
+    assert_breeds_into_a_part(breeder, (genes, fitness, forward_caps, backward_caps), 3, settings)
 
 
 @pytest.mark.parametrize("mirrored", [False, True])

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.support.host_build import build_host
-from tests.support.populations import assert_same_children, random_joint
+from tests.support.populations import assert_breeds_into_a_part, assert_same_children, random_joint
 from tidgap.backends.gpu import gpu_unusable_reason
 from tidgap.kernels.source import KERNEL_DIR, kernel_source, operation_defines
 from tidgap.optimize.joint_operators import (
@@ -218,6 +218,9 @@ def test_the_joint_breeding_launcher_drives_its_kernel_with_the_right_arguments(
     settings = (190, 0.8, 0.9, 3, mirrored)
     expected = joint_breed(*args, CounterRng(2), *settings)
     assert_same_children(cuda_joint_breed(*args, CounterRng(2), *settings), expected)
+    named = dict(zip(("children", "crossover_rate", "mutation_rate", "tournament_size",
+                      "mirrored"), settings, strict=True))  # fmt: skip
+    assert_breeds_into_a_part(cuda_joint_breed, args, 2, named)
 
 
 GPU_REASON = gpu_unusable_reason()

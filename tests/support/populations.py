@@ -3,14 +3,18 @@ tables, and the check that two sets of children are equal, for backend and kerne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from tidgap import Order, Plan
 from tidgap.backends.ticks import TickedProblem
+from tidgap.backends.xp import namespace
 from tidgap.optimize.genome import FORWARD_OP, NO_OP, ORDER_GENE, Population, encode_order
 from tidgap.optimize.joint_operators import JointGenes
+from tidgap.optimize.rng import CounterRng
 from tidgap.schedules.ir import repair
 
 
@@ -155,6 +159,25 @@ def assert_same_children(got: JointGenes, expected: JointGenes) -> None:
         want = getattr(expected, name)
         assert getattr(got, name).dtype == want.dtype, name
         np.testing.assert_array_equal(getattr(got, name), want, err_msg=name)
+
+
+def assert_breeds_into_a_part(
+    breed: Callable[..., JointGenes], args: tuple, seed: int, settings: dict[str, Any]
+) -> None:
+    """``breed(*args, CounterRng(seed), out=part, **settings)``, ``part`` the middle of a
+    larger population on the arrays' module, returns ``part`` holding the children of the
+    same call without ``out``, and writes nothing around it (as ``JointOptimizer.ask``
+    breeds every island's children into one population)."""
+    expected = breed(*args, CounterRng(seed), **settings)
+    xp = namespace(args[0].forward)
+    whole = JointGenes.empty(expected.size + 5, *expected.forward.shape[1:], xp)
+    for array in whole.arrays():
+        array[...] = -7
+    part = whole.take(slice(2, 2 + expected.size))
+    assert breed(*args, CounterRng(seed), out=part, **settings) is part
+    assert_same_children(part, expected)
+    for array in whole.arrays():
+        assert (array[:2] == -7).all() and (array[2 + expected.size :] == -7).all()
 
 
 def coarsened_backwards(

@@ -201,21 +201,31 @@ class Island:
         return namespace(self.fitness).argsort(self.fitness, kind="stable")[:count]
 
     def offspring(
-        self, settings: GeneticSettings, space: JointSpace, rng: CounterRng
+        self,
+        settings: GeneticSettings,
+        space: JointSpace,
+        rng: CounterRng,
+        out: JointGenes | None = None,
     ) -> JointGenes:
-        """The next generation's children (repaired), bred from this one."""
+        """The next generation's children (repaired), bred from this one (into ``out``,
+        :meth:`children` of them with codes, where given)."""
         return space.breed(
             self.genes,
             self.fitness,
             space.forward_caps,
             space.backward_caps,
             rng,
-            self.genes.size - settings.elites,
+            self.children(settings),
             settings.crossover_rate,
             settings.mutation_rate,
             settings.tournament_size,
             mirrored=space.mirrored,
+            out=out,
         )
+
+    def children(self, settings: GeneticSettings) -> int:
+        """How many children a generation makes: all but the elites."""
+        return self.genes.size - settings.elites
 
     def accept(self, settings: GeneticSettings, genes: JointGenes, times: Any, peaks: Any) -> None:
         """The next generation: this one's elites, then ``genes`` with their ``times`` and
@@ -225,7 +235,7 @@ class Island:
     def fresh(self, settings: GeneticSettings, space: JointSpace, rng: CounterRng) -> JointGenes:
         """Random individuals for all but the elites: a restart (:meth:`accept` them, then
         :meth:`restarted`)."""
-        return space.random(self.genes.size - settings.elites, rng)
+        return space.random(self.children(settings), rng)
 
     def restarted(self) -> None:
         """Count stagnation from a restart."""

@@ -311,10 +311,12 @@ def joint_breed(
     tournament_size: int,
     mirrored: bool = False,
     repair: Repair = canonical,
+    out: JointGenes | None = None,
 ) -> JointGenes:
     """``children`` valid offspring: two tournaments, stage crossover (with probability
     ``crossover_rate``, else the first parent), :func:`joint_mutate` (``mirrored`` or not),
-    then ``repair``. Seven draws, in order, as :func:`tidgap.optimize.operators.breed`."""
+    then ``repair``. Seven draws, in order, as :func:`tidgap.optimize.operators.breed`.
+    ``out`` (``children`` individuals with codes), where given, receives them."""
     xp = namespace(genes.forward)
     first = genes.take(tournament(fitness, rng, children, tournament_size))
     second = genes.take(tournament(fitness, rng, children, tournament_size))
@@ -322,4 +324,9 @@ def joint_breed(
     use_cross = (rng.random((children,)) < crossover_rate)[:, None]
     mixed = joint_crossover(crossed, first, xp.where(use_cross, 0.0, 1.0))
     mutated = joint_mutate(mixed, forward_caps, backward_caps, rng, mutation_rate, mirrored)
-    return mutated.repaired(repair)
+    children_genes = mutated.repaired(repair)
+    if out is None:
+        return children_genes
+    for target, source in zip(out.arrays(), children_genes.arrays(), strict=True):
+        target[...] = source
+    return out

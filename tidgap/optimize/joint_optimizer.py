@@ -11,6 +11,7 @@ replaces: the same draws in the same order.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,12 +96,17 @@ class JointOptimizer:
             self.pieces = [
                 (i, self.islands[i].fresh(self.settings, self.space, self.rng)) for i in stagnant
             ]
-        else:
+            self.pending = JointGenes.concatenate([piece for _, piece in self.pieces])
+        else:  # every island's children bred into their part of one population
+            sizes = [island.children(self.settings) for island in self.islands]
+            stages, width = self.islands[0].genes.forward.shape[1:]
+            self.pending = JointGenes.empty(sum(sizes), stages, width, self.xp)
+            bounds = itertools.pairwise([0, *itertools.accumulate(sizes)])
+            parts = [self.pending.take(slice(*bound)) for bound in bounds]
             self.pieces = [
-                (i, island.offspring(self.settings, self.space, self.rng))
-                for i, island in enumerate(self.islands)
+                (i, island.offspring(self.settings, self.space, self.rng, out=part))
+                for i, (island, part) in enumerate(zip(self.islands, parts, strict=True))
             ]
-        self.pending = JointGenes.concatenate([piece for _, piece in self.pieces])
         population = Population(self.pending.forward, self.pending.backward, self.pending.codes)
         self.asked = Asked(population, bool(stagnant), draws)
         return population
