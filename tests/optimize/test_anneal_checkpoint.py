@@ -209,3 +209,26 @@ def test_generations_told_after_resuming_an_annealing_anneal_afresh(stopped, mon
     result = again.result()
     assert first_steps == [25, 0]
     assert result.generations == resumed.generations + 1
+
+
+def test_rounds_after_the_annealing_leave_the_gas_state_as_it_was(
+    unbroken, tmp_path, monkeypatch
+) -> None:
+    """A time-limited search's later rounds put bests into the islands in place; the GA's
+    state written back at the end is the one the annealing began from."""
+    rounds = windowed_driver.used_to_the_end
+
+    def adopting(run, found, stop_reason):
+        island = run.optimizer.islands[0]
+        best = island.genes.take(slice(0, 1))
+        for array in island.genes.arrays():  # a round's adopt, exaggerated: every individual
+            array[...] = array[:1]
+        island.adopt(best, *run.optimizer.space.evaluate(best))
+        return rounds(run, found, stop_reason)
+
+    monkeypatch.setattr(windowed_driver, "used_to_the_end", adopting)
+    path = tmp_path / "s.state"
+    search(_problem(), generations=GENERATIONS, checkpoint=path, **OPTIONS)
+    saved, expected = load_state(path), load_state(unbroken[1])
+    for name, array in expected.arrays.items():
+        assert np.array_equal(saved.arrays[name], array), name
