@@ -251,3 +251,23 @@ def test_plans_refuses_what_is_not_a_population_or_not_op_codes() -> None:
     population.order[:] = -128
     with pytest.raises(ValueError, match=r"op code -128 is not one of \[0, 1\]"):
         optimizer.plans(population)
+
+
+@pytest.mark.parametrize("schedule", ["windowed", "flush"])
+def test_a_state_taken_stays_as_it_was_while_the_optimizer_goes_on(schedule: str) -> None:
+    """Its arrays are copies: islands changed in place later (a migration, an adoption)
+    do not reach it."""
+    optimizer = tidgap.Optimizer(
+        tidgap.load_problem("example:tiny-2"), schedule=schedule, population=16
+    )
+    state = optimizer.state
+    before = {name: array.copy() for name, array in state.arrays.items()}
+    run = optimizer.run.optimizer
+    for array in (
+        [a for island in run.islands for a in island.genes.arrays()]
+        if schedule == "windowed"
+        else [side.genes for side in run.sides]
+    ):
+        array[...] = 0
+    for name, array in state.arrays.items():
+        assert np.array_equal(array, before[name]), name

@@ -41,3 +41,8 @@ def doubling_running_max(values: Any) -> Any:
 def to_host(array: Any) -> np.ndarray:
     """A NumPy copy (or view) of a NumPy or CuPy array."""
     return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def host_copy(array: Any) -> np.ndarray:
+    """A NumPy array of its own of a NumPy or CuPy array (never a view of ``array``)."""
+    return array.get() if hasattr(array, "get") else np.array(array, copy=True)

@@ -25,7 +25,7 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -150,10 +150,6 @@ class SavedState:
             raise InputError(
                 f"is not a plan record ({error})", ("first_search",), source=self.source
             ) from None
-
-    def copied(self) -> SavedState:
-        """This state with arrays of its own (not views of a running search's)."""
-        return replace(self, arrays={name: array.copy() for name, array in self.arrays.items()})
 
     @property
     def phase(self) -> str | None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from tidgap.backends.evaluator import SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
-from tidgap.backends.xp import namespace, to_host
+from tidgap.backends.xp import host_copy, namespace, to_host
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.ga import Chromosomes, GeneticSettings
@@ -193,11 +193,12 @@ class DualOptimizer:
         return [self.plan(f, b) for f, b in zip(forward, backward, strict=True)]
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """The populations and their fitness, on the host."""
+        """The populations and their fitness: host copies (a state stays as it was while
+        the search goes on)."""
         names = ("forward", "backward")
-        arrays = {f"{n}_genes": to_host(s.genes) for n, s in zip(names, self.sides, strict=True)}
+        arrays = {f"{n}_genes": host_copy(s.genes) for n, s in zip(names, self.sides, strict=True)}
         arrays |= {
-            f"{n}_fitness": to_host(s.fitness) for n, s in zip(names, self.sides, strict=True)
+            f"{n}_fitness": host_copy(s.fitness) for n, s in zip(names, self.sides, strict=True)
         }
         arrays["restarting"] = np.array(self.restarting)
         return arrays

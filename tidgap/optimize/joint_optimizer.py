@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tidgap.backends.ticks import TickedProblem
-from tidgap.backends.xp import namespace, to_host
+from tidgap.backends.xp import host_copy, namespace, to_host
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.dual_optimizer import Asked, Counters, check_chromosomes, check_told
@@ -234,12 +234,13 @@ class JointOptimizer:
         )
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Every island's population, times and peaks, and its stagnation, on the host."""
+        """Every island's population, times and peaks, and its stagnation: host copies (a
+        state stays as it was while the search goes on)."""
         arrays: dict[str, np.ndarray] = {}
         for i, island in enumerate(self.islands):
             values = (*island.genes.arrays(), island.times, island.peaks)
             arrays |= {
-                f"island{i}_{name}": to_host(a)
+                f"island{i}_{name}": host_copy(a)
                 for name, a in zip(ISLAND_ARRAYS, values, strict=True)
             }
             arrays[f"island{i}_progress"] = np.array(

@@ -710,7 +710,7 @@ def finish_windowed(
     if stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None:
         saving = None
         if checkpoint is not None:
-            ga = current_state(run, checkpoint.identity).copied() if resumed is None else resumed.ga
+            ga = current_state(run, checkpoint.identity) if resumed is None else resumed.ga
             saving = AnnealSaving(checkpoint, ga, stop_reason, lambda: optimizer.rng.draws)
         with phases("anneal"):
             found = annealed(run, found, saving=saving, resumed=resumed)
