@@ -31,6 +31,7 @@ def test_checkpoint_then_resume_equals_one_search(tmp_path):
     assert (full.exit_code, first.exit_code, rest.exit_code) == (0, 0, 0)
     assert plan_of(rest) == plan_of(full)
     assert load_state(state).meta["counters"]["generation"] == 70
+    assert rest.stderr == ""  # -q: no note of what was resumed
 
 
 def test_resume_refuses_another_seed_and_a_broken_file(tmp_path):
@@ -106,6 +107,9 @@ def test_a_state_saved_in_the_annealing_resumes_from_the_command_line(tmp_path):
     args = ["--population", "16", "--seed", "3", "--backend", "numba", "--generations", "0"]
     rest = run("example:hetero-8", *args, "--resume", str(state), "--json")
     assert rest.exit_code == 0, rest.stderr
+    generation = load_state(state).meta["counters"]["generation"]
+    where = f"step 10 of its annealing, after {generation} generations"
+    assert rest.stderr == f"resumed {state} from {where}\n"
     document = json.loads(rest.stdout)
     assert (document["forward"], document["backward"], document["order"]) == (
         full.plan.forward,

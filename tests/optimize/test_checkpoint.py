@@ -58,6 +58,7 @@ def test_state_file_round_trips_and_names_its_format(tmp_path):
     state = load_state(path)
     assert state.meta["format"] == STATE_FORMAT
     assert state.meta["counters"]["generation"] == 5
+    assert state.where() == "generation 5 of its GA"
     assert state.arrays["forward_genes"].shape[0] == 16
 
 

@@ -125,6 +125,7 @@ def test_a_search_stopped_in_its_mirrored_first_search_resumes_there(tmp_path: P
     assert stopped.stop_reason == "SIGINT"
     saved = load_state(path)
     assert (saved.meta["phase"], saved.meta["counters"]["generation"]) == (MIRRORED_PHASE, 5)
+    assert saved.where() == "generation 5 of its mirrored first search"
     left = 80 - saved.generations_run(problem)
     rest = search(problem, **{**options, "generations": left}, resume=path)
     assert (rest.plan.forward, rest.plan.backward, rest.plan.order) == (

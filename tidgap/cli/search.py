@@ -32,6 +32,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
 from tidgap.model.lists import compact_sizes
 from tidgap.model.problem import load_problem
+from tidgap.model.text import printable
 from tidgap.optimize.checkpoint import DEFAULT_EVERY, load_state
 from tidgap.optimize.driver import (
     AUTO_PRICING,
@@ -277,6 +278,8 @@ def search_command(
         finally:
             if progress is not None:
                 progress.close()
+        if saved is not None and not quiet:
+            click.echo(f"resumed {printable(str(resume))} from {saved.where()}", err=True)
         _report(result, out, gantt, trace, quiet, as_json)
     signals.exit_if_received()
 

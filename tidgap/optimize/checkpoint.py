@@ -162,6 +162,17 @@ class SavedState:
             )
         return phase
 
+    def where(self) -> str:
+        """Where the saved search stood, in words (for a resume's note)."""
+        counters = self.meta.get("counters")
+        generation = counters.get("generation") if isinstance(counters, dict) else None
+        if self.phase == MIRRORED_PHASE:
+            return f"generation {generation} of its mirrored first search"
+        record = self.meta.get("anneal")
+        if self.phase == ANNEAL_PHASE and isinstance(record, dict):
+            return f"step {record.get('step')} of its annealing, after {generation} generations"
+        return f"generation {generation} of its GA"
+
     def generations_run(self, problem: Problem) -> int:
         """Generations the saved search had run: its first search's and its GA's."""
         first = self.first_search(problem)
