@@ -271,3 +271,24 @@ def test_a_state_taken_stays_as_it_was_while_the_optimizer_goes_on(schedule: str
         array[...] = 0
     for name, array in state.arrays.items():
         assert np.array_equal(array, before[name]), name
+
+
+def test_the_best_within_a_level_is_the_pooled_islands_pick_and_its_own(monkeypatch) -> None:
+    """Picked over every island's times and peaks (island after island), taken from its
+    island as a copy: for a pick in each island, the individual the pooled genes hold there."""
+    from tidgap.optimize import joint_optimizer
+    from tidgap.optimize.joint import pooled
+
+    optimizer = tidgap.Optimizer(tidgap.load_problem("example:hetero-8"), population=24, seed=1)
+    population = optimizer.ask()
+    optimizer.tell(population, optimizer.evaluate(population))
+    run = optimizer.run.optimizer
+    genes, times, _ = pooled(run.islands)
+    size = run.islands[0].genes.size
+    for index in (0, size - 1, size, len(times) - 1):
+        monkeypatch.setattr(joint_optimizer, "fastest_within", lambda *_, pick=index: pick)
+        found, ticks = run.best_within(run.islands[0].level)
+        assert ticks == int(times[index])
+        for mine, pooled_rows in zip(found.arrays(), genes.arrays(), strict=True):
+            np.testing.assert_array_equal(mine[0], pooled_rows[index])
+        assert not any(np.shares_memory(found.forward, i.genes.forward) for i in run.islands)

@@ -11,6 +11,7 @@ replaces: the same draws in the same order.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,6 @@ from tidgap.optimize.joint import (
     JointSpace,
     fastest_within,
     migrate,
-    pooled,
 )
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel
@@ -192,10 +192,18 @@ class JointOptimizer:
         return int(to_host(island.times[island.elites(1)])[0])
 
     def best_within(self, level: MemoryLevel) -> tuple[JointGenes, int] | None:
-        """The fastest individual of any island within ``level`` and its ticks, or ``None``."""
-        genes, times, peaks = pooled(self.islands)
+        """The fastest individual of any island within ``level`` (first on ties, island after
+        island; genes of its own) and its ticks, or ``None``."""
+        xp = self.xp
+        times = xp.concatenate([island.times for island in self.islands])
+        peaks = xp.concatenate([island.peaks for island in self.islands])
         index = fastest_within(times, peaks, self.space.limit(level))
-        return None if index is None else (genes.take(slice(index, index + 1)), int(times[index]))
+        if index is None:
+            return None
+        ends = list(itertools.accumulate(island.genes.size for island in self.islands))
+        which = bisect.bisect_right(ends, index)  # the genes are not pooled: only their island's
+        row = index - (ends[which - 1] if which else 0)
+        return self.islands[which].genes.take(xp.asarray([row])), int(times[index])
 
     def best(self) -> tuple[Plan, float] | None:
         """The best plan within the limit in force and its fitness in the problem's time
