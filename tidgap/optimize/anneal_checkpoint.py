@@ -14,6 +14,7 @@ generations with ``--resume``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -53,7 +54,7 @@ class AnnealSaving:
     checkpoint: Checkpoint
     ga: SavedState
     reason: str
-    draws: Any
+    draws: Callable[[], int]
     wrote: bool = False
 
     def due(self, state: AnnealState) -> None:

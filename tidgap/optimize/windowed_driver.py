@@ -640,8 +640,9 @@ def annealed(
         steps = ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation
     if deadline is None and time_limit is not None:
         deadline = run.clock + time_limit * (1 - POLISH_SHARE)
-    state = AnnealState.start(optimizer.islands, ANNEAL_CHAINS)
-    if resumed is not None:
+    if resumed is None:
+        state = AnnealState.start(optimizer.islands, ANNEAL_CHAINS)
+    else:
         state, optimizer.rng.draws = resumed.state, resumed.draws
     annealing = Annealing(steps, deadline, stop.interrupted, state.done)
     after_step = None if saving is None else saving.due
