@@ -177,7 +177,8 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
     "--checkpoint",
     type=click.Path(dir_okay=False),
     help="Save the search's state here (tidgap.state/1, atomically) every "
-    "--checkpoint-every seconds, at the end and when Ctrl-C or SIGTERM stops it.",
+    "--checkpoint-every seconds (a windowed search's annealing too), at the end and when "
+    "Ctrl-C or SIGTERM stops it.",
 )
 @click.option(
     "--checkpoint-every",
