@@ -131,6 +131,7 @@ def _record(**changes):
     [
         (_record(step=-1), "anneal.step: is -1, not a count"),
         (_record(step=True), "anneal.step: is True, not a count"),
+        (_record(step=10**12), "anneal.step: is 1000000000000, not a count up to 4000000000"),
         (_record(done=1.5), "anneal.done: is 1.5, not a number 0..1"),
         (_record(draws=2**64), "anneal.draws: is 18446744073709551616, not a count"),
         (_record(reason="SIGINT"), "anneal.reason: is 'SIGINT', not one of generations"),

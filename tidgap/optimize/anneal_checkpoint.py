@@ -24,7 +24,7 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import is_integer, is_number
 from tidgap.optimize.anneal import AnnealState
-from tidgap.optimize.checkpoint import ANNEAL_PHASE, Checkpoint, SavedState
+from tidgap.optimize.checkpoint import ANNEAL_PHASE, MAX_GENERATION, Checkpoint, SavedState
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import penalised
 
@@ -33,6 +33,9 @@ GA_STOP_REASONS = ("generations", "time limit", "stagnation")
 #: The gene rows saved of the chains and of the bests.
 ROWS = ("forward", "backward", "lead")
 PREFIX = "anneal_"
+#: Most steps a state may count: 4 per generation of :data:`MAX_GENERATION` (more than a
+#: day of the fastest annealing), so a larger count is a damaged file.
+MAX_STEP = 4 * MAX_GENERATION
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def resumed_annealing(
         raise InputError("is not an annealing record (an object)", ("anneal",), source=saved.source)
     step, done, draws, reason = (record.get(name) for name in ("step", "done", "draws", "reason"))
     checks = (
-        ("step", is_integer(step) and 0 <= step < 2**63, "a count"),
+        ("step", is_integer(step) and 0 <= step <= MAX_STEP, f"a count up to {MAX_STEP}"),
         ("done", is_number(done) and math.isfinite(done) and 0 <= done <= 1, "a number 0..1"),
         ("draws", is_integer(draws) and 0 <= draws < 2**64, "a count below 2**64"),
         ("reason", reason in GA_STOP_REASONS, f"one of {', '.join(GA_STOP_REASONS)}"),
