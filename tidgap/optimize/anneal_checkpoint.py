@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from tidgap.model.numbers import is_integer, is_number
 from tidgap.optimize.anneal import AnnealState
 from tidgap.optimize.checkpoint import ANNEAL_PHASE, MAX_GENERATION, Checkpoint, SavedState
 from tidgap.optimize.joint_operators import JointGenes
+from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.limits import penalised
 
 #: Why a GA stops other than a signal (:meth:`~tidgap.optimize.ga.StopRule.reason`).
@@ -95,12 +95,11 @@ def ga_part(saved: SavedState) -> SavedState:
 
 
 def resumed_annealing(
-    saved: SavedState, optimizer: Any, per_island: int | None
+    saved: SavedState, optimizer: JointOptimizer, per_island: int | None
 ) -> ResumedAnnealing:
-    """The annealing ``saved`` holds, for ``optimizer`` (a
-    :class:`~tidgap.optimize.joint_optimizer.JointOptimizer` with the saved GA's state
-    restored, annealing ``per_island`` chains per island): :class:`InputError` naming the
-    file and field unless it fits."""
+    """The annealing ``saved`` holds, for ``optimizer`` (the saved GA's state restored,
+    annealing ``per_island`` chains per island): :class:`InputError` naming the file and
+    field unless it fits."""
     record = saved.meta.get("anneal")
     if not isinstance(record, dict):
         raise InputError("is not an annealing record (an object)", ("anneal",), source=saved.source)
@@ -134,7 +133,7 @@ def resumed_annealing(
 
 
 def _genes(
-    saved: SavedState, optimizer: Any, kind: str, like: JointGenes, owner: str
+    saved: SavedState, optimizer: JointOptimizer, kind: str, like: JointGenes, owner: str
 ) -> JointGenes:
     """The saved ``anneal_{kind}*`` rows, checked against ``like`` and repaired."""
     rows = [np.asarray(saved.arrays[f"{PREFIX}{kind}{name}"]) for name in ROWS]

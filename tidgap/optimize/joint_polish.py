@@ -36,7 +36,7 @@ def lead_rows_near(lead: np.ndarray, backwards: int) -> np.ndarray:
     k = np.arange(backwards)[:, None]
     single, tail = column == k, (column >= k) & (column < backwards)
     moved = np.stack([lead + step * part for step in (-1, 1) for part in (single, tail)], 1)
-    kept = np.broadcast_to(np.array([True, False, True, False]) | (k > 0), moved.shape[:2])
+    kept = np.array([True, False, True, False]) | (k > 0)  # no tail move from k = 0
     return moved[kept].astype(lead.dtype, copy=False)
 
 

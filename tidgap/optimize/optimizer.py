@@ -386,7 +386,7 @@ class Optimizer:
         beside the baselines."""
         if self.separable:
             return finish_flush(self.run, stop_reason)
-        annealing = self.annealing
+        annealing, self.annealing = self.annealing, None  # a resumed annealing goes on once
         if annealing is not None and self.generation != annealing.ga.meta["counters"]["generation"]:
             annealing = None  # generations told since: their islands anneal afresh
         return finish_windowed(self.run, stop_reason, self.checkpoint, annealing)

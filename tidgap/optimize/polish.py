@@ -30,8 +30,9 @@ def rows_near(row: np.ndarray, cap: int) -> np.ndarray:
     column = np.arange(width)
     k = np.arange(count - 1)[:, None]
     left, right = row[: count - 1, None], row[1:count, None]
+    # Row k of each: the move across boundary k (between microbatches k and k + 1).
     across = [row + step * ((column == k) * 1 - (column == k + 1)) for step in (-1, 1)]
-    merged = np.append(row, 0)[np.where(column <= k, column, column + 1)]
+    merged = np.append(row, 0)[np.where(column <= k, column, column + 1)]  # k + 1 dropped
     across.append(merged + np.where(column == k, right, 0))
     valid = [
         _within(left - 1, cap) & _within(right + 1, cap),
@@ -42,7 +43,7 @@ def rows_near(row: np.ndarray, cap: int) -> np.ndarray:
     if count < width:
         k = np.arange(count)[:, None]
         size = row[:count, None]
-        halved = row[np.where(column <= k, column, column - 1)]
+        halved = row[np.where(column <= k, column, column - 1)]  # k doubled, the rest on
         halved = np.where(column == k + 1, size - size // 2, halved)
         halved = np.where(column == k, size // 2, halved)
         near.append(halved[row[:count] >= 2])
