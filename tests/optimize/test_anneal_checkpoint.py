@@ -81,6 +81,16 @@ def test_a_search_stopped_in_its_annealing_resumes_there(unbroken, stopped) -> N
     assert rest.stop_reason == full.stop_reason == "generations"
 
 
+def test_more_generations_from_an_annealing_state_go_on_from_its_ga(unbroken, stopped) -> None:
+    """Asked for more generations, a state saved in the annealing is its GA's state: the
+    GA goes on and anneals afresh, as from the file of the search that was not stopped."""
+    rest = search(_problem(), generations=15, resume=stopped[1], **OPTIONS)
+    from_ga = search(_problem(), generations=15, resume=unbroken[1], **OPTIONS)
+    assert _same(rest, from_ga)
+    assert (rest.generations, rest.evaluations) == (from_ga.generations, from_ga.evaluations)
+    assert rest.generations == unbroken[0].generations + 15
+
+
 def test_a_search_ended_without_a_signal_leaves_the_gas_state(unbroken, tmp_path) -> None:
     """Saved in its annealing too (every step), the file at the end is the GA's state of a
     search that saved only then, so more generations resumed from it go on as before."""

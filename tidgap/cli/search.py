@@ -192,8 +192,8 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
     type=click.Path(dir_okay=False),
     help="Continue the search saved in this state file (same problem, schedule, seed, "
     "population, backend and limits); --generations counts the generations after it. "
-    "A state saved while a windowed search annealed goes on annealing (its GA is over: "
-    "give --generations 0 to finish as the unbroken search would). "
+    "A state saved while a windowed search annealed goes on annealing (--generations 0 "
+    "finishes as the unbroken search would); with more --generations its GA goes on. "
     "It may be the --checkpoint file.",
 )
 @output_options

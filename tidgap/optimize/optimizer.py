@@ -287,7 +287,9 @@ class Optimizer:
             self.run.optimizer.rescore()
         self.annealing: ResumedAnnealing | None = None
         if phase == ANNEAL_PHASE and fitness is None:
-            self.annealing = resumed_annealing(saved, self.run.optimizer, ANNEAL_CHAINS)
+            annealing = resumed_annealing(saved, self.run.optimizer, ANNEAL_CHAINS)  # checked
+            if not stopping.generations:  # more generations: its GA goes on, then anneals
+                self.annealing = annealing
 
     @property
     def problem(self) -> Problem:
@@ -370,8 +372,8 @@ class Optimizer:
         """Run generations until the stopping rule given at construction says why (its
         name), saving to the ``checkpoint`` given then; ``ValueError`` if it has no
         generations, time limit or stagnation rule (it would never stop). Resumed from a
-        state saved in the annealing, it runs none (that GA is over) and gives the reason
-        that GA stopped."""
+        state saved in the annealing, without more generations asked for, it runs none
+        (that GA is over) and gives the reason that GA stopped."""
         stop = self.stopping
         if stop.generations is None and stop.time_limit is None and stop.stagnation is None:
             raise ValueError("drive() needs Stopping(generations=, time_limit= or stagnation=)")
