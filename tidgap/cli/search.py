@@ -280,7 +280,7 @@ def search_command(
             if progress is not None:
                 progress.close()
         if saved is not None and not quiet:
-            click.echo(f"resumed {printable(str(resume))} from {saved.where()}", err=True)
+            click.echo(f"resumed {printable(resume)} from {saved.where()}", err=True)
         _report(result, out, gantt, trace, quiet, as_json)
     signals.exit_if_received()
 

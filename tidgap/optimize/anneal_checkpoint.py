@@ -14,7 +14,6 @@ generations with ``--resume``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,6 +26,7 @@ from tidgap.optimize.checkpoint import ANNEAL_PHASE, MAX_GENERATION, Checkpoint,
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.limits import penalised
+from tidgap.optimize.rng import CounterRng
 
 #: Why a GA stops other than a signal (:meth:`~tidgap.optimize.ga.StopRule.reason`).
 GA_STOP_REASONS = ("generations", "time limit", "stagnation")
@@ -52,12 +52,12 @@ class ResumedAnnealing:
 @dataclass
 class AnnealSaving:
     """Saving an annealing to ``checkpoint``: the ``ga`` state it began from, the GA's stop
-    ``reason``, and ``draws()``, the generator's count now."""
+    ``reason``, and the generator the annealing draws from (``rng``)."""
 
     checkpoint: Checkpoint
     ga: SavedState
     reason: str
-    draws: Callable[[], int]
+    rng: CounterRng
     wrote: bool = False
 
     def due(self, state: AnnealState) -> None:
@@ -67,7 +67,7 @@ class AnnealSaving:
 
     def save(self, state: AnnealState) -> None:
         """Save ``state`` now (unless the checkpoint is closed)."""
-        self.checkpoint.write(with_annealing(self.ga, state, self.draws(), self.reason))
+        self.checkpoint.write(with_annealing(self.ga, state, self.rng.draws, self.reason))
         self.wrote = True
 
     def finished(self) -> None:

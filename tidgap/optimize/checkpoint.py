@@ -163,14 +163,13 @@ class SavedState:
         return phase
 
     def where(self) -> str:
-        """Where the saved search stood, in words (for a resume's note)."""
-        counters = self.meta.get("counters")
-        generation = counters.get("generation") if isinstance(counters, dict) else None
+        """Where the saved search stood, in words (for the note of a resume that took it)."""
+        generation = self._counters()["generation"]
         if self.phase == MIRRORED_PHASE:
             return f"generation {generation} of its mirrored first search"
-        record = self.meta.get("anneal")
-        if self.phase == ANNEAL_PHASE and isinstance(record, dict):
-            return f"step {record.get('step')} of its annealing, after {generation} generations"
+        if self.phase == ANNEAL_PHASE:  # its record checked by the resume
+            step = self.meta["anneal"]["step"]
+            return f"step {step} of its annealing, after {generation} generations"
         return f"generation {generation} of its GA"
 
     def generations_run(self, problem: Problem) -> int:

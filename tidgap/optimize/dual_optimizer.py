@@ -54,6 +54,12 @@ class Asked:
     draws: int
 
 
+def check_integers(saved: np.ndarray, shape: tuple[int, ...], name: str) -> None:
+    """``ValueError`` naming ``name`` unless ``saved`` is an integer array of ``shape``."""
+    if saved.shape != tuple(shape) or saved.dtype.kind not in "iu":
+        raise ValueError(f"{name}: {saved.dtype} {saved.shape}, not integers {tuple(shape)}")
+
+
 def check_chromosomes(genes: np.ndarray, units: int, caps: np.ndarray, name: str) -> None:
     """``ValueError`` naming ``name`` unless every row of ``genes`` ``(P, S, K)`` is a
     partition of ``units``: sizes ``1..caps[s]`` first, zeros after."""
@@ -208,10 +214,7 @@ class DualOptimizer:
         checked: ``ValueError``); :meth:`rescore` then scores them."""
         for name, side in zip(("forward", "backward"), self.sides, strict=True):
             genes = arrays[f"{name}_genes"]
-            if genes.shape != tuple(side.genes.shape) or genes.dtype.kind not in "iu":
-                raise ValueError(
-                    f"{name}: {genes.dtype} {genes.shape}, not integers {side.genes.shape}"
-                )
+            check_integers(genes, side.genes.shape, name)
             check_chromosomes(genes, self.ticked.num_units, to_host(side.caps), name)
             side.genes = self.xp.asarray(genes.astype(side.genes.dtype))
         restarting = arrays["restarting"]

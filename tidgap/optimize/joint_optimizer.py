@@ -22,7 +22,13 @@ from tidgap.backends.ticks import TickedProblem
 from tidgap.backends.xp import host_copy, namespace, to_host
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.dual_optimizer import Asked, Counters, check_chromosomes, check_told
+from tidgap.optimize.dual_optimizer import (
+    Asked,
+    Counters,
+    check_chromosomes,
+    check_integers,
+    check_told,
+)
 from tidgap.optimize.ga import GeneticSettings
 from tidgap.optimize.genome import Population, decode_plan
 from tidgap.optimize.joint import (
@@ -274,9 +280,3 @@ class JointOptimizer:
             if (progress < 0).any():
                 raise ValueError(f"island {i}'s progress: {progress.tolist()}, not counts >= 0")
             island.best_fitness, island.since_improvement = (int(v) for v in progress)
-
-
-def check_integers(saved: np.ndarray, shape: tuple[int, ...], name: str) -> None:
-    """``ValueError`` naming ``name`` unless ``saved`` is an integer array of ``shape``."""
-    if saved.shape != tuple(shape) or saved.dtype.kind not in "iu":
-        raise ValueError(f"{name}: {saved.dtype} {saved.shape}, not integers {tuple(shape)}")

@@ -712,7 +712,7 @@ def finish_windowed(
         saving = None
         if checkpoint is not None:
             ga = current_state(run, checkpoint.identity) if resumed is None else resumed.ga
-            saving = AnnealSaving(checkpoint, ga, stop_reason, lambda: optimizer.rng.draws)
+            saving = AnnealSaving(checkpoint, ga, stop_reason, optimizer.rng)
         with phases("anneal"):
             found = annealed(run, found, saving=saving, resumed=resumed)
         stop_reason = run.stop.signal() or stop_reason
