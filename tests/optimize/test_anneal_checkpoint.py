@@ -232,13 +232,13 @@ def test_rounds_after_the_annealing_leave_the_gas_state_as_it_was(
     state written back at the end is the one the annealing began from."""
     rounds = windowed_driver.used_to_the_end
 
-    def adopting(run, found, stop_reason):
+    def adopting(run, found, stop_reason, saving):
         island = run.optimizer.islands[0]
         best = island.genes.take(slice(0, 1))
         for array in island.genes.arrays():  # a round's adopt, exaggerated: every individual
             array[...] = array[:1]
         island.adopt(best, *run.optimizer.space.evaluate(best))
-        return rounds(run, found, stop_reason)
+        return rounds(run, found, stop_reason, saving)
 
     monkeypatch.setattr(windowed_driver, "used_to_the_end", adopting)
     path = tmp_path / "s.state"
@@ -246,3 +246,37 @@ def test_rounds_after_the_annealing_leave_the_gas_state_as_it_was(
     saved, expected = load_state(path), load_state(unbroken[1])
     for name, array in expected.arrays.items():
         assert np.array_equal(saved.arrays[name], array), name
+
+
+def test_a_search_stopped_in_a_later_round_resumes_from_that_round(tmp_path, monkeypatch) -> None:
+    """A time-limited search anneals again after its polish; a signal in that round leaves
+    the round's annealing in the file (its chains began from the polished bests), and the
+    resume is no slower than the plan the stopped search returned."""
+    path, annealings = tmp_path / "s.state", []
+    annealing = windowed_driver.annealed
+
+    def counting(*args, **kwargs):
+        annealings.append(None)
+        return annealing(*args, **kwargs)
+
+    def in_a_round() -> str | None:
+        if len(annealings) < 2 or not path.exists():
+            return None
+        return "SIGINT" if load_state(path).meta["anneal"]["done"] < 1 else None
+
+    monkeypatch.setattr(windowed_driver, "annealed", counting)
+    options = {**OPTIONS, "memory_limit": None}
+    stopped = search(
+        _problem(),
+        time_limit=6,
+        checkpoint=path,
+        checkpoint_every=1e-9,
+        interrupted=in_a_round,
+        **options,
+    )
+    monkeypatch.undo()
+    assert stopped.stop_reason == "SIGINT" and len(annealings) == 2
+    saved = load_state(path)
+    assert saved.meta["phase"] == ANNEAL_PHASE and saved.meta["anneal"]["done"] < 1
+    rest = search(_problem(), generations=0, resume=path, **options)
+    assert rest.evaluation.iteration_time <= stopped.evaluation.iteration_time

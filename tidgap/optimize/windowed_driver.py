@@ -662,12 +662,16 @@ def annealed(
 
 
 def used_to_the_end(
-    run: WindowedRun, found: list[tuple[JointGenes, int] | None], stop_reason: str
+    run: WindowedRun,
+    found: list[tuple[JointGenes, int] | None],
+    stop_reason: str,
+    saving: AnnealSaving | None = None,
 ) -> tuple[list[tuple[JointGenes, int] | None], str]:
     """:func:`more_rounds` for a time-limited search (:func:`runs_to_the_limit`): each
     round, each island takes its level's best in place of its least fit, the chains anneal
-    from them, and the bests are polished again. Returns the bests and the stop reason (a
-    signal's name if one came)."""
+    from them, and the bests are polished again. ``saving`` checkpoints each round's
+    annealing (its chains' bests hold the bests it began from), so a resume goes on from
+    the latest round. Returns the bests and the stop reason (a signal's name if one came)."""
     if run.time_limit is None or not runs_to_the_limit(run.stop, run.time_limit):
         return found, stop_reason
     optimizer, phases = run.optimizer, run.phases
@@ -679,7 +683,7 @@ def used_to_the_end(
             if best is not None:
                 island.adopt(best[0], *optimizer.space.evaluate(best[0]))
         with phases("anneal"):
-            found = annealed(run, found, deadline)
+            found = annealed(run, found, deadline, saving)
         if (name := run.stop.signal()) is not None:
             stop_reason = name
             return None
@@ -720,7 +724,7 @@ def finish_windowed(
             with phases("polish"):
                 deadline = None if time_limit is None else clock + time_limit
                 found = polished(found, levels, optimizer.space, deadline)
-            found, stop_reason = used_to_the_end(run, found, stop_reason)
+            found, stop_reason = used_to_the_end(run, found, stop_reason, saving)
             if saving is not None and stop_reason not in STOP_SIGNALS.values():
                 saving.finished()
     tradeoff = [
