@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from tidgap.optimize.polish import COMBINED_MOVES, polish, rows_near
+from tidgap.optimize import polish as polish_module
+from tidgap.optimize.polish import COMBINED_MOVES, FOCUS_RADIUS, near_changes, polish, rows_near
 
 UNITS, WIDTH = 8, 4
 
@@ -62,20 +64,48 @@ def test_a_move_that_no_longer_helps_is_left_out() -> None:
     assert polished[0, 0] != UNITS - 1 and polished[1, 0] == UNITS - 1
 
 
-def test_a_step_combines_at_most_its_share_of_moves() -> None:
+def test_a_step_combines_at_most_its_share_of_moves(monkeypatch) -> None:
     stages = COMBINED_MOVES + 8
     targets = np.full(stages, 3)
-    scans: list[int] = []
+    moved: list[int] = []
+
+    def recording(before: np.ndarray, after: np.ndarray):
+        moved.append(int((before != after).any(axis=-1).sum()))
+        return near_changes(before, after)
+
+    monkeypatch.setattr(polish_module, "near_changes", recording)
     genes = _start(stages)
     polished, fitness = polish(
         genes,
         int(((genes[:, 0] - 3) ** 2).sum()),
         np.full(stages, UNITS),
-        _separable(targets, scans),
+        _separable(targets, []),
         batch_bytes=1 << 30,
     )
-    # the first step moves COMBINED_MOVES stages, the second the rest, a third finds none
-    assert fitness == 0 and len(scans) == 3
+    # the first step moves COMBINED_MOVES stages, later ones the rest, each stage once
+    assert fitness == 0 and moved[0] == COMBINED_MOVES and sum(moved) == stages
+
+
+def test_after_a_step_only_stages_near_its_changes_are_scanned() -> None:
+    """Stage 10 is one move from its target, stage 40 two: the first scan covers every
+    stage and moves both; the second covers the stages within FOCUS_RADIUS of them and
+    moves stage 40 again; the third, around stage 40, finds none, and a scan of every
+    stage confirms the optimum."""
+    stages = 48
+    targets = np.full(stages, UNITS - 1)
+    targets[10], targets[40] = UNITS - 2, UNITS - 3
+    scans: list[int] = []
+    genes = _start(stages)
+    start = int(_separable(targets, [])(genes[None])[0])
+    polished, fitness = polish(
+        genes, start, np.full(stages, UNITS), _separable(targets, scans), batch_bytes=1 << 30
+    )
+    assert fitness == 0 and (polished[:, 0] == targets).all()
+    per_stage = scans[0] // stages  # every untouched row has as many neighbours
+    near = 2 * FOCUS_RADIUS + 1
+    assert len(scans) == 4 and scans[3] >= scans[0]  # the last one: every stage
+    assert scans[1] == pytest.approx(2 * near * per_stage, abs=2 * near)
+    assert scans[2] == pytest.approx(near * per_stage, abs=near)
 
 
 def _rows_near_by_definition(row: np.ndarray, cap: int) -> list[list[int]]:

@@ -33,7 +33,7 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.genome import GENE
 from tidgap.optimize.operators import equal_rows, microbatch_counts
 from tidgap.optimize.order_genes import own_forwards, prefix
-from tidgap.optimize.polish import descend
+from tidgap.optimize.polish import Focus, descend, focused
 from tidgap.optimize.rng import CounterRng, uniform_int
 
 #: ``(P, S, K)`` chromosomes (in the array module of the search) -> ``(P,)`` int64 ticks.
@@ -153,12 +153,15 @@ def _flip(cuts: Any, counts: Any, u: Any) -> Any:
     return cuts ^ (hit & (interior > 0)[:, None, None])
 
 
-def _neighbours(cuts: np.ndarray, counts: np.ndarray, batch: int) -> Iterator[np.ndarray]:
-    """Every ``(S, K)`` cuts one move from ``cuts``: one interior cut flipped (merge or
-    split), or one cut moved to a neighbouring forward boundary; ``(n, S, K)`` batches of
-    at most ``batch``."""
+def _neighbours(
+    cuts: np.ndarray, counts: np.ndarray, batch: int, focus: Focus = None
+) -> Iterator[np.ndarray]:
+    """Every ``(S, K)`` cuts one move from ``cuts`` in a stage of ``focus``: one interior
+    cut flipped (merge or split), or one cut moved to a neighbouring forward boundary;
+    ``(n, S, K)`` batches of at most ``batch``."""
     moves = []
-    for s, count in enumerate(counts):
+    for s in focused(len(counts), focus):
+        count = counts[s]
         for c in range(int(count) - 1):
             moves.append([(s, c)])
             if cuts[s, c] and c + 1 < count - 1 and not cuts[s, c + 1]:
@@ -240,7 +243,7 @@ def aligned_search(
 
     def improve(cuts: np.ndarray, ticks: int) -> tuple[np.ndarray, int]:
         return descend(
-            cuts, ticks, lambda g: _neighbours(g, host_counts, batch), host_score, deadline
+            cuts, ticks, lambda g, f: _neighbours(g, host_counts, batch, f), host_score, deadline
         )
 
     best, ticks = improve(*seeded(forward, backward, caps, score))

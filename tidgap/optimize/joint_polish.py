@@ -21,7 +21,15 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel, penalised
-from tidgap.optimize.polish import BATCH_BYTES, Moves, descend, moved_batches, rows_near
+from tidgap.optimize.polish import (
+    BATCH_BYTES,
+    Focus,
+    Moves,
+    descend,
+    focused,
+    moved_batches,
+    rows_near,
+)
 
 #: Bytes per gene of a candidate in a batch, with the repair's int64 temporaries.
 BYTES_PER_CANDIDATE_GENE = 96
@@ -41,24 +49,32 @@ def lead_rows_near(lead: np.ndarray, backwards: int) -> np.ndarray:
 
 
 def stacked_moves(
-    stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], genes: tuple[int, ...] = (0, 1)
+    stacked: np.ndarray,
+    caps: tuple[np.ndarray, np.ndarray],
+    genes: tuple[int, ...] = (0, 1),
+    focus: Focus = None,
 ) -> Iterator[Moves]:
-    """The moves one step from ``stacked`` ``(3, S, K)``, stage by stage (each a ``(gene,
-    stage)`` row and its new values); the partition steps move the rows ``genes`` (0
-    forward, 1 backward)."""
+    """The moves one step from ``stacked`` ``(3, S, K)`` in the stages of ``focus``, stage
+    by stage (each a ``(gene, stage)`` row and its new values); the partition steps move
+    the rows ``genes`` (0 forward, 1 backward)."""
     forward, backward, lead = stacked
-    for s in range(forward.shape[0]):
+    for s in focused(forward.shape[0], focus):
         for gene in genes:
             yield (gene, s), rows_near(stacked[gene, s], int(caps[gene][s]))
         yield (2, s), lead_rows_near(lead[s], int((backward[s] > 0).sum()))
 
 
 def stacked_neighbours(
-    stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], batch: int, genes: tuple[int, ...]
+    stacked: np.ndarray,
+    caps: tuple[np.ndarray, np.ndarray],
+    batch: int,
+    genes: tuple[int, ...],
+    focus: Focus = None,
 ) -> Iterator[np.ndarray]:
-    """Every individual one step from ``stacked`` (:func:`stacked_moves`) in ``(n, 3, S,
-    K)`` batches of at most ``batch``, each gene contiguous over the batch."""
-    return moved_batches(stacked, stacked_moves(stacked, caps, genes), batch, split=1)
+    """Every individual one step from ``stacked`` in the stages of ``focus``
+    (:func:`stacked_moves`) in ``(n, 3, S, K)`` batches of at most ``batch``, each gene
+    contiguous over the batch."""
+    return moved_batches(stacked, stacked_moves(stacked, caps, genes, focus), batch, split=1)
 
 
 def unstacked(stacked: np.ndarray, space: JointSpace) -> JointGenes:
@@ -89,8 +105,8 @@ def joint_polish(
         times, peaks = space.evaluate(unstacked(candidates, space))
         return to_host(penalised(times, peaks, held))
 
-    def batches(stacked: np.ndarray) -> Iterator[np.ndarray]:
-        return stacked_neighbours(stacked, caps, batch, space.partition_genes)
+    def batches(stacked: np.ndarray, focus: Focus) -> Iterator[np.ndarray]:
+        return stacked_neighbours(stacked, caps, batch, space.partition_genes, focus)
 
     best, best_ticks = descend(start, ticks, batches, score, deadline)
     return unstacked(best[None], space), best_ticks

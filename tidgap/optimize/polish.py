@@ -59,11 +59,25 @@ def _within(sizes: np.ndarray, cap: int) -> np.ndarray:
 Moves = tuple[tuple[int, ...], np.ndarray]
 
 
-def neighbour_batches(genes: np.ndarray, caps: np.ndarray, batch: int) -> Iterator[np.ndarray]:
-    """Every chromosome one step away from ``genes`` ``(S, K)``, stage by stage, as
-    ``(n, S, K)`` arrays of at most ``batch`` chromosomes."""
-    moves = (((s,), rows_near(genes[s], int(caps[s]))) for s in range(genes.shape[0]))
-    return moved_batches(genes, moves, batch)
+#: Stages to scan: ``(S,)`` bool, or ``None`` for all.
+Focus = np.ndarray | None
+#: Candidates near genes: ``batches(genes, focus)`` yields arrays of genes' shape with a
+#: leading batch axis, the moves of the focused stages only.
+Neighbours = Callable[[np.ndarray, Focus], Iterator[np.ndarray]]
+
+
+def focused(stages: int, focus: Focus) -> Iterator[int]:
+    """The stages of ``range(stages)`` that ``focus`` keeps, in order."""
+    return (s for s in range(stages) if focus is None or focus[s])
+
+
+def neighbour_batches(
+    genes: np.ndarray, caps: np.ndarray, batch: int, focus: Focus = None
+) -> Iterator[np.ndarray]:
+    """Every chromosome one step from ``genes`` ``(S, K)`` in a stage of ``focus``, stage
+    by stage, as ``(n, S, K)`` arrays of at most ``batch`` chromosomes."""
+    stages = focused(genes.shape[0], focus)
+    return moved_batches(genes, (((s,), rows_near(genes[s], int(caps[s]))) for s in stages), batch)
 
 
 def moved_batches(
@@ -101,33 +115,54 @@ def _applied(start: np.ndarray, blocks: list[Moves], size: int, split: int) -> n
 
 #: The most improving neighbours one step of :func:`descend` keeps to combine.
 COMBINED_MOVES = 64
+#: After a step, :func:`descend` scans the stages within this many of a changed one.
+FOCUS_RADIUS = 3
 
 
 def descend(
     genes: np.ndarray,
     fitness: int,
-    batches: Callable[[np.ndarray], Iterator[np.ndarray]],
+    batches: Neighbours,
     score: Score,
     deadline: float | None = None,
 ) -> tuple[np.ndarray, int]:
-    """Steepest descent from ``genes`` over the candidates ``batches(genes)`` yields (arrays
-    of genes' shape with a leading batch axis) until a local optimum or ``deadline`` (a
+    """Steepest descent from ``genes`` (stages on the second-last axis) over the candidates
+    ``batches(genes, focus)`` yields until a local optimum or ``deadline`` (a
     ``time.perf_counter()`` value, checked after every batch and every combination tried);
     returns the genes reached and their fitness.
 
-    Each step scores every candidate, takes the best (the first on ties), then adds the
+    Each step scores the candidates, takes the best (the first on ties), then adds the
     other improving candidates' changed rows (best first, up to :data:`COMBINED_MOVES`,
     each changing no row an added one changed) one at a time, each kept where it makes
-    the plan faster: a step of a deep pipeline then moves several stages, not one."""
+    the plan faster: a step of a deep pipeline then moves several stages, not one. The
+    first scan covers every stage; after a step, the next covers only the stages within
+    :data:`FOCUS_RADIUS` of one it changed, and a scan of every stage confirms that no
+    candidate improves (a deep pipeline's step then scans a few stages, not all)."""
+    focus: Focus = None
     while True:
         improving = _Improving(genes, fitness)
-        for candidates in batches(genes):
+        for candidates in batches(genes, focus):
             improving.add(candidates, np.asarray(score(candidates)))
             if _past(deadline):
                 return improving.best()
-        if improving.best()[1] >= fitness:
+        if improving.best()[1] < fitness:
+            stepped, fitness = _combined(genes, improving, score, deadline)
+            genes, focus = stepped, near_changes(genes, stepped)
+        elif focus is None:
             return genes, fitness
-        genes, fitness = _combined(genes, improving, score, deadline)
+        else:
+            focus = None
+
+
+def near_changes(before: np.ndarray, after: np.ndarray) -> Focus:
+    """``(S,)``: the stages (second-last axis) within :data:`FOCUS_RADIUS` of one whose
+    rows differ between ``before`` and ``after``; ``None`` where that is every stage."""
+    changed = (before != after).any(axis=-1).reshape(-1, before.shape[-2]).any(axis=0)
+    near = changed.copy()
+    for shift in range(1, FOCUS_RADIUS + 1):
+        near[shift:] |= changed[:-shift]
+        near[:-shift] |= changed[shift:]
+    return None if near.all() else near
 
 
 def _past(deadline: float | None) -> bool:
@@ -190,4 +225,6 @@ def polish(
     """:func:`descend` from the chromosome ``genes`` ``(S, K)`` over its partition
     neighbours (:func:`neighbour_batches`), in batches of at most ``batch_bytes``."""
     batch = max(1, batch_bytes // max(genes.nbytes, 1))
-    return descend(genes, fitness, lambda g: neighbour_batches(g, caps, batch), score, deadline)
+    return descend(
+        genes, fitness, lambda g, focus: neighbour_batches(g, caps, batch, focus), score, deadline
+    )
