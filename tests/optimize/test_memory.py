@@ -92,7 +92,8 @@ def test_max_memory_lowers_the_budget() -> None:
     assert CliRunner().invoke(cli, args).exit_code == 0
     result = CliRunner().invoke(cli, [*args, "--max-memory", "1M"])
     assert result.exit_code == 2
-    assert "memory budget 1 MB (--max-memory" in result.stderr
+    assert "memory budget 1 MB (--max-memory)" in result.stderr  # the option, named once
+    assert result.stderr.count("--max-memory") == 1
 
 
 @pytest.mark.parametrize("value", ["plenty", "0", "0.4"])

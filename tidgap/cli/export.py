@@ -33,7 +33,9 @@ EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
 @click.command(name="export")
 @problem_argument()
 @click.argument("plan_file", metavar="PLAN")
-@click.option("--to", "target", type=click.Choice(EXPORTS), help="What to write (see above).")
+@click.option(
+    "--to", "target", type=click.Choice(EXPORTS), help="What to write (see above).  [required]"
+)
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="Write it here.")
 @click.option("--seed", type=int, help="same-partition: random seed (default 0).")
 @click.option(

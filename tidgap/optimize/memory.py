@@ -29,6 +29,8 @@ TABLE_BYTES_PER_ENTRY = 4 * 8 * 2
 #: The polish's batches of candidates and their evaluation, and the evaluation chunks of
 #: the NumPy backend.
 WORKSPACE_BYTES = 4 * BATCH_BYTES + 4 * 8 * CHUNK_GENES
+#: Where a budget the user gave comes from.
+GIVEN = "--max-memory"
 #: What every search needs besides (interpreter, NumPy, Numba, the problem).
 BASELINE_BYTES = 64 << 20
 
@@ -105,7 +107,7 @@ def memory_budget(max_memory: int | None, backend: Backend | None = None) -> tup
     (``--max-memory``), else :func:`default_budget` of ``backend`` (without one, half of
     :func:`available_memory`)."""
     if max_memory is not None:
-        return max_memory, "--max-memory"
+        return max_memory, GIVEN
     budget = available_memory() // 2 if backend is None else default_budget(backend)
     return budget, "half the memory available"
 
@@ -172,9 +174,12 @@ def require_within(
     ``budget``; ``what`` says what the estimate is of, ``budget_source`` where the budget
     comes from."""
     if estimate > budget:
+        where = budget_source
+        if budget_source != GIVEN:
+            where += f"; {GIVEN} to change it"
         raise InputError(
             f"{what} needs about {format_bytes(estimate)}, more than the memory budget "
-            f"{format_bytes(budget)} ({budget_source}; --max-memory to change it)",
+            f"{format_bytes(budget)} ({where})",
             path,
             source,
         )
