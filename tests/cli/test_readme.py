@@ -23,6 +23,7 @@ NEEDS_TORCH = re.compile(r"^\s*(?:import|from) torch\b", re.MULTILINE)
 PIP_EXTRAS = re.compile(r"pip install '([^'\[]+)\[([^\]]+)\]'")
 #: A command-table row: ``| `tidgap COMMAND ARGS...` | what it does |``.
 COMMAND_ROW = re.compile(r"^\| `tidgap ([a-z]+)([^`]*)`", re.MULTILINE)
+OPTION = re.compile(r"--[a-z][a-z0-9-]*")
 
 
 def _sections() -> dict[str, list[str]]:
@@ -103,3 +104,27 @@ def test_readme_command_rows_match_help() -> None:
                 if not required:
                     assert not usage[name], (command, name)
             assert all(name in form for name, needed in usage.items() if needed), (command, form)
+
+
+def _long_options(command: str) -> set[str]:
+    """The long options of ``command`` (``--help`` left out)."""
+    params = cli.commands[command].params
+    return {o for p in params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")} - {
+        "--help"
+    }
+
+
+def test_readme_command_rows_list_every_option() -> None:
+    """A command's rows show every long option its ``--help`` lists and none it lacks; the
+    model options that ``profile``, ``calibrate`` and ``run`` share are described in the
+    README's text instead ("model options as in profile")."""
+    text = README.read_text(encoding="utf-8")
+    rows: dict[str, str] = {}
+    for command, row in COMMAND_ROW.findall(text):
+        rows[command] = rows.get(command, "") + row
+    models = _long_options("profile") - set(OPTION.findall(rows["profile"]))
+    assert models and all(f"`{option}`" in text for option in models), models
+    for command in cli.commands:
+        shown, options = set(OPTION.findall(rows.get(command, ""))), _long_options(command)
+        assert shown <= options, (command, shown - options)
+        assert options - shown <= models, (command, options - shown - models)
