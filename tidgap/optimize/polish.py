@@ -3,7 +3,8 @@
 All neighbours of a chromosome (one unit shifted across a boundary, two neighbouring
 microbatches merged, a microbatch halved) are scored in batches of at most
 ``batch_bytes``; the best improving one (the first on ties) is taken, with the other
-improving ones' changes that still help (:func:`descend`), until none improves or the
+improving ones' changes that still help (:func:`descend`; after a step, the neighbours in
+the stages near its changes, until a scan of all finds none), until none improves or the
 deadline passes (then the best improving neighbour scored so far, if any, is the last
 step).
 """
