@@ -6,6 +6,7 @@ recomputing, never over a limit as the runtime holds it, the same plan on every 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -461,3 +462,21 @@ def test_a_resumed_search_counts_memory_as_one_search(tmp_path: Any) -> None:
     full, rest, _ = resumed(tmp_path, problem, 1400, 1250, memory_limit=6_000_000, **options)
     assert rest.memory_pricing == full.memory_pricing == "run"
     assert rest.plan == full.plan and any(recomputes(full.plan))
+
+
+def test_a_limit_no_plan_found_meets_names_the_leanest_plan() -> None:
+    """Just above what every plan holds (a bound no plan reaches): no plan is found, and
+    the refusal says what the plan least over the limit holds, and where, as the
+    reference counts it."""
+    problem, _ = gpt_between_bounds()
+    free = least_bytes(problem, True)
+    assert free is not None
+    limit = int(max(free)) + 1
+    with pytest.raises(InputError, match="no plan found within the memory limit") as caught:
+        search(problem, **SEARCH, memory_limit=limit)
+    found = re.search(
+        r"the leanest plan found holds \S+ \S+ \((\d+) B\) on stage (\d+)$", str(caught.value)
+    )
+    assert found is not None, str(caught.value)
+    held, stage = int(found[1]), int(found[2])
+    assert held > limit and stage == 1  # stage 1 saves the most per sample

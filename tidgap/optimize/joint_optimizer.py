@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tidgap.backends.evaluator import INVALID
 from tidgap.backends.ticks import TickedProblem
 from tidgap.backends.xp import host_copy, namespace, to_host
 from tidgap.model.plan import Plan
@@ -39,7 +40,7 @@ from tidgap.optimize.joint import (
     migrate,
 )
 from tidgap.optimize.joint_operators import JointGenes
-from tidgap.optimize.limits import MemoryLevel
+from tidgap.optimize.limits import MemoryLevel, penalised
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import FINE
 from tidgap.optimize.scores import Fitness, Scores, custom_scores, to_ticks
@@ -200,16 +201,32 @@ class JointOptimizer:
     def best_within(self, level: MemoryLevel) -> tuple[JointGenes, int] | None:
         """The fastest individual of any island within ``level`` (first on ties, island after
         island; genes of its own) and its ticks, or ``None``."""
-        xp = self.xp
-        times = xp.concatenate([island.times for island in self.islands])
-        peaks = xp.concatenate([island.peaks for island in self.islands])
+        times, peaks = self._pooled()
         index = fastest_within(times, peaks, self.space.limit(level))
         if index is None:
             return None
+        return self._individual(index), int(times[index])
+
+    def leanest(self, level: MemoryLevel) -> JointGenes | None:
+        """The individual of any island least over ``level`` (the fewest units over, summed
+        over the stages; the first on ties; genes of its own), or ``None`` where no order
+        is valid."""
+        times, peaks = self._pooled()
+        index = int(self.xp.argmin(penalised(times, peaks, self.space.limit(level))))
+        return self._individual(index) if int(times[index]) < INVALID else None
+
+    def _pooled(self) -> tuple[Any, Any]:
+        """Every island's ``times`` ``(n,)`` and ``peaks`` ``(n, S)``, island after island."""
+        xp = self.xp
+        times = xp.concatenate([island.times for island in self.islands])
+        return times, xp.concatenate([island.peaks for island in self.islands])
+
+    def _individual(self, index: int) -> JointGenes:
+        """Individual ``index`` of the islands' pooled order, as ``(1, S, K)`` genes."""
         ends = list(itertools.accumulate(island.genes.size for island in self.islands))
         which = bisect.bisect_right(ends, index)  # the genes are not pooled: only their island's
         row = index - (ends[which - 1] if which else 0)
-        return self.islands[which].genes.take(xp.asarray([row])), int(times[index])
+        return self.islands[which].genes.take(self.xp.asarray([row]))
 
     def best(self) -> tuple[Plan, float] | None:
         """The best plan within the limit in force and its fitness in the problem's time

@@ -59,7 +59,7 @@ from tidgap.optimize.limits import (
     limit_in_force,
     tradeoff_levels,
 )
-from tidgap.optimize.memory import joint_footprint
+from tidgap.optimize.memory import format_bytes, joint_footprint
 from tidgap.optimize.memory_seeds import capped_one_f_one_b, fewest_within, require_room
 from tidgap.optimize.order_genes import encode_lead
 from tidgap.optimize.preparation import (
@@ -82,6 +82,7 @@ from tidgap.optimize.run_memory import ROWS, RunMemory, least_bytes, run_evaluat
 from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
 from tidgap.runtime.recompute_memory import recompute_bytes
 from tidgap.schedules.baselines import BaselineResult, best_baselines, equal_sizes
+from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import (
     SCHEDULES,
     TIMED_BASELINES,
@@ -373,10 +374,26 @@ def decoded(
     pricing: str = MODEL_PRICING,
     memory: RunMemory | None = None,
 ) -> TradeoffPoint:
-    """The plan of one individual, checked and evaluated with the reference simulator
-    (its times priced by ``pricing``; with ``memory``, the search's count of what it holds
-    as ``tidgap run`` runs it, and its ``peak_memory`` the run's:
-    :func:`~tidgap.optimize.run_memory.run_evaluated`)."""
+    """The plan of one individual within ``level``, checked and evaluated with the
+    reference simulator (:func:`priced_plan`)."""
+    plan, evaluation, held = priced_plan(genes, problem, pricing, memory)
+    allowed = allowed_held(level, memory)
+    if any(h > a for h, a in zip(held, allowed, strict=True)):
+        raise AssertionError(f"the plan for {level.label} holds {held}, over {allowed}")
+    return TradeoffPoint(level, plan, evaluation)
+
+
+def priced_plan(
+    genes: JointGenes,
+    problem: Problem,
+    pricing: str = MODEL_PRICING,
+    memory: RunMemory | None = None,
+) -> tuple[Plan, Evaluation, list[int]]:
+    """The plan of one individual (``(1, S, K)`` genes), checked and evaluated with the
+    reference simulator (its times priced by ``pricing``; with ``memory``, its
+    ``peak_memory`` as ``tidgap run`` holds it:
+    :func:`~tidgap.optimize.run_memory.run_evaluated`), and what each stage holds as the
+    search counts it (samples; with ``memory``, its units)."""
     plan = decode_plan(genes.forward[0], genes.backward[0], problem, genes.codes[0])
     check_plan(plan, problem)
     if pricing == RUN_PRICING:
@@ -384,16 +401,34 @@ def decoded(
     else:
         evaluation = SEARCHED.evaluate(problem, plan)
     if memory is None:
-        held, allowed = evaluation.peak_held, list(level.held)
-    else:
-        xp = namespace(genes.forward)
-        peaks = xp.asarray([evaluation.peak_held], dtype=xp.int64)
-        held = to_host(memory.held(peaks, genes.forward, genes.backward, genes.lead))[0].tolist()
-        allowed = to_host(memory.limit(level)).tolist()
-        evaluation = run_evaluated(problem, plan, evaluation)
-    if any(h > a for h, a in zip(held, allowed, strict=True)):
-        raise AssertionError(f"the plan for {level.label} holds {held}, over {allowed}")
-    return TradeoffPoint(level, plan, evaluation)
+        return plan, evaluation, list(evaluation.peak_held)
+    xp = namespace(genes.forward)
+    peaks = xp.asarray([evaluation.peak_held], dtype=xp.int64)
+    held = to_host(memory.held(peaks, genes.forward, genes.backward, genes.lead))[0].tolist()
+    return plan, run_evaluated(problem, plan, evaluation), held
+
+
+def allowed_held(level: MemoryLevel, memory: RunMemory | None) -> list[int]:
+    """What ``level`` lets each stage hold as the search counts it (:func:`priced_plan`)."""
+    return list(level.held) if memory is None else to_host(memory.limit(level)).tolist()
+
+
+def leanest_held(run: WindowedRun) -> str:
+    """For a search that found no plan within its limit in force: what the plan least over
+    it holds where it is most over, as ``"; the leanest plan found holds 121 kB (120712 B) on
+    stage 1"`` (samples without bytes per sample); empty where no order was valid."""
+    genes = run.optimizer.leanest(run.in_force)
+    if genes is None:
+        return ""
+    memory = run.optimizer.space.memory
+    _, evaluation, held = priced_plan(genes, run.problem, run.pricing, memory)
+    allowed = allowed_held(run.in_force, memory)
+    stage = max(range(len(held)), key=lambda s: held[s] - allowed[s])
+    amount = f"{evaluation.peak_held[stage]} samples"
+    if evaluation.peak_memory is not None:
+        peak = evaluation.peak_memory[stage]
+        amount = f"{format_bytes(peak)} ({int(peak)} B)"
+    return f"; the leanest plan found holds {amount} on stage {stage}"
 
 
 @dataclass
@@ -740,7 +775,8 @@ def finish_windowed(
             held = "as tidgap run holds plans"
         raise InputError(
             f"no plan found within the memory limit ({in_force.label}: {held})"
-            + refusal(run.backward),
+            + refusal(run.backward)
+            + leanest_held(run),
             source="stages' memory_limit" if in_force.label == STAGE_LIMITS else "--memory-limit",
         )
     return SearchResult(
