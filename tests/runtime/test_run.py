@@ -348,6 +348,13 @@ def test_compared_plans_and_baselines_run_in_turn_each_checked(
     for run in document["baselines"]:
         measured = document["run"]["measured"]["median"] / run["measured"]["median"]
         assert run["speedup"]["measured"] == pytest.approx(1 / measured)
+        ours, theirs = document["run"]["measured"]["iterations"], run["measured"]["iterations"]
+        paired = sorted(b / a for a, b in zip(ours, theirs, strict=True))
+        found = run["speedup"]["paired"]
+        assert [found["min"], found["median"], found["max"]] == pytest.approx(
+            [paired[0], sum(paired) / 2, paired[1]]
+        )
+        assert found["ranked"] == (paired[0] > 1 or paired[1] < 1)
 
 
 def test_a_jobs_plans_alternate_iteration_by_iteration(problem_file: Path, tmp_path: Path) -> None:

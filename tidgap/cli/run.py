@@ -57,8 +57,8 @@ from tidgap.runtime.report import (
     load_results,
     merged_gradients,
     run_figures,
-    speedup,
     speedup_line,
+    speedup_record,
 )
 from tidgap.runtime.worker import (
     local_processes,
@@ -884,9 +884,7 @@ def document(
         "baselines": [
             {
                 **baseline.as_dict(),
-                "speedup": dict(
-                    zip(("measured", "predicted"), speedup(plan, baseline), strict=True)
-                ),
+                "speedup": speedup_record(plan, baseline),
             }
             for baseline in baselines
         ],

@@ -443,10 +443,46 @@ def speedup(plan: RunFigures, baseline: RunFigures) -> tuple[float, float]:
     return baseline.median / plan.median, baseline.predicted / plan.predicted
 
 
-def speedup_line(plan: RunFigures, baseline: RunFigures) -> str:
-    """:func:`speedup` as a text line."""
+def paired_speedups(plan: RunFigures, baseline: RunFigures) -> list[float]:
+    """``baseline``'s time over ``plan``'s in each timed iteration: the two ran in turn,
+    iteration by iteration, so each pair met the same moment of the machine."""
+    return [b / p for p, b in zip(plan.iterations, baseline.iterations, strict=True)]
+
+
+def ranks(paired: list[float]) -> bool:
+    """Whether paired speedups rank the two plans: every pair puts the same one ahead."""
+    return min(paired) > 1 or max(paired) < 1
+
+
+def speedup_record(plan: RunFigures, baseline: RunFigures) -> dict[str, Any]:
+    """:func:`speedup` and :func:`paired_speedups` (``min``, ``median``, ``max``; ``ranked``:
+    :func:`ranks`) for ``--json``."""
     measured, predicted = speedup(plan, baseline)
-    return (
-        f"  {plan.label} vs {baseline.label}: speedup measured {measured:.3f}x, "
+    paired = paired_speedups(plan, baseline)
+    return {
+        "measured": measured,
+        "predicted": predicted,
+        "paired": {
+            "min": min(paired),
+            "median": statistics.median(paired),
+            "max": max(paired),
+            "ranked": ranks(paired),
+        },
+    }
+
+
+def speedup_line(plan: RunFigures, baseline: RunFigures) -> str:
+    """:func:`speedup` as a text line, with the range of :func:`paired_speedups` (over two
+    iterations or more) and, where it straddles 1, that this run does not rank them."""
+    measured, predicted = speedup(plan, baseline)
+    paired = paired_speedups(plan, baseline)
+    spread = ""
+    if len(paired) > 1:
+        spread = f" ({min(paired):.3f}x to {max(paired):.3f}x over {len(paired)} paired iterations)"
+    line = (
+        f"  {plan.label} vs {baseline.label}: speedup measured {measured:.3f}x{spread}, "
         f"predicted {predicted:.3f}x"
     )
+    if len(paired) > 1 and not ranks(paired):
+        line += ": the iterations do not rank the two (some put each ahead)"
+    return line
