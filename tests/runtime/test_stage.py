@@ -246,6 +246,11 @@ def test_max_relative_difference() -> None:
         max_relative_difference({"a": got["a"], "b": got["b"]}, want)
     with pytest.raises(ValueError, match="shape"):
         max_relative_difference({**want, "a": torch.zeros(3)}, want)
+    nan = torch.tensor([1.0, float("nan")])  # NaN matches nothing, not even NaN
+    assert max_relative_difference({**want, "a": nan}, {**want, "a": nan}) == float("inf")
+    assert max_relative_difference(want, {**want, "a": torch.tensor([1.0, float("inf")])}) == float(
+        "inf"
+    )
 
 
 def test_stage_gradients_key_parameters_as_the_whole_model() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
 import shutil
 import tempfile
@@ -43,7 +44,7 @@ from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import read_json
 from tidgap.model.lists import stages_doing
 from tidgap.model.numbers import MAX_THREADS, is_integer
-from tidgap.model.plan import Plan, load_plan
+from tidgap.model.plan import Plan, plan_for
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.model.text import brief, printable
 from tidgap.outputs.files import check_outputs, timeline_files, write_files, write_json
@@ -108,18 +109,6 @@ Gather them in one folder and report with the same options:
 With --compare and --baselines the job runs those plans in turn too (written beside it as
 JOB.plan1.json, ...; rank R also writes rank<R>-plan<K>.pt).
 """
-
-
-def plan_for(path: str, problem: Problem) -> Plan:
-    """The plan file ``path``, checked against ``problem``; a plan that names another
-    problem is refused (its prediction would be another problem's)."""
-    document = read_json(path)
-    named = document.get("problem") if isinstance(document, dict) else None
-    if isinstance(named, str) and problem.name is not None and named != problem.name:
-        raise InputError(
-            f"is a plan for {named!r}, not for {problem.name!r}", ("problem",), source=path
-        )
-    return load_plan(path, problem)
 
 
 def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[str]) -> list[int]:
@@ -846,6 +835,11 @@ def run_command(
             ("gradients", figures.gradient_difference),
             ("weights after the optimizer step", figures.weight_difference),
         ):
+            if difference is not None and not math.isfinite(difference):
+                raise click.ClickException(
+                    f"run: {what} of {figures.label} are not all finite (NaN or infinity, in "
+                    "the pipeline or in one process), so they cannot be checked"
+                )
             if difference is not None and difference > tolerance:
                 raise click.ClickException(
                     f"run: {what} of {figures.label} differ from one process's by "

@@ -190,3 +190,15 @@ def load_plan(path: str | os.PathLike[str], problem: Problem) -> Plan:
             file=sys.stderr,
         )
     return plan
+
+
+def plan_for(path: str | os.PathLike[str], problem: Problem) -> Plan:
+    """The plan file ``path``, checked against ``problem``; a plan that names another
+    problem is refused (a run's prediction would be another problem's)."""
+    document = read_json(path)
+    named = document.get("problem") if isinstance(document, dict) else None
+    if isinstance(named, str) and problem.name is not None and named != problem.name:
+        raise InputError(
+            f"is a plan for {named!r}, not for {problem.name!r}", ("problem",), source=str(path)
+        )
+    return load_plan(path, problem)

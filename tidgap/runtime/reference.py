@@ -11,6 +11,7 @@ per-rank results can be saved, merged and compared.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -112,8 +113,9 @@ def reference_step(
 
 def max_relative_difference(got: dict[str, Tensor], want: dict[str, Tensor]) -> float:
     """The largest over tensors of ``max|got - want| / max(max|want|, tiny)`` (``tiny``: the
-    smallest normal number of ``want``'s dtype); 0 for empty tensors. A ``KeyError`` if
-    the keys differ, a ``ValueError`` if shapes do."""
+    smallest normal number of ``want``'s dtype); 0 for empty tensors, infinity where either
+    holds a value that is not finite (NaN gradients match nothing). A ``KeyError`` if the
+    keys differ, a ``ValueError`` if shapes do."""
     missing, extra = sorted(want.keys() - got.keys()), sorted(got.keys() - want.keys())
     if missing or extra:
         raise KeyError(f"gradients differ in keys: missing {missing}, unexpected {extra}")
@@ -127,6 +129,8 @@ def max_relative_difference(got: dict[str, Tensor], want: dict[str, Tensor]) -> 
         if expected.numel() == 0:
             continue
         a, b = actual.detach().cpu().double(), expected.detach().cpu().double()
+        if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
+            return math.inf
         scale = max(b.abs().max().item(), torch.finfo(expected.dtype).tiny)
         worst = max(worst, (a - b).abs().max().item() / scale)
     return worst
