@@ -27,6 +27,7 @@ BASE = {
     "model": "gpt",
     "boundaries": [2],
     "results": "results",
+    "model_options": {},
 }
 
 
@@ -67,8 +68,15 @@ def test_without_an_optimizer_lr_is_not_checked(tmp_path: Path) -> None:
     ("fields", "message"),
     [
         ({"problem": 3}, "problem: expected a file name or example:NAME"),
-        ({"boundaries": [2, "x"]}, "boundaries: expected a list of layer indices"),
-        ({"model_options": []}, "model_options: expected an object of model options"),
+        ({"boundaries": [2, "x"]}, "boundaries: expected a strictly increasing list of layer"),
+        ({"boundaries": [2, 2]}, "boundaries: expected a strictly increasing list of layer"),
+        ({"boundaries": [0]}, "boundaries: expected a strictly increasing list of layer"),
+        ({"model_options": []}, "model_options: expected an object of tidgap profile's model"),
+        ({"model_options": {"layers": "2"}}, "model_options: expected an object of tidgap"),
+        ({"model_options": {"layers": 0}}, "model_options: expected an object of tidgap"),
+        ({"model_options": {"zzz": 1}}, "model_options: expected an object of tidgap"),
+        ({"model_options": {"input_shape": [8]}}, "model_options: expected an object of"),
+        ({"results": ""}, "results: expected a folder name"),
         ({"iterations": 0}, "iterations: expected an integer in 1..2**31-1"),
         ({"warmup": 1.5}, "warmup: expected an integer in 0..2**31-1"),
         ({"threads": 10**20}, "threads: expected an integer in 1..1024"),
@@ -87,7 +95,15 @@ def test_fields_of_the_wrong_kind_are_refused(
     path = _job_file(tmp_path, **fields)
     with pytest.raises(InputError) as caught:
         Job.load(path)
-    assert str(caught.value) == f"{path}: {message}"
+    assert str(caught.value).startswith(f"{path}: {message}")
+
+
+def test_a_job_without_model_options_is_refused(tmp_path: Path) -> None:
+    """Else it would run the default GPT (GPT1-14), whatever the problem was profiled on."""
+    document = {key: value for key, value in BASE.items() if key != "model_options"}
+    path = write_json(tmp_path / "job.json", document)
+    with pytest.raises(InputError, match="job.json: model_options: is missing"):
+        Job.load(path)
 
 
 def test_a_worker_given_a_bad_job_is_one_line_and_status_2(tmp_path: Path) -> None:
@@ -102,6 +118,76 @@ def test_a_worker_given_a_bad_job_is_one_line_and_status_2(tmp_path: Path) -> No
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"tidgap worker: error: {path}: threads: expected an integer in 1..1024\n"
+
+
+def _worker(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    return subprocess.run(
+        [sys.executable, "-m", "tidgap.runtime.worker", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**environment, **env},
+        cwd=path.parent,
+    )
+
+
+def _runnable_job(folder: Path, plan_problem: str = "two", **fields: Any) -> Path:
+    """A job on a 2-stage problem named ``two`` whose plan names ``plan_problem``."""
+    problem = synth_problem(0, 2, 8) | {"name": "two"}
+    write_json(folder / "p.json", problem)
+    plan = {"format": "tidgap.plan/1", "problem": plan_problem, "forward": [[8], [8]]}
+    plan["backward"] = plan["forward"]
+    write_json(folder / "plan.json", plan)
+    return _job_file(
+        folder, **{"model": "mlp:model", "model_options": {"input_shape": "4"}, **fields}
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "fields", "plan_problem", "message"),
+    [
+        ({}, {}, "two", "RANK '' and WORLD_SIZE '' are not a process of a group"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, {}, "two", "RANK '2' and WORLD_SIZE '2' are not"),
+        ({}, {}, "other", "plan.json: problem: is a plan for 'other', not for 'two'"),
+        ({}, {"boundaries": [1, 2]}, "two", "job.json: boundaries: has 2 boundaries, the"),
+    ],
+)
+def test_a_worker_checks_its_launch_and_its_jobs_files_first(
+    tmp_path: Path, env: dict[str, str], fields: dict[str, Any], plan_problem: str, message: str
+) -> None:
+    """Before any work, without the launcher's variables, or with a plan for another
+    problem or a split of another stage count: one line, exit 2."""
+    if env == {} and not fields and plan_problem == "two":
+        env = {}  # no RANK, no WORLD_SIZE
+    elif not env:
+        env = {"RANK": "0", "WORLD_SIZE": "2"}
+    done = _worker(_runnable_job(tmp_path, plan_problem, **fields), env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert done.stderr.startswith("tidgap worker: error: ")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"model_options": {"layers": 2}}, "model_options: mlp:model: --layers applies to gpt"),
+        ({"boundaries": [9]}, "boundaries: 9 is past the model's last layer"),
+    ],
+)
+def test_a_worker_checks_the_model_its_job_describes(
+    tmp_path: Path, fields: dict[str, Any], message: str
+) -> None:
+    """Options for another model, or a split past the model's layers: one line, exit 2."""
+    pytest.importorskip("torch")
+    (tmp_path / "mlp.py").write_text(
+        "from torch import nn\nmodel = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))\n"
+    )
+    path = _runnable_job(tmp_path, **fields)
+    done = _worker(path, {"RANK": "0", "WORLD_SIZE": "2", "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("tidgap worker: error: "), done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(

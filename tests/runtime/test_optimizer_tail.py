@@ -212,7 +212,7 @@ def test_a_job_with_an_unknown_optimizer_is_refused(tmp_path: Path) -> None:
     bad = write_json(
         tmp_path / "bad.json",
         {"format": JOB_FORMAT, "problem": "p", "plan": "q", "model": "gpt", "boundaries": [],
-         "results": "r", "optimizer": "lamb"},
+         "results": "r", "model_options": {}, "optimizer": "lamb"},
     )  # fmt: skip
     with pytest.raises(InputError, match="optimizer: expected one of sgd, adam or null"):
         Job.load(bad)

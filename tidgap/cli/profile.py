@@ -24,6 +24,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
 from tidgap.outputs.files import check_outputs, json_file, write_files, write_json
+from tidgap.profiling.model_options import MODEL_OPTIONS
 from tidgap.profiling.synth import SHAPES, synth_problem
 from tidgap.runtime.optimizers import DEFAULT_LR, MAX_LR, OPTIMIZERS
 from tidgap.runtime.worker import start_watchdog, torchrun_rank
@@ -36,18 +37,6 @@ DEFAULT_LATENCY_MS = 0.05
 #: Warn when other processes kept more cores than this busy while measuring.
 BUSY_CORES = 0.25
 INSTALL_HINT = "PyTorch is not installed; install it with: pip install torch"
-
-#: Model options, and the models they apply to.
-MODEL_OPTIONS = {
-    "layers": ("gpt",),
-    "hidden": ("gpt",),
-    "heads": ("gpt",),
-    "seq_len": ("gpt",),
-    "vocab": ("gpt", "module:attribute"),
-    "image_size": ("vgg16",),
-    "classes": ("vgg16",),
-    "input_shape": ("module:attribute",),
-}
 
 
 def _emit(document: Any, out: str | None, as_json: bool) -> None:

@@ -8,6 +8,7 @@ paths (relative paths are read from the worker's working folder).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import read_json, write_json_atomic
 from tidgap.model.numbers import MAX_COUNT, MAX_THREADS, MAX_TORCH_SEED, is_integer
+from tidgap.profiling.model_options import MODEL_OPTIONS, SHAPE_OPTION
 from tidgap.runtime.optimizers import MAX_LR, OPTIMIZERS
 
 JOB_FORMAT = "tidgap.job/1"
@@ -91,8 +93,10 @@ class Job:
             f.name
             for f in dataclasses.fields(cls)
             if f.name not in document
-            and f.default is dataclasses.MISSING
-            and f.default_factory is dataclasses.MISSING
+            and (
+                f.name == "model_options"  # else a job without it runs the default GPT
+                or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            )
         ]
         if missing:
             raise InputError("is missing", (missing[0],), source=source)
@@ -121,6 +125,22 @@ def _text(value: Any) -> bool:
     return isinstance(value, str) and value != ""
 
 
+def _model_options(value: Any) -> bool:
+    """Whether ``value`` is an object of model options (:data:`MODEL_OPTIONS`): each
+    ``None``, a positive integer (a count) or, for :data:`SHAPE_OPTION`, text."""
+    if not isinstance(value, dict):
+        return False
+    for name, option in value.items():
+        if option is None:
+            continue
+        if name == SHAPE_OPTION:
+            if not _text(option):
+                return False
+        elif name not in MODEL_OPTIONS or not _count(1, MAX_COUNT)(option):
+            return False
+    return True
+
+
 def _positive_number(value: Any) -> bool:
     """Whether ``value`` (from JSON, so finite) is a number above 0 (``true`` is not one)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
@@ -136,12 +156,21 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a list of file names",
     ),
     "model": (_text, "gpt, vgg16 or module:attribute"),
-    "results": (lambda v: isinstance(v, str), "a folder name"),
+    "results": (_text, "a folder name"),
     "boundaries": (
-        lambda v: isinstance(v, list) and all(is_integer(b) and b >= 0 for b in v),
-        "a list of layer indices",
+        lambda v: (
+            isinstance(v, list)
+            and all(is_integer(b) and b >= 1 for b in v)
+            and all(a < b for a, b in itertools.pairwise(v))
+        ),
+        "a strictly increasing list of layer indices from 1 (the first layers of stages 1..)",
     ),
-    "model_options": (lambda v: isinstance(v, dict), "an object of model options"),
+    "model_options": (
+        _model_options,
+        "an object of tidgap profile's model options (layers, hidden, heads, seq_len, vocab, "
+        "image_size, classes: positive integers or null; input_shape: text like 3,32,32 or "
+        "null)",
+    ),
     "iterations": (_count(1, MAX_COUNT), "an integer in 1..2**31-1"),
     "warmup": (_count(0, MAX_COUNT), "an integer in 0..2**31-1"),
     "threads": (_count(1, MAX_THREADS), f"an integer in 1..{MAX_THREADS}"),

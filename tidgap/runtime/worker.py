@@ -54,6 +54,12 @@ if TYPE_CHECKING:
     from tidgap.runtime.report import Row
     from tidgap.runtime.stage import TorchStage
 
+
+class JobError(InputError):
+    """A job whose model options or split do not fit its model: bad input (status 2),
+    found once the model is built, unlike the model's own failures (status 1)."""
+
+
 #: Exit status of a worker stopped by its own watchdog (as ``timeout`` does).
 WATCHDOG_STATUS = 124
 #: How often the watchdog looks at the clock and the parent, in seconds.
@@ -169,6 +175,7 @@ def run_rank(
     ``"train"`` or ``"eval"``), ``eval_reason`` (this rank's reason for eval mode) and
     ``draws`` (in train mode, the stage's random draws for the whole batch), all three
     ``None`` without ``check_gradients``."""
+    import click
     import torch
     from torch import distributed as dist
 
@@ -195,7 +202,19 @@ def run_rank(
     if world_size != problem.num_stages:
         raise ValueError(f"WORLD_SIZE is {world_size}, the problem has {problem.num_stages} stages")
     torch.manual_seed(job.seed)
-    model = build_model(job.model, job.model_options, "run")
+    try:
+        model = build_model(job.model, job.model_options, "run")
+    except click.UsageError as error:  # an option of another model
+        raise JobError(f"{job.model}: {error}", ("model_options",)) from None
+    except InputError as error:  # an option's value; the model's own errors fail the run
+        if not (error.source or "").startswith("--"):
+            raise
+        raise JobError(f"{job.model}: {error}", ("model_options",)) from None
+    if job.boundaries and job.boundaries[-1] >= len(model.layers):
+        raise JobError(
+            f"{job.boundaries[-1]} is past the model's last layer, {len(model.layers) - 1}",
+            ("boundaries",),
+        )
     dtype = torch.float64 if job.float64 else torch.float32
     model.layers.to(dtype).eval()
     stages = stage_modules(model, job.boundaries)
@@ -446,20 +465,48 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         job = Job.load(args[0])
+        rank, world_size = launched_rank()
+        plans = checked_job(job, args[0])
     except InputError as error:  # bad input: one line, exit 2, as tidgap's commands
         print(f"tidgap worker: error: {error}", file=sys.stderr)
         return 2
-    try:
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    except (KeyError, ValueError) as error:
-        die_reporting(error)
 
     def save(results: list[dict[str, Any]]) -> None:
         for index, result in enumerate(results):
             save_result(result, result_path(job.results, rank, index))
 
-    run_watched(job, rank, world_size, save)
+    run_watched(job, rank, world_size, save, plans=plans)
     return 0
+
+
+def launched_rank() -> tuple[int, int]:
+    """``(RANK, WORLD_SIZE)`` as the launcher set them; :class:`InputError` unless they are
+    set, integers, and the rank below the world size."""
+    rank, world_size = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+    if not (rank.isdigit() and world_size.isdigit() and int(rank) < int(world_size)):
+        raise InputError(
+            f"RANK {rank!r} and WORLD_SIZE {world_size!r} are not a process of a group: start "
+            "the worker under torchrun (tidgap run --write-job prints the command)"
+        )
+    return int(rank), int(world_size)
+
+
+def checked_job(job: Job, source: str) -> list[Plan]:
+    """The plans of ``job`` (the file ``source``), each checked against its problem (a plan
+    for another problem refused), and its ``boundaries`` counted against the problem's
+    stages: :class:`InputError` naming the file and field otherwise."""
+    from tidgap.model.plan import plan_for
+    from tidgap.model.problem import load_problem
+
+    problem = load_problem(job.problem)
+    if len(job.boundaries) != problem.num_stages - 1:
+        raise InputError(
+            f"has {len(job.boundaries)} boundaries, the problem's {problem.num_stages} stages "
+            f"need {problem.num_stages - 1}",
+            ("boundaries",),
+            source=source,
+        )
+    return [plan_for(path, problem) for path in job.plans]
 
 
 def run_watched(
@@ -478,6 +525,9 @@ def run_watched(
         watchdog = start_watchdog(job.timeout)
         run_rank(job, rank, world_size, deliver, say, plans)
         watchdog.set()
+    except JobError as error:  # the job's model options or split: one line, as main's
+        print(f"tidgap worker: error: {error}", file=sys.stderr, flush=True)
+        os._exit(2)
     except BaseException as error:
         die_reporting(error)
 
