@@ -771,6 +771,19 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     document = json.loads(result.stdout)
     assert document["run"]["max_gradient_relative_difference"] < 1e-4
     assert len(document["run"]["measured"]["iterations"]) == 1
+    empty = run_cli("run", *options, "--results", "")
+    assert empty.exit_code == 2 and "--results: no folder name" in empty.stderr
+    import torch
+
+    rank0 = tmp_path / "results" / "rank0.pt"
+    saved = torch.load(rank0, weights_only=False)
+    saved["iterations"] = [[(r[0], 99, *r[2:]) for r in rows] for rows in saved["iterations"]]
+    torch.save(saved, rank0)  # each field still of its kind; microbatch 99 is no other's
+    damaged = run_cli("run", *options, "--results", str(tmp_path / "results"))
+    assert damaged.exit_code == 2, describe(damaged)
+    assert damaged.stderr.count("\n") == 1 and "the rank files do not fit together" in (
+        damaged.stderr
+    )
 
 
 def assert_compared_and_baselines(document: dict[str, Any], other: Path) -> None:

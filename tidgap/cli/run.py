@@ -31,6 +31,7 @@ from tidgap.cli.options import (
     echo_json,
     json_option,
     problem_argument,
+    require_folder_name,
 )
 from tidgap.cli.profile import (
     build_model,
@@ -39,7 +40,7 @@ from tidgap.cli.profile import (
     optimizer_options,
     require_torch,
 )
-from tidgap.model.errors import InputError
+from tidgap.model.errors import InputError, first_line
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import read_json
 from tidgap.model.lists import stages_doing
@@ -732,6 +733,7 @@ def run_command(
         )
     if results is not None and write_job is not None:
         raise click.UsageError("--results reports a finished run: no --write-job")
+    require_folder_name(results, "--results")
     if write_job is not None and (as_json or trace is not None):
         raise click.UsageError("--write-job writes the job and runs nothing: no --json, --trace")
     inputs = {"PROBLEM": problem, "PLAN": plan_file}
@@ -806,10 +808,19 @@ def run_command(
         if gathered is None:
             return  # ranks other than 0 report nothing
         found = gathered
-    runs = [
-        figures_of(loaded, job, each, label, ranks, model, replay_with)
-        for (label, each), ranks in zip(todo, found, strict=True)
-    ]
+    try:
+        runs = [
+            figures_of(loaded, job, each, label, ranks, model, replay_with)
+            for (label, each), ranks in zip(todo, found, strict=True)
+        ]
+    except (KeyError, ValueError, IndexError, RuntimeError) as error:
+        if results is None or isinstance(error, InputError):
+            raise
+        # rank files that pass their checks one by one but do not fit together
+        raise InputError(
+            f"the rank files do not fit together ({type(error).__name__}: {first_line(error)})",
+            source=results,
+        ) from None
     timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]
     written = write_files(timeline_files(timelines, None, trace, loaded.name))
     tolerance = TOLERANCE[float64]
