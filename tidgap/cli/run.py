@@ -262,8 +262,11 @@ def same_plan(plan: Plan, label: str, index: int, results: list[dict[str, Any]])
     wanted = plan.document()
     for rank, result in enumerate(results):
         if result.get("plan") not in (None, wanted):
-            which = "the plan" if index == 0 else f"plan {index} run in turn"
-            raise InputError(f"rank {rank} ran another {which} than {label} of this command")
+            if index == 0:
+                raise InputError(f"rank {rank} ran another plan than this command's PLAN")
+            raise InputError(
+                f"rank {rank} ran another plan {index} run in turn than {label} of this command"
+            )
 
 
 def alternate_files(job: str, count: int) -> list[str]:
