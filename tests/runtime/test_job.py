@@ -151,6 +151,7 @@ def _runnable_job(folder: Path, plan_problem: str = "two", **fields: Any) -> Pat
         ({"RANK": "2", "WORLD_SIZE": "2"}, {}, "two", "RANK '2' and WORLD_SIZE '2' are not"),
         ({}, {}, "other", "plan.json: problem: is a plan for 'other', not for 'two'"),
         ({}, {"boundaries": [1, 2]}, "two", "job.json: boundaries: has 2 boundaries, the"),
+        ({}, {"results": "p.json"}, "two", "job.json: results: is a file, not a folder"),
     ],
 )
 def test_a_worker_checks_its_launch_and_its_jobs_files_first(

@@ -493,11 +493,14 @@ def launched_rank() -> tuple[int, int]:
 
 def checked_job(job: Job, source: str) -> list[Plan]:
     """The plans of ``job`` (the file ``source``), each checked against its problem (a plan
-    for another problem refused), and its ``boundaries`` counted against the problem's
-    stages: :class:`InputError` naming the file and field otherwise."""
+    for another problem refused), its ``boundaries`` counted against the problem's stages
+    and its ``results`` not a file: :class:`InputError` naming the file and field
+    otherwise."""
     from tidgap.model.plan import plan_for
     from tidgap.model.problem import load_problem
 
+    if Path(job.results).exists() and not Path(job.results).is_dir():
+        raise InputError("is a file, not a folder", ("results",), source=source)
     problem = load_problem(job.problem)
     if len(job.boundaries) != problem.num_stages - 1:
         raise InputError(
