@@ -777,6 +777,7 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
 
     rank0 = tmp_path / "results" / "rank0.pt"
     saved = torch.load(rank0, weights_only=False)
+    original = rank0.read_bytes()
     saved["iterations"] = [[(r[0], 99, *r[2:]) for r in rows] for rows in saved["iterations"]]
     torch.save(saved, rank0)  # each field still of its kind; microbatch 99 is no other's
     damaged = run_cli("run", *options, "--results", str(tmp_path / "results"))
@@ -784,6 +785,13 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     assert damaged.stderr.count("\n") == 1 and "the rank files do not fit together" in (
         damaged.stderr
     )
+    rank0.write_bytes(original)
+    saved = torch.load(rank0, weights_only=False)
+    saved["iterations"] = [[(*r[:5], 1e300) for r in rows] for rows in saved["iterations"]]
+    torch.save(saved, rank0)  # ops that end in 1e300 s: no problem holds such times
+    replayed = run_cli("run", *options, "--replay", "--results", str(tmp_path / "results"))
+    assert replayed.exit_code == 2, describe(replayed)
+    assert replayed.stderr.startswith(f"tidgap: error: {tmp_path / 'results'}: the run's measured")
 
 
 def assert_compared_and_baselines(document: dict[str, Any], other: Path) -> None:

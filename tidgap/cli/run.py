@@ -817,8 +817,10 @@ def run_command(
             for (label, each), ranks in zip(todo, found, strict=True)
         ]
     except (KeyError, ValueError, IndexError, RuntimeError) as error:
-        if results is None or isinstance(error, InputError):
+        if results is None:
             raise
+        if isinstance(error, InputError):  # one naming no file came from the rank files
+            raise error.within(results) from None
         # rank files that pass their checks one by one but do not fit together
         raise InputError(
             f"the rank files do not fit together ({type(error).__name__}: {first_line(error)})",

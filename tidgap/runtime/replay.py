@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.runtime.calibrate import (
@@ -63,7 +64,10 @@ def replays(
     scale = unit_per_second(problem.time_unit)
     overheads = stage_overheads(iterations, scale)
     measured = measured_problem(document, problem, iterations, ["this run"], overheads)
-    replay = Problem.from_dict(measured)
+    try:
+        replay = Problem.from_dict(measured)
+    except InputError as error:  # the ranks' records: times no problem may hold
+        raise InputError(f"the run's measured op times make no problem: {error}") from None
     own = [own_times(ranks, scale, overheads) for ranks in iterations]
     order = plan.stage_order()  # once, not per model fed
     each = [fed(replay, plan, ops, moved, order) for ops, moved in own]
