@@ -13,10 +13,11 @@ from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
 from tidgap.optimize import windowed_driver
 from tidgap.optimize.anneal import Annealing, anneal
+from tidgap.optimize.ga import GeneticSettings
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import Island, JointSpace
 from tidgap.optimize.joint_operators import JointGenes
-from tidgap.optimize.limits import OVER_LIMIT, MemoryLevel, stage_level
+from tidgap.optimize.limits import OVER_LIMIT, MemoryLevel, penalised, stage_level
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.windowed_driver import one_f_one_b_level
 from tidgap.schedules.baselines import best_baselines
@@ -171,3 +172,29 @@ def test_an_island_adopts_in_place_of_its_least_fit() -> None:
     assert island.fitness[worst] == island.fitness[best] and island.times[worst] == times[0]
     for mine, given in zip(island.genes.arrays(), genes.arrays(), strict=True):
         assert (mine[worst] == given[0]).all()
+
+
+def test_a_generation_is_written_over_the_islands_own_arrays() -> None:
+    """``accept``: the elites then the children, in the arrays the island had (no fresh
+    ones each generation); what was taken from it before (a copy) is unchanged."""
+    _, space, islands = _islands("hetero-8", "numba")
+    island = islands[1]
+    settings = GeneticSettings(population=64)  # 2 elites
+    assert settings.elites == 2
+    before = [a.copy() for a in island.genes.arrays()]
+    arrays = [id(a) for a in (*island.genes.arrays(), island.times, island.peaks)]
+    best = island.genes.take(island.elites(2))
+    taken = [a.copy() for a in best.arrays()]
+    children = space.random(island.children(settings), CounterRng(9))
+    times, peaks = space.evaluate(children)
+    island.accept(settings, children, times, peaks)
+    assert [id(a) for a in (*island.genes.arrays(), island.times, island.peaks)] == arrays
+    for mine, old, first, rest in zip(
+        island.genes.arrays(), before, taken, children.arrays(), strict=True
+    ):
+        assert (mine[:2] == first).all() and (mine[2:] == rest).all()
+        assert not (mine == old).all()
+    for kept, copy in zip(best.arrays(), taken, strict=True):
+        assert (kept == copy).all()
+    assert (island.times[2:] == times).all()
+    assert (island.fitness == penalised(island.times, island.peaks, island.held)).all()
