@@ -787,6 +787,13 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     )
     rank0.write_bytes(original)
     saved = torch.load(rank0, weights_only=False)
+    next(iter(saved["gradients"].values())).view(-1)[0] = float("nan")
+    torch.save(saved, rank0)  # a NaN gradient matches nothing, not even the reference's
+    nan = run_cli("run", *options, "--results", str(tmp_path / "results"))
+    assert nan.exit_code == 1, describe(nan)
+    assert "gradients of plan are not all finite" in nan.stderr
+    rank0.write_bytes(original)
+    saved = torch.load(rank0, weights_only=False)
     saved["iterations"] = [[(*r[:5], 1e300) for r in rows] for rows in saved["iterations"]]
     torch.save(saved, rank0)  # ops that end in 1e300 s: no problem holds such times
     replayed = run_cli("run", *options, "--replay", "--results", str(tmp_path / "results"))
