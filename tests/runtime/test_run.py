@@ -839,6 +839,17 @@ def test_a_torchrun_job_runs_compared_plans_and_baselines_in_turn(
     another = run_cli("run", *swapped, "--results", folder)
     assert another.exit_code == 2, describe(another)
     assert f"rank 0 ran another plan 1 run in turn than {plan} of this command" in (another.stderr)
+    import torch
+
+    for rank in (0, 1):  # the compared plan timed twice, in both ranks' files: they agree
+        path = tmp_path / "results" / f"rank{rank}-plan1.pt"
+        result = torch.load(path, weights_only=False)
+        for field in ("iterations", "starts", "peak_bytes"):
+            result[field] = result[field] * 2
+        torch.save(result, path)
+    uneven = run_cli("run", *options, "--results", folder)
+    assert uneven.exit_code == 2, describe(uneven)
+    assert f"{folder}: the plans timed different numbers of iterations [1, 2]" in uneven.stderr
 
 
 def torchrun(processes: int, *args: str) -> subprocess.CompletedProcess[str]:

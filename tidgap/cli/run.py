@@ -804,6 +804,9 @@ def run_command(
             found = [first, *more]
             for k, ((label, each), ranks) in enumerate(zip(todo, found, strict=True)):
                 same_plan(each, label, k, ranks)
+            counts = sorted({len(ranks[0]["iterations"]) for ranks in found})
+            if len(counts) > 1:  # the plans ran in turn: as many iterations each
+                raise InputError(f"the plans timed different numbers of iterations {counts}")
     else:
         require_batch_room(model, loaded, problem, None if here is None else local_processes())
         labels, plans = zip(*todo, strict=True)
