@@ -449,14 +449,14 @@ def paired_speedups(plan: RunFigures, baseline: RunFigures) -> list[float]:
     return [b / p for p, b in zip(plan.iterations, baseline.iterations, strict=True)]
 
 
-def ranks(paired: list[float]) -> bool:
+def paired_rank(paired: list[float]) -> bool:
     """Whether paired speedups rank the two plans: every pair puts the same one ahead."""
     return min(paired) > 1 or max(paired) < 1
 
 
 def speedup_record(plan: RunFigures, baseline: RunFigures) -> dict[str, Any]:
     """:func:`speedup` and :func:`paired_speedups` (``min``, ``median``, ``max``; ``ranked``:
-    :func:`ranks`) for ``--json``."""
+    :func:`paired_rank`) for ``--json``."""
     measured, predicted = speedup(plan, baseline)
     paired = paired_speedups(plan, baseline)
     return {
@@ -466,7 +466,7 @@ def speedup_record(plan: RunFigures, baseline: RunFigures) -> dict[str, Any]:
             "min": min(paired),
             "median": statistics.median(paired),
             "max": max(paired),
-            "ranked": ranks(paired),
+            "ranked": paired_rank(paired),
         },
     }
 
@@ -483,6 +483,6 @@ def speedup_line(plan: RunFigures, baseline: RunFigures) -> str:
         f"  {plan.label} vs {baseline.label}: speedup measured {measured:.3f}x{spread}, "
         f"predicted {predicted:.3f}x"
     )
-    if len(paired) > 1 and not ranks(paired):
+    if len(paired) > 1 and not paired_rank(paired):
         line += ": the iterations do not rank the two (some put each ahead)"
     return line
