@@ -206,7 +206,7 @@ def test_bad_optimizer_options_exit_2_in_one_line(
 
 
 def test_a_job_with_an_unknown_optimizer_is_refused(tmp_path: Path) -> None:
-    job = Job("p.json", "plan.json", "gpt", [2], "results", optimizer="adam", lr=0.01)
+    job = Job("p.json", "plan.json", "gpt", [2], "results", {}, optimizer="adam", lr=0.01)
     job.save(tmp_path / "job.json")
     assert Job.load(tmp_path / "job.json") == job
     bad = write_json(

@@ -658,7 +658,7 @@ def test_results_of_a_job_older_than_a_field_read_it_as_its_default() -> None:
     """A job recorded before ``transport`` existed ran what ``auto`` does on its machine."""
     from tidgap.cli.run import same_job
 
-    job = Job(problem="p.json", plan="plan.json", model="gpt", boundaries=[2], results="r")
+    job = Job("p.json", "plan.json", "gpt", [2], "r", {})
     older = {key: value for key, value in dataclasses.asdict(job).items() if key != "transport"}
     same_job(job, [{"job": older}])
     with pytest.raises(InputError, match="rank 0 ran transport 'gloo', this command gives 'auto'"):

@@ -188,23 +188,12 @@ class Island:
         self.fitness = penalised(times, peaks, self.held)
 
     def _join(self, kept: Any, genes: JointGenes, times: Any, peaks: Any) -> None:
-        """The individuals at ``kept`` followed by new ones: written over this island's own
-        arrays where they make a population of its size with the same genes (no fresh
-        arrays each generation: at 64 stages their page faults cost more than the copy),
-        else concatenated into new ones."""
-        xp = namespace(times)
-        elites = self.genes.take(kept)
-        same = (elites.codes is None) == (genes.codes is None)
-        if not same or elites.size + genes.size != self.genes.size:
-            self._replace(
-                JointGenes.concatenate([elites, genes]),
-                xp.concatenate([self.times[kept], times]),
-                xp.concatenate([self.peaks[kept], peaks]),
-            )
-            return
-        count = elites.size
+        """The individuals at ``kept`` followed by new ones (as many as the rest, repaired),
+        written over this island's own arrays (no fresh arrays each generation: at 64
+        stages their page faults cost more than the copy)."""
+        count = len(kept)
         mine = [*self.genes.arrays(), self.times, self.peaks]
-        firsts = [*elites.arrays(), self.times[kept], self.peaks[kept]]
+        firsts = [*self.genes.take(kept).arrays(), self.times[kept], self.peaks[kept]]
         rests = [*genes.arrays(), times, peaks]
         for array, first, rest in zip(mine, firsts, rests, strict=True):
             array[:count] = first

@@ -38,7 +38,8 @@ class Job:
     travel over between ranks, ``gloo`` (through host memory), ``nccl`` (GPU to GPU; every
     rank needs a GPU of its own) or ``auto`` (NCCL where every rank has one, else gloo);
     ``model``: ``gpt``, ``vgg16`` or ``module:attribute`` with ``model_options`` (the
-    ``tidgap profile`` model options, ``None`` when not given); ``boundaries``: the first
+    ``tidgap profile`` model options, ``None`` when not given; required, so that a job
+    without them does not run the default GPT); ``boundaries``: the first
     layer of stages ``1..S-1``; ``iterations`` timed after ``warmup`` untimed ones;
     ``threads``: PyTorch threads per worker; ``check_gradients``: one extra first iteration
     (in train mode, its random draws kept; else in eval mode) whose parameter gradients
@@ -55,7 +56,7 @@ class Job:
     model: str
     boundaries: list[int]
     results: str
-    model_options: dict[str, Any] = field(default_factory=dict)
+    model_options: dict[str, Any]
     iterations: int = 5
     warmup: int = 1
     threads: int = 1
@@ -93,10 +94,8 @@ class Job:
             f.name
             for f in dataclasses.fields(cls)
             if f.name not in document
-            and (
-                f.name == "model_options"  # else a job without it runs the default GPT
-                or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-            )
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
         ]
         if missing:
             raise InputError("is missing", (missing[0],), source=source)
