@@ -172,14 +172,15 @@ def test_a_worker_checks_its_launch_and_its_jobs_files_first(
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"model_options": {"layers": 2}}, "model_options: mlp:model: --layers applies to gpt"),
-        ({"boundaries": [9]}, "boundaries: 9 is past the model's last layer"),
+        ({"model_options": {"layers": 2}}, "job.json: model_options: mlp:model: --layers applies"),
+        ({"boundaries": [9]}, "job.json: boundaries: 9 is past the model's last layer"),
     ],
 )
 def test_a_worker_checks_the_model_its_job_describes(
     tmp_path: Path, fields: dict[str, Any], message: str
 ) -> None:
-    """Options for another model, or a split past the model's layers: one line, exit 2."""
+    """Options for another model, or a split past the model's layers: one line naming the
+    job's file and field, exit 2."""
     pytest.importorskip("torch")
     (tmp_path / "mlp.py").write_text(
         "from torch import nn\nmodel = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))\n"

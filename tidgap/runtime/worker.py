@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         for index, result in enumerate(results):
             save_result(result, result_path(job.results, rank, index))
 
-    run_watched(job, rank, world_size, save, plans=plans)
+    run_watched(job, rank, world_size, save, plans=plans, source=args[0])
     return 0
 
 
@@ -519,16 +519,19 @@ def run_watched(
     deliver: Deliver,
     say: Say = progress,
     plans: Sequence[Plan] | None = None,
+    source: str | None = None,
 ) -> None:
     """:func:`run_rank` (of ``plans``, default the job's) under :func:`start_watchdog`
     (``job.timeout``), stopped once the run is over; any failure is reported as the last
     stderr line (the launcher quotes it) and ends the process at once
-    (:func:`die_reporting`)."""
+    (:func:`die_reporting`). A :class:`JobError` names ``source``, the job's file."""
     try:
         watchdog = start_watchdog(job.timeout)
         run_rank(job, rank, world_size, deliver, say, plans)
         watchdog.set()
     except JobError as error:  # the job's model options or split: one line, as main's
+        if source is not None:
+            error.within(source)
         print(f"tidgap worker: error: {error}", file=sys.stderr, flush=True)
         os._exit(2)
     except BaseException as error:
