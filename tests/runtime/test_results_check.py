@@ -93,6 +93,10 @@ def test_a_workers_result_passes() -> None:
         (changed(checked_in="train"), "draws: is missing for a train-mode check"),
         (train_draws({"name": "mask", "tensors": [1]}), "draws[0]: is not a random draw"),
         (train_draws({**MASK, "structure": "[1, {"}), "draws[0].structure: is not a tensor"),
+        (
+            train_draws({**MASK, "tensors": MASK["tensors"] * 2}),
+            "draws[0].structure: has 1 leaves for 2 tensors",
+        ),
     ],
 )
 def test_a_damaged_result_names_the_field(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -773,32 +774,84 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     assert len(document["run"]["measured"]["iterations"]) == 1
     empty = run_cli("run", *options, "--results", "")
     assert empty.exit_code == 2 and "--results: no folder name" in empty.stderr
+    folder = tmp_path / "results"
+    for damage, status, message in RESULT_DAMAGES:
+        reported = report_damaged(folder / "rank0.pt", damage, [*options, "--results", str(folder)])
+        assert reported.exit_code == status, describe(reported)
+        assert reported.stderr.count("\n") == 1 and message in reported.stderr, reported.stderr
+        assert "Traceback" not in reported.stderr
+    replayed = report_damaged(
+        folder / "rank0.pt",
+        lambda saved: saved.update(
+            iterations=[[(*r[:5], 1e300) for r in rows] for rows in saved["iterations"]]
+        ),
+        [*options, "--replay", "--results", str(folder)],
+    )  # ops that end in 1e300 s: no problem holds such times
+    assert replayed.exit_code == 2, describe(replayed)
+    assert replayed.stderr.startswith(f"tidgap: error: {folder}: the run's measured")
+
+
+def _first_tensor(saved: dict[str, Any], field: str) -> Any:
+    """The first tensor of the mapping ``saved[field]``."""
+    return next(iter(saved[field].values()))
+
+
+def _renamed(mapping: dict[str, Any]) -> dict[str, Any]:
+    """``mapping`` with its first key renamed."""
+    (key, value), *rest = mapping.items()
+    return {f"{key}.renamed": value, **dict(rest)}
+
+
+#: Damages to rank 0's result of a checked 1F1B(2) run on a tiny GPT, each field still of
+#: its kind so that the file passes its own checks: the exit status and what the one line
+#: says.
+RESULT_DAMAGES = [
+    (
+        lambda saved: saved.update(
+            iterations=[[(r[0], 99, *r[2:]) for r in rows] for rows in saved["iterations"]]
+        ),
+        2,
+        "rank0.pt: iterations[0][0]: is ('forward', 99, 0, 4), not the plan's ('forward', 0, 0, 4)",
+    ),
+    (
+        lambda saved: saved.update(iterations=[rows[:-1] for rows in saved["iterations"]]),
+        2,
+        "rank0.pt: iterations[0][",
+    ),
+    (lambda saved: saved.update(layers=saved["layers"][:-1]), 2, "rank0.pt: layers: are not"),
+    (
+        lambda saved: saved.update(gradients=_renamed(saved["gradients"])),
+        2,
+        "rank0.pt: gradients: differs from stage 0's in",
+    ),
+    (
+        lambda saved: saved["weights"].update(
+            (k, v.reshape(-1)) for k, v in list(saved["weights"].items())[:1]
+        ),
+        2,
+        'rank0.pt: weights["embed.tokens.weight"]: has shape (800,), not (50, 16)',
+    ),
+    (
+        lambda saved: _first_tensor(saved, "gradients").view(-1).__setitem__(0, float("nan")),
+        1,
+        "gradients of plan are not all finite",
+    ),  # a NaN gradient matches nothing, not even the reference's
+]
+
+
+def report_damaged(path: Path, damage: Callable[[dict[str, Any]], Any], args: list[str]) -> Any:
+    """``tidgap run ARGS`` with the result file ``path`` damaged by ``damage`` (in place on
+    the loaded result), then ``path`` restored."""
     import torch
 
-    rank0 = tmp_path / "results" / "rank0.pt"
-    saved = torch.load(rank0, weights_only=False)
-    original = rank0.read_bytes()
-    saved["iterations"] = [[(r[0], 99, *r[2:]) for r in rows] for rows in saved["iterations"]]
-    torch.save(saved, rank0)  # each field still of its kind; microbatch 99 is no other's
-    damaged = run_cli("run", *options, "--results", str(tmp_path / "results"))
-    assert damaged.exit_code == 2, describe(damaged)
-    assert damaged.stderr.count("\n") == 1 and "the rank files do not fit together" in (
-        damaged.stderr
-    )
-    rank0.write_bytes(original)
-    saved = torch.load(rank0, weights_only=False)
-    next(iter(saved["gradients"].values())).view(-1)[0] = float("nan")
-    torch.save(saved, rank0)  # a NaN gradient matches nothing, not even the reference's
-    nan = run_cli("run", *options, "--results", str(tmp_path / "results"))
-    assert nan.exit_code == 1, describe(nan)
-    assert "gradients of plan are not all finite" in nan.stderr
-    rank0.write_bytes(original)
-    saved = torch.load(rank0, weights_only=False)
-    saved["iterations"] = [[(*r[:5], 1e300) for r in rows] for rows in saved["iterations"]]
-    torch.save(saved, rank0)  # ops that end in 1e300 s: no problem holds such times
-    replayed = run_cli("run", *options, "--replay", "--results", str(tmp_path / "results"))
-    assert replayed.exit_code == 2, describe(replayed)
-    assert replayed.stderr.startswith(f"tidgap: error: {tmp_path / 'results'}: the run's measured")
+    original = path.read_bytes()
+    saved = torch.load(path, weights_only=False)
+    damage(saved)
+    torch.save(saved, path)
+    try:
+        return run_cli("run", *args)
+    finally:
+        path.write_bytes(original)
 
 
 def assert_compared_and_baselines(document: dict[str, Any], other: Path) -> None:

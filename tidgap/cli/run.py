@@ -40,7 +40,7 @@ from tidgap.cli.profile import (
     optimizer_options,
     require_torch,
 )
-from tidgap.model.errors import InputError, first_line
+from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import read_json
 from tidgap.model.lists import stages_doing
@@ -62,6 +62,7 @@ from tidgap.runtime.report import (
     speedup_line,
     speedup_record,
 )
+from tidgap.runtime.results_check import check_plan_results, rank_plans
 from tidgap.runtime.worker import (
     local_processes,
     stage_count_mismatch,
@@ -802,8 +803,11 @@ def run_command(
             same_job(job, first, len(todo) - 1)
             more = (load_results(results, loaded.num_stages, k) for k in range(1, len(todo)))
             found = [first, *more]
+            tail = job.optimizer is not None
             for k, ((label, each), ranks) in enumerate(zip(todo, found, strict=True)):
                 same_plan(each, label, k, ranks)
+                expected = rank_plans(each, model, job.boundaries, tail)
+                check_plan_results(results, k, ranks, expected, job.check_gradients)
             counts = sorted({len(ranks[0]["iterations"]) for ranks in found})
             if len(counts) > 1:  # the plans ran in turn: as many iterations each
                 raise InputError(f"the plans timed different numbers of iterations {counts}")
@@ -814,21 +818,19 @@ def run_command(
         if gathered is None:
             return  # ranks other than 0 report nothing
         found = gathered
+    from tidgap.runtime.draws import NotReplayable  # imports PyTorch, as the model did
+
     try:
         runs = [
             figures_of(loaded, job, each, label, ranks, model, replay_with)
             for (label, each), ranks in zip(todo, found, strict=True)
         ]
-    except (KeyError, ValueError, IndexError, RuntimeError) as error:
+    except (InputError, NotReplayable) as error:
         if results is None:
             raise
         if isinstance(error, InputError):  # one naming no file came from the rank files
             raise error.within(results) from None
-        # rank files that pass their checks one by one but do not fit together
-        raise InputError(
-            f"the rank files do not fit together ({type(error).__name__}: {first_line(error)})",
-            source=results,
-        ) from None
+        raise InputError(f"the saved random draws do not replay: {error}", source=results) from None
     timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]
     written = write_files(timeline_files(timelines, None, trace, loaded.name))
     tolerance = TOLERANCE[float64]

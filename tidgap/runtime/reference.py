@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from tidgap.runtime.drawing import drawing_of, generators_unchanged
-from tidgap.runtime.draws import Draw, Replay
+from tidgap.runtime.draws import Draw, NotReplayable, Replay
 from tidgap.runtime.optimizers import build_optimizer, step
 from tidgap.runtime.task import Task
 
@@ -27,7 +27,7 @@ from tidgap.runtime.task import Task
 Forward = Callable[[Tensor], Tensor]
 
 
-def _trainable(layers: nn.Sequential, names: list[str] | None = None) -> dict[str, nn.Parameter]:
+def trainable(layers: nn.Sequential, names: list[str] | None = None) -> dict[str, nn.Parameter]:
     """The parameters that need gradients, by name; only those of the top-level layers
     ``names`` when given."""
     keep = None if names is None else set(names)
@@ -55,14 +55,18 @@ def replayed_forward(stages: list[nn.Module], draws: list[list[Draw]]) -> Forwar
     """The whole model's forward as ``stages`` in turn, each random operator of stage
     ``s`` given the values ``draws[s]`` holds (the pipelined iteration's, for the whole
     batch: :meth:`~tidgap.runtime.stage.TorchStage.whole_batch_draws`) instead of drawing;
-    :class:`~tidgap.runtime.draws.NotReplayable` if a stage runs other random operators."""
+    :class:`~tidgap.runtime.draws.NotReplayable` (naming the stage, from 0) if a stage runs
+    other random operators."""
 
     def forward(x: Tensor) -> Tensor:
-        for module, drawn in zip(stages, draws, strict=True):
+        for s, (module, drawn) in enumerate(zip(stages, draws, strict=True)):
             replay = Replay(drawn)
-            with generators_unchanged(x.device):
-                x = drawing_of(module).run(replay, partial(module, x), x.device)
-            replay.check_done()
+            try:
+                with generators_unchanged(x.device):
+                    x = drawing_of(module).run(replay, partial(module, x), x.device)
+                replay.check_done()
+            except NotReplayable as error:
+                raise NotReplayable(f"stage {s}: {error}") from error
         return x
 
     return forward
@@ -74,7 +78,7 @@ def reference_gradients(
     """Every trainable parameter's gradient of the full-batch mean loss (one forward,
     ``layers`` or ``forward`` (of the same layers), and one backward of all ``B``
     samples), without touching the parameters' ``.grad``."""
-    parameters = _trainable(layers)
+    parameters = trainable(layers)
     loss = task.batch_loss((layers if forward is None else forward)(task.inputs))
     gradients = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
     return {
@@ -88,13 +92,13 @@ def stage_gradients(layers: nn.Sequential, names: list[str]) -> dict[str, Tensor
     stage's), zeros where none accumulated."""
     return {
         key: (torch.zeros_like(p) if p.grad is None else p.grad).detach().to("cpu", copy=True)
-        for key, p in _trainable(layers, names).items()
+        for key, p in trainable(layers, names).items()
     }
 
 
 def stage_parameters(layers: nn.Sequential, names: list[str]) -> dict[str, Tensor]:
     """The trainable parameters of the top-level layers ``names`` (one stage's)."""
-    return {key: p.detach().to("cpu", copy=True) for key, p in _trainable(layers, names).items()}
+    return {key: p.detach().to("cpu", copy=True) for key, p in trainable(layers, names).items()}
 
 
 def reference_step(
@@ -104,7 +108,7 @@ def reference_step(
     ``optimizer`` (learning rate ``lr``) over the whole model from ``gradients`` (by
     name, as :func:`reference_gradients` or the ranks' ``stage_gradients`` give them);
     ``layers`` is stepped in place."""
-    parameters = _trainable(layers)
+    parameters = trainable(layers)
     for key, p in parameters.items():
         p.grad = gradients[key].to(p.device, p.dtype, copy=True)
     step(build_optimizer(optimizer, parameters.values(), lr))

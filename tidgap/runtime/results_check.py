@@ -5,11 +5,13 @@ damaged, foreign or swapped file is one line naming the file and the field."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, get_args
 
 from tidgap.model.errors import InputError, JsonPath
 from tidgap.model.numbers import is_integer
-from tidgap.runtime.lowering import Kind
+from tidgap.model.plan import Plan
+from tidgap.runtime.lowering import Instruction, Kind, lower
 
 #: Every record kind a worker writes: the lowered instructions' and the optimizer step's.
 RECORD_KINDS = frozenset((*get_args(Kind), "tail"))
@@ -110,7 +112,7 @@ def check_result(result: Any, rank: int) -> None:
 
 def _check_draw(draw: Any, where: JsonPath) -> None:
     """A saved draw (:func:`tidgap.runtime.draws.as_saved`): a name, tensors, a structure
-    that ``treespec_loads`` reads."""
+    that ``treespec_loads`` reads, with a leaf for each tensor."""
     import torch
     from torch.utils import _pytree as pytree
 
@@ -123,6 +125,102 @@ def _check_draw(draw: Any, where: JsonPath) -> None:
     )
     _require(ok, where, "is not a random draw (name, tensors, structure)")
     try:
-        pytree.treespec_loads(draw["structure"])
+        leaves = pytree.treespec_loads(draw["structure"]).num_leaves
     except Exception:  # a damaged structure raises whatever its JSON decoding meets
-        _require(False, (*where, "structure"), "is not a tensor structure")
+        leaves = None
+    _require(leaves is not None, (*where, "structure"), "is not a tensor structure")
+    count = len(draw["tensors"])
+    _require(leaves == count, (*where, "structure"), f"has {leaves} leaves for {count} tensors")
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What rank ``rank``'s result of one plan holds when the job ran it: ``instructions``
+    its lowered instructions (:func:`~tidgap.runtime.lowering.lower`) recorded in order
+    each iteration, then the optimizer step's ``"tail"`` record when ``tail``;
+    ``layers`` the names of its stage's layers; with the gradient check, ``state`` the
+    shapes of those layers' state (``weights``) and ``trainable`` of their trainable
+    parameters (``gradients``, and ``stepped`` after a tail)."""
+
+    rank: int
+    instructions: list[Instruction]
+    tail: bool
+    layers: list[str]
+    state: dict[str, tuple[int, ...]]
+    trainable: dict[str, tuple[int, ...]]
+
+
+def rank_plans(plan: Plan, model: Any, boundaries: list[int], tail: bool) -> list[RankPlan]:
+    """Per rank, what its result of ``plan`` holds when ``model`` (a
+    :class:`~tidgap.profiling.models.Model`) split at ``boundaries`` ran it."""
+    from tidgap.profiling.run import stage_modules
+    from tidgap.runtime.reference import trainable
+
+    state = {key: tuple(value.shape) for key, value in model.layers.state_dict().items()}
+    ranks = []
+    for rank, (instructions, (_, names, _)) in enumerate(
+        zip(lower(plan), stage_modules(model, boundaries), strict=True)
+    ):
+        keep = set(names)
+        ranks.append(
+            RankPlan(
+                rank,
+                instructions,
+                tail,
+                names,
+                {k: v for k, v in state.items() if k.split(".", 1)[0] in keep},
+                {k: tuple(p.shape) for k, p in trainable(model.layers, names).items()},
+            )
+        )
+    return ranks
+
+
+def check_fits(result: dict[str, Any], expected: RankPlan, checked: bool) -> None:
+    """Raise :class:`InputError` (naming the field) unless ``result`` (one that passed
+    :func:`check_result`) holds what ``expected`` says, and with ``checked`` (the job
+    checks gradients) the weights and gradients of its stage."""
+    layers = expected.layers
+    _require(result["layers"] == layers, "layers", f"are not stage {expected.rank}'s {layers}")
+    want = [(i.kind, i.microbatch, *i.samples) for i in expected.instructions]
+    if expected.tail:
+        want.append(("tail", 0, 0, 0))
+    for i, rows in enumerate(result["iterations"]):
+        got = [tuple(row[:4]) for row in rows]
+        if got != want:
+            j = next(
+                j for j in range(max(len(got), len(want))) if got[j : j + 1] != want[j : j + 1]
+            )
+            what = f"is {got[j]}" if j < len(got) else "is missing"
+            should = f"the plan's {want[j]}" if j < len(want) else "no record"
+            _require(False, ("iterations", i, j), f"{what}, not {should}")
+    if not checked:
+        return
+    for field, shapes in (
+        ("weights", expected.state),
+        ("gradients", expected.trainable),
+        ("stepped", expected.trainable if expected.tail else None),
+    ):
+        value = result.get(field)
+        if shapes is None:
+            _require(value is None, field, "is given for a job without an optimizer step")
+            continue
+        _require(value is not None, field, "is missing from a checked run")
+        names = sorted(value.keys() ^ shapes.keys())
+        _require(not names, field, f"differs from stage {expected.rank}'s in {names[:3]}")
+        for key, tensor in value.items():
+            shape = tuple(tensor.shape)
+            _require(shape == shapes[key], (field, key), f"has shape {shape}, not {shapes[key]}")
+
+
+def check_plan_results(
+    folder: str, index: int, results: list[dict[str, Any]], expected: list[RankPlan], checked: bool
+) -> None:
+    """:func:`check_fits` for every rank's result of the job's plan ``index`` in
+    ``folder``; an error names the rank's file."""
+    from tidgap.runtime.worker import result_path
+
+    for result, rank_plan in zip(results, expected, strict=True):
+        try:
+            check_fits(result, rank_plan, checked)
+        except InputError as error:
+            raise error.within(str(result_path(folder, rank_plan.rank, index))) from None
