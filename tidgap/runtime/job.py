@@ -86,8 +86,14 @@ class Job:
         source = str(Path(path))
         if not isinstance(document, dict) or document.get("format") != JOB_FORMAT:
             raise InputError(f"expected {JOB_FORMAT!r}", ("format",), source=source)
+        return cls.from_fields({k: v for k, v in document.items() if k != "format"}, source)
+
+    @classmethod
+    def from_fields(cls, document: dict[str, Any], source: str | None = None) -> Job:
+        """The job whose fields ``document`` holds (a job file's, less ``format``), each
+        checked; :class:`InputError` naming ``source`` and the field otherwise."""
         fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(document) - fields - {"format"})
+        unknown = sorted(set(document) - fields)
         if unknown:
             raise InputError("unknown field", (unknown[0],), source=source)
         missing = [
@@ -113,7 +119,7 @@ class Job:
                 ("lr",),
                 source=source,
             )
-        return cls(**{key: value for key, value in document.items() if key != "format"})
+        return cls(**document)
 
 
 def _count(least: int, most: int) -> Callable[[Any], bool]:
