@@ -788,7 +788,9 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
         [*options, "--replay", "--results", str(folder)],
     )  # ops that end in 1e300 s: no problem holds such times
     assert replayed.exit_code == 2, describe(replayed)
-    assert replayed.stderr.startswith(f"tidgap: error: {folder}: the run's measured")
+    assert replayed.stderr.startswith(
+        f"tidgap: error: {folder / 'rank0.pt'}: iterations[0][0]: has times that are not 0 <="
+    )
 
 
 def _first_tensor(saved: dict[str, Any], field: str) -> Any:
@@ -902,7 +904,8 @@ def test_a_torchrun_job_runs_compared_plans_and_baselines_in_turn(
         torch.save(result, path)
     uneven = run_cli("run", *options, "--results", folder)
     assert uneven.exit_code == 2, describe(uneven)
-    assert f"{folder}: the plans timed different numbers of iterations [1, 2]" in uneven.stderr
+    first = tmp_path / "results" / "rank0-plan1.pt"
+    assert f"{first}: iterations: is not a list of the job's 1 iterations" in uneven.stderr
 
 
 def torchrun(processes: int, *args: str) -> subprocess.CompletedProcess[str]:

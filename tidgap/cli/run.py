@@ -50,6 +50,7 @@ from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.model.text import brief, printable
 from tidgap.outputs.files import check_outputs, timeline_files, write_files, write_json
 from tidgap.profiling.split import parse_split
+from tidgap.runtime.failures import StageNotReplayed
 from tidgap.runtime.job import TRANSPORTS, Job
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.report import (
@@ -65,6 +66,7 @@ from tidgap.runtime.report import (
 from tidgap.runtime.results_check import check_plan_results, rank_plans
 from tidgap.runtime.worker import (
     local_processes,
+    result_path,
     stage_count_mismatch,
     start_watchdog,
     torchrun_rank,
@@ -799,18 +801,13 @@ def run_command(
     replay_with = read_json(problem_path(problem)) if replay else None
     if results is not None:
         with about_problem(results):
-            first = load_results(results, loaded.num_stages)
-            same_job(job, first, len(todo) - 1)
-            more = (load_results(results, loaded.num_stages, k) for k in range(1, len(todo)))
-            found = [first, *more]
+            found = [load_results(results, loaded.num_stages, k) for k in range(len(todo))]
             tail = job.optimizer is not None
             for k, ((label, each), ranks) in enumerate(zip(todo, found, strict=True)):
+                same_job(job, ranks, len(todo) - 1)
                 same_plan(each, label, k, ranks)
                 expected = rank_plans(each, model, job.boundaries, tail)
                 check_plan_results(results, k, ranks, expected, job.check_gradients)
-            counts = sorted({len(ranks[0]["iterations"]) for ranks in found})
-            if len(counts) > 1:  # the plans ran in turn: as many iterations each
-                raise InputError(f"the plans timed different numbers of iterations {counts}")
     else:
         require_batch_room(model, loaded, problem, None if here is None else local_processes())
         labels, plans = zip(*todo, strict=True)
@@ -818,19 +815,20 @@ def run_command(
         if gathered is None:
             return  # ranks other than 0 report nothing
         found = gathered
-    from tidgap.runtime.draws import NotReplayable  # imports PyTorch, as the model did
-
-    try:
-        runs = [
-            figures_of(loaded, job, each, label, ranks, model, replay_with)
-            for (label, each), ranks in zip(todo, found, strict=True)
-        ]
-    except (InputError, NotReplayable) as error:
-        if results is None:
-            raise
-        if isinstance(error, InputError):  # one naming no file came from the rank files
-            raise error.within(results) from None
-        raise InputError(f"the saved random draws do not replay: {error}", source=results) from None
+    runs = []
+    for k, ((label, each), ranks) in enumerate(zip(todo, found, strict=True)):
+        try:
+            runs.append(figures_of(loaded, job, each, label, ranks, model, replay_with))
+        except (InputError, StageNotReplayed) as error:
+            if results is None:
+                raise
+            if isinstance(error, InputError):  # one naming no file came from the rank files
+                raise error.within(results) from None
+            raise InputError(
+                f"do not replay on the model's stage: {error.__cause__}",
+                ("draws",),
+                source=str(result_path(results, error.stage, k)),
+            ) from None
     timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]
     written = write_files(timeline_files(timelines, None, trace, loaded.name))
     tolerance = TOLERANCE[float64]

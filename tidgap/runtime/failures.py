@@ -27,6 +27,15 @@ class RunFailed(RuntimeError):
     """A rank's run failed; the message is :func:`failure_line`'s."""
 
 
+class StageNotReplayed(Exception):
+    """The reference could not replay stage ``stage``'s saved random draws (the
+    :class:`~tidgap.runtime.draws.NotReplayable` is ``__cause__``)."""
+
+    def __init__(self, stage: int) -> None:
+        super().__init__(f"stage {stage}'s random draws do not replay")
+        self.stage = stage
+
+
 def handler_error(error: BaseException) -> BaseException:
     """What the handler raised where ``error`` is :class:`InstructionFailed`, else
     ``error``."""

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from tidgap.runtime.drawing import drawing_of, generators_unchanged
 from tidgap.runtime.draws import Draw, NotReplayable, Replay
+from tidgap.runtime.failures import StageNotReplayed
 from tidgap.runtime.optimizers import build_optimizer, step
 from tidgap.runtime.task import Task
 
@@ -55,8 +56,8 @@ def replayed_forward(stages: list[nn.Module], draws: list[list[Draw]]) -> Forwar
     """The whole model's forward as ``stages`` in turn, each random operator of stage
     ``s`` given the values ``draws[s]`` holds (the pipelined iteration's, for the whole
     batch: :meth:`~tidgap.runtime.stage.TorchStage.whole_batch_draws`) instead of drawing;
-    :class:`~tidgap.runtime.draws.NotReplayable` (naming the stage, from 0) if a stage runs
-    other random operators."""
+    :class:`~tidgap.runtime.failures.StageNotReplayed` (from the
+    :class:`~tidgap.runtime.draws.NotReplayable`) if a stage runs other random operators."""
 
     def forward(x: Tensor) -> Tensor:
         for s, (module, drawn) in enumerate(zip(stages, draws, strict=True)):
@@ -66,7 +67,7 @@ def replayed_forward(stages: list[nn.Module], draws: list[list[Draw]]) -> Forwar
                     x = drawing_of(module).run(replay, partial(module, x), x.device)
                 replay.check_done()
             except NotReplayable as error:
-                raise NotReplayable(f"stage {s}: {error}") from error
+                raise StageNotReplayed(s) from error
         return x
 
     return forward

@@ -12,12 +12,13 @@ receive (when the receiver had it, an upper bound on the transfer itself).
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidgap.model.errors import InputError
+from tidgap.model.errors import InputError, first_line
 from tidgap.model.lists import stages_doing
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
@@ -27,6 +28,8 @@ from tidgap.runtime.recompute_memory import predicted_held_bytes
 from tidgap.runtime.results_check import check_result
 from tidgap.schedules.timeline import Step, Timeline, stage_names
 
+#: A terminal's control sequence (PyTorch colours some of its messages).
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: One record as a worker saves it: kind, microbatch, lo, hi (0-based, hi excluded),
 #: start, end (seconds from the iteration's barrier).
 Row = tuple[str, int, int, int, float, float]
@@ -59,7 +62,7 @@ def load_results(
         except FileNotFoundError:
             raise InputError(f"rank {rank} wrote no result", source=str(path)) from None
         except Exception as error:  # torch.load raises many kinds on a damaged file
-            reason = (str(error).strip().splitlines() or ["no reason given"])[0]
+            reason = ANSI_ESCAPE.sub("", first_line(error))
             raise InputError(
                 f"cannot read rank {rank}'s result (not a file torch.load reads: {reason})",
                 source=str(path),
@@ -68,14 +71,14 @@ def load_results(
             check_result(results[-1], rank)
         except InputError as error:
             raise error.within(str(path)) from None
-    counts = {len(result["iterations"]) for result in results}
-    if len(counts) > 1:
-        message = f"the ranks timed different numbers of iterations {sorted(counts)}"
-        raise InputError(message, source=str(folder))
-    modes = {result.get("checked_in") for result in results}
-    if len(modes) > 1:
-        message = f"the ranks checked gradients in different modes {sorted(map(str, modes))}"
-        raise InputError(message, source=str(folder))
+    for field, what in (
+        ("checked_in", "checked gradients in different modes"),
+        ("transport", "sent chunks over different transports"),
+    ):
+        values = {result.get(field) for result in results}
+        if len(values) > 1:
+            message = f"the ranks {what} {sorted(map(str, values))}"
+            raise InputError(message, source=str(folder))
     return results
 
 

@@ -11,7 +11,8 @@ from typing import Any, get_args
 from tidgap.model.errors import InputError, JsonPath
 from tidgap.model.numbers import is_integer
 from tidgap.model.plan import Plan
-from tidgap.runtime.lowering import Instruction, Kind, lower
+from tidgap.runtime.job import Job
+from tidgap.runtime.lowering import Instruction, Kind, lower, recomputes
 
 #: Every record kind a worker writes: the lowered instructions' and the optimizer step's.
 RECORD_KINDS = frozenset((*get_args(Kind), "tail"))
@@ -22,28 +23,61 @@ def _require(ok: bool, field: str | JsonPath, message: str) -> None:
         raise InputError(message, (field,) if isinstance(field, str) else field)
 
 
-def _check_row(row: Any, where: JsonPath) -> None:
-    """A record: ``(kind, microbatch, lo, hi, start, end)``, finite times, start <= end."""
+def _check_row(row: Any, where: JsonPath, timeout: float) -> None:
+    """A record: ``(kind, microbatch, lo, hi, start, end)``, times in seconds from the
+    iteration's barrier with ``0 <= start <= end <= timeout`` (the job's)."""
     shaped = isinstance(row, (tuple, list)) and len(row) == 6
     _require(shaped, where, "is not a record (kind, microbatch, lo, hi, start, end)")
     kind, microbatch, lo, hi, start, end = row
-    _require(kind in RECORD_KINDS, where, f"has kind {kind!r}, not a record kind")
+    known = isinstance(kind, str) and kind in RECORD_KINDS
+    _require(known, where, f"has kind {kind!r}, not a record kind")
     counts = all(is_integer(v) and v >= 0 for v in (microbatch, lo, hi)) and lo <= hi
     _require(counts, where, "has a microbatch or samples that are not counts with lo <= hi")
     times = all(isinstance(v, float) and math.isfinite(v) for v in (start, end))
-    _require(times and start <= end, where, "has times that are not finite with start <= end")
+    _require(
+        times and 0 <= start <= end <= timeout,
+        where,
+        f"has times that are not 0 <= start <= end <= the job's timeout ({timeout:g} s)",
+    )
 
 
-def _check_tensors(value: Any, field: str) -> None:
-    """``None`` or a mapping of parameter names to tensors."""
-    if value is None:
-        return
+def _is_values(tensor: Any, floating: bool) -> bool:
+    """Whether ``tensor`` is a dense tensor of real values in memory (``floating``: of
+    floating point), as a worker saves them."""
     import torch
 
-    ok = isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()
+    return (
+        isinstance(tensor, torch.Tensor)
+        and tensor.layout == torch.strided
+        and tensor.device.type != "meta"
+        and not tensor.is_complex()
+        and (tensor.is_floating_point() or not floating)
     )
-    _require(ok, field, "is not a mapping of parameter names to tensors")
+
+
+def _check_tensors(value: Any, field: str, floating: bool) -> None:
+    """``None`` or a mapping of parameter names to dense real tensors (``floating``: of
+    floating point: gradients and parameters; weights also hold buffers)."""
+    if value is None:
+        return
+    ok = isinstance(value, dict) and all(
+        isinstance(k, str) and _is_values(v, floating) for k, v in value.items()
+    )
+    kind = "floating-point tensors" if floating else "real tensors"
+    _require(ok, field, f"is not a mapping of parameter names to dense {kind}")
+
+
+def _checked_job(value: Any) -> Job:
+    """The job a result records (:meth:`Job.from_fields`), its errors under ``job``."""
+    _require(
+        isinstance(value, dict) and all(isinstance(k, str) for k in value),
+        "job",
+        "is not an object",
+    )
+    try:
+        return Job.from_fields(value)
+    except InputError as error:
+        raise InputError(error.message, ("job", *error.path)) from None
 
 
 def check_result(result: Any, rank: int) -> None:
@@ -53,8 +87,9 @@ def check_result(result: Any, rank: int) -> None:
         raise InputError(f"holds a {type(result).__name__}, not a rank's result")
     for field in ("job", "rank", "stage", "layers", "recompute", "iterations"):
         _require(field in result, field, "is missing")
-    _require(result["rank"] == rank, "rank", f"is {result['rank']!r}: not rank {rank}'s file")
-    _require(isinstance(result["job"], dict), "job", "is not an object")
+    ours = is_integer(result["rank"]) and result["rank"] == rank
+    _require(ours, "rank", f"is {result['rank']!r}: not rank {rank}'s file")
+    job = _checked_job(result["job"])
     _require(isinstance(result["stage"], str), "stage", "is not a name")
     layers = result["layers"]
     _require(
@@ -67,12 +102,11 @@ def check_result(result: Any, rank: int) -> None:
     _require(transport in (None, "gloo", "nccl"), "transport", 'is not "gloo", "nccl" or null')
     redrawn = result.get("redrawn")
     _require(redrawn is None or isinstance(redrawn, str), "redrawn", "is not a reason or null")
+    again = result["recompute"]
+    _require(redrawn is None or again, "redrawn", "is given for a stage that does not recompute")
     iterations = result["iterations"]
-    _require(
-        isinstance(iterations, list) and bool(iterations),
-        "iterations",
-        "is not a non-empty list of iterations",
-    )
+    timed = isinstance(iterations, list) and len(iterations) == job.iterations
+    _require(timed, "iterations", f"is not a list of the job's {job.iterations} iterations")
     for i, rows in enumerate(iterations):
         _require(
             isinstance(rows, list) and bool(rows),
@@ -80,12 +114,13 @@ def check_result(result: Any, rank: int) -> None:
             "is not a non-empty list of records",
         )
         for j, row in enumerate(rows):
-            _check_row(row, ("iterations", i, j))
+            _check_row(row, ("iterations", i, j), job.timeout)
+        _require(max(row[5] for row in rows) > 0, ("iterations", i), "took no time")
     peaks = result.get("peak_bytes")
     ok = peaks is None or (
         isinstance(peaks, list)
         and len(peaks) == len(iterations)
-        and all(is_integer(p) and p >= 0 for p in peaks)
+        and all(is_integer(p) and 0 <= p < 2**63 for p in peaks)
     )
     _require(ok, "peak_bytes", "is not one byte count per iteration")
     _require(result.get("plan") is None or isinstance(result["plan"], dict), "plan",
@@ -97,8 +132,8 @@ def check_result(result: Any, rank: int) -> None:
         and all(isinstance(t, float) and math.isfinite(t) for t in starts)
     )
     _require(ok, "starts", "is not one finite start time per iteration")
-    for field in ("gradients", "weights", "stepped"):
-        _check_tensors(result.get(field), field)
+    for field, floating in (("gradients", True), ("weights", False), ("stepped", True)):
+        _check_tensors(result.get(field), field, floating)
     mode = result.get("checked_in")
     _require(mode in (None, "train", "eval"), "checked_in", 'is not "train", "eval" or null')
     why = result.get("eval_reason")
@@ -106,6 +141,7 @@ def check_result(result: Any, rank: int) -> None:
     draws = result.get("draws")
     _require(mode == "train" or draws is None, "draws", "is given for a check not in train mode")
     _require(mode != "train" or draws is not None, "draws", "is missing for a train-mode check")
+    _require(draws is None or isinstance(draws, list), "draws", "is not a list of draws")
     for i, draw in enumerate(draws or []):
         _check_draw(draw, ("draws", i))
 
@@ -113,14 +149,13 @@ def check_result(result: Any, rank: int) -> None:
 def _check_draw(draw: Any, where: JsonPath) -> None:
     """A saved draw (:func:`tidgap.runtime.draws.as_saved`): a name, tensors, a structure
     that ``treespec_loads`` reads, with a leaf for each tensor."""
-    import torch
     from torch.utils import _pytree as pytree
 
     ok = (
         isinstance(draw, dict)
         and isinstance(draw.get("name"), str)
         and isinstance(draw.get("tensors"), list)
-        and all(isinstance(t, torch.Tensor) for t in draw["tensors"])
+        and all(_is_values(t, False) for t in draw["tensors"])
         and isinstance(draw.get("structure"), str)
     )
     _require(ok, where, "is not a random draw (name, tensors, structure)")
@@ -137,15 +172,19 @@ def _check_draw(draw: Any, where: JsonPath) -> None:
 class RankPlan:
     """What rank ``rank``'s result of one plan holds when the job ran it: ``instructions``
     its lowered instructions (:func:`~tidgap.runtime.lowering.lower`) recorded in order
-    each iteration, then the optimizer step's ``"tail"`` record when ``tail``;
-    ``layers`` the names of its stage's layers; with the gradient check, ``state`` the
+    each iteration, then the optimizer step's ``"tail"`` record when ``tail``; ``stage``
+    its stage's name and ``layers`` the names of its layers; ``recompute`` whether it
+    re-runs forwards (:func:`~tidgap.runtime.lowering.recomputes`); with the gradient
+    check, ``state`` the
     shapes of those layers' state (``weights``) and ``trainable`` of their trainable
     parameters (``gradients``, and ``stepped`` after a tail)."""
 
     rank: int
     instructions: list[Instruction]
     tail: bool
+    stage: str
     layers: list[str]
+    recompute: bool
     state: dict[str, tuple[int, ...]]
     trainable: dict[str, tuple[int, ...]]
 
@@ -158,8 +197,8 @@ def rank_plans(plan: Plan, model: Any, boundaries: list[int], tail: bool) -> lis
 
     state = {key: tuple(value.shape) for key, value in model.layers.state_dict().items()}
     ranks = []
-    for rank, (instructions, (_, names, _)) in enumerate(
-        zip(lower(plan), stage_modules(model, boundaries), strict=True)
+    for rank, (instructions, again, (label, names, _)) in enumerate(
+        zip(lower(plan), recomputes(plan), stage_modules(model, boundaries), strict=True)
     ):
         keep = set(names)
         ranks.append(
@@ -167,7 +206,9 @@ def rank_plans(plan: Plan, model: Any, boundaries: list[int], tail: bool) -> lis
                 rank,
                 instructions,
                 tail,
+                label,
                 names,
+                again,
                 {k: v for k, v in state.items() if k.split(".", 1)[0] in keep},
                 {k: tuple(p.shape) for k, p in trainable(model.layers, names).items()},
             )
@@ -179,8 +220,12 @@ def check_fits(result: dict[str, Any], expected: RankPlan, checked: bool) -> Non
     """Raise :class:`InputError` (naming the field) unless ``result`` (one that passed
     :func:`check_result`) holds what ``expected`` says, and with ``checked`` (the job
     checks gradients) the weights and gradients of its stage."""
-    layers = expected.layers
+    name, layers, again = expected.stage, expected.layers, expected.recompute
+    _require(result["stage"] == name, "stage", f"is not stage {expected.rank}'s name {name!r}")
     _require(result["layers"] == layers, "layers", f"are not stage {expected.rank}'s {layers}")
+    _require(
+        result["recompute"] == again, "recompute", f"is not {str(again).lower()}, as the plan says"
+    )
     want = [(i.kind, i.microbatch, *i.samples) for i in expected.instructions]
     if expected.tail:
         want.append(("tail", 0, 0, 0))
