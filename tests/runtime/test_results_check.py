@@ -114,6 +114,11 @@ def test_a_workers_result_passes() -> None:
         (changed(gradients={"w": torch.zeros(2).to_sparse()}), "gradients: is not a mapping"),
         (changed(gradients={"w": torch.zeros(2, dtype=torch.int64)}), "gradients: is not a"),
         (changed(weights={"w": torch.zeros(2, dtype=torch.complex64)}), "weights: is not a"),
+        (changed(weights={"w": torch.zeros(2, dtype=torch.float64)}), "weights: is not a"),
+        (
+            train_draws({**MASK, "tensors": [torch.ones(4, 2, dtype=torch.float64)]}),
+            "draws[0]: is not a random draw",
+        ),
         (changed(checked_in="dream"), 'checked_in: is not "train", "eval" or null'),
         (changed(eval_reason=3), "eval_reason: is not a reason or null"),
         (changed(checked_in="eval", draws=[]), "draws: is given for a check not in train"),

@@ -41,9 +41,10 @@ def _check_row(row: Any, where: JsonPath, timeout: float) -> None:
     )
 
 
-def _is_values(tensor: Any, floating: bool) -> bool:
-    """Whether ``tensor`` is a dense tensor of real values in memory (``floating``: of
-    floating point), as a worker saves them."""
+def _is_values(tensor: Any, precision: Any, floating: bool) -> bool:
+    """Whether ``tensor`` is a dense tensor of real values in memory, of the run's
+    ``precision`` (a ``torch.dtype``) if of floating point (``floating``: it must be), as a
+    worker saves them."""
     import torch
 
     return (
@@ -51,20 +52,21 @@ def _is_values(tensor: Any, floating: bool) -> bool:
         and tensor.layout == torch.strided
         and tensor.device.type != "meta"
         and not tensor.is_complex()
-        and (tensor.is_floating_point() or not floating)
+        and (tensor.dtype == precision if tensor.is_floating_point() else not floating)
     )
 
 
-def _check_tensors(value: Any, field: str, floating: bool) -> None:
+def _check_tensors(value: Any, field: str, precision: Any, floating: bool) -> None:
     """``None`` or a mapping of parameter names to dense real tensors (``floating``: of
-    floating point: gradients and parameters; weights also hold buffers)."""
+    floating point: gradients and parameters; weights also hold buffers) of the run's
+    ``precision``."""
     if value is None:
         return
     ok = isinstance(value, dict) and all(
-        isinstance(k, str) and _is_values(v, floating) for k, v in value.items()
+        isinstance(k, str) and _is_values(v, precision, floating) for k, v in value.items()
     )
-    kind = "floating-point tensors" if floating else "real tensors"
-    _require(ok, field, f"is not a mapping of parameter names to dense {kind}")
+    kind = "floating-point" if floating else "real"
+    _require(ok, field, f"is not a mapping of parameter names to dense {kind} {precision} tensors")
 
 
 def _checked_job(value: Any) -> Job:
@@ -83,6 +85,8 @@ def _checked_job(value: Any) -> Job:
 def check_result(result: Any, rank: int) -> None:
     """Raise :class:`InputError` (naming the field) unless ``result`` is rank ``rank``'s
     result as :func:`tidgap.runtime.worker.run_rank` writes it."""
+    import torch
+
     if not isinstance(result, dict):
         raise InputError(f"holds a {type(result).__name__}, not a rank's result")
     for field in ("job", "rank", "stage", "layers", "recompute", "iterations"):
@@ -132,8 +136,9 @@ def check_result(result: Any, rank: int) -> None:
         and all(isinstance(t, float) and math.isfinite(t) for t in starts)
     )
     _require(ok, "starts", "is not one finite start time per iteration")
+    precision = torch.float64 if job.float64 else torch.float32
     for field, floating in (("gradients", True), ("weights", False), ("stepped", True)):
-        _check_tensors(result.get(field), field, floating)
+        _check_tensors(result.get(field), field, precision, floating)
     mode = result.get("checked_in")
     _require(mode in (None, "train", "eval"), "checked_in", 'is not "train", "eval" or null')
     why = result.get("eval_reason")
@@ -143,19 +148,20 @@ def check_result(result: Any, rank: int) -> None:
     _require(mode != "train" or draws is not None, "draws", "is missing for a train-mode check")
     _require(draws is None or isinstance(draws, list), "draws", "is not a list of draws")
     for i, draw in enumerate(draws or []):
-        _check_draw(draw, ("draws", i))
+        _check_draw(draw, ("draws", i), precision)
 
 
-def _check_draw(draw: Any, where: JsonPath) -> None:
-    """A saved draw (:func:`tidgap.runtime.draws.as_saved`): a name, tensors, a structure
-    that ``treespec_loads`` reads, with a leaf for each tensor."""
+def _check_draw(draw: Any, where: JsonPath, precision: Any) -> None:
+    """A saved draw (:func:`tidgap.runtime.draws.as_saved`): a name, tensors (floating
+    point ones of the run's ``precision``), a structure that ``treespec_loads`` reads, with
+    a leaf for each tensor."""
     from torch.utils import _pytree as pytree
 
     ok = (
         isinstance(draw, dict)
         and isinstance(draw.get("name"), str)
         and isinstance(draw.get("tensors"), list)
-        and all(_is_values(t, False) for t in draw["tensors"])
+        and all(_is_values(t, precision, False) for t in draw["tensors"])
         and isinstance(draw.get("structure"), str)
     )
     _require(ok, where, "is not a random draw (name, tensors, structure)")
