@@ -89,6 +89,31 @@ def unstacked(stacked: np.ndarray, space: JointSpace) -> JointGenes:
     return space.repaired(genes)
 
 
+class _Polish:
+    """What a polish of individuals within ``level`` scores with: ``score`` (penalised
+    ticks of ``(n, 3, S, K)`` host candidates) and ``batches`` (their neighbours)."""
+
+    def __init__(self, level: MemoryLevel, space: JointSpace, size: int) -> None:
+        self.space, self.held = space, space.limit(level)
+        self.caps = (to_host(space.forward_caps), to_host(space.backward_caps))
+        self.batch = max(1, JOINT_BATCH_BYTES // (size * BYTES_PER_CANDIDATE_GENE))
+
+    def score(self, candidates: np.ndarray) -> np.ndarray:
+        times, peaks = self.space.evaluate(unstacked(candidates, self.space))
+        return to_host(penalised(times, peaks, self.held))
+
+    def batches(self, stacked: np.ndarray, focus: Focus) -> Iterator[np.ndarray]:
+        genes = self.space.partition_genes
+        return stacked_neighbours(stacked, self.caps, self.batch, genes, focus)
+
+
+def _stacked(individual: JointGenes) -> np.ndarray:
+    """``(1, S, K)`` genes as one host ``(3, S, K)`` array."""
+    return np.stack(
+        [to_host(g)[0] for g in (individual.forward, individual.backward, individual.lead)]
+    )
+
+
 def joint_polish(
     individual: JointGenes,
     ticks: int,
@@ -99,19 +124,7 @@ def joint_polish(
     """Steepest descent from ``individual`` (``(1, S, K)`` repaired genes, ``ticks`` its time,
     within ``level``) among plans within ``level``; returns the individual reached
     (repaired) and its time in ticks."""
-    held = space.limit(level)
-    caps = (to_host(space.forward_caps), to_host(space.backward_caps))
-    start = np.stack(
-        [to_host(g)[0] for g in (individual.forward, individual.backward, individual.lead)]
-    )
-    batch = max(1, JOINT_BATCH_BYTES // (start.size * BYTES_PER_CANDIDATE_GENE))
-
-    def score(candidates: np.ndarray) -> np.ndarray:
-        times, peaks = space.evaluate(unstacked(candidates, space))
-        return to_host(penalised(times, peaks, held))
-
-    def batches(stacked: np.ndarray, focus: Focus) -> Iterator[np.ndarray]:
-        return stacked_neighbours(stacked, caps, batch, space.partition_genes, focus)
-
-    best, best_ticks = descend(start, ticks, batches, score, deadline)
+    start = _stacked(individual)
+    polish = _Polish(level, space, start.size)
+    best, best_ticks = descend(start, ticks, polish.batches, polish.score, deadline)
     return unstacked(best[None], space), best_ticks
