@@ -13,6 +13,7 @@ improves or the deadline passes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -128,3 +129,16 @@ def joint_polish(
     polish = _Polish(level, space, start.size)
     best, best_ticks = descend(start, ticks, polish.batches, polish.score, deadline)
     return unstacked(best[None], space), best_ticks
+
+
+def scan_seconds(individual: JointGenes, level: MemoryLevel, space: JointSpace) -> float:
+    """About how long :func:`joint_polish` takes to score every neighbour of
+    ``individual`` once (a scan of every stage), in seconds: its first batch timed,
+    times the batches of the scan."""
+    start = _stacked(individual)
+    polish = _Polish(level, space, start.size)
+    count = sum(len(rows) for _, rows in stacked_moves(start, polish.caps, space.partition_genes))
+    first = next(polish.batches(start, None))
+    began = time.perf_counter()
+    polish.score(first)
+    return (time.perf_counter() - began) * count / len(first)

@@ -52,7 +52,7 @@ from tidgap.optimize.joint import (
 )
 from tidgap.optimize.joint_operators import JointGenes, Repair
 from tidgap.optimize.joint_optimizer import JointOptimizer
-from tidgap.optimize.joint_polish import joint_polish
+from tidgap.optimize.joint_polish import joint_polish, scan_seconds
 from tidgap.optimize.limits import (
     STAGE_LIMITS,
     MemoryLevel,
@@ -108,10 +108,21 @@ FLUSH_STAGNATION = 100
 #: trailed the mirrored one by 0.1-1.9% at 10 s on 6 of 6 problems and seeds; a 5 s
 #: mirrored search and then 5 s of the free one matched the mirrored: docs/measurements.md).
 MIRRORED_SHARE = 0.5
-#: The annealing after the GA: its share of a time limit, and without one its steps per
+#: The annealing after the GA: its share of a time limit (less what the final polish keeps
+#: beyond :data:`~tidgap.optimize.preparation.POLISH_SHARE`), and without one its steps per
 #: generation the GA ran.
 ANNEAL_SHARE = 0.4
 ANNEAL_STEPS_PER_GENERATION = 4
+#: The final polish keeps time for this many scans of every stage of the level in force's
+#: best (:func:`~tidgap.optimize.joint_polish.scan_seconds`), at least ``POLISH_SHARE`` and
+#: at most :data:`MOST_POLISH_SHARE` of a time limit: a deep pipeline's polish gains more
+#: per second than its annealing (64 stages at 10 s, docs/measurements.md), a shallow one's
+#: ends in a fraction of its share.
+POLISH_SCANS = 8
+MOST_POLISH_SHARE = 0.25
+#: The share of the polish's time the level in force takes, polished first; the other
+#: levels share the rest, what one leaves going to the next.
+IN_FORCE_POLISH_SHARE = 0.5
 #: Annealing chains per island (its fittest; ``None``: its whole population).
 ANNEAL_CHAINS: int | None = 128
 
@@ -320,18 +331,23 @@ def counts_run_memory(problem: Problem, pricing: str) -> bool:
 def polished(
     found: list[tuple[JointGenes, int] | None],
     levels: list[MemoryLevel],
+    in_force: MemoryLevel,
     space: JointSpace,
     deadline: float | None,
 ) -> list[tuple[JointGenes, int] | None]:
-    """:func:`joint_polish` on each level's best, the time left shared among them; then each
-    level takes the fastest polished plan it admits (a plan polished within a tighter level
-    may beat the looser level's own)."""
-    result: list[tuple[JointGenes, int] | None] = []
-    for i, (best, level) in enumerate(zip(found, levels, strict=True)):
+    """:func:`joint_polish` on each level's best until ``deadline``: first the level in
+    force, for :data:`IN_FORCE_POLISH_SHARE` of the time left, then the others in turn, each
+    an equal share of what is left; then each level takes the fastest polished plan it
+    admits (a plan polished within a tighter level may beat the looser level's own)."""
+    first = levels.index(in_force)
+    result = list(found)
+    for n, i in enumerate([first, *(i for i in range(len(levels)) if i != first)]):
         share = None
         if deadline is not None:
-            share = time.perf_counter() + (deadline - time.perf_counter()) / (len(levels) - i)
-        result.append(None if best is None else joint_polish(*best, level, space, share))
+            part = IN_FORCE_POLISH_SHARE if n == 0 else 1 / (len(levels) - n)
+            share = time.perf_counter() + (deadline - time.perf_counter()) * part
+        best = found[i]
+        result[i] = None if best is None else joint_polish(*best, levels[i], space, share)
     return fastest_admitted(result, levels, space)
 
 
@@ -674,7 +690,7 @@ def annealed(
     if not runs_to_the_limit(run.stop, time_limit):
         steps = ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation
     if deadline is None and time_limit is not None:
-        deadline = run.clock + time_limit * (1 - POLISH_SHARE)
+        deadline = run.clock + time_limit - polish_reserve(run, found, time_limit)
     if resumed is None:
         state = AnnealState.start(optimizer.islands, ANNEAL_CHAINS)
     else:
@@ -694,6 +710,20 @@ def annealed(
         saving.checkpoint.closed |= annealing.stopped()
     optimizer.counters.evaluations += evaluations
     return fastest_admitted([*found, *reached], run.levels, optimizer.space)
+
+
+def polish_reserve(
+    run: WindowedRun, found: list[tuple[JointGenes, int] | None], time_limit: float
+) -> float:
+    """The seconds of ``time_limit`` the final polish keeps: :data:`POLISH_SCANS` scans of
+    the level in force's best in ``found``, within ``POLISH_SHARE`` and
+    :data:`MOST_POLISH_SHARE` of the limit (the least when that level has no plan)."""
+    least, most = POLISH_SHARE * time_limit, MOST_POLISH_SHARE * time_limit
+    best = found[run.levels.index(run.in_force)]
+    if best is None:
+        return least
+    wanted = POLISH_SCANS * scan_seconds(best[0], run.in_force, run.optimizer.space)
+    return min(max(wanted, least), most)
 
 
 def used_to_the_end(
@@ -724,7 +754,7 @@ def used_to_the_end(
             return None
         started = time.perf_counter()
         with phases("polish"):
-            found = polished(found, run.levels, optimizer.space, end)
+            found = polished(found, run.levels, run.in_force, optimizer.space, end)
         return time.perf_counter() - started
 
     more_rounds(end, run.time_limit, phases.seconds["polish"], round_)
@@ -758,7 +788,7 @@ def finish_windowed(
         if stop_reason not in STOP_SIGNALS.values():
             with phases("polish"):
                 deadline = None if time_limit is None else clock + time_limit
-                found = polished(found, levels, optimizer.space, deadline)
+                found = polished(found, levels, in_force, optimizer.space, deadline)
             found, stop_reason = used_to_the_end(run, found, stop_reason, saving)
             if saving is not None and stop_reason not in STOP_SIGNALS.values():
                 saving.finished()
