@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
 from tidgap.optimize import polish as polish_module
-from tidgap.optimize.polish import COMBINED_MOVES, FOCUS_RADIUS, near_changes, polish, rows_near
+from tidgap.optimize.polish import (
+    COMBINED_MOVES,
+    FOCUS_RADIUS,
+    descend,
+    near_changes,
+    neighbour_batches,
+    polish,
+    rows_near,
+)
 
 UNITS, WIDTH = 8, 4
 
@@ -106,6 +116,45 @@ def test_after_a_step_only_stages_near_its_changes_are_scanned() -> None:
     assert len(scans) == 4 and scans[3] >= scans[0]  # the last one: every stage
     assert scans[1] == pytest.approx(2 * near * per_stage, abs=2 * near)
     assert scans[2] == pytest.approx(near * per_stage, abs=near)
+
+
+def test_an_early_scan_steps_at_its_first_improving_batch() -> None:
+    """Stages 10 and 40 are one move from their targets; batches hold a few stages. With
+    ``early``, the first scan of every stage ends at the batch holding stage 10 and moves
+    it alone; after the scan near it finds nothing, the next scan of every stage ends at
+    stage 40's batch; the last one covers every stage and confirms the optimum."""
+    stages = 48
+    targets = np.full(stages, UNITS - 1)
+    targets[10], targets[40] = UNITS - 2, UNITS - 2
+    scans: list[int] = []
+    genes = _start(stages)
+    score = _separable(targets, [])
+    per_stage = len(rows_near(genes[0], UNITS))
+    caps = np.full(stages, UNITS)
+
+    def batches(g: np.ndarray, focus: np.ndarray | None) -> Iterator[np.ndarray]:
+        for batch in neighbour_batches(g, caps, 4 * per_stage, focus):
+            scans.append(len(batch) if focus is None else 0)
+            yield batch
+
+    start = int(score(genes[None])[0])
+    polished, fitness = descend(genes, start, batches, score, early=True)
+    assert fitness == 0 and (polished[:, 0] == targets).all()
+    first, second, last = _runs(scans)
+    assert (len(first), len(second)) == (3, 11)  # batches of 4 stages: to 10, then to 40
+    assert sum(last) == sum(len(rows_near(row, UNITS)) for row in polished)  # every stage
+
+
+def _runs(scans: list[int]) -> list[list[int]]:
+    """The runs of full-scan batches in ``scans`` (focused ones recorded as 0)."""
+    runs: list[list[int]] = [[]]
+    for size in scans:
+        if size == 0:
+            if runs[-1]:
+                runs.append([])
+        else:
+            runs[-1].append(size)
+    return [run for run in runs if run]
 
 
 def _rows_near_by_definition(row: np.ndarray, cap: int) -> list[list[int]]:

@@ -8,7 +8,8 @@ on) run one forward earlier or later. They are streamed in batches of at most
 :data:`JOINT_BATCH_BYTES`, repaired, scored and penalised under the level;
 :func:`~tidgap.optimize.polish.descend` takes the best improving one, with the other
 improving ones' rows (forward, backward or lead of a stage) that still help, until none
-improves or the deadline passes.
+improves or the deadline passes; a scan of every stage steps at its first batch holding an
+improving one (``early``: on 64 stages a batch holds about 110 of the scan's 11,800).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def joint_polish(
     (repaired) and its time in ticks."""
     start = _stacked(individual)
     polish = _Polish(level, space, start.size)
-    best, best_ticks = descend(start, ticks, polish.batches, polish.score, deadline)
+    best, best_ticks = descend(start, ticks, polish.batches, polish.score, deadline, early=True)
     return unstacked(best[None], space), best_ticks
 
 

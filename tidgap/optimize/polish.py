@@ -126,6 +126,7 @@ def descend(
     batches: Neighbours,
     score: Score,
     deadline: float | None = None,
+    early: bool = False,
 ) -> tuple[np.ndarray, int]:
     """Steepest descent from ``genes`` (stages on the second-last axis) over the candidates
     ``batches(genes, focus)`` yields until a local optimum or ``deadline`` (a
@@ -138,7 +139,10 @@ def descend(
     the plan faster: a step of a deep pipeline then moves several stages, not one. The
     first scan covers every stage; after a step, the next covers only the stages within
     :data:`FOCUS_RADIUS` of one it changed, and a scan of every stage confirms that no
-    candidate improves (a deep pipeline's step then scans a few stages, not all)."""
+    candidate improves (a deep pipeline's step then scans a few stages, not all). With
+    ``early``, a scan of every stage steps at the end of its first batch holding an
+    improving candidate (a deep pipeline's batch holds part of a stage's neighbours, a shallow
+    one's all of them)."""
     focus: Focus = None
     while True:
         improving = _Improving(genes, fitness)
@@ -146,6 +150,8 @@ def descend(
             improving.add(candidates, np.asarray(score(candidates)))
             if _past(deadline):
                 return improving.best()
+            if early and focus is None and improving.best()[1] < fitness:
+                break  # a scan of every stage steps at its first improving batch
         if improving.best()[1] < fitness:
             stepped, fitness = _combined(genes, improving, score, deadline)
             genes, focus = stepped, near_changes(genes, stepped)
