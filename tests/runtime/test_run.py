@@ -818,9 +818,14 @@ RESULT_DAMAGES = [
     (
         lambda saved: saved.update(iterations=[rows[:-1] for rows in saved["iterations"]]),
         2,
-        "rank0.pt: iterations[0][",
+        "rank0.pt: iterations[0][7]: is missing: the plan's ('backward', 1, 4, 8)",
     ),
     (lambda saved: saved.update(layers=saved["layers"][:-1]), 2, "rank0.pt: layers: are not"),
+    (
+        lambda saved: saved.update(iterations=[[*rows, rows[-1]] for rows in saved["iterations"]]),
+        2,
+        "rank0.pt: iterations[0][8]: is ('backward', 1, 4, 8), past the plan's 8 records",
+    ),
     (
         lambda saved: saved.update(gradients=_renamed(saved["gradients"])),
         2,

@@ -181,9 +181,8 @@ class RankPlan:
     each iteration, then the optimizer step's ``"tail"`` record when ``tail``; ``stage``
     its stage's name and ``layers`` the names of its layers; ``recompute`` whether it
     re-runs forwards (:func:`~tidgap.runtime.lowering.recomputes`); with the gradient
-    check, ``state`` the
-    shapes of those layers' state (``weights``) and ``trainable`` of their trainable
-    parameters (``gradients``, and ``stepped`` after a tail)."""
+    check, ``state`` the shapes of those layers' state (``weights``) and ``trainable`` of
+    their trainable parameters (``gradients``, and ``stepped`` after a tail)."""
 
     rank: int
     instructions: list[Instruction]
@@ -241,9 +240,13 @@ def check_fits(result: dict[str, Any], expected: RankPlan, checked: bool) -> Non
             j = next(
                 j for j in range(max(len(got), len(want))) if got[j : j + 1] != want[j : j + 1]
             )
-            what = f"is {got[j]}" if j < len(got) else "is missing"
-            should = f"the plan's {want[j]}" if j < len(want) else "no record"
-            _require(False, ("iterations", i, j), f"{what}, not {should}")
+            if j >= len(got):
+                message = f"is missing: the plan's {want[j]}"
+            elif j >= len(want):
+                message = f"is {got[j]}, past the plan's {len(want)} records"
+            else:
+                message = f"is {got[j]}, not the plan's {want[j]}"
+            _require(False, ("iterations", i, j), message)
     if not checked:
         return
     for field, shapes in (
