@@ -783,14 +783,13 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     replayed = report_damaged(
         folder / "rank0.pt",
         lambda saved: saved.update(
-            iterations=[[(*r[:5], 1e300) for r in rows] for rows in saved["iterations"]]
+            iterations=[[(*r[:5], 1e300) for r in rows] for rows in saved["iterations"]],
+            job=saved["job"] | {"timeout": 1e301},
         ),
         [*options, "--replay", "--results", str(folder)],
-    )  # ops that end in 1e300 s: no problem holds such times
+    )  # ops that end in 1e300 s, within a job's timeout: no problem holds such times
     assert replayed.exit_code == 2, describe(replayed)
-    assert replayed.stderr.startswith(
-        f"tidgap: error: {folder / 'rank0.pt'}: iterations[0][0]: has times that are not 0 <="
-    )
+    assert replayed.stderr.startswith(f"tidgap: error: {folder}: the run's measured")
 
 
 def _first_tensor(saved: dict[str, Any], field: str) -> Any:
@@ -821,6 +820,13 @@ RESULT_DAMAGES = [
         "rank0.pt: iterations[0][7]: is missing: the plan's ('backward', 1, 4, 8)",
     ),
     (lambda saved: saved.update(layers=saved["layers"][:-1]), 2, "rank0.pt: layers: are not"),
+    (
+        lambda saved: saved.update(
+            iterations=[[(*r[:5], 1e300) for r in rows] for rows in saved["iterations"]]
+        ),
+        2,
+        "rank0.pt: iterations[0][0]: has times that are not 0 <= start <= end <= the job's",
+    ),
     (
         lambda saved: saved.update(iterations=[[*rows, rows[-1]] for rows in saved["iterations"]]),
         2,
