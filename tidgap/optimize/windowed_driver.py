@@ -116,10 +116,11 @@ ANNEAL_STEPS_PER_GENERATION = 4
 #: The final polish keeps time for this many scans of every stage of the level in force's
 #: best (:func:`~tidgap.optimize.joint_polish.scan_seconds`), at least ``POLISH_SHARE`` and
 #: at most :data:`MOST_POLISH_SHARE` of a time limit: a deep pipeline's polish gains more
-#: per second than its annealing (64 stages at 10 s, docs/measurements.md), a shallow one's
-#: ends in a fraction of its share.
-POLISH_SCANS = 8
-MOST_POLISH_SHARE = 0.25
+#: per second than its annealing (64 stages at 10 s: 8 scans and a quarter, then 16 and
+#: 40%, each faster on average over 8-16 seeds; docs/measurements.md), a shallow one's ends
+#: in a fraction of its share.
+POLISH_SCANS = 16
+MOST_POLISH_SHARE = 0.4
 #: The share of the polish's time the level in force takes, polished first; the other
 #: levels share the rest, what one leaves going to the next.
 IN_FORCE_POLISH_SHARE = 0.5
