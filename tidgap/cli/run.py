@@ -45,7 +45,7 @@ from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import read_json
 from tidgap.model.lists import stages_doing
 from tidgap.model.numbers import MAX_THREADS, is_integer
-from tidgap.model.plan import Plan, plan_for
+from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.model.text import brief, printable
 from tidgap.outputs.files import check_outputs, timeline_files, write_files, write_json
@@ -495,7 +495,10 @@ def to_run(
     ``--compare`` plan files (each checked against ``problem``, labelled with its name),
     then with ``--baselines`` the best GPipe and the best 1F1B (as the run prices them:
     :func:`~tidgap.runtime.pricing.run_priced_baselines`)."""
-    runs = [("plan", plan), *((path, plan_for(path, problem)) for path in compared)]
+    runs = [
+        ("plan", plan),
+        *((path, load_plan(path, problem, refuse_other=True)) for path in compared),
+    ]
     if with_baselines:
         from tidgap.runtime.pricing import run_priced_baselines
         from tidgap.schedules.baselines import best_baselines
@@ -753,7 +756,7 @@ def run_command(
             "per stage (on several machines, start it under torchrun)",
             source="--nproc",
         )
-    plan = plan_for(plan_file, loaded)
+    plan = load_plan(plan_file, loaded, refuse_other=True)
     todo = to_run(loaded, plan, baselines, compared)  # every plan checked before any warning
     alternates = [] if write_job is None else alternate_files(write_job, len(todo) - 1)
     check_outputs(

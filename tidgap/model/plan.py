@@ -176,29 +176,23 @@ def check_order(plan: Plan, stages: int, repaired: bool = False) -> None:
         raise InputError(violation.message(), (key, violation.stage))
 
 
-def load_plan(path: str | os.PathLike[str], problem: Problem) -> Plan:
-    """Load and check a plan file against ``problem``; warn on stderr if it names another."""
+def load_plan(path: str | os.PathLike[str], problem: Problem, refuse_other: bool = False) -> Plan:
+    """Load and check a plan file against ``problem``; if it names another problem, warn on
+    stderr, or with ``refuse_other`` raise :class:`InputError` (a run's prediction would be
+    another problem's)."""
     try:
         plan = Plan.from_dict(read_json(path))
+        named = plan.problem
+        other = named is not None and problem.name is not None and named != problem.name
+        if other and refuse_other:
+            raise InputError(f"is a plan for {named!r}, not for {problem.name!r}", ("problem",))
         check_plan(plan, problem)
     except InputError as error:
         raise error.within(str(path)) from None
-    if plan.problem is not None and problem.name is not None and plan.problem != problem.name:
+    if other:
         print(
-            f"tidgap: warning: {Path(path)}: problem: plan is for {plan.problem!r}, "
+            f"tidgap: warning: {Path(path)}: problem: plan is for {named!r}, "
             f"evaluating it on {problem.name!r}",
             file=sys.stderr,
         )
     return plan
-
-
-def plan_for(path: str | os.PathLike[str], problem: Problem) -> Plan:
-    """The plan file ``path``, checked against ``problem``; a plan that names another
-    problem is refused (a run's prediction would be another problem's)."""
-    document = read_json(path)
-    named = document.get("problem") if isinstance(document, dict) else None
-    if isinstance(named, str) and problem.name is not None and named != problem.name:
-        raise InputError(
-            f"is a plan for {named!r}, not for {problem.name!r}", ("problem",), source=str(path)
-        )
-    return load_plan(path, problem)

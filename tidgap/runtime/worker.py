@@ -496,7 +496,7 @@ def checked_job(job: Job, source: str) -> list[Plan]:
     for another problem refused), its ``boundaries`` counted against the problem's stages
     and its ``results`` not a file: :class:`InputError` naming the file and field
     otherwise."""
-    from tidgap.model.plan import plan_for
+    from tidgap.model.plan import load_plan
     from tidgap.model.problem import load_problem
 
     if Path(job.results).exists() and not Path(job.results).is_dir():
@@ -509,7 +509,7 @@ def checked_job(job: Job, source: str) -> list[Plan]:
             ("boundaries",),
             source=source,
         )
-    return [plan_for(path, problem) for path in job.plans]
+    return [load_plan(path, problem, refuse_other=True) for path in job.plans]
 
 
 def run_watched(
