@@ -65,7 +65,7 @@ from tidgap.optimize.run_memory import (
     TASK,
     RunMemory,
 )
-from tidgap.optimize.windowed_driver import ANNEAL_CHAINS
+from tidgap.optimize.windowed_finish import ANNEAL_CHAINS
 from tidgap.schedules.families import SCHEDULES
 
 ORACLE_SLICE = 64

@@ -11,7 +11,7 @@ from tidgap import evaluate, load_problem, search
 from tidgap.analysis.search_summary import summary_lines
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
-from tidgap.optimize import windowed_driver
+from tidgap.optimize import windowed_finish
 from tidgap.optimize.anneal import Annealing, anneal
 from tidgap.optimize.ga import GeneticSettings
 from tidgap.optimize.genome import decode_plan
@@ -19,7 +19,7 @@ from tidgap.optimize.joint import Island, JointSpace
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import OVER_LIMIT, MemoryLevel, penalised, stage_level
 from tidgap.optimize.rng import CounterRng
-from tidgap.optimize.windowed_driver import one_f_one_b_level
+from tidgap.optimize.windowed_seeds import one_f_one_b_level
 from tidgap.schedules.baselines import best_baselines
 
 
@@ -116,7 +116,7 @@ def test_a_windowed_search_anneals_after_the_ga_and_says_so(monkeypatch) -> None
     assert seen[-2:] == ["anneal", "polish"]
     headline = summary_lines(result)[0]
     assert f"annealing {result.setup['anneal']:.1f} s" in headline
-    monkeypatch.setattr(windowed_driver, "ANNEAL_STEPS_PER_GENERATION", 0)
+    monkeypatch.setattr(windowed_finish, "ANNEAL_STEPS_PER_GENERATION", 0)
     without = search(problem, **options)
     chains = result.evaluations - without.evaluations
     assert chains > 0 and chains % 16 == 0  # whole steps of every island's chains

@@ -20,7 +20,7 @@ from tests.support.state_files import (
 )
 from tidgap import Optimizer, load_problem, search
 from tidgap.model.errors import InputError
-from tidgap.optimize import windowed_driver
+from tidgap.optimize import windowed_finish
 from tidgap.optimize.checkpoint import ANNEAL_PHASE, load_state
 
 OPTIONS = dict(population=16, seed=2, backend="numba", memory_limit="1f1b")
@@ -113,20 +113,20 @@ def test_a_search_killed_after_its_annealing_resumes_at_the_polish(
     """The annealing's end is saved: a search killed in the polish does not anneal again."""
     full, _ = unbroken
     path, copy = tmp_path / "s.state", tmp_path / "at_polish.state"
-    polished = windowed_driver.polished
+    polished = windowed_finish.polished
 
     def copying(*args, **kwargs):
         if not copy.exists():
             shutil.copy(path, copy)
         return polished(*args, **kwargs)
 
-    monkeypatch.setattr(windowed_driver, "polished", copying)
+    monkeypatch.setattr(windowed_finish, "polished", copying)
     search(_problem(), generations=GENERATIONS, checkpoint=path, **OPTIONS)
     monkeypatch.undo()
     saved = load_state(copy)
     generation = saved.meta["counters"]["generation"]
     assert saved.meta["phase"] == ANNEAL_PHASE and saved.meta["anneal"]["done"] == 1
-    assert saved.meta["anneal"]["step"] == windowed_driver.ANNEAL_STEPS_PER_GENERATION * generation
+    assert saved.meta["anneal"]["step"] == windowed_finish.ANNEAL_STEPS_PER_GENERATION * generation
     rest = search(_problem(), generations=0, resume=copy, **OPTIONS)
     assert _same(rest, full)
     assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
@@ -207,13 +207,13 @@ def test_generations_told_after_resuming_an_annealing_anneal_afresh(stopped, mon
     or once the resumed annealing went on, the annealing starts (at step 0) from the
     islands as they are."""
     first_steps: list[int] = []
-    annealing = windowed_driver.anneal
+    annealing = windowed_finish.anneal
 
     def recording(*args, state, **kwargs):
         first_steps.append(state.step)
         return annealing(*args, state=state, **kwargs)
 
-    monkeypatch.setattr(windowed_driver, "anneal", recording)
+    monkeypatch.setattr(windowed_finish, "anneal", recording)
     optimizer = Optimizer(_problem(), resume=stopped[1], **OPTIONS)
     resumed = optimizer.result()
     optimizer.result()  # the resumed annealing went on once; this one starts afresh
@@ -230,7 +230,7 @@ def test_rounds_after_the_annealing_leave_the_gas_state_as_it_was(
 ) -> None:
     """A time-limited search's later rounds put bests into the islands in place; the GA's
     state written back at the end is the one the annealing began from."""
-    rounds = windowed_driver.used_to_the_end
+    rounds = windowed_finish.used_to_the_end
 
     def adopting(run, found, stop_reason, saving):
         island = run.optimizer.islands[0]
@@ -240,7 +240,7 @@ def test_rounds_after_the_annealing_leave_the_gas_state_as_it_was(
         island.adopt(best, *run.optimizer.space.evaluate(best))
         return rounds(run, found, stop_reason, saving)
 
-    monkeypatch.setattr(windowed_driver, "used_to_the_end", adopting)
+    monkeypatch.setattr(windowed_finish, "used_to_the_end", adopting)
     path = tmp_path / "s.state"
     search(_problem(), generations=GENERATIONS, checkpoint=path, **OPTIONS)
     saved, expected = load_state(path), load_state(unbroken[1])
@@ -253,7 +253,7 @@ def test_a_search_stopped_in_a_later_round_resumes_from_that_round(tmp_path, mon
     the round's annealing in the file (its chains began from the polished bests), and the
     resume is no slower than the plan the stopped search returned."""
     path, annealings = tmp_path / "s.state", []
-    annealing = windowed_driver.annealed
+    annealing = windowed_finish.annealed
 
     def counting(*args, **kwargs):
         annealings.append(None)
@@ -264,7 +264,7 @@ def test_a_search_stopped_in_a_later_round_resumes_from_that_round(tmp_path, mon
             return None
         return "SIGINT" if load_state(path).meta["anneal"]["done"] < 1 else None
 
-    monkeypatch.setattr(windowed_driver, "annealed", counting)
+    monkeypatch.setattr(windowed_finish, "annealed", counting)
     options = {**OPTIONS, "memory_limit": None}
     stopped = search(
         _problem(),

@@ -19,7 +19,7 @@ from tidgap.optimize.joint_polish import (
 from tidgap.optimize.limits import MemoryLevel, penalised, stage_level
 from tidgap.optimize.polish import moved_batches
 from tidgap.optimize.rng import CounterRng
-from tidgap.optimize.windowed_driver import encode_plans, one_f_one_b_level
+from tidgap.optimize.windowed_seeds import encode_plans, one_f_one_b_level
 from tidgap.schedules.baselines import best_baselines, one_f_one_b_plan
 
 

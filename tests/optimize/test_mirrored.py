@@ -18,7 +18,7 @@ from tidgap.optimize.driver import search
 from tidgap.optimize.joint import mirror
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.order_genes import misaligned
-from tidgap.optimize.windowed_driver import growing_ramp_plans, ramp_size
+from tidgap.optimize.windowed_seeds import growing_ramp_plans, ramp_size
 from tidgap.runtime.pricing import run_evaluation, run_op_times
 from tidgap.schedules.baselines import best_baselines
 from tidgap.schedules.families import evaluate

@@ -12,19 +12,18 @@ import pytest
 
 from tests.optimize.test_joint_polish import _space
 from tidgap.optimize import joint_polish as polish_module
-from tidgap.optimize import windowed_driver
+from tidgap.optimize import windowed_finish
 from tidgap.optimize.joint_polish import scan_seconds, stacked_neighbours
 from tidgap.optimize.limits import MemoryLevel
 from tidgap.optimize.preparation import POLISH_SHARE
-from tidgap.optimize.windowed_driver import (
+from tidgap.optimize.windowed_finish import (
     IN_FORCE_POLISH_SHARE,
     MOST_POLISH_SHARE,
     POLISH_SCANS,
-    encode_plans,
-    one_f_one_b_level,
     polish_reserve,
     polished,
 )
+from tidgap.optimize.windowed_seeds import encode_plans, one_f_one_b_level
 from tidgap.schedules.baselines import best_baselines, one_f_one_b_plan
 
 LEVELS = [MemoryLevel(label, (4, 4)) for label in ("1F1B", "1.5x", "2x", "unlimited")]
@@ -59,7 +58,7 @@ def test_a_scan_is_its_first_batch_times_the_batches(monkeypatch: pytest.MonkeyP
 def test_the_polish_keeps_time_for_its_scans_within_bounds(
     monkeypatch: pytest.MonkeyPatch, scan: float, best: bool, reserve: float
 ) -> None:
-    monkeypatch.setattr(windowed_driver, "scan_seconds", lambda *_: scan)
+    monkeypatch.setattr(windowed_finish, "scan_seconds", lambda *_: scan)
     run = SimpleNamespace(levels=LEVELS, in_force=LEVELS[3], optimizer=SimpleNamespace(space=None))
     found: list[Any] = [None, None, None, ("genes", 1) if best else None]
     assert polish_reserve(run, found, 10.0) == pytest.approx(reserve)
@@ -86,9 +85,9 @@ def test_the_level_in_force_is_polished_first_for_half_the_time(
         clock[0] += uses * (deadline - clock[0])
         return genes, ticks
 
-    monkeypatch.setattr(windowed_driver.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(windowed_driver, "joint_polish", polish)
-    monkeypatch.setattr(windowed_driver, "fastest_admitted", lambda found, *_: found)
+    monkeypatch.setattr(windowed_finish.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(windowed_finish, "joint_polish", polish)
+    monkeypatch.setattr(windowed_finish, "fastest_admitted", lambda found, *_: found)
     found = [(f"genes {i}", i) for i in range(4)]
     assert polished(found, LEVELS, LEVELS[2], None, 8.0) == found
     assert [label for label, _ in calls] == ["2x", "1F1B", "1.5x", "unlimited"]

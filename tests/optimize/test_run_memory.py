@@ -33,7 +33,7 @@ from tidgap.optimize.run_memory import (
     least_bytes,
     run_evaluated,
 )
-from tidgap.optimize.windowed_driver import encode_plans
+from tidgap.optimize.windowed_seeds import encode_plans
 from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.recompute_memory import (

@@ -13,13 +13,8 @@ from tidgap import InputError, Problem, evaluate, example_names, load_problem
 from tidgap.optimize.driver import search
 from tidgap.optimize.limits import stage_level
 from tidgap.optimize.results import SearchResult
-from tidgap.optimize.windowed_driver import (
-    FLUSH_STAGNATION,
-    flush_fits,
-    flush_generations,
-    one_f_one_b_level,
-    ramp_plans,
-)
+from tidgap.optimize.windowed_driver import FLUSH_STAGNATION, flush_fits, flush_generations
+from tidgap.optimize.windowed_seeds import one_f_one_b_level, ramp_plans
 from tidgap.schedules.baselines import (
     best_baselines,
     feasible_microbatch_counts,

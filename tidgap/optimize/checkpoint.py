@@ -67,7 +67,7 @@ def problem_digest(problem: Problem) -> str:
 
 class Prepared(Protocol):
     """A prepared search (:class:`~tidgap.optimize.flush_driver.FlushRun`,
-    :class:`~tidgap.optimize.windowed_driver.WindowedRun`)."""
+    :class:`~tidgap.optimize.windowed_run.WindowedRun`)."""
 
     problem: Problem
     optimizer: Any

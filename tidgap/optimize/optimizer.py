@@ -47,12 +47,8 @@ from tidgap.optimize.genome import Population
 from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level, checked_memory_limit
 from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.scores import Fitness, Scores, to_ticks
-from tidgap.optimize.windowed_driver import (
-    ANNEAL_CHAINS,
-    finish_windowed,
-    prepare_windowed,
-    searches_mirrored_first,
-)
+from tidgap.optimize.windowed_driver import prepare_windowed, searches_mirrored_first
+from tidgap.optimize.windowed_finish import ANNEAL_CHAINS, finish_windowed
 from tidgap.schedules.families import SCHEDULES
 
 #: The families a search can return.

@@ -1,0 +1,238 @@
+"""The end of a windowed search: every island's fittest annealed
+(:mod:`tidgap.optimize.anneal`), each level's best polished
+(:mod:`tidgap.optimize.joint_polish`), more rounds of both while a time limit lasts, and
+the result decoded and checked."""
+
+from __future__ import annotations
+
+import time
+
+from tidgap.backends.ticks import RUN_PRICING
+from tidgap.model.errors import InputError
+from tidgap.optimize.anneal import Annealing, AnnealState, anneal
+from tidgap.optimize.anneal_checkpoint import AnnealSaving, ResumedAnnealing
+from tidgap.optimize.backward_rules import refusal
+from tidgap.optimize.checkpoint import Checkpoint, current_state
+from tidgap.optimize.interrupts import STOP_SIGNALS
+from tidgap.optimize.joint import JointSpace, fastest_within
+from tidgap.optimize.joint_operators import JointGenes
+from tidgap.optimize.joint_polish import joint_polish, scan_seconds
+from tidgap.optimize.limits import STAGE_LIMITS, MemoryLevel
+from tidgap.optimize.preparation import POLISH_SHARE, more_rounds, runs_to_the_limit
+from tidgap.optimize.results import SearchResult, TradeoffPoint
+from tidgap.optimize.windowed_run import SEARCHED, WindowedRun, decoded, leanest_held
+
+#: The annealing after the GA: its share of a time limit (less what the final polish keeps
+#: beyond :data:`~tidgap.optimize.preparation.POLISH_SHARE`), and without one its steps per
+#: generation the GA ran.
+ANNEAL_SHARE = 0.4
+ANNEAL_STEPS_PER_GENERATION = 4
+#: The final polish keeps time for this many scans of every stage of the level in force's
+#: best (:func:`~tidgap.optimize.joint_polish.scan_seconds`), at least ``POLISH_SHARE`` and
+#: at most :data:`MOST_POLISH_SHARE` of a time limit: a deep pipeline's polish gains more
+#: per second than its annealing (64 stages at 10 s: 8 scans and a quarter, then 16 and
+#: 40%, each faster on average over 8-16 seeds; docs/measurements.md), a shallow one's ends
+#: in a fraction of its share.
+POLISH_SCANS = 16
+MOST_POLISH_SHARE = 0.4
+#: The share of the polish's time the level in force takes, polished first; the other
+#: levels share the rest, what one leaves going to the next.
+IN_FORCE_POLISH_SHARE = 0.5
+#: Annealing chains per island (its fittest; ``None``: its whole population).
+ANNEAL_CHAINS: int | None = 128
+
+
+def annealed(
+    run: WindowedRun,
+    found: list[tuple[JointGenes, int] | None],
+    deadline: float | None = None,
+    saving: AnnealSaving | None = None,
+    resumed: ResumedAnnealing | None = None,
+) -> list[tuple[JointGenes, int] | None]:
+    """:func:`anneal` from every island (or on from ``resumed``), then each level takes the
+    fastest it admits of ``found`` and the chains' bests. The chains run until ``deadline``
+    (default: for :data:`ANNEAL_SHARE` of a time limit, up to the polish's share); when the
+    GA stops on generations or stagnation, for at most :data:`ANNEAL_STEPS_PER_GENERATION`
+    steps per generation it ran (so the same seed and generations give the same plan).
+    ``saving`` checkpoints the annealing: when due, when a signal stops it and at its end."""
+    optimizer, time_limit, stop = run.optimizer, run.time_limit, run.stop
+    steps = None
+    if not runs_to_the_limit(run.stop, time_limit):
+        steps = ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation
+    if deadline is None and time_limit is not None:
+        deadline = run.clock + time_limit - polish_reserve(run, found, time_limit)
+    if resumed is None:
+        state = AnnealState.start(optimizer.islands, ANNEAL_CHAINS)
+    else:
+        state, optimizer.rng.draws = resumed.state, resumed.draws
+    annealing = Annealing(steps, deadline, stop.interrupted, state.done)
+    after_step = None if saving is None else saving.due
+    reached, evaluations = anneal(
+        optimizer.islands,
+        optimizer.space,
+        optimizer.rng,
+        annealing,
+        state=state,
+        after_step=after_step,
+    )
+    if saving is not None:
+        saving.save(state)
+        saving.checkpoint.closed |= annealing.stopped()
+    optimizer.counters.evaluations += evaluations
+    return fastest_admitted([*found, *reached], run.levels, optimizer.space)
+
+
+def polish_reserve(
+    run: WindowedRun, found: list[tuple[JointGenes, int] | None], time_limit: float
+) -> float:
+    """The seconds of ``time_limit`` the final polish keeps: :data:`POLISH_SCANS` scans of
+    the level in force's best in ``found``, within ``POLISH_SHARE`` and
+    :data:`MOST_POLISH_SHARE` of the limit (the least when that level has no plan)."""
+    least, most = POLISH_SHARE * time_limit, MOST_POLISH_SHARE * time_limit
+    best = found[run.levels.index(run.in_force)]
+    if best is None:
+        return least
+    wanted = POLISH_SCANS * scan_seconds(best[0], run.in_force, run.optimizer.space)
+    return min(max(wanted, least), most)
+
+
+def polished(
+    found: list[tuple[JointGenes, int] | None],
+    levels: list[MemoryLevel],
+    in_force: MemoryLevel,
+    space: JointSpace,
+    deadline: float | None,
+) -> list[tuple[JointGenes, int] | None]:
+    """:func:`joint_polish` on each level's best until ``deadline``: first the level in
+    force, for :data:`IN_FORCE_POLISH_SHARE` of the time left, then the others in turn, each
+    an equal share of what is left; then each level takes the fastest polished plan it
+    admits (a plan polished within a tighter level may beat the looser level's own)."""
+    first = levels.index(in_force)
+    result = list(found)
+    for n, i in enumerate([first, *(i for i in range(len(levels)) if i != first)]):
+        share = None
+        if deadline is not None:
+            part = IN_FORCE_POLISH_SHARE if n == 0 else 1 / (len(levels) - n)
+            share = time.perf_counter() + (deadline - time.perf_counter()) * part
+        best = found[i]
+        result[i] = None if best is None else joint_polish(*best, levels[i], space, share)
+    return fastest_admitted(result, levels, space)
+
+
+def fastest_admitted(
+    found: list[tuple[JointGenes, int] | None], levels: list[MemoryLevel], space: JointSpace
+) -> list[tuple[JointGenes, int] | None]:
+    """For each of ``levels``, the fastest of ``found`` (first on ties) within it, or
+    ``None`` (``found`` scored once)."""
+    kept = [best for best in found if best is not None]
+    if not kept:
+        return [None] * len(levels)
+    scored = space.evaluate(JointGenes.concatenate([b[0] for b in kept]))
+    chosen = [fastest_within(*scored, space.limit(level)) for level in levels]
+    return [None if index is None else kept[index] for index in chosen]
+
+
+def used_to_the_end(
+    run: WindowedRun,
+    found: list[tuple[JointGenes, int] | None],
+    stop_reason: str,
+    saving: AnnealSaving | None = None,
+) -> tuple[list[tuple[JointGenes, int] | None], str]:
+    """:func:`more_rounds` for a time-limited search (:func:`runs_to_the_limit`): each
+    round, each island takes its level's best in place of its least fit, the chains anneal
+    from them, and the bests are polished again. ``saving`` checkpoints each round's
+    annealing (its chains' bests hold the bests it began from), so a resume goes on from
+    the latest round. Returns the bests and the stop reason (a signal's name if one came)."""
+    if run.time_limit is None or not runs_to_the_limit(run.stop, run.time_limit):
+        return found, stop_reason
+    optimizer, phases = run.optimizer, run.phases
+    end = run.clock + run.time_limit
+
+    def round_(deadline: float) -> float | None:
+        nonlocal found, stop_reason
+        for island, best in zip(optimizer.islands, found, strict=True):
+            if best is not None:
+                island.adopt(best[0], *optimizer.space.evaluate(best[0]))
+        with phases("anneal"):
+            found = annealed(run, found, deadline, saving)
+        if (name := run.stop.signal()) is not None:
+            stop_reason = name
+            return None
+        started = time.perf_counter()
+        with phases("polish"):
+            found = polished(found, run.levels, run.in_force, optimizer.space, end)
+        return time.perf_counter() - started
+
+    more_rounds(end, run.time_limit, phases.seconds["polish"], round_)
+    return found, stop_reason
+
+
+def finish_windowed(
+    run: WindowedRun,
+    stop_reason: str,
+    checkpoint: Checkpoint | None = None,
+    resumed: ResumedAnnealing | None = None,
+) -> SearchResult:
+    """The result of ``run`` after its generations stopped for ``stop_reason``: each level's
+    best annealed (or, ``resumed``, the annealing a state holds goes on), then polished
+    (unless a signal stopped it, or a fitness of the user's own ranks them: both minimise
+    the iteration time; a signal during the annealing skips the polish and becomes the stop
+    reason), decoded and checked. ``checkpoint`` saves the annealing (phase
+    :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`) and, once the search ends without a
+    signal, the GA's state again."""
+    optimizer, levels, in_force, problem = run.optimizer, run.levels, run.in_force, run.problem
+    phases, time_limit, clock = run.phases, run.time_limit, run.clock
+    found = [optimizer.best_within(level) for level in levels]
+    if stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None:
+        saving = None
+        if checkpoint is not None:
+            ga = current_state(run, checkpoint.identity) if resumed is None else resumed.ga
+            saving = AnnealSaving(checkpoint, ga, stop_reason, optimizer.rng)
+        with phases("anneal"):
+            found = annealed(run, found, saving=saving, resumed=resumed)
+        stop_reason = run.stop.signal() or stop_reason
+        if stop_reason not in STOP_SIGNALS.values():
+            with phases("polish"):
+                deadline = None if time_limit is None else clock + time_limit
+                found = polished(found, levels, in_force, optimizer.space, deadline)
+            found, stop_reason = used_to_the_end(run, found, stop_reason, saving)
+            if saving is not None and stop_reason not in STOP_SIGNALS.values():
+                saving.finished()
+    tradeoff = [
+        TradeoffPoint(level, None, None)
+        if best is None
+        else decoded(best[0], problem, level, run.pricing, run.optimizer.space.memory)
+        for level, best in zip(levels, found, strict=True)
+    ]
+    chosen = tradeoff[levels.index(in_force)]
+    if chosen.plan is None or chosen.evaluation is None:
+        held = f"at most {list(in_force.held)} samples per stage"
+        if run.memory_pricing == RUN_PRICING:
+            held = "as tidgap run holds plans"
+        raise InputError(
+            f"no plan found within the memory limit ({in_force.label}: {held})"
+            + refusal(run.backward)
+            + leanest_held(run),
+            source="stages' memory_limit" if in_force.label == STAGE_LIMITS else "--memory-limit",
+        )
+    return SearchResult(
+        problem=problem,
+        plan=chosen.plan,
+        evaluation=chosen.evaluation,
+        baselines=run.baselines,
+        heuristics=run.heuristics,
+        backend=run.backend,
+        seed=run.seed,
+        generations=optimizer.counters.generation + run.first[0],
+        evaluations=optimizer.counters.evaluations + run.first[1],
+        wall_time=time.perf_counter() - run.started,
+        stop_reason=stop_reason,
+        setup=phases.seconds,
+        schedule=SEARCHED.name,
+        memory_limit=in_force,
+        tradeoff=tuple(tradeoff),
+        backward=run.backward,
+        pricing=run.pricing,
+        memory_pricing=run.memory_pricing,
+    )
+
