@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli_helpers import write_json
-from tidgap.cli.run import boundaries_of
+from tidgap.cli.workers import boundaries_of
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.profiling.synth import synth_problem
@@ -266,7 +266,7 @@ def test_the_batch_room_counts_the_processes_on_this_machine(
     room of both."""
     torch = pytest.importorskip("torch")
     import tidgap.optimize.memory
-    from tidgap.cli.run import require_batch_room
+    from tidgap.cli.workers import require_batch_room
 
     asked: list[int] = []
     monkeypatch.setattr(

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from tests.runtime.test_run import MODEL, plan_file, problem_document  # noqa: E402
 from tests.support.cli_helpers import describe, run_cli, write_json  # noqa: E402
-from tidgap.cli.run import optimizer_caveats  # noqa: E402
+from tidgap.cli.run_caveats import optimizer_caveats  # noqa: E402
 from tidgap.model.errors import InputError  # noqa: E402
 from tidgap.model.problem import Problem  # noqa: E402
 from tidgap.runtime.job import JOB_FORMAT, Job  # noqa: E402

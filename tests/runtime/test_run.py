@@ -359,7 +359,7 @@ def test_compared_plans_and_baselines_run_in_turn_each_checked(
 
 
 def test_a_jobs_plans_alternate_iteration_by_iteration(problem_file: Path, tmp_path: Path) -> None:
-    from tidgap.cli.run import launched
+    from tidgap.cli.launching import launched
 
     problem = Problem.from_dict(problem_document())
     plans = [load_plan(plan_file(tmp_path, kind, **PLANS[kind]), problem) for kind in PLANS]
@@ -643,7 +643,7 @@ def test_nccl_needs_a_gpu_per_process_here(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(distributed, "is_nccl_available", lambda: True)
-    from tidgap.cli.run import require_device
+    from tidgap.cli.workers import require_device
 
     with pytest.raises(InputError, match=r"^--transport: nccl needs a GPU per process: 2 proc"):
         require_device("cuda", "nccl", 2)
@@ -657,7 +657,7 @@ def test_nccl_needs_a_gpu_per_process_here(
 
 def test_results_of_a_job_older_than_a_field_read_it_as_its_default() -> None:
     """A job recorded before ``transport`` existed ran what ``auto`` does on its machine."""
-    from tidgap.cli.run import same_job
+    from tidgap.cli.run_results import same_job
 
     job = Job("p.json", "plan.json", "gpt", [2], "r", {})
     older = {key: value for key, value in dataclasses.asdict(job).items() if key != "transport"}

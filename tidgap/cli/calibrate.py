@@ -8,12 +8,12 @@ from typing import Any
 
 import click
 
+from tidgap.cli.launching import results_of
 from tidgap.cli.options import count_range, problem_argument
-from tidgap.cli.run import (
+from tidgap.cli.workers import (
     require_batch_room,
     require_device,
     require_world,
-    results_of,
     worker_job,
     worker_options,
 )

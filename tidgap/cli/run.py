@@ -9,23 +9,16 @@ that fails, or a run past ``--timeout``, exits 1 naming the rank, with every wor
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import math
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
+from tidgap.cli.launching import results_of, write_plans
 from tidgap.cli.options import (
-    TORCH_SEED,
-    Command,
-    Number,
-    about_problem,
     count_range,
     describe_problem,
     echo_json,
@@ -33,51 +26,34 @@ from tidgap.cli.options import (
     problem_argument,
     require_folder_name,
 )
-from tidgap.cli.profile import (
-    build_model,
-    learning_rate,
-    model_options,
-    optimizer_options,
-    require_torch,
+from tidgap.cli.profile import learning_rate, optimizer_options
+from tidgap.cli.run_caveats import caveats
+from tidgap.cli.run_results import checked_results, figures_of_runs, require_within
+from tidgap.cli.workers import (
+    require_batch_room,
+    require_device,
+    require_world,
+    worker_job,
+    worker_options,
 )
 from tidgap.model.errors import InputError
-from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import read_json
-from tidgap.model.lists import stages_doing
-from tidgap.model.numbers import MAX_THREADS, is_integer
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem, problem_path
-from tidgap.model.text import brief, printable
-from tidgap.outputs.files import check_outputs, timeline_files, write_files, write_json
-from tidgap.profiling.split import parse_split
-from tidgap.runtime.failures import StageNotReplayed
-from tidgap.runtime.job import TRANSPORTS, Job
+from tidgap.model.text import printable
+from tidgap.outputs.files import check_outputs, timeline_files, write_files
+from tidgap.runtime.job import Job
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.report import (
     RunFigures,
-    checked_in,
     format_figures,
-    load_results,
-    merged_gradients,
-    run_figures,
     speedup_line,
     speedup_record,
 )
-from tidgap.runtime.results_check import check_plan_results, rank_plans
-from tidgap.runtime.worker import (
-    local_processes,
-    result_path,
-    stage_count_mismatch,
-    start_watchdog,
-    torchrun_rank,
-)
+from tidgap.runtime.worker import local_processes, torchrun_rank
 
 #: Largest max relative gradient difference accepted, by precision.
 TOLERANCE = {False: 1e-4, True: 1e-10}
-#: Where a profiled problem records its split.
-SPLIT_PATH = ("source", "split", "boundaries")
-#: Where ``tidgap profile --optimizer`` records the optimizer it timed into the tails.
-OPTIMIZER_PATH = ("source", "timing", "optimizer")
 
 EPILOG = """\b
 Recomputation: a stage whose backward partition has a boundary that is not one of its
@@ -115,377 +91,11 @@ JOB.plan1.json, ...; rank R also writes rank<R>-plan<K>.pt).
 """
 
 
-def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[str]) -> list[int]:
-    """The stage boundaries: ``--split``, else the split the problem was profiled with;
-    either must fit the model's ``layers`` and the problem's stage count."""
-    stages = problem.num_stages
-    if split is not None:
-        return parse_split(split, layers, stages)
-    how = problem.source_fields.get("split")
-    recorded = how.get("boundaries") if isinstance(how, dict) else None
-    if recorded is None:
-        raise InputError(
-            "records no split (not written by tidgap profile); give --split",
-            SPLIT_PATH,
-            source=spec,
-        )
-    if not isinstance(recorded, list) or not all(is_integer(b) for b in recorded):
-        raise InputError("is not a list of layer indices; give --split", SPLIT_PATH, source=spec)
-    try:
-        return parse_split(",".join(map(str, recorded)), layers, stages)
-    except InputError as error:
-        raise InputError(
-            f"does not fit the model: {error.message}", SPLIT_PATH, source=spec
-        ) from None
-
-
-def caveats(
-    problem: Problem,
-    spec: str,
-    plan: Plan,
-    model: Any,
-    optimizer: str | None = None,
-    device: str = "cpu",
-    boundaries: list[int] | None = None,
-) -> list[str]:
-    """Reasons the prediction may not describe this run: a model other than the profiled
-    one, stage ``boundaries`` other than the split its times were measured on, recomputing
-    stages neither the profile nor a calibration timed that way, a calibration entry left
-    out as malformed (:attr:`Problem.unused_calibration`), another ``device`` than the
-    profiled one, and an ``optimizer`` step the stages' tails leave out (all 0) or another
-    optimizer than the profiled one."""
-    from tidgap.runtime.lowering import recomputes
-
-    found = []
-    recorded = problem.source_fields.get("model")
-    if isinstance(recorded, dict):
-        wanted = {"name": model.name, **model.config}
-        differ = sorted(key for key in wanted if key in recorded and recorded[key] != wanted[key])
-        if differ:
-            was = ", ".join(f"{key} {brief(recorded[key])}" for key in differ)
-            now = ", ".join(f"{key} {brief(wanted[key])}" for key in differ)
-            found.append(f"{spec}: source.model: profiled with {was}, running {now}")
-    split = problem.source_fields.get("split")
-    timed = split.get("boundaries") if isinstance(split, dict) else None
-    if boundaries is not None and isinstance(timed, list) and timed != boundaries:
-        found.append(
-            f"{spec}: source.split: its times were measured with boundaries {brief(timed)}, "
-            f"this run splits at {boundaries} (--split): the prediction uses the other "
-            "split's op times"
-        )
-    flags = recomputes(plan)
-    again = [s for s, flag in enumerate(flags) if flag]
-    profiled_again = problem.profiled_with_recompute
-    if again and not profiled_again and problem.recompute_times is None:
-        found.append(
-            f"{stages_doing(again, 'recompute')} forwards, and {spec} was neither calibrated with "
-            "recomputing plans (tidgap calibrate) nor profiled with --recompute: the "
-            "prediction prices each of their backwards as the profiled forward plus backward "
-            "of its samples"
-        )
-    stored = [s for s, flag in enumerate(flags) if not flag]
-    if profiled_again and stored:
-        found.append(
-            f"{stages_doing(stored, 'run')} backward on stored graphs, but {spec} was profiled "
-            "with --recompute: the prediction counts a forward in each of their backwards"
-        )
-    found += [f"{spec}: {reason}" for reason in problem.unused_calibration]
-    return [
-        *found,
-        *device_caveats(problem, spec, device),
-        *optimizer_caveats(problem, spec, optimizer),
-    ]
-
-
-def device_caveats(problem: Problem, spec: str, device: str) -> list[str]:
-    """:func:`caveats` of the device: a run on another kind of device than the profile's
-    (``source.device``) is predicted with the other device's op times."""
-    profiled = problem.source_fields.get("device")
-    if isinstance(profiled, str) and profiled != device:
-        return [
-            f"{spec}: source.device: profiled on {brief(profiled)}, this run computes on "
-            f"{device}: the prediction uses {brief(profiled)} op times (profile or calibrate "
-            f"with --device {device})"
-        ]
-    return []
-
-
-def optimizer_caveats(problem: Problem, spec: str, optimizer: str | None) -> list[str]:
-    """:func:`caveats` of the optimizer step: one the prediction does not count (every
-    tail 0), or a step other than the one ``tidgap profile --optimizer`` timed."""
-    if optimizer is not None and all(stage.tail == 0 for stage in problem.stages):
-        return [
-            f"{spec}: every stage's tail is 0, so the prediction does not count the "
-            f"{optimizer} step (profile with --optimizer {optimizer})"
-        ]
-    timing = problem.source_fields.get("timing")
-    timed = timing.get("optimizer") if isinstance(timing, dict) else None
-    name = timed.get("name") if isinstance(timed, dict) else None
-    if name is not None and name != optimizer:
-        running = f"steps with {optimizer}" if optimizer else "steps nothing (no --optimizer)"
-        where = ".".join(OPTIMIZER_PATH)
-        return [f"{spec}: {where}: the tails time {brief(name)}, this run {running}"]
-    return []
-
-
-def absolute(spec: str) -> str:
-    """A problem or plan argument as an absolute path (``example:NAME`` as is)."""
-    return spec if spec.startswith(EXAMPLE_PREFIX) else os.path.abspath(spec)
-
-
-#: Job fields that may differ between a job and the command that reports its results
-#: (``alternates``: the plan files written beside the job; their number must match).
-FREE_FIELDS = ("results", "timeout", "alternates")
-
-
-def same_job(job: Job, results: list[dict[str, Any]], alternates: int = 0) -> None:
-    """Raise :class:`InputError` unless every rank ran ``job`` (up to :data:`FREE_FIELDS`)
-    with ``alternates`` plans in turn after its plan: ``--results`` reports a run with the
-    options it was written with."""
-    wanted = dataclasses.asdict(job)
-    defaults = {f.name: f.default for f in dataclasses.fields(Job)}  # fields newer than a run
-    for rank, result in enumerate(results):
-        ran = result.get("job") or {}
-        for key, value in wanted.items():
-            if key not in FREE_FIELDS and ran.get(key, defaults[key]) != value:
-                raise InputError(
-                    f"rank {rank} ran {key} {ran.get(key)!r}, this command gives {value!r}"
-                )
-        count = len(ran.get("alternates") or [])
-        if count != alternates:
-            raise InputError(
-                f"rank {rank} ran {count} plan(s) in turn after the plan, this command's "
-                f"--compare and --baselines give {alternates}"
-            )
-
-
-def same_plan(plan: Plan, label: str, index: int, results: list[dict[str, Any]]) -> None:
-    """Raise :class:`InputError` unless every rank's result of the job's plan ``index``
-    records ``plan`` (``label`` in this command; results that record no plan pass)."""
-    wanted = plan.document()
-    for rank, result in enumerate(results):
-        if result.get("plan") not in (None, wanted):
-            if index == 0:
-                raise InputError(f"rank {rank} ran another plan than this command's PLAN")
-            raise InputError(
-                f"rank {rank} ran another plan {index} run in turn than {label} of this command"
-            )
-
-
 def alternate_files(job: str, count: int) -> list[str]:
     """Where ``--write-job JOB`` writes the ``count`` plans run in turn after the plan:
     ``JOB``'s name with ``.plan1.json``, ``.plan2.json``, ..."""
     path = Path(job)
     return [str(path.with_name(f"{path.stem}.plan{k}.json")) for k in range(1, count + 1)]
-
-
-def reference_differences(
-    model: Any, results: list[dict[str, Any]], problem: Problem, job: Job
-) -> tuple[float, float | None]:
-    """The largest relative difference of the run's gradients from one process's forward
-    and backward of the whole batch, on the weights the workers used and in the mode of
-    their checked iteration (in train mode each stage's random operators given the
-    pipelined iteration's draws: :func:`~tidgap.runtime.reference.replayed_forward`), and
-    with ``job.optimizer`` of the parameters after the workers' step from those after one
-    process's step of the same optimizer over the whole model on the same weights and the
-    run's gradients (``None`` without one). From the reference gradients instead, Adam's
-    first step, about ``lr * g / (|g| + eps)``, would turn float32 noise in gradients near
-    its ``eps`` into weight differences near the tolerance (8e-5 on a tiny GPT at lr
-    1e-3): the gradients are checked against the reference, the step against the same
-    step in one process."""
-    import torch
-
-    from tidgap.profiling.run import stage_modules
-    from tidgap.runtime.draws import from_saved
-    from tidgap.runtime.reference import (
-        max_relative_difference,
-        reference_gradients,
-        reference_step,
-        replayed_forward,
-    )
-    from tidgap.runtime.task import make_task
-
-    dtype = torch.float64 if job.float64 else torch.float32
-    cpu = torch.device("cpu")
-    reference = dataclasses.replace(model, layers=copy.deepcopy(model.layers).to(dtype))
-    layers = reference.layers
-    weights: dict[str, Any] = {}
-    for result in results:
-        weights.update(result["weights"])
-    layers.load_state_dict(weights)
-    train = checked_in(results) == "train"
-    layers.train(train)
-    forward = None
-    if train:
-        stages = [module for _, _, module in stage_modules(reference, job.boundaries)]
-        forward = replayed_forward(stages, [from_saved(r["draws"], cpu) for r in results])
-    task = make_task(model, problem.batch_size, job.seed, cpu, dtype)
-    ran = merged_gradients(results)
-    gradients = max_relative_difference(ran, reference_gradients(layers, task, forward))
-    if job.optimizer is None:
-        return gradients, None
-    assert job.lr is not None, "a job with an optimizer has a learning rate"
-    stepped = reference_step(layers, ran, job.optimizer, job.lr)
-    got = {key: value for result in results for key, value in result["stepped"].items()}
-    return gradients, max_relative_difference(got, stepped)
-
-
-def require_batch_room(
-    model: Any, problem: Problem, source: str, processes: int | None = None
-) -> None:
-    """:class:`InputError` on ``source``'s ``batch_size`` if the ``processes`` of a run on
-    this machine (default one per stage) cannot hold even their copies of the batch's input
-    (each makes the whole batch; bytes a sample from one sample of ``model``'s input) in the
-    memory available: before any process starts, so that a batch far beyond memory is one
-    line, not the out-of-memory killer in a worker."""
-    import torch
-
-    from tidgap.optimize.memory import require_available
-
-    processes = problem.num_stages if processes is None else processes
-    sample = model.input(1, torch.device("cpu"))
-    per_sample = sample.numel() * sample.element_size()
-    needed = processes * problem.batch_size * per_sample
-    require_available(
-        needed,
-        f"each of the run's {processes} processes here makes the whole batch's input: "
-        f"{problem.batch_size} samples of {per_sample} bytes need at least {needed / 1e9:.3g} GB",
-        source,
-        ("batch_size",),
-    )
-
-
-def require_device(device: str, transport: str, processes: int | None) -> None:
-    """:class:`InputError` on ``--device`` when it names CUDA and none is usable here, and
-    on ``--transport nccl`` unless this PyTorch has NCCL and this machine has a GPU for
-    each of the ``processes`` this command starts (``None``: under torchrun, where each
-    rank's GPU is its launcher's choice and the workers check that no two share one);
-    before any process starts; a job written for torchrun is not checked."""
-    import torch
-    from torch import distributed as dist
-
-    from tidgap.profiling.run import torch_device
-
-    torch_device(device)
-    if transport != "nccl":
-        return
-    if not dist.is_nccl_available():
-        raise InputError(
-            f"this PyTorch has no NCCL (torch {torch.__version__})", source="--transport"
-        )
-    gpus = torch.cuda.device_count()
-    if processes is not None and gpus < processes:
-        raise InputError(
-            f"nccl needs a GPU per process: {processes} processes on this machine, {gpus} "
-            "GPU(s) (--transport gloo passes chunks through host memory)",
-            source="--transport",
-        )
-
-
-def write_plans(paths: Sequence[str], plans: Sequence[Plan]) -> None:
-    """Write each of ``plans`` as a plan file at the path beside it in ``paths``."""
-    for path, plan in zip(paths, plans, strict=True):
-        write_json(path, plan.document())
-
-
-def job_running(job: Job, plans: Sequence[Plan], folder: str) -> Job:
-    """``job`` running ``plans`` in turn: they are written into ``folder`` as its plan and
-    alternates, its results go there, and its timeout (per plan) covers them all."""
-    paths = [str(Path(folder) / f"plan{k}.json") for k in range(len(plans))]
-    write_plans(paths, plans)
-    return dataclasses.replace(
-        job, results=folder, plan=paths[0], alternates=paths[1:], timeout=job.timeout * len(plans)
-    )
-
-
-def results_under_torchrun(
-    job: Job, plans: Sequence[Plan], rank: int, world_size: int
-) -> list[list[dict]] | None:
-    """Under torchrun: run this process's rank of ``plans`` in turn (``job.timeout`` per
-    plan); on rank 0, per plan, every rank's results; ``None`` on the others."""
-    from tidgap.runtime.worker import run_here
-
-    job = dataclasses.replace(job, timeout=job.timeout * len(plans))
-    return run_here(job, rank, world_size, plans)
-
-
-def require_world(world_size: int, problem: Problem, source: str) -> None:
-    """:class:`InputError` unless torchrun started one process per stage of ``problem``."""
-    why = stage_count_mismatch(problem.num_stages, world_size)
-    if why is not None:
-        raise InputError(f"has {why}", ("stages",), source=source)
-
-
-def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> list[list[dict]]:
-    """Run ``plans`` in turn, iteration by iteration, with one worker per stage (the plans
-    written to the run's temporary folder); per plan, the ranks' results. ``job.timeout``
-    is per plan."""
-    from tidgap.runtime.launch import WorkerError, launch
-
-    folder: str | None = tempfile.mkdtemp(prefix="tidgap-run-")
-    try:
-        job = job_running(job, plans, folder)
-        job_path = Path(folder) / "job.json"
-        job.save(job_path)
-        try:
-            launch(job_path, problem.num_stages, job.threads, job.timeout, folder)
-        except WorkerError as error:
-            kept, folder = folder, None  # the workers' logs stay for the user
-            raise click.ClickException(
-                f"run: {label}: {error} (the workers' logs: {kept})"
-            ) from None
-        return [load_results(folder, problem.num_stages, k) for k in range(len(plans))]
-    finally:
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def results_of(
-    problem: Problem,
-    job: Job,
-    plans: Sequence[Plan],
-    label: str,
-    here: tuple[int, int] | None,
-) -> list[list[dict]] | None:
-    """Run ``plans`` in turn: with workers started here (``here`` ``None``,
-    :func:`launched`), else as torchrun's rank ``here[0]`` of ``here[1]``
-    (:func:`results_under_torchrun`). Per plan, the ranks' results; ``None`` on a torchrun
-    rank other than 0."""
-    if here is None:
-        return launched(problem, job, plans, label)
-    return results_under_torchrun(job, plans, *here)
-
-
-def figures_of(
-    problem: Problem,
-    job: Job,
-    plan: Plan,
-    label: str,
-    results: list[dict],
-    model: Any,
-    replay: dict[str, Any] | None = None,
-) -> RunFigures:
-    """The figures of a run's ``results``, its gradients checked when ``job`` asks, and
-    with ``replay`` (the problem's document) the model's time with the run's median op
-    times, with each iteration's own, and with times drawn from them
-    (:func:`~tidgap.runtime.replay.replays`)."""
-    difference = weights = None
-    if job.check_gradients:
-        difference, weights = reference_differences(model, results, problem, job)
-    figures = dataclasses.replace(
-        run_figures(problem, plan, results, label, difference), weight_difference=weights
-    )
-    if replay is None:
-        return figures
-    from tidgap.runtime.replay import replays
-
-    found = replays(replay, problem, plan, results)
-    return dataclasses.replace(
-        figures,
-        replayed=found.medians,
-        replayed_iterations=found.each,
-        replayed_drawn=found.drawn,
-    )
 
 
 def to_run(
@@ -509,127 +119,6 @@ def to_run(
             m = best[name].microbatches
             runs.append((baseline_label(name, m), SCHEDULES[name].baseline(problem, m)))
     return runs
-
-
-def worker_options(command: Command) -> Command:
-    """The options of every command that starts workers (``run``, ``calibrate``): the model
-    and its options, the split, iterations, warm-up, threads, seed, device and timeout."""
-    options = [
-        click.option(
-            "--model",
-            "model_reference",
-            required=True,
-            metavar="gpt|vgg16|module:attribute",
-            help="The model the problem was profiled from, as in tidgap profile.",
-        ),
-        click.option(
-            "--split",
-            metavar="B1,B2,..",
-            help="Stage boundaries (the first layer, index or name, of stages 1..S-1); "
-            "default the split recorded in PROBLEM (source.split.boundaries).",
-        ),
-        click.option(
-            "--iterations",
-            type=count_range(1),
-            default=5,
-            show_default=True,
-            help="Timed iterations (the median is reported).",
-        ),
-        click.option(
-            "--warmup",
-            type=count_range(0),
-            default=1,
-            show_default=True,
-            help="Untimed iterations before them.",
-        ),
-        click.option(
-            "--threads",
-            type=count_range(1, MAX_THREADS),
-            default=1,
-            show_default=True,
-            help="PyTorch threads per stage process.",
-        ),
-        click.option(
-            "--seed",
-            type=TORCH_SEED,
-            default=0,
-            show_default=True,
-            help="Seed of the weights and the data.",
-        ),
-        click.option(
-            "--device",
-            type=click.Choice(["cpu", "cuda"]),
-            default="cpu",
-            show_default=True,
-            help="Where each stage process computes: the CPU, or a GPU (process R on GPU "
-            "LOCAL_RANK modulo the GPUs it sees; processes share GPUs when there are fewer "
-            "GPUs than stages).",
-        ),
-        click.option(
-            "--transport",
-            type=click.Choice(TRANSPORTS),
-            default="auto",
-            show_default=True,
-            help="What chunks travel over between stage processes: gloo (through host "
-            "memory), nccl (GPU to GPU; needs --device cuda and a GPU per process) or auto "
-            "(nccl where every process has a GPU of its own, else gloo). The report says "
-            "which ran.",
-        ),
-        click.option(
-            "--timeout",
-            type=Number(min=0, min_open=True),
-            default=300.0,
-            show_default=True,
-            help="Seconds each plan's run may take (plans run in turn: that times their "
-            "number); then every worker is killed (exit 1). Building the model before the "
-            "workers start (its import included) may take as long (then exit 124).",
-        ),
-    ]
-    model, *rest = options
-    for option in reversed(rest):
-        command = option(command)
-    return model(model_options(command))
-
-
-def worker_job(
-    problem: str,
-    plan: str,
-    loaded: Problem,
-    model_reference: str,
-    split: str | None,
-    options: dict[str, Any],
-    command: str,
-    **settings: Any,
-) -> tuple[Job, Any]:
-    """The job of a run of ``plan`` (a file, or ``""`` for plans written per run) and the
-    model, built from ``seed`` as every worker builds it (imports PyTorch; ``command``
-    names a missing PyTorch; within ``settings["timeout"]`` seconds, else the process
-    exits 124); ``settings``: the other :class:`Job` fields."""
-    if settings["transport"] == "nccl" and settings["device"] == "cpu":
-        raise InputError(
-            "nccl passes chunks from GPU to GPU: give --device cuda", source="--transport"
-        )
-    require_torch(command)
-    import torch
-
-    torch.manual_seed(settings["seed"])
-    # --timeout covers building the model here too (an import that hangs ends the command)
-    watchdog = start_watchdog(settings["timeout"], f"tidgap {command}", launched=False)
-    try:
-        model = build_model(model_reference, options, command)
-    finally:
-        watchdog.set()
-    layers = [name for name, _ in model.layers.named_children()]
-    job = Job(
-        problem=absolute(problem),
-        plan=absolute(plan) if plan else "",
-        model=model_reference,
-        boundaries=boundaries_of(loaded, problem, split, layers),
-        results="",
-        model_options=options,
-        **settings,
-    )
-    return job, model
 
 
 @click.command(name="run", epilog=EPILOG)
@@ -803,14 +292,7 @@ def run_command(
         return
     replay_with = read_json(problem_path(problem)) if replay else None
     if results is not None:
-        with about_problem(results):
-            found = [load_results(results, loaded.num_stages, k) for k in range(len(todo))]
-            tail = job.optimizer is not None
-            for k, ((label, each), ranks) in enumerate(zip(todo, found, strict=True)):
-                same_job(job, ranks, len(todo) - 1)
-                same_plan(each, label, k, ranks)
-                expected = rank_plans(each, model, job.boundaries, tail)
-                check_plan_results(results, k, ranks, expected, job.check_gradients)
+        found = checked_results(results, todo, job, model, loaded.num_stages)
     else:
         require_batch_room(model, loaded, problem, None if here is None else local_processes())
         labels, plans = zip(*todo, strict=True)
@@ -818,20 +300,7 @@ def run_command(
         if gathered is None:
             return  # ranks other than 0 report nothing
         found = gathered
-    runs = []
-    for k, ((label, each), ranks) in enumerate(zip(todo, found, strict=True)):
-        try:
-            runs.append(figures_of(loaded, job, each, label, ranks, model, replay_with))
-        except (InputError, StageNotReplayed) as error:
-            if results is None:
-                raise
-            if isinstance(error, InputError):  # one naming no file came from the rank files
-                raise error.within(results) from None
-            raise InputError(
-                f"do not replay on the model's stage: {error.__cause__}",
-                ("draws",),
-                source=str(result_path(results, error.stage, k)),
-            ) from None
+    runs = figures_of_runs(loaded, job, todo, found, model, replay_with, results)
     timelines = [t for figures in runs for t in (figures.predicted_timeline, figures.timeline)]
     written = write_files(timeline_files(timelines, None, trace, loaded.name))
     tolerance = TOLERANCE[float64]
@@ -852,21 +321,7 @@ def run_command(
             click.echo(speedup_line(runs[0], baseline))
         for line in written:
             click.echo(line)
-    for figures in runs:
-        for what, difference in (
-            ("gradients", figures.gradient_difference),
-            ("weights after the optimizer step", figures.weight_difference),
-        ):
-            if difference is not None and not math.isfinite(difference):
-                raise click.ClickException(
-                    f"run: {what} of {figures.label} are not all finite (NaN or infinity, in "
-                    "the pipeline or in one process), so they cannot be checked"
-                )
-            if difference is not None and difference > tolerance:
-                raise click.ClickException(
-                    f"run: {what} of {figures.label} differ from one process's by "
-                    f"{difference:.3g} (above {tolerance:g})"
-                )
+    require_within(runs, tolerance)
 
 
 def document(

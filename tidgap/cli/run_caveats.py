@@ -1,0 +1,107 @@
+"""``tidgap run``'s warnings: reasons the prediction may not describe the run (another
+model, split, device or optimizer than the profiled one; recomputing stages timed
+otherwise)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidgap.model.lists import stages_doing
+from tidgap.model.plan import Plan
+from tidgap.model.problem import Problem
+from tidgap.model.text import brief
+
+#: Where ``tidgap profile --optimizer`` records the optimizer it timed into the tails.
+OPTIMIZER_PATH = ("source", "timing", "optimizer")
+
+
+
+def caveats(
+    problem: Problem,
+    spec: str,
+    plan: Plan,
+    model: Any,
+    optimizer: str | None = None,
+    device: str = "cpu",
+    boundaries: list[int] | None = None,
+) -> list[str]:
+    """Reasons the prediction may not describe this run: a model other than the profiled
+    one, stage ``boundaries`` other than the split its times were measured on, recomputing
+    stages neither the profile nor a calibration timed that way, a calibration entry left
+    out as malformed (:attr:`Problem.unused_calibration`), another ``device`` than the
+    profiled one, and an ``optimizer`` step the stages' tails leave out (all 0) or another
+    optimizer than the profiled one."""
+    from tidgap.runtime.lowering import recomputes
+
+    found = []
+    recorded = problem.source_fields.get("model")
+    if isinstance(recorded, dict):
+        wanted = {"name": model.name, **model.config}
+        differ = sorted(key for key in wanted if key in recorded and recorded[key] != wanted[key])
+        if differ:
+            was = ", ".join(f"{key} {brief(recorded[key])}" for key in differ)
+            now = ", ".join(f"{key} {brief(wanted[key])}" for key in differ)
+            found.append(f"{spec}: source.model: profiled with {was}, running {now}")
+    split = problem.source_fields.get("split")
+    timed = split.get("boundaries") if isinstance(split, dict) else None
+    if boundaries is not None and isinstance(timed, list) and timed != boundaries:
+        found.append(
+            f"{spec}: source.split: its times were measured with boundaries {brief(timed)}, "
+            f"this run splits at {boundaries} (--split): the prediction uses the other "
+            "split's op times"
+        )
+    flags = recomputes(plan)
+    again = [s for s, flag in enumerate(flags) if flag]
+    profiled_again = problem.profiled_with_recompute
+    if again and not profiled_again and problem.recompute_times is None:
+        found.append(
+            f"{stages_doing(again, 'recompute')} forwards, and {spec} was neither calibrated with "
+            "recomputing plans (tidgap calibrate) nor profiled with --recompute: the "
+            "prediction prices each of their backwards as the profiled forward plus backward "
+            "of its samples"
+        )
+    stored = [s for s, flag in enumerate(flags) if not flag]
+    if profiled_again and stored:
+        found.append(
+            f"{stages_doing(stored, 'run')} backward on stored graphs, but {spec} was profiled "
+            "with --recompute: the prediction counts a forward in each of their backwards"
+        )
+    found += [f"{spec}: {reason}" for reason in problem.unused_calibration]
+    return [
+        *found,
+        *device_caveats(problem, spec, device),
+        *optimizer_caveats(problem, spec, optimizer),
+    ]
+
+
+
+def device_caveats(problem: Problem, spec: str, device: str) -> list[str]:
+    """:func:`caveats` of the device: a run on another kind of device than the profile's
+    (``source.device``) is predicted with the other device's op times."""
+    profiled = problem.source_fields.get("device")
+    if isinstance(profiled, str) and profiled != device:
+        return [
+            f"{spec}: source.device: profiled on {brief(profiled)}, this run computes on "
+            f"{device}: the prediction uses {brief(profiled)} op times (profile or calibrate "
+            f"with --device {device})"
+        ]
+    return []
+
+
+
+def optimizer_caveats(problem: Problem, spec: str, optimizer: str | None) -> list[str]:
+    """:func:`caveats` of the optimizer step: one the prediction does not count (every
+    tail 0), or a step other than the one ``tidgap profile --optimizer`` timed."""
+    if optimizer is not None and all(stage.tail == 0 for stage in problem.stages):
+        return [
+            f"{spec}: every stage's tail is 0, so the prediction does not count the "
+            f"{optimizer} step (profile with --optimizer {optimizer})"
+        ]
+    timing = problem.source_fields.get("timing")
+    timed = timing.get("optimizer") if isinstance(timing, dict) else None
+    name = timed.get("name") if isinstance(timed, dict) else None
+    if name is not None and name != optimizer:
+        running = f"steps with {optimizer}" if optimizer else "steps nothing (no --optimizer)"
+        where = ".".join(OPTIMIZER_PATH)
+        return [f"{spec}: {where}: the tails time {brief(name)}, this run {running}"]
+    return []

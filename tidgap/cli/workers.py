@@ -1,0 +1,239 @@
+"""What the commands that start stage workers (``tidgap run``, ``tidgap calibrate``)
+share: their options, the job every worker runs, and the checks made before any process
+starts (the split, the device and transport, the batch in memory, torchrun's world)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from tidgap.cli.options import TORCH_SEED, Command, Number, count_range
+from tidgap.cli.profile import build_model, model_options, require_torch
+from tidgap.model.errors import InputError
+from tidgap.model.examples import EXAMPLE_PREFIX
+from tidgap.model.numbers import MAX_THREADS, is_integer
+from tidgap.model.problem import Problem
+from tidgap.profiling.split import parse_split
+from tidgap.runtime.job import TRANSPORTS, Job
+from tidgap.runtime.worker import stage_count_mismatch, start_watchdog
+
+#: Where a profiled problem records its split.
+SPLIT_PATH = ("source", "split", "boundaries")
+
+
+
+def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[str]) -> list[int]:
+    """The stage boundaries: ``--split``, else the split the problem was profiled with;
+    either must fit the model's ``layers`` and the problem's stage count."""
+    stages = problem.num_stages
+    if split is not None:
+        return parse_split(split, layers, stages)
+    how = problem.source_fields.get("split")
+    recorded = how.get("boundaries") if isinstance(how, dict) else None
+    if recorded is None:
+        raise InputError(
+            "records no split (not written by tidgap profile); give --split",
+            SPLIT_PATH,
+            source=spec,
+        )
+    if not isinstance(recorded, list) or not all(is_integer(b) for b in recorded):
+        raise InputError("is not a list of layer indices; give --split", SPLIT_PATH, source=spec)
+    try:
+        return parse_split(",".join(map(str, recorded)), layers, stages)
+    except InputError as error:
+        raise InputError(
+            f"does not fit the model: {error.message}", SPLIT_PATH, source=spec
+        ) from None
+
+
+
+def absolute(spec: str) -> str:
+    """A problem or plan argument as an absolute path (``example:NAME`` as is)."""
+    return spec if spec.startswith(EXAMPLE_PREFIX) else os.path.abspath(spec)
+
+
+
+def require_batch_room(
+    model: Any, problem: Problem, source: str, processes: int | None = None
+) -> None:
+    """:class:`InputError` on ``source``'s ``batch_size`` if the ``processes`` of a run on
+    this machine (default one per stage) cannot hold even their copies of the batch's input
+    (each makes the whole batch; bytes a sample from one sample of ``model``'s input) in the
+    memory available: before any process starts, so that a batch far beyond memory is one
+    line, not the out-of-memory killer in a worker."""
+    import torch
+
+    from tidgap.optimize.memory import require_available
+
+    processes = problem.num_stages if processes is None else processes
+    sample = model.input(1, torch.device("cpu"))
+    per_sample = sample.numel() * sample.element_size()
+    needed = processes * problem.batch_size * per_sample
+    require_available(
+        needed,
+        f"each of the run's {processes} processes here makes the whole batch's input: "
+        f"{problem.batch_size} samples of {per_sample} bytes need at least {needed / 1e9:.3g} GB",
+        source,
+        ("batch_size",),
+    )
+
+
+
+def require_device(device: str, transport: str, processes: int | None) -> None:
+    """:class:`InputError` on ``--device`` when it names CUDA and none is usable here, and
+    on ``--transport nccl`` unless this PyTorch has NCCL and this machine has a GPU for
+    each of the ``processes`` this command starts (``None``: under torchrun, where each
+    rank's GPU is its launcher's choice and the workers check that no two share one);
+    before any process starts; a job written for torchrun is not checked."""
+    import torch
+    from torch import distributed as dist
+
+    from tidgap.profiling.run import torch_device
+
+    torch_device(device)
+    if transport != "nccl":
+        return
+    if not dist.is_nccl_available():
+        raise InputError(
+            f"this PyTorch has no NCCL (torch {torch.__version__})", source="--transport"
+        )
+    gpus = torch.cuda.device_count()
+    if processes is not None and gpus < processes:
+        raise InputError(
+            f"nccl needs a GPU per process: {processes} processes on this machine, {gpus} "
+            "GPU(s) (--transport gloo passes chunks through host memory)",
+            source="--transport",
+        )
+
+
+
+def require_world(world_size: int, problem: Problem, source: str) -> None:
+    """:class:`InputError` unless torchrun started one process per stage of ``problem``."""
+    why = stage_count_mismatch(problem.num_stages, world_size)
+    if why is not None:
+        raise InputError(f"has {why}", ("stages",), source=source)
+
+
+
+def worker_options(command: Command) -> Command:
+    """The options of every command that starts workers (``run``, ``calibrate``): the model
+    and its options, the split, iterations, warm-up, threads, seed, device and timeout."""
+    options = [
+        click.option(
+            "--model",
+            "model_reference",
+            required=True,
+            metavar="gpt|vgg16|module:attribute",
+            help="The model the problem was profiled from, as in tidgap profile.",
+        ),
+        click.option(
+            "--split",
+            metavar="B1,B2,..",
+            help="Stage boundaries (the first layer, index or name, of stages 1..S-1); "
+            "default the split recorded in PROBLEM (source.split.boundaries).",
+        ),
+        click.option(
+            "--iterations",
+            type=count_range(1),
+            default=5,
+            show_default=True,
+            help="Timed iterations (the median is reported).",
+        ),
+        click.option(
+            "--warmup",
+            type=count_range(0),
+            default=1,
+            show_default=True,
+            help="Untimed iterations before them.",
+        ),
+        click.option(
+            "--threads",
+            type=count_range(1, MAX_THREADS),
+            default=1,
+            show_default=True,
+            help="PyTorch threads per stage process.",
+        ),
+        click.option(
+            "--seed",
+            type=TORCH_SEED,
+            default=0,
+            show_default=True,
+            help="Seed of the weights and the data.",
+        ),
+        click.option(
+            "--device",
+            type=click.Choice(["cpu", "cuda"]),
+            default="cpu",
+            show_default=True,
+            help="Where each stage process computes: the CPU, or a GPU (process R on GPU "
+            "LOCAL_RANK modulo the GPUs it sees; processes share GPUs when there are fewer "
+            "GPUs than stages).",
+        ),
+        click.option(
+            "--transport",
+            type=click.Choice(TRANSPORTS),
+            default="auto",
+            show_default=True,
+            help="What chunks travel over between stage processes: gloo (through host "
+            "memory), nccl (GPU to GPU; needs --device cuda and a GPU per process) or auto "
+            "(nccl where every process has a GPU of its own, else gloo). The report says "
+            "which ran.",
+        ),
+        click.option(
+            "--timeout",
+            type=Number(min=0, min_open=True),
+            default=300.0,
+            show_default=True,
+            help="Seconds each plan's run may take (plans run in turn: that times their "
+            "number); then every worker is killed (exit 1). Building the model before the "
+            "workers start (its import included) may take as long (then exit 124).",
+        ),
+    ]
+    model, *rest = options
+    for option in reversed(rest):
+        command = option(command)
+    return model(model_options(command))
+
+
+
+def worker_job(
+    problem: str,
+    plan: str,
+    loaded: Problem,
+    model_reference: str,
+    split: str | None,
+    options: dict[str, Any],
+    command: str,
+    **settings: Any,
+) -> tuple[Job, Any]:
+    """The job of a run of ``plan`` (a file, or ``""`` for plans written per run) and the
+    model, built from ``seed`` as every worker builds it (imports PyTorch; ``command``
+    names a missing PyTorch; within ``settings["timeout"]`` seconds, else the process
+    exits 124); ``settings``: the other :class:`Job` fields."""
+    if settings["transport"] == "nccl" and settings["device"] == "cpu":
+        raise InputError(
+            "nccl passes chunks from GPU to GPU: give --device cuda", source="--transport"
+        )
+    require_torch(command)
+    import torch
+
+    torch.manual_seed(settings["seed"])
+    # --timeout covers building the model here too (an import that hangs ends the command)
+    watchdog = start_watchdog(settings["timeout"], f"tidgap {command}", launched=False)
+    try:
+        model = build_model(model_reference, options, command)
+    finally:
+        watchdog.set()
+    layers = [name for name, _ in model.layers.named_children()]
+    job = Job(
+        problem=absolute(problem),
+        plan=absolute(plan) if plan else "",
+        model=model_reference,
+        boundaries=boundaries_of(loaded, problem, split, layers),
+        results="",
+        model_options=options,
+        **settings,
+    )
+    return job, model
