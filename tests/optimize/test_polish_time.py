@@ -80,7 +80,9 @@ def test_the_level_in_force_is_polished_first_for_half_the_time(
     clock = [0.0]
     calls: list[tuple[str, float]] = []
 
-    def polish(genes: Any, ticks: int, level: MemoryLevel, space: Any, deadline: float) -> Any:
+    def polish(
+        genes: Any, ticks: int, level: MemoryLevel, space: Any, deadline: float, interrupted: Any
+    ) -> Any:
         calls.append((level.label, deadline - clock[0]))
         clock[0] += uses * (deadline - clock[0])
         return genes, ticks

@@ -230,8 +230,9 @@ def search_command(
     partitions and (windowed, the default) per-stage orders, within the memory limit.
 
     PROBLEM defaults to the built-in example gpt1-14. Ctrl-C or SIGTERM stops at the next
-    generation, writes the best plan so far (--out) and the state (--checkpoint) and exits
-    130 / 143; a second one exits at once.
+    generation (in the final polish, after its batch of neighbours), writes the best plan
+    so far (--out) and the state (--checkpoint) and exits 130 / 143; a second one exits at
+    once.
     """
     backend = chosen_backend(backend, gpu, cpu)
     spec = EXAMPLE_PREFIX + DEFAULT_EXAMPLE if problem is None else problem

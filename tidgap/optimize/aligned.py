@@ -22,7 +22,6 @@ pair's time is the sum of its two halves.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +32,7 @@ from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.genome import GENE
 from tidgap.optimize.operators import equal_rows, microbatch_counts
 from tidgap.optimize.order_genes import own_forwards, prefix
-from tidgap.optimize.polish import Focus, descend, focused
+from tidgap.optimize.polish import Focus, Interrupted, descend, focused, time_to_stop
 from tidgap.optimize.rng import CounterRng, uniform_int
 
 #: ``(P, S, K)`` chromosomes (in the array module of the search) -> ``(P,)`` int64 ticks.
@@ -214,6 +213,7 @@ def aligned_search(
     rounds: int = 16,
     batch: int = 64,
     deadline: float | None = None,
+    interrupted: Interrupted | None = None,
 ) -> tuple[np.ndarray, int]:
     """The fastest backward chromosome found among the coarsenings of ``(S, K)`` ``forward``
     (fixed): ``(S, K)`` int32 sizes on the host and its backward span in ticks.
@@ -227,7 +227,8 @@ def aligned_search(
     forward boundary): ``rounds`` times, ``batch`` copies of the best, each with one to
     three random cuts flipped, are scored and the best descends; it replaces the best if
     faster. Never slower than a seed; the same ``rng`` state gives the same result (a
-    ``deadline``, a ``time.perf_counter()`` value, may stop it sooner).
+    ``deadline``, a ``time.perf_counter()`` value, or a signal, ``interrupted()``, may stop
+    it sooner).
     ``ValueError`` if ``forward`` breaks a backward cap (no coarsening exists).
     """
     xp = rng.xp
@@ -243,12 +244,17 @@ def aligned_search(
 
     def improve(cuts: np.ndarray, ticks: int) -> tuple[np.ndarray, int]:
         return descend(
-            cuts, ticks, lambda g, f: _neighbours(g, host_counts, batch, f), host_score, deadline
+            cuts,
+            ticks,
+            lambda g, f: _neighbours(g, host_counts, batch, f),
+            host_score,
+            deadline,
+            interrupted=interrupted,
         )
 
     best, ticks = improve(*seeded(forward, backward, caps, score))
     for _ in range(rounds):
-        if deadline is not None and time.perf_counter() >= deadline:
+        if time_to_stop(deadline, interrupted):
             break
         kicked = xp.broadcast_to(xp.asarray(best), (batch, *best.shape))
         flips = rng.integers(1, 4, (batch,))
@@ -310,6 +316,7 @@ def aligned_pair(
     rounds: int = 16,
     batch: int = 64,
     deadline: float | None = None,
+    interrupted: Interrupted | None = None,
 ) -> AlignedPair:
     """The fastest pair found of a forward chromosome and a coarsening of it.
 
@@ -318,7 +325,8 @@ def aligned_pair(
     result is never slower than the best pair of equal partitions that recomputes nothing.
     ``backward``: ``(S, K)``, the dual GA's best backward. Every candidate is scored with its
     best seed (:func:`seeded`, forward time plus seed span); the ``refine`` best of them
-    (first on ties) get :func:`aligned_search`; the least total wins (the first on ties).
+    (first on ties) get :func:`aligned_search` (until ``deadline`` or a signal,
+``interrupted``); the least total wins (the first on ties).
     ``ValueError`` if every candidate breaks a backward cap.
     """
     xp = rng.xp
@@ -342,6 +350,7 @@ def aligned_pair(
             rounds=rounds,
             batch=batch,
             deadline=deadline,
+            interrupted=interrupted,
         )
         pair = AlignedPair(to_host(candidates[i]), chromosome, int(forward_ticks[i]), ticks)
         if best is None or pair.ticks < best.ticks:

@@ -35,7 +35,7 @@ from tidgap.optimize.genome import GENE, decode_plan, encode_partitions
 from tidgap.optimize.interrupts import STOP_SIGNALS
 from tidgap.optimize.memory import search_footprint
 from tidgap.optimize.operators import breed, equal_rows
-from tidgap.optimize.polish import polish
+from tidgap.optimize.polish import Interrupted, polish
 from tidgap.optimize.preparation import (
     POLISH_SHARE,
     Phases,
@@ -145,14 +145,15 @@ def _polished(
     score: Callable,
     xp: ModuleType,
     deadline: float | None,
+    interrupted: Interrupted | None,
 ) -> Any:
-    """:func:`polish` on the host until ``deadline``, scoring neighbours with the backend's
-    ``score``."""
+    """:func:`polish` on the host until ``deadline`` or a signal (``interrupted``), scoring
+    neighbours with the backend's ``score``."""
 
     def host_score(candidates: np.ndarray) -> np.ndarray:
         return to_host(score(xp.asarray(candidates)))
 
-    return polish(to_host(genes), fitness, caps, host_score, deadline)[0]
+    return polish(to_host(genes), fitness, caps, host_score, deadline, interrupted=interrupted)[0]
 
 
 def _compile(
@@ -355,7 +356,7 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
         took = time.perf_counter() - started
         faster = again.evaluation.iteration_time < result.evaluation.iteration_time
         result = again if faster else replace(again, plan=result.plan, evaluation=result.evaluation)
-        return took if reason == "time limit" else None
+        return took if again.stop_reason == "time limit" else None
 
     more_rounds(run.stop.started + run.time_limit, run.time_limit, ending, round_)
     return result
@@ -364,7 +365,8 @@ def finish_flush(run: FlushRun, stop_reason: str) -> SearchResult:
 def finished(run: FlushRun, stop_reason: str) -> SearchResult:
     """The result of ``run`` after its generations stopped for ``stop_reason``: the best
     chromosomes polished (unless a signal stopped it, or a fitness of the user's own ranks
-    them: the polish minimises the iteration time), decoded and checked. Under the
+    them: the polish minimises the iteration time; a signal during the polish stops it
+    within a batch and becomes the stop reason), decoded and checked. Under the
     ``aligned`` backward rule the backward is then the best coarsening of one of the best
     forwards (:func:`~tidgap.optimize.aligned.aligned_pair`, equal partitions among the
     candidates: never slower than the best GPipe), so every backward boundary is a forward
@@ -377,9 +379,12 @@ def finished(run: FlushRun, stop_reason: str) -> SearchResult:
     (forward_caps, forward_score, _), (backward_caps, backward_score, _) = run.directions
     forward, backward, forward_ticks, backward_ticks = optimizer.best_genes()
     polish = stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None
+    signal = run.stop.interrupted
     with phases("polish"):
         if polish:
-            forward = _polished(forward, forward_ticks, forward_caps, forward_score, xp, deadline)
+            forward = _polished(
+                forward, forward_ticks, forward_caps, forward_score, xp, deadline, signal
+            )
 
         def ranked(side: int) -> Any:
             """The side's best chromosomes, best first."""
@@ -397,6 +402,7 @@ def finished(run: FlushRun, stop_reason: str) -> SearchResult:
                 backward_score,
                 CounterRng(run.seed ^ ALIGN_STREAM, xp),  # the GA's own draws are untouched
                 deadline=deadline,
+                interrupted=signal,
             )
             forward, backward = pair.forward, pair.backward
         elif run.backward == MIRRORED:  # the best good chromosome as both partitions
@@ -408,12 +414,13 @@ def finished(run: FlushRun, stop_reason: str) -> SearchResult:
             forward, ticks = mirrored_start(both, forward_caps, backward_caps, score)
             if polish:
                 caps = to_host(rule_caps(MIRRORED, forward_caps, backward_caps)[0])
-                forward = _polished(forward, ticks, caps, score, xp, deadline)
+                forward = _polished(forward, ticks, caps, score, xp, deadline, signal)
             backward = forward
         elif polish:
             backward = _polished(
-                backward, backward_ticks, backward_caps, backward_score, xp, deadline
+                backward, backward_ticks, backward_caps, backward_score, xp, deadline, signal
             )
+    stop_reason = run.stop.signal() or stop_reason  # one that stopped the polish
     plan = decode_plan(forward, backward, problem)
     if optimizer.same_partition:
         plan = Plan.of(plan.forward * problem.num_stages, plan.backward * problem.num_stages)

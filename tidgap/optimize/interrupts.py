@@ -1,5 +1,6 @@
 """Ctrl-C and SIGTERM as requests to stop: the search ends at the next generation boundary
-and keeps its best plan; a second signal ends the process at once, without a traceback.
+(the annealing at its next step, the polish after its batch of neighbours) and keeps its
+best plan; a second signal ends the process at once, without a traceback.
 
 The handlers only record the signal (no exception is raised inside compiled code, so a
 Numba call is never left with an exception set); the search polls :meth:`StopSignals.received`.

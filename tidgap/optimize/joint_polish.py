@@ -26,6 +26,7 @@ from tidgap.optimize.limits import MemoryLevel, penalised
 from tidgap.optimize.polish import (
     BATCH_BYTES,
     Focus,
+    Interrupted,
     Moves,
     descend,
     focused,
@@ -122,13 +123,17 @@ def joint_polish(
     level: MemoryLevel,
     space: JointSpace,
     deadline: float | None = None,
+    interrupted: Interrupted | None = None,
 ) -> tuple[JointGenes, int]:
     """Steepest descent from ``individual`` (``(1, S, K)`` repaired genes, ``ticks`` its time,
-    within ``level``) among plans within ``level``; returns the individual reached
-    (repaired) and its time in ticks."""
+    within ``level``) among plans within ``level``, until a local optimum, ``deadline`` or a
+    signal (``interrupted``); returns the individual reached (repaired) and its time in
+    ticks."""
     start = _stacked(individual)
     polish = _Polish(level, space, start.size)
-    best, best_ticks = descend(start, ticks, polish.batches, polish.score, deadline, early=True)
+    best, best_ticks = descend(
+        start, ticks, polish.batches, polish.score, deadline, early=True, interrupted=interrupted
+    )
     return unstacked(best[None], space), best_ticks
 
 

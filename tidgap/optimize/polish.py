@@ -6,7 +6,8 @@ microbatches merged, a microbatch halved) are scored in batches of at most
 improving ones' changes that still help (:func:`descend`; after a step, the neighbours in
 the stages near its changes, until a scan of all finds none), until none improves or the
 deadline passes (then the best improving neighbour scored so far, if any, is the last
-step).
+step). A signal (``interrupted()`` naming one) stops it as the deadline does, so Ctrl-C
+ends a search in its polish within a batch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import numpy as np
 
 #: ``(N, S, K)`` chromosomes -> ``(N,)`` fitness in ticks.
 Score = Callable[[np.ndarray], np.ndarray]
+#: Polled with the deadline: the name of a signal that asks to stop (``"SIGINT"``), or
+#: ``None`` (:meth:`tidgap.optimize.interrupts.StopSignals.received`).
+Interrupted = Callable[[], str | None]
 
 #: Default size of one batch of candidate chromosomes, in bytes.
 BATCH_BYTES = 32 << 20
@@ -127,11 +131,12 @@ def descend(
     score: Score,
     deadline: float | None = None,
     early: bool = False,
+    interrupted: Interrupted | None = None,
 ) -> tuple[np.ndarray, int]:
     """Steepest descent from ``genes`` (stages on the second-last axis) over the candidates
-    ``batches(genes, focus)`` yields until a local optimum or ``deadline`` (a
-    ``time.perf_counter()`` value, checked after every batch and every combination tried);
-    returns the genes reached and their fitness.
+    ``batches(genes, focus)`` yields until a local optimum, ``deadline`` (a
+    ``time.perf_counter()`` value) or a signal (``interrupted()``), both checked after every
+    batch and every combination tried; returns the genes reached and their fitness.
 
     Each step scores the candidates, takes the best (the first on ties), then adds the
     other improving candidates' changed rows (best first, up to :data:`COMBINED_MOVES`,
@@ -142,18 +147,20 @@ def descend(
     candidate improves (a deep pipeline's step then scans a few stages, not all). With
     ``early``, a scan of every stage steps at the end of its first batch holding an
     improving candidate (a deep pipeline's batch holds part of a stage's neighbours, a shallow
-    one's all of them)."""
+    one's all of them). A signal before the first batch returns ``genes`` as they are."""
+    if interrupted is not None and interrupted() is not None:
+        return genes, fitness
     focus: Focus = None
     while True:
         improving = _Improving(genes, fitness)
         for candidates in batches(genes, focus):
             improving.add(candidates, np.asarray(score(candidates)))
-            if _past(deadline):
+            if time_to_stop(deadline, interrupted):
                 return improving.best()
             if early and focus is None and improving.best()[1] < fitness:
                 break  # a scan of every stage steps at its first improving batch
         if improving.best()[1] < fitness:
-            stepped, fitness = _combined(genes, improving, score, deadline)
+            stepped, fitness = _combined(genes, improving, score, deadline, interrupted)
             genes, focus = stepped, near_changes(genes, stepped)
         elif focus is None:
             return genes, fitness
@@ -172,8 +179,12 @@ def near_changes(before: np.ndarray, after: np.ndarray) -> Focus:
     return None if near.all() else near
 
 
-def _past(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() >= deadline
+def time_to_stop(deadline: float | None, interrupted: Interrupted | None = None) -> bool:
+    """Whether a polish stops now: ``deadline`` (a ``time.perf_counter()`` value) passed or
+    ``interrupted()`` names a signal."""
+    if deadline is not None and time.perf_counter() >= deadline:
+        return True
+    return interrupted is not None and interrupted() is not None
 
 
 class _Improving:
@@ -201,7 +212,11 @@ class _Improving:
 
 
 def _combined(
-    start: np.ndarray, improving: _Improving, score: Score, deadline: float | None
+    start: np.ndarray,
+    improving: _Improving,
+    score: Score,
+    deadline: float | None,
+    interrupted: Interrupted | None,
 ) -> tuple[np.ndarray, int]:
     """The fastest improving candidate with each other one's rows (along the last axis)
     that differ from ``start`` added in turn, where no row added before changed and the
@@ -209,7 +224,7 @@ def _combined(
     genes, fitness = improving.best()
     touched = (genes != start).any(axis=-1)
     for other in improving.genes[1:]:
-        if _past(deadline):
+        if time_to_stop(deadline, interrupted):
             break
         changed = (other != start).any(axis=-1)
         if (changed & touched).any():
@@ -228,10 +243,14 @@ def polish(
     score: Score,
     deadline: float | None = None,
     batch_bytes: int = BATCH_BYTES,
+    interrupted: Interrupted | None = None,
 ) -> tuple[np.ndarray, int]:
     """:func:`descend` from the chromosome ``genes`` ``(S, K)`` over its partition
-    neighbours (:func:`neighbour_batches`), in batches of at most ``batch_bytes``."""
+    neighbours (:func:`neighbour_batches`), in batches of at most ``batch_bytes``, until a
+    local optimum, ``deadline`` or a signal (``interrupted``)."""
     batch = max(1, batch_bytes // max(genes.nbytes, 1))
-    return descend(
-        genes, fitness, lambda g, focus: neighbour_batches(g, caps, batch, focus), score, deadline
-    )
+
+    def batches(g: np.ndarray, focus: Focus) -> Iterator[np.ndarray]:
+        return neighbour_batches(g, caps, batch, focus)
+
+    return descend(genes, fitness, batches, score, deadline, interrupted=interrupted)

@@ -18,6 +18,7 @@ from tidgap.optimize.joint import JointSpace, fastest_within
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.joint_polish import joint_polish, scan_seconds
 from tidgap.optimize.limits import STAGE_LIMITS, MemoryLevel
+from tidgap.optimize.polish import Interrupted
 from tidgap.optimize.preparation import POLISH_SHARE, more_rounds, runs_to_the_limit
 from tidgap.optimize.results import SearchResult, TradeoffPoint
 from tidgap.optimize.windowed_run import SEARCHED, WindowedRun, decoded, leanest_held
@@ -102,11 +103,14 @@ def polished(
     in_force: MemoryLevel,
     space: JointSpace,
     deadline: float | None,
+    interrupted: Interrupted | None = None,
 ) -> list[tuple[JointGenes, int] | None]:
     """:func:`joint_polish` on each level's best until ``deadline``: first the level in
     force, for :data:`IN_FORCE_POLISH_SHARE` of the time left, then the others in turn, each
     an equal share of what is left; then each level takes the fastest polished plan it
-    admits (a plan polished within a tighter level may beat the looser level's own)."""
+    admits (a plan polished within a tighter level may beat the looser level's own). A
+    signal (``interrupted``) stops the polish within a batch; the levels after it keep
+    their bests."""
     first = levels.index(in_force)
     result = list(found)
     for n, i in enumerate([first, *(i for i in range(len(levels)) if i != first)]):
@@ -115,7 +119,8 @@ def polished(
             part = IN_FORCE_POLISH_SHARE if n == 0 else 1 / (len(levels) - n)
             share = time.perf_counter() + (deadline - time.perf_counter()) * part
         best = found[i]
-        result[i] = None if best is None else joint_polish(*best, levels[i], space, share)
+        if best is not None:
+            result[i] = joint_polish(*best, levels[i], space, share, interrupted)
     return fastest_admitted(result, levels, space)
 
 
@@ -142,7 +147,10 @@ def used_to_the_end(
     round, each island takes its level's best in place of its least fit, the chains anneal
     from them, and the bests are polished again. ``saving`` checkpoints each round's
     annealing (its chains' bests hold the bests it began from), so a resume goes on from
-    the latest round. Returns the bests and the stop reason (a signal's name if one came)."""
+    the latest round. Returns the bests and the stop reason (a signal's name if one came:
+    it stops a round's annealing or polish)."""
+    if stop_reason in STOP_SIGNALS.values():
+        return found, stop_reason
     if run.time_limit is None or not runs_to_the_limit(run.stop, run.time_limit):
         return found, stop_reason
     optimizer, phases = run.optimizer, run.phases
@@ -160,7 +168,11 @@ def used_to_the_end(
             return None
         started = time.perf_counter()
         with phases("polish"):
-            found = polished(found, run.levels, run.in_force, optimizer.space, end)
+            space, stop = optimizer.space, run.stop
+            found = polished(found, run.levels, run.in_force, space, end, stop.interrupted)
+        if (name := run.stop.signal()) is not None:
+            stop_reason = name
+            return None
         return time.perf_counter() - started
 
     more_rounds(end, run.time_limit, phases.seconds["polish"], round_)
@@ -176,8 +188,9 @@ def finish_windowed(
     """The result of ``run`` after its generations stopped for ``stop_reason``: each level's
     best annealed (or, ``resumed``, the annealing a state holds goes on), then polished
     (unless a signal stopped it, or a fitness of the user's own ranks them: both minimise
-    the iteration time; a signal during the annealing skips the polish and becomes the stop
-    reason), decoded and checked. ``checkpoint`` saves the annealing (phase
+    the iteration time; a signal during the annealing skips the polish, one during the
+    polish stops it within a batch, and either becomes the stop reason), decoded and
+    checked. ``checkpoint`` saves the annealing (phase
     :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`) and, once the search ends without a
     signal, the GA's state again."""
     optimizer, levels, in_force, problem = run.optimizer, run.levels, run.in_force, run.problem
@@ -194,7 +207,10 @@ def finish_windowed(
         if stop_reason not in STOP_SIGNALS.values():
             with phases("polish"):
                 deadline = None if time_limit is None else clock + time_limit
-                found = polished(found, levels, in_force, optimizer.space, deadline)
+                found = polished(
+                found, levels, in_force, optimizer.space, deadline, run.stop.interrupted
+            )
+            stop_reason = run.stop.signal() or stop_reason
             found, stop_reason = used_to_the_end(run, found, stop_reason, saving)
             if saving is not None and stop_reason not in STOP_SIGNALS.values():
                 saving.finished()
