@@ -8,18 +8,23 @@ import pytest
 from tidgap import evaluate, load_problem
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
+from tidgap.model.problem import Problem
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.joint_polish import (
+    _Polish,
+    group_moves,
     joint_polish,
+    lead_group_moves,
     lead_rows_near,
     stacked_neighbours,
     unstacked,
 )
 from tidgap.optimize.limits import MemoryLevel, penalised, stage_level
-from tidgap.optimize.polish import moved_batches
+from tidgap.optimize.polish import moved_batches, rows_near
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.windowed_seeds import encode_plans, one_f_one_b_level
+from tidgap.profiling.synth import synth_problem
 from tidgap.schedules.baselines import best_baselines, one_f_one_b_plan
 
 
@@ -95,3 +100,52 @@ def test_batches_are_the_start_with_each_move_applied_in_order() -> None:
     assert [len(b) for b in batches] == [4, 4, 4, 3]
     assert np.array_equal(np.concatenate(batches), np.stack(expected))
     assert all(b[:, g].flags.c_contiguous for b in batches for g in range(3))
+
+
+def test_lead_group_moves_take_each_lead_step_on_every_stage_at_once() -> None:
+    lead = np.array([[2, 1, 0, 0], [3, 1, 1, 0], [1, 0, 0, 0]], dtype=np.int32)
+    backwards = np.array([3, 3, 2])
+    moved = lead_group_moves(lead, backwards)
+    for s in range(2):  # stages with three backwards: the steps of lead_rows_near, in order
+        assert (moved[:, s] == lead_rows_near(lead[s], 3)).all()
+    singles = lead_rows_near(lead[2], 2)
+    assert (moved[: len(singles), 2] == singles).all()  # k = 0 and 1 as on its own
+    assert (moved[len(singles) :, 2] == lead[2]).all()  # k = 2: it has no third backward
+
+
+def test_group_moves_step_every_stage_sharing_a_row() -> None:
+    forward = np.array([[2, 2, 0], [3, 1, 0], [2, 2, 0]], dtype=np.int32)
+    backward = np.array([[4, 0, 0], [4, 0, 0], [4, 0, 0]], dtype=np.int32)
+    lead = np.zeros((3, 3), dtype=np.int32)
+    stacked = np.stack([forward, backward, lead])
+    caps = (np.array([4, 4, 3]), np.array([4, 4, 4]))
+    moves = list(group_moves(stacked, caps, (0, 1)))
+    forwards = [rows for gene, rows in moves if gene == 0]
+    expected = rows_near(forward[0], 3)  # stages 0 and 2; the least cap of the two
+    assert len(forwards) == len(expected)
+    for rows, row in zip(forwards, expected, strict=True):
+        assert (rows[0] == row).all() and (rows[2] == row).all() and (rows[1] == forward[1]).all()
+    backwards = [rows for gene, rows in moves if gene == 1]
+    assert len(backwards) == len(rows_near(backward[0], 4))
+    assert all((rows == rows[0]).all() for rows in backwards)  # all three stages at once
+    assert [gene for gene, _ in moves].count(2) == len(lead_group_moves(lead, np.ones(3, int)))
+
+
+def test_group_moves_improve_the_best_1f1b_of_a_deep_pipeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On 16 stages the best 1F1B is a local optimum of single stages' moves (within its own
+    memory), not of the moves of all stages at once."""
+    problem = Problem.from_dict(synth_problem(3, stages=16, batch_size=256))
+    ticked = tick_problem(problem)
+    evaluator = create_evaluator(ticked, "windowed", "numba")
+    space = JointSpace(evaluator, ticked.forward_caps, ticked.backward_caps, 64)
+    best = best_baselines(problem)["1f1b"]
+    level = one_f_one_b_level(problem, best)
+    start = encode_plans([one_f_one_b_plan(problem, best.microbatches)], problem, 64)
+    start = start.repaired(space.repair)
+    ticks = int(space.evaluate(start)[0][0])
+    _, grouped = joint_polish(start, ticks, level, space)
+    monkeypatch.setattr(_Polish, "group_batches", lambda self, stacked, focus: iter(()))
+    _, single = joint_polish(start, ticks, level, space)
+    assert grouped < single <= ticks

@@ -1,5 +1,12 @@
 """A last deterministic local search around the joint GA's best plan within a memory level.
 
+It first moves groups of stages at once (:func:`group_batches`: every stage sharing a
+partition row takes the same step; every stage's lead the same step), to a local optimum
+of those moves, then single stages. On a deep pipeline, a plan that one stage's step cannot
+improve (the best 1F1B, whose stages wait on each other's equal chunks) often improves when
+all of them step together: 10 s searches of 64 stages 1.1% faster on average, of 128 stages
+0.8% (docs/measurements.md).
+
 An individual is stacked as one ``(3, S, K)`` int32 array (forward, backward, lead). Its
 neighbours are the plans one step away in one gene of one stage: a partition step of
 :mod:`tidgap.optimize.polish` (one unit across a boundary, two microbatches merged, one
@@ -72,6 +79,62 @@ def stacked_moves(
         yield (2, s), lead_rows_near(lead[s], int((backward[s] > 0).sum()))
 
 
+def lead_group_moves(lead: np.ndarray, backwards: np.ndarray) -> np.ndarray:
+    """The steps of :func:`lead_rows_near` taken on every stage at once, as ``(n, S, K)``
+    leads: for each ``k`` in turn, entry ``k`` moved down by one, then every entry from
+    ``k`` on (``k >= 1``), then the same moved up, on each stage with more than ``k``
+    backwards (``backwards`` ``(S,)``; the others keep their rows)."""
+    column = np.arange(lead.shape[1])
+    moved = []
+    for k in range(int(backwards.max(initial=0))):
+        has = (backwards > k)[:, None]
+        single = has & (column == k)
+        tail = has & (column >= k) & (column < backwards[:, None])
+        parts = [single] if k == 0 else [single, tail]
+        moved += [lead + step * part for step in (-1, 1) for part in parts]
+    return np.asarray(moved, dtype=lead.dtype).reshape(-1, *lead.shape)
+
+
+def group_moves(
+    stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], genes: tuple[int, ...]
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Steps of several stages at once from ``stacked`` ``(3, S, K)``, each a gene and its
+    new ``(S, K)`` rows: for each partition gene of ``genes`` (0 forward, 1 backward) and
+    each row two stages or more share (in the order of their first stage), every
+    :func:`~tidgap.optimize.polish.rows_near` step of it on all of those stages (within
+    their least cap); then :func:`lead_group_moves`."""
+    for gene in genes:
+        rows = stacked[gene]
+        _, first, inverse, counts = np.unique(
+            rows, axis=0, return_index=True, return_inverse=True, return_counts=True
+        )
+        for group in sorted(np.flatnonzero(counts >= 2), key=lambda g: first[g]):
+            members = (inverse.reshape(-1) == group)[:, None]
+            cap = int(caps[gene][members[:, 0]].min())
+            for row in rows_near(rows[first[group]], cap):
+                yield gene, np.where(members, row, rows)
+    backwards = (stacked[1] > 0).sum(axis=1)
+    for lead in lead_group_moves(stacked[2], backwards):
+        yield 2, lead
+
+
+def group_batches(
+    stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], batch: int, genes: tuple[int, ...]
+) -> Iterator[np.ndarray]:
+    """Every individual of :func:`group_moves` from ``stacked`` in ``(n, 3, S, K)``
+    batches of at most ``batch``."""
+    chunk = []
+    for gene, rows in group_moves(stacked, caps, genes):
+        candidate = stacked.copy()
+        candidate[gene] = rows
+        chunk.append(candidate)
+        if len(chunk) == batch:
+            yield np.stack(chunk)
+            chunk = []
+    if chunk:
+        yield np.stack(chunk)
+
+
 def stacked_neighbours(
     stacked: np.ndarray,
     caps: tuple[np.ndarray, np.ndarray],
@@ -109,6 +172,11 @@ class _Polish:
         genes = self.space.partition_genes
         return stacked_neighbours(stacked, self.caps, self.batch, genes, focus)
 
+    def group_batches(self, stacked: np.ndarray, focus: Focus) -> Iterator[np.ndarray]:
+        """The moves of groups of stages (:func:`group_batches`; every one, whatever
+        ``focus``)."""
+        return group_batches(stacked, self.caps, self.batch, self.space.partition_genes)
+
 
 def _stacked(individual: JointGenes) -> np.ndarray:
     """``(1, S, K)`` genes as one host ``(3, S, K)`` array."""
@@ -126,15 +194,17 @@ def joint_polish(
     interrupted: Interrupted | None = None,
 ) -> tuple[JointGenes, int]:
     """Steepest descent from ``individual`` (``(1, S, K)`` repaired genes, ``ticks`` its time,
-    within ``level``) among plans within ``level``, until a local optimum, ``deadline`` or a
-    signal (``interrupted``); returns the individual reached (repaired) and its time in
-    ticks."""
-    start = _stacked(individual)
-    polish = _Polish(level, space, start.size)
-    best, best_ticks = descend(
-        start, ticks, polish.batches, polish.score, deadline, early=True, interrupted=interrupted
-    )
-    return unstacked(best[None], space), best_ticks
+    within ``level``) among plans within ``level``, first over the moves of groups of
+    stages, then over single stages' moves, until a local optimum, ``deadline`` or a signal
+    (``interrupted``); returns the individual reached (repaired) and its time in ticks."""
+    polish = _Polish(level, space, individual.forward[0].size * 3)
+    for batches in (polish.group_batches, polish.batches):
+        start = _stacked(individual)
+        found, ticks = descend(
+            start, ticks, batches, polish.score, deadline, early=True, interrupted=interrupted
+        )
+        individual = unstacked(found[None], space)
+    return individual, ticks
 
 
 def scan_seconds(individual: JointGenes, level: MemoryLevel, space: JointSpace) -> float:
