@@ -9,9 +9,11 @@ from tidgap import evaluate, load_problem
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
 from tidgap.model.problem import Problem
+from tidgap.optimize import joint_polish as joint_polish_module
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.joint_polish import (
+    GROUP_MOVES_FROM_STAGES,
     _Polish,
     group_moves,
     joint_polish,
@@ -135,7 +137,9 @@ def test_group_moves_improve_the_best_1f1b_of_a_deep_pipeline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On 16 stages the best 1F1B is a local optimum of single stages' moves (within its own
-    memory), not of the moves of all stages at once."""
+    memory), not of the moves of all stages at once (the polish takes them from 16 stages
+    here; from :data:`GROUP_MOVES_FROM_STAGES` in a search)."""
+    monkeypatch.setattr(joint_polish_module, "GROUP_MOVES_FROM_STAGES", 16)
     problem = Problem.from_dict(synth_problem(3, stages=16, batch_size=256))
     ticked = tick_problem(problem)
     evaluator = create_evaluator(ticked, "windowed", "numba")
@@ -149,3 +153,21 @@ def test_group_moves_improve_the_best_1f1b_of_a_deep_pipeline(
     monkeypatch.setattr(_Polish, "group_batches", lambda self, stacked, focus: iter(()))
     _, single = joint_polish(start, ticks, level, space)
     assert grouped < single <= ticks
+
+
+def test_shallower_pipelines_move_single_stages_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem, space = _space("gpt1-14")
+    best = best_baselines(problem)["1f1b"]
+    start = encode_plans([one_f_one_b_plan(problem, best.microbatches)], problem, 16).repaired()
+    asked: list[int] = []
+    grouped = _Polish.group_batches
+    monkeypatch.setattr(
+        _Polish, "group_batches", lambda self, *args: asked.append(1) or grouped(self, *args)
+    )
+    level = one_f_one_b_level(problem, best)
+    ticks = int(space.evaluate(start)[0][0])
+    joint_polish(start, ticks, level, space)
+    assert asked == [] and problem.num_stages < GROUP_MOVES_FROM_STAGES
+    monkeypatch.setattr(joint_polish_module, "GROUP_MOVES_FROM_STAGES", problem.num_stages)
+    joint_polish(start, ticks, level, space)
+    assert asked

@@ -1,11 +1,11 @@
 """A last deterministic local search around the joint GA's best plan within a memory level.
 
-It first moves groups of stages at once (:func:`group_batches`: every stage sharing a
-partition row takes the same step; every stage's lead the same step), to a local optimum
-of those moves, then single stages. On a deep pipeline, a plan that one stage's step cannot
-improve (the best 1F1B, whose stages wait on each other's equal chunks) often improves when
-all of them step together: 10 s searches of 64 stages 1.1% faster on average, of 128 stages
-0.8% (docs/measurements.md).
+On a deep pipeline (:data:`GROUP_MOVES_FROM_STAGES`) it first moves groups of stages at
+once (:func:`group_batches`: every stage sharing a partition row takes the same step;
+every stage's lead the same step), to a local optimum of those moves, then single stages:
+a plan that one stage's step cannot improve (the best 1F1B, whose stages wait on each
+other's equal chunks: on 128 stages none of the first 18,088 single-stage moves from it is
+faster) often improves when all of them step together.
 
 An individual is stacked as one ``(3, S, K)`` int32 array (forward, backward, lead). Its
 neighbours are the plans one step away in one gene of one stage: a partition step of
@@ -48,6 +48,12 @@ BYTES_PER_CANDIDATE_GENE = 96
 #: :data:`~tidgap.optimize.polish.BATCH_BYTES` (28 -> 108 candidates at 64 stages) halve
 #: the calls, and keep both cores busy in each (a 64-stage polish 7.2-7.5 -> 5.1 s).
 JOINT_BATCH_BYTES = 4 * BATCH_BYTES
+#: The polish moves groups of stages first on pipelines this deep or deeper. 10 s searches
+#: with them against without, 32-128 stages: 13 of 16 runs faster, one equal, two slower
+#: (1.5%, 2.5%); 64 stages 1.0% faster on average over 8 runs, another 64-stage problem
+#: 4.3%. 16 stages at 20 s: not faster (+0.5%, +0.9%, equal); hetero-8 at 20 s 1% slower
+#: at any memory in every run (docs/measurements.md).
+GROUP_MOVES_FROM_STAGES = 32
 
 
 def lead_rows_near(lead: np.ndarray, backwards: int) -> np.ndarray:
@@ -194,14 +200,17 @@ def joint_polish(
     interrupted: Interrupted | None = None,
 ) -> tuple[JointGenes, int]:
     """Steepest descent from ``individual`` (``(1, S, K)`` repaired genes, ``ticks`` its time,
-    within ``level``) among plans within ``level``, first over the moves of groups of
-    stages, then over single stages' moves, until a local optimum, ``deadline`` or a signal
-    (``interrupted``); returns the individual reached (repaired) and its time in ticks."""
+    within ``level``) among plans within ``level``: on :data:`GROUP_MOVES_FROM_STAGES` stages
+    or more first over the moves of groups of stages, then over single stages' moves, each
+    until a local optimum, ``deadline`` or a signal (``interrupted``); returns the
+    individual reached (repaired) and its time in ticks."""
     polish = _Polish(level, space, individual.forward[0].size * 3)
-    for batches in (polish.group_batches, polish.batches):
-        start = _stacked(individual)
+    neighbours = [polish.batches]
+    if individual.forward.shape[1] >= GROUP_MOVES_FROM_STAGES:
+        neighbours.insert(0, polish.group_batches)
+    for batches in neighbours:
         found, ticks = descend(
-            start, ticks, batches, polish.score, deadline, early=True, interrupted=interrupted
+            _stacked(individual), ticks, batches, polish.score, deadline, True, interrupted
         )
         individual = unstacked(found[None], space)
     return individual, ticks
