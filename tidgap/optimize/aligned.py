@@ -326,7 +326,7 @@ def aligned_pair(
     ``backward``: ``(S, K)``, the dual GA's best backward. Every candidate is scored with its
     best seed (:func:`seeded`, forward time plus seed span); the ``refine`` best of them
     (first on ties) get :func:`aligned_search` (until ``deadline`` or a signal,
-``interrupted``); the least total wins (the first on ties).
+    ``interrupted``); the least total wins (the first on ties).
     ``ValueError`` if every candidate breaks a backward cap.
     """
     xp = rng.xp

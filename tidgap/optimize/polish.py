@@ -148,7 +148,7 @@ def descend(
     ``early``, a scan of every stage steps at the end of its first batch holding an
     improving candidate (a deep pipeline's batch holds part of a stage's neighbours, a shallow
     one's all of them). A signal before the first batch returns ``genes`` as they are."""
-    if interrupted is not None and interrupted() is not None:
+    if time_to_stop(None, interrupted):
         return genes, fitness
     focus: Focus = None
     while True:

@@ -163,14 +163,12 @@ def used_to_the_end(
                 island.adopt(best[0], *optimizer.space.evaluate(best[0]))
         with phases("anneal"):
             found = annealed(run, found, deadline, saving)
-        if (name := run.stop.signal()) is not None:
-            stop_reason = name
-            return None
         started = time.perf_counter()
-        with phases("polish"):
-            space, stop = optimizer.space, run.stop
-            found = polished(found, run.levels, run.in_force, space, end, stop.interrupted)
-        if (name := run.stop.signal()) is not None:
+        if run.stop.signal() is None:
+            with phases("polish"):
+                levels, space = run.levels, optimizer.space
+                found = polished(found, levels, run.in_force, space, end, run.stop.interrupted)
+        if (name := run.stop.signal()) is not None:  # in the annealing or the polish
             stop_reason = name
             return None
         return time.perf_counter() - started
