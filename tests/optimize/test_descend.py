@@ -11,7 +11,9 @@ from tidgap.optimize import polish as polish_module
 from tidgap.optimize.polish import (
     COMBINED_MOVES,
     FOCUS_RADIUS,
+    Focus,
     descend,
+    group_row_moves,
     near_changes,
     neighbour_batches,
     polish,
@@ -85,15 +87,22 @@ def test_a_step_combines_at_most_its_share_of_moves(monkeypatch) -> None:
 
     monkeypatch.setattr(polish_module, "near_changes", recording)
     genes = _start(stages)
-    polished, fitness = polish(
-        genes,
-        int(((genes[:, 0] - 3) ** 2).sum()),
-        np.full(stages, UNITS),
-        _separable(targets, []),
-        batch_bytes=1 << 30,
+    polished, fitness = _single_stages(
+        genes, int(((genes[:, 0] - 3) ** 2).sum()), _separable(targets, [])
     )
     # the first step moves COMBINED_MOVES stages, later ones the rest, each stage once
     assert fitness == 0 and moved[0] == COMBINED_MOVES and sum(moved) == stages
+
+
+def _single_stages(genes: np.ndarray, fitness: int, score) -> tuple[np.ndarray, int]:
+    """:func:`descend` over single stages' moves in one batch a scan (what :func:`polish`
+    does after its group moves on a deep chromosome)."""
+    caps = np.full(genes.shape[0], UNITS)
+
+    def batches(g: np.ndarray, focus: Focus) -> Iterator[np.ndarray]:
+        return neighbour_batches(g, caps, 1 << 20, focus)
+
+    return descend(genes, fitness, batches, score)
 
 
 def test_after_a_step_only_stages_near_its_changes_are_scanned() -> None:
@@ -107,9 +116,7 @@ def test_after_a_step_only_stages_near_its_changes_are_scanned() -> None:
     scans: list[int] = []
     genes = _start(stages)
     start = int(_separable(targets, [])(genes[None])[0])
-    polished, fitness = polish(
-        genes, start, np.full(stages, UNITS), _separable(targets, scans), batch_bytes=1 << 30
-    )
+    polished, fitness = _single_stages(genes, start, _separable(targets, scans))
     assert fitness == 0 and (polished[:, 0] == targets).all()
     per_stage = scans[0] // stages  # every untouched row has as many neighbours
     near = 2 * FOCUS_RADIUS + 1
@@ -187,3 +194,35 @@ def test_the_neighbour_rows_are_those_of_the_definition_in_its_order() -> None:
         near = rows_near(row, cap)
         assert near.dtype == np.int32 and near.shape[1] == width
         assert near.tolist() == _rows_near_by_definition(row, cap)
+
+
+def test_group_row_moves_step_the_stages_sharing_a_row_within_their_least_cap() -> None:
+    rows = np.array([[4, 4, 0, 0], [5, 3, 0, 0], [4, 4, 0, 0], [5, 3, 0, 0], [8, 0, 0, 0]])
+    caps = np.array([8, 8, 5, 6, 8])
+    moved = list(group_row_moves(rows, caps))
+    first = rows_near(rows[0], 5)  # stages 0 and 2
+    second = rows_near(rows[1], 6)  # stages 1 and 3; stage 4's row is its own
+    assert len(moved) == len(first) + len(second)
+    for n, (candidate, row) in enumerate(zip(moved, [*first, *second], strict=True)):
+        together = [0, 2] if n < len(first) else [1, 3]
+        assert (candidate[together] == row).all()
+        others = [s for s in range(5) if s not in together]
+        assert (candidate[others] == rows[others]).all()
+
+
+def test_a_deep_flush_polish_moves_groups_of_stages_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stage wants its first microbatch at 3 units, and any stage apart from the
+    others costs: single stages' steps cannot leave the equal partition, the group's can."""
+    stages = 4
+    start = np.tile(np.array([2, 2, 2, 2], dtype=np.int64), (stages, 1))
+
+    def score(candidates: np.ndarray) -> np.ndarray:
+        apart = (candidates != candidates[:, :1]).any(axis=2).sum(axis=1)
+        return ((candidates[:, :, 0] - 3) ** 2).sum(axis=1) + 10 * apart
+
+    caps = np.full(stages, UNITS)
+    fitness = int(score(start[None])[0])
+    assert polish(start, fitness, caps, score)[1] == fitness  # single stages: stuck
+    monkeypatch.setattr(polish_module, "GROUP_MOVES_FROM_STAGES", stages)
+    genes, ticks = polish(start, fitness, caps, score)
+    assert ticks < fitness and (genes == genes[0]).all() and genes[0, 0] == 3

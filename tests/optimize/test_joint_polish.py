@@ -122,15 +122,19 @@ def test_group_moves_step_every_stage_sharing_a_row() -> None:
     stacked = np.stack([forward, backward, lead])
     caps = (np.array([4, 4, 3]), np.array([4, 4, 4]))
     moves = list(group_moves(stacked, caps, (0, 1)))
-    forwards = [rows for gene, rows in moves if gene == 0]
+    changed = [[g for g in range(3) if (c[g] != stacked[g]).any()] for c in moves]
+    assert all(len(genes) == 1 for genes in changed)  # each moves one gene
+    forwards = [c[0] for c, genes in zip(moves, changed, strict=True) if genes == [0]]
     expected = rows_near(forward[0], 3)  # stages 0 and 2; the least cap of the two
     assert len(forwards) == len(expected)
     for rows, row in zip(forwards, expected, strict=True):
         assert (rows[0] == row).all() and (rows[2] == row).all() and (rows[1] == forward[1]).all()
-    backwards = [rows for gene, rows in moves if gene == 1]
+    backwards = [c[1] for c, genes in zip(moves, changed, strict=True) if genes == [1]]
     assert len(backwards) == len(rows_near(backward[0], 4))
     assert all((rows == rows[0]).all() for rows in backwards)  # all three stages at once
-    assert [gene for gene, _ in moves].count(2) == len(lead_group_moves(lead, np.ones(3, int)))
+    leads = len(lead_group_moves(lead, np.ones(3, int)))
+    assert [genes for genes in changed].count([2]) == leads
+    assert changed == [[0]] * len(forwards) + [[1]] * len(backwards) + [[2]] * leads
 
 
 def test_group_moves_improve_the_best_1f1b_of_a_deep_pipeline(

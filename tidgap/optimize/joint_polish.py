@@ -1,11 +1,10 @@
 """A last deterministic local search around the joint GA's best plan within a memory level.
 
-On a deep pipeline (:data:`GROUP_MOVES_FROM_STAGES`) it first moves groups of stages at
-once (:func:`group_batches`: every stage sharing a partition row takes the same step;
-every stage's lead the same step), to a local optimum of those moves, then single stages:
-a plan that one stage's step cannot improve (the best 1F1B, whose stages wait on each
-other's equal chunks: on 128 stages none of the first 18,088 single-stage moves from it is
-faster) often improves when all of them step together.
+On a deep pipeline (:data:`~tidgap.optimize.polish.GROUP_MOVES_FROM_STAGES`) it first
+moves groups of stages at once (:func:`group_moves`: every stage sharing a partition row
+takes the same step; every stage's lead the same step), to a local optimum of those moves,
+then single stages: on 128 stages none of the first 18,088 single-stage moves from the
+best 1F1B is faster, while moves of all stages at once are.
 
 An individual is stacked as one ``(3, S, K)`` int32 array (forward, backward, lead). Its
 neighbours are the plans one step away in one gene of one stage: a partition step of
@@ -32,11 +31,14 @@ from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel, penalised
 from tidgap.optimize.polish import (
     BATCH_BYTES,
+    GROUP_MOVES_FROM_STAGES,
     Focus,
     Interrupted,
     Moves,
     descend,
     focused,
+    group_row_moves,
+    in_batches,
     moved_batches,
     rows_near,
 )
@@ -48,12 +50,6 @@ BYTES_PER_CANDIDATE_GENE = 96
 #: :data:`~tidgap.optimize.polish.BATCH_BYTES` (28 -> 108 candidates at 64 stages) halve
 #: the calls, and keep both cores busy in each (a 64-stage polish 7.2-7.5 -> 5.1 s).
 JOINT_BATCH_BYTES = 4 * BATCH_BYTES
-#: The polish moves groups of stages first on pipelines this deep or deeper. 10 s searches
-#: with them against without, 32-128 stages: 13 of 16 runs faster, one equal, two slower
-#: (1.5%, 2.5%); 64 stages 1.0% faster on average over 8 runs, another 64-stage problem
-#: 4.3%. 16 stages at 20 s: not faster (+0.5%, +0.9%, equal); hetero-8 at 20 s 1% slower
-#: at any memory in every run (docs/measurements.md).
-GROUP_MOVES_FROM_STAGES = 32
 
 
 def lead_rows_near(lead: np.ndarray, backwards: int) -> np.ndarray:
@@ -103,42 +99,20 @@ def lead_group_moves(lead: np.ndarray, backwards: np.ndarray) -> np.ndarray:
 
 def group_moves(
     stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], genes: tuple[int, ...]
-) -> Iterator[tuple[int, np.ndarray]]:
-    """Steps of several stages at once from ``stacked`` ``(3, S, K)``, each a gene and its
-    new ``(S, K)`` rows: for each partition gene of ``genes`` (0 forward, 1 backward) and
-    each row two stages or more share (in the order of their first stage), every
-    :func:`~tidgap.optimize.polish.rows_near` step of it on all of those stages (within
-    their least cap); then :func:`lead_group_moves`."""
+) -> Iterator[np.ndarray]:
+    """Individuals ``(3, S, K)`` some steps of several stages at once from ``stacked``: for
+    each partition gene of ``genes`` (0 forward, 1 backward) its
+    :func:`~tidgap.optimize.polish.group_row_moves`, then :func:`lead_group_moves`."""
     for gene in genes:
-        rows = stacked[gene]
-        _, first, inverse, counts = np.unique(
-            rows, axis=0, return_index=True, return_inverse=True, return_counts=True
-        )
-        for group in sorted(np.flatnonzero(counts >= 2), key=lambda g: first[g]):
-            members = (inverse.reshape(-1) == group)[:, None]
-            cap = int(caps[gene][members[:, 0]].min())
-            for row in rows_near(rows[first[group]], cap):
-                yield gene, np.where(members, row, rows)
+        for rows in group_row_moves(stacked[gene], caps[gene]):
+            candidate = stacked.copy()
+            candidate[gene] = rows
+            yield candidate
     backwards = (stacked[1] > 0).sum(axis=1)
     for lead in lead_group_moves(stacked[2], backwards):
-        yield 2, lead
-
-
-def group_batches(
-    stacked: np.ndarray, caps: tuple[np.ndarray, np.ndarray], batch: int, genes: tuple[int, ...]
-) -> Iterator[np.ndarray]:
-    """Every individual of :func:`group_moves` from ``stacked`` in ``(n, 3, S, K)``
-    batches of at most ``batch``."""
-    chunk = []
-    for gene, rows in group_moves(stacked, caps, genes):
         candidate = stacked.copy()
-        candidate[gene] = rows
-        chunk.append(candidate)
-        if len(chunk) == batch:
-            yield np.stack(chunk)
-            chunk = []
-    if chunk:
-        yield np.stack(chunk)
+        candidate[2] = lead
+        yield candidate
 
 
 def stacked_neighbours(
@@ -179,9 +153,9 @@ class _Polish:
         return stacked_neighbours(stacked, self.caps, self.batch, genes, focus)
 
     def group_batches(self, stacked: np.ndarray, focus: Focus) -> Iterator[np.ndarray]:
-        """The moves of groups of stages (:func:`group_batches`; every one, whatever
+        """The moves of groups of stages (:func:`group_moves`; every one, whatever
         ``focus``)."""
-        return group_batches(stacked, self.caps, self.batch, self.space.partition_genes)
+        return in_batches(group_moves(stacked, self.caps, self.space.partition_genes), self.batch)
 
 
 def _stacked(individual: JointGenes) -> np.ndarray:
@@ -200,7 +174,8 @@ def joint_polish(
     interrupted: Interrupted | None = None,
 ) -> tuple[JointGenes, int]:
     """Steepest descent from ``individual`` (``(1, S, K)`` repaired genes, ``ticks`` its time,
-    within ``level``) among plans within ``level``: on :data:`GROUP_MOVES_FROM_STAGES` stages
+    within ``level``) among plans within ``level``: on
+    :data:`~tidgap.optimize.polish.GROUP_MOVES_FROM_STAGES` stages
     or more first over the moves of groups of stages, then over single stages' moves, each
     until a local optimum, ``deadline`` or a signal (``interrupted``); returns the
     individual reached (repaired) and its time in ticks."""
