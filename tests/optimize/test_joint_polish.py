@@ -9,11 +9,10 @@ from tidgap import evaluate, load_problem
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
 from tidgap.model.problem import Problem
-from tidgap.optimize import joint_polish as joint_polish_module
+from tidgap.optimize import polish as polish_module
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.joint_polish import (
-    GROUP_MOVES_FROM_STAGES,
     _Polish,
     group_moves,
     joint_polish,
@@ -23,7 +22,7 @@ from tidgap.optimize.joint_polish import (
     unstacked,
 )
 from tidgap.optimize.limits import MemoryLevel, penalised, stage_level
-from tidgap.optimize.polish import moved_batches, rows_near
+from tidgap.optimize.polish import GROUP_MOVES_FROM_STAGES, moved_batches, rows_near
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.windowed_seeds import encode_plans, one_f_one_b_level
 from tidgap.profiling.synth import synth_problem
@@ -143,7 +142,7 @@ def test_group_moves_improve_the_best_1f1b_of_a_deep_pipeline(
     """On 16 stages the best 1F1B is a local optimum of single stages' moves (within its own
     memory), not of the moves of all stages at once (the polish takes them from 16 stages
     here; from :data:`GROUP_MOVES_FROM_STAGES` in a search)."""
-    monkeypatch.setattr(joint_polish_module, "GROUP_MOVES_FROM_STAGES", 16)
+    monkeypatch.setattr(polish_module, "GROUP_MOVES_FROM_STAGES", 16)
     problem = Problem.from_dict(synth_problem(3, stages=16, batch_size=256))
     ticked = tick_problem(problem)
     evaluator = create_evaluator(ticked, "windowed", "numba")
@@ -172,6 +171,6 @@ def test_shallower_pipelines_move_single_stages_only(monkeypatch: pytest.MonkeyP
     ticks = int(space.evaluate(start)[0][0])
     joint_polish(start, ticks, level, space)
     assert asked == [] and problem.num_stages < GROUP_MOVES_FROM_STAGES
-    monkeypatch.setattr(joint_polish_module, "GROUP_MOVES_FROM_STAGES", problem.num_stages)
+    monkeypatch.setattr(polish_module, "GROUP_MOVES_FROM_STAGES", problem.num_stages)
     joint_polish(start, ticks, level, space)
     assert asked

@@ -42,6 +42,14 @@ Command = Callable[..., Any]
 TORCH_SEED = click.IntRange(min=0, max=MAX_TORCH_SEED)
 
 
+def with_options(command: Command, options: list[Callable[[Command], Command]]) -> Command:
+    """``command`` decorated with ``options`` (``click.option`` decorators), listed in
+    ``--help`` in their order."""
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 def count_range(least: int = 1, most: int = MAX_COUNT) -> click.IntRange:
     """An integer option in ``least..most`` (refused with click's one line otherwise)."""
     return click.IntRange(min=least, max=most)

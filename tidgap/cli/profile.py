@@ -19,7 +19,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tidgap.cli.options import Command, Number, count_range, require_folder_name
+from tidgap.cli.options import Command, Number, count_range, require_folder_name, with_options
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
@@ -152,12 +152,7 @@ def shape_options(batch_size: int) -> Callable[[Command], Command]:
         ),
     ]
 
-    def decorate(command: Command) -> Command:
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
+    return lambda command: with_options(command, options)
 
 
 def model_options(command: Command) -> Command:
@@ -184,9 +179,7 @@ def model_options(command: Command) -> Command:
             help="module:attribute: the shape of one input sample.",
         ),
     ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    return with_options(command, options)
 
 
 def optimizer_options(command: Command) -> Command:
@@ -207,9 +200,7 @@ def optimizer_options(command: Command) -> Command:
             help=f"--optimizer's learning rate [{DEFAULT_LR:g}].",
         ),
     ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    return with_options(command, options)
 
 
 def learning_rate(optimizer: str | None, lr: float | None) -> float | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from tidgap.cli.options import TORCH_SEED, Command, Number, count_range
+from tidgap.cli.options import TORCH_SEED, Command, Number, count_range, with_options
 from tidgap.cli.profile import build_model, model_options, require_torch
 from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
@@ -192,9 +192,7 @@ def worker_options(command: Command) -> Command:
         ),
     ]
     model, *rest = options
-    for option in reversed(rest):
-        command = option(command)
-    return model(model_options(command))
+    return model(model_options(with_options(command, rest)))
 
 
 

@@ -31,13 +31,13 @@ from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel, penalised
 from tidgap.optimize.polish import (
     BATCH_BYTES,
-    GROUP_MOVES_FROM_STAGES,
     Focus,
     Interrupted,
     Moves,
     descend,
     focused,
     group_row_moves,
+    groups_first,
     in_batches,
     moved_batches,
     rows_near,
@@ -181,7 +181,7 @@ def joint_polish(
     individual reached (repaired) and its time in ticks."""
     polish = _Polish(level, space, individual.forward[0].size * 3)
     neighbours = [polish.batches]
-    if individual.forward.shape[1] >= GROUP_MOVES_FROM_STAGES:
+    if groups_first(individual.forward.shape[1]):
         neighbours.insert(0, polish.group_batches)
     for batches in neighbours:
         found, ticks = descend(

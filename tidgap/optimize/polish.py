@@ -34,6 +34,12 @@ BATCH_BYTES = 32 << 20
 GROUP_MOVES_FROM_STAGES = 32
 
 
+def groups_first(stages: int) -> bool:
+    """Whether a polish of ``stages`` stages first descends over the moves of groups of
+    stages (:data:`GROUP_MOVES_FROM_STAGES`)."""
+    return stages >= GROUP_MOVES_FROM_STAGES
+
+
 def rows_near(row: np.ndarray, cap: int) -> np.ndarray:
     """Feasible rows one step from ``row`` ``(K,)`` (sizes in units, zero-padded), as
     ``(n, K)``: across each boundary in turn, one unit moved left, one moved right, the two
@@ -292,7 +298,7 @@ def polish(
     def singles(g: np.ndarray, focus: Focus) -> Iterator[np.ndarray]:
         return neighbour_batches(g, caps, batch, focus)
 
-    steps = [groups, singles] if genes.shape[0] >= GROUP_MOVES_FROM_STAGES else [singles]
+    steps = [groups, singles] if groups_first(genes.shape[0]) else [singles]
     for batches in steps:
         genes, fitness = descend(genes, fitness, batches, score, deadline, interrupted=interrupted)
     return genes, fitness

@@ -149,9 +149,8 @@ def used_to_the_end(
     annealing (its chains' bests hold the bests it began from), so a resume goes on from
     the latest round. Returns the bests and the stop reason (a signal's name if one came:
     it stops a round's annealing or polish)."""
-    if stop_reason in STOP_SIGNALS.values():
-        return found, stop_reason
-    if run.time_limit is None or not runs_to_the_limit(run.stop, run.time_limit):
+    signalled = stop_reason in STOP_SIGNALS.values()
+    if signalled or run.time_limit is None or not runs_to_the_limit(run.stop, run.time_limit):
         return found, stop_reason
     optimizer, phases = run.optimizer, run.phases
     end = run.clock + run.time_limit
