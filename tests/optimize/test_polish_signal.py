@@ -4,6 +4,7 @@ polish to end, which on a deep pipeline took seconds to minutes)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from tidgap.model.plan import check_plan
 from tidgap.model.problem import load_problem
-from tidgap.optimize import flush_driver
+from tidgap.optimize import flush_driver, windowed_finish
 from tidgap.optimize import polish as polish_module
 from tidgap.optimize.driver import search
 from tidgap.optimize.joint_polish import _Polish
@@ -110,6 +111,11 @@ def test_a_signal_in_a_later_rounds_polish_ends_the_time_limited_search(
     problem = load_problem("example:gpt1-14")
     calls = _counted_joint_polish(monkeypatch)
     on_phase, interrupted = _interrupted_in_polish(calls, entries=2)
+
+    def one_round(end: float, time_limit: float, ending: float, round_: Callable) -> None:
+        round_(time.perf_counter())  # a round, whatever the clock says (a loaded machine)
+
+    monkeypatch.setattr(windowed_finish, "more_rounds", one_round)
     result = search(
         problem, time_limit=4.0, population=32, on_phase=on_phase, interrupted=interrupted
     )
