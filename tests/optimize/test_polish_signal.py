@@ -116,10 +116,18 @@ def test_a_signal_in_a_later_rounds_polish_ends_the_time_limited_search(
         round_(time.perf_counter())  # a round, whatever the clock says (a loaded machine)
 
     monkeypatch.setattr(windowed_finish, "more_rounds", one_round)
+    begun: list[int] = []  # the batches scored when each polish phase began
+
+    def phase(name: str) -> None:
+        on_phase(name)
+        if name == "polish":
+            begun.append(len(calls))
+
     result = search(
-        problem, time_limit=4.0, population=32, on_phase=on_phase, interrupted=interrupted
+        problem, time_limit=4.0, population=32, on_phase=phase, interrupted=interrupted
     )
     assert result.stop_reason == "SIGINT"  # was "time limit": the round's polish ran on
+    assert len(begun) == 2 and len(calls) - begun[1] == 1  # one batch, then the signal
     check_plan(result.plan, problem)
 
 
