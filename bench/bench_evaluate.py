@@ -61,9 +61,9 @@ def test_backend(
     evaluate_population(evaluator, population)  # warm-up: Numba compiles (or loads its cache)
     benchmark.group = "evaluate S=8 B=256 P=4096"
     if backend == "numba":
-        import numba
+        from tidgap.fallback_cpu.threads import thread_count
 
-        benchmark.extra_info["threads"] = numba.get_num_threads()
+        benchmark.extra_info["threads"] = thread_count()
     forward, backward = benchmark(evaluate_population, evaluator, population)
     assert np.array_equal(forward, reference[0]) and np.array_equal(backward, reference[1])
     throughput(backend, benchmark, population.size)

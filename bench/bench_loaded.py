@@ -4,20 +4,16 @@ Busy processes are ``python -c`` loops started by the ``busy`` fixture, always s
 the test, and each stops itself after :data:`BUSY_LIMIT_S` seconds anyway.
 
 - ``test_evaluate_loaded``: ``bench_evaluate``'s Numba case (``S = 8``, ``B = 256``, ``P =
-  4096``) in this process, under tidgap's threading default (``tidgap.fallback_cpu``); the
-  summary table lists it as ``numba+Nbusy``.
+  4096``) in this process, its loops in tidgap's threads (``tidgap.fallback_cpu.threads``);
+  the summary table lists it as ``numba+Nbusy``.
 - ``test_search_loaded``: wall time of ``tidgap search example:vgg16 --seed 0 --generations
-  200 --cpu --quiet`` in a fresh process (startup included): with tidgap's default
-  (``default``, a 1000-round spin), with ``OMP_WAIT_POLICY=PASSIVE`` (``passive``) and with
-  libgomp's own default restored by ``GOMP_SPINCOUNT=300000`` (``spin``, tidgap before).
+  200 --cpu --quiet`` in a fresh process (startup included).
 
-Run: ``pytest bench/bench_loaded.py --benchmark-only`` (about 2-5 minutes on 2 cores, most of it
-in the ``spin`` cases under load).
+Run: ``pytest bench/bench_loaded.py --benchmark-only`` (about a minute on 2 cores).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -30,7 +26,7 @@ from bench_evaluate import POPULATION, evaluate_population, random_chromosomes, 
 
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
-from tidgap.fallback_cpu import USER_SETTINGS
+from tidgap.fallback_cpu.threads import thread_count
 from tidgap.optimize.genome import Population
 
 #: Seconds after which a busy process stops itself, should the fixture never stop it.
@@ -42,13 +38,6 @@ SEARCH_LIMIT_S = 120
 #: The timed command, run with this interpreter.
 SEARCH = [sys.executable, "-m", "tidgap", "search", "example:vgg16", "--seed", "0"]
 SEARCH += ["--generations", "200", "--cpu", "--quiet"]
-
-#: Threading variables per search case; the rest of the environment is passed on.
-POLICIES = {
-    "default": {},
-    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
-    "spin": {"GOMP_SPINCOUNT": "300000"},
-}
 
 
 @pytest.fixture(params=[0, 1, 2], ids=lambda count: f"{count}busy")
@@ -80,16 +69,9 @@ def workload() -> tuple[Any, Population]:
 
 
 def test_evaluate_loaded(benchmark: Any, throughput: Any, workload: Any, busy: int) -> None:
-    import numba
-
     evaluator, population = workload
     benchmark.group = "evaluate S=8 B=256 P=4096, loaded"
-    benchmark.extra_info.update(
-        busy=busy,
-        threads=numba.get_num_threads(),
-        layer=numba.threading_layer(),
-        **{name: os.environ.get(name) for name in USER_SETTINGS},
-    )
+    benchmark.extra_info.update(busy=busy, threads=thread_count())
     forward, backward = benchmark(evaluate_population, evaluator, population)
     assert forward.shape == backward.shape == (population.size,)
     throughput(f"numba+{busy}busy", benchmark, population.size)
@@ -101,16 +83,13 @@ def compiled() -> None:
     subprocess.run(SEARCH, capture_output=True, timeout=600, check=True)
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
-def test_search_loaded(benchmark: Any, compiled: None, busy: int, policy: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in USER_SETTINGS}
-    env.update(POLICIES[policy])
+def test_search_loaded(benchmark: Any, compiled: None, busy: int) -> None:
     benchmark.group = "tidgap search vgg16 200 generations, loaded"
-    benchmark.extra_info.update(busy=busy, policy=policy)
+    benchmark.extra_info.update(busy=busy)
 
     def search() -> str:
         return subprocess.run(
-            SEARCH, env=env, capture_output=True, text=True, timeout=SEARCH_LIMIT_S, check=True
+            SEARCH, capture_output=True, text=True, timeout=SEARCH_LIMIT_S, check=True
         ).stdout
 
     output = benchmark.pedantic(search, rounds=3, iterations=1)

@@ -137,9 +137,9 @@ def test_windowed_backend(
     evaluator.score(population)  # warm-up: Numba compiles (or loads its cache)
     benchmark.group = group(spec)
     if backend == "numba":
-        import numba
+        from tidgap.fallback_cpu.threads import thread_count
 
-        benchmark.extra_info["threads"] = numba.get_num_threads()
+        benchmark.extra_info["threads"] = thread_count()
     scores = benchmark(evaluator.score, population)
     assert np.array_equal(scores, reference)
     throughput(f"windowed-{backend}{spec.suffix}", benchmark, population.size)

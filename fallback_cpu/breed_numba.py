@@ -1,5 +1,6 @@
-"""The GAs' breeding as compiled loops (Numba), one child per ``prange`` iteration: the CPU
-twin of ``kernels/breed.cuh`` and ``kernels/joint_breed.cuh``.
+"""The GAs' breeding as compiled loops (Numba), one child per iteration, the children shared
+out among threads (:mod:`tidgap.fallback_cpu.threads`): the CPU twin of
+``kernels/breed.cuh`` and ``kernels/joint_breed.cuh``.
 
 :func:`numba_breed`, :func:`numba_joint_breed` and :func:`numba_joint_mutate` give exactly
 the children of :func:`tidgap.optimize.operators.breed`,
@@ -21,9 +22,10 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tidgap.fallback_cpu.repair_numba import _individual as _repair
+from tidgap.fallback_cpu.threads import in_threads, row_shares
 from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes, mutation_table
 from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng
@@ -231,13 +233,13 @@ def _stage_parent(c, s, stages, first, second, use_cross, streams):  # pragma: n
     return second if use_cross and not take_first else first
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _breed(
-    genes, fitness, caps, kinds, size, crossover_rate, mutation_rate, streams, out
+    genes, fitness, caps, kinds, size, crossover_rate, mutation_rate, streams, out, begin, end
 ):  # pragma: no cover - compiled
-    """:func:`numba_breed`'s children into ``out`` ``(C, S, K)``."""
-    children, stages, _ = out.shape
-    for c in prange(children):
+    """:func:`numba_breed`'s children ``begin..end-1`` into ``out`` ``(C, S, K)``."""
+    stages = out.shape[1]
+    for c in range(begin, end):
         first, second, use_cross = _parents(c, fitness, size, crossover_rate, streams)
         for s in range(stages):
             out[c, s] = genes[_stage_parent(c, s, stages, first, second, use_cross, streams), s]
@@ -286,7 +288,7 @@ def _repaired(forward, backward, lead, codes):  # pragma: no cover - compiled
     _repair(forward, backward, lead, lead, codes, fp, bp, before)
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _joint_breed(
     parents,
     fitness,
@@ -300,11 +302,14 @@ def _joint_breed(
     mutation_rate,
     streams,
     out,
+    begin,
+    end,
 ):  # pragma: no cover - compiled
-    """:func:`numba_joint_breed`'s children into ``out`` (forward, backward, lead, codes)."""
+    """:func:`numba_joint_breed`'s children ``begin..end-1`` into ``out`` (forward,
+    backward, lead, codes)."""
     forward, backward, lead = parents
-    children, stages, _ = out[0].shape
-    for c in prange(children):
+    stages = out[0].shape[1]
+    for c in range(begin, end):
         first, second, use_cross = _parents(c, fitness, size, crossover_rate, streams)
         for s in range(stages):
             parent = _stage_parent(c, s, stages, first, second, use_cross, streams)
@@ -320,12 +325,13 @@ def _joint_breed(
         _repaired(out[0][c], out[1][c], out[2][c], out[3][c])
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _joint_mutate(
-    fcaps, bcaps, kinds, on_backward, mirrored, rate, streams, out
+    fcaps, bcaps, kinds, on_backward, mirrored, rate, streams, out, begin, end
 ):  # pragma: no cover - compiled
-    """:func:`numba_joint_mutate` in place on ``out`` (forward, backward, lead, codes)."""
-    for c in prange(out[0].shape[0]):
+    """:func:`numba_joint_mutate` in place on ``out``'s individuals ``begin..end-1``
+    (forward, backward, lead, codes)."""
+    for c in range(begin, end):
         op, u0, u1, u2 = _drawn(c, kinds.shape[0], rate, streams, 0)
         _mutate_joint(
             op, u0, u1, u2, kinds, on_backward, out[0][c], out[1][c], out[2][c], fcaps, bcaps
@@ -360,18 +366,13 @@ def numba_breed(
     genes = _int32(genes)
     streams = rng.streams(BREED_DRAWS)
     out = np.empty((children, *genes.shape[1:]), dtype=np.int32)
-    if children:
-        _breed(
-            genes,
-            _int64(fitness),
-            _int64(caps),
-            partition_kinds(),
-            tournament_size,
-            float(crossover_rate),
-            float(mutation_rate),
-            streams,
-            out,
-        )
+    fitness, caps, kinds = _int64(fitness), _int64(caps), partition_kinds()
+    rates = float(crossover_rate), float(mutation_rate)
+
+    def run(share: tuple[int, int]) -> None:
+        _breed(genes, fitness, caps, kinds, tournament_size, *rates, streams, out, *share)
+
+    in_threads(run, row_shares(children, cheap=True))
     return out
 
 
@@ -395,22 +396,25 @@ def numba_joint_breed(
     streams = rng.streams(BREED_DRAWS)
     if out is None:
         out = JointGenes.empty(children, *parents[0].shape[1:], np)
-    if children:
-        kinds, on_backward = joint_kinds(mirrored)
-        _joint_breed(
-            parents,
-            _int64(fitness),
-            _int64(forward_caps),
-            _int64(backward_caps),
-            kinds,
-            on_backward,
-            mirrored,
-            tournament_size,
-            float(crossover_rate),
-            float(mutation_rate),
-            streams,
-            out.arrays(),
-        )
+    kinds, on_backward = joint_kinds(mirrored)
+    settings = (
+        _int64(fitness),
+        _int64(forward_caps),
+        _int64(backward_caps),
+        kinds,
+        on_backward,
+        mirrored,
+        tournament_size,
+        float(crossover_rate),
+        float(mutation_rate),
+        streams,
+        out.arrays(),
+    )
+
+    def run(share: tuple[int, int]) -> None:
+        _joint_breed(parents, *settings, *share)
+
+    in_threads(run, row_shares(children))
     return out
 
 
@@ -428,16 +432,12 @@ def numba_joint_mutate(
     for mine, given in zip(out.rows(), genes.rows(), strict=True):
         mine[...] = given
     streams = rng.streams(MUTATE_DRAWS)
-    if genes.size:
-        kinds, on_backward = joint_kinds(mirrored)
-        _joint_mutate(
-            _int64(forward_caps),
-            _int64(backward_caps),
-            kinds,
-            on_backward,
-            mirrored,
-            float(rate),
-            streams,
-            out.arrays(),
-        )
+    kinds, on_backward = joint_kinds(mirrored)
+    caps = _int64(forward_caps), _int64(backward_caps)
+    arrays = out.arrays()
+
+    def run(share: tuple[int, int]) -> None:
+        _joint_mutate(*caps, kinds, on_backward, mirrored, float(rate), streams, arrays, *share)
+
+    in_threads(run, row_shares(genes.size))
     return out

@@ -16,9 +16,10 @@ walk is branch-free: each step either advances the upstream pointer or finishes 
 microbatch, chosen by selects marked unpredictable (LLVM would otherwise turn them into
 branches that mispredict on random partitions, several times slower).
 
-Parallel mapping: ``prange`` over chunks of individuals (a few chunks per thread, for
-balance); each chunk allocates its scratch once, ``(2, K+1)`` int64 end times and prefix
-sums (the previous and the current stage, swapped by stage parity); within an individual
+Parallel mapping: the individuals shared out among threads
+(:mod:`tidgap.fallback_cpu.threads`); each share allocates its scratch once, ``(2, K+1)``
+int64 end times and prefix sums (the previous and the current stage, swapped by stage
+parity); within an individual
 the stages and microbatches run sequentially. All arithmetic is int64 ``max`` and ``+``,
 so the results equal :mod:`tidgap.fallback_cpu.flush_numpy`'s exactly (ticks are
 non-negative, so no difference overflows). An individual that is not a valid chain (a size
@@ -29,13 +30,11 @@ module is (``import tidgap`` does not import it).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
-#: At most this many individuals share one scratch allocation (one ``prange`` iteration).
-_MAX_CHUNK = 64
+from tidgap.fallback_cpu.threads import in_threads, row_shares
 
 
 def _unpredictable(builder, instruction):
@@ -71,28 +70,46 @@ def _pick(typingctx, condition, x, y):  # pragma: no cover - compiled
     return x(condition, x, y), codegen
 
 
-@njit(parallel=True, cache=True, boundscheck=False, nogil=True)
-def _chain_ends_kernel(sizes, compute, transfer, chunk):  # pragma: no cover - compiled
-    """``ends (P, S)`` and ``1 + `` the index of an invalid individual (0 when none)."""
-    population, stages, width = sizes.shape
+@njit(cache=True, boundscheck=False, nogil=True)
+def _chain_ends_rows(sizes, compute, transfer, ends, first, end):  # pragma: no cover - compiled
+    """``ends[first:end]`` ``(P, S)`` written; ``1 +`` the index of the last invalid
+    individual among them (0 when none)."""
+    _, stages, width = sizes.shape
     largest = compute.shape[1] - 1
     one = np.uint64(1)
-    ends = np.zeros((population, stages), dtype=np.int64)
-    num_chunks = (population + chunk - 1) // chunk
-    bad = np.zeros(num_chunks, dtype=np.int64)
-    for c in prange(num_chunks):
-        first = c * chunk
-        last = min(first + chunk, population)
-        finish = np.zeros((2, width + 1), dtype=np.int64)  # F (then A_up in place) per stage
-        prefix = np.zeros((2, width + 1), dtype=np.int64)  # prefix sums per stage
-        for p in range(first, last):
-            row = sizes[p]
-            invalid = False
-            # Stage 0: nothing to wait for.
-            own, done, sums, table = row[0], finish[0], prefix[0], compute[0]
-            f = np.int64(0)
-            total = np.int64(0)
-            n = 0
+    bad = 0
+    finish = np.zeros((2, width + 1), dtype=np.int64)  # F (then A_up in place) per stage
+    prefix = np.zeros((2, width + 1), dtype=np.int64)  # prefix sums per stage
+    for p in range(first, end):
+        row = sizes[p]
+        invalid = False
+        # Stage 0: nothing to wait for.
+        own, done, sums, table = row[0], finish[0], prefix[0], compute[0]
+        f = np.int64(0)
+        total = np.int64(0)
+        n = 0
+        for k in range(width):
+            b = own[k]
+            if b == 0:
+                break
+            if b > largest:
+                invalid = True
+                break
+            f += table[b]
+            done[k] = f
+            total += b
+            sums[k] = total
+            n = k + 1
+        ends[p, 0] = f
+        for s in range(1, stages):
+            cur = s & 1
+            prev = cur ^ 1
+            upstream, arrivals, up_sums = row[s - 1], finish[prev], prefix[prev]
+            own, done, sums = row[s], finish[cur], prefix[cur]
+            table, link = compute[s], transfer[s - 1]
+            # Own prefix sums (and the row's length).
+            q = np.int64(0)
+            m = 0
             for k in range(width):
                 b = own[k]
                 if b == 0:
@@ -100,64 +117,42 @@ def _chain_ends_kernel(sizes, compute, transfer, chunk):  # pragma: no cover - c
                 if b > largest:
                     invalid = True
                     break
-                f += table[b]
+                q += b
+                sums[k] = q
+                m = k + 1
+            # Both rows must cover the same samples (or both be empty); otherwise the
+            # walk is skipped (no out-of-bounds reads) and the individual reported.
+            consistent = (m > 0) & (n > 0) & (q == up_sums[max(n, 1) - 1])
+            invalid |= not (consistent | ((m == 0) & (n == 0)))
+            steps = n + m - 1 if consistent else 0
+            # Upstream end times -> arrivals, in place.
+            a = arrivals[0]
+            for i in range(n):
+                a = _max(arrivals[i], a) + link[upstream[i]]
+                arrivals[i] = a
+            # Two-pointer walk: advance upstream (take) or finish own microbatch k.
+            i = np.uint64(0)
+            k = np.uint64(0)
+            qi = up_sums[0]
+            qk = sums[0]
+            f = np.int64(0)
+            for _ in range(steps):
+                take = qi < qk
+                candidate = _max(f, arrivals[i]) + table[own[k]]
+                next_qi = up_sums[i + one]
+                next_qk = sums[k + one]
+                f = _pick(take, f, candidate)
                 done[k] = f
-                total += b
-                sums[k] = total
-                n = k + 1
-            ends[p, 0] = f
-            for s in range(1, stages):
-                cur = s & 1
-                prev = cur ^ 1
-                upstream, arrivals, up_sums = row[s - 1], finish[prev], prefix[prev]
-                own, done, sums = row[s], finish[cur], prefix[cur]
-                table, link = compute[s], transfer[s - 1]
-                # Own prefix sums (and the row's length).
-                q = np.int64(0)
-                m = 0
-                for k in range(width):
-                    b = own[k]
-                    if b == 0:
-                        break
-                    if b > largest:
-                        invalid = True
-                        break
-                    q += b
-                    sums[k] = q
-                    m = k + 1
-                # Both rows must cover the same samples (or both be empty); otherwise the
-                # walk is skipped (no out-of-bounds reads) and the individual reported.
-                consistent = (m > 0) & (n > 0) & (q == up_sums[max(n, 1) - 1])
-                invalid |= not (consistent | ((m == 0) & (n == 0)))
-                steps = n + m - 1 if consistent else 0
-                # Upstream end times -> arrivals, in place.
-                a = arrivals[0]
-                for i in range(n):
-                    a = _max(arrivals[i], a) + link[upstream[i]]
-                    arrivals[i] = a
-                # Two-pointer walk: advance upstream (take) or finish own microbatch k.
-                i = np.uint64(0)
-                k = np.uint64(0)
-                qi = up_sums[0]
-                qk = sums[0]
-                f = np.int64(0)
-                for _ in range(steps):
-                    take = qi < qk
-                    candidate = _max(f, arrivals[i]) + table[own[k]]
-                    next_qi = up_sums[i + one]
-                    next_qk = sums[k + one]
-                    f = _pick(take, f, candidate)
-                    done[k] = f
-                    qi = _pick(take, next_qi, qi)
-                    qk = _pick(take, qk, next_qk)
-                    step = np.uint64(take)
-                    i += step
-                    k += one - step
-                ends[p, s] = f
-                n = m
-            if invalid:
-                bad[c] = p + 1
-    return ends, bad.max()
+                qi = _pick(take, next_qi, qi)
+                qk = _pick(take, qk, next_qk)
+                step = np.uint64(take)
+                i += step
+                k += one - step
+            ends[p, s] = f
+            n = m
+        if invalid:
+            bad = p + 1
+    return bad
 
 
 def chain_ends(sizes: np.ndarray, compute: np.ndarray, transfer: np.ndarray) -> np.ndarray:
@@ -184,9 +179,13 @@ def chain_ends(sizes: np.ndarray, compute: np.ndarray, transfer: np.ndarray) -> 
         raise ValueError(f"compute has {compute.shape[1]} sizes, transfer {transfer.shape[1]}")
     if population == 0 or stages == 0:
         return np.zeros((population, stages), dtype=np.int64)
-    chunk = max(1, min(_MAX_CHUNK, -(-population // (4 * numba.get_num_threads()))))
-    # Viewed unsigned, a negative size reads as too large and is reported, not indexed.
-    ends, bad = _chain_ends_kernel(sizes.view(np.uint32), compute, transfer, chunk)
+    ends = np.zeros((population, stages), dtype=np.int64)
+    unsigned = sizes.view(np.uint32)  # a negative size reads as too large: reported
+
+    def run(share: tuple[int, int]) -> int:
+        return _chain_ends_rows(unsigned, compute, transfer, ends, *share)
+
+    bad = max(in_threads(run, row_shares(population, cheap=True)))
     if bad:
         raise ValueError(
             f"individual {bad - 1} is not a chain of partitions: sizes must lie in "

@@ -1,5 +1,6 @@
 """The joint GA's repair as compiled loops (Numba): the same leads and op codes as
-:func:`tidgap.optimize.order_genes.canonical`, one individual per ``prange`` iteration.
+:func:`tidgap.optimize.order_genes.canonical`, one individual per iteration, the individuals
+shared out among threads (:mod:`tidgap.fallback_cpu.threads`).
 
 Per individual and stage ``s`` (from ``S-1`` down to 0; 1-based ``k``; ``P``/``Q`` the
 forward/backward prefix sums in units): ``own[k] = min{i : P[s][i] >= Q[s][k]}``,
@@ -14,8 +15,9 @@ walk that only moves forward, as ``k`` grows. Numba is imported only when this m
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
+from tidgap.fallback_cpu.threads import in_threads, row_shares
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, GENE, NO_OP, ORDER_GENE
 
 
@@ -71,14 +73,14 @@ def _individual(forward, backward, lead, out_lead, codes, fp, bp, before):  # pr
             codes[s, before[s, k] + k] = BACKWARD_OP
 
 
-@njit(cache=True, parallel=True, boundscheck=False)
-def _canonical(forward, backward, lead, out_lead, codes):  # pragma: no cover - compiled
-    """Every individual in parallel."""
-    population, stages, width = forward.shape
-    for p in prange(population):
-        fp = np.empty((stages, width + 1), dtype=np.int64)
-        bp = np.empty((stages, width + 1), dtype=np.int64)
-        before = np.empty((stages, width), dtype=np.int64)
+@njit(cache=True, boundscheck=False, nogil=True)
+def _canonical(forward, backward, lead, out_lead, codes, first, end):  # pragma: no cover
+    """Individuals ``first..end-1``."""
+    _, stages, width = forward.shape
+    fp = np.empty((stages, width + 1), dtype=np.int64)
+    bp = np.empty((stages, width + 1), dtype=np.int64)
+    before = np.empty((stages, width), dtype=np.int64)
+    for p in range(first, end):
         _individual(forward[p], backward[p], lead[p], out_lead[p], codes[p], fp, bp, before)
 
 
@@ -90,11 +92,14 @@ def canonical(
     population, stages, width = forward.shape
     out_lead = np.empty((population, stages, width), dtype=GENE)
     codes = np.empty((population, stages, 2 * width), dtype=ORDER_GENE)
-    _canonical(
+    rows = (
         np.ascontiguousarray(forward),
         np.ascontiguousarray(backward),
         np.ascontiguousarray(lead, dtype=GENE),
-        out_lead,
-        codes,
     )
+
+    def run(share: tuple[int, int]) -> None:
+        _canonical(*rows, out_lead, codes, *share)
+
+    in_threads(run, row_shares(population))
     return out_lead, codes

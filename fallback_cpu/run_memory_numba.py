@@ -1,6 +1,6 @@
 """What each stage holds as ``tidgap run`` runs it, as compiled loops (Numba): the same
 ``(P, S)`` counts as the array passes of :meth:`tidgap.optimize.run_memory.RunMemory.held`,
-a chunk of individuals per ``prange`` iteration.
+the individuals shared out among threads (:mod:`tidgap.fallback_cpu.threads`).
 
 Per stage, with ``P`` / ``Q`` its forward / backward prefix sums in units, ``U`` the
 upstream stage's forward sums and ``D`` the downstream stage's backward sums (the stage's
@@ -24,9 +24,10 @@ Numba is imported only when this module is.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tidgap.fallback_cpu.repair_numba import _prefix
+from tidgap.fallback_cpu.threads import in_threads, row_shares
 from tidgap.optimize.run_memory import (
     BACKWARD,
     BACKWARD_CHUNK,
@@ -39,9 +40,6 @@ from tidgap.optimize.run_memory import (
     TASK,
     RunMemory,
 )
-
-#: Individuals per ``prange`` iteration, which allocates its scratch once.
-CHUNK = 64
 
 
 @njit(cache=True, boundscheck=False, nogil=True)
@@ -170,36 +168,34 @@ def _recomputes(fp, bp, n):  # pragma: no cover - compiled
     return False
 
 
-@njit(cache=True, parallel=True, boundscheck=False)  # pragma: no cover - compiled
-def _held(forward, backward, lead, peaks, figures, activation, unit, held):
-    """Every individual in parallel: ``held`` what the limits count, in ``FINE`` units."""
-    population, stages, width = forward.shape
-    chunks = (population + CHUNK - 1) // CHUNK
-    for c in prange(chunks):
-        fp = np.empty((stages, width + 1), dtype=np.int64)
-        bp = np.empty((stages, width + 1), dtype=np.int64)
-        m = np.empty(stages, dtype=np.int64)
-        n = np.empty(stages, dtype=np.int64)
-        for p in range(c * CHUNK, min(population, (c + 1) * CHUNK)):
-            for s in range(stages):
-                m[s] = _prefix(forward[p, s], fp[s])
-                n[s] = _prefix(backward[p, s], bp[s])
-                fp[s, m[s] + 1 :] = fp[s, m[s]]
-                bp[s, n[s] + 1 :] = bp[s, n[s]]
-            for s in range(stages):
-                held[p, s] = peaks[p, s] * FINE
-                if activation[s] <= 0:
-                    continue
-                up = fp[s - 1] if s > 0 else fp[s]
-                down = bp[s + 1] if s < stages - 1 else bp[s]
-                row = lead[p, s]
-                if _recomputes(fp[s], bp[s], n[s]):
-                    memory = _stage(fp[s], m[s], bp[s], n[s], up, down, row, figures, s, unit)
-                    held[p, s] = np.ceil(memory * FINE / activation[s])
-                else:
-                    held[p, s] = _stored(
-                        fp[s], m[s], bp[s], n[s], up, down, row, figures, activation[s], s, unit
-                    )
+@njit(cache=True, boundscheck=False, nogil=True)  # pragma: no cover - compiled
+def _held(forward, backward, lead, peaks, figures, activation, unit, held, first, end):
+    """Individuals ``first..end-1``: ``held`` what the limits count, in ``FINE`` units."""
+    _, stages, width = forward.shape
+    fp = np.empty((stages, width + 1), dtype=np.int64)
+    bp = np.empty((stages, width + 1), dtype=np.int64)
+    m = np.empty(stages, dtype=np.int64)
+    n = np.empty(stages, dtype=np.int64)
+    for p in range(first, end):
+        for s in range(stages):
+            m[s] = _prefix(forward[p, s], fp[s])
+            n[s] = _prefix(backward[p, s], bp[s])
+            fp[s, m[s] + 1 :] = fp[s, m[s]]
+            bp[s, n[s] + 1 :] = bp[s, n[s]]
+        for s in range(stages):
+            held[p, s] = peaks[p, s] * FINE
+            if activation[s] <= 0:
+                continue
+            up = fp[s - 1] if s > 0 else fp[s]
+            down = bp[s + 1] if s < stages - 1 else bp[s]
+            row = lead[p, s]
+            if _recomputes(fp[s], bp[s], n[s]):
+                memory = _stage(fp[s], m[s], bp[s], n[s], up, down, row, figures, s, unit)
+                held[p, s] = np.ceil(memory * FINE / activation[s])
+            else:
+                held[p, s] = _stored(
+                    fp[s], m[s], bp[s], n[s], up, down, row, figures, activation[s], s, unit
+                )
 
 
 def held(
@@ -213,7 +209,7 @@ def held(
     ``(P, S, K)`` sizes (units), canonical leads and the model's ``(P, S)`` ``peaks``."""
     population, stages, _ = forward.shape
     units = np.empty((population, stages), dtype=np.int64)
-    _held(
+    arrays = (
         np.ascontiguousarray(forward),
         np.ascontiguousarray(backward),
         np.ascontiguousarray(lead, dtype=np.int64),
@@ -223,4 +219,9 @@ def held(
         int(memory.unit),
         units,
     )
+
+    def run(share: tuple[int, int]) -> None:
+        _held(*arrays, *share)
+
+    in_threads(run, row_shares(population))
     return units

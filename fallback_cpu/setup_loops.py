@@ -19,8 +19,8 @@ large microbatches, then small ones: each lane keeps its current times and switc
 when it reaches microbatch ``r`` (no per-step select). GPipe and PipeDream lanes read
 their result when they finish their ``m``-th step and then run on harmlessly; a 1F1B lane
 past its last microbatch in a direction runs no-ops (time 0, transfers ``-inf``). Blocks
-are dealt, largest first, to one thread per CPU (the kernels release the GIL; plain
-threads compile much faster than Numba's ``parallel=True``).
+are dealt, largest first, to one thread per CPU (the kernels release the GIL:
+:mod:`tidgap.fallback_cpu.threads`).
 
 **1F1B by levels.** Give each operation a *level*: with ``w_s = min(S-s-1, m)``, stage
 ``s`` runs ``F_j`` at level ``s + j`` for ``j <= w_s`` and ``s + 2j`` for ``j > w_s``, and
@@ -42,12 +42,10 @@ loads it from Numba's cache) on tiny inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-
-import numba
 import numpy as np
 from numba import njit
+
+from tidgap.fallback_cpu.threads import in_threads, thread_count
 
 #: Microbatch counts per block of lanes.
 LANES = 64
@@ -256,21 +254,6 @@ def _baselines_blocks(ms, rs, starts, blocks, tf, tb, cf, cb, tails, out):  # pr
         _pipedream(ms, rs, first, n, tf, tb, cf, cb, tails, out[2])
 
 
-def _in_threads(run: Callable[[np.ndarray], None], shares: list[np.ndarray]) -> None:
-    """``run(share)`` for every share, one thread each (the kernels release the GIL)."""
-    if len(shares) == 1:
-        run(shares[0])
-        return
-    with ThreadPoolExecutor(len(shares)) as pool:
-        list(pool.map(run, shares))
-
-
-def _threads() -> int:
-    """Numba's thread count (``NUMBA_NUM_THREADS``, else the CPUs), without starting its
-    threading layer."""
-    return max(1, int(numba.config.NUMBA_NUM_THREADS))
-
-
 def baseline_times(
     ms: np.ndarray,
     forward: np.ndarray,
@@ -296,7 +279,7 @@ def baseline_times(
     # Work ~ lanes * largest count; deal the blocks, largest first, to the threads in turn.
     work = np.diff(starts) * ms[starts[1:] - 1]
     largest_first = np.argsort(-work, kind="stable").astype(np.int64)
-    threads = min(_threads(), len(largest_first))
+    threads = min(thread_count(), len(largest_first))
     # Contiguous, so that the kernel is compiled for one layout (a strided share is 'A').
     shares = [np.ascontiguousarray(largest_first[t::threads]) for t in range(threads)]
     starts = starts.astype(np.int64)
@@ -310,7 +293,7 @@ def baseline_times(
     def run(share: np.ndarray) -> None:
         _baselines_blocks(ms, remainders, starts, share, *arrays, out)
 
-    _in_threads(run, shares)
+    in_threads(run, shares)
     return out
 
 
@@ -381,8 +364,8 @@ def chain_dps(
         for c in share:
             _chain_dp_kernel(stacked[0, c], stacked[1, c], ends[c], mosts[c], num_units, lasts[c])
 
-    threads = min(_threads(), len(mosts))
-    _in_threads(run, [np.arange(t, len(mosts), threads) for t in range(threads)])
+    threads = min(thread_count(), len(mosts))
+    in_threads(run, [np.arange(t, len(mosts), threads) for t in range(threads)])
     partitions = []
     for last in lasts:
         partition: list[int] = []

@@ -27,28 +27,25 @@ op runs, the op before it in the order (a stored-graph forward right after a bac
 its size, the last stage's backward right after the forward of the same samples: the
 order tables).
 
-Parallel mapping: ``prange`` over chunks of individuals (a few per thread); each chunk
-allocates its scratch once: ``(S, K+2)`` int64 prefix sums and holder indices (``i`` and
-``own`` above: per stage three merges of two prefix rows, run in lockstep), ``(S, K+1)``
-forward ends, ``(S+2, K+1)`` arrivals and ``(S+2,)`` op counts with a padding stage on
-either side, and ``(S,)`` int64 counters. A stage's visit keeps its counters in locals and
-tracks the units it holds, so ``peak_held`` needs no pass of its own. The checks (sizes,
-rule ``count``) run without branches. Numba is imported only when this module is
-(``import tidgap`` does not import it).
+Parallel mapping: the individuals shared out among threads
+(:mod:`tidgap.fallback_cpu.threads`); each share allocates its scratch once: ``(S, K+2)``
+int64 prefix sums and holder indices (``i`` and ``own`` above: per stage three merges of
+two prefix rows, run in lockstep), ``(S, K+1)`` forward ends, ``(S+2, K+1)`` arrivals and
+``(S+2,)`` op counts with a padding stage on either side, and ``(S,)`` int64 counters. A
+stage's visit keeps its counters in locals and tracks the units it holds, so ``peak_held``
+needs no pass of its own. The checks (sizes, rule ``count``) run without branches. Numba is
+imported only when this module is (``import tidgap`` does not import it).
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tidgap.backends.evaluator import INVALID, not_partitions
 from tidgap.backends.ticks import TickedProblem, stage_link_ticks
+from tidgap.fallback_cpu.threads import in_threads, row_shares
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP, ORDER_GENE
-
-#: At most this many individuals share one scratch allocation (one ``prange`` iteration).
-_MAX_CHUNK = 64
 
 
 @njit(cache=True, boundscheck=False, nogil=True)
@@ -97,201 +94,215 @@ def _holders(r1, q1, c1, o1, r2, q2, c2, o2, r3, q3, c3, o3):  # pragma: no cove
         k3 += (1 - u3) & a3
 
 
-@njit(parallel=True, cache=True, boundscheck=False, nogil=True)
-def _ordered_kernel(
-    forward, backward, order, fc, bc, ft, bt, tails, unit, chunk, rf, rb, fab, baf, priced
+@njit(cache=True, boundscheck=False, nogil=True)
+def _ordered_rows(
+    forward,
+    backward,
+    order,
+    fc,
+    bc,
+    ft,
+    bt,
+    tails,
+    unit,
+    rf,
+    rb,
+    fab,
+    baf,
+    priced,
+    first,
+    end,
+    ticks,
+    peaks,
 ):  # pragma: no cover - compiled
-    """``ticks (P,)``, ``peaks (P, S)`` and ``1 +`` the index of an individual whose sizes
-    are not partitions (0 when none). ``ft`` / ``bt``: ``(S, U+1)`` link ticks of each
+    """Individuals ``first..end-1`` of :func:`ordered_ends` (one thread's share): their
+    ``ticks (P,)`` and ``peaks (P, S)`` written in place; returns ``1 +`` the last of them
+    whose sizes are not partitions, or 0. ``ft`` / ``bt``: ``(S, U+1)`` link ticks of each
     stage's forwards / backwards (0 for the last / first stage's). With ``priced`` (run
     pricing, :mod:`tidgap.backends.run_pricing`'s rule), a stage some of whose backward
     boundaries are not forward boundaries recomputes, its ops at ``rf`` / ``rb`` ``(S,
     U+1)``, and on any other a backward costs the sum of ``bc`` over the forward chunks it
     covers, a forward right after a backward of its size ``fab``, and on the last stage a
     backward right after the forward of the same samples ``baf`` ``(S, U+1)``."""
-    population, stages, kf = forward.shape
+    stages, kf = forward.shape[1], forward.shape[2]
     kb = backward.shape[2]
     width = order.shape[2]
     num_units = fc.shape[1] - 1
     last = stages - 1
-    ticks = np.full(population, INVALID, dtype=np.int64)
-    peaks = np.zeros((population, stages), dtype=np.int64)
-    num_chunks = (population + chunk - 1) // chunk
-    bad = np.zeros(num_chunks, dtype=np.int64)
-    for c in prange(num_chunks):
-        pf = np.zeros((stages, kf + 2), dtype=np.int64)
-        qb = np.zeros((stages, kb + 2), dtype=np.int64)
-        ef = np.zeros((stages, kf + 1), dtype=np.int64)
-        upstream = np.zeros((stages, kf + 2), dtype=np.int64)
-        own = np.zeros((stages, kb + 2), dtype=np.int64)
-        graphs = np.zeros((stages, kf + 1), dtype=np.int64)  # sums of bc over forward chunks
-        again = np.zeros(stages, dtype=np.bool_)  # the stage recomputes
-        downstream = np.zeros((stages, kb + 2), dtype=np.int64)
-        m = np.zeros(stages, dtype=np.int64)
-        n = np.zeros(stages, dtype=np.int64)
-        position = np.zeros(stages, dtype=np.int64)
-        free = np.zeros(stages, dtype=np.int64)
-        held = np.zeros(stages, dtype=np.int64)
-        most = np.zeros(stages, dtype=np.int64)
-        stack = np.zeros(stages, dtype=np.int64)
-        queued = np.zeros(stages, dtype=np.bool_)
-        # Row s + 1 is stage s; rows 0 and S + 1 are never waited on (all done, arrivals
-        # 0), so the first and last stages need no branches.
-        af = np.zeros((stages + 2, kf + 1), dtype=np.int64)
-        ab = np.zeros((stages + 2, kb + 1), dtype=np.int64)
-        nf = np.zeros(stages + 2, dtype=np.int64)
-        nb = np.zeros(stages + 2, dtype=np.int64)
-        nf[0] = nb[stages + 1] = kf + kb + 1
-        for p in range(c * chunk, min((c + 1) * chunk, population)):
-            partitions = True
-            for s in range(stages):
-                m[s] = _prefix(forward[p, s], pf[s], num_units)
-                n[s] = _prefix(backward[p, s], qb[s], num_units)
-                partitions &= (m[s] > 0) & (n[s] > 0)
-            if not partitions:
-                bad[c] = p + 1
-                continue
-            # Rule count: M_s forwards and N_s backwards, then padding only.
-            counted = True
-            remaining = 0
-            for s in range(stages):
-                total = m[s] + n[s]
-                forwards = 0
-                backwards = 0
-                for position_ in range(width):
-                    op = order[p, s, position_]
-                    is_f = op == FORWARD_OP
-                    is_b = op == BACKWARD_OP
-                    forwards += is_f
-                    backwards += is_b
-                    inside = position_ < total  # an op there, padding after: no branches
-                    counted &= (inside & (is_f | is_b)) | ((position_ >= total) & (op == NO_OP))
-                counted &= (forwards == m[s]) & (backwards == n[s])
-                remaining += total
-            if not counted:
-                continue
-            for s in range(stages):
-                # The first stage has no upstream, the last no downstream: merges of 0.
-                _holders(
-                    pf[max(s - 1, 0)], pf[s], m[s] * (s > 0), upstream[s],
-                    pf[s], qb[s], n[s], own[s],
-                    qb[min(s + 1, last)], qb[s], n[s] * (s < last), downstream[s],
-                )  # fmt: skip
-                if priced:
-                    total = np.int64(0)
-                    for i in range(m[s]):
-                        total += bc[s, forward[p, s, i]]
-                        graphs[s, i + 1] = total
-                    stored = True
-                    for k in range(1, n[s] + 1):
-                        stored &= pf[s, own[s, k]] == qb[s, k]
-                    again[s] = not stored
-                nf[s + 1] = 0
-                nb[s + 1] = 0
-                position[s] = 0
-                free[s] = 0
-                held[s] = 0
-                most[s] = 0
-            # A worklist of stages: one that ran an op may unblock its neighbours.
-            top = 0
-            for s in range(last, -1, -1):
-                stack[top] = s
-                queued[s] = True
-                top += 1
-            while top > 0:
-                top -= 1
-                s = stack[top]
-                queued[s] = False
-                r = s + 1
-                pos = position[s]
-                ran = pos
-                total = m[s] + n[s]
-                done_f = nf[r]
-                done_b = nb[r]
-                fr = free[s]
-                h = held[s]
-                peak = most[s]
-                last_af = af[r, done_f]
-                last_ab = ab[r, done_b]
-                up_done = nf[r - 1]
-                down_done = nb[r + 1]
-                while pos < total:
-                    if order[p, s, pos] == FORWARD_OP:
-                        k = done_f + 1
-                        i = upstream[s, k]
-                        if up_done < i:
-                            break
-                        size = forward[p, s, k - 1]
-                        if again[s]:
-                            cost = rf[s, size]
-                        elif (
-                            priced
-                            and pos > 0
-                            and order[p, s, pos - 1] == BACKWARD_OP
-                            and backward[p, s, done_b - 1] == size
-                        ):  # right after a backward of its size
-                            cost = fab[s, size]
-                        else:
-                            cost = fc[s, size]
-                        fr = max(fr, af[r - 1, i]) + cost
-                        ef[s, k] = fr
-                        last_af = max(fr, last_af) + ft[s, size]
-                        af[r, k] = last_af
-                        done_f = k
-                        h += size
-                        peak = max(peak, h)
+    pf = np.zeros((stages, kf + 2), dtype=np.int64)
+    qb = np.zeros((stages, kb + 2), dtype=np.int64)
+    ef = np.zeros((stages, kf + 1), dtype=np.int64)
+    upstream = np.zeros((stages, kf + 2), dtype=np.int64)
+    own = np.zeros((stages, kb + 2), dtype=np.int64)
+    graphs = np.zeros((stages, kf + 1), dtype=np.int64)  # sums of bc over forward chunks
+    again = np.zeros(stages, dtype=np.bool_)  # the stage recomputes
+    downstream = np.zeros((stages, kb + 2), dtype=np.int64)
+    m = np.zeros(stages, dtype=np.int64)
+    n = np.zeros(stages, dtype=np.int64)
+    position = np.zeros(stages, dtype=np.int64)
+    free = np.zeros(stages, dtype=np.int64)
+    held = np.zeros(stages, dtype=np.int64)
+    most = np.zeros(stages, dtype=np.int64)
+    stack = np.zeros(stages, dtype=np.int64)
+    queued = np.zeros(stages, dtype=np.bool_)
+    # Row s + 1 is stage s; rows 0 and S + 1 are never waited on (all done, arrivals
+    # 0), so the first and last stages need no branches.
+    af = np.zeros((stages + 2, kf + 1), dtype=np.int64)
+    ab = np.zeros((stages + 2, kb + 1), dtype=np.int64)
+    nf = np.zeros(stages + 2, dtype=np.int64)
+    nb = np.zeros(stages + 2, dtype=np.int64)
+    nf[0] = nb[stages + 1] = kf + kb + 1
+    bad = 0
+    for p in range(first, end):
+        partitions = True
+        for s in range(stages):
+            m[s] = _prefix(forward[p, s], pf[s], num_units)
+            n[s] = _prefix(backward[p, s], qb[s], num_units)
+            partitions &= (m[s] > 0) & (n[s] > 0)
+        if not partitions:
+            bad = p + 1
+            continue
+        # Rule count: M_s forwards and N_s backwards, then padding only.
+        counted = True
+        remaining = 0
+        for s in range(stages):
+            total = m[s] + n[s]
+            forwards = 0
+            backwards = 0
+            for position_ in range(width):
+                op = order[p, s, position_]
+                is_f = op == FORWARD_OP
+                is_b = op == BACKWARD_OP
+                forwards += is_f
+                backwards += is_b
+                inside = position_ < total  # an op there, padding after: no branches
+                counted &= (inside & (is_f | is_b)) | ((position_ >= total) & (op == NO_OP))
+            counted &= (forwards == m[s]) & (backwards == n[s])
+            remaining += total
+        if not counted:
+            continue
+        for s in range(stages):
+            # The first stage has no upstream, the last no downstream: merges of 0.
+            _holders(
+                pf[max(s - 1, 0)], pf[s], m[s] * (s > 0), upstream[s],
+                pf[s], qb[s], n[s], own[s],
+                qb[min(s + 1, last)], qb[s], n[s] * (s < last), downstream[s],
+            )  # fmt: skip
+            if priced:
+                total = np.int64(0)
+                for i in range(m[s]):
+                    total += bc[s, forward[p, s, i]]
+                    graphs[s, i + 1] = total
+                stored = True
+                for k in range(1, n[s] + 1):
+                    stored &= pf[s, own[s, k]] == qb[s, k]
+                again[s] = not stored
+            nf[s + 1] = 0
+            nb[s + 1] = 0
+            position[s] = 0
+            free[s] = 0
+            held[s] = 0
+            most[s] = 0
+        # A worklist of stages: one that ran an op may unblock its neighbours.
+        top = 0
+        for s in range(last, -1, -1):
+            stack[top] = s
+            queued[s] = True
+            top += 1
+        while top > 0:
+            top -= 1
+            s = stack[top]
+            queued[s] = False
+            r = s + 1
+            pos = position[s]
+            ran = pos
+            total = m[s] + n[s]
+            done_f = nf[r]
+            done_b = nb[r]
+            fr = free[s]
+            h = held[s]
+            peak = most[s]
+            last_af = af[r, done_f]
+            last_ab = ab[r, done_b]
+            up_done = nf[r - 1]
+            down_done = nb[r + 1]
+            while pos < total:
+                if order[p, s, pos] == FORWARD_OP:
+                    k = done_f + 1
+                    i = upstream[s, k]
+                    if up_done < i:
+                        break
+                    size = forward[p, s, k - 1]
+                    if again[s]:
+                        cost = rf[s, size]
+                    elif (
+                        priced
+                        and pos > 0
+                        and order[p, s, pos - 1] == BACKWARD_OP
+                        and backward[p, s, done_b - 1] == size
+                    ):  # right after a backward of its size
+                        cost = fab[s, size]
                     else:
-                        k = done_b + 1
-                        mine = own[s, k]
-                        i = downstream[s, k]
-                        if (done_f < mine) | (down_done < i):
-                            break
-                        size = backward[p, s, k - 1]
-                        if again[s]:
-                            cost = rb[s, size]
-                        elif (
-                            priced
-                            and s == last
-                            and pos > 0
-                            and order[p, s, pos - 1] == FORWARD_OP
-                            and pf[s, done_f - 1] == qb[s, k - 1]
-                            and pf[s, done_f] == qb[s, k]
-                        ):  # right after the forward of the same samples
-                            cost = baf[s, size]
-                        elif priced:
-                            cost = graphs[s, mine] - graphs[s, own[s, k - 1]]
-                        else:
-                            cost = bc[s, size]
-                        fr = max(max(fr, ef[s, mine]), ab[r + 1, i]) + cost
-                        last_ab = max(fr, last_ab) + bt[s, size]
-                        ab[r, k] = last_ab
-                        done_b = k
-                        h -= size
-                    pos += 1
-                nf[r] = done_f
-                nb[r] = done_b
-                free[s] = fr
-                held[s] = h
-                most[s] = peak
-                position[s] = pos
-                if pos > ran:
-                    remaining -= pos - ran
-                    if s > 0 and not queued[s - 1]:
-                        stack[top] = s - 1
-                        queued[s - 1] = True
-                        top += 1
-                    if s < last and not queued[s + 1]:
-                        stack[top] = s + 1
-                        queued[s + 1] = True
-                        top += 1
-            if remaining > 0:
-                continue
-            best = np.int64(0)
-            for s in range(stages):
-                best = max(best, free[s] + tails[s])  # its last op: its last backward
-                peaks[p, s] = most[s] * unit
-            ticks[p] = best
-    return ticks, peaks, bad.max()
+                        cost = fc[s, size]
+                    fr = max(fr, af[r - 1, i]) + cost
+                    ef[s, k] = fr
+                    last_af = max(fr, last_af) + ft[s, size]
+                    af[r, k] = last_af
+                    done_f = k
+                    h += size
+                    peak = max(peak, h)
+                else:
+                    k = done_b + 1
+                    mine = own[s, k]
+                    i = downstream[s, k]
+                    if (done_f < mine) | (down_done < i):
+                        break
+                    size = backward[p, s, k - 1]
+                    if again[s]:
+                        cost = rb[s, size]
+                    elif (
+                        priced
+                        and s == last
+                        and pos > 0
+                        and order[p, s, pos - 1] == FORWARD_OP
+                        and pf[s, done_f - 1] == qb[s, k - 1]
+                        and pf[s, done_f] == qb[s, k]
+                    ):  # right after the forward of the same samples
+                        cost = baf[s, size]
+                    elif priced:
+                        cost = graphs[s, mine] - graphs[s, own[s, k - 1]]
+                    else:
+                        cost = bc[s, size]
+                    fr = max(max(fr, ef[s, mine]), ab[r + 1, i]) + cost
+                    last_ab = max(fr, last_ab) + bt[s, size]
+                    ab[r, k] = last_ab
+                    done_b = k
+                    h -= size
+                pos += 1
+            nf[r] = done_f
+            nb[r] = done_b
+            free[s] = fr
+            held[s] = h
+            most[s] = peak
+            position[s] = pos
+            if pos > ran:
+                remaining -= pos - ran
+                if s > 0 and not queued[s - 1]:
+                    stack[top] = s - 1
+                    queued[s - 1] = True
+                    top += 1
+                if s < last and not queued[s + 1]:
+                    stack[top] = s + 1
+                    queued[s + 1] = True
+                    top += 1
+        if remaining > 0:
+            continue
+        best = np.int64(0)
+        for s in range(stages):
+            best = max(best, free[s] + tails[s])  # its last op: its last backward
+            peaks[p, s] = most[s] * unit
+        ticks[p] = best
+    return bad
 
 
 def ordered_ends(
@@ -310,23 +321,25 @@ def ordered_ends(
     population = len(forward)
     if population == 0:
         return np.zeros(0, dtype=np.int64), np.zeros((0, forward.shape[1]), dtype=np.int64)
-    chunk = max(1, min(_MAX_CHUNK, -(-population // (4 * numba.get_num_threads()))))
     t = ticked
     fc = np.ascontiguousarray(t.forward_compute, dtype=np.int64)
     bc = np.ascontiguousarray(t.backward_compute, dtype=np.int64)
-    ticks, peaks, bad = _ordered_kernel(
-        forward,
-        backward,
-        order,
+    tables = (
         fc,
         bc,
         *stage_link_ticks(t),
         np.ascontiguousarray(t.tails, dtype=np.int64),
         np.int64(t.unit),
-        chunk,
         *t.run_tables(),
         t.run_priced,
     )
+    ticks = np.full(population, INVALID, dtype=np.int64)
+    peaks = np.zeros((population, forward.shape[1]), dtype=np.int64)
+
+    def run(share: tuple[int, int]) -> int:
+        return _ordered_rows(forward, backward, order, *tables, *share, ticks, peaks)
+
+    bad = max(in_threads(run, row_shares(population)))
     if bad:
         raise ValueError(not_partitions(int(bad) - 1, t.num_units))
     return ticks, peaks

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.support.backends import install_fake_cupy, run_here
+from tests.support.shares import many_uneven_shares
 from tidgap import InputError, Problem, search
 from tidgap.backends import BACKENDS, load
 from tidgap.backends.evaluator import create_evaluator
@@ -142,15 +143,20 @@ def test_the_batched_figures_are_the_runtimes_walks(
     assert kept > 0  # some stages keep received chunks, or several graphs, past their ops
 
 
-@pytest.mark.parametrize("backend", ["numba", "cuda"])
+@pytest.mark.parametrize(
+    ("backend", "shares"), [("numba", "default"), ("numba", "many"), ("cuda", "default")]
+)
 @pytest.mark.parametrize(("stages", "unit"), [(4, 2), (6, 1), (3, 4)])
 def test_the_compiled_twin_counts_as_the_array_passes(
-    stages: int, unit: int, backend: str, monkeypatch: pytest.MonkeyPatch
+    stages: int, unit: int, backend: str, shares: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each backend's compiled twin (Numba's loops; the CUDA kernel, through the CuPy
-    stand-in where no GPU is) against the array passes on random repaired populations, in
-    samples of the profile's activations and, exactly, in bytes."""
+    """Each backend's compiled twin (Numba's loops, their rows cut into the threads' shares
+    or into many uneven ones; the CUDA kernel, through the CuPy stand-in where no GPU is)
+    against the array passes on random repaired populations, in samples of the profile's
+    activations and, exactly, in bytes."""
     run_here(backend, monkeypatch)
+    if shares == "many":
+        many_uneven_shares(monkeypatch)
     record = BACKENDS[backend]
     assert record.run_memory is not None
     held, xp = load(record.run_memory), record.namespace()

@@ -204,11 +204,9 @@ def machine(usable: list[Backend]) -> dict[str, Any]:
     when a usable backend lives on one (else ``None``)."""
     numba_threads = None
     if _version("numba") is not None:
-        import numba
+        from tidgap.fallback_cpu.threads import thread_count
 
-        import tidgap.fallback_cpu  # noqa: F401  (its threading default, before Numba's threads)
-
-        numba_threads = numba.get_num_threads()
+        numba_threads = thread_count()
     gpus = [record for record in usable if record.device == "gpu"]
     xp = gpus[0].namespace() if gpus else np
     return {

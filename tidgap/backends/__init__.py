@@ -132,7 +132,7 @@ BACKENDS: dict[str, Backend] = {
             repair="tidgap.fallback_cpu.repair_numba:canonical",
             run_memory="tidgap.fallback_cpu.run_memory_numba:held",
             cached_loops=(
-                "tidgap.fallback_cpu.windowed_numba:_ordered_kernel",
+                "tidgap.fallback_cpu.windowed_numba:_ordered_rows",
                 "tidgap.fallback_cpu.breed_numba:_joint_breed",
                 "tidgap.fallback_cpu.breed_numba:_joint_mutate",
                 "tidgap.fallback_cpu.repair_numba:_canonical",
