@@ -19,13 +19,13 @@ branches that mispredict on random partitions, several times slower).
 Parallel mapping: the individuals shared out among threads
 (:mod:`tidgap.fallback_cpu.threads`); each share allocates its scratch once, ``(2, K+1)``
 int64 end times and prefix sums (the previous and the current stage, swapped by stage
-parity); within an individual
-the stages and microbatches run sequentially. All arithmetic is int64 ``max`` and ``+``,
-so the results equal :mod:`tidgap.fallback_cpu.flush_numpy`'s exactly (ticks are
-non-negative, so no difference overflows). An individual that is not a valid chain (a size
-outside ``0..U``, stages whose sizes sum differently, an empty row among non-empty ones)
-raises ``ValueError`` rather than reading out of bounds. Numba is imported only when this
-module is (``import tidgap`` does not import it).
+parity); within an individual the stages and microbatches run sequentially. All
+arithmetic is int64 ``max`` and ``+``, so the results equal
+:mod:`tidgap.fallback_cpu.flush_numpy`'s exactly (ticks are non-negative, so no difference
+overflows). An individual that is not a valid chain (a size outside ``0..U``, stages whose
+sizes sum differently, an empty row among non-empty ones) raises ``ValueError`` rather than
+reading out of bounds. Numba is imported only when this module is (``import tidgap`` does
+not import it).
 """
 
 from __future__ import annotations
