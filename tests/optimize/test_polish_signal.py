@@ -123,9 +123,7 @@ def test_a_signal_in_a_later_rounds_polish_ends_the_time_limited_search(
         if name == "polish":
             begun.append(len(calls))
 
-    result = search(
-        problem, time_limit=4.0, population=32, on_phase=phase, interrupted=interrupted
-    )
+    result = search(problem, time_limit=4.0, population=32, on_phase=phase, interrupted=interrupted)
     assert result.stop_reason == "SIGINT"  # was "time limit": the round's polish ran on
     assert len(begun) == 2 and len(calls) - begun[1] == 1  # one batch, then the signal
     check_plan(result.plan, problem)

@@ -25,7 +25,6 @@ def write_plans(paths: Sequence[str], plans: Sequence[Plan]) -> None:
         write_json(path, plan.document())
 
 
-
 def job_running(job: Job, plans: Sequence[Plan], folder: str) -> Job:
     """``job`` running ``plans`` in turn: they are written into ``folder`` as its plan and
     alternates, its results go there, and its timeout (per plan) covers them all."""
@@ -34,7 +33,6 @@ def job_running(job: Job, plans: Sequence[Plan], folder: str) -> Job:
     return dataclasses.replace(
         job, results=folder, plan=paths[0], alternates=paths[1:], timeout=job.timeout * len(plans)
     )
-
 
 
 def results_under_torchrun(
@@ -46,7 +44,6 @@ def results_under_torchrun(
 
     job = dataclasses.replace(job, timeout=job.timeout * len(plans))
     return run_here(job, rank, world_size, plans)
-
 
 
 def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> list[list[dict]]:
@@ -71,7 +68,6 @@ def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> l
     finally:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
-
 
 
 def results_of(

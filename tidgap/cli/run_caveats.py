@@ -15,7 +15,6 @@ from tidgap.model.text import brief
 OPTIMIZER_PATH = ("source", "timing", "optimizer")
 
 
-
 def caveats(
     problem: Problem,
     spec: str,
@@ -74,7 +73,6 @@ def caveats(
     ]
 
 
-
 def device_caveats(problem: Problem, spec: str, device: str) -> list[str]:
     """:func:`caveats` of the device: a run on another kind of device than the profile's
     (``source.device``) is predicted with the other device's op times."""
@@ -86,7 +84,6 @@ def device_caveats(problem: Problem, spec: str, device: str) -> list[str]:
             f"with --device {device})"
         ]
     return []
-
 
 
 def optimizer_caveats(problem: Problem, spec: str, optimizer: str | None) -> list[str]:

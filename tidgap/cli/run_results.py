@@ -33,7 +33,6 @@ from tidgap.runtime.worker import result_path
 FREE_FIELDS = ("results", "timeout", "alternates")
 
 
-
 def same_job(job: Job, results: list[dict[str, Any]], alternates: int = 0) -> None:
     """Raise :class:`InputError` unless every rank ran ``job`` (up to :data:`FREE_FIELDS`)
     with ``alternates`` plans in turn after its plan: ``--results`` reports a run with the
@@ -55,7 +54,6 @@ def same_job(job: Job, results: list[dict[str, Any]], alternates: int = 0) -> No
             )
 
 
-
 def same_plan(plan: Plan, label: str, index: int, results: list[dict[str, Any]]) -> None:
     """Raise :class:`InputError` unless every rank's result of the job's plan ``index``
     records ``plan`` (``label`` in this command; results that record no plan pass)."""
@@ -67,7 +65,6 @@ def same_plan(plan: Plan, label: str, index: int, results: list[dict[str, Any]])
             raise InputError(
                 f"rank {rank} ran another plan {index} run in turn than {label} of this command"
             )
-
 
 
 def reference_differences(
@@ -119,7 +116,6 @@ def reference_differences(
     stepped = reference_step(layers, ran, job.optimizer, job.lr)
     got = {key: value for result in results for key, value in result["stepped"].items()}
     return gradients, max_relative_difference(got, stepped)
-
 
 
 def checked_results(

@@ -23,7 +23,6 @@ from tidgap.runtime.worker import stage_count_mismatch, start_watchdog
 SPLIT_PATH = ("source", "split", "boundaries")
 
 
-
 def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[str]) -> list[int]:
     """The stage boundaries: ``--split``, else the split the problem was profiled with;
     either must fit the model's ``layers`` and the problem's stage count."""
@@ -48,11 +47,9 @@ def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[s
         ) from None
 
 
-
 def absolute(spec: str) -> str:
     """A problem or plan argument as an absolute path (``example:NAME`` as is)."""
     return spec if spec.startswith(EXAMPLE_PREFIX) else os.path.abspath(spec)
-
 
 
 def require_batch_room(
@@ -78,7 +75,6 @@ def require_batch_room(
         source,
         ("batch_size",),
     )
-
 
 
 def require_device(device: str, transport: str, processes: int | None) -> None:
@@ -108,13 +104,11 @@ def require_device(device: str, transport: str, processes: int | None) -> None:
         )
 
 
-
 def require_world(world_size: int, problem: Problem, source: str) -> None:
     """:class:`InputError` unless torchrun started one process per stage of ``problem``."""
     why = stage_count_mismatch(problem.num_stages, world_size)
     if why is not None:
         raise InputError(f"has {why}", ("stages",), source=source)
-
 
 
 def worker_options(command: Command) -> Command:
@@ -193,7 +187,6 @@ def worker_options(command: Command) -> Command:
     ]
     model, *rest = options
     return model(model_options(with_options(command, rest)))
-
 
 
 def worker_job(

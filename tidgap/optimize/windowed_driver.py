@@ -394,5 +394,3 @@ def prepare_windowed(
         pricing,
         on_progress,
     )
-
-

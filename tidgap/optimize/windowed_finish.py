@@ -205,8 +205,8 @@ def finish_windowed(
             with phases("polish"):
                 deadline = None if time_limit is None else clock + time_limit
                 found = polished(
-                found, levels, in_force, optimizer.space, deadline, run.stop.interrupted
-            )
+                    found, levels, in_force, optimizer.space, deadline, run.stop.interrupted
+                )
             stop_reason = run.stop.signal() or stop_reason
             found, stop_reason = used_to_the_end(run, found, stop_reason, saving)
             if saving is not None and stop_reason not in STOP_SIGNALS.values():
@@ -248,4 +248,3 @@ def finish_windowed(
         pricing=run.pricing,
         memory_pricing=run.memory_pricing,
     )
-

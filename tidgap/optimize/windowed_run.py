@@ -127,4 +127,3 @@ def leanest_held(run: WindowedRun) -> str:
         peak = evaluation.peak_memory[stage]
         amount = f"{format_bytes(peak)} ({int(peak)} B)"
     return f"; the leanest plan found holds {amount} on stage {stage}"
-

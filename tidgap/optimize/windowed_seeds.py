@@ -116,4 +116,3 @@ def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
     held = baseline_evaluation(problem, best.schedule, best.microbatches)
     assert held is not None, "1F1B has a timeline"
     return MemoryLevel("1F1B", tuple(held.peak_held))
-
