@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from tidgap.fallback_cpu.repair_numba import _individual as _repair
+from tidgap.fallback_cpu.rows import copy_row, copy_rows
 from tidgap.fallback_cpu.threads import in_threads, row_shares
 from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes, mutation_table
 from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
@@ -167,7 +168,7 @@ def _mutate_partition(kind, u0, u1, u2, child, caps):  # pragma: no cover - comp
     elif kind == COPY:
         neighbour = min(max(stage + (-1 if u1 < 0.5 else 1), 0), stages - 1)
         if neighbour != stage and child[neighbour].max() <= cap:
-            row[:] = child[neighbour]
+            copy_row(row, child[neighbour])
     elif kind == EQUALISE:
         total = np.int64(row.sum())
         fewest = (total + cap - 1) // cap
@@ -189,14 +190,14 @@ def _mutate_order(
         to_backward = u1 < 0.5 and forward[stage].max() <= backward_caps[stage]
         to_forward = not to_backward and backward[stage].max() <= forward_caps[stage]
         if to_backward:
-            backward[stage, :] = forward[stage]
+            copy_row(backward[stage], forward[stage])
         elif to_forward:
-            forward[stage, :] = backward[stage]
+            copy_row(forward[stage], backward[stage])
     elif kind == NUDGE:
         row[_uniform_int(u1, 0, max(_count(backward[stage]), 1))] += step
     elif kind == SHIFT_LEADS:
-        first = _uniform_int(u1, 0, max(_count(backward[stage]), 1))
-        row[first:] += step
+        for k in range(_uniform_int(u1, 0, max(_count(backward[stage]), 1)), width):
+            row[k] += step
     elif kind == SET_LEAD:
         row[:] = _uniform_int(u1, 0, stages + 1)
     elif kind == FLUSH:
@@ -204,7 +205,8 @@ def _mutate_order(
     elif kind == FROM_NEIGHBOUR:
         last = stage == stages - 1
         neighbour = max(stage - 1, 0) if last else stage + 1
-        row[:] = lead[neighbour] + (-1 if last else 1)
+        for k in range(width):
+            row[k] = lead[neighbour, k] + (-1 if last else 1)
 
 
 @njit(cache=True, nogil=True)
@@ -242,7 +244,9 @@ def _breed(
     for c in range(begin, end):
         first, second, use_cross = _parents(c, fitness, size, crossover_rate, streams)
         for s in range(stages):
-            out[c, s] = genes[_stage_parent(c, s, stages, first, second, use_cross, streams), s]
+            copy_row(
+                out[c, s], genes[_stage_parent(c, s, stages, first, second, use_cross, streams), s]
+            )
         op, u0, u1, u2 = _drawn(c, kinds.shape[0], mutation_rate, streams, 4)
         if op >= 0:
             _mutate_partition(kinds[op], u0, u1, u2, out[c], caps)
@@ -274,7 +278,7 @@ def _mirror(forward, backward, bcaps):  # pragma: no cover - compiled
         for k in range(width):
             if forward[s, k] > bcaps[s]:
                 return
-    backward[:, :] = forward
+    copy_rows(backward, forward)
 
 
 @njit(cache=True, nogil=True)
@@ -313,9 +317,9 @@ def _joint_breed(
         first, second, use_cross = _parents(c, fitness, size, crossover_rate, streams)
         for s in range(stages):
             parent = _stage_parent(c, s, stages, first, second, use_cross, streams)
-            out[0][c, s] = forward[parent, s]
-            out[1][c, s] = backward[parent, s]
-            out[2][c, s] = lead[parent, s]
+            copy_row(out[0][c, s], forward[parent, s])
+            copy_row(out[1][c, s], backward[parent, s])
+            copy_row(out[2][c, s], lead[parent, s])
         op, u0, u1, u2 = _drawn(c, kinds.shape[0], mutation_rate, streams, 4)
         _mutate_joint(
             op, u0, u1, u2, kinds, on_backward, out[0][c], out[1][c], out[2][c], fcaps, bcaps

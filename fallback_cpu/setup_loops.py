@@ -45,6 +45,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tidgap.fallback_cpu.rows import copy_row, copy_rows
 from tidgap.fallback_cpu.threads import in_threads, thread_count
 
 #: Microbatch counts per block of lanes.
@@ -78,6 +79,22 @@ def _to_small(current, times, first, lane):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _ascending(values):  # pragma: no cover - compiled
+    """Indices that sort ``values`` (at most :data:`LANES` of them) ascending, by insertion:
+    ``np.argsort`` would compile Numba's quicksort and its ``kind`` strings (about 2 s of a
+    first run's compile)."""
+    order = np.arange(values.shape[0])
+    for i in range(1, values.shape[0]):
+        k = order[i]
+        j = i
+        while j > 0 and values[order[j - 1]] > values[k]:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = k
+    return order
+
+
+@njit(cache=True)
 def _gpipe(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no cover - compiled
     """GPipe of lanes ``first..first+n-1``: per microbatch ``k`` and stage ``s``, ``F = max(F,
     R) + Tf``, then ``R`` of ``s+1`` ``= A = max(F, A) + Cf``; the same backward from each
@@ -105,7 +122,7 @@ def _gpipe(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no cover - 
                 forward_end[lane] = ends[S - 1, lane]
     t, c = _lanes(tb, first, n), _lanes(cb, first, n)
     for s in range(S):
-        ends[s] = forward_end  # G[s][0] = forward_end
+        copy_row(ends[s], forward_end)  # G[s][0] = forward_end
     ready[:] = -np.inf
     ready[S - 1] = 0.0
     for k in range(top):
@@ -180,11 +197,11 @@ def _one_f_one_b(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no co
     S = tf.shape[1]
     m = ms[first : first + n]
     top = m[n - 1]
-    by_remainder = np.argsort(rs[first : first + n])
+    by_remainder = _ascending(rs[first : first + n])
     f, b = _lanes(tf, first, n), _lanes(tb, first, n)
     link_f, link_b = np.zeros((S, LANES)), np.zeros((S, LANES))
-    link_f[: S - 1] = _lanes(cf, first, n)
-    link_b[1:] = _lanes(cb, first, n)
+    copy_rows(link_f[: S - 1], _lanes(cf, first, n))
+    copy_rows(link_b[1:], _lanes(cb, first, n))
     small_f = np.zeros(S, dtype=np.int64)  # lanes (in remainder order) on small forwards
     small_b = np.zeros(S, dtype=np.int64)
     done_f = np.zeros(S, dtype=np.int64)  # lanes (in count order) past their forwards

@@ -4,7 +4,8 @@ A loop compiled with Numba's ``parallel=True`` costs about 3 s more to compile t
 same loop without it (the ordered-plan kernel 8.1 s against 1.9 s on the 2-core development
 machine), and a first search compiled seven. The loops here are compiled without it and
 release the GIL (``nogil``), so threads of this process run their shares at once: the
-README's first command with an empty Numba cache took 14.5 s instead of 30.4-31.0 s. The
+README's first command with an empty Numba cache took 14.5 s instead of 30.4-31.0 s (12.0-12.2
+s with :mod:`tidgap.fallback_cpu.rows` too). The
 price is a few tens of microseconds a call (two Numba calls and a pool thread instead of
 one parallel call): ``tidgap search example:vgg16 --generations 200``, 2176 calls, took
 about 3% longer. The shares are claimed in turn, so on a busy machine the calling thread

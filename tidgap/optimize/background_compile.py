@@ -1,6 +1,6 @@
 """A windowed search's compiled loops built in a second process on a machine's first run.
 
-A first search compiles Numba's loops into the disk cache (about 14 s on the 2-core
+A first search compiles Numba's loops into the disk cache (about 12 s on the 2-core
 development machine, 30-65 s while the loops were ``parallel=True``; later runs load them in
 well under a second). A process compiles one
 function at a time on one core, so while a windowed search compiles and runs the flush
