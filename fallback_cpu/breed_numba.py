@@ -26,7 +26,7 @@ from numba import njit
 
 from tidgap.fallback_cpu.repair_numba import _individual as _repair
 from tidgap.fallback_cpu.rows import copy_row, copy_rows
-from tidgap.fallback_cpu.threads import in_threads, row_shares
+from tidgap.fallback_cpu.threads import over_rows
 from tidgap.optimize.joint_operators import JOINT_MUTATIONS, JointGenes, mutation_table
 from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng
@@ -370,13 +370,9 @@ def numba_breed(
     genes = _int32(genes)
     streams = rng.streams(BREED_DRAWS)
     out = np.empty((children, *genes.shape[1:]), dtype=np.int32)
-    fitness, caps, kinds = _int64(fitness), _int64(caps), partition_kinds()
+    parents = (genes, _int64(fitness), _int64(caps), partition_kinds(), tournament_size)
     rates = float(crossover_rate), float(mutation_rate)
-
-    def run(share: tuple[int, int]) -> None:
-        _breed(genes, fitness, caps, kinds, tournament_size, *rates, streams, out, *share)
-
-    in_threads(run, row_shares(children, cheap=True))
+    over_rows(_breed, children, *parents, *rates, streams, out, cheap=True)
     return out
 
 
@@ -414,11 +410,7 @@ def numba_joint_breed(
         streams,
         out.arrays(),
     )
-
-    def run(share: tuple[int, int]) -> None:
-        _joint_breed(parents, *settings, *share)
-
-    in_threads(run, row_shares(children))
+    over_rows(_joint_breed, children, parents, *settings)
     return out
 
 
@@ -438,10 +430,6 @@ def numba_joint_mutate(
     streams = rng.streams(MUTATE_DRAWS)
     kinds, on_backward = joint_kinds(mirrored)
     caps = _int64(forward_caps), _int64(backward_caps)
-    arrays = out.arrays()
-
-    def run(share: tuple[int, int]) -> None:
-        _joint_mutate(*caps, kinds, on_backward, mirrored, float(rate), streams, arrays, *share)
-
-    in_threads(run, row_shares(genes.size))
+    settings = (kinds, on_backward, mirrored, float(rate), streams, out.arrays())
+    over_rows(_joint_mutate, genes.size, *caps, *settings)
     return out

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-from tidgap.fallback_cpu.threads import in_threads, row_shares
+from tidgap.fallback_cpu.threads import over_rows
 
 
 def _unpredictable(builder, instruction):
@@ -181,11 +181,9 @@ def chain_ends(sizes: np.ndarray, compute: np.ndarray, transfer: np.ndarray) -> 
         return np.zeros((population, stages), dtype=np.int64)
     ends = np.zeros((population, stages), dtype=np.int64)
     unsigned = sizes.view(np.uint32)  # a negative size reads as too large: reported
-
-    def run(share: tuple[int, int]) -> int:
-        return _chain_ends_rows(unsigned, compute, transfer, ends, *share)
-
-    bad = max(in_threads(run, row_shares(population, cheap=True)))
+    bad = max(
+        over_rows(_chain_ends_rows, population, unsigned, compute, transfer, ends, cheap=True)
+    )
     if bad:
         raise ValueError(
             f"individual {bad - 1} is not a chain of partitions: sizes must lie in "

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tidgap.fallback_cpu.threads import in_threads, row_shares
+from tidgap.fallback_cpu.threads import over_rows
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, GENE, NO_OP, ORDER_GENE
 
 
@@ -98,8 +98,5 @@ def canonical(
         np.ascontiguousarray(lead, dtype=GENE),
     )
 
-    def run(share: tuple[int, int]) -> None:
-        _canonical(*rows, out_lead, codes, *share)
-
-    in_threads(run, row_shares(population))
+    over_rows(_canonical, population, *rows, out_lead, codes)
     return out_lead, codes

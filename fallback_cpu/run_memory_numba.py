@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from tidgap.fallback_cpu.repair_numba import _prefix
-from tidgap.fallback_cpu.threads import in_threads, row_shares
+from tidgap.fallback_cpu.threads import over_rows
 from tidgap.optimize.run_memory import (
     BACKWARD,
     BACKWARD_CHUNK,
@@ -220,8 +220,5 @@ def held(
         units,
     )
 
-    def run(share: tuple[int, int]) -> None:
-        _held(*arrays, *share)
-
-    in_threads(run, row_shares(population))
+    over_rows(_held, population, *arrays)
     return units

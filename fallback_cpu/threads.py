@@ -18,7 +18,7 @@ import itertools
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numba
 
@@ -75,6 +75,14 @@ def in_threads(run: Callable[[Share], Result], shares: Sequence[Share]) -> list[
             if not helper.cancel():
                 helper.result()
     return cast(list[Result], results)
+
+
+def over_rows(
+    loop: Callable[..., Result], rows: int, *arguments: Any, cheap: bool = False
+) -> list[Result]:
+    """``loop(*arguments, first, end)`` for each share of :func:`row_shares` ``(rows,
+    cheap)``, in threads (:func:`in_threads`): its results, one per share, in order."""
+    return in_threads(lambda share: loop(*arguments, *share), row_shares(rows, cheap))
 
 
 def row_shares(rows: int, cheap: bool = False) -> list[tuple[int, int]]:

@@ -44,7 +44,7 @@ from numba import njit
 
 from tidgap.backends.evaluator import INVALID, not_partitions
 from tidgap.backends.ticks import TickedProblem, stage_link_ticks
-from tidgap.fallback_cpu.threads import in_threads, row_shares
+from tidgap.fallback_cpu.threads import over_rows
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP, ORDER_GENE
 
 
@@ -110,10 +110,10 @@ def _ordered_rows(
     fab,
     baf,
     priced,
-    first,
-    end,
     ticks,
     peaks,
+    first,
+    end,
 ):  # pragma: no cover - compiled
     """Individuals ``first..end-1`` of :func:`ordered_ends` (one thread's share): their
     ``ticks (P,)`` and ``peaks (P, S)`` written in place; returns ``1 +`` the last of them
@@ -336,10 +336,7 @@ def ordered_ends(
     ticks = np.full(population, INVALID, dtype=np.int64)
     peaks = np.zeros((population, forward.shape[1]), dtype=np.int64)
 
-    def run(share: tuple[int, int]) -> int:
-        return _ordered_rows(forward, backward, order, *tables, *share, ticks, peaks)
-
-    bad = max(in_threads(run, row_shares(population)))
+    bad = max(over_rows(_ordered_rows, population, forward, backward, order, *tables, ticks, peaks))
     if bad:
         raise ValueError(not_partitions(int(bad) - 1, t.num_units))
     return ticks, peaks

@@ -32,6 +32,15 @@ def test_shares_cover_the_rows_in_order(
             assert min(end - first for first, end in shares) >= least
 
 
+def test_a_loop_over_rows_gets_its_arguments_then_each_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(threads, "thread_count", lambda: 3)
+    results = threads.over_rows(lambda tag, first, end: (tag, first, end), 200, "x")
+    assert results == [("x", *share) for share in threads.row_shares(200)]
+    assert len(results) == 6
+
+
 def test_shares_run_here_and_in_the_pool_at_once() -> None:
     started = threading.Barrier(2, timeout=30)  # each share waits for the other
 
