@@ -81,6 +81,7 @@ def test_a_signal_writes_the_best_plan_and_exits_with_its_status(
     code, stdout, shown = _finish(process, reader)
     assert code == status
     assert "Traceback" not in shown
+    assert f"{signal.Signals(signum).name}: stopping at the next step" in shown  # at once
     assert f"interrupted by {signal.Signals(signum).name}: the best plan found so far" in stdout
     assert "best plan: iteration" in stdout
     document = json.loads(out.read_text())
@@ -101,10 +102,12 @@ def test_a_second_sigint_exits_at_once_without_a_traceback(tmp_path: Path) -> No
 
 
 def test_stop_signals_record_the_first_signal() -> None:
-    signals = StopSignals()
+    heard: list[str] = []
+    signals = StopSignals(heard.append)
     assert signals.received() is None
     signals.handle(signal.SIGTERM, None)
     assert signals.received() == "SIGTERM"
+    assert heard == ["SIGTERM"]
     assert exit_status(signal.SIGTERM) == 143 and exit_status(signal.SIGINT) == 130
 
 
@@ -156,3 +159,19 @@ def test_export_same_partition_keeps_its_best_plan_on_a_signal(
     assert result.exit_code == 143, result.output
     assert "(interrupted: SIGTERM)" in result.stdout
     assert json.loads(out.read_text())["search"]["stop_reason"] == "SIGTERM"
+
+
+def test_the_progress_line_says_at_once_that_a_signal_will_stop_the_search(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Drawn from the handler straight to the terminal, then kept on every later line."""
+    from tidgap.cli.progress import ProgressLine
+
+    line = ProgressLine("ms")
+    line.phase("compile")
+    line.stopping("SIGINT")
+    shown = capfd.readouterr().err.split("\r")[-1]  # the line as the terminal shows it
+    assert "setup: compiling" in shown and "SIGINT: stopping at the next step" in shown
+    line.phase("baselines")
+    drawn = capfd.readouterr().err
+    assert "best GPipe" in drawn and "SIGINT: stopping at the next step" in drawn

@@ -3,6 +3,7 @@ refresh per generation."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import click
@@ -33,9 +34,21 @@ class ProgressLine:
         self.last_draw = 0.0
         self.drawn = False
         self.started = time.perf_counter()
+        self.line = ""
+        self.notice = ""
 
     def _draw(self, line: str) -> None:
-        click.echo("\r" + line + "\x1b[K", nl=False, err=True)
+        self.line = line
+        click.echo("\r" + line + self.notice + "\x1b[K", nl=False, err=True)
+        self.drawn = True
+
+    def stopping(self, signal: str) -> None:
+        """Say at once that ``signal`` (``"SIGINT"``) asked the search to stop, and keep
+        saying it at the end of the line: called from the signal handler, so a first run's
+        compile, which the search cannot leave, still answers the key at once. Written
+        straight to the terminal: a handler must not re-enter the buffered stderr."""
+        self.notice = f"  [{signal}: stopping at the next step; again to stop at once]"
+        os.write(2, ("\r" + self.line + self.notice + "\x1b[K").encode())
         self.drawn = True
 
     def phase(self, name: str) -> None:

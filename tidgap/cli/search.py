@@ -252,7 +252,7 @@ def search_command(
         )
     show_progress = not (quiet or as_json) and sys.stderr.isatty()
     progress = ProgressLine(loaded.time_unit) if show_progress else None
-    with stop_on_signals() as signals:
+    with stop_on_signals(None if progress is None else progress.stopping) as signals:
         try:
             with about_problem(spec):
                 result = search(

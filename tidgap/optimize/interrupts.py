@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -25,10 +25,12 @@ def exit_status(signum: int) -> int:
 
 
 class StopSignals:
-    """Records the first SIGINT / SIGTERM; on a second one, exits with its status at once."""
+    """Records the first SIGINT / SIGTERM (and calls ``on_first`` with its name); on a
+    second one, exits with its status at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_first: Callable[[str], None] | None = None) -> None:
         self.signum: int | None = None
+        self.on_first = on_first
 
     def received(self) -> str | None:
         """The name of the signal received (``"SIGINT"``, ``"SIGTERM"``), or ``None``."""
@@ -43,6 +45,8 @@ class StopSignals:
         """Signal handler: remember the first signal; a second one ends the process."""
         if self.signum is None:
             self.signum = signum
+            if self.on_first is not None:
+                self.on_first(STOP_SIGNALS[signum])
             return
         sys.stderr.write(f"\ntidgap: {STOP_SIGNALS[signum]} again: stopped at once\n")
         sys.stderr.flush()
@@ -50,13 +54,14 @@ class StopSignals:
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[StopSignals]:
-    """Install :class:`StopSignals` for SIGINT and SIGTERM; restore the old handlers after.
+def stop_on_signals(on_first: Callable[[str], None] | None = None) -> Iterator[StopSignals]:
+    """Install :class:`StopSignals` (with ``on_first``) for SIGINT and SIGTERM; restore the
+    old handlers after.
 
     Outside the main thread (where Python cannot set handlers) nothing is installed and
     the signals keep their usual effect.
     """
-    signals = StopSignals()
+    signals = StopSignals(on_first)
     try:
         previous = {signum: signal.signal(signum, signals.handle) for signum in STOP_SIGNALS}
     except ValueError:
