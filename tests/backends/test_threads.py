@@ -91,8 +91,9 @@ def test_a_forked_process_starts_its_own_pool(monkeypatch: pytest.MonkeyPatch) -
 def test_a_search_gives_the_same_plan_however_its_rows_are_cut(
     schedule: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The evaluation, breeding, mutation and repair loops, each cut into one share (one
-    thread) or into seven uneven ones: the same plan, time and evaluations."""
+    """The evaluation, breeding, mutation and repair loops, run on one thread (its two
+    shares, both by the caller) or cut into fourteen uneven shares: the same plan, time and
+    evaluations."""
     problem = load_problem("example:hetero-8")
     options = dict(seed=3, generations=6, backend="numba", schedule=schedule)
     monkeypatch.setattr(threads, "thread_count", lambda: 1)

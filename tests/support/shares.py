@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-#: Threads the loops believe they have: 7 shares of 300 rows are 42 or 43 rows each.
+#: Threads the loops believe they have: two shares each, so 300 rows make 14 shares of 21
+#: or 22 rows.
 MANY_THREADS = 7
 
 
 def many_uneven_shares(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every row-shared loop cuts its rows into :data:`MANY_THREADS` shares, one row or
-    more each (the pool runs them on however many threads it has)."""
+    """Every row-shared loop cuts its rows into two shares for each of :data:`MANY_THREADS`
+    threads, one row or more each (the pool runs them on however many threads it has)."""
     from tidgap.fallback_cpu import threads
 
     monkeypatch.setattr(threads, "thread_count", lambda: MANY_THREADS)

@@ -83,18 +83,15 @@ def stacked_moves(
 
 def lead_group_moves(lead: np.ndarray, backwards: np.ndarray) -> np.ndarray:
     """The steps of :func:`lead_rows_near` taken on every stage at once, as ``(n, S, K)``
-    leads: for each ``k`` in turn, entry ``k`` moved down by one, then every entry from
-    ``k`` on (``k >= 1``), then the same moved up, on each stage with more than ``k``
-    backwards (``backwards`` ``(S,)``; the others keep their rows)."""
-    column = np.arange(lead.shape[1])
-    moved = []
-    for k in range(int(backwards.max(initial=0))):
-        has = (backwards > k)[:, None]
-        single = has & (column == k)
-        tail = has & (column >= k) & (column < backwards[:, None])
-        parts = [single] if k == 0 else [single, tail]
-        moved += [lead + step * part for step in (-1, 1) for part in parts]
-    return np.asarray(moved, dtype=lead.dtype).reshape(-1, *lead.shape)
+    leads: move ``j`` is each stage's own move ``j`` (for each ``k`` in turn, entry ``k``
+    moved down by one, then every entry from ``k`` on, then the same moved up), on each
+    stage that has it (more than ``k`` backwards, ``backwards`` ``(S,)``; the others keep
+    their rows)."""
+    own = [lead_rows_near(row, int(count)) for row, count in zip(lead, backwards, strict=True)]
+    moved = np.repeat(lead[None], max((len(rows) for rows in own), default=0), axis=0)
+    for s, rows in enumerate(own):
+        moved[: len(rows), s] = rows
+    return moved
 
 
 def group_moves(
