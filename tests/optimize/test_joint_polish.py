@@ -136,13 +136,9 @@ def test_group_moves_step_every_stage_sharing_a_row() -> None:
     assert changed == [[0]] * len(forwards) + [[1]] * len(backwards) + [[2]] * leads
 
 
-def test_group_moves_improve_the_best_1f1b_of_a_deep_pipeline(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_group_moves_improve_the_best_1f1b_of_a_deep_pipeline() -> None:
     """On 16 stages the best 1F1B is a local optimum of single stages' moves (within its own
-    memory), not of the moves of all stages at once (the polish takes them from 16 stages
-    here; from :data:`GROUP_MOVES_FROM_STAGES` in a search)."""
-    monkeypatch.setattr(polish_module, "GROUP_MOVES_FROM_STAGES", 16)
+    memory), not of the moves of all stages at once (asked for with ``groups``)."""
     problem = Problem.from_dict(synth_problem(3, stages=16, batch_size=256))
     ticked = tick_problem(problem)
     evaluator = create_evaluator(ticked, "windowed", "numba")
@@ -152,10 +148,9 @@ def test_group_moves_improve_the_best_1f1b_of_a_deep_pipeline(
     start = encode_plans([one_f_one_b_plan(problem, best.microbatches)], problem, 64)
     start = start.repaired(space.repair)
     ticks = int(space.evaluate(start)[0][0])
-    _, grouped = joint_polish(start, ticks, level, space)
-    monkeypatch.setattr(_Polish, "group_batches", lambda self, stacked, focus: iter(()))
+    _, grouped = joint_polish(start, ticks, level, space, groups=True)
     _, single = joint_polish(start, ticks, level, space)
-    assert grouped < single <= ticks
+    assert problem.num_stages < GROUP_MOVES_FROM_STAGES and grouped < single <= ticks
 
 
 def test_shallower_pipelines_move_single_stages_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,8 +164,14 @@ def test_shallower_pipelines_move_single_stages_only(monkeypatch: pytest.MonkeyP
     )
     level = one_f_one_b_level(problem, best)
     ticks = int(space.evaluate(start)[0][0])
-    joint_polish(start, ticks, level, space)
-    assert asked == [] and problem.num_stages < GROUP_MOVES_FROM_STAGES
+
+    def asks_groups(**options: bool) -> bool:
+        """Whether a polish with ``options`` asks for the moves of groups of stages."""
+        before = len(asked)
+        joint_polish(start, ticks, level, space, **options)
+        return len(asked) > before
+
+    assert problem.num_stages < GROUP_MOVES_FROM_STAGES and not asks_groups()
+    assert asks_groups(groups=True)
     monkeypatch.setattr(polish_module, "GROUP_MOVES_FROM_STAGES", problem.num_stages)
-    joint_polish(start, ticks, level, space)
-    assert asked
+    assert asks_groups() and not asks_groups(groups=False)

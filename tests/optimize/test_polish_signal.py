@@ -64,13 +64,18 @@ def test_a_signal_stops_the_descent_after_its_first_batch() -> None:
     assert calls == [] and before[1] == fitness and (before[0] == start).all()
 
 
-def _interrupted_in_polish(calls: list[int], entries: int = 1) -> tuple[Callable, Callable]:
-    """``on_phase`` and ``interrupted`` for a search: SIGINT once the ``entries``-th polish
-    phase has scored a batch (``calls``: one entry per batch scored)."""
-    begun: list[int] = []  # the batches scored when each polish phase began
+def _interrupted_in_polish(
+    calls: list[int], entries: int = 1, phase: str = "polish"
+) -> tuple[Callable, Callable]:
+    """``on_phase`` and ``interrupted`` for a search: SIGINT once the ``entries``-th
+    ``phase`` phase has scored a batch (``calls``: one entry per batch scored, emptied when
+    such a phase begins, so that it counts that phase's batches: the seed polish's come
+    before the final polish's)."""
+    begun: list[int] = []  # the batches scored when each such phase began
 
     def on_phase(name: str) -> None:
-        if name == "polish":
+        if name == phase:
+            calls.clear()
             begun.append(len(calls))
 
     def interrupted() -> str | None:
@@ -101,6 +106,25 @@ def test_a_signal_in_the_windowed_polish_stops_it_and_names_the_signal(
     )
     assert result.stop_reason == "SIGINT" and result.interrupted
     assert len(calls) == 1  # the level in force's first batch; the other levels not begun
+    check_plan(result.plan, problem)
+    assert result.evaluation.iteration_time <= result.baselines["1f1b"].iteration_time
+
+
+def test_a_signal_in_the_seed_polish_stops_the_search_before_its_annealing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    problem = load_problem("example:gpt1-14")
+    calls = _counted_joint_polish(monkeypatch)
+    phases: list[str] = []
+    on_phase, interrupted = _interrupted_in_polish(calls, phase="seed polish")
+
+    def phase(name: str) -> None:
+        phases.append(name)
+        on_phase(name)
+
+    result = search(problem, generations=4, population=32, on_phase=phase, interrupted=interrupted)
+    assert result.stop_reason == "SIGINT" and len(calls) == 1  # one batch, then the signal
+    assert "seed polish" in phases and "polish" not in phases
     check_plan(result.plan, problem)
     assert result.evaluation.iteration_time <= result.baselines["1f1b"].iteration_time
 

@@ -81,7 +81,13 @@ def test_the_level_in_force_is_polished_first_for_half_the_time(
     calls: list[tuple[str, float]] = []
 
     def polish(
-        genes: Any, ticks: int, level: MemoryLevel, space: Any, deadline: float, interrupted: Any
+        genes: Any,
+        ticks: int,
+        level: MemoryLevel,
+        space: Any,
+        deadline: float,
+        interrupted: Any,
+        groups: bool | None,
     ) -> Any:
         calls.append((level.label, deadline - clock[0]))
         clock[0] += uses * (deadline - clock[0])

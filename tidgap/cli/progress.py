@@ -16,6 +16,7 @@ PHASES = {
     "baselines": "setup: best GPipe, 1F1B and PipeDream over every microbatch count",
     "heuristics": "setup: local greedy and global DP plans",
     "seeding": "setup: seeding the populations",
+    "seed polish": "polishing the best seeds, moving groups of stages",
     "anneal": "annealing each island's best plans",
     "polish": "polishing the best plan",
 }

@@ -169,16 +169,19 @@ def joint_polish(
     space: JointSpace,
     deadline: float | None = None,
     interrupted: Interrupted | None = None,
+    groups: bool | None = None,
 ) -> tuple[JointGenes, int]:
     """Steepest descent from ``individual`` (``(1, S, K)`` repaired genes, ``ticks`` its time,
-    within ``level``) among plans within ``level``: on
-    :data:`~tidgap.optimize.polish.GROUP_MOVES_FROM_STAGES` stages
-    or more first over the moves of groups of stages, then over single stages' moves, each
-    until a local optimum, ``deadline`` or a signal (``interrupted``); returns the
-    individual reached (repaired) and its time in ticks."""
+    within ``level``) among plans within ``level``: where ``groups`` (by default on
+    :data:`~tidgap.optimize.polish.GROUP_MOVES_FROM_STAGES` stages or more) first over the
+    moves of groups of stages, then over single stages' moves, each until a local optimum,
+    ``deadline`` or a signal (``interrupted``); returns the individual reached (repaired)
+    and its time in ticks."""
     polish = _Polish(level, space, individual.forward[0].size * 3)
     neighbours = [polish.batches]
-    if groups_first(individual.forward.shape[1]):
+    if groups is None:
+        groups = groups_first(individual.forward.shape[1])
+    if groups:
         neighbours.insert(0, polish.group_batches)
     for batches in neighbours:
         found, ticks = descend(

@@ -7,8 +7,9 @@ seeds; under run pricing a mirrored one, whose plan runs at the model's costs; a
 search that admits recomputation runs a mirrored windowed search first instead, for half
 its time: :func:`mirrored_first_search`), then the joint GA (:mod:`tidgap.optimize.joint`)
 from the seeds of :mod:`tidgap.optimize.windowed_seeds`; this module prepares it
-(:func:`prepare_windowed`). :mod:`tidgap.optimize.windowed_finish` then anneals every
-island's fittest and polishes each level's best: the result is the fastest plan within the
+(:func:`prepare_windowed`). :mod:`tidgap.optimize.windowed_finish` then polishes each
+level's best seed into its island (shallow pipelines), anneals every island's fittest and
+polishes each level's best: the result is the fastest plan within the
 memory limit in force, checked with the reference simulator, and the fastest within each
 level of the trade-off.
 """
@@ -393,4 +394,5 @@ def prepare_windowed(
         backward,
         pricing,
         on_progress,
+        [optimizer.best_within(level) for level in levels],
     )

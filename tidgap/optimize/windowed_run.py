@@ -32,7 +32,7 @@ SEARCHED = SCHEDULES["windowed"]
 class WindowedRun:
     """A prepared windowed search: the optimizer and what its result needs (the levels,
     the baselines and heuristics, the first, flush search's effort ``first`` and plan
-    ``flush_plan``, the clocks)."""
+    ``flush_plan``, the clocks, each level's best seed ``seed_bests``)."""
 
     problem: Problem
     optimizer: JointOptimizer
@@ -52,6 +52,7 @@ class WindowedRun:
     backward: str
     pricing: str
     on_progress: Callable[[SearchProgress], None] | None
+    seed_bests: list[tuple[JointGenes, int] | None]
 
     @property
     def memory_pricing(self) -> str:
