@@ -121,3 +121,27 @@ def test_sizes_that_are_not_partitions_are_refused(
             evaluator.score(Population(forward, population.backward, population.order))
     with pytest.raises(ValueError, match="needs the population's order genes"):
         evaluator.score(Population(population.forward, population.backward))
+
+
+def test_numpy_simulates_a_large_population_in_chunks_with_the_same_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In chunks (of 4 here) the NumPy evaluator gives what one simulation and Numba give,
+    invalid individuals included, and names a bad individual by its place in the whole."""
+    from tidgap.fallback_cpu import windowed_numpy
+
+    evaluator, population = _tiny_repaired("numpy", monkeypatch, 11, seed=5)
+    order = population.order.copy()
+    order[[2, 9], 0] = NO_OP  # two deadlocked individuals, in the first and last chunks
+    population = Population(population.forward, population.backward, order)
+    whole = evaluator.evaluate(population)
+    monkeypatch.setattr(windowed_numpy, "CHUNK", 4)
+    chunked = evaluator.evaluate(population)
+    numba = create_evaluator(evaluator.ticked, FAMILY, "numba").evaluate(population)
+    for left, middle, right in zip(whole, chunked, numba, strict=True):
+        assert np.array_equal(left, middle) and np.array_equal(middle, right)
+    assert chunked[0][[2, 9]].tolist() == [INVALID, INVALID] and (chunked[0] < INVALID).sum() > 4
+    forward = population.forward.copy()
+    forward[9, 1, 0] += 1
+    with pytest.raises(ValueError, match=r"^individual 9 is not a plan"):
+        evaluator.score(Population(forward, population.backward, population.order))
