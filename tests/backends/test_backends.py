@@ -99,6 +99,21 @@ def test_chain_ends_agree_on_golden_problems(case: dict[str, Any]) -> None:
         assert_chain_ends_agree(ticked, random_individuals(rng, ticked, size, width))
 
 
+def test_numpy_chain_ends_in_chunks_equal_one_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In chunks (of 7 here, each trimmed to its own widest row) the NumPy chain gives
+    what it gives in one piece, and what Numba gives."""
+    from tidgap.fallback_cpu import flush_numpy
+
+    rng = np.random.default_rng(42)
+    ticked = random_ticked(rng, 5, 48, top=2**20)
+    genes = random_individuals(rng, ticked, 50, 60).forward
+    tables = ticked.forward_compute, ticked.forward_transfer
+    whole = numpy_chain_ends(genes, *tables)
+    monkeypatch.setattr(flush_numpy, "CHUNK", 7)
+    assert np.array_equal(numpy_chain_ends(genes, *tables), whole)
+    assert np.array_equal(numba_chain_ends(genes, *tables), whole)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_chain_ends_agree_on_large_random_tables(seed: int) -> None:
     """Values up to 2**40 ticks exercise int64; S = 1 (no links) and P = 1 included."""
