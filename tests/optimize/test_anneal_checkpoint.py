@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +14,7 @@ from tests.support.state_files import (
     rewrite_array,
     rewrite_arrays,
     rewrite_meta,
-    signal_once_saved,
+    signal_in_annealing,
 )
 from tidgap import Optimizer, load_problem, search
 from tidgap.model.errors import InputError
@@ -34,14 +32,6 @@ def _problem():
 def _same(result, other) -> bool:
     plans = (result.plan.forward, result.plan.backward, result.plan.order)
     return plans == (other.plan.forward, other.plan.backward, other.plan.order)
-
-
-def signal_in_annealing(path: Path, step: int) -> Callable[[], str | None]:
-    """An ``interrupted`` that names SIGINT once the state at ``path`` was saved in the
-    annealing at ``step`` or later (a Ctrl-C there)."""
-    return signal_once_saved(
-        path, lambda meta: meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= step
-    )
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tidgap.optimize.checkpoint import load_state
+from tidgap.optimize.checkpoint import ANNEAL_PHASE, load_state
 
 
 def rewrite_arrays(path: Path, change: Callable[[dict[str, np.ndarray]], Any]) -> None:
@@ -51,3 +51,11 @@ def signal_once_saved(
         return "SIGINT" if reached(load_state(path).meta) else None
 
     return interrupted
+
+
+def signal_in_annealing(path: Path, step: int) -> Callable[[], str | None]:
+    """An ``interrupted`` that names SIGINT once the state at ``path`` was saved in the
+    annealing at ``step`` or later (a Ctrl-C there)."""
+    return signal_once_saved(
+        path, lambda meta: meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= step
+    )

@@ -216,6 +216,43 @@ def used_to_the_end(
     return found, stop_reason
 
 
+def improved(
+    run: WindowedRun,
+    found: list[tuple[JointGenes, int] | None],
+    stop_reason: str,
+    checkpoint: Checkpoint | None,
+    resumed: ResumedAnnealing | None,
+) -> tuple[list[tuple[JointGenes, int] | None], str]:
+    """The levels' bests ``found`` (the GA's) made faster for :func:`finish_windowed`:
+    the seed polish (:func:`with_polished_seeds`; not on a resumed annealing, whose chains
+    hold the polished seeds already), the annealing, the polish and later rounds
+    (:func:`used_to_the_end`), each skipped once a signal came, whose name becomes the stop
+    reason. ``checkpoint`` saves the annealing (phase
+    :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`) and, once the search ends without a
+    signal, the GA's state again."""
+    optimizer, phases = run.optimizer, run.phases
+    if resumed is None and not groups_first(run.problem.num_stages):
+        with phases("seed polish"):
+            found = with_polished_seeds(run, found)
+    saving = None
+    if checkpoint is not None:
+        ga = current_state(run, checkpoint.identity) if resumed is None else resumed.ga
+        saving = AnnealSaving(checkpoint, ga, stop_reason, optimizer.rng)
+    with phases("anneal"):
+        found = annealed(run, found, saving=saving, resumed=resumed)
+    if (name := run.stop.signal()) is not None:
+        return found, name
+    with phases("polish"):
+        deadline = None if run.time_limit is None else run.clock + run.time_limit
+        interrupted = run.stop.interrupted
+        found = polished(found, run.levels, run.in_force, optimizer.space, deadline, interrupted)
+    stop_reason = run.stop.signal() or stop_reason
+    found, stop_reason = used_to_the_end(run, found, stop_reason, saving)
+    if saving is not None and stop_reason not in STOP_SIGNALS.values():
+        saving.finished()
+    return found, stop_reason
+
+
 def finish_windowed(
     run: WindowedRun,
     stop_reason: str,
@@ -223,38 +260,14 @@ def finish_windowed(
     resumed: ResumedAnnealing | None = None,
 ) -> SearchResult:
     """The result of ``run`` after its generations stopped for ``stop_reason``: each level's
-    best annealed (or, ``resumed``, the annealing a state holds goes on), then polished
-    (unless a signal stopped it, or a fitness of the user's own ranks them: both minimise
-    the iteration time; a signal during the annealing skips the polish, one during the
-    polish stops it within a batch, and either becomes the stop reason), decoded and
-    checked. ``checkpoint`` saves the annealing (phase
-    :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`) and, once the search ends without a
-    signal, the GA's state again."""
+    best :func:`improved` (or, ``resumed``, the annealing a state holds goes on; unless a
+    signal stopped the GA, or a fitness of the user's own ranks them: the seed polish,
+    annealing and polish minimise the iteration time), decoded and checked; ``checkpoint``
+    as :func:`improved` saves."""
     optimizer, levels, in_force, problem = run.optimizer, run.levels, run.in_force, run.problem
-    phases, time_limit, clock = run.phases, run.time_limit, run.clock
     found = [optimizer.best_within(level) for level in levels]
     if stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None:
-        # A resumed annealing's chains hold the polished seeds already.
-        if resumed is None and not groups_first(problem.num_stages):
-            with phases("seed polish"):
-                found = with_polished_seeds(run, found)
-        saving = None
-        if checkpoint is not None:
-            ga = current_state(run, checkpoint.identity) if resumed is None else resumed.ga
-            saving = AnnealSaving(checkpoint, ga, stop_reason, optimizer.rng)
-        with phases("anneal"):
-            found = annealed(run, found, saving=saving, resumed=resumed)
-        stop_reason = run.stop.signal() or stop_reason
-        if stop_reason not in STOP_SIGNALS.values():
-            with phases("polish"):
-                deadline = None if time_limit is None else clock + time_limit
-                found = polished(
-                    found, levels, in_force, optimizer.space, deadline, run.stop.interrupted
-                )
-            stop_reason = run.stop.signal() or stop_reason
-            found, stop_reason = used_to_the_end(run, found, stop_reason, saving)
-            if saving is not None and stop_reason not in STOP_SIGNALS.values():
-                saving.finished()
+        found, stop_reason = improved(run, found, stop_reason, checkpoint, resumed)
     tradeoff = [
         TradeoffPoint(level, None, None)
         if best is None
@@ -284,7 +297,7 @@ def finish_windowed(
         evaluations=optimizer.counters.evaluations + run.first[1],
         wall_time=time.perf_counter() - run.started,
         stop_reason=stop_reason,
-        setup=phases.seconds,
+        setup=run.phases.seconds,
         schedule=SEARCHED.name,
         memory_limit=in_force,
         tradeoff=tuple(tradeoff),
