@@ -224,20 +224,24 @@ def improved(
     resumed: ResumedAnnealing | None,
 ) -> tuple[list[tuple[JointGenes, int] | None], str]:
     """The levels' bests ``found`` (the GA's) made faster for :func:`finish_windowed`:
-    the seed polish (:func:`with_polished_seeds`; not on a resumed annealing, whose chains
-    hold the polished seeds already), the annealing, the polish and later rounds
+    the seed polish (:func:`with_polished_seeds`; on a resumed annealing too, so that its
+    islands take the unbroken search's plans), the annealing, the polish and later rounds
     (:func:`used_to_the_end`), each skipped once a signal came, whose name becomes the stop
     reason. ``checkpoint`` saves the annealing (phase
-    :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`) and, once the search ends without a
-    signal, the GA's state again."""
+    :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`) beside the GA's state from before the
+    seed polish, and that state alone again once the search ends without a signal (more
+    generations resume from it as an unbroken search of them goes on); a signal in the
+    seed polish leaves the state the GA saved."""
     optimizer, phases = run.optimizer, run.phases
-    if resumed is None and not groups_first(run.problem.num_stages):
-        with phases("seed polish"):
-            found = with_polished_seeds(run, found)
     saving = None
     if checkpoint is not None:
         ga = current_state(run, checkpoint.identity) if resumed is None else resumed.ga
         saving = AnnealSaving(checkpoint, ga, stop_reason, optimizer.rng)
+    if not groups_first(run.problem.num_stages):
+        with phases("seed polish"):
+            found = with_polished_seeds(run, found)
+        if (name := run.stop.signal()) is not None:
+            return found, name
     with phases("anneal"):
         found = annealed(run, found, saving=saving, resumed=resumed)
     if (name := run.stop.signal()) is not None:
