@@ -9,10 +9,12 @@ recomputes and the searched plans with ``tidgap run`` (``--repeats`` rounds, eac
 ``tidgap run`` of all of them in turn, iteration by iteration, in the same processes
 (``--compare``), so that every plan meets the machine's same moments), and print measured
 against both predictions (each op timed as the runtime runs it, as ``tidgap run`` does),
-with the ranking of the plans by prediction and by measurement. A last column divides each
-round by its median measured/predicted ratio over all plans (the machine's speed in that
-round) before taking each plan's median: what is left is the model's error in comparing
-plans, not in absolute time (a uniform error, the machine's or the model's, drops out).
+with the ranking of the plans by prediction and by measurement (and which labels name the
+same plan: a measured difference between them is the machine's noise). A last column
+divides each round by its median measured/predicted ratio over all plans (the machine's
+speed in that round) before taking each plan's median: what is left is the model's error
+in comparing plans, not in absolute time (a uniform error, the machine's or the model's,
+drops out).
 Two columns come from ``tidgap run --replay`` (medians over rounds): the error against the
 model fed the run's median op and transfer times and against the median of models fed
 times drawn independently from the run's iterations (the first plus what the ops'
@@ -159,6 +161,24 @@ def pairs_in_order(predicted: dict[str, float], measured: dict[str, float], apar
     return f"{same} of {len(pairs)}"
 
 
+def same_plans(plans: dict[str, Path], problem: Path) -> dict[str, str]:
+    """Per label, the first label of ``plans`` whose plan runs the same schedule on
+    ``problem`` (the same partitions and stage order): searches with different options
+    often return one plan, whose measured times then differ by the machine's noise
+    alone."""
+    from tidgap import load_problem
+    from tidgap.model.plan import load_plan
+
+    loaded = load_problem(str(problem))
+    first: dict[str, str] = {}
+    same = {}
+    for label, path in plans.items():
+        plan = load_plan(path, loaded)
+        key = json.dumps([plan.forward, plan.backward, plan.stage_order().format_actions()])
+        same[label] = first.setdefault(key, label)
+    return same
+
+
 def calibrate(profiled: Path, out: Path, rounds: int, model: list[str]) -> Path:
     """``tidgap calibrate`` ``profiled`` at every size, ``rounds`` rounds, into ``out``;
     ``model``: the model and device options."""
@@ -239,6 +259,7 @@ def main() -> None:
     speeds = round_speeds(predicted, rounds)
     steady = drift_corrected(rounds, speeds)
     own = {label: errors(rounds[label], fresh[label]) for label in plans}
+    same = same_plans(plans, fitted)
     replayed = {
         label: statistics.median(r["replay"]["per_iteration"]["median_error_percent"] for r in ran)
         for label, ran in runs.items()
@@ -260,6 +281,7 @@ def main() -> None:
             medians_replay_error_percent=fed_medians[label],
             drawn_replay_error_percent=fed_draws[label],
             memory=runs[label][0]["memory"],
+            same_plan_as=same[label],
         )
         for label in plans
     }
@@ -284,9 +306,13 @@ def main() -> None:
         )
     by_prediction = sorted(plans, key=predicted.__getitem__)
     by_measure = sorted(plans, key=measured.__getitem__)
-    print(
-        f"\nfastest predicted (calibrated): {by_prediction[0]}; fastest measured: {by_measure[0]}"
-    )
+    fastest = by_prediction[0], by_measure[0]
+    one = " (the same plan)" if same[fastest[0]] == same[fastest[1]] else ""
+    print(f"\nfastest predicted (calibrated): {fastest[0]}; fastest measured: {fastest[1]}{one}")
+    for label in dict.fromkeys(same.values()):
+        group = [other for other in plans if same[other] == label]
+        if len(group) > 1:
+            print(f"the same plan: {' = '.join(group)}")
     print(f"ranking predicted: {' < '.join(by_prediction)}")
     print(f"ranking measured:  {' < '.join(by_measure)}")
     print(
@@ -294,10 +320,11 @@ def main() -> None:
         f"of those predicted more than 5% apart: {pairs_in_order(predicted, measured, 0.05)}"
     )
     shown = ", ".join(f"{f:.3f}" for f in speeds)
+    steadiest = min(plans, key=steady.__getitem__)
+    one = " (the same plan as the predicted fastest)" if same[steadiest] == same[fastest[0]] else ""
     print(
-        f"after each round's drift (round speeds {shown}): fastest "
-        f"{min(plans, key=steady.__getitem__)}; pairs more than 5% apart in the predicted "
-        f"order: {pairs_in_order(predicted, steady, 0.05)}"
+        f"after each round's drift (round speeds {shown}): fastest {steadiest}{one}; pairs "
+        f"more than 5% apart in the predicted order: {pairs_in_order(predicted, steady, 0.05)}"
     )
     within = sum(abs(own[label]) <= 10 for label in plans)
     print(f"within 10% of the round's own calibration: {within} of {len(plans)}")
