@@ -15,6 +15,7 @@ from tests.support.state_files import (
     rewrite_arrays,
     rewrite_meta,
     signal_in_annealing,
+    stopped_in_annealing,
 )
 from tidgap import Optimizer, load_problem, search
 from tidgap.model.errors import InputError
@@ -45,15 +46,7 @@ def unbroken(tmp_path_factory):
 def stopped(tmp_path_factory):
     """The same search stopped by a signal at the annealing's 25th step, and its state."""
     path = tmp_path_factory.mktemp("stopped") / "s.state"
-    result = search(
-        _problem(),
-        generations=GENERATIONS,
-        checkpoint=path,
-        checkpoint_every=1e-9,
-        interrupted=signal_in_annealing(path, 25),
-        **OPTIONS,
-    )
-    return result, path
+    return stopped_in_annealing(_problem(), path, 25, generations=GENERATIONS, **OPTIONS), path
 
 
 def test_a_search_stopped_in_its_annealing_resumes_there(unbroken, stopped) -> None:

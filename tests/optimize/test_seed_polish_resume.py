@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.state_files import signal_in_annealing
+from tests.support.state_files import stopped_in_annealing
 from tidgap import load_problem, search
 from tidgap.optimize import windowed_driver, windowed_finish
 from tidgap.optimize.checkpoint import load_state
@@ -65,14 +65,7 @@ def test_more_generations_resume_as_one_search(tmp_path: Path) -> None:
 def test_an_annealing_resumes_as_one_search(tmp_path: Path) -> None:
     full = search(_problem(), generations=GENERATIONS, **OPTIONS)
     path = tmp_path / "s.state"
-    stopped = search(
-        _problem(),
-        generations=GENERATIONS,
-        checkpoint=path,
-        checkpoint_every=1e-9,
-        interrupted=signal_in_annealing(path, 25),
-        **OPTIONS,
-    )
+    stopped = stopped_in_annealing(_problem(), path, 25, generations=GENERATIONS, **OPTIONS)
     assert stopped.stop_reason == "SIGINT" and "polish" not in stopped.setup
     rest = search(_problem(), generations=0, resume=path, **OPTIONS)
     assert _same(rest, full)

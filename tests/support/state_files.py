@@ -59,3 +59,12 @@ def signal_in_annealing(path: Path, step: int) -> Callable[[], str | None]:
     return signal_once_saved(
         path, lambda meta: meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= step
     )
+
+
+def stopped_in_annealing(problem: Any, path: Path, step: int, **options: Any) -> Any:
+    """``tidgap.search(problem, **options)`` saving its state at ``path`` at every chance and
+    stopped by a SIGINT once its annealing saved step ``step``; its result."""
+    from tidgap import search
+
+    stop = signal_in_annealing(path, step)
+    return search(problem, checkpoint=path, checkpoint_every=1e-9, interrupted=stop, **options)
