@@ -17,7 +17,8 @@ from tests.support.backends import install_fake_cupy
 from tests.support.calibrations import order_tables
 from tests.support.state_files import signal_once_saved
 from tidgap import InputError, Problem, search
-from tidgap.optimize.checkpoint import ANNEAL_PHASE, MIRRORED_PHASE, load_state
+from tidgap.optimize.anneal_checkpoint import ga_part
+from tidgap.optimize.checkpoint import ANNEAL_PHASE, MIRRORED_PHASE, load_state, write_state
 from tidgap.optimize.results import SearchResult
 from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
 from tidgap.schedules.baselines import best_baselines
@@ -165,6 +166,53 @@ def test_a_run_priced_search_stopped_in_its_annealing_resumes_there(tmp_path: Pa
         full.plan.order,
     )
     assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
+
+
+def in_the_mirrored_annealing(step: int) -> Callable[[dict], bool]:
+    """Whether a state's ``meta`` is the mirrored first search's annealing at ``step`` or
+    later."""
+    return lambda meta: (
+        meta["phase"] == MIRRORED_PHASE and meta.get("anneal", {}).get("step", -1) >= step
+    )
+
+
+def test_a_search_stopped_in_its_mirrored_annealing_resumes_there(tmp_path: Path) -> None:
+    """The mirrored first search's annealing checkpoints (in that search's phase): a search
+    stopped there resumes it, with the generations left, to the plan of one unbroken
+    search; asked for more generations, its GA goes on and anneals afresh, as from its GA's
+    state alone."""
+    problem = calibrated("med7_1", order=True)
+    options = {**OPTIONS, "backend": "numba", "generations": 80}
+    full = search(problem, **options)
+    path = tmp_path / "s.state"
+    stopped = search(
+        problem,
+        **options,
+        checkpoint=path,
+        checkpoint_every=1e-9,
+        interrupted=signal_once_saved(path, in_the_mirrored_annealing(7)),
+    )
+    assert stopped.stop_reason == "SIGINT"
+    saved = load_state(path)
+    assert (saved.meta["phase"], saved.meta["anneal"]["step"]) == (MIRRORED_PHASE, 7)
+    generation = saved.meta["counters"]["generation"]
+    assert saved.where() == (
+        f"step 7 of its mirrored first search's annealing, after {generation} generations"
+    )
+    left = 80 - saved.generations_run(problem)
+    rest = search(problem, **{**options, "generations": left}, resume=path)
+    assert _same(rest, full)
+    ga_alone = tmp_path / "ga.state"
+    write_state(ga_alone, ga_part(saved))
+    more = {**options, "generations": left + 10}
+    assert _same(search(problem, **more, resume=path), search(problem, **more, resume=ga_alone))
+
+
+def _same(result: SearchResult, other: SearchResult) -> bool:
+    """The same plan, generations and evaluations."""
+    plans = [(r.plan.forward, r.plan.backward, r.plan.order) for r in (result, other)]
+    counts = [(r.generations, r.evaluations) for r in (result, other)]
+    return plans[0] == plans[1] and counts[0] == counts[1]
 
 
 def test_the_first_search_is_mirrored_under_run_pricing() -> None:

@@ -1,10 +1,12 @@
 """The annealing's part of a state file: a windowed search saved while it anneals after
-its GA (phase :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`) resumes that annealing.
+its GA (phase :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`, or
+:data:`~tidgap.optimize.checkpoint.MIRRORED_PHASE` in a run-priced search's mirrored first
+search) resumes that annealing.
 
-Such a state is the GA's state as the annealing began (its islands, ``counters`` and
-``draws``), with ``meta["anneal"]`` (``step`` s taken, ``done``: how far the temperature
-schedule is, ``0..1``; the generator's ``draws`` then; ``reason``, why the GA stopped) and
-the arrays ``anneal_forward``, ``_backward``, ``_lead`` ``(C, S, K)`` (the chains) and
+Such a state is the GA's state as the GA ended (its islands, ``counters`` and ``draws``,
+before the seed polish), with ``meta["anneal"]`` (``step`` s taken, ``done``: how far the
+temperature schedule is, ``0..1``; the generator's ``draws`` then; ``reason``, why the GA
+stopped) and the arrays ``anneal_forward``, ``_backward``, ``_lead`` ``(C, S, K)`` (the chains) and
 ``anneal_best_forward``, ``_backward``, ``_lead`` ``(I, S, K)`` (each island's fittest any
 chain reached). Their scores are not saved: a resume scores them again. A search that ends
 without a signal writes the GA's state back, so its file goes on as before: more
@@ -77,21 +79,25 @@ class AnnealSaving:
 
 
 def with_annealing(ga: SavedState, state: AnnealState, draws: int, reason: str) -> SavedState:
-    """``ga`` with ``state``'s annealing (phase :data:`ANNEAL_PHASE`)."""
+    """``ga`` with ``state``'s annealing: phase :data:`ANNEAL_PHASE`, or the mirrored first
+    search's (:data:`~tidgap.optimize.checkpoint.MIRRORED_PHASE`) for its annealing."""
     record = {"step": state.step, "done": state.done, "draws": draws, "reason": reason}
     best = JointGenes.concatenate(state.best)
     arrays = dict(ga.arrays)
     for name, chains, bests in zip(ROWS, state.chains.genes.rows(), best.rows(), strict=True):
         arrays[f"{PREFIX}{name}"] = to_host(chains)
         arrays[f"{PREFIX}best_{name}"] = to_host(bests)
-    return replace(ga, meta={**ga.meta, "phase": ANNEAL_PHASE, "anneal": record}, arrays=arrays)
+    phase = ga.meta.get("phase") or ANNEAL_PHASE
+    return replace(ga, meta={**ga.meta, "phase": phase, "anneal": record}, arrays=arrays)
 
 
 def ga_part(saved: SavedState) -> SavedState:
-    """``saved`` without its annealing: the GA's state it began from."""
+    """``saved`` without its annealing: the GA's state it began from (in the mirrored first
+    search's phase where it was that search's)."""
     meta = {name: value for name, value in saved.meta.items() if name != "anneal"}
     arrays = {name: a for name, a in saved.arrays.items() if not name.startswith(PREFIX)}
-    return replace(saved, meta={**meta, "phase": None}, arrays=arrays)
+    phase = None if saved.phase == ANNEAL_PHASE else saved.phase
+    return replace(saved, meta={**meta, "phase": phase}, arrays=arrays)
 
 
 def resumed_annealing(

@@ -8,7 +8,9 @@ the generator's ``draws``, the ``counters`` (``generation``, ``evaluations``,
 ``since_improvement``, ``best`` ticks), for a windowed search its first search
 (``first_search``: plan, generations, evaluations), and the ``phase``: ``null`` for the
 search's own GA, :data:`MIRRORED_PHASE` while a run-priced search runs its mirrored first
-search (whose state it then holds; a resume finishes that search first). It is written
+search (whose state it then holds, its annealing's too; a resume finishes that search
+first), :data:`ANNEAL_PHASE` in the search's own annealing
+(:mod:`tidgap.optimize.anneal_checkpoint`). It is written
 atomically (readers never see half a file; a failed write keeps the old one). Resuming
 rebuilds the search from the same problem and options (the setup is deterministic), then
 puts the saved state back: a search of ``G`` generations equals one of ``G1`` resumed for
@@ -165,12 +167,12 @@ class SavedState:
     def where(self) -> str:
         """Where the saved search stood, in words (for the note of a resume that took it)."""
         generation = self._counters()["generation"]
-        if self.phase == MIRRORED_PHASE:
-            return f"generation {generation} of its mirrored first search"
-        if self.phase == ANNEAL_PHASE:  # its record checked by the resume
+        search = "its mirrored first search" if self.phase == MIRRORED_PHASE else "its GA"
+        if "anneal" in self.meta:  # its record checked by the resume
             step = self.meta["anneal"]["step"]
-            return f"step {step} of its annealing, after {generation} generations"
-        return f"generation {generation} of its GA"
+            whose = "its mirrored first search's" if self.phase == MIRRORED_PHASE else "its"
+            return f"step {step} of {whose} annealing, after {generation} generations"
+        return f"generation {generation} of {search}"
 
     def generations_run(self, problem: Problem) -> int:
         """Generations the saved search had run: its first search's and its GA's."""

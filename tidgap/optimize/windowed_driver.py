@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from types import ModuleType
 from typing import Any
 
@@ -29,6 +30,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize import background_compile
+from tidgap.optimize.anneal_checkpoint import resumed_annealing
 from tidgap.optimize.backward_rules import FREE, MIRRORED, rule_caps
 from tidgap.optimize.checkpoint import MIRRORED_PHASE, Checkpoint, SavedState, drive
 from tidgap.optimize.flush_driver import flush_search
@@ -53,7 +55,7 @@ from tidgap.optimize.preparation import (
 from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import ROWS, RunMemory, least_bytes
-from tidgap.optimize.windowed_finish import ANNEAL_SHARE, finish_windowed
+from tidgap.optimize.windowed_finish import ANNEAL_CHAINS, ANNEAL_SHARE, finish_windowed
 from tidgap.optimize.windowed_run import SEARCHED, WindowedRun
 from tidgap.optimize.windowed_seeds import (
     WINDOWED_SEED_COUNTS,
@@ -123,8 +125,10 @@ def mirrored_first_search(
     :data:`FLUSH_GENERATIONS` of them as for the flush first search (so a search resumed
     past them equals one search; with neither, as an ask/tell optimizer is built, that
     many); ``None`` where it finds no plan (none mirrored within the memory limits).
-    ``checkpoint`` saves its GA's state (phase :data:`MIRRORED_PHASE`); ``resumed``, such
-    a state, continues it (``generations`` then counts those it ran)."""
+    ``checkpoint`` saves its GA's state and its annealing (phase :data:`MIRRORED_PHASE`);
+    ``resumed``, such a state, continues it (``generations`` then counts those it ran): a
+    state saved in its annealing goes on annealing unless generations are left for its GA
+    (which then goes on, and anneals afresh)."""
     if generations is not None:
         generations = min(max(1, int(generations * MIRRORED_SHARE)), FLUSH_GENERATIONS)
     elif time_limit is None:
@@ -146,17 +150,17 @@ def mirrored_first_search(
         )
     except InputError:  # no mirrored plan within the memory limits
         return None
+    annealing = None
     if resumed is not None:
         resumed.restore(run.optimizer)
-    if checkpoint is None:
-        reason = drive(run)
-    else:
-        with checkpoint.in_phase(MIRRORED_PHASE):
-            reason = drive(run, checkpoint)
-    try:
-        return finish_windowed(run, reason)
-    except InputError:  # none found within the memory limits
-        return None
+        if "anneal" in resumed.meta and not generations:  # else its GA goes on, then anneals
+            annealing = resumed_annealing(resumed, run.optimizer, ANNEAL_CHAINS)
+    with nullcontext() if checkpoint is None else checkpoint.in_phase(MIRRORED_PHASE):
+        reason = drive(run, checkpoint) if annealing is None else annealing.reason
+        try:
+            return finish_windowed(run, reason, checkpoint, annealing)
+        except InputError:  # none found within the memory limits
+            return None
 
 
 def compiled_loops(

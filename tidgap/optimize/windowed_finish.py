@@ -235,7 +235,10 @@ def improved(
     optimizer, phases = run.optimizer, run.phases
     saving = None
     if checkpoint is not None:
-        ga = current_state(run, checkpoint.identity) if resumed is None else resumed.ga
+        if resumed is None:
+            ga = current_state(run, checkpoint.identity, checkpoint.phase)
+        else:
+            ga = resumed.ga
         saving = AnnealSaving(checkpoint, ga, stop_reason, optimizer.rng)
     if not groups_first(run.problem.num_stages):
         with phases("seed polish"):
