@@ -208,6 +208,29 @@ def test_a_search_stopped_in_its_mirrored_annealing_resumes_there(tmp_path: Path
     assert _same(search(problem, **more, resume=path), search(problem, **more, resume=ga_alone))
 
 
+def test_a_signal_in_the_mirrored_seed_polish_keeps_that_searchs_state(tmp_path: Path) -> None:
+    """A signal in the mirrored first search's seed polish leaves that search's GA state
+    (the search after it, stopped at once, saves nothing over it), which resumes to the
+    plan of one unbroken search."""
+    problem = calibrated("med7_1", order=True)
+    options = {**OPTIONS, "backend": "numba", "generations": 80}
+    full = search(problem, **options)
+    path = tmp_path / "s.state"
+    begun: list[str] = []
+    stopped = search(
+        problem,
+        **options,
+        checkpoint=path,
+        on_phase=begun.append,
+        interrupted=lambda: "SIGINT" if "mirrored seed polish" in begun else None,
+    )
+    assert stopped.stop_reason == "SIGINT"
+    saved = load_state(path)
+    assert saved.meta["phase"] == MIRRORED_PHASE and "anneal" not in saved.meta
+    left = 80 - saved.generations_run(problem)
+    assert _same(search(problem, **{**options, "generations": left}, resume=path), full)
+
+
 def _same(result: SearchResult, other: SearchResult) -> bool:
     """The same plan, generations and evaluations."""
     plans = [(r.plan.forward, r.plan.backward, r.plan.order) for r in (result, other)]

@@ -228,11 +228,19 @@ def improved(
     islands take the unbroken search's plans), the annealing, the polish and later rounds
     (:func:`used_to_the_end`), each skipped once a signal came, whose name becomes the stop
     reason. ``checkpoint`` saves the annealing (phase
-    :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`) beside the GA's state from before the
-    seed polish, and that state alone again once the search ends without a signal (more
-    generations resume from it as an unbroken search of them goes on); a signal in the
-    seed polish leaves the state the GA saved."""
+    :data:`~tidgap.optimize.checkpoint.ANNEAL_PHASE`, or the checkpoint's own in a first
+    search) beside the GA's state from before the seed polish, and that state alone again
+    once the search ends without a signal (more generations resume from it as an unbroken
+    search of them goes on); a signal in the seed polish leaves the state the GA saved. A
+    signal in a first search closes the checkpoint: the search after it saves nothing over
+    the state to resume."""
     optimizer, phases = run.optimizer, run.phases
+
+    def signalled(name: str) -> tuple[list[tuple[JointGenes, int] | None], str]:
+        if checkpoint is not None:
+            checkpoint.closed |= checkpoint.phase is not None
+        return found, name
+
     saving = None
     if checkpoint is not None:
         if resumed is None:
@@ -244,18 +252,20 @@ def improved(
         with phases("seed polish"):
             found = with_polished_seeds(run, found)
         if (name := run.stop.signal()) is not None:
-            return found, name
+            return signalled(name)
     with phases("anneal"):
         found = annealed(run, found, saving=saving, resumed=resumed)
     if (name := run.stop.signal()) is not None:
-        return found, name
+        return signalled(name)
     with phases("polish"):
         deadline = None if run.time_limit is None else run.clock + run.time_limit
         interrupted = run.stop.interrupted
         found = polished(found, run.levels, run.in_force, optimizer.space, deadline, interrupted)
     stop_reason = run.stop.signal() or stop_reason
     found, stop_reason = used_to_the_end(run, found, stop_reason, saving)
-    if saving is not None and stop_reason not in STOP_SIGNALS.values():
+    if stop_reason in STOP_SIGNALS.values():
+        return signalled(stop_reason)
+    if saving is not None:
         saving.finished()
     return found, stop_reason
 
