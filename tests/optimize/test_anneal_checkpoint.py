@@ -14,6 +14,7 @@ from tests.support.state_files import (
     rewrite_array,
     rewrite_arrays,
     rewrite_meta,
+    same_search,
     signal_in_annealing,
     stopped_in_annealing,
 )
@@ -28,11 +29,6 @@ GENERATIONS = 40
 
 def _problem():
     return load_problem("example:gpt1-14")
-
-
-def _same(result, other) -> bool:
-    plans = (result.plan.forward, result.plan.backward, result.plan.order)
-    return plans == (other.plan.forward, other.plan.backward, other.plan.order)
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +55,7 @@ def test_a_search_stopped_in_its_annealing_resumes_there(unbroken, stopped) -> N
     assert saved.meta["anneal"]["reason"] == "generations"
     # Its GA is over: no more generations; the annealing goes on to 4 steps a generation.
     rest = search(_problem(), generations=0, resume=path, **OPTIONS)
-    assert _same(rest, full)
-    assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
+    assert same_search(rest, full)
     assert rest.stop_reason == full.stop_reason == "generations"
 
 
@@ -69,8 +64,7 @@ def test_more_generations_from_an_annealing_state_go_on_from_its_ga(unbroken, st
     GA goes on and anneals afresh, as from the file of the search that was not stopped."""
     rest = search(_problem(), generations=15, resume=stopped[1], **OPTIONS)
     from_ga = search(_problem(), generations=15, resume=unbroken[1], **OPTIONS)
-    assert _same(rest, from_ga)
-    assert (rest.generations, rest.evaluations) == (from_ga.generations, from_ga.evaluations)
+    assert same_search(rest, from_ga)
     assert rest.generations == unbroken[0].generations + 15
 
 
@@ -82,7 +76,7 @@ def test_a_search_ended_without_a_signal_leaves_the_gas_state(unbroken, tmp_path
     again = search(
         _problem(), generations=GENERATIONS, checkpoint=path, checkpoint_every=1e-9, **OPTIONS
     )
-    assert _same(again, full)
+    assert same_search(again, full)
     saved, expected = load_state(path), load_state(quiet)
     assert saved.meta == expected.meta and saved.meta["phase"] is None
     assert saved.arrays.keys() == expected.arrays.keys()
@@ -111,8 +105,7 @@ def test_a_search_killed_after_its_annealing_resumes_at_the_polish(
     assert saved.meta["phase"] == ANNEAL_PHASE and saved.meta["anneal"]["done"] == 1
     assert saved.meta["anneal"]["step"] == windowed_finish.ANNEAL_STEPS_PER_GENERATION * generation
     rest = search(_problem(), generations=0, resume=copy, **OPTIONS)
-    assert _same(rest, full)
-    assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
+    assert same_search(rest, full)
 
 
 def _record(**changes):
@@ -182,7 +175,7 @@ def test_an_annealing_resumes_through_the_cupy_stand_in(tmp_path, monkeypatch) -
     search(problem, checkpoint=path, checkpoint_every=1e-9, interrupted=interrupted, **options)
     assert load_state(path).meta["anneal"]["step"] == 5
     rest = search(problem, resume=path, **{**options, "generations": 0})
-    assert _same(rest, full) and rest.evaluations == full.evaluations
+    assert same_search(rest, full)
 
 
 def test_generations_told_after_resuming_an_annealing_anneal_afresh(stopped, monkeypatch) -> None:

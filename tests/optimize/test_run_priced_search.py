@@ -15,7 +15,7 @@ import tidgap
 from tests.conftest import golden_cases
 from tests.support.backends import install_fake_cupy
 from tests.support.calibrations import order_tables
-from tests.support.state_files import signal_once_saved
+from tests.support.state_files import same_search, stopped_once_saved
 from tidgap import InputError, Problem, search
 from tidgap.optimize.anneal_checkpoint import ga_part
 from tidgap.optimize.checkpoint import ANNEAL_PHASE, MIRRORED_PHASE, load_state, write_state
@@ -116,12 +116,8 @@ def test_a_search_stopped_in_its_mirrored_first_search_resumes_there(tmp_path: P
     full = search(problem, **{**options, "generations": 80}, checkpoint=tmp_path / "full")
     assert load_state(tmp_path / "full").meta["phase"] is None  # the GA's, at the end
     path = tmp_path / "s.state"
-    stopped = search(
-        problem,
-        **{**options, "generations": 80},
-        checkpoint=path,
-        checkpoint_every=1e-9,
-        interrupted=signal_once_saved(path, in_the_mirrored_search(5)),
+    stopped = stopped_once_saved(
+        problem, path, in_the_mirrored_search(5), **{**options, "generations": 80}
     )
     assert stopped.stop_reason == "SIGINT"
     saved = load_state(path)
@@ -129,12 +125,7 @@ def test_a_search_stopped_in_its_mirrored_first_search_resumes_there(tmp_path: P
     assert saved.where() == "generation 5 of its mirrored first search"
     left = 80 - saved.generations_run(problem)
     rest = search(problem, **{**options, "generations": left}, resume=path)
-    assert (rest.plan.forward, rest.plan.backward, rest.plan.order) == (
-        full.plan.forward,
-        full.plan.backward,
-        full.plan.order,
-    )
-    assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
+    assert same_search(rest, full)
 
 
 def test_a_run_priced_search_stopped_in_its_annealing_resumes_there(tmp_path: Path) -> None:
@@ -149,23 +140,12 @@ def test_a_run_priced_search_stopped_in_its_annealing_resumes_there(tmp_path: Pa
     def in_the_annealing(meta: dict) -> bool:
         return meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= 7
 
-    stopped = search(
-        problem,
-        **options,
-        checkpoint=path,
-        checkpoint_every=1e-9,
-        interrupted=signal_once_saved(path, in_the_annealing),
-    )
+    stopped = stopped_once_saved(problem, path, in_the_annealing, **options)
     assert stopped.stop_reason == "SIGINT"
     saved = load_state(path)
     assert saved.meta["first_search"] is not None and saved.meta["anneal"]["step"] == 7
     rest = search(problem, **{**options, "generations": 0}, resume=path)
-    assert (rest.plan.forward, rest.plan.backward, rest.plan.order) == (
-        full.plan.forward,
-        full.plan.backward,
-        full.plan.order,
-    )
-    assert (rest.generations, rest.evaluations) == (full.generations, full.evaluations)
+    assert same_search(rest, full)
 
 
 def in_the_mirrored_annealing(step: int) -> Callable[[dict], bool]:
@@ -185,13 +165,7 @@ def test_a_search_stopped_in_its_mirrored_annealing_resumes_there(tmp_path: Path
     options = {**OPTIONS, "backend": "numba", "generations": 80}
     full = search(problem, **options)
     path = tmp_path / "s.state"
-    stopped = search(
-        problem,
-        **options,
-        checkpoint=path,
-        checkpoint_every=1e-9,
-        interrupted=signal_once_saved(path, in_the_mirrored_annealing(7)),
-    )
+    stopped = stopped_once_saved(problem, path, in_the_mirrored_annealing(7), **options)
     assert stopped.stop_reason == "SIGINT"
     saved = load_state(path)
     assert (saved.meta["phase"], saved.meta["anneal"]["step"]) == (MIRRORED_PHASE, 7)
@@ -201,11 +175,13 @@ def test_a_search_stopped_in_its_mirrored_annealing_resumes_there(tmp_path: Path
     )
     left = 80 - saved.generations_run(problem)
     rest = search(problem, **{**options, "generations": left}, resume=path)
-    assert _same(rest, full)
+    assert same_search(rest, full)
     ga_alone = tmp_path / "ga.state"
     write_state(ga_alone, ga_part(saved))
     more = {**options, "generations": left + 10}
-    assert _same(search(problem, **more, resume=path), search(problem, **more, resume=ga_alone))
+    assert same_search(
+        search(problem, **more, resume=path), search(problem, **more, resume=ga_alone)
+    )
 
 
 def test_a_signal_in_the_mirrored_seed_polish_keeps_that_searchs_state(tmp_path: Path) -> None:
@@ -228,14 +204,7 @@ def test_a_signal_in_the_mirrored_seed_polish_keeps_that_searchs_state(tmp_path:
     saved = load_state(path)
     assert saved.meta["phase"] == MIRRORED_PHASE and "anneal" not in saved.meta
     left = 80 - saved.generations_run(problem)
-    assert _same(search(problem, **{**options, "generations": left}, resume=path), full)
-
-
-def _same(result: SearchResult, other: SearchResult) -> bool:
-    """The same plan, generations and evaluations."""
-    plans = [(r.plan.forward, r.plan.backward, r.plan.order) for r in (result, other)]
-    counts = [(r.generations, r.evaluations) for r in (result, other)]
-    return plans[0] == plans[1] and counts[0] == counts[1]
+    assert same_search(search(problem, **{**options, "generations": left}, resume=path), full)
 
 
 def test_the_first_search_is_mirrored_under_run_pricing() -> None:

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.state_files import stopped_in_annealing
+from tests.support.state_files import same_search, stopped_in_annealing
 from tidgap import load_problem, search
 from tidgap.optimize import windowed_driver, windowed_finish
 from tidgap.optimize.checkpoint import load_state
-from tidgap.optimize.results import SearchResult
 
 OPTIONS = dict(population=64, seed=0, backend="numba")
 GENERATIONS = 60
@@ -28,15 +27,6 @@ def short_first_search(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _problem():
     return load_problem("example:hetero-8")
-
-
-def _same(result: SearchResult, other: SearchResult) -> bool:
-    plans = (result.plan.forward, result.plan.backward, result.plan.order)
-    counts = (result.generations, result.evaluations)
-    return (plans, counts) == (
-        (other.plan.forward, other.plan.backward, other.plan.order),
-        (other.generations, other.evaluations),
-    )
 
 
 def test_the_seed_polish_puts_plans_into_the_islands_here(monkeypatch) -> None:
@@ -59,7 +49,7 @@ def test_more_generations_resume_as_one_search(tmp_path: Path) -> None:
     search(_problem(), generations=GENERATIONS, checkpoint=path, **OPTIONS)
     assert load_state(path).meta["phase"] is None
     rest = search(_problem(), generations=40, resume=path, **OPTIONS)
-    assert _same(rest, full)  # was 240.59 against 241.48 ms: the GA went on with the seeds
+    assert same_search(rest, full)  # was 240.59 against 241.48 ms: the GA went on with the seeds
 
 
 def test_an_annealing_resumes_as_one_search(tmp_path: Path) -> None:
@@ -68,7 +58,7 @@ def test_an_annealing_resumes_as_one_search(tmp_path: Path) -> None:
     stopped = stopped_in_annealing(_problem(), path, 25, generations=GENERATIONS, **OPTIONS)
     assert stopped.stop_reason == "SIGINT" and "polish" not in stopped.setup
     rest = search(_problem(), generations=0, resume=path, **OPTIONS)
-    assert _same(rest, full)
+    assert same_search(rest, full)
 
 
 def test_a_signal_in_the_seed_polish_leaves_the_gas_state(tmp_path: Path) -> None:
@@ -86,4 +76,4 @@ def test_a_signal_in_the_seed_polish_leaves_the_gas_state(tmp_path: Path) -> Non
     assert stopped.stop_reason == "SIGINT" and "anneal" not in stopped.setup
     assert load_state(path).meta["phase"] is None  # the GA's: no annealing began
     rest = search(_problem(), generations=0, resume=path, **OPTIONS)
-    assert _same(rest, full)
+    assert same_search(rest, full)

@@ -53,18 +53,40 @@ def signal_once_saved(
     return interrupted
 
 
+def in_annealing(step: int) -> Callable[[dict[str, Any]], bool]:
+    """Whether a state's ``meta`` was saved in the annealing at ``step`` or later."""
+    return lambda meta: meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= step
+
+
 def signal_in_annealing(path: Path, step: int) -> Callable[[], str | None]:
     """An ``interrupted`` that names SIGINT once the state at ``path`` was saved in the
     annealing at ``step`` or later (a Ctrl-C there)."""
-    return signal_once_saved(
-        path, lambda meta: meta["phase"] == ANNEAL_PHASE and meta["anneal"]["step"] >= step
-    )
+    return signal_once_saved(path, in_annealing(step))
+
+
+def stopped_once_saved(
+    problem: Any, path: Path, reached: Callable[[dict[str, Any]], bool], **options: Any
+) -> Any:
+    """``tidgap.search(problem, **options)`` saving its state at ``path`` at every chance and
+    stopped by a SIGINT once the state's ``meta`` is one ``reached`` accepts; its result."""
+    from tidgap import search
+
+    stop = signal_once_saved(path, reached)
+    return search(problem, checkpoint=path, checkpoint_every=1e-9, interrupted=stop, **options)
 
 
 def stopped_in_annealing(problem: Any, path: Path, step: int, **options: Any) -> Any:
-    """``tidgap.search(problem, **options)`` saving its state at ``path`` at every chance and
-    stopped by a SIGINT once its annealing saved step ``step``; its result."""
-    from tidgap import search
+    """:func:`stopped_once_saved` once its annealing saved step ``step``."""
+    return stopped_once_saved(problem, path, in_annealing(step), **options)
 
-    stop = signal_in_annealing(path, step)
-    return search(problem, checkpoint=path, checkpoint_every=1e-9, interrupted=stop, **options)
+
+def same_search(result: Any, other: Any) -> bool:
+    """Whether two search results have the same plan (partitions and order), generations
+    and evaluations: what a resumed search must give of the unbroken one."""
+    return _outcome(result) == _outcome(other)
+
+
+def _outcome(result: Any) -> tuple:
+    """A search result's plan (partitions, order), generations and evaluations."""
+    plan = result.plan
+    return plan.forward, plan.backward, plan.order, result.generations, result.evaluations
