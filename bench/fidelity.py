@@ -170,13 +170,11 @@ def same_plans(plans: dict[str, Path], problem: Path) -> dict[str, str]:
     from tidgap.model.plan import load_plan
 
     loaded = load_problem(str(problem))
-    first: dict[str, str] = {}
-    same = {}
-    for label, path in plans.items():
-        plan = load_plan(path, loaded)
-        key = json.dumps([plan.forward, plan.backward, plan.stage_order().format_actions()])
-        same[label] = first.setdefault(key, label)
-    return same
+    first: dict[tuple, str] = {}
+    return {
+        label: first.setdefault(load_plan(path, loaded).schedule(), label)
+        for label, path in plans.items()
+    }
 
 
 def calibrate(profiled: Path, out: Path, rounds: int, model: list[str]) -> Path:

@@ -335,12 +335,17 @@ def test_compared_plans_and_baselines_run_in_turn_each_checked(
     problem_file: Path, tmp_path: Path
 ) -> None:
     """``--compare`` plans and ``--baselines`` run in the plan's processes, each with its
-    own gradients checked, recomputation and speedup."""
+    own gradients checked, recomputation and speedup; the plan compared with itself is
+    said to be the same plan."""
     plan = plan_file(tmp_path, "aligned", **PLANS["ordered-aligned"])
     other = plan_file(tmp_path, "recompute", **PLANS["recompute"])
-    document = run_json(str(problem_file), str(plan), "--compare", str(other), "--baselines")
-    compared, *baselines = document["baselines"]
-    assert compared["label"] == str(other)
+    compared_plans = ("--compare", str(other), "--compare", str(plan))
+    document = run_json(str(problem_file), str(plan), *compared_plans, "--baselines")
+    compared, itself, *baselines = document["baselines"]
+    assert compared["label"] == str(other) and itself["label"] == str(plan)
+    assert [run["speedup"]["same_plan"] for run in document["baselines"]] == [
+        False, True, False, False
+    ]  # fmt: skip
     assert [b["label"].split("(")[0] for b in baselines] == ["GPipe", "1F1B"]
     assert [run["recompute"] for run in (document["run"], compared)] == [[False] * 2, [True] * 2]
     for run in (document["run"], *document["baselines"]):

@@ -49,3 +49,14 @@ def test_pairs_putting_each_ahead_do_not_rank_them() -> None:
 def test_one_iteration_gives_no_range() -> None:
     line = speedup_line(figures("plan", [10], 10), figures("1F1B(2)", [9], 9))
     assert line == "  plan vs 1F1B(2): speedup measured 0.900x, predicted 0.900x"
+
+
+def test_the_same_plan_says_its_difference_is_noise() -> None:
+    """Two labels of one schedule (a searched plan that is the best 1F1B): the line says so
+    instead of ranking them, and the record carries it."""
+    plan, twin = figures("plan", [10, 10, 14], 10), figures("1F1B(4)", [11, 9, 13], 10)
+    line = speedup_line(plan, twin, same=True)
+    assert line.endswith(": the same plan (what differs is the machine's noise)")
+    assert "do not rank" not in line
+    assert speedup_record(plan, twin, same=True)["same_plan"] is True
+    assert speedup_record(plan, twin)["same_plan"] is False

@@ -305,8 +305,9 @@ def run_command(
     written = write_files(timeline_files(timelines, None, trace, loaded.name))
     tolerance = TOLERANCE[float64]
     transport = found[0][0].get("transport", "gloo")  # results written before NCCL: gloo
+    same = [other.schedule() == todo[0][1].schedule() for _, other in todo[1:]]
     if as_json:
-        echo_json(document(loaded, plan_file, job, transport, runs, tolerance))
+        echo_json(document(loaded, plan_file, job, transport, runs, same, tolerance))
     else:
         names = [loaded.stage_name(s) for s in range(loaded.num_stages)]
         step = "no optimizer step" if optimizer is None else f"tail {describe(optimizer, lr)}"
@@ -317,8 +318,8 @@ def run_command(
         for figures in runs:
             for line in format_figures(figures, names):
                 click.echo(line)
-        for baseline in runs[1:]:
-            click.echo(speedup_line(runs[0], baseline))
+        for baseline, one in zip(runs[1:], same, strict=True):
+            click.echo(speedup_line(runs[0], baseline, one))
         for line in written:
             click.echo(line)
     require_within(runs, tolerance)
@@ -330,11 +331,12 @@ def document(
     job: Job,
     transport: str,
     runs: list[RunFigures],
+    same: list[bool],
     tolerance: float,
 ) -> dict[str, Any]:
     """The ``tidgap run --json`` object: the settings (``transport``: what the chunks
     travelled over), then each run's figures (the plan first, then the baselines with the
-    plan's speedup over them)."""
+    plan's speedup over them; ``same``: per baseline, whether it is the plan's schedule)."""
     plan, *baselines = runs
     return {
         "problem": problem.name,
@@ -355,8 +357,8 @@ def document(
         "baselines": [
             {
                 **baseline.as_dict(),
-                "speedup": speedup_record(plan, baseline),
+                "speedup": speedup_record(plan, baseline, one),
             }
-            for baseline in baselines
+            for baseline, one in zip(baselines, same, strict=True)
         ],
     }

@@ -457,9 +457,10 @@ def paired_rank(paired: list[float]) -> bool:
     return min(paired) > 1 or max(paired) < 1
 
 
-def speedup_record(plan: RunFigures, baseline: RunFigures) -> dict[str, Any]:
+def speedup_record(plan: RunFigures, baseline: RunFigures, same: bool = False) -> dict[str, Any]:
     """:func:`speedup` and :func:`paired_speedups` (``min``, ``median``, ``max``; ``ranked``:
-    :func:`paired_rank`) for ``--json``."""
+    :func:`paired_rank`) for ``--json``; ``same_plan``: whether the two run one schedule
+    (``same``, :meth:`~tidgap.model.plan.Plan.schedule`)."""
     measured, predicted = speedup(plan, baseline)
     paired = paired_speedups(plan, baseline)
     return {
@@ -471,12 +472,14 @@ def speedup_record(plan: RunFigures, baseline: RunFigures) -> dict[str, Any]:
             "max": max(paired),
             "ranked": paired_rank(paired),
         },
+        "same_plan": same,
     }
 
 
-def speedup_line(plan: RunFigures, baseline: RunFigures) -> str:
+def speedup_line(plan: RunFigures, baseline: RunFigures, same: bool = False) -> str:
     """:func:`speedup` as a text line, with the range of :func:`paired_speedups` (over two
-    iterations or more) and, where it straddles 1, that this run does not rank them."""
+    iterations or more) and, where it straddles 1, that this run does not rank them; where
+    the two run one schedule (``same``), that their difference is the machine's noise."""
     measured, predicted = speedup(plan, baseline)
     paired = paired_speedups(plan, baseline)
     spread = ""
@@ -486,6 +489,8 @@ def speedup_line(plan: RunFigures, baseline: RunFigures) -> str:
         f"  {plan.label} vs {baseline.label}: speedup measured {measured:.3f}x{spread}, "
         f"predicted {predicted:.3f}x"
     )
-    if len(paired) > 1 and not paired_rank(paired):
+    if same:
+        line += ": the same plan (what differs is the machine's noise)"
+    elif len(paired) > 1 and not paired_rank(paired):
         line += ": the iterations do not rank the two (some put each ahead)"
     return line
