@@ -305,7 +305,8 @@ def run_command(
     written = write_files(timeline_files(timelines, None, trace, loaded.name))
     tolerance = TOLERANCE[float64]
     transport = found[0][0].get("transport", "gloo")  # results written before NCCL: gloo
-    same = [other.schedule() == todo[0][1].schedule() for _, other in todo[1:]]
+    schedule = todo[0][1].schedule()
+    same = [other.schedule() == schedule for _, other in todo[1:]]
     if as_json:
         echo_json(document(loaded, plan_file, job, transport, runs, same, tolerance))
     else:

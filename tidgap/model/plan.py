@@ -96,13 +96,13 @@ class Plan(StrictModel):
             return window_order(self.forward, self.backward, self.windows)
         return flush_order(self.forward, self.backward)
 
-    def schedule(self) -> tuple[Any, Any, tuple[str, ...]]:
-        """What a run executes, as one comparable value: the forward and backward sizes per
-        stage (tuples of tuples) and each stage's letters; equal for two plans that run
-        alike, whether their orders are given as letters, windows or left to the flush
+    def schedule(self) -> tuple[Any, Any, Order]:
+        """What a run executes, as one comparable (hashable) value: the forward and backward
+        sizes per stage (tuples of tuples) and :meth:`stage_order`; equal for two plans that
+        run alike, whether their orders are given as letters, windows or left to the flush
         default."""
         forward, backward = (tuple(map(tuple, rows)) for rows in (self.forward, self.backward))
-        return forward, backward, tuple(self.stage_order().stages)
+        return forward, backward, self.stage_order()
 
 
 def copied_rows(rows: Any) -> Any:

@@ -167,12 +167,12 @@ class SavedState:
     def where(self) -> str:
         """Where the saved search stood, in words (for the note of a resume that took it)."""
         generation = self._counters()["generation"]
-        search = "its mirrored first search" if self.phase == MIRRORED_PHASE else "its GA"
+        mirrored = self.phase == MIRRORED_PHASE
         if "anneal" in self.meta:  # its record checked by the resume
             step = self.meta["anneal"]["step"]
-            whose = "its mirrored first search's" if self.phase == MIRRORED_PHASE else "its"
+            whose = "its mirrored first search's" if mirrored else "its"
             return f"step {step} of {whose} annealing, after {generation} generations"
-        return f"generation {generation} of {search}"
+        return f"generation {generation} of {'its mirrored first search' if mirrored else 'its GA'}"
 
     def generations_run(self, problem: Problem) -> int:
         """Generations the saved search had run: its first search's and its GA's."""
@@ -358,6 +358,10 @@ class Checkpoint:
             write_state(self.path, state)
         self.last = time.monotonic()
 
+    def signalled(self) -> None:
+        """A signal stopped the search in this phase: one other than the GA's closes."""
+        self.closed |= self.phase is not None
+
     @contextmanager
     def in_phase(self, phase: str) -> Iterator[Checkpoint]:
         """This checkpoint saving a run of ``phase`` (then the GA's again)."""
@@ -375,5 +379,6 @@ def drive(run: Prepared, checkpoint: Checkpoint | None = None) -> str:
     reason = run_generations(run.optimizer, run.stop, run.report(), after)
     if checkpoint is not None:
         checkpoint.save(run)
-        checkpoint.closed |= checkpoint.phase is not None and reason in STOP_SIGNALS.values()
+        if reason in STOP_SIGNALS.values():
+            checkpoint.signalled()
     return reason

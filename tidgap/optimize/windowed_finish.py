@@ -238,7 +238,7 @@ def improved(
 
     def signalled(name: str) -> tuple[list[tuple[JointGenes, int] | None], str]:
         if checkpoint is not None:
-            checkpoint.closed |= checkpoint.phase is not None
+            checkpoint.signalled()
         return found, name
 
     saving = None
