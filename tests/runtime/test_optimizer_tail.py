@@ -98,6 +98,23 @@ def test_each_rank_steps_after_its_last_backward_as_one_process_would(
     )
 
 
+def test_every_compared_plan_checks_its_step_against_a_fresh_optimizer(tmp_path: Path) -> None:
+    # Adam keeps state: each plan's checked step (and a second try in eval mode) steps an
+    # optimizer of its own, as the one-process reference does, not the one the plan before
+    # stepped
+    problem = untailed_problem(tmp_path)
+    plan = plan_file(tmp_path, "plan", **PLAN)
+    other = plan_file(tmp_path, "other", forward=[[4, 4], [8]], backward=[[4, 4], [8]])
+    result = run_cli(
+        "run", str(problem), str(plan), *MODEL, "--compare", str(other), "--optimizer", "adam",
+        "--lr", LR["adam"], "--check-gradients", "--iterations", "1", "--warmup", "0",
+        "--timeout", "60",
+    )  # fmt: skip
+    assert result.exit_code == 0, describe(result)
+    lines = [line for line in result.stdout.splitlines() if "weights after one optimizer" in line]
+    assert len(lines) == 2, result.stdout
+
+
 def test_the_trace_shows_each_ranks_tail(tmp_path: Path) -> None:
     problem = untailed_problem(tmp_path)
     plan = plan_file(tmp_path, "plan", **PLAN)

@@ -277,15 +277,17 @@ def run_rank(
 
     def checked_iteration(run: PlanRun, train: bool) -> dict[str, Any]:
         """One checked iteration of ``run``: the weights before it, the gradients its
-        backwards left and, with an optimizer, the parameters after its step."""
+        backwards left and, with an optimizer, the parameters after its step (a fresh
+        optimizer's first, as the reference steps: no state of another plan's or another
+        try's step)."""
         weights = stage_weights(model.layers, names)
         kept: dict[str, Any] = {}
 
         def checked_tail() -> None:
-            """Keep the gradients the backwards left, then step."""
+            """Keep the gradients the backwards left, then step a fresh optimizer."""
             kept.update(stage_gradients(model.layers, names))
             if tail is not None:
-                tail()
+                step(build_optimizer(job.optimizer, module.parameters(), job.lr))
 
         iteration(run, train=train, after=checked_tail)
         stepped = None if tail is None else stage_parameters(model.layers, names)
