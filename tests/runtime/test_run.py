@@ -891,12 +891,13 @@ def test_a_torchrun_job_runs_compared_plans_and_baselines_in_turn(
     plan = plan_file(tmp_path, "aligned", **PLANS["ordered-aligned"])
     other = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
     options = [str(problem_file), str(plan), *MODEL, "--iterations", "1", "--warmup", "0"]
-    options += ["--check-gradients", "--compare", str(other), "--baselines"]
+    options += ["--timeout", "50", "--check-gradients", "--compare", str(other), "--baselines"]
     job = tmp_path / "job.json"
     written = run_cli("run", *options, "--write-job", str(job))
     assert written.exit_code == 0, describe(written)
     alternates = Job.load(job).alternates
     assert alternates == [str(tmp_path / f"job.plan{k}.json") for k in (1, 2, 3)]
+    assert Job.load(job).timeout == 200  # --timeout is per plan: the worker's covers 4
     problem = Problem.from_dict(problem_document())
     assert load_plan(alternates[0], problem) == load_plan(other, problem)
     launch(job, 2, threads=1, timeout=60, logs=tmp_path)

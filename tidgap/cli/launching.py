@@ -31,7 +31,7 @@ def job_running(job: Job, plans: Sequence[Plan], folder: str) -> Job:
     paths = [str(Path(folder) / f"plan{k}.json") for k in range(len(plans))]
     write_plans(paths, plans)
     return dataclasses.replace(
-        job, results=folder, plan=paths[0], alternates=paths[1:], timeout=job.timeout * len(plans)
+        job.covering(len(plans)), results=folder, plan=paths[0], alternates=paths[1:]
     )
 
 
@@ -42,8 +42,7 @@ def results_under_torchrun(
     plan); on rank 0, per plan, every rank's results; ``None`` on the others."""
     from tidgap.runtime.worker import run_here
 
-    job = dataclasses.replace(job, timeout=job.timeout * len(plans))
-    return run_here(job, rank, world_size, plans)
+    return run_here(job.covering(len(plans)), rank, world_size, plans)
 
 
 def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> list[list[dict]]:

@@ -285,7 +285,9 @@ def run_command(
         folder = Path(write_job).parent / "results"
         write_plans(alternates, [each for _, each in todo[1:]])
         paths = [os.path.abspath(path) for path in alternates]
-        job = dataclasses.replace(job, results=os.path.abspath(folder), alternates=paths)
+        job = dataclasses.replace(
+            job.covering(len(todo)), results=os.path.abspath(folder), alternates=paths
+        )
         job.save(write_job)
         more = f", with {', '.join(alternates)} in turn" if alternates else ""
         click.echo(f"job written to {write_job}{more} (results go to {folder})")

@@ -75,6 +75,11 @@ class Job:
         """Every plan file the job runs, in turn: ``plan``, then the ``alternates``."""
         return [self.plan, *self.alternates]
 
+    def covering(self, count: int) -> Job:
+        """This job with its ``timeout``, given per plan, covering ``count`` plans run in
+        turn."""
+        return dataclasses.replace(self, timeout=self.timeout * count)
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the job to ``path`` atomically."""
         write_json_atomic(path, {"format": JOB_FORMAT, **dataclasses.asdict(self)})
