@@ -157,7 +157,7 @@ def test_a_recompute_plan_replays_dropout_and_says_where_it_cannot(
     assert "stage 1 drew its recomputed forwards' random values anew: " in result.stdout
     assert "its first dimension is not the samples" in result.stdout
     assert "stage 0 drew" not in result.stdout
-    assert "gradients (eval mode: dropout off; stage 3-5: " in result.stdout
+    assert "gradients (eval mode: dropout off; stage 1 (layers 3-5): " in result.stdout
     assert "its random draws replayed per sample" in result.stdout
 
 
@@ -209,7 +209,7 @@ def test_draws_not_per_sample_are_checked_in_eval_mode_and_say_why(
     assert result.exit_code == 0, describe(result)
     run = json.loads(result.stdout)["run"]
     assert run["gradients_checked_in"] == "eval"
-    assert run["gradient_eval_reason"].startswith("stage 3-5: ")
+    assert run["gradient_eval_reason"].startswith("stage 1 (layers 3-5): ")
     assert "its first dimension is not the samples" in run["gradient_eval_reason"]
     assert run["max_gradient_relative_difference"] < 1e-4 and run["redrawn"] == [None, None]
 
@@ -227,9 +227,15 @@ def test_batch_norm_is_checked_in_eval_mode_and_says_why(
     )
 
 
-def test_float64_is_exact_on_a_recompute_plan(problem_file: Path, tmp_path: Path) -> None:
+def test_float64_is_exact_on_a_recompute_plan_and_warns_of_the_float32_profile(
+    problem_file: Path, tmp_path: Path
+) -> None:
     plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
-    document = run_json(str(problem_file), str(plan), "--float64")
+    options = [str(problem_file), str(plan), *MODEL, *QUICK, "--check-gradients", "--float64"]
+    result = run_cli("run", *options, "--json")
+    assert result.exit_code == 0, describe(result)
+    assert "--float64: tidgap profile and calibrate measure float32" in result.stderr
+    document = json.loads(result.stdout)
     assert document["float64"] is True
     assert document["gradient_tolerance"] == 1e-10
     assert document["run"]["max_gradient_relative_difference"] < 1e-10
@@ -548,6 +554,8 @@ def test_recompute_against_a_stored_activation_profile_warns(
     assert result.exit_code == 0, describe(result)
     assert "stages 0, 1 recompute forwards" in result.stderr
     assert "prices each of their backwards as the profiled forward plus" in result.stderr
+    assert f"--master-port PORT -m tidgap.runtime.worker {job}\n" in result.stdout
+    assert "N*K = 2 processes (one per stage)" in result.stdout
     saved = Job.load(job)
     assert saved.boundaries == [2] and Path(saved.plan) == plan.resolve()
     assert Path(saved.results) == (tmp_path / "results").resolve()

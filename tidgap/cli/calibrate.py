@@ -47,8 +47,9 @@ from tidgap.runtime.worker import local_processes, torchrun_rank
 @click.option(
     "--no-recompute",
     is_flag=True,
-    help="Skip the recomputing twin of each plan (half the runs). Without them, tidgap run "
-    "prices a recomputing stage's forward as its stored-graph forward and its backward as "
+    help="Skip the recomputing twins (one of each GPipe(m) or flush run whose first chunk "
+    "is over one unit; the 1F1B(m) runs have none). Without them, tidgap run prices a "
+    "recomputing stage's forward as its stored-graph forward and its backward as "
     "forward plus backward (on the fidelity benchmark's GPT 5-21% above what they took); "
     "enough for plans that recompute nothing (tidgap search --no-recompute or --mirrored).",
 )

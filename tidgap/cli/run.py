@@ -134,7 +134,12 @@ def to_run(
     "that cannot be replayed per sample; the report says why); exit 1 above 1e-4 (float32) "
     "or 1e-10 (--float64).",
 )
-@click.option("--float64", is_flag=True, help="Model and inputs in double precision.")
+@click.option(
+    "--float64",
+    is_flag=True,
+    help="Model and inputs in double precision (the prediction stays a float32 run's: "
+    "profiles measure float32).",
+)
 @optimizer_options
 @click.option(
     "--baselines",
@@ -278,7 +283,7 @@ def run_command(
     if write_job is None and results is None:
         processes = loaded.num_stages if here is None else None  # torchrun: its choice
         require_device(device, transport, processes)  # before the warnings: one line
-    for line in caveats(loaded, problem, plan, model, optimizer, device, job.boundaries):
+    for line in caveats(loaded, problem, plan, model, optimizer, device, job.boundaries, float64):
         if here is None or here[0] == 0:  # under torchrun, once
             click.echo(f"tidgap: warning: {printable(line)}", err=True)
     if write_job is not None:
@@ -290,7 +295,12 @@ def run_command(
         )
         job.save(write_job)
         more = f", with {', '.join(alternates)} in turn" if alternates else ""
-        click.echo(f"job written to {write_job}{more} (results go to {folder})")
+        click.echo(f"job written to {write_job}{more} (results go to {folder}); run it with")
+        click.echo(
+            "  torchrun --nnodes N --nproc-per-node K --node-rank NODE --master-addr HOST "
+            f"--master-port PORT -m tidgap.runtime.worker {write_job}\n"
+            f"on each machine NODE of N, N*K = {loaded.num_stages} processes (one per stage)"
+        )
         return
     replay_with = read_json(problem_path(problem)) if replay else None
     if results is not None:

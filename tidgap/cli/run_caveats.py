@@ -23,13 +23,14 @@ def caveats(
     optimizer: str | None = None,
     device: str = "cpu",
     boundaries: list[int] | None = None,
+    float64: bool = False,
 ) -> list[str]:
     """Reasons the prediction may not describe this run: a model other than the profiled
     one, stage ``boundaries`` other than the split its times were measured on, recomputing
     stages neither the profile nor a calibration timed that way, a calibration entry left
     out as malformed (:attr:`Problem.unused_calibration`), another ``device`` than the
-    profiled one, and an ``optimizer`` step the stages' tails leave out (all 0) or another
-    optimizer than the profiled one."""
+    profiled one, an ``optimizer`` step the stages' tails leave out (all 0) or another
+    optimizer than the profiled one, and a run in ``float64`` (profiles are float32's)."""
     from tidgap.runtime.lowering import recomputes
 
     found = []
@@ -66,6 +67,12 @@ def caveats(
             "with --recompute: the prediction counts a forward in each of their backwards"
         )
     found += [f"{spec}: {reason}" for reason in problem.unused_calibration]
+    if float64:
+        found.append(
+            f"--float64: tidgap profile and calibrate measure float32, so {spec}'s op times "
+            "and bytes are float32's: the prediction's time and memory describe a float32 "
+            "run (this one holds about twice the bytes)"
+        )
     return [
         *found,
         *device_caveats(problem, spec, device),

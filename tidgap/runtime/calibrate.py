@@ -371,7 +371,7 @@ def calibrated(
         "its ops at each size in tidgap run's workers, plus the stage's overhead (the median "
         "gap the runtime left before an op once the op's input had arrived and the stage's "
         "previous op had ended); each link: the median measured "
-        "transfer (a receive's end minus the later of its send's start and its own start) "
+        "transfer (a receive's end minus the later of its send's end and its own start) "
         "per size; sizes no run measured keep the profile's time scaled by the nearest "
         "measured size's ratio; made non-decreasing; a stage's tail: the median measured "
         "optimizer step, where the runs stepped one",

@@ -392,7 +392,7 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
         lines.append(
             f"  {stages_doing(again, 'recompute')}: each backward re-ran its forward from the "
             "stage's inputs, its random draws replayed per sample (the prediction counts "
-            "that only if the profile did)"
+            "the recomputed forwards)"
         )
     for s, why in enumerate(figures.redrawn or []):
         if why is not None:

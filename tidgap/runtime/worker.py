@@ -309,7 +309,7 @@ def run_rank(
             try:
                 draws = as_saved(run.stage.whole_batch_draws())
             except NotReplayable as error:
-                draws, why = None, f"stage {stages[rank][0]}: {error}"
+                draws, why = None, f"stage {rank} (layers {stages[rank][0]}): {error}"
             if every_rank(why is None):
                 return {**kept, "checked_in": "train", "eval_reason": None, "draws": draws}
         kept = checked_iteration(run, train=False)
