@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.cli_helpers import case_named, json_output, plan_document, run_cli
 from tidgap.model.lists import stage_list
+from tidgap.optimize.memory import format_bytes
 
 MEM_CASES = ["tiny7_1_mem", "med7_1_mem"]
 
@@ -33,6 +34,8 @@ def test_evaluate_reports_peak_memory_and_the_stages_over_it(tmp_path: Path, nam
     text = run_cli("evaluate", problem, plan).stdout
     over = expected["over_memory_limit"]
     assert (f"over the memory limit on {stage_list(over)}" if over else "within every") in text
+    peaks = ", ".join(format_bytes(b) for b in expected["peak_memory"])
+    assert f"peak memory per stage: {peaks}; " in text
 
 
 @pytest.mark.parametrize("name", [*MEM_CASES, "med7_1"])

@@ -77,12 +77,16 @@ def test_a_failed_search_leaves_the_others_and_names_the_problem() -> None:
     with ThreadPoolExecutor(max_workers=1) as executor, pytest.raises(SearchFailed) as caught:
         search_many(problems, executor=executor, seeds=[0, 0, 1], schedule="flush", **SHORT)
     error = caught.value
-    assert "problem 1 (tiny7_1_mem)" in str(error) and "1 of 3" in str(error)
+    assert "problem 1 (tiny7_1_mem)" in str(error)
+    assert "(1 of 3 searches failed, the others finished)" in str(error)
     assert list(error.errors) == [1] and isinstance(error.errors[1], InputError)
     assert error.__cause__ is error.errors[1]
     assert error.results[1] is None
     expected = _one_by_one([problems[0], problems[2]], [0, 1], schedule="flush", **SHORT)
     assert [error.results[0].plan, error.results[2].plan] == expected
+    with ThreadPoolExecutor(max_workers=1) as executor, pytest.raises(SearchFailed) as every:
+        search_many(problems[1:2], executor=executor, schedule="flush", **SHORT)
+    assert str(every.value).endswith("(1 of 1 searches failed)")
 
 
 def test_bad_arguments_are_refused() -> None:

@@ -21,6 +21,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.lists import compact_sizes, stage_list
 from tidgap.model.plan import load_plan
 from tidgap.model.problem import Problem, load_problem
+from tidgap.optimize.memory import format_bytes
 from tidgap.outputs.files import check_outputs, timeline_files, write_files
 from tidgap.schedules.baselines import require_feasible
 from tidgap.schedules.evaluation import Evaluation
@@ -47,7 +48,7 @@ def memory_lines(evaluation: Evaluation) -> list[str]:
     if evaluation.peak_memory is not None:
         over = evaluation.over_memory_limit
         lines.append(
-            f"  peak memory (bytes per stage): {[f'{b:.4g}' for b in evaluation.peak_memory]}; "
+            f"  peak memory per stage: {', '.join(map(format_bytes, evaluation.peak_memory))}; "
             + (f"over the memory limit on {stage_list(over)}" if over else "within every limit")
         )
     return lines

@@ -46,9 +46,10 @@ class SearchFailed(RuntimeError):
     ):
         first = min(errors)
         name = problems[first].name
+        others = ", the others finished" if len(errors) < len(problems) else ""
         super().__init__(
             f"problem {first} ({name}): {errors[first]} ({len(errors)} of {len(problems)} "
-            "searches failed, the others finished)"
+            f"searches failed{others})"
         )
         self.results = results
         self.errors = errors
