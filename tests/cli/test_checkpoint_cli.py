@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import tidgap
 from tests.support.cli_helpers import run_cli
@@ -52,6 +53,38 @@ def test_resume_refuses_another_seed_and_a_broken_file(tmp_path):
     assert broken.exit_code == 2
     assert len(broken.stderr.strip().splitlines()) == 1
     assert "is not a tidgap state file" in broken.stderr
+
+
+def test_the_resumed_state_is_never_an_output_but_the_checkpoint(tmp_path):
+    state = tmp_path / "s.state"
+    first = run("example:tiny-2", *COMMON, "--generations", "5", "--checkpoint", str(state))
+    assert first.exit_code == 0
+    saved = state.read_bytes()
+    for option in ("--out", "--trace", "--gantt"):
+        name = str(state) if option != "--gantt" else str(state.with_suffix(".png"))
+        if option == "--gantt":  # the same file under a picture's name
+            Path(name).hardlink_to(state)
+        clash = run(
+            "example:tiny-2", *COMMON, "--generations", "5", "--resume", str(state), option, name
+        )
+        assert clash.exit_code == 2, clash.stderr
+        assert clash.stderr.strip().splitlines() == [
+            f"tidgap: error: {option}: is the same file as --resume {state}; refusing to "
+            "overwrite an input"
+        ]
+        assert state.read_bytes() == saved
+    again = run(
+        "example:tiny-2",
+        *COMMON,
+        "--generations",
+        "5",
+        "--resume",
+        str(state),
+        "--checkpoint",
+        str(state),
+    )
+    assert again.exit_code == 0, again.stderr
+    assert load_state(state).meta["counters"]["generation"] == 10
 
 
 def test_checkpoint_every_must_be_positive(tmp_path):

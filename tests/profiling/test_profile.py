@@ -342,6 +342,25 @@ def test_what_a_module_prints_on_import_stays_off_json(
     assert "loading weights..." in result.stderr
 
 
+def test_the_models_own_file_is_never_the_output(
+    torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--out`` naming the module MODEL is read from (here in the current folder, as
+    ``build_model`` finds it) is refused before anything runs; the module is unchanged."""
+    source = "from tests.support.tiny_models import MLP\n"
+    module = tmp_path / "ownmodel.py"
+    module.write_text(source, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "ownmodel", raising=False)
+    args = ("ownmodel:MLP", "--input-shape", "16", "--batch-size", "4", "--stages", "2")
+    line = error_line(run("profile", *args, *FAST, "--out", "ownmodel.py"))
+    assert line == (
+        f"tidgap: error: --out: is the same file as MODEL {module}; refusing to overwrite an input"
+    )
+    assert module.read_text(encoding="utf-8") == source
+    assert "ownmodel" not in sys.modules  # found, not imported
+
+
 def test_what_a_layer_prints_stays_off_json(torch: Any) -> None:
     args = ("tests.support.tiny_models:CHATTY", "--input-shape", "16", "--stages", "2")
     result = run("profile", *args, "--batch-size", "4", *FAST, "--json")

@@ -20,6 +20,7 @@ from tidgap.cli.workers import (
 from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json
+from tidgap.profiling.user_code import model_source
 from tidgap.runtime.worker import local_processes, torchrun_rank
 
 
@@ -117,7 +118,8 @@ def calibrate_command(
     from tidgap.runtime.lowering import recomputes
 
     here = torchrun_rank()
-    check_outputs(None, None, ("--out", out), inputs={"PROBLEM": problem})
+    inputs = {"PROBLEM": problem, "--model": model_source(model_reference)}
+    check_outputs(None, None, ("--out", out), inputs=inputs)
     loaded = load_problem(problem)
     if here is not None:
         require_world(here[1], loaded, problem)

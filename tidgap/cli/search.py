@@ -240,6 +240,8 @@ def search_command(
     check_outputs(
         gantt, trace, ("--out", out), ("--checkpoint", checkpoint), inputs={"PROBLEM": problem}
     )
+    if resume is not None:  # the state goes on into --checkpoint, which may be the same file
+        check_outputs(gantt, trace, ("--out", out), inputs={"--resume": resume})
     saved = None if resume is None else load_state(resume)
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
