@@ -88,3 +88,26 @@ def test_link_guesses_that_would_break_the_time_bound_are_refused_before_profili
     monkeypatch.chdir(tmp_path)
     _refused(run_cli("profile", *TINY_GPT, "--out", "p.json", option, value), option, reason)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("search", "example:tiny-2", *SHORT),
+        ("sweep", "example:tiny-2", "--out-dir", "out", *SHORT),
+        ("export", "example:tiny-2", "plan.json", "--to", "same-partition"),
+        ("synth",),
+    ],
+    ids=["search", "sweep", "export", "synth"],
+)
+def test_a_seed_longer_than_files_keep_is_refused(
+    args: tuple[str, ...], tmp_path: Path, monkeypatch
+) -> None:
+    """A seed of over 100 digits went into plans, states and problems that tidgap then
+    refused to read (``search.seed: integer with 120 digits``); 100 digits are taken."""
+    monkeypatch.chdir(tmp_path)
+    _refused(run_cli(*args, "--seed", "9" * 101), "--seed", "more than 100 digits")
+    assert list(tmp_path.iterdir()) == []
+    if args[0] in ("search", "synth"):
+        taken = run_cli(*args, "--seed", "-" + "9" * 100, "--json")
+        assert taken.exit_code == 0, describe(taken)

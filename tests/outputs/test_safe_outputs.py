@@ -430,8 +430,10 @@ def test_an_example_problem_is_not_a_file(tmp_path: Path, monkeypatch: pytest.Mo
         (lambda tmp: f"{tmp}/missing/x.json", "does not exist"),
         (lambda tmp: f"{tmp}/new-folder/", "names a folder"),
         (lambda tmp: str(tmp), "is a directory"),
+        # 250 characters: a file name, but not its temporary ".NAME.XXXXXXXX" one
+        (lambda tmp: f"{tmp}/{'p' * 245}.json", "name too long to write"),
     ],
-    ids=["proc", "under-a-file", "missing-folder", "trailing-slash", "folder"],
+    ids=["proc", "under-a-file", "missing-folder", "trailing-slash", "folder", "long-name"],
 )
 @pytest.mark.parametrize("option", ["--out", "--trace"])
 def test_an_unwritable_path_is_found_before_the_search(

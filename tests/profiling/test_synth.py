@@ -148,3 +148,22 @@ def test_bad_synth_input_exits_2(args: tuple[str, ...], expected: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("tidgap: error: "), result.stderr
     assert expected in lines[0], lines[0]
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("name", ["../escaped", "sub/x", "..", "."])
+def test_a_name_with_a_folder_never_leaves_out_dir(tmp_path: Path, name: str) -> None:
+    out = tmp_path / "made" / "here"
+    result = run("synth", "--name", name, "--out-dir", str(out))
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stderr.strip() == (
+        "tidgap: error: --name: names the file in --out-dir: no folder in it, not . or .."
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_out_dir_is_not_left_behind(tmp_path: Path) -> None:
+    out = tmp_path / "made" / "here"
+    result = run("synth", "--name", "x" * 250, "--out-dir", str(out))  # a file name too long
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "name too long to write" in result.stderr
+    assert list(tmp_path.iterdir()) == []

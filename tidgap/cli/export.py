@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tidgap.analysis.search_summary import best_rival
-from tidgap.cli.options import Number, about_problem, count_range, problem_argument
+from tidgap.cli.options import SEED, Number, about_problem, count_range, problem_argument
 from tidgap.cli.search import DEFAULT_TIME_LIMIT
 from tidgap.model.errors import InputError
 from tidgap.model.lists import compact_sizes
@@ -37,7 +37,7 @@ EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
     "--to", "target", type=click.Choice(EXPORTS), help="What to write (see above).  [required]"
 )
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="Write it here.")
-@click.option("--seed", type=int, help="same-partition: random seed (default 0).")
+@click.option("--seed", type=SEED, help="same-partition: random seed (default 0).")
 @click.option(
     "--generations", type=count_range(0), help="same-partition: stop after G generations."
 )

@@ -17,6 +17,7 @@ import click
 from tidgap.backends import BACKENDS
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.errors import InputError
+from tidgap.model.fileio import MAX_INTEGER_DIGITS
 from tidgap.model.lists import stages_doing
 from tidgap.model.numbers import MAX_COUNT, MAX_TORCH_SEED
 from tidgap.model.plan import Plan
@@ -40,6 +41,23 @@ Command = Callable[..., Any]
 
 #: The seeds tidgap passes to PyTorch.
 TORCH_SEED = click.IntRange(min=0, max=MAX_TORCH_SEED)
+
+
+class Seed(click.ParamType):
+    """A search's or a synthetic problem's integer seed, of at most
+    :data:`~tidgap.model.fileio.MAX_INTEGER_DIGITS` digits: the files it goes into (plans,
+    states, problems) keep no longer integer, so tidgap would refuse to read them back."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        number = click.INT.convert(value, param, ctx)
+        if len(str(abs(number))) > MAX_INTEGER_DIGITS:
+            self.fail(f"more than {MAX_INTEGER_DIGITS} digits (files keep no longer integer)")
+        return number
+
+
+SEED = Seed()
 
 
 def with_options(command: Command, options: list[Callable[[Command], Command]]) -> Command:

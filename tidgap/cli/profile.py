@@ -19,11 +19,24 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tidgap.cli.options import Command, Number, count_range, require_folder_name, with_options
+from tidgap.cli.options import (
+    SEED,
+    Command,
+    Number,
+    count_range,
+    require_folder_name,
+    with_options,
+)
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
-from tidgap.outputs.files import check_outputs, json_file, write_files, write_json
+from tidgap.outputs.files import (
+    check_outputs,
+    json_file,
+    output_folder,
+    write_files,
+    write_json,
+)
 from tidgap.profiling.model_options import MODEL_OPTIONS
 from tidgap.profiling.synth import SHAPES, synth_problem
 from tidgap.profiling.user_code import model_source
@@ -439,7 +452,7 @@ def profile_command(
 @click.command(name="synth")
 @click.option(
     "--seed",
-    type=int,
+    type=SEED,
     default=0,
     show_default=True,
     help="Random seed; the same seed gives the same file.",
@@ -514,17 +527,17 @@ def synth_command(
         if out is not None and not (quiet or as_json):
             click.echo(f"wrote {out}")
         return
-    folder = Path(out_dir)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise InputError(f"cannot create: {error.strerror or error}", source=out_dir) from None
+    if name is not None and (Path(name).name != name or name in (".", "..")):
+        raise InputError(
+            "names the file in --out-dir: no folder in it, not . or ..", source="--name"
+        )
     documents = [
         synth_problem(seed + index, stages, batch_size, unit, heterogeneity, shape, name)
         for index in range(count)
     ]
-    paths = [str(folder / f"{document['name']}.json") for document in documents]
-    check_outputs(None, None, *[("--out-dir", path) for path in paths])
+    with output_folder(out_dir) as folder:
+        paths = [str(folder / f"{document['name']}.json") for document in documents]
+        check_outputs(None, None, *[("--out-dir", path) for path in paths])
     files = [json_file(path, d, f"wrote {path}") for d, path in zip(documents, paths, strict=True)]
     written = write_files(files)
     if as_json:  # one problem (--count 1)

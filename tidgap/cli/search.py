@@ -13,6 +13,7 @@ from tidgap.analysis.search_summary import summary_lines
 from tidgap.backends import UnusableBackend, first_usable, get_backend, require_usable
 from tidgap.backends.ticks import PRICINGS, RUN_PRICING
 from tidgap.cli.options import (
+    SEED,
     Number,
     about_problem,
     backend_option,
@@ -95,7 +96,7 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
 
 @click.command(name="search")
 @problem_argument(required=False)
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Random seed.")
 @click.option(
     "--generations",
     type=count_range(0),

@@ -14,6 +14,7 @@ import click
 
 from tidgap.analysis.sweep_summary import format_sweep_table, summary_csv, sweep_row
 from tidgap.cli.options import (
+    SEED,
     Number,
     backend_option,
     backward_rule,
@@ -36,7 +37,13 @@ from tidgap.optimize.optimizer import (
 )
 from tidgap.optimize.results import SearchResult
 from tidgap.optimize.windowed_driver import require_windowed_room
-from tidgap.outputs.files import check_outputs, json_file, text_file, write_files, writing
+from tidgap.outputs.files import (
+    check_outputs,
+    json_file,
+    output_folder,
+    text_file,
+    write_files,
+)
 from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.families import SCHEDULES
 
@@ -132,7 +139,7 @@ def _executor(
     metavar="ADDRESS",
     help="Run the searches on this Dask scheduler (tcp://host:8786); needs the dask extra.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Every search's seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Every search's seed.")
 @click.option(
     "--generations",
     type=count_range(0),
@@ -192,16 +199,14 @@ def sweep_command(
     backend = chosen_backend(backend)
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
-    folder = Path(out_dir)
     started = time.perf_counter()
     with _executor(workers, scheduler, len(loaded)) as executor:
-        with writing(out_dir):
-            folder.mkdir(parents=True, exist_ok=True)
-        plans = [folder / name for name in names]
-        summaries = (folder / SUMMARY_CSV, folder / SUMMARY_JSON)
-        inputs = {f"PROBLEM {i + 1}": spec for i, spec in enumerate(problems)}
-        outputs = [(str(path), path) for path in (*plans, *summaries)]
-        check_outputs(None, None, *outputs, inputs=inputs)
+        with output_folder(out_dir) as folder:
+            plans = [folder / name for name in names]
+            summaries = (folder / SUMMARY_CSV, folder / SUMMARY_JSON)
+            inputs = {f"PROBLEM {i + 1}": spec for i, spec in enumerate(problems)}
+            outputs = [(str(path), path) for path in (*plans, *summaries)]
+            check_outputs(None, None, *outputs, inputs=inputs)
         with stop_on_signals() as signals:
             results, failed = _search_all(
                 loaded,

@@ -104,11 +104,12 @@ def probe(path: str | os.PathLike[str]) -> None:
     if not folder.is_dir():
         raise InputError(f"{str(folder)!r} is not a folder", source=shown)
     try:
-        descriptor, name = tempfile.mkstemp(prefix=".tidgap-probe.", dir=folder)
-        os.close(descriptor)
-        os.unlink(name)
+        os.unlink(_temporary_beside(where.target, Path(path).suffix))
     except OSError as error:
-        message = f"folder {str(folder)!r} is not writable: {_reason(error)}"
+        if error.errno == errno.ENAMETOOLONG:  # the temporary name is 10 characters longer
+            message = f"name too long to write: {_reason(error)} for its temporary file"
+        else:
+            message = f"folder {str(folder)!r} is not writable: {_reason(error)}"
         raise InputError(message, source=shown) from None
     if where.status is not None:
         _require_replaceable(where.target, where.status, shown)
@@ -206,6 +207,14 @@ class _Staged:
     content: Path
 
 
+def _temporary_beside(target: Path, suffix: str) -> Path:
+    """A new empty file beside ``target``, ``.STEM.XXXXXXXX`` + ``suffix``: where a file
+    replacing ``target`` is made before the rename (:func:`probe` tries the same name)."""
+    descriptor, name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=suffix, dir=target.parent)
+    os.close(descriptor)
+    return Path(name)
+
+
 def _stage(path: str | os.PathLike[str], produce: Producer, folder: Path) -> _Staged:
     """Make ``path``'s content with ``produce``: in ``folder`` for a file written in place,
     else beside the target (same file system, so the rename is atomic)."""
@@ -214,11 +223,7 @@ def _stage(path: str | os.PathLike[str], produce: Producer, folder: Path) -> _St
     if where.in_place:
         content = Path(tempfile.mkdtemp(dir=folder)) / f"content{suffix}"
     else:
-        descriptor, name = tempfile.mkstemp(
-            prefix=f".{where.target.stem}.", suffix=suffix, dir=where.target.parent
-        )
-        os.close(descriptor)
-        content = Path(name)
+        content = _temporary_beside(where.target, suffix)
     try:
         produce(content)
         if not where.in_place:

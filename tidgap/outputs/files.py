@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tidgap.model.errors import InputError
@@ -71,6 +72,24 @@ def writing(path: str | os.PathLike[str]) -> Iterator[None]:
         yield
     except OSError as error:
         raise InputError(f"cannot write: {error.strerror or error}", source=str(path)) from None
+
+
+@contextmanager
+def output_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Make the folder ``path`` (and its missing parents) for a command's outputs, yielding
+    it; where the block raises (an output refused before any work), remove again the
+    folders it made, so a refused command leaves nothing behind."""
+    folder = Path(path)
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    with writing(path):
+        folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield folder
+    except BaseException:
+        for made in missing:  # deepest first; a folder something was put in stays
+            with suppress(OSError):
+                made.rmdir()
+        raise
 
 
 @dataclass(frozen=True)
