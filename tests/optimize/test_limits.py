@@ -43,7 +43,9 @@ def test_memory_limits_parse(text: str, expected: str | int) -> None:
     assert parse_memory_limit(text) == expected
 
 
-@pytest.mark.parametrize("text", ["lots", "1f1c", "", "0", "0GB", "-1G"])
+@pytest.mark.parametrize(
+    "text", ["lots", "1f1c", "", "0", "0GB", "-1G", "1" + "0" * 300 + "GB", "1" + "0" * 400, "1e19"]
+)
 def test_bad_memory_limits_are_refused_in_one_line(text: str) -> None:
     with pytest.raises(ValueError) as caught:
         parse_memory_limit(text)

@@ -96,10 +96,32 @@ def test_max_memory_lowers_the_budget() -> None:
     assert result.stderr.count("--max-memory") == 1
 
 
-@pytest.mark.parametrize("value", ["plenty", "0", "0.4"])
+@pytest.mark.parametrize("value", ["plenty", "0", "0.4", "1" + "0" * 310, "9999999999T"])
 def test_a_bad_max_memory_is_bad_usage(value: str) -> None:
     result = CliRunner().invoke(cli, ["search", "--max-memory", value])
     assert result.exit_code == 2 and "--max-memory" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_more_memory_than_the_machine_has_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``--max-memory`` above the machine lets an allocation fail: one line, exit 1."""
+    from tidgap.cli import search as search_cli
+
+    def allocate(*args: object, **kwargs: object) -> None:
+        raise MemoryError("Unable to allocate 32.0 GiB for an array")
+
+    monkeypatch.setattr(search_cli, "search", allocate)
+    result = CliRunner().invoke(cli, ["search", "example:tiny-2", "--max-memory", "1T"])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "tidgap: error: out of memory: MemoryError: Unable to allocate 32.0 GiB for an array\n"
+    )
+
+
+def test_bench_refuses_a_population_over_the_count_limit() -> None:
+    result = CliRunner().invoke(cli, ["bench", "--population", "2147483648"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "2147483648 is not a population size (1 to 2147483647)" in result.stderr
 
 
 def test_a_huge_batch_is_refused_by_bench_before_its_tables(tmp_path: Path) -> None:

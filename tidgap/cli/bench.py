@@ -23,6 +23,7 @@ from tidgap.cli.options import (
 )
 from tidgap.cli.search import MemorySize
 from tidgap.model.errors import InputError
+from tidgap.model.numbers import MAX_COUNT
 from tidgap.model.problem import load_problem
 from tidgap.optimize.memory import memory_budget, require_within, tick_table_bytes
 from tidgap.outputs.files import check_outputs, write_json
@@ -66,8 +67,8 @@ class SizeList(click.ParamType):
                 size = int(part.strip())
             except ValueError:
                 self.fail(f"{part.strip()!r} is not a whole number", param, ctx)
-            if size <= 0:
-                self.fail(f"{size} is not a population size (> 0)", param, ctx)
+            if not 0 < size <= MAX_COUNT:
+                self.fail(f"{size} is not a population size (1 to {MAX_COUNT})", param, ctx)
             sizes.append(size)
         return list(dict.fromkeys(sizes))
 

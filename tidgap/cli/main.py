@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from tidgap import __version__
-from tidgap.model.errors import InputError
+from tidgap.model.errors import InputError, first_line
 from tidgap.optimize.interrupts import exit_status
 
 
@@ -30,6 +30,9 @@ class TidgapGroup(click.Group):
         except click.ClickException as error:
             click.echo(f"tidgap: error: {error.format_message()}", err=True)
             sys.exit(error.exit_code)
+        except MemoryError as error:  # more than the machine has (--max-memory above it)
+            click.echo(f"tidgap: error: out of memory: {first_line(error)}", err=True)
+            sys.exit(1)
         except click.Abort:
             # Ctrl-C outside a search (a search stops at a generation boundary instead).
             click.echo("\ntidgap: interrupted", err=True)

@@ -36,6 +36,8 @@ BASELINE_BYTES = 64 << 20
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+#: Byte sizes are below this (a signed 64-bit count).
+MAX_SIZE = 2**63
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,10 @@ def parse_size(text: str) -> int:
     prefix = suffix[:1] if suffix[:1] in "kmgt" else ""
     binary = "i" in suffix and prefix
     scale = 1024 ** ("kmgt".index(prefix) + 1) if binary else _SCALE[prefix]
-    return int(number * scale)
+    size = number * scale
+    if not size < MAX_SIZE:  # infinity too: 1e400, or a long string of digits
+        raise ValueError(f"too large: {text!r} (at most 2**63 - 1 bytes)")
+    return int(size)
 
 
 def format_bytes(count: float) -> str:
