@@ -236,9 +236,7 @@ def test_a_stopped_watchdog_lets_the_process_live(stop: bool, status: int) -> No
     assert done.returncode == status, done.stderr
 
 
-@pytest.mark.parametrize(
-    ("rank", "expected"), [("1", (1, 2)), ("", None), ("one", None), ("-1", None)]
-)
+@pytest.mark.parametrize(("rank", "expected"), [("1", (1, 2)), ("", None)])
 def test_torchrun_is_recognised_by_its_whole_environment(
     rank: str, expected: tuple[int, int] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -247,6 +245,34 @@ def test_torchrun_is_recognised_by_its_whole_environment(
 
     as_torchrun(monkeypatch, rank)
     assert torchrun_rank() == expected
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("RANK", "one"),
+        ("RANK", "-1"),
+        ("RANK", "2"),
+        ("WORLD_SIZE", "0"),
+        ("LOCAL_RANK", "x"),
+        ("LOCAL_WORLD_SIZE", "1"),  # with LOCAL_RANK 1
+        ("MASTER_PORT", "notaport"),
+        ("MASTER_PORT", "70000"),
+    ],
+)
+def test_a_torchrun_environment_torchrun_never_sets_is_one_line_naming_it(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """These crashed later with a traceback (``int('x')``, an assertion, the rendezvous)."""
+    from tests.support.torchrun_env import as_torchrun
+    from tidgap.runtime.worker import torchrun_rank
+
+    as_torchrun(monkeypatch, "1")
+    monkeypatch.setenv(variable, value)
+    named = "LOCAL_RANK" if variable == "LOCAL_WORLD_SIZE" else variable
+    with pytest.raises(InputError, match="is not what torchrun sets") as caught:
+        torchrun_rank()
+    assert caught.value.source == named
 
 
 @pytest.mark.parametrize(("value", "expected"), [("3", 3), ("", 1), ("0", 1), ("x", 1)])

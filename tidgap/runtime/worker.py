@@ -546,11 +546,28 @@ TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER
 
 def torchrun_rank() -> tuple[int, int] | None:
     """``(rank, world size)`` when this process was started by torchrun (every one of
-    :data:`TORCHRUN_VARIABLES` set, the first two integers), else ``None``."""
-    values = [os.environ.get(name, "") for name in TORCHRUN_VARIABLES]
-    if not all(values) or not (values[0].isdigit() and values[1].isdigit()):
+    :data:`TORCHRUN_VARIABLES` set), else ``None``; :class:`InputError` naming the variable
+    where one is not what torchrun sets (a rank below the world size, a local rank below
+    ``LOCAL_WORLD_SIZE``, a port number)."""
+    values = dict(zip(TORCHRUN_VARIABLES, map(os.environ.get, TORCHRUN_VARIABLES), strict=True))
+    if not all(values.values()):
         return None
-    return int(values[0]), int(values[1])
+    rank, world_size, local_rank, _, port = values.values()
+    checks = {
+        "WORLD_SIZE": world_size.isdigit() and int(world_size) > 0,
+        "RANK": rank.isdigit() and world_size.isdigit() and int(rank) < int(world_size),
+        "LOCAL_RANK": local_rank.isdigit()
+        and ("LOCAL_WORLD_SIZE" not in os.environ or int(local_rank) < local_processes()),
+        "MASTER_PORT": port.isdigit() and int(port) < 65536,
+    }
+    for name, ok in checks.items():
+        if not ok:
+            raise InputError(
+                f"{values[name]!r} is not what torchrun sets (WORLD_SIZE {world_size!r}, "
+                f"LOCAL_WORLD_SIZE {os.environ.get('LOCAL_WORLD_SIZE', '')!r})",
+                source=name,
+            )
+    return int(rank), int(world_size)
 
 
 def stage_count_mismatch(stages: int, world_size: int) -> str | None:
