@@ -431,11 +431,12 @@ def test_a_long_key_is_cut_in_the_error_line(tmp_path: Path, key: str) -> None:
 
 def test_plan_for_another_problem_warns_with_the_names_escaped(tmp_path: Path) -> None:
     path = write(tmp_path, "p.json", tiny())
-    plan = write(tmp_path, "plan.json", PLAN | {"problem": ESC})
+    plan = write(tmp_path, "pl\nan.json", PLAN | {"problem": ESC})  # its path escaped too
     result = run_cli("evaluate", path, plan)
     assert result.exit_code == 0, describe(result)
     assert "plan is for '\\x1b[31mred\\x1b[0m'" in result.stderr
     assert "\x1b" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "pl\\nan.json: problem: plan is for" in result.stderr
 
 
 def test_time_unit_with_control_characters_is_bad_input(tmp_path: Path) -> None:

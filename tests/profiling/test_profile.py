@@ -361,6 +361,19 @@ def test_the_models_own_file_is_never_the_output(
     assert "ownmodel" not in sys.modules  # found, not imported
 
 
+def test_the_summary_line_escapes_the_name_and_the_file(torch: Any, tmp_path: Path) -> None:
+    out = tmp_path / "p\nq.json"
+    args = ("tests.support.tiny_models:MLP", "--input-shape", "16", "--stages", "2")
+    result = run(
+        "profile", *args, "--batch-size", "4", *FAST, "--name", "\x1b[31mRED\nX", "--out", str(out)
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("\\x1b[31mRED\\nX: 2 stage(s), batch_size 4, unit 1, measured on")
+    assert "problem written to " + str(out).replace("\n", "\\n") in lines
+    assert "\x1b" not in result.stdout
+
+
 def test_what_a_layer_prints_stays_off_json(torch: Any) -> None:
     args = ("tests.support.tiny_models:CHATTY", "--input-shape", "16", "--stages", "2")
     result = run("profile", *args, "--batch-size", "4", *FAST, "--json")

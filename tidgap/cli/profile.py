@@ -24,12 +24,14 @@ from tidgap.cli.options import (
     Command,
     Number,
     count_range,
+    describe_problem,
     require_folder_name,
     with_options,
 )
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
+from tidgap.model.text import printable
 from tidgap.outputs.files import (
     check_outputs,
     json_file,
@@ -434,8 +436,8 @@ def profile_command(
         return
     source = document["source"]
     click.echo(
-        f"{loaded.name}: {loaded.num_stages} stage(s), batch_size {batch_size}, unit {unit}, "
-        f"measured on {source['machine']} ({device}, {source['threads']} threads)"
+        f"{describe_problem(loaded)}, measured on {printable(source['machine'])} ({device}, "
+        f"{source['threads']} threads)"
     )
     if not quiet:
         for s, stage in enumerate(loaded.stages):
@@ -446,7 +448,7 @@ def profile_command(
                 f"  {loaded.stage_name(s)}: F {f(unit):.4g}..{f(cap):.4g} ms, "
                 f"B {b(unit):.4g}..{b(cap):.4g} ms at {unit}..{cap} samples{link}"
             )
-    click.echo(f"problem written to {out}")
+    click.echo(f"problem written to {printable(out)}")
 
 
 @click.command(name="synth")

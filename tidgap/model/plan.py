@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, model_validator
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import input_error_from, parse_model, read_json
 from tidgap.model.problem import Problem, require_problem
+from tidgap.model.text import printable
 from tidgap.model.timefn import Samples, StrictModel
 from tidgap.schedules.ir import Order, first_violation, flush_order, window_order
 
@@ -199,7 +200,7 @@ def load_plan(path: str | os.PathLike[str], problem: Problem, refuse_other: bool
         raise error.within(str(path)) from None
     if other:
         print(
-            f"tidgap: warning: {Path(path)}: problem: plan is for {named!r}, "
+            f"tidgap: warning: {printable(str(Path(path)))}: problem: plan is for {named!r}, "
             f"evaluating it on {problem.name!r}",
             file=sys.stderr,
         )
