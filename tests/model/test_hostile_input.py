@@ -229,6 +229,24 @@ def test_lone_surrogate_in_a_key_names_the_key(tmp_path: Path) -> None:
     assert_rejected(path, 'source["x\\ud800"]', "key holds a lone surrogate")
 
 
+def test_names_from_bytes_that_are_not_utf8_are_written_readable(tmp_path: Path) -> None:
+    """A file name or ``--name`` holding a byte that is not UTF-8 (a lone surrogate to
+    Python) becomes U+FFFD in what tidgap writes: it wrote files it then refused to read."""
+    document = tiny()
+    del document["name"]
+    problem = write(tmp_path, "\udcfe.json", document)  # the file's name is the byte 0xfe
+    assert load_problem(problem).name == "\ufffd"
+    plan = str(tmp_path / "plan.json")
+    searched = run_cli("search", problem, "--generations", "2", "-q", "--out", plan)
+    assert searched.exit_code == 0, describe(searched)
+    assert read_json(plan)["problem"] == "\ufffd"
+    assert run_cli("evaluate", problem, plan).exit_code == 0
+    synth = str(tmp_path / "s.json")
+    made = run_cli("synth", "--name", "a\udcffb", "--out", synth)
+    assert made.exit_code == 0, describe(made)
+    assert load_problem(synth).name == "a\ufffdb"
+
+
 def test_surrogate_pair_is_text(tmp_path: Path) -> None:
     document = tiny() | {"name": "snake \U0001f40d"}
     text = json.dumps(document)  # ensure_ascii writes the pair as "\ud83d\udc0d"

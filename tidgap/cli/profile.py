@@ -31,7 +31,7 @@ from tidgap.cli.options import (
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
-from tidgap.model.text import printable
+from tidgap.model.text import printable, without_surrogates
 from tidgap.outputs.files import (
     check_outputs,
     json_file,
@@ -124,7 +124,7 @@ def _command_line(context: click.Context) -> str:
             words.append(parameter.opts[0])
             if not getattr(parameter, "is_flag", False):
                 words.append(str(value))
-    return shlex.join(words)
+    return without_surrogates(shlex.join(words))
 
 
 @contextlib.contextmanager
@@ -380,7 +380,7 @@ def profile_command(
     from tidgap.profiling.run import Settings, profile, step_count, torch_device
 
     settings = Settings(
-        name=name or (Path(out).stem if out else built.name),
+        name=without_surrogates(name or (Path(out).stem if out else built.name)),
         stages=stages,
         batch_size=batch_size,
         unit=unit,

@@ -19,7 +19,7 @@ from tidgap.model.calibration_tables import (
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import parse_model, read_json, require_file_name
 from tidgap.model.numbers import MAX_COUNT
-from tidgap.model.text import printable
+from tidgap.model.text import printable, without_surrogates
 from tidgap.model.timefn import Bytes, Duration, PositiveBytes, Samples, StrictModel, TimeFunction
 
 PROBLEM_FORMAT = "tidgap.problem/1"
@@ -413,7 +413,7 @@ def load_problem(spec: str | os.PathLike[str]) -> Problem:
     require_file_name(shown)
     try:
         path = problem_path(spec)
-        problem = Problem.from_dict(read_json(path), default_name=path.stem)
+        problem = Problem.from_dict(read_json(path), default_name=without_surrogates(path.stem))
         check_takes_time(problem)
         return problem
     except InputError as error:

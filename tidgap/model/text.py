@@ -26,3 +26,10 @@ def brief(value: object, most: int = BRIEF) -> str:
     quoted from a file in a one-line message."""
     text = str(value)
     return text if len(text) <= most else text[:most] + "..."
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` (a name from the command line or a file name) with each lone surrogate,
+    which is how Python reads a byte that is not UTF-8, as U+FFFD: a name that goes into a
+    file tidgap must read back (its reader refuses lone surrogates)."""
+    return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)

@@ -12,6 +12,7 @@ import math
 import random
 from typing import Any
 
+from tidgap.model.text import without_surrogates
 from tidgap.profiling.build import measurement_sizes, non_decreasing, rounded
 
 Json = dict[str, Any]
@@ -62,8 +63,10 @@ def synth_problem(
 ) -> Json:
     """A random ``tidgap.problem/1`` document (times in ms) for ``stages`` stages.
 
-    ``batch_size`` is a multiple of ``unit``; ``shape`` is one of :data:`SHAPES`.
+    ``batch_size`` is a multiple of ``unit``; ``shape`` is one of :data:`SHAPES`; a
+    ``name`` holding bytes that are not UTF-8 keeps U+FFFD for them.
     """
+    name = without_surrogates(name) if name else name
     if shape not in SHAPES:
         raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
     if stages < 1 or unit < 1 or batch_size < 1 or batch_size % unit or heterogeneity < 0:
