@@ -13,6 +13,8 @@ import fcntl
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,22 @@ def test_a_full_device_is_one_line_and_stays_a_device(
     line = error_line(run_filled(COMMANDS["synth --out"], inputs, node))
     assert line == f"tidgap: error: {node}: cannot write: No space left on device"
     assert stat.S_ISCHR(node.lstat().st_mode) and node.lstat().st_rdev == FULL
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_standard_output_on_a_full_disk_is_one_line(tmp_path: Path) -> None:
+    """``tidgap ... > /dev/full``: one line and exit 1, not a traceback; a plan written
+    to ``--out`` before the summary stays whole."""
+    out = tmp_path / "plan.json"
+    args = ["search", "example:tiny-2", "--generations", "2", "-q", "--out", str(out)]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "tidgap", *args], stdout=full, stderr=subprocess.PIPE,
+            text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr == "tidgap: error: cannot write: No space left on device\n"
+    assert json.loads(out.read_text(encoding="utf-8"))["format"] == "tidgap.plan/1"
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

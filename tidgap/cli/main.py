@@ -5,6 +5,9 @@ Bad input or usage prints one line, ``tidgap: error: FILE: FIELD: reason``, and 
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import signal
 import sys
 from typing import Any
@@ -33,11 +36,31 @@ class TidgapGroup(click.Group):
         except MemoryError as error:  # more than the machine has (--max-memory above it)
             click.echo(f"tidgap: error: out of memory: {first_line(error)}", err=True)
             sys.exit(1)
+        except OSError as error:  # standard output: a full disk, a reader that left
+            if error.errno not in UNWRITABLE_OUTPUT:
+                raise
+            _drop_standard_output()
+            if error.errno != errno.EPIPE:  # `tidgap ... | head` is no error to report
+                click.echo(f"tidgap: error: cannot write: {error.strerror}", err=True)
+            sys.exit(1)
         except click.Abort:
             # Ctrl-C outside a search (a search stops at a generation boundary instead).
             click.echo("\ntidgap: interrupted", err=True)
             sys.exit(exit_status(signal.SIGINT))
         sys.exit(status if isinstance(status, int) else 0)
+
+
+#: ``errno`` values of a write to standard output that cannot go on (reported in one line).
+UNWRITABLE_OUTPUT = (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO)
+
+
+def _drop_standard_output() -> None:
+    """Point standard output at ``/dev/null``, so that Python's flush at exit does not
+    fail on it again (and print a second error)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _fail(message: str) -> None:
