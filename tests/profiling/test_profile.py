@@ -254,6 +254,8 @@ def test_bad_split_exits_2_naming_split(
         (("resnet50",), "expected gpt, vgg16 or module:attribute"),
         (("tests.support.tiny_models:MLP",), "--input-shape is required"),
         ((MLP[0], "--input-shape", "3,x"), "--input-shape: expected positive integers"),
+        ((MLP[0], "--input-shape", "9" * 20), "is more than 2147483647 values per sample"),
+        ((MLP[0], "--input-shape", "65536,65536"), "--input-shape: '65536,65536' is more than"),
         (("gpt", "--image-size", "64"), "--image-size applies to vgg16"),
         (("vgg16", "--image-size", "16"), "--image-size: must be at least 32"),
         ((*TINY_GPT, "--heads", "3"), "--heads: 3 heads do not divide hidden size 32"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import math
 import os
 import shlex
 import sys
@@ -29,9 +30,9 @@ from tidgap.cli.options import (
     with_options,
 )
 from tidgap.model.errors import InputError
-from tidgap.model.numbers import MAX_STAGES, MAX_THREADS
+from tidgap.model.numbers import MAX_COUNT, MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
-from tidgap.model.text import printable, without_surrogates
+from tidgap.model.text import brief, printable, without_surrogates
 from tidgap.outputs.files import (
     check_outputs,
     json_file,
@@ -71,7 +72,11 @@ def _shape(text: str) -> tuple[int, ...]:
         shape = ()
     if not shape or min(shape) < 1:
         raise InputError(
-            f"expected positive integers like 3,32,32, got {text!r}", source="--input-shape"
+            f"expected positive integers like 3,32,32, got {brief(text)!r}", source="--input-shape"
+        )
+    if math.prod(shape) > MAX_COUNT:
+        raise InputError(
+            f"{brief(text)!r} is more than {MAX_COUNT} values per sample", source="--input-shape"
         )
     return shape
 
