@@ -103,6 +103,47 @@ def test_graph_bytes_count_each_storage_once_and_leave_parameters_out() -> None:
     assert graph_bytes_per_sample(nn.Tanh(), x, first=True, last=False) == 12 * 4
 
 
+@pytest.mark.parametrize("least", [1, 2, 3, 8])
+def test_growth_fits_a_count_from_the_whole_and_the_first_unit(least: int) -> None:
+    """``per_chunk + n * per_sample`` from ``n = least`` (the profile's unit) and ``n = b``:
+    exact for a linear count, whichever unit; a count that fails is one line."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    from tidgap.model.errors import InputError
+    from tidgap.profiling.measure import growth
+
+    seen: list[int] = []
+
+    def count(x: Any) -> int:
+        seen.append(x.shape[0])
+        return 7 + 3 * x.shape[0]
+
+    expected = (3, 7) if least < 8 else (-(-(7 + 24) // 8), 0)  # b <= least: per sample only
+    assert growth(count, torch.zeros(8, 2), False, least) == expected
+    assert seen == ([8, least] if least < 8 else [8])
+
+    def fails(x: Any) -> int:
+        if x.shape[0] == 1:
+            raise ValueError("Expected more than 1 value per channel when training")
+        return 10 * x.shape[0]
+
+    assert growth(fails, torch.zeros(8, 2), True, 2) == (10, 0)
+    with pytest.raises(InputError, match="forward of 1 samples holds failed: ValueError"):
+        growth(fails, torch.zeros(8, 2), True, 1)
+
+
+def test_a_batch_norm_model_profiles_at_a_unit_of_two(tmp_path: Path) -> None:
+    """``BatchNorm1d`` fails on one sample in train mode: at ``--unit 2`` the memory figures
+    come from two samples (a traceback before); at ``--unit 1`` the timing's one line."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    model = ("tests.runtime.pipeline_models:BATCH_NORM", "--input-shape", "6", "--stages", "2")
+    fast = ("--batch-size", "4", "--repeats", "1", "--warmup", "0", "-q")
+    two = run("profile", *model, *fast, "--unit", "2", "--out", str(tmp_path / "p.json"))
+    assert two.exit_code == 0, two.stderr
+    one = run("profile", *model, *fast, "--unit", "1", "--out", str(tmp_path / "q.json"))
+    assert one.exit_code == 2 and one.stderr.count("\n") == 1, one.stderr
+    assert "failed on 1 samples" in one.stderr
+
+
 def test_a_profile_records_activation_bytes_and_byte_limits_work(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
     out = tmp_path / "p.json"

@@ -182,37 +182,48 @@ def graph_bytes_per_sample(module: nn.Module, given: Tensor, first: bool, last: 
 
 
 def graph_growth(
-    module: nn.Module, given: Tensor, first: bool, targets: Tensor | None
+    module: nn.Module, given: Tensor, first: bool, targets: Tensor | None, least: int = 1
 ) -> tuple[int, int]:
     """``(per_sample, per_chunk)``, rounded up: what one stored graph (as
     :func:`graph_bytes_per_sample` counts it, but the task's tensors: ``given`` if
     ``first``, the last stage's ``targets`` where given, which the stage keeps whole, and
     the chunk's loss on the last stage) holds is ``per_chunk + n * per_sample`` for a
     forward of ``n`` samples, from forwards of ``given`` ``(b, ...)`` and of its first
-    sample (:func:`one_sample`; ``per_chunk``: tensors made once per forward, a GPT's
-    positions and masks, and the loss; 0 when ``b == 1``). Untimed."""
+    ``least`` samples (:func:`growth`; ``per_chunk``: tensors made once per forward, a GPT's
+    positions and masks, and the loss; 0 when ``b <= least``). Untimed."""
     task_data = task_tensors(given, first, targets)
     last = targets is not None
-    return growth(lambda x: _graph_bytes(module, x, first, last, task_data), given, first)
+
+    def count(x: Tensor) -> int:
+        return _graph_bytes(module, x, first, last, task_data)
+
+    return growth(count, given, first, least)
 
 
-def growth(count: Callable[[Tensor], int], given: Tensor, first: bool) -> tuple[int, int]:
+def growth(
+    count: Callable[[Tensor], int], given: Tensor, first: bool, least: int = 1
+) -> tuple[int, int]:
     """``(per_sample, per_chunk)``, rounded up, such that ``count`` of ``n`` samples is
     ``per_chunk + n * per_sample``, from ``count`` of ``given`` ``(b, ...)`` and of its first
-    sample (:func:`one_sample`); ``(count(given), 0)`` when ``b == 1``."""
+    ``least`` samples (:func:`first_samples`; the profile's unit: the smallest chunk a plan
+    has, and a layer such as ``BatchNorm1d`` fails on one sample); ``(count(given), 0)``
+    when ``b <= least``. A layer's error is one line of bad input."""
     size = given.shape[0]
-    whole = count(given)
-    if size == 1:
-        return whole, 0
-    one = count(one_sample(given, first))
-    per_chunk = max(0, -(-(size * one - whole) // (size - 1)))
+    with user_errors(f"measuring what a forward of {size} samples holds failed"):
+        whole = count(given)
+    if size <= least:
+        return -(-whole // size), 0
+    with user_errors(f"measuring what a forward of {least} samples holds failed"):
+        small = count(first_samples(given, first, least))
+    per_chunk = max(0, -(-(size * small - least * whole) // (size - least)))
     return max(0, -(-(whole - per_chunk) // size)), per_chunk
 
 
-def one_sample(given: Tensor, first: bool) -> Tensor:
-    """The first sample of ``given`` ``(b, ...)`` as a stage gets it: a view of the task's
-    tensor on the first stage, else a copy (a view's storage is all of ``given``)."""
-    return given[:1] if first else given[:1].clone()
+def first_samples(given: Tensor, first: bool, count: int) -> Tensor:
+    """The first ``count`` samples of ``given`` ``(b, ...)`` as a stage gets them: a view of
+    the task's tensor on the first stage, else a copy (a view's storage is all of
+    ``given``)."""
+    return given[:count] if first else given[:count].clone()
 
 
 def task_tensors(given: Tensor, first: bool, targets: Tensor | None) -> list[Tensor]:
@@ -242,7 +253,7 @@ def output_kept(y: Tensor, last: bool) -> Tensor:
 
 
 def recompute_bytes_per_sample(
-    module: nn.Module, given: Tensor, first: bool, targets: Tensor | None
+    module: nn.Module, given: Tensor, first: bool, targets: Tensor | None, least: int = 1
 ) -> tuple[int, int, int, int, int]:
     """Per sample of ``given`` ``(b, ...)`` (rounded up), what a recomputing stage of
     ``tidgap run`` holds (:class:`~tidgap.runtime.recompute_memory.RecomputeBytes`): the
@@ -251,7 +262,8 @@ def recompute_bytes_per_sample(
     backward's working set: the tensors autograd saves in that forward re-run with grad,
     its input and its output (:func:`output_kept`: on the last stage, whose ``targets`` are
     given, the chunk's loss), each storage once, the parameters and the task's tensors
-    left out, per sample and, returned last, per forward (:func:`growth`); and the task's
+    left out, per sample and, returned last, per forward (:func:`growth`, from ``given``
+    and its first ``least`` samples); and the task's
     tensors the stage cuts its chunks from, ``given`` if ``first`` and ``targets``.
     Untimed."""
     task_data = task_tensors(given, first, targets)
@@ -267,7 +279,7 @@ def recompute_bytes_per_sample(
         return working.total()
 
     before = generator_states(given.device)
-    backward, backward_chunk = growth(working_set, given, first)
+    backward, backward_chunk = growth(working_set, given, first, least)
     recording = recordings[0]
     if drew_since(before, given.device):  # a random operator besides nn.Dropout drew
         with torch.no_grad(), drawing_as_recomputed(module, others=True) as recording:

@@ -252,9 +252,12 @@ def measure_stages(
         graph_bytes_per_sample(*given, targets is not None)
         for given, targets in zip(largest, ends, strict=True)
     ]
-    growth = [graph_growth(*given, targets) for given, targets in zip(largest, ends, strict=True)]
+    unit = settings.unit
+    growth = [
+        graph_growth(*given, targets, unit) for given, targets in zip(largest, ends, strict=True)
+    ]
     recompute = [
-        recompute_bytes_per_sample(*given, targets)
+        recompute_bytes_per_sample(*given, targets, unit)
         for given, targets in zip(largest, ends, strict=True)
     ]
     peaks = [cuda_peak_bytes(*given, device) for given in largest]
