@@ -52,6 +52,11 @@ def test_bad_memory_limits_are_refused_in_one_line(text: str) -> None:
     assert "\n" not in str(caught.value)
 
 
+def test_a_limit_under_one_byte_says_so() -> None:
+    with pytest.raises(ValueError, match=r"^'0\.4' is less than 1 byte$"):
+        parse_memory_limit("0.4")
+
+
 def brute_force_held(limit: float, activation_bytes: float, batch_size: int) -> int:
     """The most ``h`` in ``0..batch_size`` with ``h * activation_bytes <= limit``, counting."""
     return max(h for h in range(batch_size + 1) if h * activation_bytes <= limit)

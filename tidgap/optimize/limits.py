@@ -59,7 +59,7 @@ def parse_memory_limit(text: str) -> str | int:
     except ValueError as error:
         raise ValueError(f"{error}; or the word {ONE_F_ONE_B}") from None
     if value <= 0:
-        raise ValueError(f"{text!r} is not a positive number of bytes")
+        raise ValueError(f"{text!r} is less than 1 byte")
     return value
 
 
