@@ -248,12 +248,25 @@ def test_same_seed_same_plan_and_numba_equals_numpy(name: str) -> None:
     assert runs[0].evaluation == runs[2].evaluation
 
 
+@pytest.mark.parametrize("pricing", ["model", "run"])
+def test_no_generations_run_no_generation_of_either_search(pricing: str) -> None:
+    """``generations=0``: the seeds and their polish, no GA generation (the first search
+    ran one); one generation is more."""
+    problem = load_problem("example:tiny-2")
+    options = dict(seed=0, population=POPULATION, pricing=pricing)
+    none, one = (search(problem, generations=g, **options) for g in (0, 1))
+    assert (none.generations, one.generations) == (0, 1)
+    assert none.evaluations < one.evaluations
+
+
 @pytest.mark.parametrize("schedule", ["windowed", "flush"])
 def test_without_stagnation_a_time_limit_is_used_to_the_end(schedule: str) -> None:
     problem = load_problem("example:tiny-2")
     options = dict(schedule=schedule, seed=0, population=POPULATION, time_limit=1.5)
     early = search(problem, stagnation=3, **options)
     assert early.stop_reason == "stagnation"
+    # the first, flush search of a windowed one stops on the same rule (it ran its own 100)
+    assert early.generations <= 3 * 4 + 2, early.generations
     result = search(problem, stagnation=None, **options)
     assert result.stop_reason == "time limit"
     assert result.generations > early.generations

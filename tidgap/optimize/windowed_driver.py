@@ -73,7 +73,8 @@ from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.held import flush_fits
 
 #: The first, flush search: the share of a time limit (and of ``generations``) it takes at
-#: most, its most generations and its stagnation rule.
+#: most, its most generations and its stagnation rule (a search's own ``stagnation``, where
+#: fewer, stops it too).
 FLUSH_SHARE = 0.25
 FLUSH_GENERATIONS = 300
 FLUSH_STAGNATION = 100
@@ -87,10 +88,10 @@ MIRRORED_SHARE = 0.5
 
 def flush_generations(generations: int | None) -> int:
     """Generations of the first, flush search: :data:`FLUSH_SHARE` of ``generations`` (at
-    least 1), at most :data:`FLUSH_GENERATIONS`."""
+    least 1, but none of none), at most :data:`FLUSH_GENERATIONS`."""
     if generations is None:
         return FLUSH_GENERATIONS
-    return min(max(1, int(generations * FLUSH_SHARE)), FLUSH_GENERATIONS)
+    return min(max(min(generations, 1), int(generations * FLUSH_SHARE)), FLUSH_GENERATIONS)
 
 
 def require_windowed_room(
@@ -130,7 +131,8 @@ def mirrored_first_search(
     state saved in its annealing goes on annealing unless generations are left for its GA
     (which then goes on, and anneals afresh)."""
     if generations is not None:
-        generations = min(max(1, int(generations * MIRRORED_SHARE)), FLUSH_GENERATIONS)
+        share = int(generations * MIRRORED_SHARE)
+        generations = min(max(min(generations, 1), share), FLUSH_GENERATIONS)
     elif time_limit is None:
         generations = FLUSH_GENERATIONS
     first = None
@@ -285,7 +287,9 @@ def prepare_windowed(
                 population=population,
                 generations=flush_generations(generations),
                 time_limit=None if time_limit is None else time_limit * FLUSH_SHARE,
-                stagnation=FLUSH_STAGNATION,
+                stagnation=FLUSH_STAGNATION
+                if stagnation is None
+                else min(stagnation, FLUSH_STAGNATION),
                 backend=backend,
                 max_microbatches=max_microbatches,
                 on_progress=on_progress,
