@@ -87,6 +87,45 @@ def test_the_resumed_state_is_never_an_output_but_the_checkpoint(tmp_path):
     assert load_state(state).meta["counters"]["generation"] == 10
 
 
+def test_a_state_names_the_backend_that_ran_not_auto(tmp_path):
+    """Saved under ``auto``, a state resumes under the backend ``auto`` chose named
+    explicitly (it was refused: 'saved with backend auto, not numba'), and is refused
+    under another; a state of an older tidgap that saved ``auto`` still resumes."""
+    from dataclasses import replace
+
+    from tidgap.backends import default_backend
+    from tidgap.model.problem import load_problem
+    from tidgap.optimize.optimizer import Optimizer
+
+    state = tmp_path / "s.state"
+    assert (
+        run("example:tiny-2", *COMMON, "--generations", "3", "--checkpoint", str(state)).exit_code
+        == 0
+    )
+    saved = load_state(state)
+    assert saved.meta["backend"] == default_backend()
+    named = run(
+        "example:tiny-2",
+        *COMMON,
+        "--generations",
+        "2",
+        "--resume",
+        str(state),
+        "--backend",
+        default_backend(),
+    )
+    assert named.exit_code == 0, named.stderr
+    other = "numpy" if default_backend() != "numpy" else "numba"
+    refused = run(
+        "example:tiny-2", *COMMON, "--generations", "2", "--resume", str(state), "--backend", other
+    )
+    assert refused.exit_code == 2
+    assert f"was saved with backend {default_backend()!r}, not {other!r}" in refused.stderr
+    older = replace(saved, meta=saved.meta | {"backend": "auto"})
+    problem = load_problem("example:tiny-2")
+    Optimizer(problem, schedule="flush", population=32, seed=2, resume=older)  # no refusal
+
+
 def test_checkpoint_every_must_be_positive(tmp_path):
     result = run("example:tiny-2", "--checkpoint", str(tmp_path / "s"), "--checkpoint-every", "0")
     assert result.exit_code == 2

@@ -116,6 +116,8 @@ class SavedState:
         for name, value in identity.as_dict().items():
             # A field newer than the state file: its default (what the search then did).
             saved = self.meta.get(name, getattr(SearchIdentity, name, None))
+            if name == "backend" and saved == "auto":  # older files: the name as given
+                continue
             if saved != value:
                 raise InputError(
                     f"was saved with {name} {saved!r}, not {value!r}",

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tidgap.backends import default_backend
 from tidgap.backends.ticks import MODEL_PRICING, PRICINGS, RUN_PRICING
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import integer_at_least, is_number
@@ -196,7 +197,7 @@ class Optimizer:
             schedule,
             seed,
             population,
-            backend,
+            default_backend() if backend == "auto" else backend,  # the one that runs
             same_partition,
             check_rule(backward),
             memory_limit,
