@@ -171,6 +171,13 @@ def test_a_memory_limit_no_flush_plan_meets_exits_2_before_any_search(tmp_path: 
         assert not out.exists()
     windowed = run_cli("sweep", memory, "--memory-limit", "20MB", *SHORT, "--out-dir", str(out))
     assert windowed.exit_code == 0, describe(windowed)
+    # a stage's own memory_limit below the batch, beside a problem that fits: refused first
+    own = _problem_file(tmp_path, "tiny7_1_mem")
+    result = run_cli(
+        "sweep", own, TINY, "--schedule", "flush", *SHORT, "--out-dir", str(tmp_path / "o2")
+    )
+    _refused(result, f"{own}: stages[0].memory_limit: every flush plan holds the whole batch")
+    assert not (tmp_path / "o2").exists()
 
 
 def test_limits_that_leave_a_stage_less_than_one_unit_exit_2_before_any_search(

@@ -46,6 +46,7 @@ from tidgap.outputs.files import (
 )
 from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.families import SCHEDULES
+from tidgap.schedules.held import require_flush_fits
 
 #: The summary files written into ``--out-dir``.
 SUMMARY_CSV, SUMMARY_JSON = "summary.csv", "summary.json"
@@ -77,15 +78,17 @@ def _check_memory_limit(
     """Refuse, naming the file, a problem a byte ``--memory-limit`` cannot apply to, one
     whose limits leave some stage no room for any plan (:func:`require_windowed_room`, as
     its search counts memory), or (``--schedule flush``) one no flush plan meets within
-    the limit."""
+    the limit or its stages' own ``memory_limit``."""
     separable = schedule is not None and SCHEDULES[schedule].separable
     for spec, problem in zip(specs, problems, strict=True):
         try:
             if not separable:
                 pricing = resolved_pricing(problem, AUTO_PRICING, schedule or DEFAULT_SCHEDULE)
                 require_windowed_room(problem, limit, pricing, backward)
-            elif limit is not None:
-                flush_memory_limit(problem, limit)
+            else:
+                require_flush_fits(problem)
+                if limit is not None:
+                    flush_memory_limit(problem, limit)
         except InputError as error:
             raise InputError(str(error), source=spec) from None
 
