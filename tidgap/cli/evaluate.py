@@ -79,7 +79,8 @@ def evaluate_command(
     """Iteration time of PLAN, or of a baseline with --schedule and --microbatches, with
     per-stage busy time, bubbles, peak memory and the lower bound for any flush plan; for a
     plan tidgap run runs at other op costs (recomputation, backwards over several stored
-    forward chunks), also the time tidgap run predicts."""
+    forward chunks), also the time tidgap run predicts (in the text; --json prints the
+    model's evaluation only, as search writes it as the plan's predicted)."""
     if plan_file is not None and schedule is not None:
         raise click.UsageError("give PLAN or --schedule, not both")
     if schedule is None and microbatches is not None:

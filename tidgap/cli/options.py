@@ -156,8 +156,8 @@ def backward_rule(no_recompute: bool, mirrored: bool) -> str:
 
 
 def json_option(command: Command) -> Command:
-    """``--json``: print one JSON object instead of text."""
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(command)
+    """``--json``: print one JSON document instead of text."""
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")(command)
 
 
 def echo_json(document: object) -> None:

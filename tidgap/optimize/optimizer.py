@@ -120,19 +120,22 @@ def resolved_pricing(problem: Problem, pricing: str, schedule: str) -> str:
     return pricing
 
 
+#: What a flush search refused for a memory limit should do instead.
+WINDOWED_HINT = "search windowed plans (--schedule windowed, no --same-partition) under it"
+
+
 def flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
     """Refuse a memory limit that no flush plan (every stage holds the whole batch) meets."""
     if memory_limit == ONE_F_ONE_B:
         raise InputError(
-            "flush plans hold the whole batch on every stage, more than 1F1B; search "
-            "--schedule windowed under this limit",
+            f"flush plans hold the whole batch on every stage, more than 1F1B; {WINDOWED_HINT}",
             source="--memory-limit",
         )
     level = bytes_level(problem, int(memory_limit))
     if not level.admits([problem.batch_size] * problem.num_stages):
         raise InputError(
             f"every flush plan holds the whole batch, above {level.label} on some stage; "
-            "search --schedule windowed under this limit",
+            + WINDOWED_HINT,
             source="--memory-limit",
         )
 
