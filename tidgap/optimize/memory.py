@@ -54,8 +54,10 @@ class SearchFootprint:
         return BASELINE_BYTES + WORKSPACE_BYTES + self.population + self.seeds + self.tables
 
     def largest_cause(self) -> str:
-        """``"population"``, ``"seeds"`` or ``"tables"``: what weighs most."""
+        """``"population"``, ``"seeds"``, ``"tables"`` or ``"fixed"`` (what every search
+        holds, :data:`WORKSPACE_BYTES` and :data:`BASELINE_BYTES`): what weighs most."""
         parts = {"population": self.population, "seeds": self.seeds, "tables": self.tables}
+        parts["fixed"] = BASELINE_BYTES + WORKSPACE_BYTES
         return max(parts, key=parts.__getitem__)
 
 

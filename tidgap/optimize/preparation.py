@@ -168,6 +168,7 @@ def require_memory(footprint: SearchFootprint, budget: int, budget_source: str) 
         "population": ("the population", "--population", ()),
         "seeds": ("the seed chromosomes", "--max-microbatches", ()),
         "tables": ("the tick tables (stages x units)", None, ("batch_size",)),
+        "fixed": ("the fixed share every search holds", None, ()),  # the budget is small
     }[cause]
     what = f"this search ({what} above all)"
     require_within(footprint.total, budget, what, budget_source, source, path)
