@@ -181,10 +181,37 @@ def test_tell_checks_its_arguments():
         windowed.tell(population, np.zeros(population.size), valid=np.ones(3, bool))
     with pytest.raises(ValueError, match="must be numbers in the time unit"):
         windowed.tell(population, ["fast"] * population.size)
+    scores = windowed.evaluate(population)
+    with pytest.raises(ValueError, match=r"valid has shape \(3,\), the population"):
+        windowed.tell(population, scores, valid=np.ones(3, bool))  # was a broadcast error
+    times, peaks = scores.time, np.asarray(scores.peaks, dtype=float)
+    for bad in (np.nan, -1.0, 2.5):  # each let a plan past a memory level
+        with pytest.raises(ValueError, match="peaks must be whole numbers of samples"):
+            windowed.tell(population, times, peaks=np.full(peaks.shape, bad))
+    with pytest.raises(ValueError, match="peaks must be whole numbers"):
+        windowed.tell(population, scores, peaks=np.full(peaks.shape, np.nan))  # not ignored
     flush = tidgap.Optimizer(problem, schedule="flush", population=16, backend="numpy")
     population = flush.ask()
     with pytest.raises(ValueError, match="separable"):
         flush.tell(population, np.zeros(population.size))
+    with pytest.raises(ValueError, match="flush takes none"):
+        flush.tell(population, flush.evaluate(population), peaks=peaks)
+
+
+def test_a_fitness_past_the_ticks_range_is_refused_not_wrapped():
+    """Values past the problem's tick range wrapped (-3e6 ms became -2097152) or rejected
+    every individual (+6e5 on tiny-2); within it they work."""
+    problem = tidgap.load_problem("example:tiny-2")
+    for shift in (-3e6, 6e5):  # refused as the seeds are scored
+        with pytest.raises(ValueError, match=r"must lie within \+-524288 in the time unit"):
+            tidgap.Optimizer(
+                problem, population=16, backend="numpy", fitness=lambda p, s, d=shift: s.time + d
+            )
+    shifted = tidgap.Optimizer(
+        problem, population=16, backend="numpy", fitness=lambda p, s: s.time + 4e5
+    )
+    run(shifted, 2)
+    assert shifted.best()[1] > 4e5
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,8 @@ TINY = "example:tiny-2"
         ("memory_limit", 2.5),
         ("memory_limit", True),
         ("memory_limit", "lots"),
+        ("same_partition", "yes"),
+        ("checkpoint", 5),
     ],
 )
 def test_a_bad_argument_is_refused_naming_it(argument: str, value: object) -> None:
@@ -45,3 +47,40 @@ def test_a_memory_limit_may_be_a_size_or_the_word_in_any_case() -> None:
     assert max(sized.evaluation.peak_held) <= 5
     worded = tidgap.search(problem, generations=1, population=8, memory_limit="1F1B")
     assert worded.memory_limit.label == "1F1B"
+
+
+def test_numpy_values_are_written_as_plain_json(tmp_path) -> None:
+    """NumPy integers and bools go into the state file and the plan as plain JSON (a
+    checkpoint failed after the whole search: 'int64 is not JSON serializable')."""
+    import numpy as np
+
+    state = tmp_path / "s.state"
+    result = tidgap.search(
+        tidgap.load_problem("example:vgg16"), generations=3, population=16, backend="numpy",
+        max_microbatches=np.int64(16), same_partition=np.bool_(True), checkpoint=str(state),
+    )  # fmt: skip
+    assert result.plan_document()["search"]["seed"] == 0
+    from tidgap.optimize.checkpoint import load_state
+
+    assert load_state(state).meta["max_microbatches"] == 16
+
+
+def test_initial_plans_may_be_a_generator() -> None:
+    """A generator's plans seed the search (the checks used them up: silently dropped)."""
+    problem = tidgap.load_problem("example:hetero-8")
+    seed = tidgap.search(problem, generations=3, population=16, seed=4).plan
+    options = dict(generations=2, population=16, seed=1)
+    as_list = tidgap.search(problem, initial_plans=[seed], **options)
+    as_generator = tidgap.search(problem, initial_plans=(p for p in [seed]), **options)
+    assert as_generator.plan == as_list.plan
+
+
+def test_a_checkpoint_that_cannot_be_written_is_refused_before_the_search(tmp_path) -> None:
+    with pytest.raises(tidgap.InputError, match="does not exist"):
+        tidgap.Optimizer(tidgap.load_problem(TINY), checkpoint=str(tmp_path / "no" / "s.state"))
+
+
+@pytest.mark.parametrize("plans", [None, 5, tidgap.Plan.of([[8]] * 2, [[8]] * 2)])
+def test_initial_plans_must_be_a_sequence(plans: object) -> None:
+    with pytest.raises(TypeError, match="initial_plans must be a sequence of tidgap.Plan"):
+        tidgap.search(tidgap.load_problem(TINY), generations=1, initial_plans=plans)

@@ -43,7 +43,7 @@ from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel, penalised
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import FINE
-from tidgap.optimize.scores import Fitness, Scores, custom_scores, to_ticks
+from tidgap.optimize.scores import Fitness, Scores, custom_scores, to_ticks, whole_samples
 
 #: The arrays of an island's state, in :meth:`JointOptimizer.state_arrays`.
 ISLAND_ARRAYS = ("forward", "backward", "lead", "codes", "times", "peaks")
@@ -157,6 +157,8 @@ class JointOptimizer:
         asked = check_told(self.asked, population)
         xp = self.xp
         units = None
+        if peaks is not None:
+            peaks = whole_samples(peaks, xp)
         if isinstance(fitness, Scores):
             ticks = fitness.ticks
             if peaks is None:

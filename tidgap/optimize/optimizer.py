@@ -19,9 +19,11 @@ a final annealing (windowed) and polish (:meth:`Optimizer.result`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from tidgap.backends import default_backend
 from tidgap.backends.ticks import MODEL_PRICING, PRICINGS, RUN_PRICING
@@ -50,6 +52,7 @@ from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.scores import Fitness, Scores, to_ticks
 from tidgap.optimize.windowed_driver import prepare_windowed, searches_mirrored_first
 from tidgap.optimize.windowed_finish import ANNEAL_CHAINS, finish_windowed
+from tidgap.outputs.atomic import probe
 from tidgap.schedules.families import SCHEDULES
 
 #: The families a search can return.
@@ -60,6 +63,14 @@ DEFAULT_SCHEDULE = "windowed"
 MIN_POPULATION = 8
 #: The family ``same_partition`` searches: the separable one (the dual GA shares a row).
 SAME_PARTITION_SCHEDULE = next(name for name in SEARCHABLE if SCHEDULES[name].separable)
+
+
+def plan_sequence(plans: Any) -> tuple[Plan, ...]:
+    """``initial_plans`` as a tuple (a generator is read once, not used up by the checks);
+    ``TypeError`` unless it is iterable (each plan is checked later)."""
+    if isinstance(plans, Plan) or not isinstance(plans, Iterable):
+        raise TypeError(f"initial_plans must be a sequence of tidgap.Plan (got {plans!r})")
+    return tuple(plans)
 
 
 def at_least(*arguments: tuple[str, int | None, int | None]) -> None:
@@ -194,6 +205,15 @@ class Optimizer:
             ("max_microbatches", max_microbatches, 1),
             ("max_memory", max_memory, 1),
         )
+        # plain Python values: they go into state files and plans as JSON
+        max_microbatches = None if max_microbatches is None else int(max_microbatches)
+        max_memory = None if max_memory is None else int(max_memory)
+        if not isinstance(same_partition, (bool, np.bool_)):
+            raise InputError(
+                f"must be True or False (got {same_partition!r})", source="same_partition"
+            )
+        same_partition = bool(same_partition)
+        initial_plans = plan_sequence(initial_plans)
         for i, plan in enumerate(initial_plans):
             check_plan(plan, problem, f"initial_plans[{i}]", repaired=True)
         self.identity = SearchIdentity(
@@ -238,6 +258,11 @@ class Optimizer:
             )
         self.checkpoint = None
         if checkpoint is not None:
+            if not isinstance(checkpoint, (str, os.PathLike)):
+                raise InputError(
+                    f"must be a path (got {type(checkpoint).__name__})", source="checkpoint"
+                )
+            probe(checkpoint)  # before the search, not after it
             self.checkpoint = Checkpoint(str(checkpoint), self.identity, checkpoint_every)
         self.stopping = stopping
         options: dict[str, Any] = dict(
@@ -330,8 +355,13 @@ class Optimizer:
         rejects the individuals where it is false (a constraint mask)."""
         optimizer = self.run.optimizer
         tick = optimizer.ticked.tick
+        if self.separable and peaks is not None:
+            raise ValueError(
+                "peaks are a windowed optimizer's (its memory levels); flush takes none"
+            )
         if isinstance(fitness, Scores):
-            optimizer.tell(population, fitness if valid is None else fitness.masked(valid))
+            scores = fitness if valid is None else fitness.masked(valid)
+            optimizer.tell(population, scores, **({} if peaks is None else {"peaks": peaks}))
             return
         if self.separable:
             if not (isinstance(fitness, tuple) and len(fitness) == 2):
@@ -340,7 +370,7 @@ class Optimizer:
             halves = (to_ticks(forward, tick, valid), to_ticks(backward, tick, valid))
             optimizer.tell(population, Scores(halves[0] + halves[1], tick, halves))
             return
-        optimizer.tell(population, Scores(to_ticks(fitness, tick, valid), tick, peaks=peaks))
+        optimizer.tell(population, Scores(to_ticks(fitness, tick, valid), tick), peaks=peaks)
 
     def best(self) -> tuple[Plan, float] | None:
         """The best plan so far (within the memory limit in force) and its fitness in the

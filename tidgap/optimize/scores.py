@@ -52,6 +52,8 @@ class Scores:
         (:data:`INVALID`, in both halves)."""
         xp = namespace(self.ticks)
         keep = xp.asarray(valid, dtype=bool)
+        if keep.shape != self.ticks.shape:
+            raise ValueError(f"valid has shape {keep.shape}, the population {self.ticks.shape}")
         halves = None
         if self.halves is not None:
             halves = tuple(xp.where(keep, half, INVALID) for half in self.halves)
@@ -63,11 +65,29 @@ class Scores:
         return self.ticks < INVALID
 
 
+def whole_samples(peaks: Any, xp: Any) -> Any:
+    """``peaks`` a caller gave (samples held per individual and stage) as int64 on ``xp``;
+    ``ValueError`` unless every one is a whole number of samples, at least 0 (NaN, a
+    negative or a fractional peak would let a plan past a memory level)."""
+    try:
+        found = xp.asarray(peaks, dtype=xp.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"peaks must be samples held, numbers (got {type(peaks).__name__})"
+        ) from None
+    if not bool(xp.all(xp.isfinite(found) & (found >= 0) & (found == xp.floor(found)))):
+        raise ValueError(
+            "peaks must be whole numbers of samples, at least 0 (NaN, negative or fractional found)"
+        )
+    return found.astype(xp.int64)
+
+
 def to_ticks(values: Any, tick: float, valid: Any = None, xp: Any = None) -> Any:
     """``(P,)`` fitness in the problem's time unit (any real dtype; on ``xp``, default the
     array module of ``values``) -> int64 ticks, rounded; ``nan``, ``inf``, values past
     :data:`INVALID` and individuals where ``valid`` ``(P,)`` is false become
-    :data:`INVALID`. ``ValueError`` for values that are not numbers or a ``valid`` of
+    :data:`INVALID`. ``ValueError`` for values that are not numbers, finite values past
+    ``INVALID`` ticks either way (they would wrap or reject silently) or a ``valid`` of
     another shape."""
     xp = namespace(values) if xp is None else xp
     try:
@@ -76,7 +96,13 @@ def to_ticks(values: Any, tick: float, valid: Any = None, xp: Any = None) -> Any
         kind = getattr(values, "dtype", type(values).__name__)
         raise ValueError(f"fitness values must be numbers in the time unit (got {kind})") from None
     scaled = values / tick
-    ok = xp.isfinite(scaled) & (scaled < INVALID)
+    finite = xp.isfinite(scaled)
+    if bool(xp.any(finite & (xp.abs(scaled) >= INVALID))):
+        raise ValueError(
+            f"fitness values must lie within +-{INVALID * tick:.6g} in the time unit on this "
+            "problem (its ticks' range; reject an individual with inf or a valid mask)"
+        )
+    ok = finite
     if valid is not None:
         valid = xp.asarray(valid, dtype=bool)
         if valid.shape != values.shape:
