@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tidgap.backends import default_backend
+from tidgap.backends import BACKENDS, default_backend
 from tidgap.backends.ticks import MODEL_PRICING, PRICINGS, RUN_PRICING
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import integer_at_least, is_number
@@ -151,6 +151,63 @@ def flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
         )
 
 
+def checked_search(
+    problem: Problem,
+    *,
+    schedule: str | None = None,
+    seed: int = 0,
+    population: int = 512,
+    backend: str = "auto",
+    memory_limit: str | int | None = None,
+    initial_plans: Any = (),
+    max_microbatches: int | None = None,
+    same_partition: bool = False,
+    backward: str = FREE,
+    pricing: str = AUTO_PRICING,
+    max_memory: int | None = None,
+) -> tuple[SearchIdentity, tuple[Plan, ...], int | None]:
+    """The arguments of a search of ``problem`` checked (:class:`InputError`, ``ValueError``
+    or ``TypeError`` naming the first bad one, before any work) and made plain Python
+    values: its identity (what a state file must match), its initial plans and its
+    ``max_memory``. :class:`Optimizer` and :func:`~tidgap.optimize.many.search_many` (for
+    every problem before any task starts) check with it."""
+    if backend not in ("auto", *BACKENDS):
+        raise ValueError(f"unknown backend {backend!r}; known: auto, {', '.join(BACKENDS)}")
+    if schedule is None:
+        schedule = SAME_PARTITION_SCHEDULE if same_partition else DEFAULT_SCHEDULE
+    if schedule not in SEARCHABLE:
+        raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
+    memory_limit = checked_memory_limit(memory_limit)
+    integer_at_least("seed", seed, None)
+    integer_at_least("population", population, MIN_POPULATION)
+    seed, population = int(seed), int(population)
+    at_least(
+        ("max_microbatches", max_microbatches, 1),
+        ("max_memory", max_memory, 1),
+    )
+    # plain Python values: they go into state files and plans as JSON
+    max_microbatches = None if max_microbatches is None else int(max_microbatches)
+    max_memory = None if max_memory is None else int(max_memory)
+    if not isinstance(same_partition, (bool, np.bool_)):
+        raise InputError(f"must be True or False (got {same_partition!r})", source="same_partition")
+    same_partition = bool(same_partition)
+    initial_plans = plan_sequence(initial_plans)
+    for i, plan in enumerate(initial_plans):
+        check_plan(plan, problem, f"initial_plans[{i}]", repaired=True)
+    identity = SearchIdentity(
+        schedule,
+        seed,
+        population,
+        default_backend() if backend == "auto" else backend,  # the one that runs
+        same_partition,
+        check_rule(backward),
+        memory_limit,
+        max_microbatches,
+        resolved_pricing(problem, pricing, schedule),
+    )
+    return identity, initial_plans, max_memory
+
+
 class Optimizer:
     """The GA of ``schedule`` (``windowed`` or ``flush``; default windowed, flush with
     ``same_partition``) for ``problem``, set up as :func:`tidgap.search` sets it up
@@ -193,40 +250,27 @@ class Optimizer:
         checkpoint_every: float = DEFAULT_EVERY,
     ) -> None:
         require_problem(problem)
-        if schedule is None:
-            schedule = SAME_PARTITION_SCHEDULE if same_partition else DEFAULT_SCHEDULE
-        if schedule not in SEARCHABLE:
-            raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
-        memory_limit = checked_memory_limit(memory_limit)
-        integer_at_least("seed", seed, None)
-        integer_at_least("population", population, MIN_POPULATION)
-        seed, population = int(seed), int(population)
-        at_least(
-            ("max_microbatches", max_microbatches, 1),
-            ("max_memory", max_memory, 1),
+        self.identity, initial_plans, max_memory = checked_search(
+            problem,
+            schedule=schedule,
+            seed=seed,
+            population=population,
+            backend=backend,
+            memory_limit=memory_limit,
+            initial_plans=initial_plans,
+            max_microbatches=max_microbatches,
+            same_partition=same_partition,
+            backward=backward,
+            pricing=pricing,
+            max_memory=max_memory,
         )
-        # plain Python values: they go into state files and plans as JSON
-        max_microbatches = None if max_microbatches is None else int(max_microbatches)
-        max_memory = None if max_memory is None else int(max_memory)
-        if not isinstance(same_partition, (bool, np.bool_)):
-            raise InputError(
-                f"must be True or False (got {same_partition!r})", source="same_partition"
-            )
-        same_partition = bool(same_partition)
-        initial_plans = plan_sequence(initial_plans)
-        for i, plan in enumerate(initial_plans):
-            check_plan(plan, problem, f"initial_plans[{i}]", repaired=True)
-        self.identity = SearchIdentity(
-            schedule,
-            seed,
-            population,
-            default_backend() if backend == "auto" else backend,  # the one that runs
-            same_partition,
-            check_rule(backward),
-            memory_limit,
-            max_microbatches,
-            resolved_pricing(problem, pricing, schedule),
+        schedule, seed, population = (
+            self.identity.schedule,
+            self.identity.seed,
+            self.identity.population,
         )
+        max_microbatches, backward = self.identity.max_microbatches, self.identity.backward
+        memory_limit, same_partition = self.identity.memory_limit, self.identity.same_partition
         if not (resume is None or isinstance(resume, (str, os.PathLike, SavedState))):
             raise InputError(
                 f"must be a state file's path or a SavedState (got {type(resume).__name__})",
