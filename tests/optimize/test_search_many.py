@@ -104,6 +104,14 @@ def test_bad_arguments_are_refused() -> None:
         ({"seeds": [0, 1.5, 2]}, InputError, r"seeds\[1\]: must be an integer"),
         ({"generations": 1.5}, InputError, r"generations: must be an integer"),
         ({"problems": [None]}, TypeError, r"problems\[0\] must be a tidgap.Problem"),
+        # each a SearchFailed after every task had run and failed
+        ({"population": 3}, InputError, r"population: must be at least 8"),
+        ({"generation": 3}, TypeError, r"unexpected keyword argument 'generation'"),
+        ({"schedule": "bogus"}, ValueError, r"unknown schedule 'bogus'"),
+        ({"backend": "x"}, ValueError, r"unknown backend 'x'"),
+        ({"memory_limit": "lots"}, InputError, r"memory_limit: not a size"),
+        ({"pricing": "z"}, ValueError, r"pricing must be one of"),
+        ({"initial_plans": [1]}, TypeError, r"initial_plans\[0\] must be a tidgap.Plan"),
     ],
 )
 def test_arguments_of_the_wrong_kind_are_refused_before_any_task(

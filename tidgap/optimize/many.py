@@ -7,6 +7,7 @@ travel pickled (:class:`~tidgap.optimize.results.SearchResult` pickles, with its
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 import os
 import signal
@@ -21,13 +22,15 @@ from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals
-from tidgap.optimize.optimizer import Stopping, at_least
+from tidgap.optimize.optimizer import Stopping, at_least, checked_search
 from tidgap.optimize.results import SearchResult
 
 __all__ = ["SearchFailed", "local_pool", "search_many"]
 
 #: :func:`tidgap.search` options naming one search's state file, refused by :func:`search_many`.
 PER_SEARCH_ONLY = ("checkpoint", "resume")
+#: The options of :func:`tidgap.search` that :func:`checked_search` checks.
+CHECKED_OPTIONS = frozenset(inspect.signature(checked_search).parameters) - {"problem", "seed"}
 
 
 class SearchFailed(RuntimeError):
@@ -152,11 +155,16 @@ def search_many(
         raise TypeError("problems must be a list of tidgap.Problem (one problem: tidgap.search)")
     problems = [require_problem(p, f"problems[{i}]") for i, p in enumerate(problems)]
     seed_list = _seed_list(seeds, len(problems))
-    Stopping(  # refuses counts and time limits of the wrong kind before any task starts
+    # before any task starts: every option known and of the right kind, for every problem
+    inspect.signature(search).bind(None, **search_options)
+    Stopping(
         search_options.get("generations"),
         search_options.get("time_limit"),
         search_options.get("stagnation"),
     )
+    checked = {k: v for k, v in search_options.items() if k in CHECKED_OPTIONS}
+    for problem, seed in zip(problems, seed_list, strict=True):
+        checked_search(problem, seed=seed, **checked)
     if not problems:
         return []
     owned: AbstractContextManager[Executor] = (
