@@ -179,3 +179,25 @@ def test_a_table_of_the_wrong_kind_is_one_input_error(arguments: tuple, message:
     with pytest.raises(InputError) as caught:
         tidgap.table(*arguments)
     assert str(caught.value).startswith(message)
+
+
+def test_numpy_integers_are_integers(tiny: tidgap.Problem) -> None:
+    """NumPy's integers (a planner's ``np.arange``) are the integers they are: they were
+    refused in plans and problems ('must be an integer (got np.int64(4))'); a NumPy bool
+    is still no integer."""
+    from tidgap.optimize.limits import checked_memory_limit
+    from tidgap.profiling.synth import synth_problem
+
+    four = np.int64(4)
+    assert tidgap.Plan.of([[four, four]] * 2, [[np.int64(8)]] * 2) == tidgap.Plan.of(
+        [[4, 4]] * 2, [[8]] * 2
+    )
+    windowed = tidgap.Plan.of(np.array([[4, 4], [4, 4]]), [[8], [8]], windows=[np.int64(8), 4])
+    assert windowed.windows == [8, 4] and type(windowed.windows[0]) is int
+    with pytest.raises(InputError, match=r"forward\[0\]\[0\]: must be an integer"):
+        tidgap.Plan.of([[np.bool_(True)]], [[8]])
+    document = tiny.model_dump(exclude_none=True) | {"format": "tidgap.problem/1"}
+    assert tidgap.Problem.from_dict(document | {"batch_size": np.int64(8)}) == tiny
+    limit = checked_memory_limit(np.int64(2**32))
+    assert limit == 2**32 and type(limit) is int
+    assert synth_problem(np.int64(2), 2, 8) == synth_problem(2, 2, 8)

@@ -13,6 +13,7 @@ from typing import Any, BinaryIO, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from tidgap.model.errors import InputError, JsonPath
+from tidgap.model.numbers import plain
 from tidgap.model.text import printable
 from tidgap.outputs.atomic import write_text_atomically
 
@@ -77,7 +78,7 @@ def parse_model(model: type[Model], data: Any, format_tag: str) -> Model:
             f"unknown format {_describe(data['format'])}, expected {format_tag!r}", ("format",)
         )
     try:
-        return model.model_validate(data)
+        return model.model_validate(plain(data))
     except ValidationError as error:
         raise input_error_from(error) from None
 

@@ -38,3 +38,17 @@ def integer_at_least(name: str, value: Any, least: int | None) -> None:
         raise InputError(f"must be an integer (got {value!r})", source=name)
     if least is not None and value < least:
         raise InputError(f"must be at least {least} (got {value})", source=name)
+
+
+def plain(value: Any) -> Any:
+    """``value`` (a document or a part of one built in Python) with NumPy's scalars and
+    arrays as Python's (``np.int64(8)`` -> ``8``, an array -> a list), in lists and dict
+    values at any depth; so NumPy numbers are the integers and numbers they are, and a
+    NumPy bool is still no integer."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain(item) for item in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

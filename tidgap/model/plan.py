@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import input_error_from, parse_model, read_json
+from tidgap.model.numbers import plain
 from tidgap.model.problem import Problem, require_problem
 from tidgap.model.text import printable
 from tidgap.model.timefn import Samples, StrictModel
@@ -83,7 +84,7 @@ class Plan(StrictModel):
             return cls(
                 forward=copied_rows(forward),
                 backward=copied_rows(backward),
-                **{key: list(value) for key, value in given.items() if value is not None},
+                **{key: plain(list(value)) for key, value in given.items() if value is not None},
             )
         except ValidationError as error:
             raise input_error_from(error).within("plan") from None
@@ -108,8 +109,10 @@ class Plan(StrictModel):
 
 def copied_rows(rows: Any) -> Any:
     """A list of lists of ``rows`` when it is a sequence of sequences (so the plan shares
-    no list with its caller); anything else as it is, for validation to refuse."""
-    if isinstance(rows, (list, tuple)) and all(isinstance(r, (list, tuple)) for r in rows):
+    no list with its caller; NumPy's integers and arrays as Python's); anything else as it
+    is, for validation to refuse."""
+    rows = plain(rows)
+    if isinstance(rows, list) and all(isinstance(r, list) for r in rows):
         return [list(r) for r in rows]
     return rows
 

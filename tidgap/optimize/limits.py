@@ -15,6 +15,7 @@ from typing import Any
 
 from tidgap.backends.xp import namespace
 from tidgap.model.errors import InputError
+from tidgap.model.numbers import is_integer
 from tidgap.model.problem import Problem
 from tidgap.optimize.memory import format_bytes, parse_size
 
@@ -72,11 +73,11 @@ def checked_memory_limit(limit: str | int | None) -> str | int | None:
     try:
         if isinstance(limit, str):
             return parse_memory_limit(limit)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        if not is_integer(limit) or limit <= 0:
             raise ValueError(f"{limit!r} is not {ONE_F_ONE_B!r}, a size or a positive int of bytes")
     except ValueError as error:
         raise InputError(str(error), source="memory_limit") from None
-    return limit
+    return int(limit)  # a NumPy integer too, as Python's (it goes into state files)
 
 
 def held_within(limit: float, activation_bytes: float, batch_size: int) -> int:

@@ -12,6 +12,7 @@ import math
 import random
 from typing import Any
 
+from tidgap.model.numbers import integer_at_least
 from tidgap.model.text import without_surrogates
 from tidgap.profiling.build import measurement_sizes, non_decreasing, rounded
 
@@ -67,6 +68,8 @@ def synth_problem(
     ``name`` holding bytes that are not UTF-8 keeps U+FFFD for them.
     """
     name = without_surrogates(name) if name else name
+    integer_at_least("seed", seed, None)
+    seed = int(seed)  # a NumPy integer too
     if shape not in SHAPES:
         raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
     if stages < 1 or unit < 1 or batch_size < 1 or batch_size % unit or heterogeneity < 0:
