@@ -125,6 +125,13 @@ def test_tell_needs_the_population_asked():
     second = optimizer.ask()
     with pytest.raises(ValueError, match="last ask"):
         optimizer.tell(first, optimizer.evaluate(second))
+    # evaluate() too (a flush optimizer scored any population, another problem's included)
+    for schedule in ("flush", "windowed"):
+        optimizer = tidgap.Optimizer(problem, schedule=schedule, population=16, backend="numpy")
+        first = optimizer.ask()
+        optimizer.ask()
+        with pytest.raises(ValueError, match=r"^evaluate\(\) takes the population the last ask"):
+            optimizer.evaluate(first)
 
 
 def test_per_plan_fitness_matches_the_built_in_one():

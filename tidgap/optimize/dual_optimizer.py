@@ -71,11 +71,11 @@ def check_chromosomes(genes: np.ndarray, units: int, caps: np.ndarray, name: str
         raise ValueError(f"{name} population holds rows that are not partitions")
 
 
-def check_told(asked: Asked | None, population: Population) -> Asked:
-    """The pending ask ``population`` answers (``ValueError`` if it is not the last one
-    asked)."""
+def check_told(asked: Asked | None, population: Population, call: str = "tell()") -> Asked:
+    """The pending ask ``population`` answers (``ValueError`` naming ``call`` if it is not
+    the last one asked)."""
     if asked is None or asked.population is not population:
-        raise ValueError("tell() takes the population the last ask() returned")
+        raise ValueError(f"{call} takes the population the last ask() returned")
     return asked
 
 

@@ -121,7 +121,7 @@ class JointOptimizer:
     def evaluate(self, population: Population) -> Scores:
         """The scores of ``population`` (the last asked): iteration times in ticks and the
         peaks, with the optimizer's own fitness applied when it has one."""
-        check_told(self.asked, population)
+        check_told(self.asked, population, "evaluate()")
         scores = self._scores(*self.space.evaluate(self.pending))
         return scores if self.fitness is None else custom_scores(self.fitness, population, scores)
 

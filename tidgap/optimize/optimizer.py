@@ -45,6 +45,7 @@ from tidgap.optimize.checkpoint import (
     load_state,
     save_state,
 )
+from tidgap.optimize.dual_optimizer import check_told
 from tidgap.optimize.flush_driver import finish_flush, prepare_flush
 from tidgap.optimize.genome import Population
 from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level, checked_memory_limit
@@ -385,7 +386,9 @@ class Optimizer:
     def evaluate(self, population: Population) -> Scores:
         """The optimizer's fitness of the last asked ``population``: the built-in
         evaluator's iteration times (and peaks, and a flush family's two halves), or the
-        ``fitness`` given at construction applied to them."""
+        ``fitness`` given at construction applied to them (``ValueError`` for another
+        population)."""
+        check_told(self.run.optimizer.asked, population, "evaluate()")
         return self.run.optimizer.evaluate(population)
 
     def tell(
