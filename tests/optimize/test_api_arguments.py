@@ -201,3 +201,26 @@ def test_numpy_integers_are_integers(tiny: tidgap.Problem) -> None:
     limit = checked_memory_limit(np.int64(2**32))
     assert limit == 2**32 and type(limit) is int
     assert synth_problem(np.int64(2), 2, 8) == synth_problem(2, 2, 8)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda t: tidgap.Optimizer(t, fitness=5), r"fitness must be a function or None"),
+        (lambda t: tidgap.search(t, generations=1, on_progress=5), r"on_progress must be a"),
+        (lambda t: tidgap.search(t, generations=1, interrupted=5), r"interrupted must be a"),
+        (lambda t: tidgap.search(t, generations=1, on_phase=5), r"on_phase must be a"),
+        (lambda t: tidgap.Optimizer(t, stopping=5), r"stopping must be a tidgap.Stopping"),
+        (lambda t: tidgap.per_plan(lambda p, q: 0.0, None), r"problem must be a tidgap.Problem"),
+        (lambda t: tidgap.per_plan(5, t), r"objective must be a function"),
+        (lambda t: tidgap.load_plan("plan.json", "example:tiny-2"), r"problem must be a"),
+    ],
+    ids=["fitness", "on_progress", "interrupted", "on_phase", "stopping", "per_plan-problem",
+         "per_plan-objective", "load_plan"],
+)  # fmt: skip
+def test_what_must_be_called_or_a_problem_is_refused_before_any_work(
+    tiny: tidgap.Problem, call: Any, message: str
+) -> None:
+    """Each failed deep inside (on_progress only after the whole search ran)."""
+    with pytest.raises(TypeError, match=message):
+        call(tiny)

@@ -192,6 +192,7 @@ def load_plan(path: str | os.PathLike[str], problem: Problem, refuse_other: bool
     """Load and check a plan file against ``problem``; if it names another problem, warn on
     stderr, or with ``refuse_other`` raise :class:`InputError` (a run's prediction would be
     another problem's)."""
+    require_problem(problem)
     try:
         plan = Plan.from_dict(read_json(path))
         named = plan.problem

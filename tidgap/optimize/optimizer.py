@@ -74,6 +74,14 @@ def plan_sequence(plans: Any) -> tuple[Plan, ...]:
     return tuple(plans)
 
 
+def callable_or_none(*arguments: tuple[str, Any]) -> None:
+    """``TypeError`` naming the first ``(name, value)`` whose value is neither ``None`` nor
+    callable."""
+    for name, value in arguments:
+        if value is not None and not callable(value):
+            raise TypeError(f"{name} must be a function or None (got {value!r})")
+
+
 def at_least(*arguments: tuple[str, int | None, int | None]) -> None:
     """:class:`InputError` naming the first ``(name, value, least)`` whose value (unless
     ``None``) is not an integer (``bool`` is not one) or is below its least (``None``: no
@@ -97,10 +105,16 @@ class Stopping:
     on_phase: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
-        """Refuse counts below their least (0 generations, 1 stagnant one) and a time limit
-        that is negative or NaN (which no elapsed time reaches: the search would not stop);
-        infinity is allowed (stop on a signal)."""
+        """Refuse counts below their least (0 generations, 1 stagnant one), a time limit
+        that is negative or NaN (which no elapsed time reaches: the search would not stop;
+        infinity is allowed: stop on a signal) and callbacks that are not callable (which
+        failed when first called, after the search)."""
         at_least(("generations", self.generations, 0), ("stagnation", self.stagnation, 1))
+        callable_or_none(
+            ("interrupted", self.interrupted),
+            ("on_progress", self.on_progress),
+            ("on_phase", self.on_phase),
+        )
         limit = self.time_limit
         if limit is not None and not (is_number(limit) and limit >= 0):
             raise InputError(
@@ -251,6 +265,9 @@ class Optimizer:
         checkpoint_every: float = DEFAULT_EVERY,
     ) -> None:
         require_problem(problem)
+        callable_or_none(("fitness", fitness))
+        if not isinstance(stopping, Stopping):
+            raise TypeError(f"stopping must be a tidgap.Stopping (got {stopping!r})")
         self.identity, initial_plans, max_memory = checked_search(
             problem,
             schedule=schedule,

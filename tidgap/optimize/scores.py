@@ -19,7 +19,7 @@ import numpy as np
 from tidgap.backends.evaluator import INVALID
 from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan
-from tidgap.model.problem import Problem
+from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.genome import Population, decode_plan
 
 
@@ -124,7 +124,11 @@ def per_plan(objective: Callable[[Plan, Problem], float], problem: Problem) -> F
     """A :data:`Fitness` (of ordered, windowed optimizers: one value per individual) from a
     function of one decoded plan (in the time unit; ``inf`` to reject): each individual is
     decoded on the host and scored in turn, so it is much slower than a batched fitness
-    (use it for prototypes and small populations)."""
+    (use it for prototypes and small populations). ``TypeError`` unless ``objective`` is
+    callable and ``problem`` a :class:`~tidgap.model.problem.Problem`."""
+    if not callable(objective):
+        raise TypeError(f"per_plan's objective must be a function (got {objective!r})")
+    require_problem(problem)
 
     def fitness(population: Population, scores: Scores) -> Any:
         xp = namespace(scores.ticks)
