@@ -188,6 +188,9 @@ def checked_search(
     every problem before any task starts) check with it."""
     if backend not in ("auto", *BACKENDS):
         raise ValueError(f"unknown backend {backend!r}; known: auto, {', '.join(BACKENDS)}")
+    if not isinstance(same_partition, (bool, np.bool_)):
+        raise InputError(f"must be True or False (got {same_partition!r})", source="same_partition")
+    same_partition = bool(same_partition)
     if schedule is None:
         schedule = SAME_PARTITION_SCHEDULE if same_partition else DEFAULT_SCHEDULE
     if schedule not in SEARCHABLE:
@@ -203,9 +206,6 @@ def checked_search(
     # plain Python values: they go into state files and plans as JSON
     max_microbatches = None if max_microbatches is None else int(max_microbatches)
     max_memory = None if max_memory is None else int(max_memory)
-    if not isinstance(same_partition, (bool, np.bool_)):
-        raise InputError(f"must be True or False (got {same_partition!r})", source="same_partition")
-    same_partition = bool(same_partition)
     initial_plans = plan_sequence(initial_plans)
     for i, plan in enumerate(initial_plans):
         check_plan(plan, problem, f"initial_plans[{i}]", repaired=True)
@@ -282,13 +282,10 @@ class Optimizer:
             pricing=pricing,
             max_memory=max_memory,
         )
-        schedule, seed, population = (
-            self.identity.schedule,
-            self.identity.seed,
-            self.identity.population,
-        )
-        max_microbatches, backward = self.identity.max_microbatches, self.identity.backward
-        memory_limit, same_partition = self.identity.memory_limit, self.identity.same_partition
+        identity = self.identity  # the checked values, below
+        schedule, seed, population = identity.schedule, identity.seed, identity.population
+        max_microbatches, backward = identity.max_microbatches, identity.backward
+        memory_limit, same_partition = identity.memory_limit, identity.same_partition
         if not (resume is None or isinstance(resume, (str, os.PathLike, SavedState))):
             raise InputError(
                 f"must be a state file's path or a SavedState (got {type(resume).__name__})",
