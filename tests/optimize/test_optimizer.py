@@ -227,12 +227,34 @@ def test_a_fitness_past_the_ticks_range_is_refused_not_wrapped():
         (lambda population, scores: "fast", r"must be numbers in the time unit \(got str\)"),
         (lambda population, scores: np.ones(3), r"fitness returned shape \(3,\)"),
         (lambda population, scores: (scores.time, np.ones(3, bool)), r"\(mask \(3,\)\)"),
+        (lambda p, s: (s.time, s.time, s.time), r"returned a tuple of 3: return values, \(values"),
+        (
+            lambda p, s: (s.time, np.ones(s.time.shape, int)),
+            r"a constraint mask is a bool array, not int",
+        ),
     ],
-    ids=["a-word", "too-few", "mask-too-short"],
+    ids=["a-word", "too-few", "mask-too-short", "three", "int-mask"],
 )
 def test_a_fitness_of_the_wrong_shape_or_kind_is_named(fitness, message):
     with pytest.raises(ValueError, match=message):
         tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), population=16, fitness=fitness)
+
+
+@pytest.mark.parametrize(
+    ("fitness", "message"),
+    [
+        (lambda p, s: s.halves + (s.time,), r"returned a tuple of 3"),
+        (lambda p, s: (s.time[:3], s.time), r"halves of shapes \[\(3,\), \(16,\)\]"),
+    ],
+    ids=["three", "short-half"],
+)
+def test_a_flush_fitness_of_the_wrong_shape_is_named(fitness, message):
+    """They said 'zip() argument 2 is shorter' and 'valid has shape (16,)' (no valid given)."""
+    with pytest.raises(ValueError, match=message):
+        tidgap.Optimizer(
+            tidgap.load_problem("example:tiny-2"), schedule="flush", population=16,
+            fitness=fitness,
+        )  # fmt: skip
 
 
 def test_a_fitness_may_return_a_list():

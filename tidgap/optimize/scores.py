@@ -158,8 +158,23 @@ def custom_scores(fitness: Fitness, population: Population, built_in: Scores) ->
     if isinstance(result, tuple) and len(result) == 2 and _is_mask(result[1]):
         result, mask = result[0], xp.asarray(result[1], dtype=bool)
     if isinstance(result, tuple):
+        size = built_in.ticks.shape[0]
+        if len(result) != 2:
+            raise ValueError(
+                f"fitness returned a tuple of {len(result)}: return values, (values, mask) or, "
+                "for a flush optimizer, (forward, backward)"
+            )
         if built_in.halves is None:
-            raise ValueError("fitness returned two halves, but the family is not separable")
+            kind = getattr(result[1], "dtype", type(result[1]).__name__)
+            raise ValueError(
+                "fitness returned two halves, but the family is not separable (a constraint "
+                f"mask is a bool array, not {kind})"
+            )
+        shapes = [xp.asarray(half).shape for half in result]
+        if any(shape != (size,) for shape in shapes):
+            raise ValueError(
+                f"fitness returned halves of shapes {shapes} for a population of {size}"
+            )
         # Each half stays valid on its own (the two sides are separate populations).
         halves = tuple(
             to_ticks(xp.asarray(half), built_in.tick, mask & (own < INVALID))
