@@ -40,6 +40,7 @@ from tidgap.outputs.exports import (
     pytorch_csv,
     schedule_document,
 )
+from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.baselines import best_baselines
 from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
 from tidgap.schedules.ir import flush_order, holder, one_f_one_b_order, prefix_sums
@@ -420,11 +421,20 @@ def test_export_same_partition(tmp_path: Path) -> None:
     assert result.exit_code == 0, describe(result)
     problem = Problem.from_dict(case["problem"])
     plan = load_plan(out, problem)
-    assert all(p == plan.forward[0] for p in plan.forward)
-    assert all(p == plan.backward[0] for p in plan.backward)
+    # one partition for every stage and both directions: what Megatron and DynaPipe run,
+    # and tidgap run at the model's costs (the backward had its own partition before)
+    assert all(p == plan.forward[0] for p in plan.forward + plan.backward)
+    assert run_evaluation(problem, plan) == evaluate(problem, plan)
     document = json.loads(out.read_text(encoding="utf-8"))
     assert document["predicted"] == evaluate(problem, plan).as_dict()
     assert document["search"]["generations"] == 3
+    assert document["search"]["backward"] == "mirrored"
+    assert plan_of_gpipe_or_faster(problem, evaluate(problem, plan).iteration_time)
+
+
+def plan_of_gpipe_or_faster(problem: Problem, time: float) -> bool:
+    """Whether ``time`` is within the best GPipe's (a same-partition plan of its own)."""
+    return time <= best_baselines(problem)["gpipe"].iteration_time
 
 
 def test_search_same_partition_option(tmp_path: Path) -> None:

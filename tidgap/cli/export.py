@@ -11,6 +11,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.lists import compact_sizes
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem
+from tidgap.optimize.backward_rules import MIRRORED
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.outputs.exports import (
@@ -68,11 +69,12 @@ def export_command(
                     microbatch's samples and both predicted times; warns when the
                     lowered plan is slower than the best GPipe (an ordered plan:
                     the best of GPipe and 1F1B)
-    same-partition  the best flush plan whose partition is the same on every stage
-                    (the search of `tidgap search --same-partition`, seeded with
-                    PLAN lowered), which Megatron (variable sequence lengths) or
-                    DynaPipe can run as is; writes a tidgap.plan/1; refuses an
-                    ordered plan
+    same-partition  the best flush plan with one partition for every stage and
+                    both directions (`tidgap search --same-partition --mirrored`,
+                    seeded with PLAN lowered), which Megatron (variable sequence
+                    lengths) or DynaPipe can run as is, and tidgap run at the
+                    model's costs; never slower than the best GPipe; writes a
+                    tidgap.plan/1; refuses an ordered plan
     json-schedule   tidgap.schedule/1: per stage, its order and the operations in
                     it with start and end times, sample ranges and the transfers it
                     sends
@@ -172,7 +174,9 @@ def _export_same_partition(
     generations: int | None,
     time_limit: float | None,
 ) -> None:
-    """The same-partition search, seeded with PLAN lowered; writes a tidgap.plan/1."""
+    """The same-partition search, seeded with PLAN lowered, under the mirrored rule (one
+    partition for both directions, which is what a runtime that runs each microbatch's
+    backward on its forward's graph needs); writes a tidgap.plan/1."""
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
     with stop_on_signals() as signals:
@@ -182,6 +186,7 @@ def _export_same_partition(
             generations=generations,
             time_limit=time_limit,
             same_partition=True,
+            backward=MIRRORED,
             initial_plans=[lowered_plan(plan)],
             interrupted=signals.received,
         )
@@ -193,9 +198,6 @@ def _export_same_partition(
         f"{result.baselines['gpipe'].iteration_time:.6g} {unit}"
         + (f" (interrupted: {result.stop_reason})" if result.interrupted else "")
     )
-    click.echo(
-        f"  every stage: F {compact_sizes(result.plan.forward[0])} | "
-        f"B {compact_sizes(result.plan.backward[0])}"
-    )
+    click.echo(f"  every stage, forward and backward: {compact_sizes(result.plan.forward[0])}")
     click.echo(f"plan written to {out}")
     signals.exit_if_received()
