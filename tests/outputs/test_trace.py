@@ -13,9 +13,15 @@ from hypothesis import strategies as st
 from tests.support.cli_helpers import case_named, describe, plan_document, run_cli, write_json
 from tests.support.strategies import ordered_plans, plans, problems
 from tidgap import Problem, load_problem
-from tidgap.outputs.trace import held_counter, link_track, stage_track, trace_document
+from tidgap.outputs.trace import (
+    TRACKS_PER_STAGE,
+    held_counter,
+    link_track,
+    stage_track,
+    trace_document,
+)
 from tidgap.schedules.families import baseline_timeline, plan_timeline
-from tidgap.schedules.timeline import Timeline
+from tidgap.schedules.timeline import Step, Timeline
 
 PROPERTY = settings(max_examples=80, deadline=None, derandomize=True, database=None)
 
@@ -46,9 +52,10 @@ def check_trace(document: dict[str, Any], timelines: list[Timeline], scale: floa
             ]
             assert sum(durations) == pytest.approx(timeline.busy(s) * scale, rel=1e-9, abs=1e-6)
             assert len(durations) == len(timeline.stages[s])
+        lanes = TRACKS_PER_STAGE * timeline.num_stages  # a further lane's track offset
         for link, steps in enumerate(timeline.links):
             tracks = {link_track(link, "F"), link_track(link, "B")}
-            sent = [e for e in complete if e["pid"] == pid and e["tid"] in tracks]
+            sent = [e for e in complete if e["pid"] == pid and e["tid"] % lanes in tracks]
             assert len(sent) == len(steps)
     check_counters(document, timelines, scale)
 
@@ -119,19 +126,44 @@ def test_time_units(unit: str, scale: float, noted: bool) -> None:
     )
 
 
-def test_one_f_one_b_sends_both_ways_on_separate_tracks() -> None:
-    """1F1B sends activations and gradients over a link at once: they get two tracks, so
-    events on one track never overlap."""
-    problem = load_problem("example:hetero-8")
-    timeline = baseline_timeline(problem, "1f1b", 16)
-    events = [e for e in trace_document([timeline], None)["traceEvents"] if e["ph"] == "X"]
-    by_track: dict[int, list[dict[str, Any]]] = {}
-    for event in events:
-        by_track.setdefault(event["tid"], []).append(event)
+def assert_no_track_overlaps(document: dict[str, Any]) -> None:
+    """Slices on one track follow each other (Perfetto drops slices that overlap)."""
+    by_track: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for event in (e for e in document["traceEvents"] if e["ph"] == "X"):
+        by_track.setdefault((event["pid"], event["tid"]), []).append(event)
     for track in by_track.values():
         track.sort(key=lambda e: e["ts"])
         for before, after in zip(track, track[1:], strict=False):
             assert after["ts"] >= before["ts"] + before["dur"] - 1e-6
+
+
+def test_one_f_one_b_sends_both_ways_on_separate_tracks() -> None:
+    """1F1B sends activations and gradients over a link at once: they get two tracks, so
+    events on one track never overlap."""
+    problem = load_problem("example:hetero-8")
+    document = trace_document([baseline_timeline(problem, "1f1b", 16)], None)
+    assert_no_track_overlaps(document)
+    assert not any("(2)" in e["args"].get("name", "") for e in document["traceEvents"])
+
+
+def test_overlapping_measured_transfers_get_a_track_each() -> None:
+    """A measured transfer lasts from its send's start to its receive's end, so two may
+    overlap (a late receiver): the second goes to a second track of the link's direction
+    (they were partly overlapping slices on one track, which Perfetto drops)."""
+    sent = [Step("F", 0, (1, 2), 0.6, 1.6), Step("F", 1, (3, 4), 1.4, 1.7)]
+    sent.append(Step("B", 0, (1, 2), 2.0, 2.5))
+    stages = [[Step("F", 0, (1, 4), 0.0, 0.5)], [Step("F", 0, (1, 4), 1.7, 2.0)]]
+    timeline = Timeline("run", "ms", ["a", "b"], stages, [sent], 2.5)
+    document = trace_document([timeline], None)
+    assert_no_track_overlaps(document)
+    check_trace(document, [timeline], 1e3)
+    named = {
+        e["tid"]: e["args"]["name"] for e in document["traceEvents"] if e["name"] == "thread_name"
+    }
+    tracks = {e["name"]: named[e["tid"]] for e in document["traceEvents"] if e["ph"] == "X"}
+    assert tracks["send F0"] == "link 0->1 activations"
+    assert tracks["send F1"] == "link 0->1 activations (2)"
+    assert tracks["send B0"] == "link 1->0 gradients"
 
 
 @pytest.mark.parametrize("command", ["evaluate", "compare", "search"])

@@ -95,18 +95,37 @@ def _process_events(timeline: Timeline, pid: int, scale: float) -> list[dict]:
             label = "tail" if step.kind == "T" else f"{step.kind}{step.microbatch}"
             events.append(_event(step, pid, tid, label, KIND_NAMES[step.kind], scale))
         events += _counters(timeline, s, pid, scale)
+    tracks = TRACKS_PER_STAGE * len(timeline.stage_names)  # a lane's offset
     for link, steps in enumerate(timeline.links):
+        lanes = packed(steps)
         for kind, title in (("F", "activations"), ("B", "gradients")):
-            tid = link_track(link, kind)
             ends = (link, link + 1) if kind == "F" else (link + 1, link)
-            track = f"link {ends[0]}->{ends[1]} {title}"
-            events.append(_metadata("thread_name", pid, tid, name=track))
-            events.append(_metadata("thread_sort_index", pid, tid, sort_index=tid))
-        for step in steps:
+            used = [lane for step, lane in zip(steps, lanes, strict=True) if step.kind == kind]
+            for lane in range(max(used, default=0) + 1):
+                tid = link_track(link, kind) + lane * tracks
+                track = f"link {ends[0]}->{ends[1]} {title}" + (f" ({lane + 1})" if lane else "")
+                events.append(_metadata("thread_name", pid, tid, name=track))
+                events.append(_metadata("thread_sort_index", pid, tid, sort_index=tid))
+        for step, lane in zip(steps, lanes, strict=True):
             name = f"send {step.kind}{step.microbatch}"
-            tid = link_track(link, step.kind)
+            tid = link_track(link, step.kind) + lane * tracks
             events.append(_event(step, pid, tid, name, "transfer", scale))
     return events
+
+
+def packed(steps: list[Step]) -> list[int]:
+    """Each of one link's ``steps``' lane: in its direction, the first lane whose last
+    transfer ended by its start. A trace's slices on one track must nest, and measured
+    transfers (a send's start to its receive's end) may overlap; the model's never do, so
+    they all keep lane 0."""
+    ends: dict[str, list[float]] = {"F": [], "B": []}
+    lanes = [0] * len(steps)
+    for i in sorted(range(len(steps)), key=lambda i: (steps[i].start, steps[i].end)):
+        step, taken = steps[i], ends[steps[i].kind]
+        lane = next((k for k, end in enumerate(taken) if end <= step.start), len(taken))
+        taken[lane : lane + 1] = [step.end]
+        lanes[i] = lane
+    return lanes
 
 
 def trace_document(timelines: list[Timeline], problem_name: str | None) -> dict[str, Any]:
