@@ -269,3 +269,60 @@ def test_scheduler_runs_the_sweep_on_a_dask_cluster(tmp_path: Path) -> None:
         )
     assert result.exit_code == 0, describe(result)
     assert (out / "tiny-2.plan.json").exists()
+
+
+def test_a_signal_while_the_plans_are_written_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first Ctrl-C as the searches end (the pool shutting down, the plans being written)
+    is recorded: every plan and the summary are written, then exit 130 (it raised
+    KeyboardInterrupt there, and nothing was written)."""
+    import os
+    import signal
+
+    write = sweep._write
+
+    def signalled_write(*args: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)
+        return write(*args)
+
+    monkeypatch.setattr(sweep, "_executor", lambda *args: ThreadPoolExecutor(max_workers=1))
+    monkeypatch.setattr(sweep, "_write", signalled_write)
+    out = tmp_path / "out"
+    result = run_cli("sweep", TINY, *SHORT, "--out-dir", str(out))
+    assert result.exit_code == 130, describe(result)
+    assert "interrupted by SIGINT" in result.stdout
+    assert sorted(p.name for p in out.iterdir()) == [
+        "summary.csv",
+        "summary.json",
+        "tiny-2.plan.json",
+    ]
+
+
+def test_a_pool_worker_ends_once_its_launcher_is_gone(tmp_path: Path) -> None:
+    """A launcher stopped at once (a second signal) or killed left its pool's workers
+    searching for good; each now ends within its watchdog's period."""
+    import os
+    import subprocess
+    import time
+
+    script = (
+        "import os, time\n"
+        "from tidgap.optimize.many import local_pool\n"
+        "pool = local_pool(1)\n"
+        "print(pool.submit(os.getpid).result(), flush=True)\n"
+        "os._exit(0)\n"  # no shutdown: as a second signal ends the launcher
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    worker = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(worker, 9)
+    pytest.fail(f"worker {worker} outlived its launcher")

@@ -203,14 +203,16 @@ def sweep_command(
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT
     started = time.perf_counter()
-    with _executor(workers, scheduler, len(loaded)) as executor:
-        with output_folder(out_dir) as folder:
-            plans = [folder / name for name in names]
-            summaries = (folder / SUMMARY_CSV, folder / SUMMARY_JSON)
-            inputs = {f"PROBLEM {i + 1}": spec for i, spec in enumerate(problems)}
-            outputs = [(str(path), path) for path in (*plans, *summaries)]
-            check_outputs(None, None, *outputs, inputs=inputs)
-        with stop_on_signals() as signals:
+    # stop_on_signals lasts until the plans are written: a signal as the searches ended,
+    # while the pool shut down, lost them all
+    with stop_on_signals() as signals:
+        with _executor(workers, scheduler, len(loaded)) as executor:
+            with output_folder(out_dir) as folder:
+                plans = [folder / name for name in names]
+                summaries = (folder / SUMMARY_CSV, folder / SUMMARY_JSON)
+                inputs = {f"PROBLEM {i + 1}": spec for i, spec in enumerate(problems)}
+                outputs = [(str(path), path) for path in (*plans, *summaries)]
+                check_outputs(None, None, *outputs, inputs=inputs)
             results, failed = _search_all(
                 loaded,
                 executor,
@@ -223,7 +225,7 @@ def sweep_command(
                 time_limit=time_limit,
                 backend=backend,
             )
-    rows = _write(problems, plans, summaries, results)
+        rows = _write(problems, plans, summaries, results)
     if signals.received():
         click.echo(f"interrupted by {signals.received()}: the plans found so far")
     click.echo(format_sweep_table(rows))

@@ -8,6 +8,7 @@ travel pickled (:class:`~tidgap.optimize.results.SearchResult` pickles, with its
 from __future__ import annotations
 
 import inspect
+import math
 import multiprocessing
 import os
 import signal
@@ -72,8 +73,13 @@ _worker_signals: StopSignals | None = None
 
 def _start_worker(threads: int) -> None:
     """:func:`local_pool`'s initializer: Numba's threads per worker (unless the user set
-    them), and SIGINT / SIGTERM recorded, to stop the worker's searches (:func:`_search`)."""
+    them), SIGINT / SIGTERM recorded, to stop the worker's searches (:func:`_search`), and
+    a watchdog that ends the worker once its launcher is gone (a launcher stopped at once
+    by a second signal, or killed, left its workers searching)."""
+    from tidgap.runtime.worker import start_watchdog
+
     global _worker_signals
+    start_watchdog(math.inf, "tidgap search worker")
     os.environ.setdefault("NUMBA_NUM_THREADS", str(threads))
     _worker_signals = StopSignals()
     for signum in STOP_SIGNALS:
