@@ -102,3 +102,30 @@ def test_the_helper_fills_an_empty_cache_that_the_search_then_reads(tmp_path: Pa
     helper = [sys.executable, "-m", "tidgap.optimize.background_compile", "numba"]
     subprocess.run(helper, env=env, check=True, timeout=600)
     assert cached() == "True\n"
+
+
+def test_the_helper_ends_once_the_search_that_started_it_is_gone(tmp_path: Path) -> None:
+    """A search stopped at once (a second signal) left its helper compiling; it now ends
+    within its watchdog's period (an empty Numba cache, so it would compile for seconds)."""
+    import time
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    script = (
+        "import os\n"
+        "from tidgap.backends import BACKENDS\n"
+        "from tidgap.optimize.background_compile import start\n"
+        "print(start(BACKENDS['numba']).pid, flush=True)\n"
+        "os._exit(0)\n"  # at once, as a second signal ends the search
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    helper = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 8  # compiling the loops from nothing takes 12 s here
+    while time.monotonic() < deadline:
+        try:
+            os.kill(helper, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(helper, 9)
+    pytest.fail(f"the helper {helper} outlived its search")

@@ -15,6 +15,7 @@ it.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -41,6 +42,8 @@ def start(record: Backend) -> subprocess.Popen[bytes] | None:
     """The helper process compiling ``record``'s :attr:`~Backend.cached_loops`, where it
     saves time: the backend has such loops, the machine two cores or more, and the loops
     are not in the cache; else ``None``."""
+    from tidgap.runtime.worker import PARENT_VARIABLE
+
     loops = record.cached_loops
     if not loops or (os.cpu_count() or 1) < 2 or cached(loops):
         return None
@@ -49,6 +52,7 @@ def start(record: Backend) -> subprocess.Popen[bytes] | None:
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, PARENT_VARIABLE: str(os.getpid())},  # its watchdog's search
     )
 
 
@@ -66,10 +70,14 @@ def stop(helper: subprocess.Popen[bytes] | None) -> None:
 
 
 def main(backend: str) -> None:
-    """Compile the windowed loops of ``backend`` on :data:`EXAMPLE` (the helper's work)."""
+    """Compile the windowed loops of ``backend`` on :data:`EXAMPLE` (the helper's work),
+    ending at once if the search that started it is gone (stopped at once by a second
+    signal, it left the helper compiling)."""
     from tidgap.model.problem import load_problem
     from tidgap.optimize.windowed_driver import compiled_loops
+    from tidgap.runtime.worker import start_watchdog
 
+    start_watchdog(math.inf, "tidgap's compile helper")
     compiled_loops(load_problem(EXAMPLE), BACKENDS[backend])
 
 
