@@ -71,14 +71,16 @@ def _cores() -> int:
 _worker_signals: StopSignals | None = None
 
 
-def _start_worker(threads: int) -> None:
+def _start_worker(threads: int, launcher: int) -> None:
     """:func:`local_pool`'s initializer: Numba's threads per worker (unless the user set
     them), SIGINT / SIGTERM recorded, to stop the worker's searches (:func:`_search`), and
     a watchdog that ends the worker once its launcher is gone (a launcher stopped at once
-    by a second signal, or killed, left its workers searching)."""
-    from tidgap.runtime.worker import start_watchdog
+    by a second signal, or killed, left its workers searching): the process ``launcher``,
+    even if it ended before this worker started."""
+    from tidgap.runtime.worker import PARENT_VARIABLE, start_watchdog
 
     global _worker_signals
+    os.environ[PARENT_VARIABLE] = str(launcher)
     start_watchdog(math.inf, "tidgap search worker")
     os.environ.setdefault("NUMBA_NUM_THREADS", str(threads))
     _worker_signals = StopSignals()
@@ -96,7 +98,7 @@ def local_pool(workers: int) -> ProcessPoolExecutor:
         max_workers=workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_start_worker,
-        initargs=(threads,),
+        initargs=(threads, os.getpid()),
     )
 
 
