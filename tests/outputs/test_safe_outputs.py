@@ -523,3 +523,31 @@ def test_another_users_file_in_a_sticky_folder_is_refused(
     with pytest.raises(InputError, match="another user's file in a folder with the sticky"):
         probe(theirs)
     probe(shared / "new.json")
+
+
+def test_a_second_signal_while_writing_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """A second signal ends the process at once (``os._exit``) in the middle of a write:
+    the targets keep their old content and the write's temporary files and folder go
+    (a whole plan under ``.p.XXXXXXXX.json`` and an empty picture were left)."""
+    target, picture = tmp_path / "p.json", tmp_path / "p.png"
+    target.write_text("old")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    script = (
+        "import signal, sys\n"
+        "from pathlib import Path\n"
+        "from tidgap.optimize.interrupts import StopSignals\n"
+        "from tidgap.outputs.atomic import write_together\n"
+        "signals = StopSignals()\n"
+        "signals.handle(signal.SIGINT, None)  # the first: recorded\n"
+        "def second(path):\n"
+        "    path.write_text('half')\n"
+        "    signals.handle(signal.SIGINT, None)  # the second: ends the process\n"
+        f"new = lambda path: path.write_text('new')\n"
+        f"write_together([({str(target)!r}, new), ({str(picture)!r}, second)])\n"
+    )
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "tmp"]
+    assert target.read_text() == "old" and list(scratch.iterdir()) == []

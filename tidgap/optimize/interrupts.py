@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from tidgap.outputs.atomic import abandon_writes
+
 #: The signals that ask a search to stop, by name.
 STOP_SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
@@ -50,6 +52,7 @@ class StopSignals:
             return
         sys.stderr.write(f"\ntidgap: {STOP_SIGNALS[signum]} again: stopped at once\n")
         sys.stderr.flush()
+        abandon_writes()  # a write in progress keeps its targets as they were
         os._exit(exit_status(signum))
 
 

@@ -104,7 +104,9 @@ def probe(path: str | os.PathLike[str]) -> None:
     if not folder.is_dir():
         raise InputError(f"{str(folder)!r} is not a folder", source=shown)
     try:
-        os.unlink(_temporary_beside(where.target, Path(path).suffix))
+        made = _temporary_beside(where.target, Path(path).suffix)
+        os.unlink(made)
+        _PENDING.discard(made)
     except OSError as error:
         if error.errno == errno.ENAMETOOLONG:  # the temporary name is 10 characters longer
             message = f"name too long to write: {_reason(error)} for its temporary file"
@@ -207,11 +209,29 @@ class _Staged:
     content: Path
 
 
+#: The temporary files and folders of the writes in progress (:func:`abandon_writes`).
+_PENDING: set[Path] = set()
+
+
+def abandon_writes() -> None:
+    """Remove the temporary files and folders of the writes in progress, which keep their
+    targets as they were: for a process about to end at once (a second signal), where
+    :func:`write_together` cannot clean up after itself."""
+    for path in list(_PENDING):
+        with contextlib.suppress(OSError):
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+
+
 def _temporary_beside(target: Path, suffix: str) -> Path:
     """A new empty file beside ``target``, ``.STEM.XXXXXXXX`` + ``suffix``: where a file
-    replacing ``target`` is made before the rename (:func:`probe` tries the same name)."""
+    replacing ``target`` is made before the rename (:func:`probe` tries the same name);
+    pending until the write removes or renames it."""
     descriptor, name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=suffix, dir=target.parent)
     os.close(descriptor)
+    _PENDING.add(Path(name))
     return Path(name)
 
 
@@ -230,6 +250,7 @@ def _stage(path: str | os.PathLike[str], produce: Producer, folder: Path) -> _St
             _settle(content, where.status)
     except BaseException:
         content.unlink(missing_ok=True)
+        _PENDING.discard(content)
         raise
     return _Staged(str(path), where, content)
 
@@ -255,6 +276,7 @@ def write_together(files: list[tuple[str | os.PathLike[str], Producer]]) -> None
     staged: list[_Staged] = []
     shown = ""
     with tempfile.TemporaryDirectory(prefix="tidgap-") as folder:
+        _PENDING.add(Path(folder))
         try:
             for path, produce in files:
                 shown = str(path)
@@ -268,6 +290,8 @@ def write_together(files: list[tuple[str | os.PathLike[str], Producer]]) -> None
             for item in staged:
                 if not item.where.in_place:
                     item.content.unlink(missing_ok=True)
+                _PENDING.discard(item.content)
+            _PENDING.discard(Path(folder))
 
 
 def replace_atomically(path: str | os.PathLike[str], produce: Producer) -> None:
