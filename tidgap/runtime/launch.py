@@ -17,8 +17,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
+from tidgap.optimize.interrupts import exit_status
 from tidgap.runtime.worker import PARENT_VARIABLE
 
 #: Seconds between looks at the workers.
@@ -109,6 +113,28 @@ def _wait(processes: list[subprocess.Popen], logs: list[Path], timeout: float) -
         time.sleep(POLL_PERIOD)
 
 
+@contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """SIGTERM, in the block, as ``SystemExit`` (status 143) after a line on stderr, so the
+    ``finally`` clauses kill the workers and remove the run's folder (SIGTERM's default
+    ended the launcher at once: its workers' watchdogs ended them, its folder stayed).
+    Outside the main thread nothing is installed."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        sys.stderr.write("tidgap: SIGTERM: stopping the workers\n")
+        raise SystemExit(exit_status(signum))
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handle)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def launch(
     job: str | os.PathLike[str],
     world_size: int,
@@ -125,20 +151,21 @@ def launch(
     folder = Path(logs)
     paths = [folder / f"rank{rank}.log" for rank in range(world_size)]
     processes: list[subprocess.Popen] = []
-    try:
-        for rank, path in enumerate(paths):
-            with open(path, "wb") as log:
-                processes.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", module, os.fspath(job)],
-                        env=worker_environment(rank, world_size, port, threads),
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
+    with terminated_as_exit():
+        try:
+            for rank, path in enumerate(paths):
+                with open(path, "wb") as log:
+                    processes.append(
+                        subprocess.Popen(
+                            [sys.executable, "-m", module, os.fspath(job)],
+                            env=worker_environment(rank, world_size, port, threads),
+                            stdin=subprocess.DEVNULL,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                        )
                     )
-                )
-        _wait(processes, paths, timeout)
-    finally:
-        for process in processes:
-            _kill(process)
+            _wait(processes, paths, timeout)
+        finally:
+            for process in processes:
+                _kill(process)

@@ -1,0 +1,50 @@
+"""The launcher of ``tidgap run``'s and ``calibrate``'s workers
+(:func:`tidgap.runtime.launch.launch`) when it is told to stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def test_sigterm_to_the_launcher_kills_its_workers_and_runs_its_cleanup(tmp_path: Path) -> None:
+    """SIGTERM to the launcher's pid ended it at once (no line, its folder left; the
+    workers' watchdogs ended them); now its cleanup runs: the workers are killed, a line
+    says so, the status is 143."""
+    (tmp_path / "sleeper.py").write_text(
+        "import os, sys, time\n"
+        "open(sys.argv[1] + f'.{os.getpid()}', 'w').close()\n"
+        "time.sleep(120)\n"
+    )
+    script = (
+        "import sys\n"
+        "from tidgap.runtime.launch import launch\n"
+        "try:\n"
+        f"    launch({str(tmp_path / 'pid')!r}, 2, 1, 120, {str(tmp_path)!r}, module='sleeper')\n"
+        "finally:\n"
+        f"    open({str(tmp_path / 'cleaned')!r}, 'w').close()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    launcher = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("pid.*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = [int(path.suffix[1:]) for path in tmp_path.glob("pid.*")]
+    assert len(workers) == 2
+    launcher.send_signal(signal.SIGTERM)
+    _, stderr = launcher.communicate(timeout=60)
+    alive = []
+    for worker in workers:
+        try:
+            os.kill(worker, signal.SIGKILL)  # none is left behind, even when the test fails
+            alive.append(worker)
+        except ProcessLookupError:
+            pass
+    assert launcher.returncode == 143
+    assert b"tidgap: SIGTERM: stopping the workers" in stderr
+    assert (tmp_path / "cleaned").exists()
+    assert alive == [], f"workers {alive} outlived their launcher"
