@@ -15,6 +15,7 @@ import pytest
 
 import tidgap
 from tests.support.cli_helpers import case_named, describe, run_cli, write_json
+from tests.support.processes import ends_within
 from tidgap import InputError, Problem
 from tidgap.analysis.sweep_summary import COLUMNS
 from tidgap.cli import sweep
@@ -302,9 +303,7 @@ def test_a_signal_while_the_plans_are_written_keeps_them(
 def test_a_pool_worker_ends_once_its_launcher_is_gone(tmp_path: Path) -> None:
     """A launcher stopped at once (a second signal) or killed left its pool's workers
     searching for good; each now ends within its watchdog's period."""
-    import os
     import subprocess
-    import time
 
     script = (
         "import os, time\n"
@@ -317,12 +316,4 @@ def test_a_pool_worker_ends_once_its_launcher_is_gone(tmp_path: Path) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     worker = int(done.stdout.split()[0])
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            os.kill(worker, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    os.kill(worker, 9)
-    pytest.fail(f"worker {worker} outlived its launcher")
+    assert ends_within(worker, 20), f"worker {worker} outlived its launcher"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import tidgap
+from tests.support.processes import ends_within
 from tidgap.backends import BACKENDS
 from tidgap.optimize import background_compile, windowed_driver
 from tidgap.optimize.windowed_driver import compiled_loops
@@ -107,7 +108,6 @@ def test_the_helper_fills_an_empty_cache_that_the_search_then_reads(tmp_path: Pa
 def test_the_helper_ends_once_the_search_that_started_it_is_gone(tmp_path: Path) -> None:
     """A search stopped at once (a second signal) left its helper compiling; it now ends
     within its watchdog's period (an empty Numba cache, so it would compile for seconds)."""
-    import time
 
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     script = (
@@ -120,12 +120,5 @@ def test_the_helper_ends_once_the_search_that_started_it_is_gone(tmp_path: Path)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=60)  # fmt: skip
     helper = int(done.stdout.split()[0])
-    deadline = time.monotonic() + 8  # compiling the loops from nothing takes 12 s here
-    while time.monotonic() < deadline:
-        try:
-            os.kill(helper, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    os.kill(helper, 9)
-    pytest.fail(f"the helper {helper} outlived its search")
+    # compiling the loops from nothing takes 12 s here
+    assert ends_within(helper, 8), f"the helper {helper} outlived its search"
