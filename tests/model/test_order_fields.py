@@ -68,3 +68,16 @@ def test_bad_order_fields_are_one_line_naming_the_field(
     assert result.stdout == ""
     assert result.stderr.startswith(f"tidgap: error: {plan}: {field}: "), result.stderr
     assert words in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_a_plans_source_is_free_form_and_kept(tmp_path: Path) -> None:
+    """formats.md: free-form information goes under ``source``, kept as is (a plan with
+    one was refused: 'source: unknown key')."""
+    from tidgap.model.plan import load_plan
+    from tidgap.model.problem import load_problem
+
+    source = {"note": "from my planner", "run": [1, {"at": None}]}
+    document = {"format": "tidgap.plan/1", "forward": [[4, 4], [8]], "backward": [[8], [8]]}
+    path = write_json(tmp_path / "plan.json", document | {"source": source})
+    plan = load_plan(path, load_problem("example:tiny-2"))
+    assert plan.source == source and plan.document()["source"] == source

@@ -29,7 +29,7 @@ class Plan(StrictModel):
     """``forward[s]`` / ``backward[s]``: stage ``s``'s microbatch sizes in samples, in order.
 
     ``predicted``, ``baselines`` and ``search`` are written by ``tidgap search`` and
-    ignored on input.
+    ignored on input; ``source`` is free-form, kept as is (formats.md).
     """
 
     format: Literal["tidgap.plan/1"] = PLAN_FORMAT
@@ -39,6 +39,7 @@ class Plan(StrictModel):
     predicted: Any = None
     baselines: Any = None
     search: Any = None
+    source: Any = None
     order: list[str] | None = None
     windows: list[Samples] | None = None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidgap.backends.ticks import MODEL_PRICING
+from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.plan import PLAN_FORMAT, Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import FREE
@@ -13,6 +13,7 @@ from tidgap.optimize.interrupts import STOP_SIGNALS
 from tidgap.optimize.limits import MemoryLevel
 from tidgap.schedules.baselines import BaselineResult
 from tidgap.schedules.evaluation import Evaluation
+from tidgap.schedules.families import evaluate
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,10 @@ class SearchResult:
 
     def plan_document(self) -> dict[str, Any]:
         """The ``tidgap.plan/1`` file ``tidgap search --out`` writes (``order`` for an ordered
-        plan; the memory limit and the trade-off in ``search`` for a windowed search)."""
+        plan; the memory limit and the trade-off in ``search`` for a windowed search):
+        ``predicted`` is the plan's evaluation, what ``tidgap evaluate --json`` prints
+        (formats.md); a search priced as ``tidgap run`` runs plans puts its own evaluation
+        of it in ``search.predicted_run``."""
         document: dict[str, Any] = {
             "format": PLAN_FORMAT,
             "problem": self.problem.name,
@@ -125,8 +129,12 @@ class SearchResult:
             search["memory_limit_held"] = list(self.memory_limit.held)
         if self.tradeoff:
             search["tradeoff"] = [point.as_dict(self.baselines) for point in self.tradeoff]
+        predicted = self.evaluation
+        if self.pricing == RUN_PRICING:
+            search["predicted_run"] = self.evaluation.as_dict()
+            predicted = evaluate(self.problem, self.plan)
         return document | {
-            "predicted": self.evaluation.as_dict(),
+            "predicted": predicted.as_dict(),
             "baselines": {
                 name: {"microbatches": b.microbatches, "iteration_time": b.iteration_time}
                 for name, b in self.baselines.items()
