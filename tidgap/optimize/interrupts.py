@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -65,13 +65,23 @@ def stop_on_signals(on_first: Callable[[str], None] | None = None) -> Iterator[S
     the signals keep their usual effect.
     """
     signals = StopSignals(on_first)
-    try:
-        previous = {signum: signal.signal(signum, signals.handle) for signum in STOP_SIGNALS}
-    except ValueError:
+    with handling(STOP_SIGNALS, signals.handle):
         yield signals
+
+
+@contextmanager
+def handling(
+    signums: Iterable[int], handler: Callable[[int, FrameType | None], None]
+) -> Iterator[None]:
+    """``handler`` installed for ``signums`` in the block, the old handlers restored after;
+    outside the main thread (where Python cannot set handlers) nothing is installed."""
+    try:
+        previous = {signum: signal.signal(signum, handler) for signum in signums}
+    except ValueError:
+        yield
         return
     try:
-        yield signals
+        yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for signum, old in previous.items():
+            signal.signal(signum, old)

@@ -330,7 +330,7 @@ class Optimizer:
             generations=stopping.generations,
             time_limit=stopping.time_limit,
             stagnation=stopping.stagnation,
-            backend=backend,
+            backend=identity.backend,  # resolved once, in checked_search
             max_microbatches=max_microbatches,
             on_progress=stopping.on_progress,
             initial_plans=initial_plans,
@@ -422,7 +422,10 @@ class Optimizer:
             )
         if isinstance(fitness, Scores):
             scores = fitness if valid is None else fitness.masked(valid)
-            optimizer.tell(population, scores, **({} if peaks is None else {"peaks": peaks}))
+            if self.separable:
+                optimizer.tell(population, scores)
+            else:
+                optimizer.tell(population, scores, peaks=peaks)
             return
         if self.separable:
             if not (isinstance(fitness, tuple) and len(fitness) == 2):

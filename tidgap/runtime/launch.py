@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from tidgap.optimize.interrupts import exit_status
+from tidgap.optimize.interrupts import exit_status, handling
 from tidgap.runtime.worker import PARENT_VARIABLE
 
 #: Seconds between looks at the workers.
@@ -124,15 +124,8 @@ def terminated_as_exit() -> Iterator[None]:
         sys.stderr.write("tidgap: SIGTERM: stopping the workers\n")
         raise SystemExit(exit_status(signum))
 
-    try:
-        previous = signal.signal(signal.SIGTERM, handle)
-    except ValueError:
+    with handling([signal.SIGTERM], handle):
         yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def launch(
