@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 import tidgap
 from tests.support.cli_helpers import case_named, describe, run_cli, write_json
-from tests.support.processes import ends_within
+from tests.support.processes import ends_within, has_children_within
 from tidgap import InputError, Problem
 from tidgap.analysis.sweep_summary import COLUMNS
 from tidgap.cli import sweep
@@ -317,3 +318,34 @@ def test_a_pool_worker_ends_once_its_launcher_is_gone(tmp_path: Path) -> None:
     )
     worker = int(done.stdout.split()[0])
     assert ends_within(worker, 20), f"worker {worker} outlived its launcher"
+
+
+def test_a_signal_to_the_launcher_alone_stops_its_workers_searches(tmp_path: Path) -> None:
+    """SIGINT to the sweep's own pid (``kill PID``, not the process group) stops the
+    workers' searches too: the summary (with the plans so far: none if the signal came
+    before the searches began) is written and it exits 130 at once (the workers searched
+    on for their whole time limit)."""
+    import signal
+    import subprocess
+
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "tidgap", "sweep", TINY, "example:hetero-8"]
+    sweep_run = subprocess.Popen(
+        [*command, "--time-limit", "300", "--out-dir", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group: the signal reaches the launcher only
+    )
+    try:
+        assert has_children_within(sweep_run.pid, 60), "no pool started"
+        sweep_run.send_signal(signal.SIGINT)
+        output, _ = sweep_run.communicate(timeout=60)
+    finally:
+        if sweep_run.poll() is None:
+            os.killpg(sweep_run.pid, signal.SIGKILL)
+    assert sweep_run.returncode == 130, output
+    assert "interrupted by SIGINT" in output
+    written = {p.name for p in out.iterdir()}
+    assert {"summary.csv", "summary.json"} <= written
+    assert written <= {"summary.csv", "summary.json", "tiny-2.plan.json", "hetero-8.plan.json"}

@@ -154,3 +154,30 @@ def test_a_worker_stop_signal_stops_its_search_and_skips_the_next(
     assert result.stop_reason == "SIGINT" and result.generations < 10
     with pytest.raises(KeyboardInterrupt, match="SIGINT before the search started"):
         many._search(PROBLEMS[0], 0, options)
+
+
+def test_ctrl_c_in_the_launcher_alone_stops_the_running_searches() -> None:
+    """A KeyboardInterrupt in the launcher (SIGINT to its pid alone) stops the default
+    pool's running searches too: search_many raises within seconds (it waited for their
+    whole time limit)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, threading, time\n"
+        "import tidgap\n"
+        "problem = tidgap.load_problem('example:hetero-8')\n"
+        "threading.Timer(8, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        "try:\n"
+        "    tidgap.search_many([problem] * 2, seeds=[0, 1], time_limit=300)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,  # its own group: the signal reaches the launcher only
+    )
+    assert done.stdout.strip() == "interrupted", done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 
 def ends_within(pid: int, seconds: float) -> bool:
@@ -18,4 +19,27 @@ def ends_within(pid: int, seconds: float) -> bool:
             return True
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
+    return False
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux: read from ``/proc``)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended while listed
+            continue
+        if int(text.rpartition(")")[2].split()[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def has_children_within(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` has started a child within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if children(pid):
+            return True
+        time.sleep(0.2)
     return False

@@ -3,10 +3,11 @@ one plan file per problem and a summary table."""
 
 from __future__ import annotations
 
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.optimize.driver import SEARCHABLE
 from tidgap.optimize.interrupts import stop_on_signals
-from tidgap.optimize.many import SearchFailed, local_pool, search_many
+from tidgap.optimize.many import LocalPool, SearchFailed, default_pool, local_pool, search_many
 from tidgap.optimize.optimizer import (
     AUTO_PRICING,
     DEFAULT_SCHEDULE,
@@ -113,14 +114,21 @@ def _dask_executor(scheduler: str) -> Iterator[Executor]:
 
 def _executor(
     workers: int | None, scheduler: str | None, count: int
-) -> AbstractContextManager[Executor | None]:
-    """The executor of ``--scheduler`` (a Dask client's) or ``--workers`` (a local pool);
-    ``None``: :func:`search_many`'s default pool."""
+) -> AbstractContextManager[Executor]:
+    """The executor of ``--scheduler`` (a Dask client's) or ``--workers`` (a local pool;
+    without either, one worker per core)."""
     if scheduler is not None:
         return _dask_executor(scheduler)
-    if workers is not None:
-        return local_pool(min(workers, count))
-    return nullcontext()
+    return default_pool(count) if workers is None else local_pool(min(workers, count))
+
+
+def _stopping(executor: AbstractContextManager[Executor]) -> Callable[[str], None] | None:
+    """What a first SIGINT / SIGTERM to the launcher does to ``executor``'s searches: a
+    local pool's stop at their next generation (the signal may have reached the launcher
+    alone); nothing on a Dask cluster (its running searches finish)."""
+    if isinstance(executor, LocalPool):
+        return lambda name: executor.stop(signal.Signals[name])
+    return None
 
 
 @click.command(name="sweep")
@@ -187,10 +195,10 @@ def sweep_command(
     not stop the others: their plans and the summary are written, then the command exits
     2 with one line naming the first failed problem's file and its error.
 
-    Ctrl-C or SIGTERM (to the process group, as a terminal sends it) stops each local
-    worker's search at its next generation and skips the rest; the plans found so far
-    and the summary are written, then the command exits 130 / 143. On a Dask cluster the
-    running searches finish first; a second signal exits at once.
+    Ctrl-C or SIGTERM (to the process group, as a terminal sends it, or to this process
+    alone) stops each local worker's search at its next generation and skips the rest;
+    the plans found so far and the summary are written, then the command exits 130 / 143.
+    On a Dask cluster the running searches finish first; a second signal exits at once.
     """
     if workers is not None and scheduler is not None:
         raise click.UsageError("give --workers or --scheduler, not both")
@@ -205,8 +213,9 @@ def sweep_command(
     started = time.perf_counter()
     # stop_on_signals lasts until the plans are written: a signal as the searches ended,
     # while the pool shut down, lost them all
-    with stop_on_signals() as signals:
-        with _executor(workers, scheduler, len(loaded)) as executor:
+    executor_context = _executor(workers, scheduler, len(loaded))
+    with stop_on_signals(_stopping(executor_context)) as signals:
+        with executor_context as executor:
             with output_folder(out_dir) as folder:
                 plans = [folder / name for name in names]
                 summaries = (folder / SUMMARY_CSV, folder / SUMMARY_JSON)

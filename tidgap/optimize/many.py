@@ -26,7 +26,7 @@ from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals
 from tidgap.optimize.optimizer import Stopping, at_least, checked_search
 from tidgap.optimize.results import SearchResult
 
-__all__ = ["SearchFailed", "local_pool", "search_many"]
+__all__ = ["LocalPool", "SearchFailed", "default_pool", "local_pool", "search_many"]
 
 #: :func:`tidgap.search` options naming one search's state file, refused by :func:`search_many`.
 PER_SEARCH_ONLY = ("checkpoint", "resume")
@@ -69,37 +69,74 @@ def _cores() -> int:
 
 #: In a :func:`local_pool` worker, the SIGINT / SIGTERM it received; ``None`` elsewhere.
 _worker_signals: StopSignals | None = None
+#: In a :func:`local_pool` worker, the number of the signal its launcher stopped the pool
+#: for (:meth:`LocalPool.stop`), 0 before; ``None`` elsewhere.
+_launcher_signal: Any = None
 
 
-def _start_worker(threads: int, launcher: int) -> None:
+def _start_worker(threads: int, launcher: int, launcher_signal: Any) -> None:
     """:func:`local_pool`'s initializer: Numba's threads per worker (unless the user set
-    them), SIGINT / SIGTERM recorded, to stop the worker's searches (:func:`_search`), and
-    a watchdog that ends the worker once its launcher is gone (a launcher stopped at once
-    by a second signal, or killed, left its workers searching): the process ``launcher``,
-    even if it ended before this worker started."""
+    them), SIGINT / SIGTERM recorded, to stop the worker's searches (:func:`_search`), as
+    does the launcher's stop (``launcher_signal``, a shared integer), and a watchdog that
+    ends the worker once its launcher is gone (a launcher stopped at once by a second
+    signal, or killed, left its workers searching): the process ``launcher``, even if it
+    ended before this worker started."""
     from tidgap.runtime.worker import PARENT_VARIABLE, start_watchdog
 
-    global _worker_signals
+    global _worker_signals, _launcher_signal
     os.environ[PARENT_VARIABLE] = str(launcher)
     start_watchdog(math.inf, "tidgap search worker")
     os.environ.setdefault("NUMBA_NUM_THREADS", str(threads))
     _worker_signals = StopSignals()
+    _launcher_signal = launcher_signal
     for signum in STOP_SIGNALS:
         signal.signal(signum, _worker_signals.handle)
 
 
-def local_pool(workers: int) -> ProcessPoolExecutor:
+def _stop_received() -> str | None:
+    """In a :func:`local_pool` worker, the stop signal it received, or else the one its
+    launcher stopped the pool for (``"SIGINT"``, ``"SIGTERM"``); ``None`` if neither."""
+    assert _worker_signals is not None
+    received = _worker_signals.received()
+    if received is None and _launcher_signal is not None and _launcher_signal.value:
+        received = STOP_SIGNALS[signal.Signals(_launcher_signal.value)]
+    return received
+
+
+class LocalPool(ProcessPoolExecutor):
+    """:func:`local_pool`'s executor: a process pool whose launcher can stop its workers'
+    searches (:meth:`stop`), as a signal to each worker would."""
+
+    def __init__(self, workers: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        #: the signal number :meth:`stop` was given, 0 before (shared with the workers)
+        self.stopped_by = context.Value("i", 0, lock=False)
+        super().__init__(
+            max_workers=workers,
+            mp_context=context,
+            initializer=_start_worker,
+            initargs=(max(1, _cores() // workers), os.getpid(), self.stopped_by),
+        )
+
+    def stop(self, signum: int) -> None:
+        """Stop every worker's search at its next generation and skip the searches not
+        started, as if each worker had received ``signum`` (SIGINT or SIGTERM): for a
+        signal sent to the launcher alone (``kill PID``), not to its process group."""
+        self.stopped_by.value = int(signum)
+
+
+def local_pool(workers: int) -> LocalPool:
     """A pool of ``workers`` processes started by ``spawn`` (Numba's OpenMP threads do not
     survive a fork), each with the cores shared out among them as Numba threads. Ctrl-C
     (SIGINT to the terminal's process group) or SIGTERM stops each worker's search at its
-    next generation and skips the searches it has not started."""
-    threads = max(1, _cores() // workers)
-    return ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_start_worker,
-        initargs=(threads, os.getpid()),
-    )
+    next generation and skips the searches it has not started; so does
+    :meth:`LocalPool.stop` from the launcher."""
+    return LocalPool(workers)
+
+
+def default_pool(count: int) -> LocalPool:
+    """The :func:`local_pool` for ``count`` searches: one worker per core, at most ``count``."""
+    return local_pool(min(_cores(), count))
 
 
 def _search(problem: Problem, seed: int, options: dict[str, Any]) -> SearchResult:
@@ -107,10 +144,10 @@ def _search(problem: Problem, seed: int, options: dict[str, Any]) -> SearchResul
     stop signal, it stops at the next generation, or raises ``KeyboardInterrupt`` before
     starting."""
     if _worker_signals is not None:
-        received = _worker_signals.received()
+        received = _stop_received()
         if received is not None:
             raise KeyboardInterrupt(f"{received} before the search started")
-        options = {"interrupted": _worker_signals.received, **options}
+        options = {"interrupted": _stop_received, **options}
     return search(problem, seed=seed, **options)
 
 
@@ -139,8 +176,8 @@ def search_many(
     ran, when the search stops on ``generations`` or ``stagnation``; a ``time_limit``
     makes the plans depend on the load (each search gets fewer generations on busy cores).
 
-    Without ``executor``, a :func:`local_pool` with as many workers as cores, at most one per
-    problem, is made and shut down; a given one is left open. With a process pool or a
+    Without ``executor``, a :func:`default_pool` (as many workers as cores, at most one per
+    problem) is made and shut down; a given one is left open. With a process pool or a
     cluster, the options must pickle (no lambdas for ``on_progress``) and a script that
     calls this must guard its top level with ``if __name__ == "__main__":`` (spawned
     workers import it).
@@ -176,7 +213,7 @@ def search_many(
     if not problems:
         return []
     owned: AbstractContextManager[Executor] = (
-        local_pool(min(_cores(), len(problems))) if executor is None else nullcontext(executor)
+        default_pool(len(problems)) if executor is None else nullcontext(executor)
     )
     with owned as pool:
         futures = [
@@ -188,6 +225,8 @@ def search_many(
         except BaseException:  # Ctrl-C: run no search that has not started
             for future in futures:
                 future.cancel()
+            if isinstance(pool, LocalPool):  # the running ones stop too, if only we heard it
+                pool.stop(signal.SIGINT)
             raise
     errors = {i: error for i, f in enumerate(futures) if (error := f.exception()) is not None}
     if errors:
