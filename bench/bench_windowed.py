@@ -41,7 +41,7 @@ import pytest
 from bench_evaluate import BATCH, POPULATION, STAGES, WIDTH, random_chromosomes, synthetic_problem
 
 from tidgap import Problem
-from tidgap.analysis.workload import Draw, ordered_population
+from tidgap.analysis.workload import ORDERED_SEED, Draw, ordered_population
 from tidgap.backends import BACKENDS, load
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import RUN_PRICING, TickedProblem, tick_problem
@@ -113,7 +113,7 @@ WORKLOADS = [
 def workload(request: pytest.FixtureRequest) -> tuple[Workload, Problem, TickedProblem, Population]:
     spec: Workload = request.param
     problem = spec.problem()
-    population = ordered_population(np.random.default_rng(20261201), problem, spec.draw)
+    population = ordered_population(np.random.default_rng(ORDERED_SEED), problem, spec.draw)
     return spec, problem, tick_problem(problem), population
 
 

@@ -39,13 +39,14 @@ It prints a Markdown table for the README.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from script_args import above, script_parser
 
 #: The model: small enough for a 2-core CPU, large enough that compute dominates.
 MODEL = "gpt"
@@ -198,12 +199,12 @@ def errors(measured: list[float], predicted: list[float]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--out-dir", type=Path, default=Path("fidelity"))
-    parser.add_argument("--iterations", type=int, default=7)
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each plan")
-    parser.add_argument("--rounds", type=int, default=3, help="tidgap calibrate --rounds")
-    parser.add_argument("--search-seconds", type=float, default=10.0)
+    parser.add_argument("--iterations", type=above(int), default=7)
+    parser.add_argument("--repeats", type=above(int), default=3, help="runs of each plan")
+    parser.add_argument("--rounds", type=above(int), default=3, help="tidgap calibrate --rounds")
+    parser.add_argument("--search-seconds", type=above(float), default=10.0)
     parser.add_argument(
         "--device", choices=("cpu", "cuda"), default="cpu",
         help="where the stages compute; cuda: both stage processes share GPU 0, and the "

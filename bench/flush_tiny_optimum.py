@@ -11,9 +11,8 @@ line per problem and the number of misses.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
+from script_args import above, script_parser
 
 from tidgap import search
 from tidgap.analysis.exhaustive import flush_optimum
@@ -36,9 +35,9 @@ def tiny_problem(seed: int) -> Problem:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", type=int, default=10)
-    parser.add_argument("--time-limit", type=float, default=10.0)
+    parser = script_parser(__doc__)
+    parser.add_argument("--problems", type=above(int), default=10)
+    parser.add_argument("--time-limit", type=above(float), default=10.0)
     args = parser.parse_args()
     misses = 0
     for seed in range(100, 100 + args.problems):

@@ -10,7 +10,8 @@
 # after them), the fidelity
 # benchmark with both stage processes on the GPU (bench/fidelity.py --device cuda,
 # one round), one `tidgap run` with gradients checked, baselines, replays and the memory report, and
-# the same plan under torchrun; then prints a summary. Optional: SEARCH_DEVICES="gpu cpu"
+# the same plan under torchrun; then prints a summary and exits non-zero if any part
+# failed (3 at once, measuring nothing, where no GPU is usable). Optional: SEARCH_DEVICES="gpu cpu"
 # adds an 8 s search of every built-in example on each; TIDGAP_BENCH=1 adds `tidgap bench`
 # on the GPU and Numba (both measured on 2026-12-04). Logs and JSON go to $OUT (or /tmp).
 # On the H200 of 2026-12-04 the fidelity step (then 180 s, 2 rounds) and the run (then 50 s)
@@ -44,6 +45,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,n
 nproc
 python3 -c "import cupy, numba, numpy, torch, sys; print('python', sys.version.split()[0], 'cupy', cupy.__version__, 'numba', numba.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__)"
 python3 -c "from tidgap.backends.gpu import gpu_unusable_reason as r; print('gpu usable:', r() or 'yes')"
+if ! python3 -c "import sys; from tidgap.backends.gpu import gpu_unusable_reason as r; sys.exit(bool(r()))"; then
+  echo "== summary: FAILED: no usable GPU, nothing measured"; exit 3
+fi
 
 echo "== tests (tests/backends: the GPU tests, the kernels' host builds, every backend;"
 echo "   the run memory kernel against the array passes)"
@@ -60,25 +64,31 @@ limited 130 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchm
   --benchmark-max-time=0.3 --benchmark-columns=median,iqr,rounds \
   --benchmark-json="$out/bench_gpu.json"
 bench_status=$?
+# every benchmark skipped (pytest exits 0) is a failure here
+python3 -c "import json, sys; sys.exit(not json.load(open(sys.argv[1]))['benchmarks'])" \
+  "$out/bench_gpu.json" 2>/dev/null || { echo "(no GPU benchmark ran)"; [ "$bench_status" != 0 ] || bench_status=1; }
 [ -f "$out/bench_gpu.json" ] && python3 -c "import json, sys; [print(b['name'], 'ran', b['extra_info']['kernel']) for b in json.load(open(sys.argv[1]))['benchmarks'] if 'kernel' in b['extra_info']]" \
   "$out/bench_gpu.json"
 [ -z "${TIDGAP_BENCH:-}" ] || limited 50 "${tidgap[@]}" bench --backend cuda,numba \
-  --schedule all --population 65536,1048576 --repeats 5 --out "$out/tidgap_bench.json"
+  --schedule all --population 65536,1048576 --repeats 5 --out "$out/tidgap_bench.json" \
+  || bench_status=$?
 
 echo "== searches (seed 0, 8 s each, on ${SEARCH_DEVICES:=none})"
 searches_end=$((SECONDS + 90 < deadline - 5 ? SECONDS + 90 : deadline - 5))
+searches_failed=0
 for example in $(python3 -c "from tidgap.model.examples import example_names; print(*example_names())"); do
   for device in ${SEARCH_DEVICES/none/}; do
     left=$((searches_end - SECONDS))
     if [ "$left" -lt 12 ]; then echo "(out of time: $example --$device not run)"; continue; fi
     echo "-- $example --$device"
     timeout $((left < 25 ? left : 25)) "${tidgap[@]}" search "example:$example" --seed 0 \
-      --"$device" --time-limit 8 --quiet
+      --"$device" --time-limit 8 --quiet || searches_failed=$((searches_failed + 1))
   done
 done
 
 echo "== fidelity: 2 stage processes sharing the GPU (bench/fidelity.py --device cuda)"
 fidelity=/tmp/fidelity
+rm -rf "$fidelity"  # a warm machine's earlier call left its plans there
 limited 240 python3 bench/fidelity.py --device cuda --out-dir "$fidelity" \
   --repeats 1 --rounds 1 --search-seconds 3 --iterations 5
 fidelity_status=$?
@@ -103,5 +113,9 @@ limited 80 "${tidgap[@]}" run "$fidelity/gpt2-calibrated.json" "$plan" "${gpt[@]
     --timeout 40
 run_status=$?
 
-echo "== summary: tests exit $tests_status, benchmarks exit $bench_status, fidelity exit" \
-  "$fidelity_status, GPU runs exit $run_status ($(date -u +%FT%TZ); log: $out/gpu_check.log)"
+statuses="$tests_status $bench_status $fidelity_status $run_status"
+[ "$statuses $searches_failed" = "0 0 0 0 0" ] && verdict=passed || verdict=FAILED
+echo "== summary: $verdict: tests exit $tests_status, benchmarks exit $bench_status," \
+  "searches failed $searches_failed, fidelity exit $fidelity_status, GPU runs exit" \
+  "$run_status ($(date -u +%FT%TZ); log: $out/gpu_check.log)"
+[ "$verdict" = passed ]

@@ -16,10 +16,12 @@ those costs itself, so no ``run T`` follows its cells); the flush search is mode
 
 from __future__ import annotations
 
-import argparse
 import math
 
+from script_args import above, script_parser
+
 from tidgap import example_names, load_problem, search
+from tidgap.backends import BACKENDS
 from tidgap.backends.ticks import PRICINGS
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.plan import Plan
@@ -95,10 +97,10 @@ def row(name: str, time_limit: float, seed: int, backend: str, backward: str, pr
 
 def main() -> None:
     """Print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-limit", type=float, default=20.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backend", default="numba")
+    parser = script_parser(__doc__)
+    parser.add_argument("--time-limit", type=above(float), default=20.0)
+    parser.add_argument("--seed", type=above(int, or_equal=True), default=0)
+    parser.add_argument("--backend", choices=("auto", *BACKENDS), default="numba")
     parser.add_argument("--backward", choices=BACKWARD_RULES, default=FREE)
     parser.add_argument("--pricing", choices=(AUTO_PRICING, *PRICINGS), default=AUTO_PRICING)
     args = parser.parse_args()

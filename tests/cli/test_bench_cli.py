@@ -222,3 +222,11 @@ def test_bad_options_exit_2(
     assert result.exit_code == 2, describe(result)
     assert result.stdout == ""
     assert result.stderr.startswith("tidgap: error: ") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("option", ["--backend", "--schedule"])
+def test_all_among_names_is_refused_as_such(option: str) -> None:
+    """``all`` with names was refused as unknown while the message listed it as known."""
+    result = run_cli("bench", option, "all,numba")
+    assert result.exit_code == 2, describe(result)
+    assert "'all' stands alone" in result.stderr and "unknown" not in result.stderr

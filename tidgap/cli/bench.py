@@ -47,6 +47,8 @@ class NameList(click.ParamType):
         if text == "all":
             return None
         names = [name.strip() for name in text.split(",")]
+        if "all" in names:
+            self.fail("'all' stands alone: give it or names, not both", param, ctx)
         for name in names:
             if name not in self.choices:
                 self.fail(f"unknown {name!r}; known: {', '.join(self.choices)}, all", param, ctx)
