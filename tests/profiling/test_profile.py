@@ -363,6 +363,31 @@ def test_the_models_own_file_is_never_the_output(
     assert "ownmodel" not in sys.modules  # found, not imported
 
 
+@pytest.mark.parametrize("out", ["pkg/mod.py", "pkg/__init__.py"])
+def test_a_dotted_models_files_are_never_the_output(
+    torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out: str
+) -> None:
+    """``pkg.mod:MLP``: the module's file and its package's ``__init__.py`` are inputs too
+    (they were overwritten with the problem); neither is imported to find them."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    sources = {"__init__.py": "", "mod.py": "from tests.support.tiny_models import MLP\n"}
+    for name, source in sources.items():
+        (package / name).write_text(source, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for name in ("pkg", "pkg.mod"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    args = ("pkg.mod:MLP", "--input-shape", "16", "--batch-size", "4", "--stages", "2")
+    line = error_line(run("profile", *args, *FAST, "--out", out))
+    owner = "MODEL" if out.endswith("mod.py") else "MODEL package pkg"
+    assert line == (
+        f"tidgap: error: --out: is the same file as {owner} {tmp_path / out}; refusing to "
+        "overwrite an input"
+    )
+    assert {name: (package / name).read_text(encoding="utf-8") for name in sources} == sources
+    assert "pkg" not in sys.modules  # found, not imported
+
+
 def test_the_summary_line_escapes_the_name_and_the_file(torch: Any, tmp_path: Path) -> None:
     out = tmp_path / "p\nq.json"
     args = ("tests.support.tiny_models:MLP", "--input-shape", "16", "--stages", "2")

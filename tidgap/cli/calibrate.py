@@ -20,7 +20,7 @@ from tidgap.cli.workers import (
 from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json
-from tidgap.profiling.user_code import model_source
+from tidgap.profiling.user_code import model_inputs
 from tidgap.runtime.worker import local_processes, torchrun_rank
 
 
@@ -118,7 +118,7 @@ def calibrate_command(
     from tidgap.runtime.lowering import recomputes
 
     here = torchrun_rank()
-    inputs = {"PROBLEM": problem, "--model": model_source(model_reference)}
+    inputs = {"PROBLEM": problem, **model_inputs("--model", model_reference)}
     check_outputs(None, None, ("--out", out), inputs=inputs)
     loaded = load_problem(problem)
     if here is not None:

@@ -42,7 +42,7 @@ from tidgap.outputs.files import (
 )
 from tidgap.profiling.model_options import MODEL_OPTIONS
 from tidgap.profiling.synth import SHAPES, synth_problem
-from tidgap.profiling.user_code import model_source
+from tidgap.profiling.user_code import model_inputs
 from tidgap.runtime.optimizers import DEFAULT_LR, MAX_LR, OPTIMIZERS
 from tidgap.runtime.worker import start_watchdog, torchrun_rank
 
@@ -375,7 +375,7 @@ def profile_command(
         raise click.UsageError(
             f"--measure-links measures the links: give it without {' and '.join(guessed)}"
         )
-    check_outputs(None, None, ("--out", out), inputs={"MODEL": model_source(model)})
+    check_outputs(None, None, ("--out", out), inputs=model_inputs("MODEL", model))
     here = torchrun_rank()
     watchdog = None
     if timeout is not None:

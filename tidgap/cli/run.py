@@ -42,7 +42,7 @@ from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.model.text import printable
 from tidgap.outputs.files import check_outputs, timeline_files, write_files
-from tidgap.profiling.user_code import model_source
+from tidgap.profiling.user_code import model_inputs
 from tidgap.runtime.job import Job
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.report import (
@@ -240,7 +240,7 @@ def run_command(
     require_folder_name(results, "--results")
     if write_job is not None and (as_json or trace is not None):
         raise click.UsageError("--write-job writes the job and runs nothing: no --json, --trace")
-    inputs = {"PROBLEM": problem, "PLAN": plan_file, "--model": model_source(model_reference)}
+    inputs = {"PROBLEM": problem, "PLAN": plan_file, **model_inputs("--model", model_reference)}
     inputs.update((f"--compare {path}", path) for path in compared)
     loaded = load_problem(problem)
     if here is not None:

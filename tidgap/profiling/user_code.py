@@ -25,16 +25,28 @@ def user_errors(what: str, source: str | None = None) -> Iterator[None]:
         raise InputError(f"{what}: {first_line(error)}", source=source) from None
 
 
-def model_source(reference: str) -> str | None:
-    """The file a ``module:attribute`` model reference's top-level module is read from
-    (the current folder first, as ``build_model`` imports it), found without importing it
-    (an output must not replace it); ``None`` for the built-in models, a dotted module
-    (finding it would import its package) or one not found."""
+def model_inputs(option: str, reference: str) -> dict[str, str]:
+    """The files a ``module:attribute`` model reference runs when imported, found without
+    importing them (an output must not replace them), for
+    :func:`~tidgap.outputs.files.check_outputs`' ``inputs``: the module's file as
+    ``option``, and for a dotted module each package's ``__init__.py`` on the way as
+    ``OPTION package NAME`` (the current folder first, as ``build_model`` imports it);
+    none for the built-in models, and none past a part not found."""
     module_name, colon, _ = reference.partition(":")
-    if not colon or not module_name.isidentifier():
-        return None
-    try:
-        spec = PathFinder.find_spec(module_name, [os.getcwd(), *sys.path])
-    except (ImportError, ValueError, OSError):
-        return None
-    return spec.origin if spec is not None and spec.has_location else None
+    parts = module_name.split(".")
+    if not colon or not all(part.isidentifier() for part in parts):
+        return {}
+    found: dict[str, str] = {}
+    locations = [os.getcwd(), *sys.path]
+    for end in range(1, len(parts) + 1):
+        name = ".".join(parts[:end])
+        try:
+            spec = PathFinder.find_spec(name, locations)
+        except (ImportError, ValueError, OSError):
+            break
+        if spec is None:
+            break
+        if spec.has_location and spec.origin is not None:
+            found[option if name == module_name else f"{option} package {name}"] = spec.origin
+        locations = list(spec.submodule_search_locations or [])
+    return found
