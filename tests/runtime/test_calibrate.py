@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,36 @@ def test_calibrate_refuses_an_affine_problem_before_running(tmp_path: Path) -> N
     result = run_cli("calibrate", str(problem), *MODEL, "--out", str(tmp_path / "c.json"))
     assert result.exit_code == 2, describe(result)
     assert "table" in result.output and not (tmp_path / "c.json").exists()
+
+
+def test_calibrate_refuses_another_model_than_the_profiled_one(tmp_path: Path) -> None:
+    """Its times would be another model's, under the profiled model's name: refused
+    before any worker starts (it wrote them, silently)."""
+    document = table_document()
+    document["source"]["model"] = {"name": "tests.runtime.pipeline_models:MLP", "input_shape": [6]}
+    problem = write_json(tmp_path / "problem.json", document)
+    out = tmp_path / "c.json"
+    other = [*MODEL[:-1], "7"]  # --input-shape 7
+    result = run_cli("calibrate", str(problem), *other, *QUICK, "--out", str(out))
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr == (
+        f"tidgap: error: --model: {problem} was profiled with input_shape [6], not input_shape "
+        "[7] (source.model): calibrate times the profiled model\n"
+    )
+    assert not out.exists()
+
+
+def test_a_failed_worker_is_named_as_calibrates(tmp_path: Path) -> None:
+    """A problem recording no model, calibrated with a model its inputs do not fit: the
+    workers fail, and the line says calibrate (it said run)."""
+    problem = write_json(tmp_path / "problem.json", table_document())
+    other = [*MODEL[:-1], "7"]  # the MLP takes 6 features
+    result = run_cli("calibrate", str(problem), *other, *QUICK, "--out", str(tmp_path / "c.json"))
+    assert result.exit_code == 1, describe(result)
+    line = result.stderr.splitlines()[-1]
+    shutil.rmtree(line.rpartition("(the workers' logs: ")[2].rstrip(")"))
+    assert line.startswith("tidgap: error: calibrate: GPipe(1), ") and "mat1 and mat2" in line
+    assert not (tmp_path / "c.json").exists()
 
 
 def test_calibrate_on_cuda_without_one_exits_2_before_running(tmp_path: Path) -> None:

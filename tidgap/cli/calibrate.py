@@ -10,6 +10,7 @@ import click
 
 from tidgap.cli.launching import results_of
 from tidgap.cli.options import count_range, problem_argument
+from tidgap.cli.run_caveats import other_model
 from tidgap.cli.workers import (
     require_batch_room,
     require_device,
@@ -17,6 +18,7 @@ from tidgap.cli.workers import (
     worker_job,
     worker_options,
 )
+from tidgap.model.errors import InputError
 from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json
@@ -146,6 +148,12 @@ def calibrate_command(
         transport=transport,
         timeout=timeout,
     )
+    if (other := other_model(loaded, model)) is not None:  # its times would be another's
+        raise InputError(
+            f"{problem} was profiled with {other[0]}, not {other[1]} (source.model): "
+            "calibrate times the profiled model",
+            source="--model",
+        )
     require_device(device, transport, loaded.num_stages if here is None else None)
     require_batch_room(model, loaded, problem, None if here is None else local_processes())
     reports = here is None or here[0] == 0  # under torchrun, rank 0 alone
@@ -162,7 +170,7 @@ def calibrate_command(
             which = f" (round {round_ + 1})" if len(batches) > 1 else ""
             which += f" ({rounds} rounds in the same processes)" if len(batch) > len(todo) else ""
             click.echo(f"running {shown} in turn{which}", err=True)
-        found = results_of(loaded, job, batch, f"calibration ({shown})", here)
+        found = results_of(loaded, job, batch, f"calibrate: {shown}", here)
         for plan, results in zip(batch, found or [], strict=False):
             kept = recomputed if any(recomputes(plan)) else iterations
             kept += list(zip(*(result["iterations"] for result in results), strict=True))

@@ -48,7 +48,7 @@ def results_under_torchrun(
 def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> list[list[dict]]:
     """Run ``plans`` in turn, iteration by iteration, with one worker per stage (the plans
     written to the run's temporary folder); per plan, the ranks' results. ``job.timeout``
-    is per plan."""
+    is per plan. ``label`` begins a failed worker's error line (``run: PLAN``)."""
     from tidgap.runtime.launch import WorkerError, launch
 
     folder: str | None = tempfile.mkdtemp(prefix="tidgap-run-")
@@ -61,7 +61,7 @@ def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> l
         except WorkerError as error:
             kept, folder = folder, None  # the workers' logs stay for the user
             raise click.ClickException(
-                f"run: {label}: {error} (the workers' logs: {kept})"
+                f"{label}: {error} (the workers' logs: {kept})"
             ) from None
         return [load_results(folder, problem.num_stages, k) for k in range(len(plans))]
     finally:

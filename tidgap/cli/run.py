@@ -309,7 +309,7 @@ def run_command(
     else:
         require_batch_room(model, loaded, problem, None if here is None else local_processes())
         labels, plans = zip(*todo, strict=True)
-        gathered = results_of(loaded, job, plans, ", ".join(labels), here)
+        gathered = results_of(loaded, job, plans, f"run: {', '.join(labels)}", here)
         if gathered is None:
             return  # ranks other than 0 report nothing
         found = gathered

@@ -15,6 +15,22 @@ from tidgap.model.text import brief
 OPTIMIZER_PATH = ("source", "timing", "optimizer")
 
 
+def other_model(problem: Problem, model: Any) -> tuple[str, str] | None:
+    """The settings (``name`` and the model's options) in which ``model`` differs from the
+    one ``problem`` records as profiled (``source.model``), as the profiled one's and
+    ``model``'s (``"name gpt, layers 4"``); ``None`` where none differs or it records none."""
+    recorded = problem.source_fields.get("model")
+    if not isinstance(recorded, dict):
+        return None
+    wanted = {"name": model.name, **model.config}
+    differ = sorted(key for key in wanted if key in recorded and recorded[key] != wanted[key])
+    if not differ:
+        return None
+    was = ", ".join(f"{key} {brief(recorded[key])}" for key in differ)
+    now = ", ".join(f"{key} {brief(wanted[key])}" for key in differ)
+    return was, now
+
+
 def caveats(
     problem: Problem,
     spec: str,
@@ -34,14 +50,8 @@ def caveats(
     from tidgap.runtime.lowering import recomputes
 
     found = []
-    recorded = problem.source_fields.get("model")
-    if isinstance(recorded, dict):
-        wanted = {"name": model.name, **model.config}
-        differ = sorted(key for key in wanted if key in recorded and recorded[key] != wanted[key])
-        if differ:
-            was = ", ".join(f"{key} {brief(recorded[key])}" for key in differ)
-            now = ", ".join(f"{key} {brief(wanted[key])}" for key in differ)
-            found.append(f"{spec}: source.model: profiled with {was}, running {now}")
+    if (other := other_model(problem, model)) is not None:
+        found.append(f"{spec}: source.model: profiled with {other[0]}, running {other[1]}")
     split = problem.source_fields.get("split")
     timed = split.get("boundaries") if isinstance(split, dict) else None
     if boundaries is not None and isinstance(timed, list) and timed != boundaries:

@@ -120,7 +120,8 @@ def worker_options(command: Command) -> Command:
             "model_reference",
             required=True,
             metavar="gpt|vgg16|module:attribute",
-            help="The model the problem was profiled from, as in tidgap profile.",
+            help="The model the problem was profiled from, as in tidgap profile (one other than "
+            "PROBLEM's source.model: calibrate refuses it, run warns).",
         ),
         click.option(
             "--split",
