@@ -186,16 +186,32 @@ def assert_calibrated(out: Path, extras: bool) -> None:
     assert fitted["source"]["split"] == {
         "method": "given by tidgap calibrate --split",
         "boundaries": [1],
+        "stages": {"0": ["0"], "1-4": ["1", "2", "3", "4"]},
     }
+    assert [stage["name"] for stage in fitted["stages"]] == ["0", "1-4"]
 
 
 def test_calibrate_end_to_end_writes_a_loadable_problem(tmp_path: Path) -> None:
     """Calibrated on another split than the profile's: the problem records the one its
-    times were measured on."""
-    problem = write_json(tmp_path / "problem.json", table_document())
+    times were measured on, names the stages after it, and leaves out the profiled
+    stages' bytes (they were kept, describing other stages)."""
+    document = table_document()
+    for stage, held in zip(document["stages"], (400, 300), strict=True):
+        stage.update(activation_bytes=held, memory_limit=4000)
+    document["source"]["memory"] = {"input_bytes_per_sample": [0, 48]}
+    document["source"]["links"] = {"bytes_per_sample": [48], "rule": "affine"}
+    problem = write_json(tmp_path / "problem.json", document)
     out = tmp_path / "calibrated.json"
     result = run_cli("calibrate", str(problem), *MODEL, *QUICK, "--rounds", "2", "--out", str(out))
     assert result.exit_code == 0, describe(result)
+    # the profiled split's bytes described other stages: left out, saying so
+    assert (
+        "tidgap: warning: --split: activation_bytes, memory_limit, source.memory, "
+        "source.links.bytes_per_sample left out" in result.stderr
+    )
+    fitted = json.loads(out.read_text())
+    assert not any({"activation_bytes", "memory_limit"} & set(stage) for stage in fitted["stages"])
+    assert "memory" not in fitted["source"] and fitted["source"]["links"] == {"rule": "affine"}
     assert "calibrated problem written to" in result.output
     assert "; chunks over gloo)" in result.output
     assert f"running {', '.join(GPIPES + ALTERNATING + TWINS)} in turn (round 2)" in result.stderr

@@ -107,7 +107,9 @@ def calibrate_command(
     (source.calibration.order) for tidgap run's prediction. Search and evaluate plans on the
     calibrated problem to predict tidgap run. With a --split
     other than the one PROBLEM records, the calibrated problem records --split (the split
-    its times were measured on). Under torchrun (one process per stage, on one machine or
+    its times were measured on), names its stages after it, and leaves out, with a
+    warning, the profiled stages' bytes (activation_bytes, memory_limit, source.memory):
+    profile with that --split for them. Under torchrun (one process per stage, on one machine or
     several) each rank runs its stage where it runs, and rank 0 alone writes the problem.
     """
     from tidgap.runtime.calibrate import (
@@ -116,6 +118,7 @@ def calibrate_command(
         calibration_sizes,
         measured_problem,
         recomputing_plans,
+        resplit,
     )
     from tidgap.runtime.lowering import recomputes
 
@@ -184,10 +187,14 @@ def calibrate_command(
     fitted["source"]["calibration"]["transport"] = transport
     how = fitted["source"].get("split")
     if not isinstance(how, dict) or how.get("boundaries") != job.boundaries:
-        fitted["source"]["split"] = {  # the split the stages' times were measured on
-            "method": "given by tidgap calibrate --split",
-            "boundaries": list(job.boundaries),
-        }
+        layers = [name for name, _ in model.layers.named_children()]
+        dropped = resplit(fitted, job.boundaries, layers)
+        if dropped:
+            click.echo(
+                f"tidgap: warning: --split: {', '.join(dropped)} left out (the profiled "
+                "split's stages'; profile with this --split for them)",
+                err=True,
+            )
     write_json(out, fitted)
     again = fitted["source"]["calibration"].get("recompute") or [None] * loaded.num_stages
     for before, after, twin in zip(document["stages"], fitted["stages"], again, strict=True):
@@ -201,5 +208,5 @@ def calibrate_command(
             backward = twin["backward"]["table"]["times"]
             shown.append(f"recomputing F {forward[0]:.4g}..{forward[-1]:.4g}, "
                          f"B {backward[0]:.4g}..{backward[-1]:.4g}")  # fmt: skip
-        click.echo(f"  {before.get('name', '')}: {', '.join(shown)} {loaded.time_unit}")
+        click.echo(f"  {after.get('name', '')}: {', '.join(shown)} {loaded.time_unit}")
     click.echo(f"calibrated problem written to {out} ({', '.join(runs)}; chunks over {transport})")

@@ -60,9 +60,7 @@ def launched(problem: Problem, job: Job, plans: Sequence[Plan], label: str) -> l
             launch(job_path, problem.num_stages, job.threads, job.timeout, folder)
         except WorkerError as error:
             kept, folder = folder, None  # the workers' logs stay for the user
-            raise click.ClickException(
-                f"{label}: {error} (the workers' logs: {kept})"
-            ) from None
+            raise click.ClickException(f"{label}: {error} (the workers' logs: {kept})") from None
         return [load_results(folder, problem.num_stages, k) for k in range(len(plans))]
     finally:
         if folder is not None:

@@ -31,7 +31,7 @@ from tidgap.profiling.measure import (
     time_steps,
 )
 from tidgap.profiling.models import Model, parameter_count
-from tidgap.profiling.split import balanced_split, groups, parse_split
+from tidgap.profiling.split import balanced_split, parse_split, stage_layers
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.recompute_memory import CHUNK_FIELD, FIELDS, GRAPH_FIELDS
 from tidgap.runtime.task import Task, make_task
@@ -144,13 +144,11 @@ def checked_split(model: Model, settings: Settings) -> list[int] | None:
 
 def stage_modules(model: Model, boundaries: list[int]) -> list[tuple[str, list[str], nn.Module]]:
     """Per stage: its name (``first-last`` layer), its layer names, the layers as one module."""
-    children = list(model.layers.named_children())
-    stages = []
-    for layer_range in groups(len(children), boundaries):
-        names = [children[i][0] for i in layer_range]
-        label = names[0] if len(names) == 1 else f"{names[0]}-{names[-1]}"
-        stages.append((label, names, nn.Sequential(*(children[i][1] for i in layer_range))))
-    return stages
+    layers = dict(model.layers.named_children())
+    return [
+        (label, names, nn.Sequential(*(layers[name] for name in names)))
+        for label, names in stage_layers(list(layers), boundaries).items()
+    ]
 
 
 def step_count(model: Model, settings: Settings) -> int:

@@ -86,6 +86,16 @@ def groups(count: int, boundaries: Sequence[int]) -> list[range]:
     return [range(edges[s], edges[s + 1]) for s in range(len(edges) - 1)]
 
 
+def stage_layers(names: Sequence[str], boundaries: Sequence[int]) -> dict[str, list[str]]:
+    """Per stage, in order, its name (``first-last`` layer, or its one layer) and its
+    layers' names, for the model's layers ``names`` split at ``boundaries``."""
+    stages = {}
+    for layer_range in groups(len(names), boundaries):
+        layers = [names[i] for i in layer_range]
+        stages[layers[0] if len(layers) == 1 else f"{layers[0]}-{layers[-1]}"] = layers
+    return stages
+
+
 def _shorten(names: Sequence[str], most: int = 12) -> str:
     """The names, comma-separated, with the middle elided past ``most`` of them."""
     if len(names) <= most:

@@ -33,6 +33,7 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.timefn import TimeFunction
 from tidgap.profiling.build import table
+from tidgap.profiling.split import stage_layers
 from tidgap.runtime.report import COMPUTE, TRANSFERS, Row, unit_per_second
 from tidgap.schedules.families import SCHEDULES
 
@@ -424,6 +425,36 @@ def measured_problem(
     recompute = op_durations(recomputed, scale) if recomputed else None
     stages = op_durations(iterations, scale, contexts=order)
     return calibrated(document, problem, stages, links, runs, overheads, recompute, order)
+
+
+def resplit(document: dict[str, Any], boundaries: list[int], layers: list[str]) -> list[str]:
+    """Make the calibrated ``document`` describe stages split at ``boundaries`` (of the
+    model's ``layers``, by name), not the profile's: ``source.split`` records them with each
+    stage's layers, each stage is named after its layers (``first-last``), and the
+    profiled stages' bytes, which describe other stages, are left out (each stage's
+    ``activation_bytes`` and the ``memory_limit`` that needs them, ``source.memory``,
+    ``source.links.bytes_per_sample``); return the fields left out."""
+    stages = stage_layers(layers, boundaries)
+    source = document["source"]
+    source["split"] = {
+        "method": "given by tidgap calibrate --split",
+        "boundaries": list(boundaries),
+        "stages": stages,
+    }
+    dropped = []
+    for field in ("activation_bytes", "memory_limit"):
+        if any(field in stage for stage in document["stages"]):
+            dropped.append(field)
+    for stage, name in zip(document["stages"], stages, strict=True):
+        stage["name"] = name
+        for field in dropped:
+            stage.pop(field, None)
+    if source.pop("memory", None) is not None:
+        dropped.append("source.memory")
+    links = source.get("links")
+    if isinstance(links, dict) and links.pop("bytes_per_sample", None) is not None:
+        dropped.append("source.links.bytes_per_sample")
+    return dropped
 
 
 def stage_overheads(iterations: Sequence[Sequence[Sequence[Row]]], scale: float) -> list[float]:
