@@ -261,6 +261,8 @@ def test_bad_split_exits_2_naming_split(
         ((*TINY_GPT, "--heads", "3"), "--heads: 3 heads do not divide hidden size 32"),
         ((*MLP, "--batch-size", "10", "--unit", "4"), "--batch-size: 10 is not a multiple"),
         ((*MLP, "--batch-size", "8", "--max-microbatch", "6", "--unit", "4"), "--max-microbatch"),
+        # checked as given, not as clamped to the batch (10 became 8, a multiple of 4)
+        ((*MLP, "--batch-size", "8", "--max-microbatch", "10", "--unit", "4"), "10 is not a"),
         ((*MLP, "--batch-size", str(2**31)), "2147483648 is not in the range 1<=x<=2147483647"),
         ((*MLP, "--threads", "1025"), "1025 is not in the range 1<=x<=1024"),
         ((*MLP, "--stages", str(10**20)), "is not in the range 1<=x<=1024"),

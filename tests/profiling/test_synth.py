@@ -139,6 +139,8 @@ def test_synthetic_problem_is_searched(tmp_path: Path) -> None:
         (("--stages", "1025"), "1025 is not in the range 1<=x<=1024"),
         (("--count", str(10**20), "--out-dir", "d"), "is not in the range 1<=x<=100000"),
         (("--batch-size", str(2**31)), "is not in the range 1<=x<=2147483647"),
+        # its last file's seed would be one no file keeps (it was written, then refused)
+        (("--seed", "9" * 100, "--count", "2", "--out-dir", "d"), "--count: the last seed"),
     ],
 )  # fmt: skip
 def test_bad_synth_input_exits_2(args: tuple[str, ...], expected: str) -> None:
@@ -167,3 +169,15 @@ def test_a_refused_out_dir_is_not_left_behind(tmp_path: Path) -> None:
     assert result.exit_code == 2, (result.stdout, result.stderr)
     assert "name too long to write" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_recorded_command_makes_the_same_problem(tmp_path: Path) -> None:
+    """``source.command`` is quoted for a shell (a name with a space did not re-run)."""
+    import shlex
+
+    first = json.loads(run("synth", "--name", "my net", "--seed", "3", "--json").stdout)
+    argv = shlex.split(first["source"]["command"])
+    assert argv[:2] == ["tidgap", "synth"]
+    again = run(*argv[1:], "--json")
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout) == first

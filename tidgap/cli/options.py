@@ -52,9 +52,14 @@ class Seed(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         number = click.INT.convert(value, param, ctx)
-        if len(str(abs(number))) > MAX_INTEGER_DIGITS:
+        if self.too_long(number):
             self.fail(f"more than {MAX_INTEGER_DIGITS} digits (files keep no longer integer)")
         return number
+
+    @staticmethod
+    def too_long(number: int) -> bool:
+        """Whether ``number`` has more digits than a file keeps."""
+        return len(str(abs(number))) > MAX_INTEGER_DIGITS
 
 
 SEED = Seed()

@@ -30,6 +30,7 @@ from tidgap.cli.options import (
     with_options,
 )
 from tidgap.model.errors import InputError
+from tidgap.model.fileio import MAX_INTEGER_DIGITS
 from tidgap.model.numbers import MAX_COUNT, MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
 from tidgap.model.text import brief, printable, without_surrogates
@@ -362,9 +363,11 @@ def profile_command(
     lr = learning_rate(optimizer, lr)
     if batch_size % unit:
         raise InputError(f"{batch_size} is not a multiple of --unit {unit}", source="--batch-size")
+    if max_microbatch is not None and max_microbatch % unit:
+        raise InputError(
+            f"{max_microbatch} is not a multiple of --unit {unit}", source="--max-microbatch"
+        )
     cap = min(max_microbatch or batch_size, batch_size)
-    if cap % unit:
-        raise InputError(f"{cap} is not a multiple of --unit {unit}", source="--max-microbatch")
     context = click.get_current_context()
     guessed = [
         f"--{key}"
@@ -527,6 +530,12 @@ def synth_command(
         raise click.UsageError("--name and --json are for one problem, not --count > 1")
     if batch_size % unit:
         raise InputError(f"{batch_size} is not a multiple of --unit {unit}", source="--batch-size")
+    if SEED.too_long(seed + count - 1):
+        raise InputError(
+            f"the last seed, SEED + COUNT - 1, has more than {MAX_INTEGER_DIGITS} digits "
+            "(files keep no longer integer)",
+            source="--count",
+        )
     if out_dir is None:
         check_outputs(None, None, ("--out", out))
         document = synth_problem(seed, stages, batch_size, unit, heterogeneity, shape, name)

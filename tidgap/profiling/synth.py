@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import shlex
 from typing import Any
 
 from tidgap.model.numbers import integer_at_least
@@ -119,9 +120,12 @@ def synth_problem(
             "description": f"Simulated network, {stages} stages, batch {batch_size}, unit "
             f"{unit}, {shape} costs, heterogeneity {heterogeneity:g}, seed {seed}; synthetic",
             "generated_by": "tidgap synth",
-            "command": f"tidgap synth --seed {seed} --stages {stages} --batch-size {batch_size} "
-            f"--unit {unit} --heterogeneity {heterogeneity!r} --shape {shape}"
-            + (f" --name {name}" if name else ""),
+            "command": shlex.join(
+                ["tidgap", "synth", "--seed", str(seed), "--stages", str(stages)]
+                + ["--batch-size", str(batch_size), "--unit", str(unit)]
+                + ["--heterogeneity", repr(heterogeneity), "--shape", shape]
+                + (["--name", name] if name else [])
+            ),
             "seed": seed,
             "shape": shape,
             "heterogeneity": heterogeneity,
