@@ -13,7 +13,7 @@ from tidgap.model.timefn import TimeFunction, affine, table
 from tidgap.optimize.driver import SearchResult, search
 from tidgap.optimize.heuristics import global_dp, local_greedy
 from tidgap.optimize.many import search_many
-from tidgap.optimize.optimizer import Optimizer
+from tidgap.optimize.optimizer import Optimizer, Stopping
 from tidgap.optimize.scores import Scores, per_plan
 from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.baselines import (
@@ -51,6 +51,7 @@ __all__ = [
     "Scores",
     "SearchResult",
     "Stage",
+    "Stopping",
     "TimeFunction",
     "affine",
     "baseline",

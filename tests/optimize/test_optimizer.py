@@ -39,6 +39,21 @@ def test_ask_tell_is_the_search_loop_windowed():
     assert driven.result().plan == searched.plan
 
 
+@pytest.mark.parametrize("schedule", ["windowed", "flush"])
+def test_driven_to_the_searchs_stopping_rule_it_is_the_search(schedule):
+    """``search(generations=G)`` is the optimizer built with ``Stopping(generations=G)``,
+    driven and finished, whatever G (the windowed first search sized by the rule too); a
+    loop of one's own without the rule ran a first search of its own length (README)."""
+    problem = tidgap.load_problem("example:vgg16")
+    options = dict(schedule=schedule, seed=0, population=32, backend="numba")
+    searched = tidgap.search(problem, generations=8, **options)
+    optimizer = tidgap.Optimizer(problem, stopping=tidgap.Stopping(generations=8), **options)
+    assert optimizer.drive() == "generations"
+    result = optimizer.result()
+    assert result.plan == searched.plan
+    assert (result.generations, result.evaluations) == (searched.generations, searched.evaluations)
+
+
 def test_best_is_a_plan_with_its_time():
     problem = tidgap.load_problem("example:vgg16")
     optimizer = run(tidgap.Optimizer(problem, seed=0, population=32, backend="numba"), 20)
@@ -270,7 +285,7 @@ def test_drive_needs_a_stopping_rule():
     optimizer = tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), population=16)
     with pytest.raises(ValueError, match="Stopping"):
         optimizer.drive()
-    stopping = tidgap.optimize.optimizer.Stopping(generations=3)
+    stopping = tidgap.Stopping(generations=3)
     bounded = tidgap.Optimizer(
         tidgap.load_problem("example:tiny-2"), population=16, stopping=stopping
     )

@@ -226,8 +226,10 @@ def checked_search(
 class Optimizer:
     """The GA of ``schedule`` (``windowed`` or ``flush``; default windowed, flush with
     ``same_partition``) for ``problem``, set up as :func:`tidgap.search` sets it up
-    (baselines, heuristics and seeds; a windowed one runs a short flush search first) and
-    stopped between generations.
+    (baselines, heuristics and seeds; a windowed one runs a short flush search first, as
+    it is built, sized by ``stopping`` as the search sizes it) and stopped between
+    generations: :meth:`drive` then :meth:`result` with ``stopping`` give
+    :func:`tidgap.search`'s plan under the same rule.
 
     ``fitness`` (:data:`~tidgap.optimize.scores.Fitness`) replaces the built-in objective
     in :meth:`evaluate` (the first population, drawn by the built-in one, is scored again
