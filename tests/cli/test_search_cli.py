@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli_helpers import describe, json_output, run_cli
+from tests.support.cli_helpers import case_named, describe, json_output, run_cli, write_json
 
 PROBLEM = "example:tiny-2"
 #: A short search: few generations, a small population.
@@ -158,3 +158,31 @@ def test_stage_limits_no_plan_meets_are_blamed_on_the_stages(tmp_path: Path) -> 
         f"tidgap: error: {tmp_path / 'p.json'}: stages[0].memory_limit: a limit of 500 bytes "
         "holds 0 samples"
     ), describe(result)
+
+
+def test_a_run_priced_searchs_trace_and_bubble_are_its_run_priced_times(tmp_path: Path) -> None:
+    """Under --pricing run the summary gives tidgap run's times; the trace's timelines (the
+    plan's and the baselines') and the bubble line are of the same run (they were the
+    model's: 193.4 against the summary's 183.2 ms on a calibrated problem)."""
+    from tests.support.calibrations import order_tables
+    from tidgap import load_problem
+    from tidgap.runtime.pricing import run_evaluation
+    from tidgap.schedules.families import SCHEDULES, baseline_label
+
+    document = case_named("med7_1")["problem"]  # ops after others timed apart: run prices
+    document["source"] = {"calibration": {"order": order_tables(document["stages"])}}
+    problem_file = write_json(tmp_path / "calibrated.json", document)
+    trace = tmp_path / "run.trace.json"
+    args = (str(problem_file), "--pricing", "run", *SHORT, "--trace", str(trace))
+    result = run_cli("search", *args, "--json")
+    assert result.exit_code == 0, describe(result)
+    plan = json.loads(result.stdout)
+    times = json.loads(trace.read_text())["otherData"]["iteration_times"]
+    assert times["tidgap"] == pytest.approx(plan["search"]["predicted_run"]["iteration_time"])
+    assert times["tidgap"] != pytest.approx(plan["predicted"]["iteration_time"])
+    problem = load_problem(str(problem_file))
+    for name in ("gpipe", "1f1b"):
+        m = plan["baselines"][name]["microbatches"]
+        label = baseline_label(name, m)
+        run_time = run_evaluation(problem, SCHEDULES[name].baseline(problem, m)).iteration_time
+        assert times[label] == pytest.approx(run_time), label

@@ -45,6 +45,7 @@ from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.limits import parse_memory_limit
 from tidgap.optimize.memory import parse_size
 from tidgap.outputs.files import check_outputs, comparison_files, json_file, write_files
+from tidgap.runtime.pricing import run_prediction
 from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
@@ -300,9 +301,13 @@ def _report(
     """Write the plan and pictures where asked and print the summary (or the JSON plan)."""
     loaded = result.problem
     document = result.plan_document()
-    timeline = plan_timeline(loaded, result.plan, label="tidgap")
+    run_priced = result.pricing == RUN_PRICING  # its times, its pictures: tidgap run's
+    if run_priced:
+        timeline = run_prediction(loaded, result.plan, "tidgap")[1]
+    else:
+        timeline = plan_timeline(loaded, result.plan, label="tidgap")
     files = [] if out is None else [json_file(out, document)]
-    files += comparison_files(loaded, [timeline], result.baselines, gantt, trace)
+    files += comparison_files(loaded, [timeline], result.baselines, gantt, trace, run_priced)
     written = write_files(files)
     if as_json:
         echo_json(document)

@@ -20,7 +20,12 @@ from tidgap.model.fileio import json_text
 from tidgap.model.problem import Problem
 from tidgap.outputs.atomic import Identity, Producer, identity, probe, write_together
 from tidgap.schedules.baselines import BaselineResult
-from tidgap.schedules.families import TIMED_BASELINES, baseline_timeline
+from tidgap.schedules.families import (
+    SCHEDULES,
+    TIMED_BASELINES,
+    baseline_label,
+    baseline_timeline,
+)
 from tidgap.schedules.timeline import Timeline
 
 #: An output option and its path, like ``("--out", "plan.json")``; ``None``: not asked for.
@@ -148,11 +153,22 @@ def comparison_files(
     baselines: dict[str, BaselineResult],
     gantt: str | None,
     trace: str | None,
+    run_priced: bool = False,
 ) -> list[OutputFile]:
-    """Picture and trace (where asked) of ``plans`` above the best GPipe and 1F1B."""
+    """Picture and trace (where asked) of ``plans`` above the best GPipe and 1F1B; with
+    ``run_priced``, the baselines' timelines as ``tidgap run`` runs them (as a run-priced
+    search times plans: :func:`~tidgap.runtime.pricing.run_prediction`)."""
     if gantt is None and trace is None:
         return []
-    timelines = plans + [
-        baseline_timeline(problem, name, baselines[name].microbatches) for name in TIMED_BASELINES
-    ]
+
+    def timed(name: str) -> Timeline:
+        m = baselines[name].microbatches
+        if not run_priced:
+            return baseline_timeline(problem, name, m)
+        from tidgap.runtime.pricing import run_prediction
+
+        plan = SCHEDULES[name].baseline(problem, m)
+        return run_prediction(problem, plan, baseline_label(name, m))[1]
+
+    timelines = plans + [timed(name) for name in TIMED_BASELINES]
     return timeline_files(timelines, gantt, trace, problem.name)
