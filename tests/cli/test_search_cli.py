@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_helpers import case_named, describe, json_output, run_cli, write_json
+from tidgap.optimize.results import TRADEOFF_FIGURES
 
 PROBLEM = "example:tiny-2"
 #: A short search: few generations, a small population.
@@ -59,6 +60,19 @@ def test_json_has_the_order_and_the_tradeoff_rows() -> None:
         assert _within(row["peak_held"], row["limit_held"])
     times = [row["iteration_time"] for row in rows]
     assert document["predicted"]["iteration_time"] == times[-1] == min(times)
+
+
+def test_a_level_without_a_plan_has_every_key_null() -> None:
+    """Two microbatches at most: no plan within 1F1B(11)'s memory; the row kept only
+    ``iteration_time`` (``row["peak_held"]`` raised KeyError)."""
+    args = ("example:gpt1-14", "--generations", "3", "--max-microbatches", "2")
+    result = run_cli("search", *args)
+    rows = json.loads(run_cli("search", *args, "--json").stdout)["search"]["tradeoff"]
+    empty = [row for row in rows if row["iteration_time"] is None]
+    assert empty and "no plan" in result.stdout
+    for row in empty:
+        assert set(row) == {"limit", "limit_held", *TRADEOFF_FIGURES}
+        assert [row[key] for key in TRADEOFF_FIGURES] == [None] * len(TRADEOFF_FIGURES)
 
 
 def test_pricing_is_in_the_json_and_the_headline() -> None:
@@ -120,6 +134,7 @@ def test_memory_limit_1f1b_writes_a_plan_within_what_the_best_1f1b_holds(
         (("--schedule", "flush", "--pricing", "run"), "--pricing"),
         (("--same-partition", "--pricing", "run"), "--pricing"),
         (("--pricing", "cheap"), "--pricing"),
+        (("--checkpoint-every", "1"), "--checkpoint-every"),  # it was ignored: saved nowhere
     ],
     ids=[
         "unknown-word",
@@ -130,6 +145,7 @@ def test_memory_limit_1f1b_writes_a_plan_within_what_the_best_1f1b_holds(
         "flush-run-pricing",
         "same-partition-run-pricing",
         "unknown-pricing",
+        "checkpoint-every-alone",
     ],
 )
 def test_bad_input_exits_2_in_one_line_and_writes_nothing(

@@ -28,13 +28,21 @@ from tidgap.profiling.synth import synth_problem
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("1000", 1000), ("8G", 8 * 10**9), ("512MiB", 512 * 2**20), ("1.5k", 1500), ("2 GB", 2e9)],
+    [
+        ("1000", 1000),
+        ("8G", 8 * 10**9),
+        ("512MiB", 512 * 2**20),
+        ("1.5k", 1500),
+        ("2 GB", 2e9),
+        ("1e9", 10**9),  # formats.md: "or a number" (it was refused)
+        ("2.5E-3k", 2),
+    ],
 )
 def test_sizes_parse(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "lots", "-1G", "8X", "1e9"])
+@pytest.mark.parametrize("text", ["", "lots", "-1G", "8X", "1e", "e9", "1e9.5"])
 def test_bad_sizes_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_size(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+from click.core import ParameterSource
 
 from tidgap.analysis.bound import lower_bound
 from tidgap.analysis.compare import compare, format_table
@@ -135,8 +136,9 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
 @click.option(
     "--max-microbatches",
     type=count_range(1),
-    help="Most microbatches per stage and direction (default 64, raised if a baseline "
-    "or the caps need more; at most batch_size/unit).",
+    help="Most microbatches per stage and direction, at most batch_size/unit. Default 64, "
+    "raised if a baseline or a seed needs more; a given value is kept (raised only if the "
+    "caps need more), so the plan may be slower than a baseline that needs more.",
 )
 @backend_option("Evaluation backend; auto picks the GPU when usable, else numba, else numpy.")
 @click.option(
@@ -237,6 +239,10 @@ def search_command(
     once.
     """
     backend = chosen_backend(backend, gpu, cpu)
+    context = click.get_current_context()
+    given = context.get_parameter_source("checkpoint_every") == ParameterSource.COMMANDLINE
+    if checkpoint is None and given:
+        raise click.UsageError("--checkpoint-every needs --checkpoint (where to save)")
     spec = EXAMPLE_PREFIX + DEFAULT_EXAMPLE if problem is None else problem
     loaded = load_problem(spec)
     check_outputs(

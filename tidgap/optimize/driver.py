@@ -75,10 +75,11 @@ def search(
     The same seed, backend, input and stopping rule give the same plan, except that a
     time limit may stop at a different generation on a busier machine. The result is
     never worse than the best GPipe, local greedy or global DP plan that ran (they seed the GA),
-    nor than any feasible plan in ``initial_plans`` that fits the search; a windowed one
-    is never worse than the best 1F1B nor than the best plan of its first search (flush;
-    a run-priced one that admits recomputation: a mirrored windowed search, for half its
-    time limit or half its generations, at most 300).
+    nor than any feasible plan in ``initial_plans``, each where it fits the search (a
+    ``max_microbatches`` given is kept, not raised for a plan of more microbatches); a
+    windowed one is never worse than the best 1F1B nor than the best plan of its first
+    search (flush; a run-priced one that admits recomputation: a mirrored windowed
+    search, for half its time limit or half its generations, at most 300).
 
     ``time_limit`` (seconds) covers the whole search after the backend's code is compiled
     (a first run compiles Numba's loops into the disk cache; ``setup["compile"]`` says how

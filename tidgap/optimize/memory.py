@@ -34,7 +34,7 @@ GIVEN = "--max-memory"
 #: What every search needs besides (interpreter, NumPy, Numba, the problem).
 BASELINE_BYTES = 64 << 20
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 #: Byte sizes are below this (a signed 64-bit count).
 MAX_SIZE = 2**63
@@ -125,8 +125,9 @@ def default_budget(backend: Backend) -> int:
 
 
 def parse_size(text: str) -> int:
-    """``"8G"``, ``"512MiB"``, ``"1.5g"``, ``"1000000"`` -> bytes (``k``/``m``/``g``/``t``
-    are powers of 1000, with ``i`` of 1024); raise ``ValueError`` on anything else."""
+    """``"8G"``, ``"512MiB"``, ``"1.5g"``, ``"1000000"``, ``"1e9"`` -> bytes (``k``/``m``/
+    ``g``/``t`` are powers of 1000, with ``i`` of 1024); raise ``ValueError`` on anything
+    else."""
     match = _SIZE.match(text)
     if match is None:
         raise ValueError(f"not a size: {text!r} (examples: 8G, 512MiB, 1000000)")

@@ -28,6 +28,10 @@ class SearchProgress:
     gpipe_time: float
 
 
+#: The figures of a trade-off row (``null`` in a level without a plan).
+TRADEOFF_FIGURES = ("iteration_time", "speedup_over_1f1b", "speedup_over_gpipe", "peak_held")
+
+
 @dataclass(frozen=True)
 class TradeoffPoint:
     """The fastest plan found within one memory ``level`` (``None`` if none was), with its
@@ -41,8 +45,8 @@ class TradeoffPoint:
         """The trade-off row of ``--json``: the limit, the time, the gains over the best
         1F1B and GPipe (ratios of their time to this one) and the memory per stage."""
         row: dict[str, Any] = {"limit": self.level.label, "limit_held": list(self.level.held)}
-        if self.evaluation is None:
-            return {**row, "iteration_time": None}
+        if self.evaluation is None:  # the same keys, each null
+            return row | dict.fromkeys(TRADEOFF_FIGURES)
         time = self.evaluation.iteration_time
         row |= {
             "iteration_time": time,

@@ -67,7 +67,11 @@ def check_outputs(
             raise InputError(f"is the same file as {owner}; {reason}", source=option)
         if key is not None:
             owners[key] = (f"{option} {path}", "give each output its own file")
-        probe(path)
+        try:
+            probe(path)
+        except InputError as error:  # which option, as the other refusals here say
+            error.source = option if error.source is None else f"{option}: {error.source}"
+            raise
 
 
 @contextmanager
