@@ -45,3 +45,23 @@ def test_search_on_vgg16_says_the_plan_wins() -> None:
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert "best baseline: GPipe(" in result.stdout and "this plan is" in result.stdout
+
+
+def test_a_baseline_over_the_limit_in_force_is_said_so() -> None:
+    """The best baseline's line says when that baseline holds more than the search's limit
+    allows (the search may not return it); not when it fits (no test held the note)."""
+    import tidgap
+    from tests.support.cli_helpers import case_named
+    from tidgap.analysis.search_summary import summary_lines
+
+    document = case_named("med7_1_mem")["problem"]
+    for stage in document["stages"]:
+        stage.pop("memory_limit", None)
+    problem = tidgap.Problem.from_dict(document)
+    rival = tidgap.best_baselines(problem)["1f1b"]
+    held = tidgap.evaluate(problem, tidgap.one_f_one_b_plan(problem, rival.microbatches))
+    options = dict(generations=3, population=16, seed=0)
+    for limit, note in ((int(0.6 * max(held.peak_memory)), True), (None, False)):
+        result = tidgap.search(problem, memory_limit=limit, **options)
+        (line,) = [line for line in summary_lines(result) if "best baseline:" in line]
+        assert line.endswith(" (over the memory limit)") == note, line

@@ -3,6 +3,7 @@ checks of the 'is a GPU usable' logic and of ``--gpu`` still run."""
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 
@@ -129,9 +130,17 @@ def test_gpu_search_is_reproducible_and_matches_the_cpu() -> None:
 
 
 @needs_gpu
-def test_cli_gpu_search_runs() -> None:
-    result = CliRunner().invoke(
-        cli, ["search", "example:tiny-2", "--gpu", "--generations", "5", "--json"]
-    )
-    assert result.exit_code == 0, result.output
-    assert '"backend": "cuda"' in result.stdout
+@pytest.mark.parametrize("schedule", ["windowed", "flush"])
+def test_cli_gpu_search_gives_the_cpu_searchs_plan(schedule: str) -> None:
+    """``--gpu`` runs on CUDA and, with the same seed and generations, returns the plan
+    Numba's search returns (the backends agree exactly, draws included)."""
+    args = ["search", "example:hetero-8", "--schedule", schedule, "--generations", "5"]
+    documents = []
+    for backend in ("--gpu", "--cpu"):
+        result = CliRunner().invoke(cli, [*args, backend, "--seed", "3", "--json"])
+        assert result.exit_code == 0, result.output
+        documents.append(json.loads(result.stdout))
+    gpu, cpu = documents
+    assert gpu["search"]["backend"] == "cuda" and cpu["search"]["backend"] != "cuda"
+    for key in ("forward", "backward", "order", "predicted"):
+        assert gpu.get(key) == cpu.get(key), key

@@ -238,3 +238,38 @@ def test_state_files_are_compressed_and_uncompressed_ones_still_resume(tmp_path)
         np.savez(file, **{name: archive[name] for name in archive.files})
     results = [tidgap.search(problem, generations=2, resume=p, **options) for p in (path, plain)]
     assert results[0].plan == results[1].plan
+
+
+#: For each field of a search's identity, a value other than the saved state's below.
+OTHER_IDENTITY = {
+    "schedule": "flush",
+    "seed": 4,
+    "population": 18,
+    "backend": "numpy",
+    "same_partition": True,
+    "backward": "mirrored",
+    "memory_limit": "1f1b",
+    "max_microbatches": 7,
+    "pricing": "run",
+}
+
+
+@pytest.mark.parametrize("field", sorted(OTHER_IDENTITY))
+def test_a_state_resumes_only_the_search_it_was_saved_by(tmp_path, field):
+    """Every field of the identity is checked (only a few had a test: a state saved under
+    another memory limit, population or schedule could have resumed unnoticed)."""
+    import dataclasses
+
+    from tidgap.optimize.checkpoint import SearchIdentity
+
+    assert set(OTHER_IDENTITY) == {f.name for f in dataclasses.fields(SearchIdentity)}
+    problem = tidgap.load_problem("example:tiny-2")
+    path = tmp_path / "search.state"
+    tidgap.search(problem, generations=2, seed=3, population=16, backend="numba", checkpoint=path)
+    saved = load_state(path)
+    identity = SearchIdentity(**{name: saved.meta[name] for name in OTHER_IDENTITY})
+    saved.check(problem, identity)  # its own search: accepted
+    other = dataclasses.replace(identity, **{field: OTHER_IDENTITY[field]})
+    with pytest.raises(InputError, match=f"was saved with {field} ") as refused:
+        saved.check(problem, other)
+    assert refused.value.path == (field,)

@@ -24,7 +24,7 @@ from tidgap.optimize.limits import (
 )
 from tidgap.schedules.held import peak_memory
 
-EXAMPLES = settings(max_examples=80, deadline=None)
+EXAMPLES = settings(max_examples=80, deadline=None, derandomize=True, database=None)
 BYTES = st.floats(min_value=1e-3, max_value=1e3, allow_nan=False, allow_infinity=False)
 
 
@@ -70,6 +70,7 @@ def brute_force_held(limit: float, activation_bytes: float, batch_size: int) -> 
         (1.5, 0.5, 8, 3),
         (0.3, 0.1, 8, 2),  # 3 * 0.1 == 0.30000000000000004 > 0.3, as evaluate computes
         (3 * 0.1, 0.1, 8, 3),
+        (44 * 0.03, 0.03, 50, 44),  # the quotient 43.999...: the product decides
         (1.0, 3.0, 8, 0),
         (100.0, 1.0, 8, 8),  # never more than the batch
         (1.0, 0.0, 8, 8),  # a sample that takes no memory
@@ -93,6 +94,19 @@ def test_held_within_is_the_most_samples_within_the_limit(
 ) -> None:
     assert held_within(limit, activation_bytes, batch_size) == brute_force_held(
         limit, activation_bytes, batch_size
+    )
+
+
+@given(st.integers(0, 200), BYTES, st.integers(1, 200))
+@EXAMPLES
+def test_a_limit_of_exactly_h_samples_holds_h(held: int, activation_bytes: float, batch: int):
+    """A limit that is a product ``h * activation_bytes`` admits ``h`` samples (those
+    boundaries are where rounding decides; independent draws almost never hit them)."""
+    limit = held * activation_bytes
+    assert (
+        held_within(limit, activation_bytes, batch)
+        == brute_force_held(limit, activation_bytes, batch)
+        >= min(held, batch)
     )
 
 

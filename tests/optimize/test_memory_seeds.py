@@ -21,7 +21,7 @@ from tidgap.optimize.memory_seeds import (
 from tidgap.profiling.synth import synth_problem
 from tidgap.schedules.baselines import feasible_microbatch_counts, one_f_one_b_plan
 
-EXAMPLES = settings(max_examples=40, deadline=None)
+EXAMPLES = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
 
 def limited(problem: Problem, held: list[int], activation_bytes: float = 1000.0) -> Problem:

@@ -196,6 +196,30 @@ def test_the_repair_makes_every_order_valid_and_keeps_valid_ones(
 
 @PROPERTY
 @given(problem=problems(), data=st.data())
+def test_the_repair_raises_each_backward_to_the_least_valid_place(
+    problem: Problem, data: st.DataObject
+) -> None:
+    """model.md: each ``a[s][k]`` is raised to the least value that meets both rules and
+    is at least ``a[s][k-1]``: one forward fewer before any raised ``B`` breaks a rule (a
+    repair that moved backwards later than needed passed every other property)."""
+    from tidgap.schedules.ir import forwards_before, letters_from
+
+    plan = data.draw(plans(problem))
+    order = data.draw(orders(plan))
+    repaired = repair(order, plan.forward, plan.backward)
+    for s, (given_letters, letters) in enumerate(zip(order.stages, repaired.stages, strict=True)):
+        was, now = forwards_before(given_letters), forwards_before(letters)
+        for k in range(1, len(now)):
+            if now[k] > max(was[k], now[k - 1]):
+                earlier = [*now[:k], now[k] - 1, *now[k + 1 :]]
+                stages = list(repaired.stages)
+                stages[s] = letters_from(earlier, len(plan.forward[s]))
+                moved = Order.of(stages)
+                assert first_violation(moved, plan.forward, plan.backward) is not None, (s, k)
+
+
+@PROPERTY
+@given(problem=problems(), data=st.data())
 def test_raising_any_time_never_lowers_the_iteration_time(
     problem: Problem, data: st.DataObject
 ) -> None:
