@@ -19,12 +19,12 @@ torch = pytest.importorskip("torch")
 
 from tests.runtime.test_lowering import random_plan  # noqa: E402
 from tests.support.in_order_p2p import InOrderNetwork, act_as_rank  # noqa: E402
+from tests.support.runtime_fakes import SampleStage  # noqa: E402
 from tidgap.model.plan import Plan  # noqa: E402
 from tidgap.runtime import dist_transport, worker  # noqa: E402
 from tidgap.runtime.dist_transport import DistTransport, LinkGroups, handshake  # noqa: E402
 from tidgap.runtime.executor import execute  # noqa: E402
 from tidgap.runtime.failures import handler_error  # noqa: E402
-from tidgap.runtime.fake import SampleStage  # noqa: E402
 from tidgap.runtime.handlers import PipelineHandlers  # noqa: E402
 from tidgap.runtime.lowering import lower  # noqa: E402
 from tidgap.schedules.ir import one_f_one_b_order  # noqa: E402

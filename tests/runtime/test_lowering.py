@@ -6,8 +6,8 @@ import random
 
 import pytest
 
+from tests.support.runtime_fakes import SampleStage, run_ranks
 from tidgap.model.plan import Plan
-from tidgap.runtime.fake import SampleStage, run_ranks
 from tidgap.runtime.lowering import Instruction, lower, recomputes
 from tidgap.schedules.ir import first_violation, one_f_one_b_order, repair, window_order
 
@@ -141,7 +141,7 @@ def test_handlers_tell_the_transport_every_receive_in_order() -> None:
 
 
 def test_the_fakes_refuse_a_receive_other_than_the_expected_one() -> None:
-    from tidgap.runtime.fake import QueueNetwork
+    from tests.support.runtime_fakes import QueueNetwork
 
     transport = QueueNetwork(2, timeout=1.0).transport(1)
     transport.expect([(3, 0)])

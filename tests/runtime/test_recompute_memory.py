@@ -24,6 +24,7 @@ from tests.runtime.test_stage import (  # noqa: E402
     ordered,
 )
 from tests.support.cli_helpers import describe, run_cli, write_json  # noqa: E402
+from tests.support.runtime_fakes import run_ranks  # noqa: E402
 from tidgap.model.plan import Plan  # noqa: E402
 from tidgap.model.problem import Problem  # noqa: E402
 from tidgap.profiling.measure import (  # noqa: E402
@@ -35,7 +36,6 @@ from tidgap.profiling.measure import (  # noqa: E402
 from tidgap.profiling.models import Model, gpt  # noqa: E402
 from tidgap.profiling.run import WithLoss, stage_modules  # noqa: E402
 from tidgap.profiling.synth import synth_problem  # noqa: E402
-from tidgap.runtime.fake import run_ranks  # noqa: E402
 from tidgap.runtime.lowering import lower, recomputes  # noqa: E402
 from tidgap.runtime.recompute_memory import (  # noqa: E402
     CHUNK_FIELD,

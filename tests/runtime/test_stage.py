@@ -9,12 +9,12 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip insta
 
 from torch import nn  # noqa: E402
 
+from tests.support.runtime_fakes import run_ranks  # noqa: E402
 from tidgap import Problem  # noqa: E402
 from tidgap.model.plan import Plan, check_order  # noqa: E402
 from tidgap.profiling.models import Model, gpt  # noqa: E402
 from tidgap.profiling.run import stage_modules  # noqa: E402
 from tidgap.profiling.synth import synth_problem  # noqa: E402
-from tidgap.runtime.fake import run_ranks  # noqa: E402
 from tidgap.runtime.lowering import lower, recomputes  # noqa: E402
 from tidgap.runtime.reference import (  # noqa: E402
     max_relative_difference,

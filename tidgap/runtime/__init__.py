@@ -2,6 +2,6 @@
 
 The plan's order is lowered to per-rank instructions (:mod:`tidgap.runtime.lowering`), which
 an executor (:mod:`tidgap.runtime.executor`) dispatches to handlers: in-process fakes for
-tests (:mod:`tidgap.runtime.fake`), torch.distributed point-to-point for real runs.
+tests (``tests/support/runtime_fakes.py``), torch.distributed point-to-point for real runs.
 Nothing here imports PyTorch until a run starts.
 """

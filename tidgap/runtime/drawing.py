@@ -169,7 +169,7 @@ class DrawingModules:
     def _located(self, mode: Recording | Replay) -> Iterator[None]:
         """The block wholly under ``mode``, the modules that drew found and hooked. The
         module hooks are global: those of other threads (stages run in-process on threads,
-        :mod:`tidgap.runtime.fake`) are left out of the stack."""
+        ``tests/support/runtime_fakes.py``) are left out of the stack."""
         stack: list[nn.Module] = []
         mine = threading.get_ident()
 
