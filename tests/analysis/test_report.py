@@ -21,7 +21,7 @@ from tidgap.analysis.exhaustive import compositions
 from tidgap.analysis.report import report
 from tidgap.model.examples import example_names
 from tidgap.schedules.families import plan_timeline
-from tidgap.schedules.flush import backward_pass, forward_pass
+from tidgap.schedules.flush import backward_recurrence, forward_recurrence
 
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
 TINY = [case for case in golden_cases() if "optimum" in case]
@@ -42,15 +42,14 @@ def optimum(problem: Problem) -> float:
 
     stages = range(problem.num_stages)
     forwards = itertools.product(*(choices(problem.forward_cap(s)) for s in stages))
-    forward_end = min(forward_pass(problem, list(f))[-1][-1] for f in forwards)
+    forward_end = min(forward_recurrence(problem, list(f)).ends[-1][-1] for f in forwards)
     backwards = itertools.product(*(choices(problem.backward_cap(s)) for s in stages))
-    span = min(
-        max(
-            g[-1] + stage.tail
-            for g, stage in zip(backward_pass(problem, list(b), 0.0), problem.stages, strict=True)
-        )
-        for b in backwards
-    )
+
+    def span_of(backward: list[list[int]]) -> float:
+        ends = backward_recurrence(problem, backward, 0.0).ends
+        return max(g[-1] + stage.tail for g, stage in zip(ends, problem.stages, strict=True))
+
+    span = min(span_of(list(b)) for b in backwards)
     return forward_end + span
 
 

@@ -17,10 +17,11 @@ from tidgap.backends.evaluator import create_evaluator, flush_numpy
 from tidgap.backends.ticks import TickedProblem, tick_problem
 from tidgap.optimize.aligned import (
     AlignedPair,
-    align_backward,
     aligned_pair,
     aligned_search,
     coarsen,
+    fits,
+    snap,
 )
 from tidgap.optimize.genome import decode_partitions, encode_plan
 from tidgap.optimize.operators import equal_rows
@@ -50,6 +51,15 @@ def chromosomes() -> tuple[np.ndarray, np.ndarray]:
     forward = random_population(rng, FORWARD_CAPS, UNITS, SIZE, WIDTH)
     backward = random_population(rng, BACKWARD_CAPS, UNITS, SIZE, WIDTH)
     return forward, backward
+
+
+def align_backward(forward: np.ndarray, backward: np.ndarray, caps: np.ndarray):
+    """``(backward', aligned)``: the repair of ``(P, S, K)`` ``backward`` onto ``forward``
+    (:func:`snap`, then :func:`coarsen` within ``caps``) where the forward fits the backward
+    caps (``(P,)`` ``aligned``), else ``backward`` unchanged: as the search repairs."""
+    repaired, _ = coarsen(forward, snap(forward, backward), caps)
+    aligned = fits(forward, caps)
+    return np.where(aligned[:, None, None], repaired, backward), aligned
 
 
 def test_the_repair_gives_valid_aligned_backwards(chromosomes) -> None:

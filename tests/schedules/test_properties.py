@@ -20,7 +20,7 @@ from tidgap import (
     one_f_one_b,
     pipedream,
 )
-from tidgap.schedules.flush import backward_pass
+from tidgap.schedules.flush import backward_recurrence
 
 #: Deterministic runs: the same examples every time, no example database.
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
@@ -79,7 +79,7 @@ def test_forward_and_backward_separate(problem: Problem, data: st.DataObject) ->
     """``iteration_time = forward_end + backward_span``; the span ignores the forward chromosome."""
     plan = data.draw(plans(problem))
     result = evaluate(problem, plan)
-    G = backward_pass(problem, plan.backward, 0.0)
+    G = backward_recurrence(problem, plan.backward, 0.0).ends
     span = max(g[-1] + stage.tail for g, stage in zip(G, problem.stages, strict=True))
     assert close(result.iteration_time, result.forward_end + span)
 

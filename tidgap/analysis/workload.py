@@ -101,13 +101,11 @@ def default_population(family: str, size: int) -> Population:
     return ordered_population(np.random.default_rng(ORDERED_SEED), synthetic_problem(), size=size)
 
 
-def search_population(
-    problem: Problem, family: str, size: int, width: int, seed: int = 0
-) -> Population:
+def search_population(problem: Problem, family: str, size: int, width: int) -> Population:
     """``size`` random individuals of ``problem`` with ``width`` columns, as a search draws
     its first generation (``windowed``: with the repaired orders of random leads)."""
     ticked = tick_problem(problem)
-    rng = CounterRng(seed)
+    rng = CounterRng(0)
     S, U = problem.num_stages, problem.num_units
     if SCHEDULES[family].separable:
         return Population(

@@ -1,5 +1,5 @@
 """The evaluator seam: ``score(population) -> (P,) int64 ticks`` for a schedule family on a
-backend, and the CPU evaluators of the flush.
+backend, and the CPU evaluators (NumPy, Numba) of the flush and of ordered plans.
 
 Every backend computes the same thing, exactly, in integer ticks. A separable family (the
 flush) also offers both halves of the iteration time, each from one chromosome:

@@ -10,8 +10,8 @@ int32 sizes in units, zero padded (:mod:`tidgap.optimize.genome`), on NumPy or C
 
 - :func:`coarsen`: cuts -> the backward chromosome, adding the fewest cuts (greedy, each as
   late as possible) that keep every backward microbatch within the backward cap;
-- :func:`align_backward`: the repair of any backward chromosome: its boundaries snapped to
-  the nearest forward boundary, then :func:`coarsen`;
+- :func:`snap`: any backward chromosome's boundaries snapped to the nearest forward
+  boundary, as cuts (then :func:`coarsen`: the repair of a backward onto a forward);
 - :func:`aligned_search`: the best coarsening of one forward chromosome, by backward span;
 - :func:`aligned_pair`: the best (forward, coarsening) pair among candidate forwards;
 - :func:`mirrored_start`: the best candidate as both partitions (a mirrored plan).
@@ -97,23 +97,6 @@ def snap(forward: Any, backward: Any) -> Any:
     wanted = xp.zeros((population, stages, width + 1), dtype=bool)
     wanted.reshape(-1)[(rows * (width + 1) + nearest).reshape(-1)] = True
     return xp.ascontiguousarray(wanted[..., 1:])
-
-
-def align_backward(forward: Any, backward: Any, caps: Any) -> tuple[Any, Any]:
-    """``(backward', aligned)``: the repair of ``(P, S, K)`` ``backward`` onto ``forward``
-    (:func:`snap`, then :func:`coarsen` within the ``(S,)`` backward ``caps``), and ``(P,)``
-    bool ``aligned``.
-
-    Where ``aligned``, every backward boundary of ``backward'`` is a forward boundary and
-    every backward microbatch is within its cap. An individual whose forward breaks a
-    backward cap on some stage (:func:`fits`) has no aligned backward: it keeps its
-    ``backward`` unchanged, and ``aligned`` is false (its forward is what must change).
-    Aligned input within the caps is returned unchanged.
-    """
-    xp = namespace(forward)
-    repaired, _ = coarsen(forward, snap(forward, backward), caps)
-    aligned = fits(forward, caps)
-    return xp.where(aligned[:, None, None], repaired, backward).astype(GENE), aligned
 
 
 def _equal(units: int, counts: Any, stages: int, width: int) -> Any:
@@ -220,9 +203,9 @@ def aligned_search(
 
     ``backward``: ``(S, K)``, the dual GA's best backward; ``caps``: ``(S,)`` backward caps
     in units; ``score``: the separable evaluator's ``backward_span`` (in ``rng.xp``'s arrays).
-    Seeded with the forward partition itself, the repair of ``backward`` and the repairs of
-    the equal partitions (:func:`align_backward`); the best seed is improved by an iterated
-    steepest descent (:func:`tidgap.optimize.polish.descend`) over moves at forward
+    Seeded with the forward partition itself, the repair of ``backward`` and the repairs
+    of the equal partitions (:func:`snap`, then :func:`coarsen`); the best seed is improved
+    by an iterated steepest descent (:func:`tidgap.optimize.polish.descend`) over moves at forward
     boundaries (merge two backward microbatches, split one, move a boundary to the next
     forward boundary): ``rounds`` times, ``batch`` copies of the best, each with one to
     three random cuts flipped, are scored and the best descends; it replaces the best if
@@ -303,6 +286,10 @@ def _candidates(forwards: Any, forward_caps: Any, backward_caps: Any) -> Any:
     return every[xp.asarray(np.sort(first))]
 
 
+#: How many of :func:`aligned_pair`'s best-seeded candidates :func:`aligned_search` refines.
+REFINED = 4
+
+
 def aligned_pair(
     forwards: Any,
     forward_caps: Any,
@@ -312,9 +299,6 @@ def aligned_pair(
     backward_score: Score,
     rng: CounterRng,
     *,
-    refine: int = 4,
-    rounds: int = 16,
-    batch: int = 64,
     deadline: float | None = None,
     interrupted: Interrupted | None = None,
 ) -> AlignedPair:
@@ -324,8 +308,8 @@ def aligned_pair(
     the ``(S,)`` ``forward_caps``; the equal partitions within both caps join them, so the
     result is never slower than the best pair of equal partitions that recomputes nothing.
     ``backward``: ``(S, K)``, the dual GA's best backward. Every candidate is scored with its
-    best seed (:func:`seeded`, forward time plus seed span); the ``refine`` best of them
-    (first on ties) get :func:`aligned_search` (until ``deadline`` or a signal,
+    best seed (:func:`seeded`, forward time plus seed span); the :data:`REFINED` best of
+    them (first on ties) get :func:`aligned_search` (until ``deadline`` or a signal,
     ``interrupted``); the least total wins (the first on ties).
     ``ValueError`` if every candidate breaks a backward cap.
     """
@@ -340,15 +324,13 @@ def aligned_pair(
         for i in range(len(candidates))
     ]
     best: AlignedPair | None = None
-    for i in np.argsort(totals, kind="stable")[:refine]:
+    for i in np.argsort(totals, kind="stable")[:REFINED]:
         chromosome, ticks = aligned_search(
             candidates[i],
             backward,
             backward_caps,
             backward_score,
             rng,
-            rounds=rounds,
-            batch=batch,
             deadline=deadline,
             interrupted=interrupted,
         )

@@ -270,11 +270,9 @@ def save_state(
     path: str | os.PathLike[str],
     run: Prepared,
     identity: SearchIdentity,
-    phase: str | None = None,
 ) -> None:
-    """Write ``run``'s state (in ``phase``) to ``path`` atomically
-    (:mod:`tidgap.outputs.atomic`)."""
-    write_state(path, current_state(run, identity, phase))
+    """Write ``run``'s state (its GA's) to ``path`` atomically (:mod:`tidgap.outputs.atomic`)."""
+    write_state(path, current_state(run, identity))
 
 
 def write_state(path: str | os.PathLike[str], state: SavedState) -> None:

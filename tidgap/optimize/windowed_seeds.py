@@ -10,7 +10,7 @@ import numpy as np
 
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.optimize.genome import GENE, encode_partitions
+from tidgap.optimize.genome import GENE, encode_plan
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel
 from tidgap.optimize.order_genes import encode_lead
@@ -28,9 +28,10 @@ def encode_plans(plans: Sequence[Plan], problem: Problem, width: int) -> JointGe
     """``plans`` with at most ``width`` microbatches per stage as ``(n, S, width)`` host genes
     (others left out)."""
     fitting = [p for p in plans if max(map(len, p.forward + p.backward)) <= width]
+    forward, backward = zip(*(encode_plan(p, problem, width) for p in fitting), strict=True)
     return JointGenes(
-        np.stack([encode_partitions(p.forward, problem.unit, width) for p in fitting]),
-        np.stack([encode_partitions(p.backward, problem.unit, width) for p in fitting]),
+        np.stack(forward),
+        np.stack(backward),
         np.stack([encode_lead(p, width) for p in fitting]).astype(GENE),
     )
 

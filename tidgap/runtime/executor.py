@@ -9,7 +9,7 @@ handlers of real runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,7 +31,7 @@ class Handlers(Protocol):
 
 @dataclass(frozen=True)
 class Record:
-    """One instruction as it ran: ``start`` / ``end`` in seconds of ``clock``."""
+    """One instruction as it ran: ``start`` / ``end`` in seconds of ``time.perf_counter``."""
 
     kind: Kind
     microbatch: int
@@ -40,21 +40,17 @@ class Record:
     end: float
 
 
-def execute(
-    instructions: Sequence[Instruction],
-    handlers: Handlers,
-    clock: Callable[[], float] = time.perf_counter,
-) -> list[Record]:
+def execute(instructions: Sequence[Instruction], handlers: Handlers) -> list[Record]:
     """Dispatch every instruction in order, then ``handlers.finish()``; the records, in
     order (``finish`` is not recorded). :class:`InstructionFailed` from what a handler
     raised (an :class:`Exception`), naming its instruction."""
     records = []
     for step in instructions:
-        start = clock()
+        start = time.perf_counter()
         try:
             getattr(handlers, step.kind)(step.microbatch, step.samples)
         except Exception as error:
             raise InstructionFailed(step) from error
-        records.append(Record(step.kind, step.microbatch, step.samples, start, clock()))
+        records.append(Record(step.kind, step.microbatch, step.samples, start, time.perf_counter()))
     handlers.finish()
     return records

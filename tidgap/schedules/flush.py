@@ -84,11 +84,6 @@ def forward_recurrence(problem: Problem, forward: list[list[int]]) -> Recurrence
     return Recurrence(F, R, A)
 
 
-def forward_pass(problem: Problem, forward: list[list[int]]) -> list[list[float]]:
-    """``F[s][k]`` for every stage ``s`` and ``k = 0..M_s`` (model.md, forward recurrence)."""
-    return forward_recurrence(problem, forward).ends
-
-
 def backward_recurrence(
     problem: Problem, backward: list[list[int]], forward_end: float
 ) -> Recurrence:
@@ -107,13 +102,6 @@ def backward_recurrence(
         R[s] = ready
         G[s] = sweep(forward_end, ready, backward[s], problem.stages[s].backward)
     return Recurrence(G, R, A)
-
-
-def backward_pass(
-    problem: Problem, backward: list[list[int]], forward_end: float
-) -> list[list[float]]:
-    """``G[s][k]`` for every stage ``s`` and ``k = 0..N_s`` (model.md, backward recurrence)."""
-    return backward_recurrence(problem, backward, forward_end).ends
 
 
 def recurrences(problem: Problem, plan: Plan) -> tuple[Recurrence, Recurrence]:
