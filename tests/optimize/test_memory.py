@@ -154,7 +154,7 @@ def test_a_huge_batch_names_the_problem_field(tmp_path: Path) -> None:
 
 
 def test_the_library_raises_input_error() -> None:
-    with pytest.raises(InputError, match="--population"):
+    with pytest.raises(InputError, match="^population: "):
         search(load_problem("example:tiny-2"), population=10**9, max_memory=10**9)
 
 

@@ -126,7 +126,7 @@ def test_a_byte_limit_below_one_unit_is_refused_on_the_option() -> None:
     problem = limited(load_problem("example:hetero-8"), [256] * 8, 1000.0)
     with pytest.raises(InputError) as caught:
         require_room(problem, 7999)
-    assert caught.value.source == "--memory-limit" and "7 samples" in str(caught.value)
+    assert caught.value.source == "memory_limit" and "7 samples" in str(caught.value)
     require_room(problem, 8000)
     assert stage_level(problem).held == (256,) * 8
 
@@ -148,7 +148,7 @@ def test_too_few_microbatches_for_the_limit_are_refused_on_the_option() -> None:
     problem = limited(example, [2 * example.unit] * example.num_stages)
     with pytest.raises(InputError) as caught:
         search(problem, seed=0, generations=50, population=32, max_microbatches=8)
-    assert caught.value.source == "--max-microbatches"
+    assert caught.value.source == "max_microbatches"
     assert str(caught.value).endswith("that takes at least 16")
     found = search(problem, seed=0, generations=2, population=32, max_microbatches=16)
     assert max(evaluate(problem, found.plan).peak_held) <= 2 * example.unit

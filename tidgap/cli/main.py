@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from tidgap import __version__
+from tidgap.cli.options import named_as_option
 from tidgap.model.errors import InputError, first_line
 from tidgap.optimize.interrupts import exit_status
 
@@ -26,7 +27,7 @@ class TidgapGroup(click.Group):
         try:
             status = super().main(*args, standalone_mode=False, **kwargs)
         except InputError as error:
-            _fail(str(error))
+            _fail(str(named_as_option(error)))
         except click.UsageError as error:
             context = f"{error.ctx.info_name}: " if error.ctx and error.ctx.parent else ""
             _fail(f"{context}{error.format_message()}")

@@ -256,3 +256,20 @@ def _held_note(problem: Problem, plan: Plan, evaluation: Evaluation, again: list
         f"{format_bytes(held[s])} (the model's {format_bytes(model[s])})" for s in again
     )
     return f", those stage(s) holding {shown}"
+
+
+#: The Python API's argument names that an :class:`InputError` may name as its source, as
+#: the command line's options.
+API_OPTIONS = {
+    "memory_limit": "--memory-limit",
+    "max_microbatches": "--max-microbatches",
+    "population": "--population",
+    "microbatches": "--microbatches",
+}
+
+
+def named_as_option(error: InputError) -> InputError:
+    """``error`` naming the command line's option where it names a Python API argument
+    (``memory_limit`` -> ``--memory-limit``)."""
+    error.source = API_OPTIONS.get(error.source or "", error.source)
+    return error

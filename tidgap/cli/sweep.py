@@ -21,6 +21,7 @@ from tidgap.cli.options import (
     backward_rule,
     backward_rule_options,
     count_range,
+    named_as_option,
     population_option,
     require_folder_name,
 )
@@ -91,7 +92,7 @@ def _check_memory_limit(
                 if limit is not None:
                     flush_memory_limit(problem, limit)
         except InputError as error:
-            raise InputError(str(error), source=spec) from None
+            raise _failure(spec, error) from None
 
 
 @contextmanager
@@ -252,7 +253,7 @@ def _failure(spec: str, error: BaseException) -> InputError:
     :class:`InputError`'s line (its own source kept after the file), anything else as
     ``search failed (TYPE: message)``."""
     if isinstance(error, InputError):
-        return InputError(str(error), source=spec)
+        return InputError(str(named_as_option(error)), source=spec)
     return InputError(f"search failed ({type(error).__name__}: {error})", source=spec)
 
 

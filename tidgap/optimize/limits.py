@@ -111,13 +111,13 @@ def stage_level(problem: Problem) -> MemoryLevel:
 
 
 def bytes_level(problem: Problem, limit: int) -> MemoryLevel:
-    """``limit`` bytes on every stage; :class:`InputError` on ``--memory-limit`` when the
+    """``limit`` bytes on every stage; :class:`InputError` on ``memory_limit`` when the
     problem gives no ``activation_bytes``."""
     if not problem.has_memory:
         raise InputError(
             f"a limit in bytes ({limit}) needs activation_bytes on every stage of the "
-            f"problem; it has none (use --memory-limit {ONE_F_ONE_B})",
-            source="--memory-limit",
+            f"problem; it has none (use the limit {ONE_F_ONE_B})",
+            source="memory_limit",
         )
     held = [held_within(limit, s.activation_bytes, problem.batch_size) for s in problem.stages]
     return MemoryLevel(format_bytes(limit), tuple(held), (float(limit),) * len(held))

@@ -34,7 +34,7 @@ def require_room(
     stage without: :meth:`~tidgap.optimize.run_memory.RunMemory.limit`)."""
     limits: list[tuple[MemoryLevel, str | None]] = [(stage_level(problem), None)]
     if memory_limit is not None and memory_limit != ONE_F_ONE_B:
-        limits.append((bytes_level(problem, int(memory_limit)), "--memory-limit"))
+        limits.append((bytes_level(problem, int(memory_limit)), "memory_limit"))
     for level, option in limits:
         caps = level.bytes_cap or (math.inf,) * problem.num_stages
         for s, held in enumerate(level.held):

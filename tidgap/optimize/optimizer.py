@@ -147,7 +147,7 @@ def resolved_pricing(problem: Problem, pricing: str, schedule: str) -> str:
 
 
 #: What a flush search refused for a memory limit should do instead.
-WINDOWED_HINT = "search windowed plans (--schedule windowed, no --same-partition) under it"
+WINDOWED_HINT = "search windowed plans under it (schedule windowed, not same-partition)"
 
 
 def flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
@@ -155,14 +155,14 @@ def flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
     if memory_limit == ONE_F_ONE_B:
         raise InputError(
             f"flush plans hold the whole batch on every stage, more than 1F1B; {WINDOWED_HINT}",
-            source="--memory-limit",
+            source="memory_limit",
         )
     level = bytes_level(problem, int(memory_limit))
     if not level.admits([problem.batch_size] * problem.num_stages):
         raise InputError(
             f"every flush plan holds the whole batch, above {level.label} on some stage; "
             + WINDOWED_HINT,
-            source="--memory-limit",
+            source="memory_limit",
         )
 
 

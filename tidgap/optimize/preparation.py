@@ -165,8 +165,8 @@ def require_memory(footprint: SearchFootprint, budget: int, budget_source: str) 
     """Raise :class:`InputError` naming the option (or field) that makes ``footprint`` too big."""
     cause = footprint.largest_cause()
     what, source, path = {
-        "population": ("the population", "--population", ()),
-        "seeds": ("the seed chromosomes", "--max-microbatches", ()),
+        "population": ("the population", "population", ()),
+        "seeds": ("the seed chromosomes", "max_microbatches", ()),
         "tables": ("the tick tables (stages x units)", None, ("batch_size",)),
         "fixed": ("the fixed share every search holds", None, ()),  # the budget is small
     }[cause]

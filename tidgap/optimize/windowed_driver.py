@@ -341,7 +341,7 @@ def prepare_windowed(
             f"{width} microbatches a stage cannot split the batch within the memory limit "
             f"({in_force.label}: at most {list(in_force.held)} samples per stage): that "
             f"takes at least {fewest}",
-            source="--max-microbatches",
+            source="max_microbatches",
         )
     equal = seed_plans(problem, width, population, baselines)
     ramps = ramp_plans(problem, width, baselines["1f1b"])

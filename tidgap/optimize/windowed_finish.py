@@ -300,7 +300,7 @@ def finish_windowed(
             f"no plan found within the memory limit ({in_force.label}: {held})"
             + refusal(run.backward)
             + leanest_held(run),
-            source="stages' memory_limit" if in_force.label == STAGE_LIMITS else "--memory-limit",
+            source="stages' memory_limit" if in_force.label == STAGE_LIMITS else "memory_limit",
         )
     return SearchResult(
         problem=problem,

@@ -76,19 +76,19 @@ def feasible_microbatch_counts(problem: Problem) -> list[int]:
 def require_feasible(problem: Problem, m: int) -> None:
     """Raise :class:`InputError` (on ``--microbatches``) if ``m`` is not a feasible count."""
     require_problem(problem)
-    integer_at_least("--microbatches", m, None)
+    integer_at_least("microbatches", m, None)
     if not 1 <= m <= problem.num_units:
         raise InputError(
             f"{m} is outside 1..{problem.num_units} (batch_size {problem.batch_size}, "
             f"unit {problem.unit})",
-            source="--microbatches",
+            source="microbatches",
         )
     largest = largest_microbatch(problem, m)
     if largest > problem.common_cap():
         raise InputError(
             f"{m} microbatches of up to {largest} samples break a cap "
             f"(every stage accepts at most {problem.common_cap()})",
-            source="--microbatches",
+            source="microbatches",
         )
 
 
