@@ -349,3 +349,31 @@ def test_a_signal_to_the_launcher_alone_stops_its_workers_searches(tmp_path: Pat
     written = {p.name for p in out.iterdir()}
     assert {"summary.csv", "summary.json"} <= written
     assert written <= {"summary.csv", "summary.json", "tiny-2.plan.json", "hetero-8.plan.json"}
+
+
+def test_ctrl_c_while_the_workers_start_prints_no_traceback(tmp_path: Path) -> None:
+    """SIGINT to the process group as the pool's workers import their modules: each worker
+    held it back until its handler was in place (each printed a KeyboardInterrupt
+    traceback), and the sweep ends as for any Ctrl-C."""
+    import signal
+    import subprocess
+
+    command = [sys.executable, "-m", "tidgap", "sweep", TINY, "example:hetero-8"]
+    sweep_run = subprocess.Popen(
+        [*command, "--time-limit", "300", "--out-dir", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, as a terminal's
+    )
+    try:
+        # the resource tracker and a worker: the worker is importing now
+        assert has_children_within(sweep_run.pid, 60, count=2), "no worker started"
+        os.killpg(sweep_run.pid, signal.SIGINT)
+        output, errors = sweep_run.communicate(timeout=60)
+    finally:
+        if sweep_run.poll() is None:
+            os.killpg(sweep_run.pid, signal.SIGKILL)
+    assert sweep_run.returncode == 130, output + errors
+    assert "Traceback" not in errors and "KeyboardInterrupt" not in errors, errors
+    assert "interrupted by SIGINT" in output

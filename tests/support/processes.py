@@ -35,11 +35,11 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def has_children_within(pid: int, seconds: float) -> bool:
-    """Whether process ``pid`` has started a child within ``seconds``."""
+def has_children_within(pid: int, seconds: float, count: int = 1) -> bool:
+    """Whether process ``pid`` has ``count`` children (at once) within ``seconds``."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if children(pid):
+        if len(children(pid)) >= count:
             return True
-        time.sleep(0.2)
+        time.sleep(0.05)
     return False

@@ -12,9 +12,9 @@ import math
 import multiprocessing
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, wait
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -91,6 +91,24 @@ def _start_worker(threads: int, launcher: int, launcher_signal: Any) -> None:
     _launcher_signal = launcher_signal
     for signum in STOP_SIGNALS:
         signal.signal(signum, _worker_signals.handle)
+    if hasattr(signal, "pthread_sigmask"):  # held back since the launcher started us
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+@contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back in this thread while the block runs, and so in the
+    workers it starts until their initializer handles them (:func:`_start_worker`): a
+    Ctrl-C while a worker imports its modules printed that worker's traceback. A signal
+    held back reaches this process's handler after the block."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _stop_received() -> str | None:
@@ -216,10 +234,11 @@ def search_many(
         default_pool(len(problems)) if executor is None else nullcontext(executor)
     )
     with owned as pool:
-        futures = [
-            pool.submit(_search, problem, seed, search_options)
-            for problem, seed in zip(problems, seed_list, strict=True)
-        ]
+        with _stop_signals_held():  # a local pool starts its workers as tasks come
+            futures = [
+                pool.submit(_search, problem, seed, search_options)
+                for problem, seed in zip(problems, seed_list, strict=True)
+            ]
         try:
             wait(futures)
         except BaseException:  # Ctrl-C: run no search that has not started
