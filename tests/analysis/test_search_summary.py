@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from tidgap.analysis.search_summary import best_rival, verdict
@@ -21,6 +22,18 @@ def test_the_rival_is_the_faster_synchronous_baseline() -> None:
     assert best_rival(_baselines(10.0, 9.0)).schedule == "1f1b"
     assert best_rival(_baselines(9.0, 10.0)).schedule == "gpipe"
     assert best_rival(_baselines(9.0, 9.0)).schedule == "gpipe"
+
+
+def test_times_apart_in_their_last_bits_are_a_tie() -> None:
+    """GPipe(2) and 1F1B(2) on one stage: the same ops summed in another order (14.53428
+    against 14.534279999999999) were '0.00% FASTER' and a -1e-14 % gain in a sweep."""
+    from tidgap.analysis.sweep_summary import gain_pct
+
+    plan, other = 14.53428, 14.534279999999999
+    assert best_rival(_baselines(plan, other)).schedule == "gpipe"
+    line = verdict(plan, BaselineResult("1f1b", 2, other), "ms")
+    assert line == "best baseline: 1F1B(2) 14.5343 ms, as fast as this plan"
+    assert gain_pct(other, plan) == 0.0 and gain_pct(9.0, 10.0) == pytest.approx(-10.0)
 
 
 def test_a_faster_baseline_is_said_plainly() -> None:

@@ -488,3 +488,19 @@ def test_command_help(command: str) -> None:
     for option in HELP_OPTIONS.get(command, ()):
         assert option in result.stdout, option
     assert result.stderr == ""
+
+
+@pytest.mark.parametrize("with_plan", [False, True])
+def test_evaluate_gives_throughput_in_samples_per_second_as_compare_does(
+    tmp_path: Path, with_plan: bool
+) -> None:
+    """``evaluate``'s text said samples/ms on a problem in ms; ``compare`` and ``search``
+    say samples/s (the ``--json`` value stays per time unit)."""
+    problem = tidgap.load_problem("example:vgg16")
+    args = ["evaluate", "example:vgg16", "--schedule", "gpipe", "-m", "3"]
+    if with_plan:
+        path = write_json(tmp_path / "plan.json", tidgap.gpipe_plan(problem, 3).document())
+        args = ["evaluate", "example:vgg16", str(path)]
+    text = run_cli(*args).stdout
+    seconds = tidgap.gpipe(problem, 3) / 1000
+    assert f"throughput {problem.batch_size / seconds:.6g} samples/s" in text, text

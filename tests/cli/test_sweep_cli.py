@@ -50,7 +50,9 @@ def test_sweep_writes_the_search_plans_and_the_summary(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, describe(result)
     assert (out / "other.json").read_text(encoding="utf-8") == "left alone"
-    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["problems"]
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["format"] == "tidgap.sweep/1"
+    rows = summary["problems"]
     with (out / "summary.csv").open(encoding="utf-8", newline="") as file:
         table = list(csv.reader(file))
     assert tuple(table[0]) == COLUMNS and len(table) == 3

@@ -130,6 +130,12 @@ def throughput_scale(time_unit: str) -> tuple[float, str]:
     return 1.0, f"samples/{time_unit}"
 
 
+def throughput_text(samples: int, time: float, time_unit: str) -> str:
+    """``samples`` per ``time`` (in ``time_unit``) as the table gives it: ``47.621 samples/s``."""
+    scale, name = throughput_scale(time_unit)
+    return f"{samples / time * scale:.6g} {name}"
+
+
 def memory_cells(row: ComparisonRow) -> tuple[str, str]:
     """The table's ``peak held`` (the most samples any stage holds) and ``peak memory``
     (the most bytes, ``over`` when a stage is above its limit) cells of ``row``; ``-``

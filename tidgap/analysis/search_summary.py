@@ -3,6 +3,8 @@ plainly when a baseline is faster."""
 
 from __future__ import annotations
 
+import math
+
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.lists import compact_sizes
 from tidgap.optimize.backward_rules import FREE
@@ -16,22 +18,34 @@ from tidgap.schedules.families import (
     baseline_label,
 )
 
+#: Times this close (relatively) are one time: the same ops' durations summed in another
+#: order differ in their last bits (GPipe(2) and 1F1B(2) on one stage).
+SAME_TIME = 1e-9
+
+
+def same_time(a: float, b: float) -> bool:
+    """Whether times ``a`` and ``b`` are one time (within :data:`SAME_TIME`)."""
+    return math.isclose(a, b, rel_tol=SAME_TIME)
+
 
 def best_rival(baselines: dict[str, BaselineResult]) -> BaselineResult:
-    """The fastest of the best GPipe and the best 1F1B (GPipe on a tie)."""
-    return min((baselines[name] for name in TIMED_BASELINES), key=lambda b: b.iteration_time)
+    """The fastest of the best GPipe and the best 1F1B (GPipe on a tie, :func:`same_time`)."""
+    rivals = [baselines[name] for name in TIMED_BASELINES]
+    fastest = min(rival.iteration_time for rival in rivals)
+    return next(rival for rival in rivals if same_time(rival.iteration_time, fastest))
 
 
 def verdict(plan_time: float, rival: BaselineResult, unit: str, flush: bool = True) -> str:
     """``best baseline: 1F1B(9) 7617 ms, 0.60% faster than this plan`` or ``... slower``
-    (``flush``: the plan is a flush plan, said when 1F1B beats it)."""
+    (``flush``: the plan is a flush plan, said when 1F1B beats it); ``as fast`` where the
+    times are :func:`same_time`."""
     name = baseline_label(rival.schedule, rival.microbatches)
     ratio = rival.iteration_time / plan_time
-    if ratio < 1:
+    if same_time(rival.iteration_time, plan_time):
+        how = "as fast as this plan"
+    elif ratio < 1:
         why = " (1F1B interleaves forwards and backwards; flush plans do not)" if flush else ""
         how = f"{1 / ratio - 1:.2%} FASTER than this plan{why}"
-    elif ratio == 1:
-        how = "as fast as this plan"
     else:
         how = f"this plan is {ratio:.3f}x faster ({ratio - 1:.2%})"
     return f"best baseline: {name} {rival.iteration_time:.6g} {unit}, {how}"

@@ -6,11 +6,15 @@ import csv
 import io
 from typing import Any
 
+from tidgap.analysis.search_summary import same_time
 from tidgap.model.lists import compact_sizes
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult
 
 #: The summary's columns, in order (``summary.csv``'s header, each ``summary.json`` row's keys).
+#: ``summary.json``'s format tag (its ``problems``: one :func:`sweep_row` per problem).
+SWEEP_FORMAT = "tidgap.sweep/1"
+#: ``summary.csv``'s columns, in order: :func:`sweep_row`'s keys.
 COLUMNS = (
     "problem",
     "name",
@@ -34,7 +38,9 @@ COLUMNS = (
 
 def gain_pct(baseline_time: float, plan_time: float) -> float:
     """How much faster the plan is than the baseline, in %: ``(baseline / plan - 1) * 100``
-    (negative when the baseline is faster)."""
+    (negative when the baseline is faster; 0 for :func:`same_time` times)."""
+    if same_time(baseline_time, plan_time):
+        return 0.0
     return (baseline_time / plan_time - 1) * 100
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from tidgap.analysis.bound import lower_bound
+from tidgap.analysis.compare import throughput_text
 from tidgap.analysis.report import format_report, report
 from tidgap.cli.options import (
     describe_problem,
@@ -112,7 +113,7 @@ def evaluate_command(
     click.echo(describe_problem(loaded))
     click.echo(
         f"iteration {evaluation.iteration_time:.6g} {unit}, throughput "
-        f"{loaded.batch_size / evaluation.iteration_time:.6g} samples/{unit}, "
+        f"{throughput_text(loaded.batch_size, evaluation.iteration_time, unit)}, "
         f"forwards end at {evaluation.forward_end:.6g} {unit}"
     )
     note = run_note(loaded, plan)
@@ -173,7 +174,7 @@ def _evaluate_baseline(
     click.echo(describe_problem(problem))
     click.echo(
         f"{schedule}({m}): iteration {time:.6g} {problem.time_unit}, throughput "
-        f"{throughput:.6g} samples/{problem.time_unit}"
+        f"{throughput_text(problem.batch_size, time, problem.time_unit)}"
     )
     lines = [] if evaluation is None else memory_lines(evaluation)
     if timeline is not None:

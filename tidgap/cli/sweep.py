@@ -13,7 +13,12 @@ from typing import Any
 
 import click
 
-from tidgap.analysis.sweep_summary import format_sweep_table, summary_csv, sweep_row
+from tidgap.analysis.sweep_summary import (
+    SWEEP_FORMAT,
+    format_sweep_table,
+    summary_csv,
+    sweep_row,
+)
 from tidgap.cli.options import (
     SEED,
     Number,
@@ -282,6 +287,7 @@ def _write(
             run_time = run_evaluation(result.problem, result.plan).iteration_time
             rows.append(sweep_row(spec, path.name, result, run_time))
     csv_path, json_path = summaries
-    files += [text_file(csv_path, summary_csv(rows)), json_file(json_path, {"problems": rows})]
+    summary = {"format": SWEEP_FORMAT, "problems": rows}
+    files += [text_file(csv_path, summary_csv(rows)), json_file(json_path, summary)]
     write_files(files)
     return rows
