@@ -322,6 +322,24 @@ def test_a_modules_own_random_operators_are_found_and_replayed_per_sample() -> N
     assert max_relative_difference(replayed, stored) < 1e-10
 
 
+def test_an_operator_that_draws_into_an_argument_is_replayed_with_it() -> None:
+    """``nn.RReLU`` in train mode: ``rrelu_with_noise`` writes its slopes into ``noise``,
+    which its backward reads. Replayed with the output alone, the slopes were never
+    written: gradients of 1e306 on any plan, as the gradient check's one-process replay
+    recomputes too."""
+    torch.manual_seed(0)
+    layers = nn.Sequential(nn.Linear(4, 6), nn.RReLU(), nn.Linear(6, 1)).double()
+    model = Model("t", layers.train(), lambda b, d: torch.randn(b, 4), {"input_shape": [4]})
+    recomputing, storing = stage_on(model, recompute=True), stage_on(model, recompute=False)
+    forward = [(0, 4), (4, 8)]
+    torch.manual_seed(3)
+    replayed = gradients_after(recomputing, forward, [(0, 3), (3, 5), (5, 8)])
+    torch.manual_seed(3)
+    stored = gradients_after(storing, forward, [(0, 8)])
+    assert recomputing.redrawn is None
+    assert max_relative_difference(replayed, stored) < 1e-10
+
+
 def test_a_recomputing_stage_whose_only_random_operators_are_dropouts_needs_no_dispatch() -> None:
     """Forwards and recomputed backwards of a dropout model without a Python dispatch mode
     (one imports ``torch._dynamo``: seconds, and a folder in the temporary directory)."""

@@ -803,6 +803,14 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     )  # ops that end in 1e300 s, within a job's timeout: no problem holds such times
     assert replayed.exit_code == 2, describe(replayed)
     assert replayed.stderr.startswith(f"tidgap: error: {folder}: the run's measured")
+    nan, _, message = RESULT_DAMAGES[-1]  # --json of a check that fails on a NaN (it was
+    reported = report_damaged(  # a traceback: JSON holds no NaN)
+        folder / "rank0.pt", nan, [*options, "--results", str(folder), "--json"]
+    )
+    assert reported.exit_code == 1 and message in reported.stderr, describe(reported)
+    assert "Traceback" not in reported.stderr
+    document = json.loads(reported.stdout)
+    assert document["run"]["max_gradient_relative_difference"] == "not finite"
 
 
 def _first_tensor(saved: dict[str, Any], field: str) -> Any:

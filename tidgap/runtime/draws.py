@@ -47,9 +47,26 @@ def is_in_place(operator: Any) -> bool:
     return operator.overloadpacket.__name__.endswith("_")
 
 
+def written_arguments(operator: Any, args: tuple, kwargs: dict) -> list[Tensor]:
+    """The tensors among ``args`` and ``kwargs`` that ``operator``, not in place, also
+    writes into (its schema's ``!``): ``rrelu_with_noise``'s ``noise``, the slopes its
+    backward reads. Part of its draw: replaying only the output left them unwritten."""
+    if is_in_place(operator):
+        return []
+    written = []
+    for i, argument in enumerate(operator._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(argument.name)
+        if isinstance(value, Tensor):
+            written.append(value)
+    return written
+
+
 def drawn_shapes(operator: Any, args: tuple, kwargs: dict) -> list[tuple[int, ...]]:
     """The shapes of the tensors ``operator`` would return on ``args`` and ``kwargs``,
-    found on meta tensors (no value drawn, no generator advanced)."""
+    then of those it writes into (:func:`written_arguments`), found on meta tensors (no
+    value drawn, no generator advanced)."""
     if is_in_place(operator):
         return [tuple(args[0].shape)]
     meta = pytree.tree_map_only(Tensor, lambda tensor: tensor.to("meta"), (args, kwargs))
@@ -57,13 +74,16 @@ def drawn_shapes(operator: Any, args: tuple, kwargs: dict) -> list[tuple[int, ..
         out = operator(*meta[0], **meta[1])
     except Exception as error:  # an operator without a meta kernel
         raise NotReplayable(f"{operator}: its output shapes are unknown ({error})") from None
-    return [tuple(leaf.shape) for leaf in pytree.tree_leaves(out)]
+    written = written_arguments(operator, args, kwargs)
+    return [tuple(leaf.shape) for leaf in [*pytree.tree_leaves(out), *written]]
 
 
 @dataclass(frozen=True)
 class Draw:
     """One random operator's outputs in one forward chunk: the ``name`` of the operator,
-    its output tensors (copies, ``(chunk samples, ...)`` each) and their structure."""
+    its output tensors (copies, ``(chunk samples, ...)`` each) and their structure (whose
+    leaves are the first tensors; the others are what it wrote into its arguments,
+    :func:`written_arguments`)."""
 
     name: str
     tensors: list[Tensor]
@@ -86,6 +106,7 @@ class Recording(TorchDispatchMode):
             leaves, structure = pytree.tree_flatten(out)
             if not all(isinstance(leaf, Tensor) for leaf in leaves):
                 raise NotReplayable(f"{func} returned something other than tensors")
+            leaves += written_arguments(func, args, kwargs or {})
             self.draws.append(Draw(str(func), [leaf.clone() for leaf in leaves], structure))
         return out
 
@@ -185,7 +206,11 @@ class Replay(TorchDispatchMode):
         draw = self.take(str(func), drawn_shapes(func, args, kwargs or {}))
         if is_in_place(func):
             return args[0].copy_(draw.tensors[0])
-        return pytree.tree_unflatten([t.clone() for t in draw.tensors], draw.structure)
+        outputs = draw.structure.num_leaves
+        written = written_arguments(func, args, kwargs or {})
+        for target, value in zip(written, draw.tensors[outputs:], strict=True):
+            target.copy_(value)
+        return pytree.tree_unflatten([t.clone() for t in draw.tensors[:outputs]], draw.structure)
 
     def check_done(self) -> None:
         """:class:`NotReplayable` if the recomputed forward ran fewer random operators

@@ -11,6 +11,7 @@ receive (when the receiver had it, an upper bound on the transfer itself).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import statistics
@@ -134,6 +135,13 @@ def measured_timeline(problem: Problem, ranks: Sequence[Sequence[Row]], label: s
     )
 
 
+def _finite(difference: float | None) -> float | str | None:
+    """``difference`` as JSON holds it: ``"not finite"`` for NaN or infinity."""
+    if difference is None or math.isfinite(difference):
+        return difference
+    return "not finite"
+
+
 @dataclass(frozen=True)
 class RunFigures:
     """One plan's run beside its prediction; times in ``time_unit``.
@@ -239,11 +247,13 @@ class RunFigures:
 
     def as_dict(self) -> dict[str, Any]:
         """The ``tidgap run --json`` object of this run (see :func:`format_figures`);
-        ``max_weight_relative_difference`` only where an optimizer step was checked."""
+        ``max_weight_relative_difference`` only where an optimizer step was checked; a
+        difference that is not finite (gradients with NaN or infinity: the check then
+        fails) is ``"not finite"``, which JSON can hold."""
         weights = (
             {}
             if self.weight_difference is None
-            else {"max_weight_relative_difference": self.weight_difference}
+            else {"max_weight_relative_difference": _finite(self.weight_difference)}
         )
         return {
             "label": self.label,
@@ -259,7 +269,7 @@ class RunFigures:
             "busy": {"measured": list(self.busy), "predicted": list(self.predicted_busy)},
             "recompute": list(self.recompute),
             "redrawn": self.redrawn,
-            "max_gradient_relative_difference": self.gradient_difference,
+            "max_gradient_relative_difference": _finite(self.gradient_difference),
             "gradients_checked_in": self.checked_in,
             "gradient_eval_reason": self.eval_reason,
             **weights,
