@@ -181,3 +181,39 @@ def test_ctrl_c_in_the_launcher_alone_stops_the_running_searches() -> None:
         start_new_session=True,  # its own group: the signal reaches the launcher only
     )
     assert done.stdout.strip() == "interrupted", done.stderr
+
+
+def test_ctrl_c_while_the_tasks_are_submitted_stops_the_searches() -> None:
+    """A Ctrl-C while the tasks are submitted (in a submit, or held back to the end of the
+    submits) stops the searches already running too (it was raised outside the block that
+    stops them, and the pool waited for their whole time limit)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal\n"
+        "import tidgap\n"
+        "from tidgap.optimize.many import LocalPool\n"
+        "class Signalling(LocalPool):\n"
+        "    submitted = 0\n"
+        "    def submit(self, *args, **kwargs):\n"
+        "        if self.submitted:  # the first task is running\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        self.submitted += 1\n"
+        "        return super().submit(*args, **kwargs)\n"
+        "pool = Signalling(2)\n"
+        "problem = tidgap.load_problem('example:hetero-8')\n"
+        "try:\n"
+        "    tidgap.search_many([problem] * 2, executor=pool, seeds=[0, 1], time_limit=300)\n"
+        "except KeyboardInterrupt:\n"
+        "    pool.shutdown(wait=True)\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
+    )
+    assert done.stdout.strip() == "interrupted", done.stderr

@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, wait
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
@@ -97,10 +97,11 @@ def _start_worker(threads: int, launcher: int, launcher_signal: Any) -> None:
 
 @contextmanager
 def _stop_signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held back in this thread while the block runs, and so in the
+    """SIGINT and SIGTERM blocked in this thread while the block runs, and so in the
     workers it starts until their initializer handles them (:func:`_start_worker`): a
-    Ctrl-C while a worker imports its modules printed that worker's traceback. A signal
-    held back reaches this process's handler after the block."""
+    Ctrl-C while a worker imports its modules printed that worker's traceback. This
+    process still gets such a signal: at once where another thread takes it, else as the
+    block ends."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
@@ -233,13 +234,14 @@ def search_many(
     owned: AbstractContextManager[Executor] = (
         default_pool(len(problems)) if executor is None else nullcontext(executor)
     )
+    futures: list[Future[SearchResult]] = []
     with owned as pool:
-        with _stop_signals_held():  # a local pool starts its workers as tasks come
-            futures = [
-                pool.submit(_search, problem, seed, search_options)
-                for problem, seed in zip(problems, seed_list, strict=True)
-            ]
-        try:
+        try:  # a Ctrl-C while submitting (or held back to the end of it) stops them too
+            with _stop_signals_held():  # a local pool starts its workers as tasks come
+                futures += [
+                    pool.submit(_search, problem, seed, search_options)
+                    for problem, seed in zip(problems, seed_list, strict=True)
+                ]
             wait(futures)
         except BaseException:  # Ctrl-C: run no search that has not started
             for future in futures:
