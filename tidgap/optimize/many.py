@@ -67,6 +67,11 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
+#: Seconds between :func:`search_many`'s looks at its tasks: a Ctrl-C that another thread
+#: of this process took (the kernel picks a thread) raises in the main thread when it next
+#: runs, which a wait without end did not do until every search had ended.
+WAKE = 0.2
+
 #: In a :func:`local_pool` worker, the SIGINT / SIGTERM it received; ``None`` elsewhere.
 _worker_signals: StopSignals | None = None
 #: In a :func:`local_pool` worker, the number of the signal its launcher stopped the pool
@@ -242,7 +247,8 @@ def search_many(
                     pool.submit(_search, problem, seed, search_options)
                     for problem, seed in zip(problems, seed_list, strict=True)
                 ]
-            wait(futures)
+            while wait(futures, timeout=WAKE).not_done:  # see WAKE
+                pass
         except BaseException:  # Ctrl-C: run no search that has not started
             for future in futures:
                 future.cancel()
