@@ -166,6 +166,9 @@ def assert_interrupted(script: str) -> None:
     preamble = (
         "import faulthandler, os, signal, threading\n"
         "faulthandler.dump_traceback_later(90, exit=True)\n"
+        # as from a terminal: tests run in the background of a non-interactive shell
+        # inherit SIGINT ignored, and so would the script (no KeyboardInterrupt at all)
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import tidgap\n"
     )
     done = subprocess.run(

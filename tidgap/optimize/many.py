@@ -67,9 +67,10 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
-#: Seconds between :func:`search_many`'s looks at its tasks: a Ctrl-C that another thread
-#: of this process took (the kernel picks a thread) raises in the main thread when it next
-#: runs, which a wait without end did not do until every search had ended.
+#: Seconds between :func:`search_many`'s looks at its tasks, so that the main thread runs
+#: Python's signal handlers within that time even where another thread of the process
+#: took the signal (the kernel picks a thread; a wait without end in the main thread is
+#: woken only by a signal it takes itself).
 WAKE = 0.2
 
 #: In a :func:`local_pool` worker, the SIGINT / SIGTERM it received; ``None`` elsewhere.
