@@ -12,7 +12,9 @@ def script_parser(doc: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(description=" ".join(doc.split("\n\n")[0].split()))
 
 
-def above(kind: Callable[[str], float], low: float = 0, *, or_equal: bool = False):
+def above(
+    kind: Callable[[str], float], low: float = 0, *, or_equal: bool = False
+) -> Callable[[str], float]:
     """An option type: ``kind(text)`` (``int``, ``float``), refused (argparse's usage
     error, exit 2) unless greater than ``low`` (or equal, with ``or_equal``)."""
 

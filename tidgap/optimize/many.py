@@ -7,6 +7,7 @@ travel pickled (:class:`~tidgap.optimize.results.SearchResult` pickles, with its
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import math
 import multiprocessing
@@ -77,10 +78,10 @@ WAKE = 0.2
 _worker_signals: StopSignals | None = None
 #: In a :func:`local_pool` worker, the number of the signal its launcher stopped the pool
 #: for (:meth:`LocalPool.stop`), 0 before; ``None`` elsewhere.
-_launcher_signal: Any = None
+_launcher_signal: ctypes.c_int | None = None
 
 
-def _start_worker(threads: int, launcher: int, launcher_signal: Any) -> None:
+def _start_worker(threads: int, launcher: int, launcher_signal: ctypes.c_int) -> None:
     """:func:`local_pool`'s initializer: Numba's threads per worker (unless the user set
     them), SIGINT / SIGTERM recorded, to stop the worker's searches (:func:`_search`), as
     does the launcher's stop (``launcher_signal``, a shared integer), and a watchdog that
