@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from tidgap.model.lists import stage_list
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.heuristics import HEURISTICS
@@ -138,12 +139,12 @@ def throughput_text(samples: int, time: float, time_unit: str) -> str:
 
 def memory_cells(row: ComparisonRow) -> tuple[str, str]:
     """The table's ``peak held`` (the most samples any stage holds) and ``peak memory``
-    (the most bytes, ``over`` when a stage is above its limit) cells of ``row``; ``-``
-    where it has none."""
+    (the most bytes, then ``over (stage S)`` naming the stages above their limits, which
+    need not hold the most) cells of ``row``; ``-`` where it has none."""
     held = MISSING if row.peak_held is None else str(max(row.peak_held))
     if row.peak_memory is None:
         return held, MISSING
-    over = " over" if row.over_memory_limit else ""
+    over = f" over ({stage_list(row.over_memory_limit)})" if row.over_memory_limit else ""
     return held, format_bytes(max(row.peak_memory)) + over
 
 
