@@ -42,7 +42,7 @@ def start(record: Backend) -> subprocess.Popen[bytes] | None:
     """The helper process compiling ``record``'s :attr:`~Backend.cached_loops`, where it
     saves time: the backend has such loops, the machine two cores or more, and the loops
     are not in the cache; else ``None``."""
-    from tidgap.runtime.worker import PARENT_VARIABLE
+    from tidgap.runtime.worker import watched_environment
 
     loops = record.cached_loops
     if not loops or (os.cpu_count() or 1) < 2 or cached(loops):
@@ -52,7 +52,7 @@ def start(record: Backend) -> subprocess.Popen[bytes] | None:
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, PARENT_VARIABLE: str(os.getpid())},  # its watchdog's search
+        env=watched_environment(),  # its watchdog's search
     )
 
 

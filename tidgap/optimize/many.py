@@ -88,11 +88,10 @@ def _start_worker(threads: int, launcher: int, launcher_signal: ctypes.c_int) ->
     ends the worker once its launcher is gone (a launcher stopped at once by a second
     signal, or killed, left its workers searching): the process ``launcher``, even if it
     ended before this worker started."""
-    from tidgap.runtime.worker import PARENT_VARIABLE, start_watchdog
+    from tidgap.runtime.worker import start_watchdog
 
     global _worker_signals, _launcher_signal
-    os.environ[PARENT_VARIABLE] = str(launcher)
-    start_watchdog(math.inf, "tidgap search worker")
+    start_watchdog(math.inf, "tidgap search worker", parent=launcher)
     os.environ.setdefault("NUMBA_NUM_THREADS", str(threads))
     _worker_signals = StopSignals()
     _launcher_signal = launcher_signal

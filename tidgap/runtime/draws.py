@@ -65,8 +65,7 @@ def written_arguments(operator: Any, args: tuple, kwargs: dict) -> list[Tensor]:
 
 def drawn_shapes(operator: Any, args: tuple, kwargs: dict) -> list[tuple[int, ...]]:
     """The shapes of the tensors ``operator`` would return on ``args`` and ``kwargs``,
-    then of those it writes into (:func:`written_arguments`), found on meta tensors (no
-    value drawn, no generator advanced)."""
+    found on meta tensors (no value drawn, no generator advanced)."""
     if is_in_place(operator):
         return [tuple(args[0].shape)]
     meta = pytree.tree_map_only(Tensor, lambda tensor: tensor.to("meta"), (args, kwargs))
@@ -74,8 +73,7 @@ def drawn_shapes(operator: Any, args: tuple, kwargs: dict) -> list[tuple[int, ..
         out = operator(*meta[0], **meta[1])
     except Exception as error:  # an operator without a meta kernel
         raise NotReplayable(f"{operator}: its output shapes are unknown ({error})") from None
-    written = written_arguments(operator, args, kwargs)
-    return [tuple(leaf.shape) for leaf in [*pytree.tree_leaves(out), *written]]
+    return [tuple(leaf.shape) for leaf in pytree.tree_leaves(out)]
 
 
 @dataclass(frozen=True)
@@ -203,11 +201,12 @@ class Replay(TorchDispatchMode):
     ) -> Any:
         if not is_random(func):
             return func(*args, **(kwargs or {}))
-        draw = self.take(str(func), drawn_shapes(func, args, kwargs or {}))
+        written = written_arguments(func, args, kwargs or {})
+        shapes = drawn_shapes(func, args, kwargs or {}) + [tuple(t.shape) for t in written]
+        draw = self.take(str(func), shapes)
         if is_in_place(func):
             return args[0].copy_(draw.tensors[0])
         outputs = draw.structure.num_leaves
-        written = written_arguments(func, args, kwargs or {})
         for target, value in zip(written, draw.tensors[outputs:], strict=True):
             target.copy_(value)
         return pytree.tree_unflatten([t.clone() for t in draw.tensors[:outputs]], draw.structure)

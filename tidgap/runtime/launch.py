@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 from tidgap.optimize.interrupts import exit_status, handling
-from tidgap.runtime.worker import PARENT_VARIABLE
+from tidgap.runtime.worker import watched_environment
 
 #: Seconds between looks at the workers.
 POLL_PERIOD = 0.05
@@ -57,7 +57,7 @@ def last_line(log: Path) -> str:
 
 def worker_environment(rank: int, world_size: int, port: int, threads: int) -> dict[str, str]:
     """This process's environment plus what rank ``rank``'s worker needs."""
-    environment = dict(os.environ)
+    environment = watched_environment()
     environment.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
@@ -67,7 +67,6 @@ def worker_environment(rank: int, world_size: int, port: int, threads: int) -> d
         OMP_NUM_THREADS=str(threads),
         MKL_NUM_THREADS=str(threads),
     )
-    environment[PARENT_VARIABLE] = str(os.getpid())
     return environment
 
 

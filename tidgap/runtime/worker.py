@@ -79,13 +79,23 @@ def progress(text: str) -> None:
     print(text, flush=True)
 
 
-def start_watchdog(timeout: float, who: str = "worker", launched: bool = True) -> threading.Event:
+def watched_environment() -> dict[str, str]:
+    """This process's environment naming this process as the launcher
+    (:data:`PARENT_VARIABLE`), for a child whose :func:`start_watchdog` ends it once this
+    process is gone."""
+    return {**os.environ, PARENT_VARIABLE: str(os.getpid())}
+
+
+def start_watchdog(
+    timeout: float, who: str = "worker", launched: bool = True, parent: int | None = None
+) -> threading.Event:
     """A daemon thread that ends the process (status :data:`WATCHDOG_STATUS`, a line on
     stderr naming ``who``) once ``timeout`` seconds pass or, when ``launched``, the parent
-    process is gone: the one named by :data:`PARENT_VARIABLE` (set by the launcher, so a
-    parent that died before this started counts too), else the parent at the call
-    (torchrun's agent). Setting the returned event stops it."""
-    parent = int(os.environ.get(PARENT_VARIABLE) or os.getppid())
+    process is gone: ``parent``, else the one named by :data:`PARENT_VARIABLE` (set by the
+    launcher, so a parent that died before this started counts too), else the parent at
+    the call (torchrun's agent). Setting the returned event stops it."""
+    if parent is None:
+        parent = int(os.environ.get(PARENT_VARIABLE) or os.getppid())
     deadline = time.monotonic() + timeout
     stopped = threading.Event()
 
