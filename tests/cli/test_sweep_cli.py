@@ -25,6 +25,7 @@ from tidgap.model.problem import load_problem
 from tidgap.optimize import many
 from tidgap.optimize.results import SearchResult
 from tidgap.runtime.pricing import run_evaluation
+from tidgap.schedules.families import baseline_evaluation
 
 SHORT = ("--generations", "5", "--population", "16")
 TINY = "example:tiny-2"
@@ -85,6 +86,28 @@ def test_sweep_writes_the_search_plans_and_the_summary(tmp_path: Path) -> None:
         assert float(line[COLUMNS.index("plan_time")]) == time
     assert rows[0]["peak_memory"] is None and rows[1]["peak_memory"] is not None
     assert "tiny7_1_mem.json" in result.stdout and "2 plan(s)" in result.stdout
+
+
+def test_the_summary_marks_a_best_baseline_over_the_memory_limit(tmp_path: Path) -> None:
+    """``*_over_limit`` is whether the best GPipe or 1F1B holds more on some stage than the
+    limit in force (here the best 1F1B's own: GPipe holds more on tiny-2), ``false``
+    without a limit; the text table says ``over limit``."""
+    problem = load_problem(TINY)
+    for limit, expected in ((("--memory-limit", "1f1b"), True), ((), False)):
+        out = tmp_path / f"out{len(limit)}"
+        result = run_cli("sweep", TINY, *limit, *SHORT, "--out-dir", str(out))
+        assert result.exit_code == 0, describe(result)
+        (row,) = json.loads((out / "summary.json").read_text(encoding="utf-8"))["problems"]
+        held = {
+            name: baseline_evaluation(problem, name, row[f"{name}_microbatches"]).peak_held
+            for name in ("gpipe", "1f1b")
+        }
+        assert any(g > o for g, o in zip(held["gpipe"], held["1f1b"], strict=True))
+        assert (row["gpipe_over_limit"], row["1f1b_over_limit"]) == (expected, False)
+        with (out / "summary.csv").open(encoding="utf-8", newline="") as file:
+            line = list(csv.reader(file))[1]
+        assert line[COLUMNS.index("gpipe_over_limit")] == str(expected)
+        assert ("over limit)" in result.stdout) is expected
 
 
 @pytest.mark.parametrize(

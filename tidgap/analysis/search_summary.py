@@ -51,16 +51,19 @@ def verdict(plan_time: float, rival: BaselineResult, unit: str, flush: bool = Tr
     return f"best baseline: {name} {rival.iteration_time:.6g} {unit}, {how}"
 
 
-def over_limit(result: SearchResult, rival: BaselineResult) -> str:
-    """`` (over the memory limit)`` when ``rival`` holds more than the search's limit in
-    force allows on some stage (the search may not return such a plan), else ``""``."""
+def beyond_limit(result: SearchResult, rival: BaselineResult) -> bool:
+    """Whether ``rival`` holds more than the search's limit in force allows on some stage
+    (the search may not return such a plan); ``False`` without a limit."""
     limit = result.memory_limit
     if limit is None:
-        return ""
+        return False
     evaluation = baseline_evaluation(result.problem, rival.schedule, rival.microbatches)
-    if evaluation is None or limit.admits(evaluation.peak_held):
-        return ""
-    return " (over the memory limit)"
+    return evaluation is not None and not limit.admits(evaluation.peak_held)
+
+
+def over_limit(result: SearchResult, rival: BaselineResult) -> str:
+    """`` (over the memory limit)`` when :func:`beyond_limit`, else ``""``."""
+    return " (over the memory limit)" if beyond_limit(result, rival) else ""
 
 
 #: Phases of a search that run after its GA (timed, but not setup).

@@ -6,7 +6,7 @@ import csv
 import io
 from typing import Any
 
-from tidgap.analysis.search_summary import same_time
+from tidgap.analysis.search_summary import beyond_limit, same_time
 from tidgap.model.lists import compact_sizes
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult
@@ -24,8 +24,10 @@ COLUMNS = (
     "time_unit",
     "gpipe_time",
     "gpipe_microbatches",
+    "gpipe_over_limit",
     "1f1b_time",
     "1f1b_microbatches",
+    "1f1b_over_limit",
     "plan_time",
     "run_time",
     "gain_over_1f1b_pct",
@@ -48,7 +50,8 @@ def sweep_row(
     problem: str, plan_file: str, result: SearchResult, run_time: float
 ) -> dict[str, Any]:
     """One problem's row: ``problem`` as given, the plan's file, the search's schedule and
-    backward rule, the best GPipe and 1F1B (time in ``time_unit``, microbatches), the plan's
+    backward rule, the best GPipe and 1F1B (time in ``time_unit``, microbatches, whether it
+    holds more than the memory limit in force allows on some stage), the plan's
     time (the model's), ``run_time`` (``tidgap run``'s prediction for it, the same unit) and
     its gains, its peak per stage (``peak_held`` samples; ``peak_memory`` bytes or ``None``
     without ``activation_bytes``) and the search's wall time (seconds)."""
@@ -64,8 +67,10 @@ def sweep_row(
         "time_unit": result.problem.time_unit,
         "gpipe_time": gpipe.iteration_time,
         "gpipe_microbatches": gpipe.microbatches,
+        "gpipe_over_limit": beyond_limit(result, gpipe),
         "1f1b_time": one_f_one_b.iteration_time,
         "1f1b_microbatches": one_f_one_b.microbatches,
+        "1f1b_over_limit": beyond_limit(result, one_f_one_b),
         "plan_time": plan_time,
         "run_time": run_time,
         "gain_over_1f1b_pct": gain_pct(one_f_one_b.iteration_time, plan_time),
@@ -101,6 +106,12 @@ def _peak(row: dict[str, Any]) -> str:
     return compact_sizes(row["peak_held"])
 
 
+def _baseline(row: dict[str, Any], name: str) -> str:
+    """A best baseline's time and microbatches, marked where it is over the memory limit."""
+    over = ", over limit" if row[f"{name}_over_limit"] else ""
+    return f"{row[f'{name}_time']:.6g} (m={row[f'{name}_microbatches']}{over})"
+
+
 def format_sweep_table(rows: list[dict[str, Any]]) -> str:
     """A fixed-width text table of ``rows``: times in each problem's unit (the plan's in the
     model and as ``tidgap run`` predicts it), gains in %."""
@@ -113,8 +124,8 @@ def format_sweep_table(rows: list[dict[str, Any]]) -> str:
             row["problem"],
             f"{row['plan_time']:.6g} {row['time_unit']}",
             f"{row['run_time']:.6g}",
-            f"{row['gpipe_time']:.6g} (m={row['gpipe_microbatches']})",
-            f"{row['1f1b_time']:.6g} (m={row['1f1b_microbatches']})",
+            _baseline(row, "gpipe"),
+            _baseline(row, "1f1b"),
             f"{row['gain_over_1f1b_pct']:+.2f}%",
             f"{row['gain_over_gpipe_pct']:+.2f}%",
             _peak(row),
