@@ -134,6 +134,34 @@ def test_each_link_is_measured_with_its_boundarys_shape(
         assert link["backward"]["table"]["times"] == pytest.approx([0.4, 0.8, 1.6])
 
 
+def test_a_layer_that_fails_in_eval_mode_is_one_line_naming_it(torch: Any, tmp_path: Path) -> None:
+    """The link shapes are probed in eval mode, after the timings ran in train mode: a
+    layer failing there is bad input naming the option, the stage and the layer."""
+    (tmp_path / "eval_refusing.py").write_text(
+        "from torch import nn\n"
+        "class NoEval(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if not self.training:\n"
+        "            raise RuntimeError('no eval here')\n"
+        "        return x\n"
+        "model = nn.Sequential(nn.Linear(4, 8), NoEval(), nn.Linear(8, 2))\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "links.json"
+    args = ["eval_refusing:model", "--input-shape", "4", "--stages", "2", "--split", "2"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        patch.syspath_prepend(str(tmp_path))
+        result = run(
+            "profile", *args, "--batch-size", "4", "--measure-links", *QUICK, "--out", str(out)
+        )
+    assert result.exit_code == 2 and error_line(result) == (
+        "tidgap: error: --measure-links: stage 0 forward of one sample (probing its output's "
+        "shape) in layer '1' (NoEval): RuntimeError: no eval here"
+    )
+    assert not out.exists()
+
+
 def test_one_stage_has_no_link_to_measure(
     torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

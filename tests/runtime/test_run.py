@@ -414,6 +414,12 @@ def misbehaving_rank1(
             ": stage 1 forward of samples 0..3 in layer '2' (Fuse): "
             "RuntimeError: Fuse blew on rank 1",
         ),
+        (
+            "probe",
+            "FUSED",
+            ": stage 1 forward of one sample (probing its output's shape) in layer '2' (Fuse): "
+            "RuntimeError: Fuse blew on rank 1",
+        ),
     ],
 )
 def test_a_failing_worker_stops_every_worker(

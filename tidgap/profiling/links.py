@@ -40,6 +40,7 @@ from tidgap.profiling.models import Model
 from tidgap.profiling.run import stage_modules
 from tidgap.runtime.calibrate import table_sizes
 from tidgap.runtime.dist_transport import dist_timeout
+from tidgap.runtime.failures import ProbeFailed, probe_failure_line
 from tidgap.runtime.launch import WorkerError, launch
 from tidgap.runtime.report import unit_per_second
 from tidgap.runtime.stage import boundary_specs
@@ -213,8 +214,11 @@ def link_job(
 ) -> LinkJob | None:
     """What to measure of the links of ``model`` on ``device`` cut at ``boundaries``: each
     boundary tensor at ``sizes`` (samples); ``None`` for one stage (no link)."""
-    modules = [module for _, _, module in stage_modules(model, boundaries)]
-    specs = boundary_specs(modules, model.input(1, device))[:-1]
+    stages = stage_modules(model, boundaries)
+    try:
+        specs = boundary_specs([module for _, _, module in stages], model.input(1, device))[:-1]
+    except ProbeFailed as failed:  # eval mode: the timings ran in train mode
+        raise InputError(probe_failure_line(failed, stages), source=SOURCE) from None
     if not specs:
         return None
     return LinkJob(

@@ -23,6 +23,15 @@ class InstructionFailed(Exception):
         self.step = step
 
 
+class ProbeFailed(Exception):
+    """Stage ``stage`` raised on one sample while its output's shape was probed (the
+    error is ``__cause__``)."""
+
+    def __init__(self, stage: int) -> None:
+        super().__init__("forward of one sample (probing its output's shape)")
+        self.stage = stage
+
+
 class RunFailed(RuntimeError):
     """A rank's run failed; the message is :func:`failure_line`'s."""
 
@@ -60,10 +69,22 @@ def failing_layer(error: BaseException, module: Any, names: list[str]) -> str | 
     return None
 
 
+def located_line(where: str, cause: BaseException, module: Any, names: list[str]) -> str:
+    """``WHERE in layer '2' (Fuse): RuntimeError: ...``: ``cause`` in one line, after
+    ``where`` and the layer of ``module`` (children named ``names``) it was raised in."""
+    layer = failing_layer(cause, module, names)
+    return f"{where}" + (f" in {layer}" if layer else "") + f": {first_line(cause)}"
+
+
+def probe_failure_line(failed: ProbeFailed, stages: list[tuple[str, list[str], Any]]) -> str:
+    """``stage 1 forward of one sample (...) in layer '2' (Fuse): RuntimeError: ...``:
+    ``failed`` in one line; ``stages`` as :func:`~tidgap.profiling.run.stage_modules` gives
+    them (name, layer names, module)."""
+    _, names, module = stages[failed.stage]
+    return located_line(f"stage {failed.stage} {failed}", failed.__cause__, module, names)
+
+
 def failure_line(failed: InstructionFailed, stage: int, module: Any, names: list[str]) -> str:
     """``stage 1 forward of samples 2..7 in layer '2' (Fuse): RuntimeError: ...``: where
     ``failed`` happened on ``stage`` and its cause in one line."""
-    cause = handler_error(failed)
-    layer = failing_layer(cause, module, names)
-    where = f"stage {stage} {failed}" + (f" in {layer}" if layer else "")
-    return f"{where}: {first_line(cause)}"
+    return located_line(f"stage {stage} {failed}", handler_error(failed), module, names)

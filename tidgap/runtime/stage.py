@@ -32,6 +32,7 @@ from tidgap.profiling.measure import (
 )
 from tidgap.runtime.drawing import DrawingModules, drawing_of, generators_unchanged
 from tidgap.runtime.draws import Draw, NotReplayable, RecordedDraws, Recording, Replay
+from tidgap.runtime.failures import ProbeFailed
 from tidgap.runtime.task import Task
 
 Samples = tuple[int, int]
@@ -43,14 +44,17 @@ def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
     """Per stage: the per-sample shape and dtype of its output, from running ``sample``
     (the first stage's input for one sample, ``(1, ...)``) through the stages without
     grad, in eval mode (no dropout drawn, batch norm takes one sample); each module's
-    mode is restored."""
+    mode is restored. Raises :class:`ProbeFailed` from what a stage raised."""
     modes = [(m, m.training) for stage in stages for m in stage.modules()]
     specs = []
     try:
         with torch.no_grad():
             x = sample
-            for module in stages:
-                x = module.eval()(x)
+            for i, module in enumerate(stages):
+                try:
+                    x = module.eval()(x)
+                except Exception as error:
+                    raise ProbeFailed(i) from error
                 specs.append((tuple(x.shape[1:]), x.dtype))
     finally:
         for m, training in modes:

@@ -44,7 +44,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tidgap.model.errors import InputError, first_line
-from tidgap.runtime.failures import InstructionFailed, RunFailed, failure_line
+from tidgap.runtime.failures import (
+    InstructionFailed,
+    ProbeFailed,
+    RunFailed,
+    failure_line,
+    probe_failure_line,
+)
 from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.job import Job
 
@@ -233,7 +239,10 @@ def run_rank(
     modules = [module for _, _, module in stages]
     device = rank_device(job.device)
     task = make_task(model, problem.batch_size, job.seed, device, dtype)
-    specs = boundary_specs(modules, task.inputs[:1].cpu())  # every stage, on the CPU
+    try:
+        specs = boundary_specs(modules, task.inputs[:1].cpu())  # every stage, on the CPU
+    except ProbeFailed as failed:
+        raise RunFailed(probe_failure_line(failed, stages)) from None
     modules[rank].to(device)  # only this rank's stage on its device
     runs = []
     for plan in plans:
