@@ -24,6 +24,7 @@ import functools
 import numpy as np
 from numba import njit
 
+from tidgap.fallback_cpu.numba_cache import CACHING
 from tidgap.fallback_cpu.repair_numba import _individual as _repair
 from tidgap.fallback_cpu.rows import copy_row, copy_rows
 from tidgap.fallback_cpu.threads import over_rows
@@ -89,7 +90,7 @@ def joint_kinds(mirrored: bool = False) -> tuple[np.ndarray, np.ndarray]:
     return arrays
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _uniform(stream, index):  # pragma: no cover - compiled
     """Element ``index`` of ``stream`` as a uniform double (``tidgap.optimize.rng``)."""
     x = stream + np.uint64(index) + _GOLDEN
@@ -99,14 +100,14 @@ def _uniform(stream, index):  # pragma: no cover - compiled
     return np.float64(x >> np.uint64(11)) * 2.0**-53
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _uniform_int(u, low, high):  # pragma: no cover - compiled
     """``low + min(floor(u * (high - low)), high - low - 1)``."""
     span = high - low
     return low + min(np.int64(np.floor(u * np.float64(span))), span - 1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _count(row):  # pragma: no cover - compiled
     """Microbatches of a row of sizes (its leading nonzero entries)."""
     count = 0
@@ -115,7 +116,7 @@ def _count(row):  # pragma: no cover - compiled
     return count
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _tournament(stream, child, size, fitness):  # pragma: no cover - compiled
     """The fittest (first on ties) of ``size`` entrants drawn for ``child``."""
     best = -1
@@ -126,7 +127,7 @@ def _tournament(stream, child, size, fitness):  # pragma: no cover - compiled
     return best
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _mutate_partition(kind, u0, u1, u2, child, caps):  # pragma: no cover - compiled
     """Partition mutation ``kind`` on one stage of ``child`` ``(S, K)`` (its ``caps``)."""
     stages, width = child.shape
@@ -177,7 +178,7 @@ def _mutate_partition(kind, u0, u1, u2, child, caps):  # pragma: no cover - comp
             row[col] = total // m + (1 if col < total % m else 0) if col < m else 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _mutate_order(
     kind, u0, u1, u2, forward, backward, lead, forward_caps, backward_caps
 ):  # pragma: no cover - compiled
@@ -209,7 +210,7 @@ def _mutate_order(
             row[k] = lead[neighbour, k] + (-1 if last else 1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _drawn(c, count, rate, streams, first):  # pragma: no cover - compiled
     """Child ``c``'s mutation number (``-1``: none) and its three uniforms, from the
     mutation draws at ``streams[first:first + 3]``."""
@@ -220,7 +221,7 @@ def _drawn(c, count, rate, streams, first):  # pragma: no cover - compiled
     return op, _uniform(u, c * 3), _uniform(u, c * 3 + 1), _uniform(u, c * 3 + 2)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _parents(c, fitness, size, crossover_rate, streams):  # pragma: no cover - compiled
     """Child ``c``'s two tournament winners and whether it crosses them (streams 0, 1, 3)."""
     first = _tournament(streams[0], c, size, fitness)
@@ -228,14 +229,14 @@ def _parents(c, fitness, size, crossover_rate, streams):  # pragma: no cover - c
     return first, second, _uniform(streams[3], c) < crossover_rate
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _stage_parent(c, s, stages, first, second, use_cross, streams):  # pragma: no cover
     """The parent child ``c`` takes stage ``s`` from (stream 2)."""
     take_first = _uniform(streams[2], c * stages + s) < 0.5
     return second if use_cross and not take_first else first
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _breed(
     genes, fitness, caps, kinds, size, crossover_rate, mutation_rate, streams, out, begin, end
 ):  # pragma: no cover - compiled
@@ -252,7 +253,7 @@ def _breed(
             _mutate_partition(kinds[op], u0, u1, u2, out[c], caps)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _mutate_joint(
     op, u0, u1, u2, kinds, on_backward, forward, backward, lead, fcaps, bcaps
 ):  # pragma: no cover - compiled
@@ -269,7 +270,7 @@ def _mutate_joint(
         _mutate_order(kind, u0, u1, u2, forward, backward, lead, fcaps, bcaps)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _mirror(forward, backward, bcaps):  # pragma: no cover - compiled
     """One child's backward rows set to its forward ones if every forward microbatch is
     within ``bcaps`` (:func:`tidgap.optimize.joint_operators.mirror`)."""
@@ -281,7 +282,7 @@ def _mirror(forward, backward, bcaps):  # pragma: no cover - compiled
     copy_rows(backward, forward)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _repaired(forward, backward, lead, codes):  # pragma: no cover - compiled
     """The repair of one child in place (``lead`` canonical, ``codes`` written; the repair
     reads each lead before it writes it, so one array serves as both)."""
@@ -292,7 +293,7 @@ def _repaired(forward, backward, lead, codes):  # pragma: no cover - compiled
     _repair(forward, backward, lead, lead, codes, fp, bp, before)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _joint_breed(
     parents,
     fitness,
@@ -329,7 +330,7 @@ def _joint_breed(
         _repaired(out[0][c], out[1][c], out[2][c], out[3][c])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _joint_mutate(
     fcaps, bcaps, kinds, on_backward, mirrored, rate, streams, out, begin, end
 ):  # pragma: no cover - compiled

@@ -34,6 +34,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
+from tidgap.fallback_cpu.numba_cache import CACHING
 from tidgap.fallback_cpu.threads import over_rows
 
 
@@ -70,7 +71,7 @@ def _pick(typingctx, condition, x, y):  # pragma: no cover - compiled
     return x(condition, x, y), codegen
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _chain_ends_rows(sizes, compute, transfer, ends, first, end):  # pragma: no cover - compiled
     """``ends[first:end]`` ``(P, S)`` written; ``1 +`` the index of the last invalid
     individual among them (0 when none)."""

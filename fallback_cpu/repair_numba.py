@@ -17,11 +17,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tidgap.fallback_cpu.numba_cache import CACHING
 from tidgap.fallback_cpu.threads import over_rows
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, GENE, NO_OP, ORDER_GENE
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _prefix(row, out):  # pragma: no cover - compiled
     """``out[0..m]`` prefix sums of one row of sizes; returns ``m``."""
     out[0] = 0
@@ -34,7 +35,7 @@ def _prefix(row, out):  # pragma: no cover - compiled
     return m
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _individual(forward, backward, lead, out_lead, codes, fp, bp, before):  # pragma: no cover
     """Repair one individual: ``(S, K)`` genes in, canonical ``out_lead`` and ``codes`` out;
     ``fp``/``bp`` ``(S, K+1)`` and ``before`` ``(S, K)`` scratch."""
@@ -73,7 +74,7 @@ def _individual(forward, backward, lead, out_lead, codes, fp, bp, before):  # pr
             codes[s, before[s, k] + k] = BACKWARD_OP
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _canonical(forward, backward, lead, out_lead, codes, first, end):  # pragma: no cover
     """Individuals ``first..end-1``."""
     _, stages, width = forward.shape

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from numba import njit
 
+from tidgap.fallback_cpu.numba_cache import CACHING
 
-@njit(cache=True, nogil=True)
+
+@njit(cache=CACHING, nogil=True)
 def copy_row(dst, src):  # pragma: no cover - compiled
     """``dst[k] = src[k]`` for every ``k`` of ``src`` ``(K,)``."""
     for k in range(src.shape[0]):
         dst[k] = src[k]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def copy_rows(dst, src):  # pragma: no cover - compiled
     """``dst[s, k] = src[s, k]`` for every ``(s, k)`` of ``src`` ``(S, K)``."""
     for s in range(src.shape[0]):

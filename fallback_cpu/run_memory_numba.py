@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tidgap.fallback_cpu.numba_cache import CACHING
 from tidgap.fallback_cpu.repair_numba import _prefix
 from tidgap.fallback_cpu.threads import over_rows
 from tidgap.optimize.run_memory import (
@@ -42,7 +43,7 @@ from tidgap.optimize.run_memory import (
 )
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _start(prefix, index, sample):  # pragma: no cover - compiled
     """The chunk of ``prefix`` holding ``sample``, from ``index`` on: ``prefix[i] <= sample <
     prefix[i + 1]``; returns ``i``."""
@@ -51,7 +52,7 @@ def _start(prefix, index, sample):  # pragma: no cover - compiled
     return index
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _holder(prefix, index, sample):  # pragma: no cover - compiled
     """``min{i : prefix[i] >= sample}``, walking from ``index`` either way."""
     while prefix[index] < sample:
@@ -61,7 +62,7 @@ def _holder(prefix, index, sample):  # pragma: no cover - compiled
     return index
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _stage(fp, m, bp, n, up, down, lead, figures, s, unit):  # pragma: no cover - compiled
     """The most bytes stage ``s`` holds at an op's end (prefix sums ``fp`` of ``m`` and
     ``bp`` of ``n`` microbatches, ``up`` / ``down`` its neighbours' sums, ``lead`` its
@@ -108,7 +109,7 @@ def _stage(fp, m, bp, n, up, down, lead, figures, s, unit):  # pragma: no cover 
     return peak
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _stored(fp, m, bp, n, up, down, lead, figures, activation, s, unit):  # pragma: no cover
     """What stage ``s``, storing its graphs, holds in ``FINE`` units of ``activation``,
     rounded up: after each forward ``k`` (ending at ``E``, the backwards up to ``hi``
@@ -156,7 +157,7 @@ def _stored(fp, m, bp, n, up, down, lead, figures, activation, s, unit):  # prag
     return best
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _recomputes(fp, bp, n):  # pragma: no cover - compiled
     """Whether some backward boundary ``bp[1..n]`` is not a forward boundary."""
     i = 0
@@ -168,7 +169,7 @@ def _recomputes(fp, bp, n):  # pragma: no cover - compiled
     return False
 
 
-@njit(cache=True, boundscheck=False, nogil=True)  # pragma: no cover - compiled
+@njit(cache=CACHING, boundscheck=False, nogil=True)  # pragma: no cover - compiled
 def _held(forward, backward, lead, peaks, figures, activation, unit, held, first, end):
     """Individuals ``first..end-1``: ``held`` what the limits count, in ``FINE`` units."""
     _, stages, width = forward.shape

@@ -45,6 +45,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tidgap.fallback_cpu.numba_cache import CACHING
 from tidgap.fallback_cpu.rows import copy_row, copy_rows
 from tidgap.fallback_cpu.threads import in_threads, thread_count
 
@@ -52,13 +53,13 @@ from tidgap.fallback_cpu.threads import in_threads, thread_count
 LANES = 64
 
 
-@njit(cache=True, inline="always")
+@njit(cache=CACHING, inline="always")
 def _max(a, b):  # pragma: no cover - compiled
     """Python's ``max(a, b)``: ``b`` only if it is greater."""
     return b if b > a else a
 
 
-@njit(cache=True)
+@njit(cache=CACHING)
 def _lanes(times, first, n):  # pragma: no cover - compiled
     """``times[0, x, first + lane]`` (the large microbatch's time) as ``(rows, LANES)``, 0
     in the lanes from ``n`` on (they run along unread, so that every hot loop has
@@ -71,14 +72,14 @@ def _lanes(times, first, n):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
+@njit(cache=CACHING)
 def _to_small(current, times, first, lane):  # pragma: no cover - compiled
     """Lane ``lane`` switches every row of ``current`` to its small microbatch's time."""
     for x in range(current.shape[0]):
         current[x, lane] = times[1, x, first + lane]
 
 
-@njit(cache=True)
+@njit(cache=CACHING)
 def _ascending(values):  # pragma: no cover - compiled
     """Indices that sort ``values`` (at most :data:`LANES` of them) ascending, by insertion:
     ``np.argsort`` would compile Numba's quicksort and its ``kind`` strings (about 2 s of a
@@ -94,7 +95,7 @@ def _ascending(values):  # pragma: no cover - compiled
     return order
 
 
-@njit(cache=True)
+@njit(cache=CACHING)
 def _gpipe(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no cover - compiled
     """GPipe of lanes ``first..first+n-1``: per microbatch ``k`` and stage ``s``, ``F = max(F,
     R) + Tf``, then ``R`` of ``s+1`` ``= A = max(F, A) + Cf``; the same backward from each
@@ -145,7 +146,7 @@ def _gpipe(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no cover - 
                 out[first + lane] = best
 
 
-@njit(cache=True)
+@njit(cache=CACHING)
 def _pipedream(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no cover - compiled
     """PipeDream of lanes ``first..first+n-1``: per resource, its times summed in order
     (a stage's terms are ``Tf_s(b) + Tb_s(b)``)."""
@@ -181,7 +182,7 @@ def _pipedream(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no cove
                 out[first + lane] = best
 
 
-@njit(cache=True)
+@njit(cache=CACHING)
 def _one_f_one_b(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no cover
     """1F1B of lanes ``first..first+n-1``, level by level (module docstring).
 
@@ -259,7 +260,7 @@ def _one_f_one_b(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no co
         out[first + lane] = best
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _baselines_blocks(ms, rs, starts, blocks, tf, tb, cf, cb, tails, out):  # pragma: no cover
     """GPipe, 1F1B and PipeDream (rows of ``out``) of each block ``b`` of ``blocks``: counts
     ``starts[b]..starts[b+1]-1``. Releases the GIL, so threads can share the blocks."""
@@ -314,7 +315,7 @@ def baseline_times(
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHING, nogil=True)
 def _chain_dp_kernel(compute, links, tails, most, num_units, last):  # pragma: no cover
     """``last[u]`` for ``u = 1..U``: the last microbatch (units) of the best state of ``u``,
     microbatches of ``1..most`` units (the first ``most`` columns of the tables).
@@ -394,7 +395,7 @@ def chain_dps(
     return partitions
 
 
-@njit(cache=True)
+@njit(cache=CACHING)
 def _least_total_kernel(times, num_units):  # pragma: no cover - compiled
     """``W(U)``, ``W(u) = min_{j <= min(u, J)} W(u - j) + times[j-1]``, ``W`` by ``U - u``."""
     most = len(times)

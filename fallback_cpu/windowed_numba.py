@@ -44,11 +44,12 @@ from numba import njit
 
 from tidgap.backends.evaluator import INVALID, not_partitions
 from tidgap.backends.ticks import TickedProblem, stage_link_ticks
+from tidgap.fallback_cpu.numba_cache import CACHING
 from tidgap.fallback_cpu.threads import over_rows
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP, ORDER_GENE
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _prefix(row, prefix, num_units):  # pragma: no cover - compiled
     """``prefix[1..K]`` of one row of sizes (``U`` after its last microbatch); its number of
     microbatches ``m``, or -1 unless it partitions ``U``. Without branches: sizes at most
@@ -66,7 +67,7 @@ def _prefix(row, prefix, num_units):  # pragma: no cover - compiled
     return -1 if (largest > num_units) | (total != num_units) | (prefix[m] != num_units) else m
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _holders(r1, q1, c1, o1, r2, q2, c2, o2, r3, q3, c3, o3):  # pragma: no cover - compiled
     """Three merges in lockstep: ``o[k] = min{i : r[i] >= q[k]}`` for ``k = 1..c`` of each
     ``(r, q, c, o)`` (``r`` and ``q`` non-decreasing, ``r[0] = 0`` below every query, ``r``'s
@@ -94,7 +95,7 @@ def _holders(r1, q1, c1, o1, r2, q2, c2, o2, r3, q3, c3, o3):  # pragma: no cove
         k3 += (1 - u3) & a3
 
 
-@njit(cache=True, boundscheck=False, nogil=True)
+@njit(cache=CACHING, boundscheck=False, nogil=True)
 def _ordered_rows(
     forward,
     backward,
