@@ -14,6 +14,7 @@ import pytest
 import tidgap
 from tests.support.processes import ends_within
 from tidgap.backends import BACKENDS
+from tidgap.module_command import module_command
 from tidgap.optimize import background_compile, windowed_driver
 from tidgap.optimize.windowed_driver import compiled_loops
 
@@ -52,7 +53,7 @@ def test_the_helper_starts_only_where_it_saves_time(
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     monkeypatch.setattr(subprocess, "Popen", lambda command, **_: started.append(command))
     background_compile.start(BACKENDS[backend])
-    expected = [[sys.executable, "-m", "tidgap.optimize.background_compile", backend]]
+    expected = [module_command("tidgap.optimize.background_compile", backend)]
     assert started == (expected if starts else [])
 
 
@@ -100,7 +101,7 @@ def test_the_helper_fills_an_empty_cache_that_the_search_then_reads(tmp_path: Pa
         return subprocess.run(ask, env=env, capture_output=True, text=True, check=True).stdout
 
     assert cached() == "False\n"
-    helper = [sys.executable, "-m", "tidgap.optimize.background_compile", "numba"]
+    helper = module_command("tidgap.optimize.background_compile", "numba")
     subprocess.run(helper, env=env, check=True, timeout=600)
     assert cached() == "True\n"
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 
 from tidgap.backends import BACKENDS, Backend, load
+from tidgap.module_command import module_command
 
 #: The problem the helper compiles on (types do not depend on the problem).
 EXAMPLE = "example:tiny-2"
@@ -48,7 +49,7 @@ def start(record: Backend) -> subprocess.Popen[bytes] | None:
     if not loops or (os.cpu_count() or 1) < 2 or cached(loops):
         return None
     return subprocess.Popen(
-        [sys.executable, "-m", __name__, record.name],
+        module_command(__name__, record.name),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

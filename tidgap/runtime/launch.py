@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from tidgap.module_command import module_command
 from tidgap.optimize.interrupts import exit_status, handling
 from tidgap.runtime.worker import watched_environment
 
@@ -149,7 +150,7 @@ def launch(
                 with open(path, "wb") as log:
                     processes.append(
                         subprocess.Popen(
-                            [sys.executable, "-m", module, os.fspath(job)],
+                            module_command(module, os.fspath(job)),
                             env=worker_environment(rank, world_size, port, threads),
                             stdin=subprocess.DEVNULL,
                             stdout=log,
