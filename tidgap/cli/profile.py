@@ -54,7 +54,11 @@ DEFAULT_BANDWIDTH_GBPS = 10.0
 DEFAULT_LATENCY_MS = 0.05
 #: Warn when other processes kept more cores than this busy while measuring.
 BUSY_CORES = 0.25
-INSTALL_HINT = "PyTorch is not installed; install it with: pip install torch"
+INSTALL_HINT = (
+    "PyTorch is not installed; install it with the profile extra: pip install 'tidgap[profile]' "
+    "(without a GPU, first its CPU build: pip install torch --index-url "
+    "https://download.pytorch.org/whl/cpu)"
+)
 
 
 def _emit(document: Any, out: str | None, as_json: bool) -> None:
@@ -358,7 +362,7 @@ def profile_command(
     unit*2^k and the cap, the activation bytes crossing each boundary give the links.
     Under torchrun (one process per stage, on one machine or several) each rank measures
     its own stage where it runs (the processes of one machine in turn) and rank 0 alone
-    writes the problem. Needs PyTorch: pip install torch.
+    writes the problem. Needs PyTorch: the profile extra, pip install 'tidgap[profile]'.
     """
     lr = learning_rate(optimizer, lr)
     if batch_size % unit:
