@@ -36,13 +36,20 @@ from tidgap.profiling.synth import synth_problem
         ("2 GB", 2e9),
         ("1e9", 10**9),  # formats.md: "or a number" (it was refused)
         ("2.5E-3k", 2),
+        ("9223372036854775807", 2**63 - 1),  # exact: a float rounds it up to 2**63
+        ("9007199254740993", 2**53 + 1),
+        ("8388607.5Ti", 2**63 - 2**39),
     ],
 )
 def test_sizes_parse(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "lots", "-1G", "8X", "1e", "e9", "1e9.5"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "lots", "-1G", "8X", "1e", "e9", "1e9.5", "9223372036854775808", "8388608Ti", "1e400",
+     "9" * 400, "1e999999999999"],
+)  # fmt: skip
 def test_bad_sizes_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_size(text)

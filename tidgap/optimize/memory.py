@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from decimal import Decimal, localcontext
 from pathlib import Path
 
 from tidgap.backends import Backend
@@ -35,7 +36,6 @@ GIVEN = "--max-memory"
 BASELINE_BYTES = 64 << 20
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 #: Byte sizes are below this (a signed 64-bit count).
 MAX_SIZE = 2**63
 
@@ -131,14 +131,15 @@ def parse_size(text: str) -> int:
     match = _SIZE.match(text)
     if match is None:
         raise ValueError(f"not a size: {text!r} (examples: 8G, 512MiB, 1000000)")
-    number, suffix = float(match.group(1)), (match.group(2) or "").lower()
+    number, suffix = Decimal(match.group(1)), (match.group(2) or "").lower()
     prefix = suffix[:1] if suffix[:1] in "kmgt" else ""
     binary = "i" in suffix and prefix
-    scale = 1024 ** ("kmgt".index(prefix) + 1) if binary else _SCALE[prefix]
-    size = number * scale
-    if not size < MAX_SIZE:  # infinity too: 1e400, or a long string of digits
-        raise ValueError(f"too large: {text!r} (at most 2**63 - 1 bytes)")
-    return int(size)
+    scale = 1024 ** ("kmgt".index(prefix) + 1) if binary else 1000 ** "-kmgt".index(prefix or "-")
+    with localcontext() as context:  # exact: 2**63 - 1 is a size, 2**63 is not
+        context.prec = 100
+        if number.adjusted() > 30 or not number * scale < MAX_SIZE:  # 1e400, many digits
+            raise ValueError(f"too large: {text!r} (at most 2**63 - 1 bytes)")
+        return int(number * scale)
 
 
 def format_bytes(count: float) -> str:
