@@ -205,3 +205,45 @@ def test_compare_accepts_a_plan_object_of_either_family() -> None:
     ordered = ordered_plan(ordered_entry("tiny7_2", 1))
     assert compare(problem, flush, label="mine")[0].family == "flush"
     assert compare(problem, ordered, label="mine")[0].family == "windowed"
+
+
+@pytest.mark.parametrize(
+    ("values", "significant", "spec"),
+    [
+        ([7662.55, 7617.0], 6, ".2f"),
+        ([4.1762, 4.2011], 5, ".4f"),
+        ([123456789.0], 6, ".0f"),
+        ([0.0], 6, ".5f"),
+        ([9.9e14], 6, ".0f"),
+        ([1e15, 3.0], 6, ".6g"),
+        ([4.1e299, 1.0], 6, ".6g"),
+        ([4.878e-300, 1e-301], 5, ".5g"),
+        ([1.5e-8], 5, ".12f"),
+        ([1.5e-9], 5, ".5g"),
+    ],
+)
+def test_a_column_shares_one_precision_in_a_readable_form(
+    values: list[float], significant: int, spec: str
+) -> None:
+    from tidgap.analysis.compare import column_format
+
+    assert column_format(values, significant) == spec
+
+
+def test_huge_times_print_in_exponent_form(tmp_path: Path) -> None:
+    """Times near the 1e300 bound print 6 significant digits, not 300 (an audit saw
+    600-character rows); the cells are still the --json values rounded."""
+    times = {"table": {"sizes": [1, 2], "times": [1e299, 2.4e299]}}
+    problem = write_json(
+        tmp_path / "huge.json",
+        {"format": "tidgap.problem/1", "name": "huge", "batch_size": 2,
+         "stages": [{"forward": times, "backward": times, "tail": 1e298}]},
+    )  # fmt: skip
+    result = run_cli("compare", str(problem))
+    assert result.exit_code == 0, describe(result)
+    assert max(len(line) for line in result.stdout.splitlines()) < 120, result.stdout
+    rows = json_output(run_cli("compare", str(problem), "--json"))["rows"]
+    for row in rows:
+        line = next(x for x in result.stdout.splitlines() if x.startswith(row["schedule"] + " "))
+        time = f"{row['iteration_time']:.6g}"
+        assert f" {time} " in line and "e+299" in time, line

@@ -114,13 +114,25 @@ def rows_as_dicts(rows: list[ComparisonRow]) -> list[dict[str, object]]:
     return [asdict(row) for row in rows]
 
 
-def decimals(values: Sequence[float], significant: int) -> int:
-    """Decimal places that give the largest of ``values`` ``significant`` significant
-    digits (at least 0), so that a column shares one precision."""
+#: A column whose largest value needs more decimals than this, or whose largest value is
+#: at least :data:`LARGEST_FIXED`, is written in exponent form.
+MOST_DECIMALS = 12
+LARGEST_FIXED = 1e15
+
+
+def column_format(values: Sequence[float], significant: int) -> str:
+    """The format spec of a column of ``values``: as many decimal places (at least 0) as
+    give its largest value ``significant`` significant digits, so the column shares one
+    precision (``.2f``); ``significant`` digits in exponent form (``.6g``) where that
+    would take more than :data:`MOST_DECIMALS` places or print past :data:`LARGEST_FIXED`
+    (times near 1e300 would print 300 digits)."""
     largest = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
     if largest == 0:
-        return significant - 1
-    return max(0, significant - 1 - math.floor(math.log10(largest)))
+        return f".{significant - 1}f"
+    places = significant - 1 - math.floor(math.log10(largest))
+    if places > MOST_DECIMALS or largest >= LARGEST_FIXED:
+        return f".{significant}g"
+    return f".{max(0, places)}f"
 
 
 def throughput_scale(time_unit: str) -> tuple[float, str]:
@@ -157,7 +169,8 @@ def format_table(rows: list[ComparisonRow], time_unit: str) -> str:
     scale, rate = throughput_scale(time_unit)
     times = [row.iteration_time for row in rows]
     rates = [row.throughput * scale for row in rows]
-    time_places, rate_places = decimals(times, TIME_DIGITS), decimals(rates, THROUGHPUT_DIGITS)
+    time_spec = column_format(times, TIME_DIGITS)
+    rate_spec = column_format(rates, THROUGHPUT_DIGITS)
     with_bytes = any(row.peak_memory is not None for row in rows)
     memory_header = ("peak held", "peak memory")[: 2 if with_bytes else 1]
     header = (
@@ -172,8 +185,8 @@ def format_table(rows: list[ComparisonRow], time_unit: str) -> str:
         (
             row.schedule,
             row.microbatches,
-            f"{time:.{time_places}f}",
-            f"{throughput:.{rate_places}f}",
+            f"{time:{time_spec}}",
+            f"{throughput:{rate_spec}}",
             f"{row.speedup:.3f}x",
             *memory_cells(row)[: len(memory_header)],
         )
