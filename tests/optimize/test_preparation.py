@@ -37,12 +37,13 @@ def test_global_dp_seconds_count_every_candidate() -> None:
 
 
 def test_a_time_limit_leaves_out_a_heuristic_that_would_overrun_it() -> None:
-    """8 stages of 60,000 units: the global DP would take about 14 s; with 1 s left only
-    the local greedy runs, without a limit both do (on a small problem)."""
+    """8 stages of 60,000 units: the global DP took 55 s on the loaded development
+    machine (13 s quiet); with 20 s left only the local greedy runs, without a limit both
+    do (on a small problem)."""
     large = Problem.from_dict(synth_problem(0, 8, 60_000))
-    assert global_dp_seconds(large) > 10
+    assert global_dp_seconds(large) > 20
     found: dict[str, Plan] = {}
-    add_heuristics(large, StopRule(time_limit=1.0, stagnation=None), found)
+    add_heuristics(large, StopRule(time_limit=20.0, stagnation=None), found)
     assert list(found) == ["local greedy"]
     small = load_problem("example:gpt1-14")
     found = {}

@@ -188,9 +188,11 @@ def global_dp(problem: Problem) -> Plan:
 
 
 #: Candidate steps per second of one compiled chain DP (the two directions run side by
-#: side): about 1.1e9 on the 2-core development machine (2026-12-03: 8 stages, 60,000
-#: units, 13 s); taken low, so that the estimate errs long.
-DP_STEPS_PER_SECOND = 1e9
+#: side): about 1.1e9 on the quiet 2-core development machine (2026-12-03: 8 stages,
+#: 60,000 units, 13 s), 2.6e8 with other processes on its cores (2026-12-06: 55 s; a
+#: 20 s search started it on the estimate 1e9 gave, and overran by 35 s); taken at the
+#: loaded rate, so that the estimate errs long: once started, the DP cannot be stopped.
+DP_STEPS_PER_SECOND = 2.5e8
 
 
 def global_dp_seconds(problem: Problem) -> float:

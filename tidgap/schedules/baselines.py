@@ -23,7 +23,7 @@ from tidgap.schedules.simulate import evaluate_order
 BASELINE_ROWS = ("gpipe", "1f1b", "pipedream")
 #: Most steps of the baselines over every count (:func:`baseline_steps`) a problem may
 #: need: about 20 s on 2 cores if every count were timed (:func:`best_baselines` times few
-#: of them), and about what the global DP over every count takes.
+#: of them).
 MAX_BASELINE_STEPS = 2 * 10**10
 
 
