@@ -446,12 +446,24 @@ def test_an_example_problem_is_not_a_file(tmp_path: Path, monkeypatch: pytest.Mo
         (lambda tmp: "/proc/tidgap-cannot-be-made.json", "folder '/proc' is not writable"),
         (lambda tmp: f"{tmp}/plan.json/x.json", "is not a folder"),
         (lambda tmp: f"{tmp}/missing/x.json", "does not exist"),
+        # the kernel finds no problem.json there; realpath's text would be the input
+        (lambda tmp: f"{tmp}/missing/../problem.json", "/missing/..' does not exist"),
+        (lambda tmp: f"{tmp}/plan.json/../x.json", "folder '"),
         (lambda tmp: f"{tmp}/new-folder/", "names a folder"),
         (lambda tmp: str(tmp), "is a directory"),
         # 250 characters: a file name, but not its temporary ".NAME.XXXXXXXX" one
         (lambda tmp: f"{tmp}/{'p' * 245}.json", "name too long to write"),
     ],
-    ids=["proc", "under-a-file", "missing-folder", "trailing-slash", "folder", "long-name"],
+    ids=[
+        "proc",
+        "under-a-file",
+        "missing-folder",
+        "through-a-missing-folder",
+        "through-a-file",
+        "trailing-slash",
+        "folder",
+        "long-name",
+    ],  # fmt: skip
 )
 @pytest.mark.parametrize("option", ["--out", "--trace"])
 def test_an_unwritable_path_is_found_before_the_search(
@@ -463,10 +475,11 @@ def test_an_unwritable_path_is_found_before_the_search(
 ) -> None:
     folder = inputs[0].parent
     before = sorted(folder.iterdir())
+    problem = inputs[0].read_bytes()
     out = path(folder)
     line = error_line(run_cli("search", str(inputs[0]), "--generations", "1000000000", option, out))
     assert expected in line and (f"error: {option}: " in line or f"'{option}'" in line), line
-    assert sorted(folder.iterdir()) == before
+    assert sorted(folder.iterdir()) == before and inputs[0].read_bytes() == problem
 
 
 def test_probe_leaves_nothing_behind(tmp_path: Path) -> None:

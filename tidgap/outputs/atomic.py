@@ -48,17 +48,30 @@ def destination(path: str | os.PathLike[str]) -> Destination:
         status: os.stat_result | None = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         status = None
+        os.stat(_folder_as_given(path))  # ``nope/../x``: no file there, though realpath has one
     if status is not None and (not stat.S_ISREG(status.st_mode) or status.st_nlink > 1):
         return Destination(Path(path), status, in_place=True)
     return Destination(Path(os.path.realpath(path)), status, in_place=False)
 
 
+def _folder_as_given(path: str | os.PathLike[str]) -> str:
+    """The folder part of ``path`` as written (``nope/..`` for ``nope/../x``), which the
+    kernel resolves step by step: a missing ``nope`` fails there, while
+    ``os.path.realpath`` drops ``nope/..`` as text."""
+    return os.path.dirname(os.fspath(path)) or os.curdir
+
+
 def identity(path: str | os.PathLike[str]) -> Identity | None:
-    """What makes two paths one file, or ``None`` for a stream (device, FIFO, socket) or a
-    folder: writing a stream overwrites nothing. Through symlinks and hard links."""
+    """What makes two paths one file, or ``None`` for a stream (device, FIFO, socket), a
+    folder or a path in no folder (``nope/../x``: :func:`probe` refuses it): writing a
+    stream overwrites nothing. Through symlinks and hard links."""
     try:
         status = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
+        try:
+            os.stat(_folder_as_given(path))
+        except OSError:
+            return None
         return os.path.realpath(path)
     except OSError:
         return None
@@ -84,6 +97,14 @@ def probe(path: str | os.PathLike[str]) -> None:
     shown = str(path)
     if shown.endswith(os.sep):
         raise InputError("names a folder (ends in /), not a file", source=shown)
+    folder_as_given = _folder_as_given(path)
+    try:
+        os.stat(folder_as_given)
+    except FileNotFoundError:
+        raise InputError(f"folder {folder_as_given!r} does not exist", source=shown) from None
+    except OSError as error:
+        message = f"folder {folder_as_given!r} cannot be reached: {_reason(error)}"
+        raise InputError(message, source=shown) from None
     try:
         where = destination(path)
     except OSError as error:
