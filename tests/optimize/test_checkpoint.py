@@ -149,6 +149,30 @@ def test_truncated_state_file_is_refused(tmp_path):
         load_state(path)
 
 
+def test_flipped_bits_are_refused_in_one_line_or_harmless(tmp_path):
+    """Bits flipped anywhere in a state file (a damaged disk, a bad copy): the resume either
+    refuses it naming the file (a bad deflate stream was a zlib.error traceback) or, where
+    the bits were in fields nothing reads, resumes."""
+    problem = tidgap.load_problem("example:tiny-2")
+    path = tmp_path / "s.state"
+    options = dict(schedule="flush", population=16)
+    tidgap.search(problem, generations=3, checkpoint=path, **options)
+    whole = path.read_bytes()
+    rng = np.random.default_rng(0)
+    refused = 0
+    for _ in range(150):
+        damaged = bytearray(whole)
+        for at in rng.integers(0, len(whole), size=rng.integers(1, 4)):
+            damaged[at] ^= 1 << int(rng.integers(8))
+        path.write_bytes(bytes(damaged))
+        try:
+            tidgap.search(problem, generations=1, resume=path, **options)
+        except InputError as error:
+            assert str(error).startswith(f"{path}: ") and "\n" not in str(error)
+            refused += 1
+    assert refused > 100
+
+
 @pytest.mark.parametrize(
     ("schedule", "name"),
     [("flush", "forward_genes"), ("flush", "backward_genes"), ("windowed", "island0_forward")],

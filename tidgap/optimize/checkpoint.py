@@ -24,7 +24,9 @@ import io
 import json
 import os
 import time
+import tokenize
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -286,6 +288,14 @@ def write_state(path: str | os.PathLike[str], state: SavedState) -> None:
     replace_atomically(path, produce)
 
 
+#: What NumPy's reader raises on a damaged archive (flipped bits: a bad deflate stream, an
+#: unknown compression method, a broken array header; ``ValueError`` covers most).
+DAMAGED = (
+    OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
+    tokenize.TokenError,
+)  # fmt: skip
+
+
 def load_state(path: str | os.PathLike[str]) -> SavedState:
     """Read a state file; :class:`InputError` naming the file (and field) when it cannot
     be read, is not a state archive, or is of another format or version."""
@@ -296,7 +306,7 @@ def load_state(path: str | os.PathLike[str]) -> SavedState:
             arrays = {name: archive[name] for name in archive.files}
     except FileNotFoundError:
         raise InputError("no such file", source=source) from None
-    except (OSError, ValueError, EOFError, MemoryError, zipfile.BadZipFile) as error:
+    except (*DAMAGED, MemoryError) as error:
         why = _unreadable(error)
         raise InputError(f"is not a tidgap state file ({why})", source=source) from None
     if "meta" not in arrays:
@@ -318,6 +328,8 @@ def _unreadable(error: Exception) -> str:
         return "an array larger than the memory"
     if isinstance(error, zipfile.BadZipFile):
         return f"not a whole zip archive: {error}"
+    if isinstance(error, (zlib.error, NotImplementedError)):
+        return f"a damaged zip archive: {error}"
     if isinstance(error, OSError):
         return error.strerror or str(error)
     return "not a NumPy archive of plain arrays"  # pickled objects, a bad .npy header
