@@ -13,13 +13,14 @@ import math
 import multiprocessing
 import os
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
 
+from tidgap.held_signals import signals_blocked
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.driver import search
@@ -99,23 +100,6 @@ def _start_worker(threads: int, launcher: int, launcher_signal: ctypes.c_int) ->
         signal.signal(signum, _worker_signals.handle)
     if hasattr(signal, "pthread_sigmask"):  # held back since the launcher started us
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-
-
-@contextmanager
-def _stop_signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM blocked in this thread while the block runs, and so in the
-    workers it starts until their initializer handles them (:func:`_start_worker`): a
-    Ctrl-C while a worker imports its modules printed that worker's traceback. This
-    process still gets such a signal: at once where another thread takes it, else as the
-    block ends."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _stop_received() -> str | None:
@@ -243,7 +227,9 @@ def search_many(
     futures: list[Future[SearchResult]] = []
     with owned as pool:
         try:  # a Ctrl-C while submitting (or held back to the end of it) stops them too
-            with _stop_signals_held():  # a local pool starts its workers as tasks come
+            # held in the workers too until their initializer handles them (_start_worker):
+            # a Ctrl-C while a worker imports its modules printed that worker's traceback
+            with signals_blocked():  # a local pool starts its workers as tasks come
                 futures += [
                     pool.submit(_search, problem, seed, search_options)
                     for problem, seed in zip(problems, seed_list, strict=True)
