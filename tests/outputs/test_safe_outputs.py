@@ -12,6 +12,7 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -564,3 +565,89 @@ def test_a_second_signal_while_writing_leaves_no_temporary_file(tmp_path: Path) 
     assert done.returncode == 130, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "tmp"]
     assert target.read_text() == "old" and list(scratch.iterdir()) == []
+
+
+class _Stop(Exception):
+    """What the test's signal handler raises."""
+
+
+def _raising(signum: int, frame: Any) -> None:
+    raise _Stop(signum)
+
+
+def test_a_signal_during_the_renames_waits_until_every_file_is_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal handled between two renames (SIGTERM put the export's CSV in place and
+    kept its old sidecar): its handler runs once every file is in place, and no
+    temporary file is left."""
+    import tidgap.outputs.atomic as atomic
+
+    paths = [tmp_path / f"f{i}.json" for i in range(3)]
+    for path in paths:
+        path.write_text("old", encoding="utf-8")
+    renamed: list[Path] = []
+    replace = os.replace
+
+    def replace_then_signal(source: Path, target: Path) -> None:
+        replace(source, target)
+        renamed.append(Path(target))
+        if len(renamed) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at once, were it not held
+
+    monkeypatch.setattr(atomic.os, "replace", replace_then_signal)
+    previous = signal.signal(signal.SIGTERM, _raising)
+    try:
+        with pytest.raises(_Stop):
+            write_together([(p, lambda t: t.write_text("new", encoding="utf-8")) for p in paths])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert [p.read_text(encoding="utf-8") for p in paths] == ["new"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [p.name for p in paths]
+
+
+def test_a_signal_while_a_file_is_made_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """Ctrl-C while the files are made: the old contents stay and every temporary file
+    goes, also one just made when the signal came (synth --count left one now and then)."""
+    import tidgap.outputs.atomic as atomic
+
+    paths = [tmp_path / f"f{i}.json" for i in range(3)]
+    for path in paths:
+        path.write_text("old", encoding="utf-8")
+
+    def interrupted(temporary: Path) -> None:
+        atomic._temporary_beside(temporary, ".json")  # another file, then the signal
+        raise KeyboardInterrupt
+
+    files = [(paths[0], lambda t: t.write_text("new", encoding="utf-8")), (paths[1], interrupted)]
+    with pytest.raises(KeyboardInterrupt):
+        write_together([*files, (paths[2], lambda t: t.write_text("new", encoding="utf-8"))])
+    assert [p.read_text(encoding="utf-8") for p in paths] == ["old"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [p.name for p in paths]
+    assert not atomic._PENDING
+
+
+def test_sigterm_to_a_command_without_its_own_handling_cleans_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM to synth (evaluate, compare, export, bench) while it writes: exit 143 with
+    one line, the old files kept, no temporary file (the default action ended the process
+    with them left beside the outputs)."""
+    import tidgap.outputs.atomic as atomic
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "synth-0.json").write_text("old", encoding="utf-8")
+    settle = atomic._settle
+
+    def terminated(temporary: Path, status: Any) -> None:
+        settle(temporary, status)
+        if temporary.name.startswith(".synth-1."):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(atomic, "_settle", terminated)
+    result = run_cli("synth", "--count", "3", "--stages", "2", "--out-dir", str(out), "-q")
+    assert result.exit_code == 143, describe(result)
+    assert result.stderr.strip() == "tidgap: terminated"
+    assert sorted(p.name for p in out.iterdir()) == ["synth-0.json"]
+    assert (out / "synth-0.json").read_text(encoding="utf-8") == "old"

@@ -10,6 +10,7 @@ import errno
 import os
 import signal
 import sys
+from types import FrameType
 from typing import Any
 
 import click
@@ -17,7 +18,7 @@ import click
 from tidgap import __version__
 from tidgap.cli.options import named_as_option
 from tidgap.model.errors import InputError, first_line
-from tidgap.optimize.interrupts import exit_status
+from tidgap.optimize.interrupts import exit_status, handling
 
 
 class TidgapGroup(click.Group):
@@ -25,7 +26,11 @@ class TidgapGroup(click.Group):
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         try:
-            status = super().main(*args, standalone_mode=False, **kwargs)
+            with handling((signal.SIGTERM,), _terminate):  # a command may handle it itself
+                status = super().main(*args, standalone_mode=False, **kwargs)
+        except Terminated:
+            click.echo("\ntidgap: terminated", err=True)
+            sys.exit(exit_status(signal.SIGTERM))
         except InputError as error:
             _fail(str(named_as_option(error)))
         except click.UsageError as error:
@@ -49,6 +54,16 @@ class TidgapGroup(click.Group):
             click.echo("\ntidgap: interrupted", err=True)
             sys.exit(exit_status(signal.SIGINT))
         sys.exit(status if isinstance(status, int) else 0)
+
+
+class Terminated(BaseException):
+    """SIGTERM outside a command's own handling (a search stops at a generation boundary
+    instead): raised like Ctrl-C's ``KeyboardInterrupt``, so that the writes in progress
+    remove their temporary files and leave every output as it was."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
 
 
 #: ``errno`` values of a write to standard output that cannot go on (reported in one line).

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidgap.held_signals import signals_deferred
 from tidgap.model.errors import InputError
 
 #: One file, for :func:`identity`: (device, inode) of an existing regular file, or the
@@ -125,9 +126,10 @@ def probe(path: str | os.PathLike[str]) -> None:
     if not folder.is_dir():
         raise InputError(f"{str(folder)!r} is not a folder", source=shown)
     try:
-        made = _temporary_beside(where.target, Path(path).suffix)
-        os.unlink(made)
-        _PENDING.discard(made)
+        with signals_deferred():  # a Ctrl-C between the two would leave the file
+            made = _temporary_beside(where.target, Path(path).suffix)
+            os.unlink(made)
+            _PENDING.discard(made)
     except OSError as error:
         if error.errno == errno.ENAMETOOLONG:  # the temporary name is 10 characters longer
             message = f"name too long to write: {_reason(error)} for its temporary file"
@@ -250,9 +252,12 @@ def _temporary_beside(target: Path, suffix: str) -> Path:
     """A new empty file beside ``target``, ``.STEM.XXXXXXXX`` + ``suffix``: where a file
     replacing ``target`` is made before the rename (:func:`probe` tries the same name);
     pending until the write removes or renames it."""
-    descriptor, name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=suffix, dir=target.parent)
-    os.close(descriptor)
-    _PENDING.add(Path(name))
+    with signals_deferred():  # made and recorded as one, for the cleanup
+        descriptor, name = tempfile.mkstemp(
+            prefix=f".{target.stem}.", suffix=suffix, dir=target.parent
+        )
+        os.close(descriptor)
+        _PENDING.add(Path(name))
     return Path(name)
 
 
@@ -296,22 +301,26 @@ def write_together(files: list[tuple[str | os.PathLike[str], Producer]]) -> None
     """
     staged: list[_Staged] = []
     shown = ""
+    earlier = set(_PENDING)
     with tempfile.TemporaryDirectory(prefix="tidgap-") as folder:
         _PENDING.add(Path(folder))
         try:
             for path, produce in files:
                 shown = str(path)
                 staged.append(_stage(path, produce, Path(folder)))
-            for item in sorted(staged, key=lambda item: not item.where.in_place):
+            for item in [item for item in staged if item.where.in_place]:
                 shown = item.shown
-                _put_in_place(item)
+                _put_in_place(item)  # may block (a FIFO): not with signals held
+            with signals_deferred():  # the renames: all of them, or (failing) the first ones
+                for item in [item for item in staged if not item.where.in_place]:
+                    shown = item.shown
+                    _put_in_place(item)
         except OSError as error:
             raise InputError(f"cannot write: {_reason(error)}", source=shown) from None
-        finally:
-            for item in staged:
-                if not item.where.in_place:
-                    item.content.unlink(missing_ok=True)
-                _PENDING.discard(item.content)
+        finally:  # every temporary file of this write (a signal may have cut one's making)
+            for made in _PENDING - earlier - {Path(folder)}:
+                made.unlink(missing_ok=True)
+                _PENDING.discard(made)
             _PENDING.discard(Path(folder))
 
 
