@@ -47,8 +47,10 @@ def plain(value: Any) -> Any:
     NumPy bool is still no integer."""
     if isinstance(value, dict):
         return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [plain(item) for item in value]
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return value.tolist()  # Python's numbers at any depth, at once
+    if isinstance(value, (list, tuple, np.ndarray)):  # Python's ints as they are, at once
+        return [item if type(item) is int else plain(item) for item in value]
     if isinstance(value, np.generic):
         return value.item()
     return value
