@@ -267,7 +267,9 @@ def test_bad_input_exits_2_naming_it_and_writes_nothing(tmp_path: Path) -> None:
     )
     _refused(run_cli("sweep", TINY, "--workers", "0", "--out-dir", str(out)), "--workers")
     long = str(write_json(tmp_path / f"{'q' * 245}.json", case_named("tiny7_0")["problem"]))
-    _refused(run_cli("sweep", long, *SHORT, "--out-dir", str(out / "deeper")), "name too long")
+    result = run_cli("sweep", long, *SHORT, "--out-dir", str(out / "deeper"))
+    _refused(result, f"error: --out-dir: {out / 'deeper' / ('q' * 245)}.plan.json: name too long")
+    assert result.stderr.count(str(out)) == 1  # the path once, after the option
     assert not out.exists()  # a plan it cannot write refuses before the search, folders gone
     inside = tmp_path / "inside"
     problem = str(write_json(inside / "summary.json", case_named("tiny7_0")["problem"]))

@@ -226,7 +226,7 @@ def sweep_command(
                 plans = [folder / name for name in names]
                 summaries = (folder / SUMMARY_CSV, folder / SUMMARY_JSON)
                 inputs = {f"PROBLEM {i + 1}": spec for i, spec in enumerate(problems)}
-                outputs = [(str(path), path) for path in (*plans, *summaries)]
+                outputs = [("--out-dir", path) for path in (*plans, *summaries)]
                 check_outputs(None, None, *outputs, inputs=inputs)
             results, failed = _search_all(
                 loaded,
