@@ -74,19 +74,27 @@ def _own_temporary_folder() -> str | None:
 def cache_folder(digest: str) -> Path | None:
     """The first writable of the candidate folders for ``digest``; ``None`` where none is."""
     home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    for base in (config.CACHE_DIR, home, _own_temporary_folder()):
-        if base and os.path.isabs(base) and _writable(Path(base, "tidgap", f"numba-{digest}")):
-            return Path(base, "tidgap", f"numba-{digest}")
+    for base in (lambda: config.CACHE_DIR, lambda: home, _own_temporary_folder):
+        folder = base()  # the temporary one made only where the others fail
+        if folder and os.path.isabs(folder):
+            candidate = Path(folder, "tidgap", f"numba-{digest}")
+            if _writable(candidate):
+                return candidate
     return None
 
 
+#: Numba's private locator API this module extends (present from 0.59 to 0.68 at least);
+#: without it the loops keep Numba's own cache.
+LOCATOR_API = getattr(caching, "_CacheLocator", None) is not None and isinstance(
+    getattr(getattr(caching, "CacheImpl", None), "_locator_classes", None), list
+)
 DIGEST = sources_digest()
-FOLDER = cache_folder(DIGEST)
+FOLDER = cache_folder(DIGEST) if LOCATOR_API else None
 #: Whether the loops are cached (``cache=`` of every ``njit`` of this package).
-CACHING = FOLDER is not None
+CACHING = FOLDER is not None or not LOCATOR_API
 
 
-class SourcesLocator(caching._CacheLocator):
+class SourcesLocator(getattr(caching, "_CacheLocator", object)):  # type: ignore[misc]
     """Numba's cache locator for the loops of this package: :data:`FOLDER`, stale when
     :data:`DIGEST` changes."""
 
@@ -110,5 +118,5 @@ class SourcesLocator(caching._CacheLocator):
         return cls(py_func)
 
 
-if SourcesLocator not in caching.CacheImpl._locator_classes:
+if LOCATOR_API and SourcesLocator not in caching.CacheImpl._locator_classes:
     caching.CacheImpl._locator_classes.insert(0, SourcesLocator)
