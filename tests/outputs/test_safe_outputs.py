@@ -606,22 +606,27 @@ def test_a_signal_during_the_renames_waits_until_every_file_is_in_place(
     assert sorted(p.name for p in tmp_path.iterdir()) == [p.name for p in paths]
 
 
-def test_a_signal_while_a_file_is_made_leaves_no_temporary_file(tmp_path: Path) -> None:
-    """Ctrl-C while the files are made: the old contents stay and every temporary file
-    goes, also one just made when the signal came (synth --count left one now and then)."""
+def test_a_signal_while_a_file_is_made_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C just after a temporary file was made, before its making is guarded: the old
+    contents stay and every temporary file goes (synth --count left one now and then)."""
     import tidgap.outputs.atomic as atomic
 
     paths = [tmp_path / f"f{i}.json" for i in range(3)]
     for path in paths:
         path.write_text("old", encoding="utf-8")
+    beside = atomic._temporary_beside
 
-    def interrupted(temporary: Path) -> None:
-        atomic._temporary_beside(temporary, ".json")  # another file, then the signal
-        raise KeyboardInterrupt
+    def made_then_interrupted(target: Path, suffix: str, made: set[Path]) -> Path:
+        temporary = beside(target, suffix, made)
+        if target.name == "f1.json":
+            raise KeyboardInterrupt
+        return temporary
 
-    files = [(paths[0], lambda t: t.write_text("new", encoding="utf-8")), (paths[1], interrupted)]
+    monkeypatch.setattr(atomic, "_temporary_beside", made_then_interrupted)
     with pytest.raises(KeyboardInterrupt):
-        write_together([*files, (paths[2], lambda t: t.write_text("new", encoding="utf-8"))])
+        write_together([(p, lambda t: t.write_text("new", encoding="utf-8")) for p in paths])
     assert [p.read_text(encoding="utf-8") for p in paths] == ["old"] * 3
     assert sorted(p.name for p in tmp_path.iterdir()) == [p.name for p in paths]
     assert not atomic._PENDING

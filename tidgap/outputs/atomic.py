@@ -127,7 +127,7 @@ def probe(path: str | os.PathLike[str]) -> None:
         raise InputError(f"{str(folder)!r} is not a folder", source=shown)
     try:
         with signals_deferred():  # a Ctrl-C between the two would leave the file
-            made = _temporary_beside(where.target, Path(path).suffix)
+            made = _temporary_beside(where.target, Path(path).suffix, set())
             os.unlink(made)
             _PENDING.discard(made)
     except OSError as error:
@@ -248,28 +248,32 @@ def abandon_writes() -> None:
                 path.unlink(missing_ok=True)
 
 
-def _temporary_beside(target: Path, suffix: str) -> Path:
+def _temporary_beside(target: Path, suffix: str, made: set[Path]) -> Path:
     """A new empty file beside ``target``, ``.STEM.XXXXXXXX`` + ``suffix``: where a file
     replacing ``target`` is made before the rename (:func:`probe` tries the same name);
-    pending until the write removes or renames it."""
+    pending (and in ``made``, the caller's) until the write removes or renames it."""
     with signals_deferred():  # made and recorded as one, for the cleanup
         descriptor, name = tempfile.mkstemp(
             prefix=f".{target.stem}.", suffix=suffix, dir=target.parent
         )
         os.close(descriptor)
         _PENDING.add(Path(name))
+        made.add(Path(name))
     return Path(name)
 
 
-def _stage(path: str | os.PathLike[str], produce: Producer, folder: Path) -> _Staged:
+def _stage(
+    path: str | os.PathLike[str], produce: Producer, folder: Path, made: set[Path]
+) -> _Staged:
     """Make ``path``'s content with ``produce``: in ``folder`` for a file written in place,
-    else beside the target (same file system, so the rename is atomic)."""
+    else beside the target (same file system, so the rename is atomic; recorded in
+    ``made``)."""
     where = destination(path)
     suffix = Path(path).suffix
     if where.in_place:
         content = Path(tempfile.mkdtemp(dir=folder)) / f"content{suffix}"
     else:
-        content = _temporary_beside(where.target, suffix)
+        content = _temporary_beside(where.target, suffix, made)
     try:
         produce(content)
         if not where.in_place:
@@ -301,13 +305,13 @@ def write_together(files: list[tuple[str | os.PathLike[str], Producer]]) -> None
     """
     staged: list[_Staged] = []
     shown = ""
-    earlier = set(_PENDING)
+    made: set[Path] = set()  # this write's files beside their targets (other threads write too)
     with tempfile.TemporaryDirectory(prefix="tidgap-") as folder:
         _PENDING.add(Path(folder))
         try:
             for path, produce in files:
                 shown = str(path)
-                staged.append(_stage(path, produce, Path(folder)))
+                staged.append(_stage(path, produce, Path(folder), made))
             for item in [item for item in staged if item.where.in_place]:
                 shown = item.shown
                 _put_in_place(item)  # may block (a FIFO): not with signals held
@@ -318,9 +322,9 @@ def write_together(files: list[tuple[str | os.PathLike[str], Producer]]) -> None
         except OSError as error:
             raise InputError(f"cannot write: {_reason(error)}", source=shown) from None
         finally:  # every temporary file of this write (a signal may have cut one's making)
-            for made in _PENDING - earlier - {Path(folder)}:
-                made.unlink(missing_ok=True)
-                _PENDING.discard(made)
+            for temporary in made:
+                temporary.unlink(missing_ok=True)
+                _PENDING.discard(temporary)
             _PENDING.discard(Path(folder))
 
 
