@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -42,6 +42,8 @@ class Plan(StrictModel):
     source: Any = None
     order: list[str] | None = None
     windows: list[Samples] | None = None
+    #: :meth:`of` converts NumPy's values itself (plans are built in the search's loops).
+    numpy_input: ClassVar[bool] = False
 
     @model_validator(mode="before")
     @classmethod

@@ -6,13 +6,14 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import input_error_from
+from tidgap.model.numbers import plain
 
 #: A duration in the problem's time unit: finite and non-negative.
 Duration = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -25,9 +26,17 @@ Samples = Annotated[int, Field(gt=0)]
 
 
 class StrictModel(BaseModel):
-    """Base of every file schema: strict types, unknown keys rejected, immutable."""
+    """Base of every file schema: strict types, unknown keys rejected, immutable; NumPy's
+    integers, numbers and arrays given in Python taken as Python's (input-rules.md), where
+    :attr:`numpy_input` (a model built in hot loops converts its input itself)."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    numpy_input: ClassVar[bool] = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _python_numbers(cls, data: Any) -> Any:
+        return plain(data) if cls.numpy_input else data
 
 
 class Affine(StrictModel):
