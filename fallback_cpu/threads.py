@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
@@ -37,6 +38,11 @@ LEAST_CHEAP_SHARE = 256
 SHARES_PER_THREAD = 2
 
 _pool: tuple[int, ThreadPoolExecutor] | None = None
+#: Guards :data:`_pool`'s making: host threads calling their first loops at once shared
+#: none (each made a pool, all but one leaked).
+_making = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a fork while another thread held it: a fresh one
+    os.register_at_fork(after_in_child=lambda: globals().update(_making=threading.Lock()))
 
 
 def thread_count() -> int:
@@ -48,9 +54,10 @@ def thread_count() -> int:
 def _workers() -> ThreadPoolExecutor:
     """This process's pool of ``thread_count() - 1`` threads (a new one after a fork)."""
     global _pool
-    if _pool is None or _pool[0] != os.getpid():
-        _pool = (os.getpid(), ThreadPoolExecutor(max(thread_count() - 1, 1)))
-    return _pool[1]
+    with _making:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max(thread_count() - 1, 1)))
+        return _pool[1]
 
 
 def in_threads(run: Callable[[Share], Result], shares: Sequence[Share]) -> list[Result]:

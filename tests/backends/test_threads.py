@@ -4,8 +4,11 @@ depend on how the rows were cut."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
+import time
+from typing import Any
 
 import pytest
 
@@ -103,3 +106,30 @@ def test_a_search_gives_the_same_plan_however_its_rows_are_cut(
     assert shared.plan == alone.plan
     assert shared.evaluation == alone.evaluation
     assert shared.evaluations == alone.evaluations
+
+
+def test_threads_calling_their_first_loops_at_once_share_one_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Host threads making the first call at once: one pool for all (each made its own,
+    all but one leaked); the pool's making slowed to widen the window."""
+    made = []
+
+    class SlowPool(threads.ThreadPoolExecutor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            time.sleep(0.05)
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(threads, "_pool", None)
+    monkeypatch.setattr(threads, "ThreadPoolExecutor", SlowPool)
+    start = threading.Barrier(6)
+
+    def first_call() -> Any:
+        start.wait()
+        return threads._workers()
+
+    with concurrent.futures.ThreadPoolExecutor(6) as host:
+        pools = list(host.map(lambda _: first_call(), range(6)))
+    assert len(made) == 1 and all(pool is made[0] for pool in pools)
+    made[0].shutdown()
