@@ -73,8 +73,10 @@ def _own_temporary_folder() -> str | None:
 
 def cache_folder(digest: str) -> Path | None:
     """The first writable of the candidate folders for ``digest``; ``None`` where none is."""
-    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    for base in (lambda: config.CACHE_DIR, lambda: home, _own_temporary_folder):
+    given = os.environ.get("XDG_CACHE_HOME", "")  # relative: ignored, as the XDG spec says
+    home = given if os.path.isabs(given) else os.path.join(os.path.expanduser("~"), ".cache")
+    numba_dir = os.path.abspath(config.CACHE_DIR) if config.CACHE_DIR else ""  # as Numba
+    for base in (lambda: numba_dir, lambda: home, _own_temporary_folder):
         folder = base()  # the temporary one made only where the others fail
         if folder and os.path.isabs(folder):
             candidate = Path(folder, "tidgap", f"numba-{digest}")

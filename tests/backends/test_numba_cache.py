@@ -96,3 +96,18 @@ def test_commands_run_with_an_unwritable_home(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["rows"][0]["iteration_time"] > 0
     folder = tmp_path / f"tidgap-{os.getuid()}" / "tidgap" / f"numba-{numba_cache.DIGEST}"
     assert any(folder.glob("rows.copy_row-*.nbi")), sorted(os.listdir(folder.parent))
+
+
+def test_relative_places_are_as_numba_and_the_xdg_spec_read_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative NUMBA_CACHE_DIR is taken from the current folder, as Numba takes it; a
+    relative XDG_CACHE_HOME is ignored (the XDG spec), so ~/.cache is used."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(config, "CACHE_DIR", "numba-here")
+    assert numba_cache.cache_folder("abc") == tmp_path / "numba-here" / "tidgap" / "numba-abc"
+    monkeypatch.setattr(config, "CACHE_DIR", "")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    expected = tmp_path / "home" / ".cache" / "tidgap" / "numba-abc"
+    assert numba_cache.cache_folder("abc") == expected

@@ -449,7 +449,8 @@ def test_an_example_problem_is_not_a_file(tmp_path: Path, monkeypatch: pytest.Mo
         (lambda tmp: f"{tmp}/missing/x.json", "does not exist"),
         # the kernel finds no problem.json there; realpath's text would be the input
         (lambda tmp: f"{tmp}/missing/../problem.json", "/missing/..' does not exist"),
-        (lambda tmp: f"{tmp}/plan.json/../x.json", "folder '"),
+        (lambda tmp: f"{tmp}/plan.json/../x.json", "/plan.json/..' is not a folder"),
+        (lambda tmp: f"{tmp}/problem.json/.", "/problem.json' is not a folder"),  # not the input
         (lambda tmp: f"{tmp}/new-folder/", "names a folder"),
         (lambda tmp: str(tmp), "is a directory"),
         # 250 characters: a file name, but not its temporary ".NAME.XXXXXXXX" one
@@ -461,6 +462,7 @@ def test_an_example_problem_is_not_a_file(tmp_path: Path, monkeypatch: pytest.Mo
         "missing-folder",
         "through-a-missing-folder",
         "through-a-file",
+        "a-file-as-a-folder",
         "trailing-slash",
         "folder",
         "long-name",
@@ -632,27 +634,60 @@ def test_a_signal_while_a_file_is_made_leaves_no_temporary_file(
     assert not atomic._PENDING
 
 
-def test_sigterm_to_a_command_without_its_own_handling_cleans_up(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sigterm_to_a_command_without_its_own_handling_cleans_up(tmp_path: Path) -> None:
     """SIGTERM to synth (evaluate, compare, export, bench) while it writes: exit 143 with
     one line, the old files kept, no temporary file (the default action ended the process
     with them left beside the outputs)."""
-    import tidgap.outputs.atomic as atomic
-
     out = tmp_path / "out"
     out.mkdir()
     (out / "synth-0.json").write_text("old", encoding="utf-8")
-    settle = atomic._settle
-
-    def terminated(temporary: Path, status: Any) -> None:
-        settle(temporary, status)
-        if temporary.name.startswith(".synth-1."):
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(atomic, "_settle", terminated)
-    result = run_cli("synth", "--count", "3", "--stages", "2", "--out-dir", str(out), "-q")
-    assert result.exit_code == 143, describe(result)
-    assert result.stderr.strip() == "tidgap: terminated"
+    script = (
+        "import os, signal, sys\n"
+        "import tidgap.outputs.atomic as atomic\n"
+        "from tidgap.cli import cli\n"
+        "settle = atomic._settle\n"
+        "def terminated(temporary, status):\n"
+        "    settle(temporary, status)\n"
+        "    if temporary.name.startswith('.synth-1.'):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "atomic._settle = terminated\n"
+        f"cli(['synth', '--count', '3', '--stages', '2', '--out-dir', {str(out)!r}, '-q'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 143, done.stderr
+    assert done.stderr.strip() == "tidgap: terminated"
     assert sorted(p.name for p in out.iterdir()) == ["synth-0.json"]
     assert (out / "synth-0.json").read_text(encoding="utf-8") == "old"
+
+
+def test_a_second_signal_during_the_cleanup_waits_until_it_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first signal stops the write and its cleanup starts; a second one (raising in
+    its handler) waits until every temporary file is gone (it cut the cleanup short:
+    hundreds of files left by synth --count 2000)."""
+    paths = [tmp_path / f"f{i}.json" for i in range(4)]
+
+    def new(temporary: Path) -> None:
+        temporary.write_text("new", encoding="utf-8")
+
+    def first_signal(temporary: Path) -> None:
+        raise KeyboardInterrupt
+
+    unlink = Path.unlink
+
+    def unlink_then_signal(self: Path, missing_ok: bool = False) -> None:
+        unlink(self, missing_ok=missing_ok)
+        os.kill(os.getpid(), signal.SIGTERM)  # the second signal, while cleaning up
+
+    previous = signal.signal(signal.SIGTERM, _raising)
+    try:
+        with pytest.raises(_Stop):
+            monkeypatch.setattr(Path, "unlink", unlink_then_signal)
+            write_together([*((p, new) for p in paths[:3]), (paths[3], first_signal)])
+    finally:
+        monkeypatch.undo()
+        signal.signal(signal.SIGTERM, previous)
+    assert list(tmp_path.iterdir()) == []

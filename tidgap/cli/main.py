@@ -19,6 +19,7 @@ from tidgap import __version__
 from tidgap.cli.options import named_as_option
 from tidgap.model.errors import InputError, first_line
 from tidgap.optimize.interrupts import exit_status, handling
+from tidgap.outputs.atomic import abandon_writes
 
 
 class TidgapGroup(click.Group):
@@ -28,9 +29,6 @@ class TidgapGroup(click.Group):
         try:
             with handling((signal.SIGTERM,), _terminate):  # a command may handle it itself
                 status = super().main(*args, standalone_mode=False, **kwargs)
-        except Terminated:
-            click.echo("\ntidgap: terminated", err=True)
-            sys.exit(exit_status(signal.SIGTERM))
         except InputError as error:
             _fail(str(named_as_option(error)))
         except click.UsageError as error:
@@ -56,14 +54,16 @@ class TidgapGroup(click.Group):
         sys.exit(status if isinstance(status, int) else 0)
 
 
-class Terminated(BaseException):
-    """SIGTERM outside a command's own handling (a search stops at a generation boundary
-    instead): raised like Ctrl-C's ``KeyboardInterrupt``, so that the writes in progress
-    remove their temporary files and leave every output as it was."""
-
-
 def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise Terminated
+    """SIGTERM where the command does not handle it itself (a search stops at a generation
+    boundary instead): end at once, as the default action does, but first say so and
+    remove the temporary files of the writes in progress, whose outputs stay as they were
+    (the renames hold it back until all are done). Not an exception raised wherever the
+    code is: one raised while a thread held Numba's compiler lock hung the process."""
+    sys.stderr.write("\ntidgap: terminated\n")
+    sys.stderr.flush()
+    abandon_writes()
+    os._exit(exit_status(signum))
 
 
 #: ``errno`` values of a write to standard output that cannot go on (reported in one line).

@@ -49,17 +49,25 @@ def destination(path: str | os.PathLike[str]) -> Destination:
         status: os.stat_result | None = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         status = None
-        os.stat(_folder_as_given(path))  # ``nope/../x``: no file there, though realpath has one
+    _require_folder(path)  # ``nope/../x``, ``file/.``: no such path, though realpath has one
     if status is not None and (not stat.S_ISREG(status.st_mode) or status.st_nlink > 1):
         return Destination(Path(path), status, in_place=True)
     return Destination(Path(os.path.realpath(path)), status, in_place=False)
 
 
 def _folder_as_given(path: str | os.PathLike[str]) -> str:
-    """The folder part of ``path`` as written (``nope/..`` for ``nope/../x``), which the
-    kernel resolves step by step: a missing ``nope`` fails there, while
-    ``os.path.realpath`` drops ``nope/..`` as text."""
+    """The folder part of ``path`` as written (``nope/..`` for ``nope/../x``, ``file`` for
+    ``file/.``), which the kernel resolves step by step: a missing ``nope`` or a file in
+    the middle fails there, while ``os.path.realpath`` drops ``nope/..`` and ``/.`` as
+    text."""
     return os.path.dirname(os.fspath(path)) or os.curdir
+
+
+def _require_folder(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`OSError` unless ``path``'s folder as written is a folder."""
+    folder = _folder_as_given(path)
+    if not stat.S_ISDIR(os.stat(folder).st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), folder)
 
 
 def identity(path: str | os.PathLike[str]) -> Identity | None:
@@ -70,7 +78,7 @@ def identity(path: str | os.PathLike[str]) -> Identity | None:
         status = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         try:
-            os.stat(_folder_as_given(path))
+            _require_folder(path)
         except OSError:
             return None
         return os.path.realpath(path)
@@ -100,9 +108,11 @@ def probe(path: str | os.PathLike[str]) -> None:
         raise InputError("names a folder (ends in /), not a file", source=shown)
     folder_as_given = _folder_as_given(path)
     try:
-        os.stat(folder_as_given)
+        _require_folder(path)
     except FileNotFoundError:
         raise InputError(f"folder {folder_as_given!r} does not exist", source=shown) from None
+    except NotADirectoryError:
+        raise InputError(f"{folder_as_given!r} is not a folder", source=shown) from None
     except OSError as error:
         message = f"folder {folder_as_given!r} cannot be reached: {_reason(error)}"
         raise InputError(message, source=shown) from None
@@ -322,10 +332,11 @@ def write_together(files: list[tuple[str | os.PathLike[str], Producer]]) -> None
         except OSError as error:
             raise InputError(f"cannot write: {_reason(error)}", source=shown) from None
         finally:  # every temporary file of this write (a signal may have cut one's making)
-            for temporary in made:
-                temporary.unlink(missing_ok=True)
-                _PENDING.discard(temporary)
-            _PENDING.discard(Path(folder))
+            with signals_deferred():  # a second signal: once they are gone
+                for temporary in made:
+                    temporary.unlink(missing_ok=True)
+                    _PENDING.discard(temporary)
+                _PENDING.discard(Path(folder))
 
 
 def replace_atomically(path: str | os.PathLike[str], produce: Producer) -> None:
