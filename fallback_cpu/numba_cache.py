@@ -29,8 +29,10 @@ import tidgap
 HERE = Path(__file__).resolve().parent
 
 
-#: The folders whose Python sources the compiled loops may use: tidgap's and this package's.
-ROOTS = (Path(tidgap.__file__).resolve().parent, HERE)
+#: The folders whose Python sources the compiled loops may use: tidgap's and, where it is
+#: not inside it (a checkout), this package's.
+PACKAGE = Path(tidgap.__file__).resolve().parent
+ROOTS = (PACKAGE,) if PACKAGE in HERE.parents else (PACKAGE, HERE)
 
 
 def sources_digest(roots: tuple[Path, ...] = ROOTS) -> str:

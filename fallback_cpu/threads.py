@@ -41,8 +41,16 @@ _pool: tuple[int, ThreadPoolExecutor] | None = None
 #: Guards :data:`_pool`'s making: host threads calling their first loops at once shared
 #: none (each made a pool, all but one leaked).
 _making = threading.Lock()
-if hasattr(os, "register_at_fork"):  # a fork while another thread held it: a fresh one
-    os.register_at_fork(after_in_child=lambda: globals().update(_making=threading.Lock()))
+
+
+def _fresh_lock() -> None:
+    """A forked child's own :data:`_making` (another thread may have held it at the fork)."""
+    global _making
+    _making = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock)
 
 
 def thread_count() -> int:

@@ -5,13 +5,13 @@ Two ways, for two needs: :func:`signals_deferred` holds them back from this proc
 Python handlers (a temporary file made and recorded, a set of files renamed into place),
 whichever thread the kernel hands the signal to; :func:`signals_blocked` blocks them in
 this thread, and so in the processes it starts (a pool's workers, until they handle them).
+:func:`handling` installs a handler for a block (the commands' own, and the deferral's).
 """
 
 from __future__ import annotations
 
 import signal
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -35,24 +35,34 @@ def signals_blocked() -> Iterator[None]:
 
 
 @contextmanager
-def signals_deferred() -> Iterator[None]:
-    """:data:`HELD` recorded, not handled, in the block; as it ends the handlers of before
-    are back and each signal received is raised again for them (in order; a default
-    SIGTERM then ends the process). Python runs signal handlers in the main thread only:
-    elsewhere (where no handler can be set) the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
+def handling(
+    signums: Iterable[int], handler: Callable[[int, FrameType | None], None]
+) -> Iterator[None]:
+    """``handler`` installed for ``signums`` in the block, the old handlers restored after
+    (the default action for one not set from Python); outside the main thread (where
+    Python cannot set handlers) nothing is installed."""
+    try:
+        previous = {signum: signal.signal(signum, handler) for signum in signums}
+    except ValueError:
         yield
         return
-    received: list[int] = []
-
-    def record(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-
-    previous = {signum: signal.signal(signum, record) for signum in HELD}
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        for signum, old in previous.items():
+            signal.signal(signum, signal.SIG_DFL if old is None else old)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """:data:`HELD` recorded, not handled, in the block (:func:`handling`); as it ends the
+    handlers of before are back and each signal received is raised again for them (in
+    order; a default SIGTERM then ends the process). Outside the main thread the block
+    runs as it is."""
+    received: list[int] = []
+    try:
+        with handling(HELD, lambda signum, frame: received.append(signum)):
+            yield
+    finally:  # also where the block failed (a rename): the signal still counts
         for signum in received:
             signal.raise_signal(signum)

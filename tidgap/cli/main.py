@@ -17,8 +17,9 @@ import click
 
 from tidgap import __version__
 from tidgap.cli.options import named_as_option
+from tidgap.held_signals import handling
 from tidgap.model.errors import InputError, first_line
-from tidgap.optimize.interrupts import exit_status, handling
+from tidgap.optimize.interrupts import exit_status
 from tidgap.outputs.atomic import abandon_writes
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from tidgap.held_signals import handling
 from tidgap.outputs.atomic import abandon_writes
 
 #: The signals that ask a search to stop, by name.
@@ -67,21 +68,3 @@ def stop_on_signals(on_first: Callable[[str], None] | None = None) -> Iterator[S
     signals = StopSignals(on_first)
     with handling(STOP_SIGNALS, signals.handle):
         yield signals
-
-
-@contextmanager
-def handling(
-    signums: Iterable[int], handler: Callable[[int, FrameType | None], None]
-) -> Iterator[None]:
-    """``handler`` installed for ``signums`` in the block, the old handlers restored after;
-    outside the main thread (where Python cannot set handlers) nothing is installed."""
-    try:
-        previous = {signum: signal.signal(signum, handler) for signum in signums}
-    except ValueError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)

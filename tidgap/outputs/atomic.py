@@ -106,18 +106,13 @@ def probe(path: str | os.PathLike[str]) -> None:
     shown = str(path)
     if shown.endswith(os.sep):
         raise InputError("names a folder (ends in /), not a file", source=shown)
-    folder_as_given = _folder_as_given(path)
-    try:
-        _require_folder(path)
-    except FileNotFoundError:
-        raise InputError(f"folder {folder_as_given!r} does not exist", source=shown) from None
-    except NotADirectoryError:
-        raise InputError(f"{folder_as_given!r} is not a folder", source=shown) from None
-    except OSError as error:
-        message = f"folder {folder_as_given!r} cannot be reached: {_reason(error)}"
-        raise InputError(message, source=shown) from None
     try:
         where = destination(path)
+    except FileNotFoundError:  # only its folder's (:func:`_require_folder`)
+        folder = _folder_as_given(path)
+        raise InputError(f"folder {folder!r} does not exist", source=shown) from None
+    except NotADirectoryError:
+        raise InputError(f"{_folder_as_given(path)!r} is not a folder", source=shown) from None
     except OSError as error:
         raise InputError(f"cannot write: {_reason(error)}", source=shown) from None
     if where.status is not None and stat.S_ISDIR(where.status.st_mode):

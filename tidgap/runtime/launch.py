@@ -22,8 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from tidgap.held_signals import handling
 from tidgap.module_command import module_command
-from tidgap.optimize.interrupts import exit_status, handling
+from tidgap.optimize.interrupts import exit_status
 from tidgap.runtime.worker import watched_environment
 
 #: Seconds between looks at the workers.
