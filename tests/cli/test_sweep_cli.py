@@ -16,7 +16,7 @@ import pytest
 
 import tidgap
 from tests.support.cli_helpers import case_named, describe, run_cli, write_json
-from tests.support.processes import ends_within, has_children_within
+from tests.support.processes import children, ends_within, has_children_within
 from tidgap import InputError, Problem
 from tidgap.analysis.sweep_summary import COLUMNS
 from tidgap.cli import sweep
@@ -404,3 +404,42 @@ def test_ctrl_c_while_the_workers_start_prints_no_traceback(tmp_path: Path) -> N
     assert sweep_run.returncode == 130, output + errors
     assert "Traceback" not in errors and "KeyboardInterrupt" not in errors, errors
     assert "interrupted by SIGINT" in output
+
+
+def test_a_worker_killed_from_outside_loses_no_plan(tmp_path: Path) -> None:
+    """A pool worker killed by the OOM killer or ``kill -9`` broke the pool: every search
+    not finished failed (exit 2). Now they run again, and every plan is written."""
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "tidgap", "sweep", TINY, "example:hetero-8"]
+    sweep_run = subprocess.Popen(
+        [*command, "--time-limit", "5", "--workers", "2", "--out-dir", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        # the resource tracker and two workers
+        assert has_children_within(sweep_run.pid, 60, count=3), "no pool started"
+        time.sleep(2)
+        workers = [
+            pid
+            for pid in children(sweep_run.pid)
+            if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        os.kill(workers[0], signal.SIGKILL)
+        output, _ = sweep_run.communicate(timeout=120)
+    finally:
+        if sweep_run.poll() is None:
+            os.killpg(sweep_run.pid, signal.SIGKILL)
+    assert sweep_run.returncode == 0, output
+    assert {p.name for p in out.iterdir()} == {
+        "summary.csv",
+        "summary.json",
+        "tiny-2.plan.json",
+        "hetero-8.plan.json",
+    }

@@ -89,6 +89,60 @@ def test_a_failed_search_leaves_the_others_and_names_the_problem() -> None:
     assert str(every.value).endswith("(1 of 1 searches failed)")
 
 
+#: The environment variable naming a file that :func:`_killing_search` creates once.
+KILL_ONCE = "TIDGAP_TEST_KILL_ONCE"
+
+
+def _killing_search(problem: Problem, seed: int, options: dict) -> tidgap.SearchResult:
+    """``many._search``, but after a second (so that the launcher sees it running) the
+    worker kills itself: always for a problem named ``killer``, and for the first search
+    that creates the file ``$TIDGAP_TEST_KILL_ONCE``."""
+    import os
+    import time
+
+    marker = os.environ.get(KILL_ONCE)
+    try:
+        if marker is not None:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            marker = "killed"
+    except FileExistsError:
+        marker = None
+    if problem.name == "killer" or marker == "killed":
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return many._search(problem, seed, options)
+
+
+def test_searches_lost_to_a_killed_worker_run_again(
+    expected: list[tidgap.Plan], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A worker killed from outside (OOM killer, kill -9) broke the pool: every search not
+    finished failed with BrokenProcessPool. Now they run again and give their plans."""
+    monkeypatch.setattr(many, "_search", _killing_search)
+    monkeypatch.setenv(KILL_ONCE, str(tmp_path / "killed"))
+    results = search_many(PROBLEMS, executor=many.local_pool(2), seeds=SEEDS, **SHORT)
+    assert (tmp_path / "killed").exists()
+    assert [r.plan for r in results] == expected
+
+
+def test_a_search_killed_again_alone_fails_and_the_others_finish(
+    expected: list[tidgap.Plan], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search whose worker is killed each time (out of memory, say) fails, named; the
+    searches beside it in the broken pool run again and give their plans."""
+    monkeypatch.setattr(many, "_search", _killing_search)
+    killer = PROBLEMS[0].model_copy(update={"name": "killer"})
+    problems = [PROBLEMS[0], killer, PROBLEMS[1], PROBLEMS[2]]
+    with pytest.raises(
+        SearchFailed, match=r"problem 1 \(killer\): its worker process was killed twice"
+    ) as caught:
+        search_many(problems, seeds=[0, 0, 0, 1], **SHORT)
+    assert list(caught.value.errors) == [1]
+    assert isinstance(caught.value.errors[1], many.WorkerKilled)
+    results = caught.value.results
+    assert [results[0].plan, results[2].plan, results[3].plan] == expected
+
+
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="2 seeds for 3 problems"):
         search_many(PROBLEMS, seeds=[0, 1], **SHORT)

@@ -15,7 +15,8 @@ import os
 import signal
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
-from contextlib import AbstractContextManager, nullcontext
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals
 from tidgap.optimize.optimizer import Stopping, at_least, checked_search
 from tidgap.optimize.results import SearchResult
 
-__all__ = ["LocalPool", "SearchFailed", "default_pool", "local_pool", "search_many"]
+__all__ = ["LocalPool", "SearchFailed", "WorkerKilled", "default_pool", "local_pool", "search_many"]
 
 #: :func:`tidgap.search` options naming one search's state file, refused by :func:`search_many`.
 PER_SEARCH_ONLY = ("checkpoint", "resume")
@@ -116,16 +117,27 @@ class LocalPool(ProcessPoolExecutor):
     """:func:`local_pool`'s executor: a process pool whose launcher can stop its workers'
     searches (:meth:`stop`), as a signal to each worker would."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(
+        self,
+        workers: int,
+        threads: int | None = None,
+        stopped_by: ctypes.c_int | None = None,
+    ) -> None:
         context = multiprocessing.get_context("spawn")
         #: the signal number :meth:`stop` was given, 0 before (shared with the workers)
-        self.stopped_by = context.Value("i", 0, lock=False)
+        self.stopped_by = context.Value("i", 0, lock=False) if stopped_by is None else stopped_by
+        #: the number of worker processes
+        self.workers = workers
         super().__init__(
             max_workers=workers,
             mp_context=context,
             initializer=_start_worker,
-            initargs=(max(1, _cores() // workers), os.getpid(), self.stopped_by),
+            initargs=(threads or max(1, _cores() // workers), os.getpid(), self.stopped_by),
         )
+
+    def fresh(self, workers: int, threads: int | None = None) -> LocalPool:
+        """A new pool (:func:`local_pool`'s arguments) that this one's :meth:`stop` stops too."""
+        return LocalPool(workers, threads, self.stopped_by)
 
     def stop(self, signum: int) -> None:
         """Stop every worker's search at its next generation and skip the searches not
@@ -134,13 +146,14 @@ class LocalPool(ProcessPoolExecutor):
         self.stopped_by.value = int(signum)
 
 
-def local_pool(workers: int) -> LocalPool:
+def local_pool(workers: int, threads: int | None = None) -> LocalPool:
     """A pool of ``workers`` processes started by ``spawn`` (Numba's OpenMP threads do not
-    survive a fork), each with the cores shared out among them as Numba threads. Ctrl-C
+    survive a fork), each with ``threads`` Numba threads (by default the cores shared out
+    among the workers), unless the user set ``NUMBA_NUM_THREADS``. Ctrl-C
     (SIGINT to the terminal's process group) or SIGTERM stops each worker's search at its
     next generation and skips the searches it has not started; so does
     :meth:`LocalPool.stop` from the launcher."""
-    return LocalPool(workers)
+    return LocalPool(workers, threads)
 
 
 def default_pool(count: int) -> LocalPool:
@@ -193,6 +206,9 @@ def search_many(
 
     A failing search does not stop the others: once all have finished, :class:`SearchFailed`
     is raised, naming the first failed problem and carrying every result that was found.
+    On a :class:`LocalPool` (the default), searches lost to a worker killed from outside
+    (out of memory, ``kill -9``) run again from their start in fresh pools; one killed
+    again while running alone fails with :class:`WorkerKilled`.
 
     ``checkpoint`` and ``resume`` are refused (``TypeError``): one state file given to every
     task would be written by all the searches at once, and resume only one of the problems.
@@ -224,26 +240,87 @@ def search_many(
     owned: AbstractContextManager[Executor] = (
         default_pool(len(problems)) if executor is None else nullcontext(executor)
     )
-    futures: list[Future[SearchResult]] = []
+    tasks = [(p, seed, search_options) for p, seed in zip(problems, seed_list, strict=True)]
     with owned as pool:
-        try:  # a Ctrl-C while submitting (or held back to the end of it) stops them too
-            # held in the workers too until their initializer handles them (_start_worker):
-            # a Ctrl-C while a worker imports its modules printed that worker's traceback
-            with signals_blocked():  # a local pool starts its workers as tasks come
-                futures += [
-                    pool.submit(_search, problem, seed, search_options)
-                    for problem, seed in zip(problems, seed_list, strict=True)
-                ]
-            while wait(futures, timeout=WAKE).not_done:  # see WAKE
-                pass
-        except BaseException:  # Ctrl-C: run no search that has not started
-            for future in futures:
-                future.cancel()
-            if isinstance(pool, LocalPool):  # the running ones stop too, if only we heard it
-                pool.stop(signal.SIGINT)
-            raise
-    errors = {i: error for i, f in enumerate(futures) if (error := f.exception()) is not None}
+        outcomes = _outcomes(pool, tasks)
+    errors = {i: error for i, error in enumerate(outcomes) if isinstance(error, BaseException)}
     if errors:
-        results = [None if i in errors else f.result() for i, f in enumerate(futures)]
+        results = [None if i in errors else outcome for i, outcome in enumerate(outcomes)]
         raise SearchFailed(problems, results, errors) from errors[min(errors)]
-    return [future.result() for future in futures]
+    return [outcome for outcome in outcomes if isinstance(outcome, SearchResult)]
+
+
+#: One search's arguments to :func:`_search`: problem, seed, options.
+Task = tuple[Problem, int, dict[str, Any]]
+#: A finished search: its result, or what it raised.
+Outcome = SearchResult | BaseException
+
+
+class WorkerKilled(RuntimeError):
+    """A search's worker process ended abruptly in a pool of its own, after doing so (or
+    being a bystander) in a shared one: killed from outside (out of memory, ``kill -9``)."""
+
+
+def _outcome(future: Future[SearchResult]) -> Outcome:
+    error = future.exception()
+    return future.result() if error is None else error
+
+
+def _submitted(
+    assignments: list[tuple[Executor, int]], tasks: list[Task]
+) -> tuple[dict[int, Future[SearchResult]], set[int]]:
+    """Run task ``i`` on its executor for every ``(executor, i)`` and wait for them all: the
+    futures by task, and the tasks seen running (given to a worker) meanwhile. A Ctrl-C (or
+    any exception) while submitting or waiting cancels the searches not started, stops the
+    running ones of every :class:`LocalPool` and is raised."""
+    futures: dict[int, Future[SearchResult]] = {}
+    seen: set[int] = set()
+    try:  # a Ctrl-C while submitting (or held back to the end of it) stops them too
+        # held in the workers too until their initializer handles them (_start_worker): a
+        # Ctrl-C while a worker imports its modules printed that worker's traceback
+        with signals_blocked():  # a local pool starts its workers as tasks come
+            for pool, i in assignments:
+                futures[i] = pool.submit(_search, *tasks[i])
+        while True:
+            seen.update(i for i, future in futures.items() if future.running())
+            if not wait(futures.values(), timeout=WAKE).not_done:  # see WAKE
+                break
+    except BaseException:  # Ctrl-C: run no search that has not started
+        for future in futures.values():
+            future.cancel()
+        for pool, _ in assignments:  # the running ones stop too, if only we heard it
+            if isinstance(pool, LocalPool):
+                pool.stop(signal.SIGINT)
+        raise
+    return futures, seen
+
+
+def _outcomes(pool: Executor, tasks: list[Task]) -> list[Outcome]:
+    """Every task's outcome on ``pool``, in order. A worker of a :class:`LocalPool` killed
+    from outside breaks it: every search not finished fails with ``BrokenProcessPool``.
+    Those run again in fresh pools (:meth:`LocalPool.fresh`): the ones seen running when it
+    broke (the killed one among them) each in a pool of its own, where a second loss is
+    final (:class:`WorkerKilled`), the others together; until none is lost."""
+    futures, seen = _submitted([(pool, i) for i in range(len(tasks))], tasks)
+    outcomes = {i: _outcome(future) for i, future in futures.items()}
+    together = [i for i, outcome in outcomes.items() if isinstance(outcome, BrokenProcessPool)]
+    while isinstance(pool, LocalPool) and together:
+        alone = [i for i in together if i in seen] or together
+        together = [i for i in together if i not in alone]
+        with ExitStack() as pools:
+            assignments = []
+            if together:
+                shared = pools.enter_context(pool.fresh(min(pool.workers, len(together))))
+                assignments += [(shared, i) for i in together]
+            threads = max(1, _cores() // len(alone))
+            assignments += [(pools.enter_context(pool.fresh(1, threads)), i) for i in alone]
+            futures, seen = _submitted(assignments, tasks)
+        outcomes.update((i, _outcome(future)) for i, future in futures.items())
+        for i in alone:
+            if isinstance(outcomes[i], BrokenProcessPool):
+                outcomes[i] = WorkerKilled(
+                    "its worker process was killed twice, the second time running it alone "
+                    "(out of memory? kill -9?)"
+                )
+        together = [i for i in together if isinstance(outcomes[i], BrokenProcessPool)]
+    return [outcomes[i] for i in range(len(tasks))]
