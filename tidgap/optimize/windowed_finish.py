@@ -22,7 +22,7 @@ from tidgap.optimize.joint_polish import joint_polish, scan_seconds
 from tidgap.optimize.limits import STAGE_LIMITS, MemoryLevel
 from tidgap.optimize.polish import Interrupted, groups_first
 from tidgap.optimize.preparation import POLISH_SHARE, more_rounds, runs_to_the_limit
-from tidgap.optimize.results import SearchResult, TradeoffPoint
+from tidgap.optimize.results import SearchResult
 from tidgap.optimize.windowed_run import SEARCHED, WindowedRun, decoded, leanest_held
 
 #: The annealing after the GA: its share of a time limit (less what the final polish keeps
@@ -285,12 +285,8 @@ def finish_windowed(
     found = [optimizer.best_within(level) for level in levels]
     if stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None:
         found, stop_reason = improved(run, found, stop_reason, checkpoint, resumed)
-    tradeoff = [
-        TradeoffPoint(level, None, None)
-        if best is None
-        else decoded(best[0], problem, level, run.pricing, run.optimizer.space.memory)
-        for level, best in zip(levels, found, strict=True)
-    ]
+    best_genes = [None if best is None else best[0] for best in found]
+    tradeoff = decoded(best_genes, problem, levels, run.pricing, run.optimizer.space.memory)
     chosen = tradeoff[levels.index(in_force)]
     if chosen.plan is None or chosen.evaluation is None:
         held = f"at most {list(in_force.held)} samples per stage"

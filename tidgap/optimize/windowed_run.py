@@ -67,19 +67,30 @@ class WindowedRun:
 
 
 def decoded(
-    genes: JointGenes,
+    found: list[JointGenes | None],
     problem: Problem,
-    level: MemoryLevel,
+    levels: list[MemoryLevel],
     pricing: str = MODEL_PRICING,
     memory: RunMemory | None = None,
-) -> TradeoffPoint:
-    """The plan of one individual within ``level``, checked and evaluated with the
-    reference simulator (:func:`priced_plan`)."""
-    plan, evaluation, held = priced_plan(genes, problem, pricing, memory)
-    allowed = allowed_held(level, memory)
-    if any(h > a for h, a in zip(held, allowed, strict=True)):
-        raise AssertionError(f"the plan for {level.label} holds {held}, over {allowed}")
-    return TradeoffPoint(level, plan, evaluation)
+) -> list[TradeoffPoint]:
+    """Each level's plan from its best individual (``None``: no plan), checked and
+    evaluated with the reference simulator (:func:`priced_plan`), once per distinct
+    individual (levels often share one: a simulation takes a second at 256 stages)."""
+    priced: dict[bytes, tuple[Plan, Evaluation, list[int]]] = {}
+    points = []
+    for genes, level in zip(found, levels, strict=True):
+        if genes is None:
+            points.append(TradeoffPoint(level, None, None))
+            continue
+        key = b"".join(to_host(array).tobytes() for array in genes.arrays())
+        if key not in priced:
+            priced[key] = priced_plan(genes, problem, pricing, memory)
+        plan, evaluation, held = priced[key]
+        allowed = allowed_held(level, memory)
+        if any(h > a for h, a in zip(held, allowed, strict=True)):
+            raise AssertionError(f"the plan for {level.label} holds {held}, over {allowed}")
+        points.append(TradeoffPoint(level, plan, evaluation))
+    return points
 
 
 def priced_plan(
