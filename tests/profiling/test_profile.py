@@ -162,6 +162,46 @@ def test_profile_mlp_end_to_end(torch: Any, tmp_path: Path) -> None:
         assert link.forward.affine.per_sample == pytest.approx(sent / 10e9 * 1e3, rel=1e-4)
 
 
+def test_a_layer_placed_twice_is_in_its_stage_each_time(torch: Any, tmp_path: Path) -> None:
+    """A module placed twice (one ReLU as layers 1 and 4) was listed once (``named_children``):
+    the stages left layer 4 out and profiled, and ran, another function than the model's."""
+    _, document = profiled(
+        tmp_path,
+        "tests.support.tiny_models:REUSED",
+        "--input-shape",
+        "16",
+        "-s",
+        "2",
+        "--split",
+        "3",
+    )
+    assert document["source"]["split"]["stages"] == {"0-2": MLP_LAYERS[:3], "3-5": MLP_LAYERS[3:]}
+    from tests.support.tiny_models import REUSED
+    from tidgap.profiling.models import Model
+    from tidgap.profiling.run import stage_modules
+
+    model = Model("reused", REUSED, lambda size, device: torch.randn(size, 16))
+    x = torch.randn(5, 16)
+    through = x
+    for _, _, stage in stage_modules(model, [3]):
+        through = stage(through)
+    assert torch.equal(through, REUSED(x))
+
+
+def test_tied_layers_on_two_stages_are_warned_of(torch: Any, tmp_path: Path) -> None:
+    """Stages that share a parameter: the times hold, but tidgap run refuses the split."""
+    out = tmp_path / "tied.json"
+    model = ["tests.support.tiny_models:TIED", "--input-shape", "16", "--stages", "2"]
+    result = run("profile", *model, *FAST, "--batch-size", "4", "--split", "1", "--out", str(out))
+    assert result.exit_code == 0 and out.exists(), result.stderr
+    assert (
+        "tidgap: warning: layers '0' (stage 0) and '2' (stage 1) share a parameter (weight, "
+        "weight): tidgap run refuses this split"
+    ) in result.stderr
+    result = run("profile", *model, *FAST, "--batch-size", "4", "--split", "3")
+    assert result.exit_code == 0 and "share a parameter" not in result.stderr
+
+
 def test_profiled_problem_is_searched(torch: Any, tmp_path: Path) -> None:
     profiled(tmp_path, *MLP, "--stages", "2", "--batch-size", "8")
     result = run(

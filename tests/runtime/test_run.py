@@ -521,6 +521,9 @@ def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
         "--nproc other than the stage count": [problem, plan, *MODEL, "--nproc", "3"],
         "--transport nccl on the CPU": [problem, plan, *MODEL, "--transport", "nccl"],
         "--transport of another name": [problem, plan, *MODEL, "--transport", "tcp"],
+        # tied weights on stages 0 and 1: each process would update its own copy
+        "a split between tied layers": [problem, plan, *model_args("TIED")],
+        "a --split between tied layers": [problem, plan, *model_args("TIED"), "--split", "1"],
     }
 
 
@@ -538,6 +541,21 @@ def test_bad_input_exits_2_in_one_line(tmp_path: Path, own_temporary_folder: Pat
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("tidgap: error: "), describe(result)
     assert list(own_temporary_folder.iterdir()) == []  # no run was started
+
+
+def test_tied_layers_on_two_stages_are_named(tmp_path: Path) -> None:
+    """A run of stages that share a parameter computed wrong gradients (each process
+    updated its own copy); it is refused, naming both layers and stages and the split."""
+    problem = str(write_json(tmp_path / "problem.json", problem_document()))
+    plan = str(plan_file(tmp_path, "plan", **PLANS["flush-unequal"]))
+    result = run_cli("run", problem, plan, *model_args("TIED"))
+    assert result.stderr.startswith(
+        f"tidgap: error: {problem}: source.split.boundaries: layers '0' (stage 0) and '2' "
+        "(stage 1) share a parameter (weight, weight): "
+    ), describe(result)
+    assert "tied weights across stages are not supported" in result.stderr
+    result = run_cli("run", problem, plan, *model_args("TIED"), "--split", "3", *QUICK)
+    assert result.exit_code == 0, describe(result)  # both on stage 0
 
 
 def test_missing_torch_exits_2(

@@ -20,6 +20,15 @@ MLP = nn.Sequential(
     nn.Linear(16, 4),
 )
 
+#: The MLP's shape with one ReLU placed twice (layers 1 and 4).
+_RELU = nn.ReLU()
+REUSED = nn.Sequential(
+    nn.Linear(16, 32), _RELU, nn.Linear(32, 32), nn.Linear(32, 16), _RELU, nn.Linear(16, 4)
+)
+#: One Linear placed twice (layers 0 and 2): its weights tied.
+_SQUARE = nn.Linear(16, 16)
+TIED = nn.Sequential(_SQUARE, nn.ReLU(), _SQUARE, nn.Linear(16, 4))
+
 #: Not a Sequential: ``tidgap profile`` must refuse it.
 NOT_SEQUENTIAL = nn.Linear(4, 4)
 

@@ -187,7 +187,7 @@ def calibrate_command(
     fitted["source"]["calibration"]["transport"] = transport
     how = fitted["source"].get("split")
     if not isinstance(how, dict) or how.get("boundaries") != job.boundaries:
-        layers = [name for name, _ in model.layers.named_children()]
+        layers = [name for name, _ in model.named_layers()]
         dropped = resplit(fitted, job.boundaries, layers)
         if dropped:
             click.echo(

@@ -389,7 +389,14 @@ def profile_command(
         who = "tidgap profile" + ("" if here is None else f" (rank {here[0]})")
         watchdog = start_watchdog(timeout, who, launched=here is not None)
     built = build_model(model, model_options)
-    from tidgap.profiling.run import Settings, profile, step_count, torch_device
+    from tidgap.profiling.run import (
+        SHARED_ACROSS_STAGES,
+        Settings,
+        profile,
+        shared_between_stages,
+        step_count,
+        torch_device,
+    )
 
     settings = Settings(
         name=without_surrogates(name or (Path(out).stem if out else built.name)),
@@ -441,6 +448,12 @@ def profile_command(
         click.echo(
             f"tidgap: warning: other processes kept {other:g} cores busy on average while "
             "measuring, so the times may be inflated (source.other_processes_cores)",
+            err=True,
+        )
+    shared = shared_between_stages(built, document["source"]["split"]["boundaries"])
+    if shared is not None:
+        click.echo(
+            f"tidgap: warning: {shared}: tidgap run refuses this split, as {SHARED_ACROSS_STAGES}",
             err=True,
         )
     _emit(document, out, as_json)

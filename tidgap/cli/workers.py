@@ -218,14 +218,30 @@ def worker_job(
         model = build_model(model_reference, options, command)
     finally:
         watchdog.set()
-    layers = [name for name, _ in model.layers.named_children()]
+    layers = [name for name, _ in model.named_layers()]
+    boundaries = boundaries_of(loaded, problem, split, layers)
+    require_unshared(model, boundaries, problem if split is None else None)
     job = Job(
         problem=absolute(problem),
         plan=absolute(plan) if plan else "",
         model=model_reference,
-        boundaries=boundaries_of(loaded, problem, split, layers),
+        boundaries=boundaries,
         results="",
         model_options=options,
         **settings,
     )
     return job, model
+
+
+def require_unshared(model: Any, boundaries: list[int], spec: str | None) -> None:
+    """:class:`InputError` where stages split at ``boundaries`` would share a parameter of
+    ``model``: naming ``--split`` (``spec`` ``None``) or the problem ``spec``'s split."""
+    from tidgap.profiling.run import SHARED_ACROSS_STAGES, shared_between_stages
+
+    shared = shared_between_stages(model, boundaries)
+    if shared is None:
+        return
+    message = f"{shared}: {SHARED_ACROSS_STAGES}"
+    if spec is None:
+        raise InputError(message, source="--split")
+    raise InputError(message + " (--split)", SPLIT_PATH, source=spec)

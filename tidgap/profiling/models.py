@@ -42,6 +42,12 @@ class Model:
     make_input: Callable[[int, torch.device], Tensor]
     config: dict[str, Any] = field(default_factory=dict)
 
+    def named_layers(self) -> list[tuple[str, nn.Module]]:
+        """``layers``' entries in order, names and modules, one placed twice listed twice
+        (``named_children`` lists it once: a split then left its repeats out of the
+        stages, and profiled and ran another function than the model's)."""
+        return [(name, layer) for name, layer in self.layers._modules.items() if layer is not None]
+
     def input(self, size: int, device: torch.device) -> Tensor:
         """``make_input(size, device)``; its errors (an allocation too large, say) are bad
         input naming the model."""

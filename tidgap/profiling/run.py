@@ -31,7 +31,7 @@ from tidgap.profiling.measure import (
     time_steps,
 )
 from tidgap.profiling.models import Model, parameter_count
-from tidgap.profiling.split import balanced_split, parse_split, stage_layers
+from tidgap.profiling.split import balanced_split, groups, parse_split, stage_layers
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.recompute_memory import CHUNK_FIELD, FIELDS, GRAPH_FIELDS
 from tidgap.runtime.task import Task, make_task
@@ -89,7 +89,7 @@ def require_activation_room(model: Model, settings: Settings, device: torch.devi
     largest layer's output (:func:`held_bytes_per_sample` of ``settings.unit`` samples) in
     the memory available: before measuring, so that an absurd batch is one line, not the
     out-of-memory killer (Linux grants large allocations before it has the pages)."""
-    layers = list(model.layers.named_children())
+    layers = list(model.named_layers())
     per_sample = held_bytes_per_sample(layers, model.input(settings.unit, device))
     needed = per_sample * settings.cap
     require_available(
@@ -107,7 +107,7 @@ Split = tuple[list[int], Json]
 
 def balance(model: Model, settings: Settings, device: torch.device, on_step: Step) -> Split:
     """Boundaries balancing per-layer forward+backward time at the cap, and how (``source``)."""
-    layers = list(model.layers.named_children())
+    layers = list(model.named_layers())
     first = model.input(settings.cap, device)
     (measured,) = measure(layers, [first], device, settings.repeats, settings.warmup, on_step)
     costs = [m.forward_ms + m.backward_ms for m in measured]
@@ -132,7 +132,7 @@ def chosen_split(
 def checked_split(model: Model, settings: Settings) -> list[int] | None:
     """The ``--split`` boundaries (``None``: to balance), checked against ``model``'s layers
     and ``settings.stages`` before anything is measured: else :class:`InputError`."""
-    names = [name for name, _ in model.layers.named_children()]
+    names = [name for name, _ in model.named_layers()]
     if settings.stages > len(names):
         raise InputError(
             f"{settings.stages} stages need at least {settings.stages} layers, "
@@ -144,11 +144,37 @@ def checked_split(model: Model, settings: Settings) -> list[int] | None:
 
 def stage_modules(model: Model, boundaries: list[int]) -> list[tuple[str, list[str], nn.Module]]:
     """Per stage: its name (``first-last`` layer), its layer names, the layers as one module."""
-    layers = dict(model.layers.named_children())
+    layers = dict(model.named_layers())
     return [
         (label, names, nn.Sequential(*(layers[name] for name in names)))
         for label, names in stage_layers(list(layers), boundaries).items()
     ]
+
+
+#: What a split whose stages share a parameter would do in ``tidgap run``.
+SHARED_ACROSS_STAGES = (
+    "each stage's process holds its own copy, so their gradients and updates would not be "
+    "the model's (tied weights across stages are not supported): split so that both are on "
+    "one stage"
+)
+
+
+def shared_between_stages(model: Model, boundaries: list[int]) -> str | None:
+    """Where layers of two stages share a parameter (tied weights, or one layer placed
+    twice), the first pair, as ``"layers 'embed' (stage 0) and 'head' (stage 1) share a
+    parameter (weight, weight)"``; ``None`` where no stage shares one."""
+    layers = list(model.named_layers())
+    owners: dict[int, tuple[int, str, str]] = {}
+    for stage, indices in enumerate(groups(len(layers), boundaries)):
+        for name, layer in (layers[i] for i in indices):
+            for parameter_name, parameter in layer.named_parameters():
+                first = owners.setdefault(id(parameter), (stage, name, parameter_name))
+                if first[0] != stage:
+                    return (
+                        f"layers {first[1]!r} (stage {first[0]}) and {name!r} (stage {stage}) "
+                        f"share a parameter ({first[2]}, {parameter_name})"
+                    )
+    return None
 
 
 def step_count(model: Model, settings: Settings) -> int:

@@ -58,7 +58,7 @@ def failing_layer(error: BaseException, module: Any, names: list[str]) -> str | 
     ``nn.Sequential``; its children are named ``names``) whose code is on ``error``'s
     traceback, the outermost such; ``None`` where none is (an error raised inside
     autograd's engine or the transport)."""
-    children = list(module.children())
+    children = list(module)  # a layer placed twice too (``children()`` lists it once)
     index = {id(child): i for i, child in enumerate(children)}
     frame = error.__traceback__
     while frame is not None:
