@@ -151,6 +151,80 @@ def test_standard_output_on_a_full_disk_is_one_line(tmp_path: Path) -> None:
     assert json.loads(out.read_text(encoding="utf-8"))["format"] == "tidgap.plan/1"
 
 
+def _tidgap(*args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+    """``python -m tidgap ARGS`` in a process of its own (``options``: ``subprocess.run``'s)."""
+    return subprocess.run(
+        [sys.executable, "-m", "tidgap", *args], capture_output=True, text=True, timeout=120,
+        **options,
+    )  # fmt: skip
+
+
+def test_a_closed_standard_output_is_one_line(tmp_path: Path) -> None:
+    """``tidgap ... >&-``: one line and exit 1 (it printed nothing and exited 0); the plan
+    written to ``--out`` before the summary stays whole."""
+    out = tmp_path / "plan.json"
+    args = ["search", "example:tiny-2", "--generations", "2", "-q", "--out", str(out)]
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$0" -m tidgap "$@" >&-', sys.executable, *args],
+        stderr=subprocess.PIPE, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == "tidgap: error: cannot write: standard output is closed\n"
+    assert json.loads(out.read_text(encoding="utf-8"))["format"] == "tidgap.plan/1"
+
+
+def test_a_removed_current_folder_is_one_line(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = f"import os, runpy, sys; os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); "
+    done = subprocess.run(
+        [sys.executable, "-c", code + "sys.argv = ['tidgap', 'examples']; "
+         "runpy.run_module('tidgap', run_name='__main__')"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == (
+        "tidgap: error: the current folder no longer exists (it was removed): change to another\n"
+    )
+
+
+@pytest.mark.parametrize("threads", ["0", "-1", "abc", ""])
+def test_numba_threads_that_are_no_count_are_one_line(threads: str) -> None:
+    """``NUMBA_NUM_THREADS=0`` made every search a traceback (Numba's ValueError)."""
+    done = _tidgap("search", "example:tiny-2", "--generations", "1", env={
+        **os.environ, "NUMBA_NUM_THREADS": threads})  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "tidgap: error: NUMBA_NUM_THREADS: must be a positive integer, the compiled loops' "
+        f"threads (got {threads!r})\n"
+    )
+
+
+def test_a_name_the_output_encoding_lacks_is_escaped(tmp_path: Path) -> None:
+    """``PYTHONIOENCODING=latin-1`` and a problem named with an emoji: a traceback on the
+    summary line; now the character is escaped."""
+    document = case_named(CASE)["problem"]
+    problem = write_json(tmp_path / "problem.json", {**document, "name": "réseau 🚀"})
+    env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
+    done = _tidgap(
+        "evaluate", str(problem), "--schedule", "gpipe", "-m", "1", env=env, encoding="latin-1"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("réseau \\U0001f680: ")
+
+
+def test_a_broken_pipe_with_standard_error_closed_exits_1() -> None:
+    """``tidgap ... 2>&- | true``: exit 1 as with standard error open (it was 120:
+    Python's flush at exit failed on the closed standard error)."""
+    reader = subprocess.Popen(
+        ["sh", "-c", 'exec "$0" -m tidgap compare example:hetero-8 2>&-', sys.executable],
+        stdout=subprocess.PIPE,
+    )
+    assert reader.stdout is not None
+    reader.stdout.close()  # before the command starts writing (it takes half a second to start)
+    assert reader.wait(timeout=120) == 1
+
+
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_a_fifo_gets_the_content(tmp_path: Path, inputs: tuple[Path, Path], name: str) -> None:
     """A FIFO (with a reader) receives the whole document and stays a FIFO."""

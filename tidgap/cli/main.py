@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import signal
 import sys
@@ -27,7 +28,9 @@ class TidgapGroup(click.Group):
     """A click group whose errors are one line on stderr with exit status 2."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        _usable_standard_streams()
         try:
+            _require_usable_environment()
             with handling((signal.SIGTERM,), _terminate):  # a command may handle it itself
                 status = super().main(*args, standalone_mode=False, **kwargs)
         except InputError as error:
@@ -55,6 +58,51 @@ class TidgapGroup(click.Group):
         sys.exit(status if isinstance(status, int) else 0)
 
 
+class _ClosedOutput(io.TextIOBase):
+    """Standard output where the process started with it closed (``>&-``): each write
+    fails as a write to a closed descriptor does, so the command says so (exit 1) instead
+    of printing nothing and succeeding."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def _usable_standard_streams() -> None:
+    """Standard output and error that write any name: a character their encoding lacks
+    (``PYTHONIOENCODING=latin-1``, an emoji in a problem's name) written as an escape, not
+    a traceback; a closed standard output fails each write (:class:`_ClosedOutput`); a
+    closed standard error discards (Python's flush at exit failed on it, exit 120)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            with contextlib.suppress(OSError, ValueError):  # a descriptor closed since
+                stream.reconfigure(errors="backslashreplace")
+    if sys.stdout is None:
+        sys.stdout = _ClosedOutput()
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process)
+
+
+def _require_usable_environment() -> None:
+    """:class:`InputError` where the process cannot work as asked: its current folder
+    was removed (relative paths fail, and worker processes start in it), or
+    ``NUMBA_NUM_THREADS`` is not a positive integer (the compiled loops failed on it)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise InputError(
+            "the current folder no longer exists (it was removed): change to another"
+        ) from None
+    threads = os.environ.get("NUMBA_NUM_THREADS")
+    if threads is not None and not (threads.strip().isdigit() and int(threads) > 0):
+        raise InputError(
+            f"must be a positive integer, the compiled loops' threads (got {threads!r})",
+            source="NUMBA_NUM_THREADS",
+        )
+
+
 def _terminate(signum: int, frame: FrameType | None) -> None:
     """SIGTERM where the command does not handle it itself (a search stops at a generation
     boundary instead): end at once, as the default action does, but first say so and
@@ -68,7 +116,7 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 #: ``errno`` values of a write to standard output that cannot go on (reported in one line).
-UNWRITABLE_OUTPUT = (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO)
+UNWRITABLE_OUTPUT = (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO, errno.EBADF)
 
 
 def _drop_standard_output() -> None:
