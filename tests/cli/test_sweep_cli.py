@@ -88,6 +88,20 @@ def test_sweep_writes_the_search_plans_and_the_summary(tmp_path: Path) -> None:
     assert "tiny7_1_mem.json" in result.stdout and "2 plan(s)" in result.stdout
 
 
+def test_a_file_name_that_is_not_utf8_is_written_with_a_replacement(tmp_path: Path) -> None:
+    """A problem file named with a byte that is not UTF-8: the summary failed to write
+    after every search (UnicodeEncodeError), and the good problem's plan was lost too."""
+    named = tmp_path / os.fsdecode(b"p\xffx.json")
+    named.write_text(json.dumps(case_named("tiny7_1")["problem"]), encoding="utf-8")
+    out = tmp_path / "out"
+    result = run_cli("sweep", str(named), TINY, *SHORT, "--workers", "1", "--out-dir", str(out))
+    assert result.exit_code == 0, describe(result)
+    assert (out / os.fsdecode(b"p\xffx.plan.json")).exists()
+    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["problems"]
+    assert [row["plan_file"] for row in rows] == ["p\ufffdx.plan.json", "tiny-2.plan.json"]
+    assert rows[0]["problem"] == str(named).replace("\udcff", "\ufffd")
+
+
 def test_the_summary_marks_a_best_baseline_over_the_memory_limit(tmp_path: Path) -> None:
     """``*_over_limit`` is whether the best GPipe or 1F1B holds more on some stage than the
     limit in force (here the best 1F1B's own: GPipe holds more on tiny-2), ``false``

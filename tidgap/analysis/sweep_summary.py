@@ -8,6 +8,7 @@ from typing import Any
 
 from tidgap.analysis.search_summary import beyond_limit, same_time
 from tidgap.model.lists import compact_sizes
+from tidgap.model.text import without_surrogates
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult
 
@@ -49,7 +50,8 @@ def gain_pct(baseline_time: float, plan_time: float) -> float:
 def sweep_row(
     problem: str, plan_file: str, result: SearchResult, run_time: float
 ) -> dict[str, Any]:
-    """One problem's row: ``problem`` as given, the plan's file, the search's schedule and
+    """One problem's row: ``problem`` as given, the plan's file (both with a byte that is
+    not UTF-8 as U+FFFD: :func:`~tidgap.model.text.without_surrogates`), the search's schedule and
     backward rule, the best GPipe and 1F1B (time in ``time_unit``, microbatches, whether it
     holds more than the memory limit in force allows on some stage), the plan's
     time (the model's), ``run_time`` (``tidgap run``'s prediction for it, the same unit) and
@@ -59,9 +61,9 @@ def sweep_row(
     plan_time = result.evaluation.iteration_time
     memory = result.evaluation.peak_memory
     return {
-        "problem": problem,
+        "problem": without_surrogates(problem),
         "name": result.problem.name,
-        "plan_file": plan_file,
+        "plan_file": without_surrogates(plan_file),
         "schedule": result.schedule,
         "backward": result.backward,
         "time_unit": result.problem.time_unit,
