@@ -171,6 +171,17 @@ def test_a_refused_out_dir_is_not_left_behind(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("folder", ["{long}", "made/{long}", "{long}/here"])
+def test_an_out_dir_name_too_long_is_one_line(tmp_path: Path, folder: str) -> None:
+    """A folder name over 255 bytes in ``--out-dir``: a traceback (ENAMETOOLONG); now one
+    line, and no folder of the path left behind."""
+    out = tmp_path / folder.format(long="a" * 260)
+    result = run("synth", "--count", "2", "--out-dir", str(out))
+    assert result.exit_code == 2, (result.stdout, result.stderr, result.exception)
+    assert result.stderr == f"tidgap: error: {out}: cannot write: File name too long\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_recorded_command_makes_the_same_problem(tmp_path: Path) -> None:
     """``source.command`` is quoted for a shell (a name with a space did not re-run)."""
     import shlex

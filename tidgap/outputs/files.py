@@ -89,10 +89,11 @@ def output_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
     it; where the block raises (an output refused before any work), remove again the
     folders it made, so a refused command leaves nothing behind."""
     folder = Path(path)
-    missing = [p for p in (folder, *folder.parents) if not p.exists()]
-    with writing(path):
-        folder.mkdir(parents=True, exist_ok=True)
+    with writing(path):  # a name too long fails here too
+        missing = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
+        with writing(path):
+            folder.mkdir(parents=True, exist_ok=True)
         yield folder
     except BaseException:
         for made in missing:  # deepest first; a folder something was put in stays
