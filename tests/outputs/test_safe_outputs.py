@@ -200,6 +200,19 @@ def test_numba_threads_that_are_no_count_are_one_line(threads: str) -> None:
     )
 
 
+def test_a_matplotlib_backend_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
+    """``MPLBACKEND=nonexistent`` with ``--gantt``: matplotlib's ValueError was a traceback."""
+    pytest.importorskip("matplotlib")
+    env = {**os.environ, "MPLBACKEND": "nonexistent"}
+    picture = tmp_path / "plan.png"
+    done = _tidgap("compare", "example:tiny-2", "--gantt", str(picture), env=env)
+    assert done.returncode == 2 and not picture.exists()
+    assert done.stderr == (
+        "tidgap: error: MPLBACKEND: 'nonexistent' is not a matplotlib backend (unset it: "
+        "tidgap draws without one)\n"
+    )
+
+
 def test_a_name_the_output_encoding_lacks_is_escaped(tmp_path: Path) -> None:
     """``PYTHONIOENCODING=latin-1`` and a problem named with an emoji: a traceback on the
     summary line; now the character is escaped."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tidgap.analysis.report import report
-from tidgap.model.errors import InputError
+from tidgap.model.errors import InputError, first_line
 from tidgap.outputs.atomic import Producer, replace_atomically
 from tidgap.schedules.timeline import Step, Timeline
 
@@ -48,6 +48,14 @@ def check_picture_path(path: str) -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise InputError(MISSING, source="--gantt") from None
+    except ValueError as error:  # its settings: MPLBACKEND=nonexistent
+        backend = os.environ.get("MPLBACKEND")
+        if backend is None:
+            raise InputError(f"matplotlib does not start: {first_line(error)}") from None
+        raise InputError(
+            f"{backend!r} is not a matplotlib backend (unset it: tidgap draws without one)",
+            source="MPLBACKEND",
+        ) from None
 
 
 def _panel_inches(timeline: Timeline) -> float:
