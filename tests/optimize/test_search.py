@@ -120,10 +120,13 @@ def test_cli_search_on_bad_input_leaves_an_existing_out_untouched(tmp_path: Path
     )
 
 
-def test_progress_line_rewrites_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_line_rewrites_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tidgap.cli.progress import ProgressLine
     from tidgap.optimize.driver import SearchProgress
 
+    monkeypatch.setenv("COLUMNS", "200")
     line = ProgressLine("ms", refresh=1e9)
     line(SearchProgress(3, 3000, 0.5, 95.0, 100.0))
     line(SearchProgress(4, 4000, 1.0, 90.0, 100.0))
@@ -133,6 +136,26 @@ def test_progress_line_rewrites_one_line(capsys: pytest.CaptureFixture[str]) -> 
     last = err.split("\r")[-1]
     assert "generation      4" in last and "4e+03 evaluations/s" in last
     assert "best 90 ms" in last and "+11.11% vs GPipe" in last
+
+
+@pytest.mark.parametrize("columns", ["30", "5"])
+def test_progress_line_fits_the_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    """A line wider than the terminal wrapped, and each redraw began a new row."""
+    from tidgap.cli.progress import ProgressLine
+    from tidgap.optimize.driver import SearchProgress
+
+    monkeypatch.setenv("COLUMNS", columns)
+    line = ProgressLine("ms", refresh=1e9)
+    line.phase("baselines")
+    line(SearchProgress(4, 4000, 1.0, 90.0, 100.0))
+    line.stopping("SIGINT")
+    line.close()
+    drawn = capsys.readouterr().err.split("\r")[1:]
+    assert len(drawn) == 2  # the notice is written straight to the descriptor
+    assert [len(d.rstrip("\n").removesuffix("\x1b[K")) for d in drawn] == [int(columns) - 1] * 2
+    assert drawn[1].startswith("generation      4"[: int(columns) - 1])
 
 
 def test_progress_reaches_the_callback_every_generation() -> None:

@@ -22,6 +22,18 @@ PHASES = {
 }
 
 
+def terminal_columns() -> int:
+    """The width of the terminal on standard error: ``COLUMNS`` where it is a positive
+    integer, else the terminal's own, else 80."""
+    given = os.environ.get("COLUMNS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    try:
+        return max(os.get_terminal_size(2).columns, 1)
+    except OSError:
+        return 80
+
+
 class ProgressLine:
     """Rewrites one stderr line: the setup phase, then generation, evaluations/s, best time,
     gain over GPipe.
@@ -40,8 +52,13 @@ class ProgressLine:
 
     def _draw(self, line: str) -> None:
         self.line = line
-        click.echo("\r" + line + self.notice + "\x1b[K", nl=False, err=True)
+        click.echo(self._shown(), nl=False, err=True)
         self.drawn = True
+
+    def _shown(self) -> str:
+        """The line and notice, cut to the terminal's width (a longer one wraps, and each
+        redraw then starts a new row), as redrawn from its start."""
+        return "\r" + (self.line + self.notice)[: terminal_columns() - 1] + "\x1b[K"
 
     def stopping(self, signal: str) -> None:
         """Say at once that ``signal`` (``"SIGINT"``) asked the search to stop, and keep
@@ -49,7 +66,7 @@ class ProgressLine:
         compile, which the search cannot leave, still answers the key at once. Written
         straight to the terminal: a handler must not re-enter the buffered stderr."""
         self.notice = f"  [{signal}: stopping at the next step; again to stop at once]"
-        os.write(2, ("\r" + self.line + self.notice + "\x1b[K").encode())
+        os.write(2, self._shown().encode())
         self.drawn = True
 
     def phase(self, name: str) -> None:
