@@ -130,3 +130,18 @@ def test_bench_scripts_help_is_their_whole_first_paragraph(script: str) -> None:
     assert result.returncode == 0, result.stderr
     description = " ".join(result.stdout.split("\n\n")[1].split())
     assert description.endswith((".", "?", ")")), description
+
+
+def test_the_source_distribution_carries_the_docs_tests_and_benchmarks(tmp_path: Path) -> None:
+    """A packager's sdist held the package alone: no docs the README links to, no tests,
+    no golden data, no benchmarks."""
+    import tarfile
+
+    build = f"import setuptools.build_meta as b; b.build_sdist({str(tmp_path)!r})"
+    subprocess.run([sys.executable, "-c", build], cwd=ROOT, check=True, capture_output=True)
+    (path,) = tmp_path.glob("tidgap-*.tar.gz")
+    with tarfile.open(path) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    for needed in ["docs/model.md", "tests/data/golden.json", "bench/gpu_check.sh", ".ci/run"]:
+        assert needed in names, needed
+    assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
