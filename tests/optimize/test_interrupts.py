@@ -162,11 +162,13 @@ def test_export_same_partition_keeps_its_best_plan_on_a_signal(
 
 
 def test_the_progress_line_says_at_once_that_a_signal_will_stop_the_search(
-    capfd: pytest.CaptureFixture[str],
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Drawn from the handler straight to the terminal, then kept on every later line."""
+    """Drawn from the handler straight to the terminal, then kept on every later line; on
+    a narrow terminal the line gives way to it."""
     from tidgap.cli.progress import ProgressLine
 
+    monkeypatch.setenv("COLUMNS", "200")
     line = ProgressLine("ms")
     line.phase("compile")
     line.stopping("SIGINT")
@@ -175,3 +177,9 @@ def test_the_progress_line_says_at_once_that_a_signal_will_stop_the_search(
     line.phase("baselines")
     drawn = capfd.readouterr().err
     assert "best GPipe" in drawn and "SIGINT: stopping at the next step" in drawn
+    monkeypatch.setenv("COLUMNS", "70")
+    line.phase("seeding")
+    drawn = capfd.readouterr().err
+    shown = drawn.removesuffix("\x1b[K")  # click leaves it out where stderr is no terminal
+    assert shown.startswith("\rsetup: ") and shown.endswith(line.notice)
+    assert len(shown) == len("\r") + 69

@@ -56,9 +56,12 @@ class ProgressLine:
         self.drawn = True
 
     def _shown(self) -> str:
-        """The line and notice, cut to the terminal's width (a longer one wraps, and each
-        redraw then starts a new row), as redrawn from its start."""
-        return "\r" + (self.line + self.notice)[: terminal_columns() - 1] + "\x1b[K"
+        """The line and notice, as redrawn from its start, cut to the terminal's width (a
+        longer one wraps, and each redraw then starts a new row): the line first, so that
+        the notice stays whole where it fits."""
+        width = terminal_columns() - 1
+        line = self.line[: max(width - len(self.notice), 0)]
+        return "\r" + (line + self.notice)[:width] + "\x1b[K"
 
     def stopping(self, signal: str) -> None:
         """Say at once that ``signal`` (``"SIGINT"``) asked the search to stop, and keep
