@@ -154,8 +154,8 @@ def test_standard_output_on_a_full_disk_is_one_line(tmp_path: Path) -> None:
 def _tidgap(*args: str, **options: Any) -> subprocess.CompletedProcess[str]:
     """``python -m tidgap ARGS`` in a process of its own (``options``: ``subprocess.run``'s)."""
     return subprocess.run(
-        [sys.executable, "-m", "tidgap", *args], capture_output=True, text=True, timeout=120,
-        **options,
+        [sys.executable, "-m", "tidgap", *args], text=True, timeout=120,
+        **{"capture_output": True, **options},
     )  # fmt: skip
 
 
@@ -171,6 +171,21 @@ def test_a_closed_standard_output_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert done.stderr == "tidgap: error: cannot write: standard output is closed\n"
     assert json.loads(out.read_text(encoding="utf-8"))["format"] == "tidgap.plan/1"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_standard_error_that_cannot_be_written_changes_no_exit_status(tmp_path: Path) -> None:
+    """``2>/dev/full``: a warning failed the command (exit 1, its output lost), and bad
+    input exited 1, not 2."""
+    problem = write_json(tmp_path / "problem.json", case_named(CASE)["problem"])
+    plan = write_json(tmp_path / "plan.json", {**plan_document(case_named(CASE)), "problem": "x"})
+    with open("/dev/full", "w") as full:
+        warned = _tidgap("evaluate", str(problem), str(plan), stderr=full, capture_output=False,
+                         stdout=subprocess.PIPE)  # fmt: skip
+        refused = _tidgap("evaluate", str(tmp_path / "none.json"), str(plan), stderr=full,
+                          capture_output=False, stdout=subprocess.PIPE)  # fmt: skip
+    assert warned.returncode == 0 and "iteration" in warned.stdout
+    assert refused.returncode == 2 and refused.stdout == ""
 
 
 def test_a_removed_current_folder_is_one_line(tmp_path: Path) -> None:

@@ -70,11 +70,40 @@ class _ClosedOutput(io.TextIOBase):
         raise OSError(errno.EBADF, "standard output is closed")
 
 
+class _ForgivingError(io.TextIOBase):
+    """Standard error that drops what it cannot write (``2>/dev/full``): a warning no one
+    can read then no longer fails the command (exit 1, its output lost), and bad input
+    still exits 2."""
+
+    def __init__(self, stream: io.TextIOWrapper) -> None:
+        self.stream = stream
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError:
+            return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError):
+            self.stream.flush()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+
 def _usable_standard_streams() -> None:
     """Standard output and error that write any name: a character their encoding lacks
     (``PYTHONIOENCODING=latin-1``, an emoji in a problem's name) written as an escape, not
     a traceback; a closed standard output fails each write (:class:`_ClosedOutput`); a
-    closed standard error discards (Python's flush at exit failed on it, exit 120)."""
+    closed standard error discards (Python's flush at exit failed on it, exit 120), as
+    does one that cannot be written (:class:`_ForgivingError`)."""
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             with contextlib.suppress(OSError, ValueError):  # a descriptor closed since
@@ -83,6 +112,8 @@ def _usable_standard_streams() -> None:
         sys.stdout = _ClosedOutput()
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process)
+    elif isinstance(sys.stderr, io.TextIOWrapper):
+        sys.stderr = _ForgivingError(sys.stderr)
 
 
 def _require_usable_environment() -> None:
