@@ -38,6 +38,24 @@ def tiny() -> tidgap.Problem:
             "checkpoint_every: must be a positive number of seconds (got 'x')",
         ),
         ({"checkpoint_every": 0}, "checkpoint_every: must be a positive number of seconds (got 0)"),
+        # found after the whole search (a folder), naming no argument
+        ({"checkpoint": ""}, "checkpoint: no file name (an empty argument)"),
+        ({"resume": ""}, "resume: no file name (an empty argument)"),
+        # the plan and state files it wrote could not be read back
+        (
+            {"seed": 10**101},
+            "seed: has 102 digits, at most 100 (the longest integer a plan or state file keeps)",
+        ),
+        (
+            {"max_memory": 10**101},
+            "max_memory: has 102 digits, at most 100 (the longest integer a plan or state file "
+            "keeps)",
+        ),
+        # an OverflowError from the driver
+        (
+            {"time_limit": 10**400},
+            "time_limit: is too large (at most 1e308 seconds; math.inf for no limit)",
+        ),
         (
             {"initial_plans": [tidgap.Plan.of([[8]] * 3, [[8]] * 3)]},
             "initial_plans[0]: forward: has 3 stage(s), the problem has 2",
@@ -121,6 +139,18 @@ def test_every_function_that_takes_a_problem_wants_one(tiny: tidgap.Problem, cal
 def test_evaluating_wants_a_plan(tiny: tidgap.Problem, function: Any, plan: Any) -> None:
     with pytest.raises(TypeError, match="plan must be a tidgap.Plan"):
         function(tiny, plan)
+
+
+def test_search_many_wants_an_executor(tiny: tidgap.Problem) -> None:
+    """An AttributeError ('int' object has no attribute 'submit') before."""
+    with pytest.raises(TypeError, match=r"executor must be a concurrent.futures.Executor \(got 3"):
+        tidgap.search_many([tiny], executor=3, generations=1)
+
+
+def test_result_wants_a_reason(tiny: tidgap.Problem) -> None:
+    optimizer = tidgap.Optimizer(tiny, population=8, backend="numpy")
+    with pytest.raises(TypeError, match=r"stop_reason must be a str \(got 5\)"):
+        optimizer.result(stop_reason=5)
 
 
 def test_search_many_wants_a_list_of_problems(tiny: tidgap.Problem) -> None:

@@ -220,6 +220,71 @@ def test_tell_checks_its_arguments():
         flush.tell(population, flush.evaluate(population), peaks=peaks)
 
 
+def test_peaks_past_an_int64_are_refused_not_wrapped():
+    """Peaks of 1e19 samples wrapped to negative ones: best() gave a plan over the limit."""
+    problem = tidgap.load_problem("example:tiny-2")
+    optimizer = tidgap.Optimizer(problem, population=16, backend="numpy", memory_limit="1f1b")
+    population = optimizer.ask()
+    shape = (population.size, problem.num_stages)
+    for huge in (np.full(shape, 1e19), [[10**400] * 2] * population.size):
+        with pytest.raises(ValueError, match="peaks must be .*2\\*\\*53"):
+            optimizer.tell(population, np.full(population.size, 0.5), peaks=huge)
+    for huge in ([10**400] * population.size, np.full(population.size, 10**400, dtype=object)):
+        with pytest.raises(ValueError, match=r"must lie within \+-524288"):
+            optimizer.tell(population, huge)  # OverflowError
+    with pytest.raises(ValueError, match=r"must be real numbers in the time unit"):
+        optimizer.tell(population, np.ones(population.size) * 1j)
+
+
+def test_scores_built_by_hand_are_checked_as_values_are():
+    """tell(Scores(...)) skipped every check: NaN ticks gave best() -2097152, negative peaks
+    a plan over the limit, and a Scores of another tick was taken as this one's."""
+    problem = tidgap.load_problem("example:tiny-2")
+    optimizer = tidgap.Optimizer(problem, population=16, backend="numpy", memory_limit="1f1b")
+    population = optimizer.ask()
+    size, tick = population.size, optimizer.evaluate(population).tick
+    ones, held = np.ones(size, dtype=np.int64), np.ones((size, 2), dtype=np.int64)
+    cases = [
+        (tidgap.Scores(np.full(size, np.nan), tick), r"Scores' ticks must be integers"),
+        (tidgap.Scores(ones * 2**62, tick), r"some out of range"),
+        (tidgap.Scores(ones, tick, peaks=-held), r"peaks must be whole numbers"),
+        (tidgap.Scores(ones, tick, peaks=held, units=held * 2.5), r"units must be whole"),
+        (tidgap.Scores(ones, tick * 2, peaks=held), r"scores of another problem"),
+    ]
+    for scores, message in cases:
+        with pytest.raises(ValueError, match=message):
+            optimizer.tell(population, scores)
+    optimizer.tell(population, tidgap.Scores(ones * 100, tick, peaks=held))
+    assert optimizer.generation == 1
+
+
+@pytest.mark.parametrize("schedule", ["windowed", "flush"])
+def test_arrays_changed_after_ask_change_nothing(schedule: str) -> None:
+    """ask() handed out the optimizer's own arrays: a caller's change broke its state (an
+    IndexError inside NumPy at the next evaluate). They are copies now."""
+    problem = tidgap.load_problem("example:tiny-2")
+
+    def optimizer() -> tidgap.Optimizer:
+        return tidgap.Optimizer(problem, schedule=schedule, population=16, backend="numpy")
+
+    changed, kept = optimizer(), optimizer()
+    for _ in range(3):
+        population, same = changed.ask(), kept.ask()
+        scores = changed.evaluate(population)
+        population.forward[...], population.backward[...] = 100, -3
+        changed.tell(population, scores)
+        kept.tell(same, kept.evaluate(same))
+    assert changed.best() == kept.best()
+
+
+def test_per_plan_objective_that_returns_no_number_is_named():
+    """An objective returning None rejected every individual, silently (NaN)."""
+    problem = tidgap.load_problem("example:tiny-2")
+    fitness = tidgap.per_plan(lambda plan, problem: None, problem)
+    with pytest.raises(ValueError, match=r"objective must return a number in the time unit"):
+        tidgap.Optimizer(problem, population=16, backend="numpy", fitness=fitness)
+
+
 def test_a_fitness_past_the_ticks_range_is_refused_not_wrapped():
     """Values past the problem's tick range wrapped (-3e6 ms became -2097152) or rejected
     every individual (+6e5 on tiny-2); within it they work."""

@@ -223,6 +223,8 @@ def search_many(
             )
     if isinstance(problems, Problem):
         raise TypeError("problems must be a list of tidgap.Problem (one problem: tidgap.search)")
+    if executor is not None and not isinstance(executor, Executor):
+        raise TypeError(f"executor must be a concurrent.futures.Executor (got {executor!r})")
     problems = [require_problem(p, f"problems[{i}]") for i, p in enumerate(problems)]
     seed_list = _seed_list(seeds, len(problems))
     # before any task starts: every option known and of the right kind, for every problem

@@ -28,6 +28,7 @@ import numpy as np
 from tidgap.backends import BACKENDS, default_backend
 from tidgap.backends.ticks import MODEL_PRICING, PRICINGS, RUN_PRICING
 from tidgap.model.errors import InputError
+from tidgap.model.fileio import MAX_INTEGER_DIGITS
 from tidgap.model.numbers import integer_at_least, is_number
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem, require_problem
@@ -45,12 +46,11 @@ from tidgap.optimize.checkpoint import (
     load_state,
     save_state,
 )
-from tidgap.optimize.dual_optimizer import check_told
 from tidgap.optimize.flush_driver import finish_flush, prepare_flush
 from tidgap.optimize.genome import Population
 from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level, checked_memory_limit
 from tidgap.optimize.results import SearchProgress, SearchResult
-from tidgap.optimize.scores import Fitness, Scores, to_ticks
+from tidgap.optimize.scores import Fitness, Scores, checked_scores, to_ticks
 from tidgap.optimize.windowed_driver import prepare_windowed, searches_mirrored_first
 from tidgap.optimize.windowed_finish import ANNEAL_CHAINS, finish_windowed
 from tidgap.outputs.atomic import probe
@@ -120,6 +120,12 @@ class Stopping:
             raise InputError(
                 f"must be a number of seconds >= 0 (got {limit!r})", source="time_limit"
             )
+        try:
+            float(limit or 0)
+        except OverflowError:  # a Python integer beyond any float
+            raise InputError(
+                "is too large (at most 1e308 seconds; math.inf for no limit)", source="time_limit"
+            ) from None
 
 
 #: The default pricing: :data:`~tidgap.backends.ticks.RUN_PRICING` for a windowed search of
@@ -206,6 +212,18 @@ def checked_search(
     # plain Python values: they go into state files and plans as JSON
     max_microbatches = None if max_microbatches is None else int(max_microbatches)
     max_memory = None if max_memory is None else int(max_memory)
+    for name, value in (
+        ("seed", seed),
+        ("population", population),
+        ("max_microbatches", max_microbatches),
+        ("max_memory", max_memory),
+    ):
+        if value is not None and len(str(abs(value))) > MAX_INTEGER_DIGITS:
+            raise InputError(
+                f"has {len(str(abs(value)))} digits, at most {MAX_INTEGER_DIGITS} (the longest "
+                "integer a plan or state file keeps)",
+                source=name,
+            )
     initial_plans = plan_sequence(initial_plans)
     for i, plan in enumerate(initial_plans):
         check_plan(plan, problem, f"initial_plans[{i}]", repaired=True)
@@ -298,6 +316,8 @@ class Optimizer:
                 f"must be a positive number of seconds (got {checkpoint_every!r})",
                 source="checkpoint_every",
             )
+        if isinstance(resume, (str, os.PathLike)) and not os.fspath(resume):
+            raise InputError("no file name (an empty argument)", source="resume")
         saved = load_state(resume) if isinstance(resume, (str, os.PathLike)) else resume
         if saved is not None:
             saved.check(problem, self.identity)
@@ -323,6 +343,8 @@ class Optimizer:
                 raise InputError(
                     f"must be a path (got {type(checkpoint).__name__})", source="checkpoint"
                 )
+            if not os.fspath(checkpoint):  # the current folder: found only at the first save
+                raise InputError("no file name (an empty argument)", source="checkpoint")
             probe(checkpoint)  # before the search, not after it
             self.checkpoint = Checkpoint(str(checkpoint), self.identity, checkpoint_every)
         self.stopping = stopping
@@ -372,6 +394,8 @@ class Optimizer:
         elif fitness is not None:
             self.run.optimizer.rescore()
         self.annealing: ResumedAnnealing | None = None
+        #: the last :meth:`ask`'s population as handed out, and the optimizer's own
+        self._asked: tuple[Population, Population] | None = None
         if phase == ANNEAL_PHASE and fitness is None:
             annealing = resumed_annealing(saved, self.run.optimizer, ANNEAL_CHAINS)  # checked
             if not stopping.generations:  # more generations: its GA goes on, then anneals
@@ -396,16 +420,27 @@ class Optimizer:
         """The next individuals to score: ``forward`` and ``backward`` ``(P', S, K)``
         microbatch sizes in units (zero padded) and, for a windowed optimizer, ``order``
         ``(P', S, 2K)`` op codes (:mod:`tidgap.optimize.genome`), on the backend's array
-        module. Tell them back before asking again."""
-        return self.run.optimizer.ask()
+        module. Tell them back before asking again. The arrays are copies: changing them
+        changes nothing the optimizer breeds from or evaluates."""
+        internal = self.run.optimizer.ask()
+        order = None if internal.order is None else internal.order.copy()
+        handed = Population(internal.forward.copy(), internal.backward.copy(), order)
+        self._asked = (handed, internal)
+        return handed
+
+    def _asked_population(self, population: Population, call: str) -> Population:
+        """The optimizer's own population behind ``population``, the last :meth:`ask`'s;
+        ``ValueError`` naming ``call`` for any other."""
+        if self._asked is None or self._asked[0] is not population:
+            raise ValueError(f"{call} takes the population the last ask() returned")
+        return self._asked[1]
 
     def evaluate(self, population: Population) -> Scores:
         """The optimizer's fitness of the last asked ``population``: the built-in
         evaluator's iteration times (and peaks, and a flush family's two halves), or the
         ``fitness`` given at construction applied to them (``ValueError`` for another
         population)."""
-        check_told(self.run.optimizer.asked, population, "evaluate()")
-        return self.run.optimizer.evaluate(population)
+        return self.run.optimizer.evaluate(self._asked_population(population, "evaluate()"))
 
     def tell(
         self, population: Population, fitness: Any, *, valid: Any = None, peaks: Any = None
@@ -418,25 +453,27 @@ class Optimizer:
         rejects the individuals where it is false (a constraint mask)."""
         optimizer = self.run.optimizer
         tick = optimizer.ticked.tick
+        population = self._asked_population(population, "tell()")
         if self.separable and peaks is not None:
             raise ValueError(
                 "peaks are a windowed optimizer's (its memory levels); flush takes none"
             )
         if isinstance(fitness, Scores):
-            scores = fitness if valid is None else fitness.masked(valid)
+            scores = checked_scores(fitness, tick, optimizer.xp)
+            scores = scores if valid is None else scores.masked(valid)
             if self.separable:
                 optimizer.tell(population, scores)
             else:
                 optimizer.tell(population, scores, peaks=peaks)
-            return
-        if self.separable:
+        elif self.separable:
             if not (isinstance(fitness, tuple) and len(fitness) == 2):
                 raise ValueError("the flush family is separable: tell it (forward, backward)")
             forward, backward = fitness
             halves = (to_ticks(forward, tick, valid), to_ticks(backward, tick, valid))
             optimizer.tell(population, Scores(halves[0] + halves[1], tick, halves))
-            return
-        optimizer.tell(population, Scores(to_ticks(fitness, tick, valid), tick), peaks=peaks)
+        else:
+            optimizer.tell(population, Scores(to_ticks(fitness, tick, valid), tick), peaks=peaks)
+        self._asked = None
 
     def best(self) -> tuple[Plan, float] | None:
         """The best plan so far (within the memory limit in force) and its fitness in the
@@ -482,6 +519,8 @@ class Optimizer:
         resumed state holds goes on, and the ``checkpoint`` saves it) and polished (unless
         ``stop_reason`` names a signal), decoded and checked with the reference simulator,
         beside the baselines."""
+        if not isinstance(stop_reason, str):
+            raise TypeError(f"stop_reason must be a str (got {stop_reason!r})")
         if self.separable:
             return finish_flush(self.run, stop_reason)
         annealing, self.annealing = self.annealing, None  # a resumed annealing goes on once

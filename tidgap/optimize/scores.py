@@ -65,21 +65,63 @@ class Scores:
         return self.ticks < INVALID
 
 
-def whole_samples(peaks: Any, xp: Any) -> Any:
+#: The most samples (or units) a caller's peak may say a stage holds: far beyond any batch,
+#: and exactly an int64 (a larger one wrapped to a negative peak, within every limit).
+MOST_HELD = 2**53
+
+
+def whole_samples(peaks: Any, xp: Any, name: str = "peaks") -> Any:
     """``peaks`` a caller gave (samples held per individual and stage) as int64 on ``xp``;
-    ``ValueError`` unless every one is a whole number of samples, at least 0 (NaN, a
-    negative or a fractional peak would let a plan past a memory level)."""
+    ``ValueError`` (naming ``name``) unless every one is a whole number of samples from 0
+    to :data:`MOST_HELD` (NaN, a negative or a fractional peak would let a plan past a
+    memory level, and so would one that wraps)."""
     try:
         found = xp.asarray(peaks, dtype=xp.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError(
-            f"peaks must be samples held, numbers (got {type(peaks).__name__})"
+            f"{name} must be samples held, numbers up to 2**53 (got {type(peaks).__name__})"
         ) from None
-    if not bool(xp.all(xp.isfinite(found) & (found >= 0) & (found == xp.floor(found)))):
+    whole = xp.isfinite(found) & (found >= 0) & (found == xp.floor(found))
+    if not bool(xp.all(whole & (found <= MOST_HELD))):
         raise ValueError(
-            "peaks must be whole numbers of samples, at least 0 (NaN, negative or fractional found)"
+            f"{name} must be whole numbers of samples from 0 to 2**53 (NaN, negative, "
+            "fractional or larger found)"
         )
     return found.astype(xp.int64)
+
+
+def whole_ticks(ticks: Any, xp: Any, name: str) -> Any:
+    """``ticks`` a caller gave in :class:`Scores` as int64 on ``xp``; ``ValueError`` naming
+    ``name`` unless each is an integer within ``+-INVALID`` (``INVALID`` rejects one)."""
+    found = xp.asarray(ticks)
+    if found.dtype.kind in "iu" and found.dtype.itemsize <= 8:
+        found = found.astype(xp.int64)
+        if bool(xp.all(xp.abs(found) <= INVALID)):
+            return found
+    raise ValueError(
+        f"Scores' {name} must be integers within +-{INVALID} ticks (got {found.dtype}"
+        + (")" if found.dtype.kind not in "iu" else ", some out of range)")
+    )
+
+
+def checked_scores(scores: Scores, tick: float, xp: Any) -> Scores:
+    """``scores`` a caller built as an optimizer of ``tick`` takes them: :func:`whole_ticks`
+    (and halves), :func:`whole_samples` peaks and units, on this tick (``ValueError``
+    otherwise: scores of another problem, or values that would wrap or pass a limit)."""
+    if scores.tick != tick:
+        raise ValueError(
+            f"Scores' tick is {scores.tick!r}, this optimizer's {tick!r}: scores of another problem"
+        )
+    halves = scores.halves
+    return Scores(
+        whole_ticks(scores.ticks, xp, "ticks"),
+        tick,
+        None
+        if halves is None
+        else (whole_ticks(halves[0], xp, "halves"), whole_ticks(halves[1], xp, "halves")),
+        None if scores.peaks is None else whole_samples(scores.peaks, xp),
+        None if scores.units is None else whole_samples(scores.units, xp, "units"),
+    )
 
 
 def to_ticks(values: Any, tick: float, valid: Any = None, xp: Any = None) -> Any:
@@ -90,18 +132,23 @@ def to_ticks(values: Any, tick: float, valid: Any = None, xp: Any = None) -> Any
     ``INVALID`` ticks either way (they would wrap or reject silently) or a ``valid`` of
     another shape."""
     xp = namespace(values) if xp is None else xp
+    beyond = ValueError(
+        f"fitness values must lie within +-{INVALID * tick:.6g} in the time unit on this "
+        "problem (its ticks' range; reject an individual with inf or a valid mask)"
+    )
+    kind = getattr(values, "dtype", type(values).__name__)
+    if xp.iscomplexobj(values):
+        raise ValueError(f"fitness values must be real numbers in the time unit (got {kind})")
     try:
         values = xp.asarray(values, dtype=xp.float64)
+    except OverflowError:  # Python integers beyond any float
+        raise beyond from None
     except (TypeError, ValueError):
-        kind = getattr(values, "dtype", type(values).__name__)
         raise ValueError(f"fitness values must be numbers in the time unit (got {kind})") from None
     scaled = values / tick
     finite = xp.isfinite(scaled)
     if bool(xp.any(finite & (xp.abs(scaled) >= INVALID))):
-        raise ValueError(
-            f"fitness values must lie within +-{INVALID * tick:.6g} in the time unit on this "
-            "problem (its ticks' range; reject an individual with inf or a valid mask)"
-        )
+        raise beyond
     ok = finite
     if valid is not None:
         valid = xp.asarray(valid, dtype=bool)
@@ -143,7 +190,13 @@ def per_plan(objective: Callable[[Plan, Problem], float], problem: Problem) -> F
             plan = decode_plan(
                 forward[p], backward[p], problem, None if order is None else order[p]
             )
-            values[p] = objective(plan, problem)
+            value = objective(plan, problem)
+            try:  # None became NaN: every individual rejected, silently
+                values[p] = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"per_plan's objective must return a number in the time unit (got {value!r})"
+                ) from None
         return xp.asarray(values)
 
     return fitness
