@@ -247,6 +247,9 @@ def test_scores_built_by_hand_are_checked_as_values_are():
     cases = [
         (tidgap.Scores(np.full(size, np.nan), tick), r"Scores' ticks must be integers"),
         (tidgap.Scores(ones * 2**62, tick), r"some out of range"),
+        # each wrapped to a negative time that passed, had the range been checked after a cast
+        (tidgap.Scores(np.full(size, 2**64 - 5, dtype=np.uint64), tick), r"out of range"),
+        (tidgap.Scores(np.full(size, np.iinfo(np.int64).min), tick), r"out of range"),
         (tidgap.Scores(ones, tick, peaks=-held), r"peaks must be whole numbers"),
         (tidgap.Scores(ones, tick, peaks=held, units=held * 2.5), r"units must be whole"),
         (tidgap.Scores(ones, tick * 2, peaks=held), r"scores of another problem"),

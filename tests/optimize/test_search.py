@@ -158,6 +158,19 @@ def test_progress_line_fits_the_terminal(
     assert drawn[1].startswith("generation      4"[: int(columns) - 1])
 
 
+@pytest.mark.parametrize("columns", ["²", "0", "-3", "abc"])
+def test_a_columns_that_is_no_width_is_ignored(
+    monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    """``COLUMNS=²`` made the progress line raise (``"²".isdigit()``, not ``int()``)."""
+    from tidgap.cli.progress import terminal_columns
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    unset = terminal_columns()
+    monkeypatch.setenv("COLUMNS", columns)
+    assert terminal_columns() == unset
+
+
 def test_progress_reaches_the_callback_every_generation() -> None:
     seen = []
     search(load_problem("example:tiny-2"), generations=7, population=16, on_progress=seen.append)

@@ -91,12 +91,15 @@ def test_a_failed_search_leaves_the_others_and_names_the_problem() -> None:
 
 #: The environment variable naming a file that :func:`_killing_search` creates once.
 KILL_ONCE = "TIDGAP_TEST_KILL_ONCE"
+#: The environment variable giving the seconds every other search waits before it starts.
+SLOW = "TIDGAP_TEST_SLOW"
 
 
 def _killing_search(problem: Problem, seed: int, options: dict) -> tidgap.SearchResult:
     """``many._search``, but after a second (so that the launcher sees it running) the
     worker kills itself: always for a problem named ``killer``, and for the first search
-    that creates the file ``$TIDGAP_TEST_KILL_ONCE``."""
+    that creates the file ``$TIDGAP_TEST_KILL_ONCE``; the others start after
+    ``$TIDGAP_TEST_SLOW`` seconds."""
     import os
     import time
 
@@ -110,6 +113,7 @@ def _killing_search(problem: Problem, seed: int, options: dict) -> tidgap.Search
     if problem.name == "killer" or marker == "killed":
         time.sleep(1)
         os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(float(os.environ.get(SLOW, "0")))  # so that others run when one is killed
     return many._search(problem, seed, options)
 
 
@@ -120,7 +124,8 @@ def test_searches_lost_to_a_killed_worker_run_again(
     finished failed with BrokenProcessPool. Now they run again and give their plans."""
     monkeypatch.setattr(many, "_search", _killing_search)
     monkeypatch.setenv(KILL_ONCE, str(tmp_path / "killed"))
-    results = search_many(PROBLEMS, executor=many.local_pool(2), seeds=SEEDS, **SHORT)
+    with many.local_pool(2) as pool:
+        results = search_many(PROBLEMS, executor=pool, seeds=SEEDS, **SHORT)
     assert (tmp_path / "killed").exists()
     assert [r.plan for r in results] == expected
 
@@ -131,14 +136,34 @@ def test_a_search_killed_again_alone_fails_and_the_others_finish(
     """A search whose worker is killed each time (out of memory, say) fails, named; the
     searches beside it in the broken pool run again and give their plans."""
     monkeypatch.setattr(many, "_search", _killing_search)
+    live, most = [0], [0]  # the fresh pools' workers alive at once, and the most
+    fresh, shutdown = many.LocalPool.fresh, many.LocalPool.shutdown
+
+    def counted_fresh(self: many.LocalPool, workers: int, threads: int | None = None):
+        live[0] += workers
+        most[0] = max(most[0], live[0])
+        made = fresh(self, workers, threads)
+        made.counted = workers  # type: ignore[attr-defined]
+        return made
+
+    def counted_shutdown(self: many.LocalPool, *args, **kwargs):
+        live[0] -= getattr(self, "counted", 0)
+        self.counted = 0  # type: ignore[attr-defined]
+        return shutdown(self, *args, **kwargs)
+
+    monkeypatch.setenv(SLOW, "2")
+    monkeypatch.setattr(many.LocalPool, "fresh", counted_fresh)
+    monkeypatch.setattr(many.LocalPool, "shutdown", counted_shutdown)
     killer = PROBLEMS[0].model_copy(update={"name": "killer"})
     problems = [PROBLEMS[0], killer, PROBLEMS[1], PROBLEMS[2]]
     with pytest.raises(
-        SearchFailed, match=r"problem 1 \(killer\): its worker process was killed twice"
+        SearchFailed, match=r"problem 1 \(killer\): its worker process ended abruptly twice"
     ) as caught:
-        search_many(problems, seeds=[0, 0, 0, 1], **SHORT)
+        search_many(problems, executor=many.local_pool(2), seeds=[0, 0, 0, 1], **SHORT)
+    assert most[0] == 2  # the retries ran as many processes at once as the pool (5 before)
     assert list(caught.value.errors) == [1]
     assert isinstance(caught.value.errors[1], many.WorkerKilled)
+    assert isinstance(caught.value.errors[1].__cause__, many.BrokenProcessPool)
     results = caught.value.results
     assert [results[0].plan, results[2].plan, results[3].plan] == expected
 

@@ -203,7 +203,7 @@ def test_a_removed_current_folder_is_one_line(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("threads", ["0", "-1", "abc", ""])
+@pytest.mark.parametrize("threads", ["0", "-1", "abc", "²"])  # "²".isdigit(), not int()
 def test_numba_threads_that_are_no_count_are_one_line(threads: str) -> None:
     """``NUMBA_NUM_THREADS=0`` made every search a traceback (Numba's ValueError)."""
     done = _tidgap("search", "example:tiny-2", "--generations", "1", env={
@@ -226,6 +226,13 @@ def test_a_matplotlib_backend_that_does_not_exist_is_one_line(tmp_path: Path) ->
         "tidgap: error: MPLBACKEND: 'nonexistent' is not a matplotlib backend (unset it: "
         "tidgap draws without one)\n"
     )
+
+
+@pytest.mark.parametrize("threads", ["+2", " 1 ", ""])
+def test_numba_threads_numba_takes_are_taken(threads: str) -> None:
+    """``+2`` is 2 to Numba, and an empty value its default: neither is refused."""
+    done = _tidgap("examples", env={**os.environ, "NUMBA_NUM_THREADS": threads})
+    assert done.returncode == 0 and done.stderr == ""
 
 
 def test_a_name_the_output_encoding_lacks_is_escaped(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from tidgap import __version__
 from tidgap.cli.options import named_as_option
 from tidgap.held_signals import handling
 from tidgap.model.errors import InputError, first_line
+from tidgap.model.numbers import positive_integer_text
 from tidgap.optimize.interrupts import exit_status
 from tidgap.outputs.atomic import abandon_writes
 
@@ -126,8 +127,8 @@ def _require_usable_environment() -> None:
         raise InputError(
             "the current folder no longer exists (it was removed): change to another"
         ) from None
-    threads = os.environ.get("NUMBA_NUM_THREADS")
-    if threads is not None and not (threads.strip().isdigit() and int(threads) > 0):
+    threads = os.environ.get("NUMBA_NUM_THREADS", "")
+    if threads.strip() and positive_integer_text(threads) is None:  # empty: Numba's default
         raise InputError(
             f"must be a positive integer, the compiled loops' threads (got {threads!r})",
             source="NUMBA_NUM_THREADS",

@@ -357,12 +357,13 @@ def profile_command(
     """Measure a PyTorch MODEL split into stages; write a tidgap.problem/1 file.
 
     MODEL is gpt (a GPT-style decoder), vgg16, or a torch.nn.Sequential given as
-    module:attribute (its top-level children are the layers; the current folder is
-    importable). Each stage's forward and backward times are measured at microbatch sizes
-    unit*2^k and the cap, the activation bytes crossing each boundary give the links.
-    Under torchrun (one process per stage, on one machine or several) each rank measures
-    its own stage where it runs (the processes of one machine in turn) and rank 0 alone
-    writes the problem. Needs PyTorch: the profile extra, pip install 'tidgap[profile]'.
+    module:attribute (its top-level entries are the layers, a module placed twice at
+    each place; the current folder is importable). Each stage's forward and backward
+    times are measured at microbatch sizes unit*2^k and the cap, the activation bytes
+    crossing each boundary give the links. Under torchrun (one process per stage, on
+    one machine or several) each rank measures its own stage where it runs (the
+    processes of one machine in turn) and rank 0 alone writes the problem. Needs
+    PyTorch: the profile extra, pip install 'tidgap[profile]'.
     """
     lr = learning_rate(optimizer, lr)
     if batch_size % unit:

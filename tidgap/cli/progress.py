@@ -8,6 +8,7 @@ import time
 
 import click
 
+from tidgap.model.numbers import positive_integer_text
 from tidgap.optimize.driver import SearchProgress
 
 #: What each phase of :func:`tidgap.search` besides the GA is doing, as the line says it.
@@ -25,9 +26,9 @@ PHASES = {
 def terminal_columns() -> int:
     """The width of the terminal on standard error: ``COLUMNS`` where it is a positive
     integer, else the terminal's own, else 80."""
-    given = os.environ.get("COLUMNS", "")
-    if given.isdigit() and int(given) > 0:
-        return int(given)
+    given = positive_integer_text(os.environ.get("COLUMNS", ""))
+    if given is not None:
+        return given
     try:
         return max(os.get_terminal_size(2).columns, 1)
     except OSError:

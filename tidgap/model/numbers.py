@@ -18,6 +18,16 @@ MAX_THREADS = 1024
 MAX_TORCH_SEED = 2**63 - 1
 
 
+def positive_integer_text(text: str) -> int | None:
+    """The positive integer ``text`` writes as ``int()`` reads it (``"+4"``, `` 4 ``), or
+    ``None`` (``"0"``, ``"abc"``, ``"²"``, which ``str.isdigit`` takes and ``int`` does not)."""
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
 def is_integer(value: Any) -> bool:
     """Whether ``value`` is an integer, Python's or NumPy's; ``True`` and ``False`` are not."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

@@ -126,13 +126,13 @@ class LocalPool(ProcessPoolExecutor):
         context = multiprocessing.get_context("spawn")
         #: the signal number :meth:`stop` was given, 0 before (shared with the workers)
         self.stopped_by = context.Value("i", 0, lock=False) if stopped_by is None else stopped_by
-        #: the number of worker processes
-        self.workers = workers
+        #: the number of worker processes, and each one's Numba threads
+        self.workers, self.threads = workers, threads or max(1, _cores() // workers)
         super().__init__(
             max_workers=workers,
             mp_context=context,
             initializer=_start_worker,
-            initargs=(threads or max(1, _cores() // workers), os.getpid(), self.stopped_by),
+            initargs=(self.threads, os.getpid(), self.stopped_by),
         )
 
     def fresh(self, workers: int, threads: int | None = None) -> LocalPool:
@@ -208,7 +208,7 @@ def search_many(
     is raised, naming the first failed problem and carrying every result that was found.
     On a :class:`LocalPool` (the default), searches lost to a worker killed from outside
     (out of memory, ``kill -9``) run again from their start in fresh pools; one killed
-    again while running alone fails with :class:`WorkerKilled`.
+    again in a pool of its own fails with :class:`WorkerKilled`.
 
     ``checkpoint`` and ``resume`` are refused (``TypeError``): one state file given to every
     task would be written by all the searches at once, and resume only one of the problems.
@@ -259,8 +259,9 @@ Outcome = SearchResult | BaseException
 
 
 class WorkerKilled(RuntimeError):
-    """A search's worker process ended abruptly in a pool of its own, after doing so (or
-    being a bystander) in a shared one: killed from outside (out of memory, ``kill -9``)."""
+    """A search's worker process ended abruptly in a shared pool, then again in a pool of
+    its own: killed from outside (the out-of-memory killer, ``kill -9``) or crashed.
+    ``__cause__`` is the last ``BrokenProcessPool``."""
 
 
 def _outcome(future: Future[SearchResult]) -> Outcome:
@@ -300,29 +301,35 @@ def _submitted(
 def _outcomes(pool: Executor, tasks: list[Task]) -> list[Outcome]:
     """Every task's outcome on ``pool``, in order. A worker of a :class:`LocalPool` killed
     from outside breaks it: every search not finished fails with ``BrokenProcessPool``.
-    Those run again in fresh pools (:meth:`LocalPool.fresh`): the ones seen running when it
-    broke (the killed one among them) each in a pool of its own, where a second loss is
-    final (:class:`WorkerKilled`), the others together; until none is lost."""
+    Those run again in fresh pools (:meth:`LocalPool.fresh`), as many processes at once as
+    ``pool`` has: first the ones seen running when it broke (the killed one among them),
+    each in a pool of its own, where a second loss is final (:class:`WorkerKilled`); then
+    the others together; until none is lost. A pool that broke before any search reached
+    a worker (a worker that failed to start) is not tried again."""
     futures, seen = _submitted([(pool, i) for i in range(len(tasks))], tasks)
     outcomes = {i: _outcome(future) for i, future in futures.items()}
-    together = [i for i, outcome in outcomes.items() if isinstance(outcome, BrokenProcessPool)]
-    while isinstance(pool, LocalPool) and together:
-        alone = [i for i in together if i in seen] or together
-        together = [i for i in together if i not in alone]
-        with ExitStack() as pools:
-            assignments = []
-            if together:
-                shared = pools.enter_context(pool.fresh(min(pool.workers, len(together))))
-                assignments += [(shared, i) for i in together]
-            threads = max(1, _cores() // len(alone))
-            assignments += [(pools.enter_context(pool.fresh(1, threads)), i) for i in alone]
-            futures, seen = _submitted(assignments, tasks)
-        outcomes.update((i, _outcome(future)) for i, future in futures.items())
-        for i in alone:
-            if isinstance(outcomes[i], BrokenProcessPool):
-                outcomes[i] = WorkerKilled(
-                    "its worker process was killed twice, the second time running it alone "
-                    "(out of memory? kill -9?)"
-                )
-        together = [i for i in together if isinstance(outcomes[i], BrokenProcessPool)]
+    lost = [i for i, outcome in outcomes.items() if isinstance(outcome, BrokenProcessPool)]
+    while isinstance(pool, LocalPool) and lost and seen:
+        alone = [i for i in lost if i in seen]
+        for start in range(0, len(alone), pool.workers):
+            with ExitStack() as pools:
+                batch = alone[start : start + pool.workers]
+                solo = [(pools.enter_context(pool.fresh(1, pool.threads)), i) for i in batch]
+                futures, _ = _submitted(solo, tasks)
+            for i, future in futures.items():
+                outcome = _outcome(future)
+                if isinstance(outcome, BrokenProcessPool):
+                    killed = WorkerKilled(
+                        "its worker process ended abruptly twice, the second time in a pool "
+                        "of its own (killed from outside: out of memory? kill -9? or crashed)"
+                    )
+                    killed.__cause__, outcome = outcome, killed
+                outcomes[i] = outcome
+        together = [i for i in lost if i not in seen]
+        seen = set()
+        if together:
+            with pool.fresh(min(pool.workers, len(together))) as shared:
+                futures, seen = _submitted([(shared, i) for i in together], tasks)
+            outcomes.update((i, _outcome(future)) for i, future in futures.items())
+        lost = [i for i in together if isinstance(outcomes[i], BrokenProcessPool)]
     return [outcomes[i] for i in range(len(tasks))]

@@ -95,9 +95,15 @@ def whole_ticks(ticks: Any, xp: Any, name: str) -> Any:
     ``name`` unless each is an integer within ``+-INVALID`` (``INVALID`` rejects one)."""
     found = xp.asarray(ticks)
     if found.dtype.kind in "iu" and found.dtype.itemsize <= 8:
-        found = found.astype(xp.int64)
-        if bool(xp.all(xp.abs(found) <= INVALID)):
-            return found
+        # compared before the cast and without abs(): 2**64-5 (uint64) and int64's least
+        # both wrapped to negative ticks that passed
+        within = (
+            found <= INVALID
+            if found.dtype.kind == "u"
+            else (found >= -INVALID) & (found <= INVALID)
+        )
+        if bool(xp.all(within)):
+            return found.astype(xp.int64)
     raise ValueError(
         f"Scores' {name} must be integers within +-{INVALID} ticks (got {found.dtype}"
         + (")" if found.dtype.kind not in "iu" else ", some out of range)")

@@ -1,8 +1,8 @@
 """The models ``tidgap profile`` knows: ``vgg16``, ``gpt`` and ``module:attribute``.
 
-Each is a :class:`torch.nn.Sequential` whose top-level children are the layers that stage
-boundaries fall between, plus a maker of random inputs. Weights are random: timing needs
-no trained weights and nothing is downloaded.
+Each is a :class:`torch.nn.Sequential` whose top-level entries (:meth:`Model.named_layers`)
+are the layers that stage boundaries fall between, plus a maker of random inputs. Weights
+are random: timing needs no trained weights and nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ VGG16_CFG += [512, 512, 512, "M", 512, 512, 512, "M"]
 class Model:
     """A model to profile.
 
-    ``layers``: the top-level children are the units a split works with;
+    ``layers``: its top-level entries are the units a split works with;
     ``make_input(b)``: a random input for ``b`` samples on ``device``;
     ``config``: the hyperparameters, recorded in the problem's ``source``.
     """
