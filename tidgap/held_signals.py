@@ -10,7 +10,9 @@ this thread, and so in the processes it starts (a pool's workers, until they han
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -61,8 +63,44 @@ def signals_deferred() -> Iterator[None]:
     runs as it is."""
     received: list[int] = []
     try:
-        with handling(HELD, lambda signum, frame: received.append(signum)):
+        with _DEFERRING, handling(HELD, lambda signum, frame: received.append(signum)):
             yield
     finally:  # also where the block failed (a rename): the signal still counts
         for signum in received:
             signal.raise_signal(signum)
+
+
+#: Held through every :func:`signals_deferred` block: :func:`heard_in_a_thread`'s thread
+#: waits for it, so that it too acts only between such blocks.
+_DEFERRING = threading.RLock()
+
+
+@contextmanager
+def heard_in_a_thread(on_signal: Callable[[int], None]) -> Iterator[None]:
+    """In the block each of :data:`HELD` this process receives also reaches a thread of its
+    own, which calls ``on_signal(signum)`` between :func:`signals_deferred` blocks: at
+    once, even while the main thread waits inside C code, where Python's handlers never
+    run (a rank waiting in torch.distributed ignored torchrun's SIGTERM and was killed 30 s
+    later). Through :func:`signal.set_wakeup_fd`, to which Python's own low-level handler
+    writes the signal's number in whichever thread the kernel hands it to: so the signal
+    must have a Python handler (not the default action). From the main thread; after the
+    block the thread has ended and the wake-up descriptor is as it was."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write)
+
+    def listen() -> None:
+        while heard := os.read(read, 1):  # empty once the block closed the pipe
+            if heard[0] in HELD:
+                with _DEFERRING:
+                    on_signal(heard[0])
+
+    listener = threading.Thread(target=listen, name="tidgap signals", daemon=True)
+    listener.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write)
+        listener.join()
+        os.close(read)

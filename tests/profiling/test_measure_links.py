@@ -177,17 +177,19 @@ def test_one_stage_has_no_link_to_measure(
     assert document["source"]["links"]["shapes"] == []
 
 
-def test_a_failing_process_is_one_line_of_bad_input_and_leaves_none(torch: Any) -> None:
-    """A rank that cannot build its tensor: an InputError naming the rank and its error,
-    the logs kept, both processes gone."""
+def test_a_failing_process_is_one_line_of_status_1_and_leaves_none(torch: Any) -> None:
+    """A rank that cannot build its tensor (or one killed): a failure naming the rank and
+    its error, status 1 (it was 2, bad input's), the logs kept, both processes gone."""
+    import click
+
     from tidgap.profiling.links import LinkJob, measured_transfers
 
     job = LinkJob([[4]], ["no_such_dtype"], [1, 2], "cpu", timeout=120.0)
     before = set(children())
-    with pytest.raises(InputError) as caught:
+    with pytest.raises(click.ClickException) as caught:
         measured_transfers(job)
-    assert set(children()) <= before
-    line = str(caught.value)
+    assert set(children()) <= before and caught.value.exit_code == 1
+    line = caught.value.format_message()
     assert line.startswith("--measure-links: rank "), line
     assert "no_such_dtype" in line and "\n" not in line
     folder = Path(line.rsplit("(the logs: ", 1)[1].rstrip(")"))

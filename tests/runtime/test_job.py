@@ -152,6 +152,13 @@ def _runnable_job(folder: Path, plan_problem: str = "two", **fields: Any) -> Pat
         ({}, {}, "other", "plan.json: problem: is a plan for 'other', not for 'two'"),
         ({}, {"boundaries": [1, 2]}, "two", "job.json: boundaries: has 2 boundaries, the"),
         ({}, {"results": "p.json"}, "two", "job.json: results: is a file, not a folder"),
+        # a traceback (exit 1) after the model was built
+        (
+            {"RANK": "0", "WORLD_SIZE": "3"},
+            {},
+            "two",
+            "stages: has 2 stages, and torchrun started 3 processes (WORLD_SIZE): one per stage",
+        ),
     ],
 )
 def test_a_worker_checks_its_launch_and_its_jobs_files_first(

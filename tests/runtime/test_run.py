@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -556,6 +557,72 @@ def test_tied_layers_on_two_stages_are_named(tmp_path: Path) -> None:
     assert "tied weights across stages are not supported" in result.stderr
     result = run_cli("run", problem, plan, *model_args("TIED"), "--split", "3", *QUICK)
     assert result.exit_code == 0, describe(result)  # both on stage 0
+
+
+def _rank(args: list[str], rank: str, world_size: str = "2") -> subprocess.Popen[str]:
+    """``tidgap ARGS`` as torchrun's rank ``rank`` of ``world_size`` (no other rank runs)."""
+    from tidgap.runtime.launch import free_port
+    from tidgap.runtime.worker import TORCHRUN_VARIABLES
+
+    values = (rank, world_size, rank, "127.0.0.1", str(free_port()))
+    env = {**os.environ, **dict(zip(TORCHRUN_VARIABLES, values, strict=True))}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tidgap", *args], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_rank_waiting_in_torch_distributed_ends_at_once_on_a_signal(
+    problem_file: Path, tmp_path: Path, signum: int
+) -> None:
+    """Rank 0 waiting for its peer in torch.distributed's C++ code, where Python's handlers
+    never run, ignored SIGTERM and SIGINT: torchrun's agent killed it 30 s later. It ends
+    at once now, saying so, with the signal's status."""
+    plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
+    rank = _rank(["run", str(problem_file), str(plan), *MODEL, "--timeout", "30"], "0")
+    try:
+        deadline = time.monotonic() + 60
+        while not any(  # its store's thread: it waits for rank 1 in C++ code
+            (task / "comm").read_text().startswith("pt_tcpstore")
+            for task in Path(f"/proc/{rank.pid}/task").iterdir()
+        ):
+            assert rank.poll() is None and time.monotonic() < deadline, rank.communicate()
+            time.sleep(0.1)
+        time.sleep(0.5)
+        signalled = time.monotonic()
+        rank.send_signal(signum)
+        _, errors = rank.communicate(timeout=60)
+    finally:
+        rank.kill()
+    assert rank.returncode == 128 + signum, errors
+    said = "interrupted" if signum == signal.SIGINT else "terminated"
+    assert errors.endswith(f"tidgap: {said}\n") and time.monotonic() - signalled < 10
+
+
+@pytest.mark.parametrize(
+    ("command", "output"), [("run", "--trace"), ("calibrate", "--out"), ("profile", "--out")]
+)
+def test_a_rank_other_than_0_does_not_check_rank_0s_outputs(
+    problem_file: Path, tmp_path: Path, command: str, output: str
+) -> None:
+    """Only rank 0 writes ``--trace`` / ``--out``; another machine's rank refused a folder
+    it lacked (exit 2), and the healthy machine's rank hung until its timeout. Here rank 1
+    goes on to wait for rank 0, until its timeout (124)."""
+    plan = str(plan_file(tmp_path, "plan", **PLANS["flush-unequal"]))
+    missing = str(tmp_path / "nowhere" / "out.json")
+    tables = synth_problem(0, 2, 8, 1, 0.5, "table", "tiny")  # calibrate re-times tables
+    tables["source"] = {"split": {"boundaries": [2]}}
+    timed = str(write_json(tmp_path / "timed.json", tables))
+    arguments = {
+        "run": [str(problem_file), plan, *MODEL],
+        "calibrate": [timed, *MODEL, "--no-recompute", "--no-order"],  # fewer plans to time out
+        "profile": [*MODEL[1:], "--stages", "2", "--batch-size", "8"],
+    }[command]
+    rank = _rank([command, *arguments, output, missing, "--timeout", "3"], "1")
+    _, errors = rank.communicate(timeout=120)
+    assert rank.returncode == 124, errors
+    assert output not in errors, errors
 
 
 def test_missing_torch_exits_2(

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from tidgap.cli.launching import results_of
+from tidgap.cli.main import end_rank_on_signals
 from tidgap.cli.options import count_range, problem_argument
 from tidgap.cli.run_caveats import other_model
 from tidgap.cli.workers import (
@@ -123,8 +124,11 @@ def calibrate_command(
     from tidgap.runtime.lowering import recomputes
 
     here = torchrun_rank()
+    if here is not None:
+        end_rank_on_signals()
     inputs = {"PROBLEM": problem, **model_inputs("--model", model_reference)}
-    check_outputs(None, None, ("--out", out), inputs=inputs)
+    if here is None or here[0] == 0:  # rank 0 alone writes it (machines share no folder)
+        check_outputs(None, None, ("--out", out), inputs=inputs)
     loaded = load_problem(problem)
     if here is not None:
         require_world(here[1], loaded, problem)

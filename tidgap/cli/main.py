@@ -18,7 +18,7 @@ import click
 
 from tidgap import __version__
 from tidgap.cli.options import named_as_option
-from tidgap.held_signals import handling
+from tidgap.held_signals import handling, heard_in_a_thread
 from tidgap.model.errors import InputError, first_line
 from tidgap.model.numbers import positive_integer_text
 from tidgap.optimize.interrupts import exit_status
@@ -137,14 +137,27 @@ def _require_usable_environment() -> None:
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
     """SIGTERM where the command does not handle it itself (a search stops at a generation
-    boundary instead): end at once, as the default action does, but first say so and
-    remove the temporary files of the writes in progress, whose outputs stay as they were
-    (the renames hold it back until all are done). Not an exception raised wherever the
-    code is: one raised while a thread held Numba's compiler lock hung the process."""
-    sys.stderr.write("\ntidgap: terminated\n")
+    boundary instead): :func:`_end_now`. Not an exception raised wherever the code is: one
+    raised while a thread held Numba's compiler lock hung the process."""
+    _end_now(signum)
+
+
+def _end_now(signum: int) -> None:
+    """End at once, as the default action of ``signum`` does, but first say so and remove
+    the temporary files of the writes in progress, whose outputs stay as they were (the
+    renames hold it back until all are done)."""
+    said = "interrupted" if signum == signal.SIGINT else "terminated"
+    sys.stderr.write(f"\ntidgap: {said}\n")
     sys.stderr.flush()
     abandon_writes()
     os._exit(exit_status(signum))
+
+
+def end_rank_on_signals() -> None:
+    """For a rank under torchrun: SIGINT and SIGTERM end it at once (:func:`_end_now`), also
+    while it waits in torch.distributed, where Python's handlers never run (torchrun's
+    SIGTERM went unheard and its agent killed the rank 30 s later), until the command ends."""
+    click.get_current_context().with_resource(heard_in_a_thread(_end_now))
 
 
 #: ``errno`` values of a write to standard output that cannot go on (reported in one line).

@@ -20,6 +20,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from tidgap.cli.main import end_rank_on_signals
 from tidgap.cli.options import (
     SEED,
     Command,
@@ -383,8 +384,11 @@ def profile_command(
         raise click.UsageError(
             f"--measure-links measures the links: give it without {' and '.join(guessed)}"
         )
-    check_outputs(None, None, ("--out", out), inputs=model_inputs("MODEL", model))
     here = torchrun_rank()
+    if here is not None:
+        end_rank_on_signals()
+    if here is None or here[0] == 0:  # rank 0 alone writes it (machines share no folder)
+        check_outputs(None, None, ("--out", out), inputs=model_inputs("MODEL", model))
     watchdog = None
     if timeout is not None:
         who = "tidgap profile" + ("" if here is None else f" (rank {here[0]})")

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from tidgap.cli.launching import results_of, write_plans
+from tidgap.cli.main import end_rank_on_signals
 from tidgap.cli.options import (
     count_range,
     describe_problem,
@@ -231,6 +232,8 @@ def run_command(
     """
     lr = learning_rate(optimizer, lr)
     here = torchrun_rank()
+    if here is not None:
+        end_rank_on_signals()
     if here is not None and (write_job, results, nproc) != (None, None, None):
         raise click.UsageError(
             "under torchrun tidgap run runs its rank: no --write-job, --results, --nproc"
@@ -256,7 +259,7 @@ def run_command(
     alternates = [] if write_job is None else alternate_files(write_job, len(todo) - 1)
     check_outputs(
         None,
-        trace,
+        trace if here is None or here[0] == 0 else None,  # rank 0 alone writes it
         ("--write-job", write_job),
         *(("--write-job", path) for path in alternates),
         inputs=inputs,

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import torch
 from torch import distributed as dist
 
@@ -178,17 +179,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def measured_transfers(job: LinkJob) -> list[list[list[list[float]]]]:
     """``[rank][link][i]``: both ranks' transfers (seconds), measured by new processes in
-    a new temporary folder, removed after, unless they failed: then an
-    :class:`InputError` names it (their logs)."""
+    a new temporary folder, removed after, unless they failed: then a
+    ``click.ClickException`` (status 1) names it (their logs)."""
     folder = Path(tempfile.mkdtemp(prefix="tidgap-links-"))
     failed = False
     try:
         job.save(folder / "job.json")
         launch(folder / "job.json", 2, 1, job.timeout, folder, module=__name__)
         return [read_json(folder / f"rank{rank}.json") for rank in range(2)]
-    except WorkerError as error:
+    except WorkerError as error:  # a failure, not bad input: status 1, as tidgap run's
         failed = True
-        raise InputError(f"{error} (the logs: {folder})", source=SOURCE) from None
+        raise click.ClickException(f"{SOURCE}: {error} (the logs: {folder})") from None
     finally:
         if not failed:
             shutil.rmtree(folder, ignore_errors=True)

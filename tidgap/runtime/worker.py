@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         job = Job.load(args[0])
         rank, world_size = launched_rank()
-        plans = checked_job(job, args[0])
+        plans = checked_job(job, args[0], world_size)
     except InputError as error:  # bad input: one line, exit 2, as tidgap's commands
         print(f"tidgap worker: error: {error}", file=sys.stderr)
         return 2
@@ -512,17 +512,20 @@ def launched_rank() -> tuple[int, int]:
     return int(rank), int(world_size)
 
 
-def checked_job(job: Job, source: str) -> list[Plan]:
+def checked_job(job: Job, source: str, world_size: int) -> list[Plan]:
     """The plans of ``job`` (the file ``source``), each checked against its problem (a plan
-    for another problem refused), its ``boundaries`` counted against the problem's stages
-    and its ``results`` not a file: :class:`InputError` naming the file and field
-    otherwise."""
+    for another problem refused), its ``boundaries`` and the launcher's ``world_size``
+    counted against the problem's stages and its ``results`` not a file: :class:`InputError`
+    naming the file and field otherwise (before the model is built)."""
     from tidgap.model.plan import load_plan
     from tidgap.model.problem import load_problem
 
     if Path(job.results).exists() and not Path(job.results).is_dir():
         raise InputError("is a file, not a folder", ("results",), source=source)
     problem = load_problem(job.problem)
+    why = stage_count_mismatch(problem.num_stages, world_size)
+    if why is not None:
+        raise InputError(f"has {why}", ("stages",), source=job.problem)
     if len(job.boundaries) != problem.num_stages - 1:
         raise InputError(
             f"has {len(job.boundaries)} boundaries, the problem's {problem.num_stages} stages "
