@@ -569,6 +569,8 @@ def _rank(args: list[str], rank: str, world_size: str = "2") -> subprocess.Popen
     return subprocess.Popen(
         [sys.executable, "-m", "tidgap", *args], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # as from a terminal: tests run in the background of a shell inherit SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
 
 
