@@ -83,8 +83,9 @@ def heard_in_a_thread(on_signal: Callable[[int], None]) -> Iterator[None]:
     run (a rank waiting in torch.distributed ignored torchrun's SIGTERM and was killed 30 s
     later). Through :func:`signal.set_wakeup_fd`, to which Python's own low-level handler
     writes the signal's number in whichever thread the kernel hands it to: so the signal
-    must have a Python handler (not the default action). From the main thread; after the
-    block the thread has ended and the wake-up descriptor is as it was."""
+    must have a Python handler (not the default action); one ignored stays ignored. From
+    the main thread; after the block the thread has ended and the wake-up descriptor is
+    as it was."""
     read, write = os.pipe()
     os.set_blocking(write, False)
     previous = signal.set_wakeup_fd(write)
@@ -92,8 +93,9 @@ def heard_in_a_thread(on_signal: Callable[[int], None]) -> Iterator[None]:
     def listen() -> None:
         while heard := os.read(read, 1):  # empty once the block closed the pipe
             if heard[0] in HELD:
-                with _DEFERRING:
-                    on_signal(heard[0])
+                with _DEFERRING:  # a deferral's own handler wrote it too: heed the one after
+                    if signal.getsignal(heard[0]) is not signal.SIG_IGN:
+                        on_signal(heard[0])
 
     listener = threading.Thread(target=listen, name="tidgap signals", daemon=True)
     listener.start()

@@ -103,6 +103,8 @@ def _killing_search(problem: Problem, seed: int, options: dict) -> tidgap.Search
     import os
     import time
 
+    if many._begun is not None:  # begun, as the search it stands for counts itself
+        many._begun.value += 1
     marker = os.environ.get(KILL_ONCE)
     try:
         if marker is not None:
@@ -166,6 +168,28 @@ def test_a_search_killed_again_alone_fails_and_the_others_finish(
     assert isinstance(caught.value.errors[1].__cause__, many.BrokenProcessPool)
     results = caught.value.results
     assert [results[0].plan, results[2].plan, results[3].plan] == expected
+
+
+def _dying_start(*args: object) -> None:
+    """A worker that fails as it starts (as one of a script without its main guard)."""
+    import os
+
+    os._exit(3)
+
+
+def test_workers_that_fail_to_start_are_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every search then ended as WorkerKilled ('killed from outside'), after six pools."""
+    monkeypatch.setattr(many, "_start_worker", _dying_start)
+    made: list[int] = []
+    fresh = many.LocalPool.fresh
+    monkeypatch.setattr(
+        many.LocalPool, "fresh", lambda self, *args: made.append(1) or fresh(self, *args)
+    )
+    with many.local_pool(2) as pool, pytest.raises(SearchFailed) as caught:
+        search_many(PROBLEMS, executor=pool, seeds=SEEDS, **SHORT)
+    assert made == []
+    errors = caught.value.errors.values()
+    assert len(errors) == 3 and all(isinstance(e, many.BrokenProcessPool) for e in errors)
 
 
 def test_bad_arguments_are_refused() -> None:

@@ -11,6 +11,7 @@ import io
 import os
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
@@ -142,10 +143,17 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
     _end_now(signum)
 
 
+#: Taken by the first :func:`_end_now` (a handler and a listening thread may both call it).
+_ENDING = threading.Lock()
+
+
 def _end_now(signum: int) -> None:
     """End at once, as the default action of ``signum`` does, but first say so and remove
     the temporary files of the writes in progress, whose outputs stay as they were (the
-    renames hold it back until all are done)."""
+    renames hold it back until all are done). Once: a second call returns, the first is
+    ending the process."""
+    if not _ENDING.acquire(blocking=False):
+        return
     said = "interrupted" if signum == signal.SIGINT else "terminated"
     sys.stderr.write(f"\ntidgap: {said}\n")
     sys.stderr.flush()
@@ -156,8 +164,13 @@ def _end_now(signum: int) -> None:
 def end_rank_on_signals() -> None:
     """For a rank under torchrun: SIGINT and SIGTERM end it at once (:func:`_end_now`), also
     while it waits in torch.distributed, where Python's handlers never run (torchrun's
-    SIGTERM went unheard and its agent killed the rank 30 s later), until the command ends."""
-    click.get_current_context().with_resource(heard_in_a_thread(_end_now))
+    SIGTERM went unheard and its agent killed the rank 30 s later), until the command ends;
+    SIGINT's handler ends it too, as SIGTERM's does (a KeyboardInterrupt raised in the
+    rank's code became a failure's traceback and status 1), unless SIGINT is ignored."""
+    context = click.get_current_context()
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        context.with_resource(handling((signal.SIGINT,), lambda signum, frame: _end_now(signum)))
+    context.with_resource(heard_in_a_thread(_end_now))
 
 
 #: ``errno`` values of a write to standard output that cannot go on (reported in one line).

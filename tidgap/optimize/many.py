@@ -83,7 +83,13 @@ _worker_signals: StopSignals | None = None
 _launcher_signal: ctypes.c_int | None = None
 
 
-def _start_worker(threads: int, launcher: int, launcher_signal: ctypes.c_int) -> None:
+#: In a :func:`local_pool` worker, its pools' count of searches begun; ``None`` elsewhere.
+_begun: ctypes.c_int | None = None
+
+
+def _start_worker(
+    threads: int, launcher: int, launcher_signal: ctypes.c_int, begun: ctypes.c_int
+) -> None:
     """:func:`local_pool`'s initializer: Numba's threads per worker (unless the user set
     them), SIGINT / SIGTERM recorded, to stop the worker's searches (:func:`_search`), as
     does the launcher's stop (``launcher_signal``, a shared integer), and a watchdog that
@@ -92,11 +98,11 @@ def _start_worker(threads: int, launcher: int, launcher_signal: ctypes.c_int) ->
     ended before this worker started."""
     from tidgap.runtime.worker import start_watchdog
 
-    global _worker_signals, _launcher_signal
+    global _worker_signals, _launcher_signal, _begun
     start_watchdog(math.inf, "tidgap search worker", parent=launcher)
     os.environ.setdefault("NUMBA_NUM_THREADS", str(threads))
     _worker_signals = StopSignals()
-    _launcher_signal = launcher_signal
+    _launcher_signal, _begun = launcher_signal, begun
     for signum in STOP_SIGNALS:
         signal.signal(signum, _worker_signals.handle)
     if hasattr(signal, "pthread_sigmask"):  # held back since the launcher started us
@@ -121,23 +127,27 @@ class LocalPool(ProcessPoolExecutor):
         self,
         workers: int,
         threads: int | None = None,
-        stopped_by: ctypes.c_int | None = None,
+        shared: tuple[ctypes.c_int, ctypes.c_int] | None = None,
     ) -> None:
         context = multiprocessing.get_context("spawn")
-        #: the signal number :meth:`stop` was given, 0 before (shared with the workers)
-        self.stopped_by = context.Value("i", 0, lock=False) if stopped_by is None else stopped_by
+        if shared is None:
+            shared = (context.Value("i", 0, lock=False), context.Value("i", 0, lock=False))
+        #: the signal number :meth:`stop` was given, 0 before, and how many searches workers
+        #: began (0 while none has: workers that fail to start), both shared with the workers
+        #: and with the :meth:`fresh` pools
+        self.stopped_by, self.begun = shared
         #: the number of worker processes, and each one's Numba threads
         self.workers, self.threads = workers, threads or max(1, _cores() // workers)
         super().__init__(
             max_workers=workers,
             mp_context=context,
             initializer=_start_worker,
-            initargs=(self.threads, os.getpid(), self.stopped_by),
+            initargs=(self.threads, os.getpid(), self.stopped_by, self.begun),
         )
 
     def fresh(self, workers: int, threads: int | None = None) -> LocalPool:
         """A new pool (:func:`local_pool`'s arguments) that this one's :meth:`stop` stops too."""
-        return LocalPool(workers, threads, self.stopped_by)
+        return LocalPool(workers, threads, (self.stopped_by, self.begun))
 
     def stop(self, signum: int) -> None:
         """Stop every worker's search at its next generation and skip the searches not
@@ -166,6 +176,8 @@ def _search(problem: Problem, seed: int, options: dict[str, Any]) -> SearchResul
     stop signal, it stops at the next generation, or raises ``KeyboardInterrupt`` before
     starting."""
     if _worker_signals is not None:
+        if _begun is not None:  # a lost increment between workers leaves it above 0 all the same
+            _begun.value += 1
         received = _stop_received()
         if received is not None:
             raise KeyboardInterrupt(f"{received} before the search started")
@@ -304,12 +316,12 @@ def _outcomes(pool: Executor, tasks: list[Task]) -> list[Outcome]:
     Those run again in fresh pools (:meth:`LocalPool.fresh`), as many processes at once as
     ``pool`` has: first the ones seen running when it broke (the killed one among them),
     each in a pool of its own, where a second loss is final (:class:`WorkerKilled`); then
-    the others together; until none is lost. A pool that broke before any search reached
-    a worker (a worker that failed to start) is not tried again."""
+    the others together; until none is lost. A pool whose workers began no search (they
+    failed to start: a script without its ``__main__`` guard) is not tried again."""
     futures, seen = _submitted([(pool, i) for i in range(len(tasks))], tasks)
     outcomes = {i: _outcome(future) for i, future in futures.items()}
     lost = [i for i, outcome in outcomes.items() if isinstance(outcome, BrokenProcessPool)]
-    while isinstance(pool, LocalPool) and lost and seen:
+    while isinstance(pool, LocalPool) and lost and seen and pool.begun.value:
         alone = [i for i in lost if i in seen]
         for start in range(0, len(alone), pool.workers):
             with ExitStack() as pools:
