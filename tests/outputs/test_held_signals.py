@@ -66,10 +66,11 @@ def test_a_rank_ends_on_sigint_from_its_handler_too(monkeypatch: pytest.MonkeyPa
 
     ended: list[int] = []
     monkeypatch.setattr(main, "_end_now", ended.append)
-    with handled(signal.SIGINT, signal.default_int_handler), click.Context(click.Command("x")):
-        main.end_rank_on_signals()
-        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # type: ignore[operator]
-        assert ended == [signal.SIGINT]
-        seen = signal.getsignal(signal.SIGINT)
-    assert seen is not signal.default_int_handler
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with handled(signal.SIGINT, signal.default_int_handler):  # as from a terminal
+        with click.Context(click.Command("x")):
+            main.end_rank_on_signals()
+            handler = signal.getsignal(signal.SIGINT)
+            assert handler is not signal.default_int_handler
+            handler(signal.SIGINT, None)  # type: ignore[operator]
+            assert ended == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # as it was
