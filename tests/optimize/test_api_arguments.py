@@ -54,7 +54,8 @@ def tiny() -> tidgap.Problem:
         # an OverflowError from the driver
         (
             {"time_limit": 10**400},
-            "time_limit: is too large (at most 1e308 seconds; math.inf for no limit)",
+            "time_limit: is too large for a float (at most about 1.8e308 seconds; math.inf for "
+            "no limit)",
         ),
         (
             {"initial_plans": [tidgap.Plan.of([[8]] * 3, [[8]] * 3)]},

@@ -124,7 +124,8 @@ class Stopping:
             float(limit or 0)
         except OverflowError:  # a Python integer beyond any float
             raise InputError(
-                "is too large (at most 1e308 seconds; math.inf for no limit)", source="time_limit"
+                "is too large for a float (at most about 1.8e308 seconds; math.inf for no limit)",
+                source="time_limit",
             ) from None
 
 
