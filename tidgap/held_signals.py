@@ -55,6 +55,11 @@ def handling(
             signal.signal(signum, signal.SIG_DFL if old is None else old)
 
 
+#: Held through every :func:`signals_deferred` block: :func:`heard_in_a_thread`'s thread
+#: waits for it, so that it too acts only between such blocks.
+_DEFERRING = threading.RLock()
+
+
 @contextmanager
 def signals_deferred() -> Iterator[None]:
     """:data:`HELD` recorded, not handled, in the block (:func:`handling`); as it ends the
@@ -68,11 +73,6 @@ def signals_deferred() -> Iterator[None]:
     finally:  # also where the block failed (a rename): the signal still counts
         for signum in received:
             signal.raise_signal(signum)
-
-
-#: Held through every :func:`signals_deferred` block: :func:`heard_in_a_thread`'s thread
-#: waits for it, so that it too acts only between such blocks.
-_DEFERRING = threading.RLock()
 
 
 @contextmanager

@@ -15,7 +15,6 @@ from tidgap.cli.run_caveats import other_model
 from tidgap.cli.workers import (
     require_batch_room,
     require_device,
-    require_world,
     worker_job,
     worker_options,
 )
@@ -24,7 +23,7 @@ from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
 from tidgap.outputs.files import check_outputs, write_json
 from tidgap.profiling.user_code import model_inputs
-from tidgap.runtime.worker import local_processes, torchrun_rank
+from tidgap.runtime.worker import local_processes, require_world, torchrun_rank
 
 
 @click.command(name="calibrate")

@@ -137,9 +137,10 @@ def _require_usable_environment() -> None:
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM where the command does not handle it itself (a search stops at a generation
-    boundary instead): :func:`_end_now`. Not an exception raised wherever the code is: one
-    raised while a thread held Numba's compiler lock hung the process."""
+    """The handler of SIGTERM where the command does not handle it itself (a search stops
+    at a generation boundary instead), and of a rank's SIGINT: :func:`_end_now`. Not an
+    exception raised wherever the code is: one raised while a thread held Numba's compiler
+    lock hung the process."""
     _end_now(signum)
 
 
@@ -169,7 +170,7 @@ def end_rank_on_signals() -> None:
     rank's code became a failure's traceback and status 1), unless SIGINT is ignored."""
     context = click.get_current_context()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        context.with_resource(handling((signal.SIGINT,), lambda signum, frame: _end_now(signum)))
+        context.with_resource(handling((signal.SIGINT,), _terminate))
     context.with_resource(heard_in_a_thread(_end_now))
 
 

@@ -33,7 +33,6 @@ from tidgap.cli.run_results import checked_results, figures_of_runs, require_wit
 from tidgap.cli.workers import (
     require_batch_room,
     require_device,
-    require_world,
     worker_job,
     worker_options,
 )
@@ -52,7 +51,7 @@ from tidgap.runtime.report import (
     speedup_line,
     speedup_record,
 )
-from tidgap.runtime.worker import local_processes, torchrun_rank
+from tidgap.runtime.worker import local_processes, require_world, torchrun_rank
 
 #: Largest max relative gradient difference accepted, by precision.
 TOLERANCE = {False: 1e-4, True: 1e-10}

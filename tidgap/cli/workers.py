@@ -17,7 +17,7 @@ from tidgap.model.numbers import MAX_THREADS, is_integer
 from tidgap.model.problem import Problem
 from tidgap.profiling.split import parse_split
 from tidgap.runtime.job import TRANSPORTS, Job
-from tidgap.runtime.worker import stage_count_mismatch, start_watchdog
+from tidgap.runtime.worker import start_watchdog
 
 #: Where a profiled problem records its split.
 SPLIT_PATH = ("source", "split", "boundaries")
@@ -102,13 +102,6 @@ def require_device(device: str, transport: str, processes: int | None) -> None:
             "GPU(s) (--transport gloo passes chunks through host memory)",
             source="--transport",
         )
-
-
-def require_world(world_size: int, problem: Problem, source: str) -> None:
-    """:class:`InputError` unless torchrun started one process per stage of ``problem``."""
-    why = stage_count_mismatch(problem.num_stages, world_size)
-    if why is not None:
-        raise InputError(f"has {why}", ("stages",), source=source)
 
 
 def worker_options(command: Command) -> Command:

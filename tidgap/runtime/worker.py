@@ -56,6 +56,7 @@ from tidgap.runtime.job import Job
 
 if TYPE_CHECKING:
     from tidgap.model.plan import Plan
+    from tidgap.model.problem import Problem
     from tidgap.runtime.lowering import Instruction
     from tidgap.runtime.report import Row
     from tidgap.runtime.stage import TorchStage
@@ -523,9 +524,7 @@ def checked_job(job: Job, source: str, world_size: int) -> list[Plan]:
     if Path(job.results).exists() and not Path(job.results).is_dir():
         raise InputError("is a file, not a folder", ("results",), source=source)
     problem = load_problem(job.problem)
-    why = stage_count_mismatch(problem.num_stages, world_size)
-    if why is not None:
-        raise InputError(f"has {why}", ("stages",), source=job.problem)
+    require_world(world_size, problem, job.problem)
     if len(job.boundaries) != problem.num_stages - 1:
         raise InputError(
             f"has {len(job.boundaries)} boundaries, the problem's {problem.num_stages} stages "
@@ -590,6 +589,14 @@ def torchrun_rank() -> tuple[int, int] | None:
                 source=name,
             )
     return int(rank), int(world_size)
+
+
+def require_world(world_size: int, problem: Problem, source: str) -> None:
+    """:class:`InputError` (naming the problem file ``source``) unless torchrun started one
+    process per stage of ``problem``."""
+    why = stage_count_mismatch(problem.num_stages, world_size)
+    if why is not None:
+        raise InputError(f"has {why}", ("stages",), source=source)
 
 
 def stage_count_mismatch(stages: int, world_size: int) -> str | None:
