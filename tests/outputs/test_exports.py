@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +36,22 @@ from tidgap.analysis.search_summary import best_rival
 from tidgap.optimize.driver import search
 from tidgap.outputs.exports import (
     common_refinement,
+    equal_refinement,
     lowered_order,
     lowered_plan,
     pytorch_csv,
+    pytorch_rivals,
+    pytorch_rows,
     schedule_document,
 )
 from tidgap.runtime.pricing import run_evaluation
-from tidgap.schedules.baselines import best_baselines
+from tidgap.schedules.baselines import (
+    BaselineResult,
+    best_baselines,
+    feasible_microbatch_counts,
+    gpipe,
+    one_f_one_b,
+)
 from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
 from tidgap.schedules.ir import flush_order, holder, one_f_one_b_order, prefix_sums
 
@@ -52,18 +62,22 @@ ACTION = re.compile(r"(\d+)(F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SE
 
 def load_compute_only_csv(text: str, num_stages: int, num_microbatches: int) -> dict[int, list]:
     """Parse a compute-only schedule CSV and check what PyTorch's ``_load_csv`` checks
-    (``_validate_schedule``), plus that its lowering to sends and receives cannot deadlock
-    (``_add_send_recv``). Returns ``{rank: [(stage, type, microbatch), ...]}``."""
-    actions = {}
+    (``_validate_schedule``; an empty cell is an idle step), that its lowering to sends and
+    receives cannot deadlock (``_add_send_recv``), and that ``PipelineScheduleMulti``'s
+    lockstep columns hold (:func:`_check_lockstep`). Returns ``{rank: [(stage, type,
+    microbatch), ...]}``, the actions in order without the idle steps."""
+    columns: dict[int, dict[tuple[int, str, int], int]] = {}
     for rank, row in enumerate(csv.reader(text.splitlines())):
-        parsed = []
-        for cell in row:
+        columns[rank] = {}
+        for column, cell in enumerate(row):
+            if not cell.strip():
+                continue
             match = ACTION.fullmatch(cell.strip())
             assert match, f"not an action: {cell!r}"
             stage, kind, microbatch = match.groups()
             assert kind in ("F", "B"), f"not a compute-only action: {cell}"
-            parsed.append((int(stage), kind, int(microbatch)))
-        actions[rank] = parsed
+            columns[rank][(int(stage), kind, int(microbatch))] = column
+    actions = {rank: list(row) for rank, row in columns.items()}
     assert len(actions) == num_stages, "one row per rank"
     owner: dict[int, int] = {}
     seen: dict[int, dict[str, set[int]]] = {s: {"F": set(), "B": set()} for s in range(num_stages)}
@@ -77,6 +91,7 @@ def load_compute_only_csv(text: str, num_stages: int, num_microbatches: int) -> 
         assert done["F"] == set(range(num_microbatches)), f"forwards of stage {stage}"
         assert done["B"] == set(range(num_microbatches)), f"backwards of stage {stage}"
     _check_lowering(actions, owner, num_stages)
+    _check_lockstep(columns, num_stages)
     return actions
 
 
@@ -97,6 +112,20 @@ def _check_lowering(actions: dict[int, list], owner: dict[int, int], num_stages:
             done.add(queues[rank].pop(0))
             progressed = True
         assert progressed, "the schedule deadlocks"
+
+
+def _check_lockstep(columns: dict[int, dict[tuple[int, str, int], int]], num_stages: int) -> None:
+    """``PipelineScheduleMulti._step_microbatches``: in column ``t`` a rank runs its action,
+    then exchanges what its neighbours' actions of column ``t`` send it, so an action's
+    input must come from an earlier column (a forward's from the previous stage's forward
+    of its microbatch, a backward's from the next stage's backward)."""
+    column_of = {action: column for row in columns.values() for action, column in row.items()}
+    for (stage, kind, microbatch), column in column_of.items():
+        source = stage - 1 if kind == "F" else stage + 1
+        if 0 <= source < num_stages:
+            assert column_of[(source, kind, microbatch)] < column, (
+                f"{stage}{kind}{microbatch} in column {column}, not after its input"
+            )
 
 
 # --- the common refinement -----------------------------------------------------------------------
@@ -135,8 +164,17 @@ def test_flush_csv_is_every_forward_then_every_backward() -> None:
     """A flush plan's CSV: row ``s`` holds ``sF0 .. sF{n-1}`` then ``sB0 .. sB{n-1}``."""
     sizes = [[2, 1, 3]] * 2
     assert pytorch_csv(flush_order(sizes, sizes)) == (
-        "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1F1,1F2,1B0,1B1,1B2\n"
+        "0F0,0F1,0F2,,,0B0,0B1,0B2\n,1F0,1F1,1F2,1B0,1B1,1B2\n"
     )
+
+
+def test_lockstep_columns_of_1f1b() -> None:
+    """1F1B(3) on 2 stages: stage 0's backwards come a column after stage 1's; each action in
+    the earliest column its input and its stage's previous action allow."""
+    assert pytorch_rows(one_f_one_b_order(2, 3)) == [
+        ["0F0", "0F1", "", "0B0", "0F2", "0B1", "", "0B2"],
+        ["", "1F0", "1B0", "1F1", "1B1", "1F2", "1B2"],
+    ]
 
 
 def _coarse_letters(plan: Plan, lowered: Plan, s: int) -> str:
@@ -199,6 +237,10 @@ def test_the_checker_can_fail() -> None:
         load_compute_only_csv("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n", 2, 2)
     with pytest.raises(AssertionError, match="not a compute-only"):
         load_compute_only_csv("0F0,0SEND_F0,0B0\n", 1, 1)
+    with pytest.raises(AssertionError, match="1F0 in column 0, not after its input"):
+        load_compute_only_csv("0F0,,0B0\n1F0,1B0\n", 2, 1)
+    with pytest.raises(AssertionError, match="0B0 in column 2, not after its input"):
+        load_compute_only_csv("0F0,,0B0\n,1F0,1B0\n", 2, 1)
 
 
 def _files(tmp_path: Path, name: str, index: int = 0) -> tuple[Path, Path, dict[str, Any]]:
@@ -208,16 +250,44 @@ def _files(tmp_path: Path, name: str, index: int = 0) -> tuple[Path, Path, dict[
     return problem, plan, case
 
 
+def _check_warning(result: Any, lowered: float, rival: BaselineResult, unit: str) -> None:
+    """stderr holds one warning line, with both times, the ratio and the PyTorch schedule
+    that runs ``rival``, iff ``lowered`` is slower than ``rival``."""
+    if lowered <= rival.iteration_time:
+        assert result.stderr == ""
+        return
+    (line,) = result.stderr.splitlines()
+    label = SCHEDULES[rival.schedule].label
+    assert line.startswith("tidgap: warning: ")
+    for shown in (
+        f"{lowered:.6g} {unit}",
+        f"{lowered / rival.iteration_time:.2f}x",
+        f"the {label}'s {rival.iteration_time:.6g} {unit} ({rival.microbatches} microbatches)",
+        f"(Schedule{label}, n_microbatches={rival.microbatches})",
+    ):
+        assert shown in line, (shown, line)
+
+
+@pytest.mark.parametrize("sizes", ["equal", "common", None])
 @pytest.mark.parametrize("name", [case["problem"]["name"] for case in golden_cases()])
-def test_export_pytorch_csv(tmp_path: Path, name: str) -> None:
-    """The CSV round-trips through the checker; the sidecar's microbatches cover the batch
-    and its predicted times are the model's, for the plan and for its lowering; stderr holds
-    one warning line, with both times and the ratio, iff the lowering is slower than the best
-    GPipe (files written and exit 0 either way)."""
+def test_export_pytorch_csv(tmp_path: Path, name: str, sizes: str | None) -> None:
+    """The CSV round-trips through the checker; the sidecar's microbatches are the chosen
+    refinement (equal by default) and cover the batch, and its predicted times are the
+    model's, for the plan and for its lowering; stderr holds one warning line iff the
+    lowering is slower than the best GPipe PyTorch runs as is (files written and exit 0
+    either way)."""
     problem_path, plan_path, case = _files(tmp_path, name)
     out = tmp_path / "schedule.csv"
+    chosen = [] if sizes is None else ["--microbatch-sizes", sizes]
     result = run_cli(
-        "export", str(problem_path), str(plan_path), "--to", "pytorch-csv", "--out", str(out)
+        "export",
+        str(problem_path),
+        str(plan_path),
+        "--to",
+        "pytorch-csv",
+        "--out",
+        str(out),
+        *chosen,
     )
     assert result.exit_code == 0, describe(result)
     sidecar = json.loads((tmp_path / "schedule.microbatches.json").read_text(encoding="utf-8"))
@@ -225,31 +295,66 @@ def test_export_pytorch_csv(tmp_path: Path, name: str) -> None:
     plan = load_plan(plan_path, problem)
     count = sidecar["n_microbatches"]
     load_compute_only_csv(out.read_text(encoding="utf-8"), problem.num_stages, count)
-    sizes = [entry["size"] for entry in sidecar["microbatches"]]
-    assert sizes == common_refinement(plan) and sum(sizes) == problem.batch_size
+    refinement = common_refinement(plan) if sizes == "common" else equal_refinement(plan)
+    sizes_written = [entry["size"] for entry in sidecar["microbatches"]]
+    assert sizes_written == refinement and sum(sizes_written) == problem.batch_size
     assert [entry["slice"] for entry in sidecar["microbatches"]] == [
-        [low, high] for low, high in zip(prefix_sums(sizes), prefix_sums(sizes)[1:], strict=False)
+        [low, high] for low, high in pairwise(prefix_sums(refinement))
     ]
-    assert [entry["samples"][0] - 1 for entry in sidecar["microbatches"]] == prefix_sums(sizes)[:-1]
-    lowered = evaluate(problem, lowered_plan(plan))
+    first_samples = [entry["samples"][0] - 1 for entry in sidecar["microbatches"]]
+    assert first_samples == prefix_sums(refinement)[:-1]
+    lowered = evaluate(problem, lowered_plan(plan, refinement))
     assert sidecar["predicted"]["lowered"] == lowered.as_dict()
     assert sidecar["predicted"]["plan"] == evaluate(problem, plan).as_dict()
     assert sidecar["schedule_csv"] == "schedule.csv"
     assert f"{lowered.iteration_time:.6g}" in result.stdout
-    gpipe = case["best_baselines"]["gpipe"]
-    if lowered.iteration_time > gpipe["iteration_time"]:
-        (line,) = result.stderr.splitlines()
-        assert line.startswith("tidgap: warning: ") and "--to same-partition" in line
-        ratio = lowered.iteration_time / gpipe["iteration_time"]
-        for shown in (
-            f"{lowered.iteration_time:.6g} {problem.time_unit}",
-            f"{gpipe['iteration_time']:.6g} {problem.time_unit}",
-            f"{ratio:.2f}x",
-            f"({gpipe['microbatches']} microbatches)",
-        ):
-            assert shown in line, (shown, line)
-    else:
-        assert result.stderr == ""
+    rival = pytorch_rivals(problem)["gpipe"]
+    assert rival is not None
+    _check_warning(result, lowered.iteration_time, rival, problem.time_unit)
+    assert ("--to same-partition" in result.stderr) == (result.stderr != "")
+
+
+def test_equal_refinement() -> None:
+    """The common refinement ``[2, 1, 1, 4]`` cut into parts of its greatest common divisor."""
+    plan = Plan.of([[4, 4], [2, 6]], [[8], [3, 5]])
+    assert equal_refinement(plan) == [1] * 8
+    plan = Plan.of([[4, 4], [2, 6]], [[8], [4, 4]])
+    assert equal_refinement(plan) == [2] * 4 and common_refinement(plan) == [2, 2, 4]
+
+
+@PROPERTY
+@given(problem=problems(), data=st.data())
+def test_equal_refinement_refines_and_fits(problem: Problem, data: st.DataObject) -> None:
+    plan = data.draw(ordered_plans(problem))
+    sizes = equal_refinement(plan)
+    assert len(set(sizes)) == 1 and set(prefix_sums(common_refinement(plan))) <= set(
+        prefix_sums(sizes)
+    )
+    lowered = lowered_plan(plan, sizes)
+    check_plan(lowered, problem)
+    load_compute_only_csv(pytorch_csv(lowered.stage_order()), problem.num_stages, len(sizes))
+
+
+def test_pytorch_rivals_are_the_baselines_pytorch_runs() -> None:
+    """Of the baselines, those whose count divides the batch's units (equal microbatches),
+    1F1B with at least as many microbatches as stages; each the fastest such, timed as
+    tidgap times that baseline."""
+    for case in golden_cases():
+        problem = Problem.from_dict(case["problem"])
+        rivals = pytorch_rivals(problem)
+        units, stages = problem.num_units, problem.num_stages
+        counts = [m for m in feasible_microbatch_counts(problem) if units % m == 0]
+        for name, time, fewest in (("gpipe", gpipe, 1), ("1f1b", one_f_one_b, stages)):
+            allowed = [m for m in counts if m >= fewest]
+            rival = rivals[name]
+            if not allowed:
+                assert rival is None
+                continue
+            assert rival is not None and rival.microbatches in allowed
+            assert rival.iteration_time == min(time(problem, m) for m in allowed)
+            assert rival.iteration_time >= case["best_baselines"][name]["iteration_time"] - 1e-9
+    tiny = Problem.from_dict(case_named("tiny7_3")["problem"])  # 5 samples on 4 stages
+    assert pytorch_rivals(tiny)["1f1b"].microbatches == 5  # type: ignore[union-attr]
 
 
 def test_some_golden_lowerings_warn_and_some_do_not() -> None:
@@ -258,8 +363,10 @@ def test_some_golden_lowerings_warn_and_some_do_not() -> None:
     for case in golden_cases():
         problem = Problem.from_dict(case["problem"])
         plan = Plan.of(case["plans"][0]["forward"], case["plans"][0]["backward"])
-        lowered = evaluate(problem, lowered_plan(plan)).iteration_time
-        slower.add(lowered > case["best_baselines"]["gpipe"]["iteration_time"])
+        lowered = evaluate(problem, lowered_plan(plan, equal_refinement(plan))).iteration_time
+        rival = pytorch_rivals(problem)["gpipe"]
+        assert rival is not None
+        slower.add(lowered > rival.iteration_time)
     assert slower == {True, False}
 
 
@@ -291,8 +398,9 @@ def test_ordered_lowerings_warn_against_either_baseline_or_not_at_all() -> None:
         name, index = param.values
         plan = ordered_plan(ordered_entry(name, index))
         problem = Problem.from_dict(case_named(name)["problem"])
-        rival = best_rival(best_baselines(problem))
-        slower = evaluate(problem, lowered_plan(plan)).iteration_time > rival.iteration_time
+        rival = best_rival(pytorch_rivals(problem))
+        lowered = lowered_plan(plan, equal_refinement(plan))
+        slower = evaluate(problem, lowered).iteration_time > rival.iteration_time
         seen.add(rival.schedule if slower else None)
     assert seen == {"gpipe", "1f1b", None}
 
@@ -301,14 +409,15 @@ def test_ordered_lowerings_warn_against_either_baseline_or_not_at_all() -> None:
 def test_export_pytorch_csv_of_an_ordered_plan(tmp_path: Path, name: str, index: int) -> None:
     """The CSV is the lowered order's actions (passing PyTorch's checks); the sidecar's
     times are the model's, for the plan and for the lowered plan, both shown on stdout;
-    stderr warns iff the lowered plan is slower than the best of GPipe and 1F1B."""
+    stderr warns iff the lowered plan is slower than the best of GPipe and 1F1B that
+    PyTorch runs as they are."""
     problem_path, plan_path, plan, problem = _ordered_files(tmp_path, name, index)
     out = tmp_path / "schedule.csv"
     result = run_cli(
         "export", str(problem_path), str(plan_path), "--to", "pytorch-csv", "--out", str(out)
     )
     assert result.exit_code == 0, describe(result)
-    lowered = lowered_plan(plan)
+    lowered = lowered_plan(plan, equal_refinement(plan))
     count = len(lowered.forward[0])
     actions = load_compute_only_csv(out.read_text(encoding="utf-8"), problem.num_stages, count)
     for s in range(problem.num_stages):
@@ -324,15 +433,9 @@ def test_export_pytorch_csv_of_an_ordered_plan(tmp_path: Path, name: str, index:
     assert "in the plan's order" in result.stdout
     for time in (lowered_time.iteration_time, evaluate(problem, plan).iteration_time):
         assert f"{time:.6g} {problem.time_unit}" in result.stdout
-    rival = best_rival(best_baselines(problem))
-    if lowered_time.iteration_time > rival.iteration_time:
-        (line,) = result.stderr.splitlines()
-        label = SCHEDULES[rival.schedule].label
-        assert line.startswith("tidgap: warning: ")
-        assert f"the best {label}'s {rival.iteration_time:.6g}" in line
-        assert f"Schedule{label} runs it as is" in line and "same-partition" not in line
-    else:
-        assert result.stderr == ""
+    rival = best_rival(pytorch_rivals(problem))
+    _check_warning(result, lowered_time.iteration_time, rival, problem.time_unit)
+    assert "same-partition" not in result.stderr
 
 
 # --- same-partition ------------------------------------------------------------------------------
@@ -527,6 +630,8 @@ def _check_schedule_stages(document: dict[str, Any], plan: Plan, problem: Proble
         ["--to", "pytorch-csv"],
         ["--out", "x.csv"],
         ["--to", "json-schedule", "--out", "no/such/folder/x.json"],
+        ["--to", "json-schedule", "--out", "x.csv", "--microbatch-sizes", "equal"],
+        ["--to", "pytorch-csv", "--out", "x.csv", "--microbatch-sizes", "half"],
     ],
 )
 def test_export_bad_usage(

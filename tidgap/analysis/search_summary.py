@@ -4,6 +4,7 @@ plainly when a baseline is faster."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.lists import compact_sizes
@@ -28,9 +29,10 @@ def same_time(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=SAME_TIME)
 
 
-def best_rival(baselines: dict[str, BaselineResult]) -> BaselineResult:
-    """The fastest of the best GPipe and the best 1F1B (GPipe on a tie, :func:`same_time`)."""
-    rivals = [baselines[name] for name in TIMED_BASELINES]
+def best_rival(baselines: Mapping[str, BaselineResult | None]) -> BaselineResult:
+    """The fastest of the best GPipe and the best 1F1B (GPipe on a tie, :func:`same_time`),
+    of those ``baselines`` holds (a missing or ``None`` one left out; GPipe must be there)."""
+    rivals = [rival for name in TIMED_BASELINES if (rival := baselines.get(name)) is not None]
     fastest = min(rival.iteration_time for rival in rivals)
     return next(rival for rival in rivals if same_time(rival.iteration_time, fastest))
 

@@ -11,21 +11,22 @@ from tidgap.model.errors import InputError
 from tidgap.model.lists import compact_sizes
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem
+from tidgap.model.text import counted
 from tidgap.optimize.backward_rules import MIRRORED
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.outputs.exports import (
-    SAME_PARTITION_ADVICE,
+    REFINEMENTS,
     lowered_plan,
     microbatches_document,
     microbatches_path,
     pytorch_csv,
-    runtime_advice,
+    pytorch_rivals,
     schedule_document,
     slower_than_rival_warning,
 )
 from tidgap.outputs.files import check_outputs, json_file, text_file, write_files, write_json
-from tidgap.schedules.baselines import BaselineResult, best_baselines
+from tidgap.schedules.baselines import BaselineResult
 from tidgap.schedules.families import evaluate, family_of, plan_timeline
 
 EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
@@ -38,6 +39,12 @@ EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
     "--to", "target", type=click.Choice(EXPORTS), help="What to write (see above).  [required]"
 )
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="Write it here.")
+@click.option(
+    "--microbatch-sizes",
+    "sizes",
+    type=click.Choice(list(REFINEMENTS)),
+    help="pytorch-csv: equal (default) or common (see above).",
+)
 @click.option("--seed", type=SEED, help="same-partition: random seed (default 0).")
 @click.option(
     "--generations", type=count_range(0), help="same-partition: stop after G generations."
@@ -52,6 +59,7 @@ def export_command(
     plan_file: str,
     target: str | None,
     out: str,
+    sizes: str | None,
     seed: int | None,
     generations: int | None,
     time_limit: float | None,
@@ -63,12 +71,18 @@ def export_command(
 
     \b
     pytorch-csv     the compute-only schedule CSV that torch.distributed.pipelining
-                    loads (_load_csv; a row per rank, cells like 0F3, 1B0) for PLAN
-                    lowered to one common partition (an ordered plan keeps its
-                    order), with OUT's .microbatches.json sidecar: every
+                    loads (_load_csv; a row per rank, cells like 0F3, 1B0, in the
+                    lockstep columns PipelineScheduleMulti runs) for PLAN lowered
+                    to one partition (an ordered plan keeps its order): with
+                    --microbatch-sizes equal (the default), equal microbatches
+                    that refine every stage's, which PyTorch's stages and step()
+                    run as they are; with common, the coarsest common refinement
+                    (fewer microbatches of several sizes, for stages that take a
+                    different size per microbatch: PyTorch's PipelineStage does
+                    not). With OUT's .microbatches.json sidecar: every
                     microbatch's samples and both predicted times; warns when the
-                    lowered plan is slower than the best GPipe (an ordered plan:
-                    the best of GPipe and 1F1B)
+                    lowered plan is slower than the best GPipe that PyTorch runs
+                    as is (an ordered plan: the best of GPipe and 1F1B)
     same-partition  the best flush plan with one partition for every stage and
                     both directions (`tidgap search --same-partition --mirrored`,
                     seeded with PLAN lowered), which Megatron (variable sequence
@@ -83,6 +97,8 @@ def export_command(
         raise click.UsageError(f"missing option --to ({', '.join(EXPORTS)})")
     if target != "same-partition" and (seed, generations, time_limit) != (None, None, None):
         raise click.UsageError("--seed, --generations and --time-limit go with --to same-partition")
+    if target != "pytorch-csv" and sizes is not None:
+        raise click.UsageError("--microbatch-sizes goes with --to pytorch-csv")
     sidecar = str(microbatches_path(out)) if target == "pytorch-csv" and out else None
     inputs = {"PROBLEM": problem, "PLAN": plan_file}
     check_outputs(None, None, ("--out", out), ("--out's sidecar", sidecar), inputs=inputs)
@@ -91,7 +107,7 @@ def export_command(
     if target == "same-partition":
         require_flush(plan, plan_file)
     with about_problem(problem):
-        _export(target, loaded, plan, out, sidecar, seed, generations, time_limit)
+        _export(target, loaded, plan, out, sidecar, sizes, seed, generations, time_limit)
 
 
 def require_flush(plan: Plan, plan_file: str) -> None:
@@ -107,13 +123,14 @@ def require_flush(plan: Plan, plan_file: str) -> None:
     )
 
 
-def _rival(plan: Plan, baselines: dict[str, BaselineResult]) -> tuple[BaselineResult, str]:
-    """What a lowered ``plan`` is measured against, and the advice if it is slower: for a
-    flush plan the best GPipe, for an ordered plan the best of GPipe and 1F1B."""
+def _rival(problem: Problem, plan: Plan) -> BaselineResult:
+    """What a lowered ``plan`` is measured against, of the baselines PyTorch runs as they
+    are (:func:`pytorch_rivals`): for a flush plan the best GPipe, for an ordered plan the
+    best of GPipe and 1F1B."""
+    rivals = pytorch_rivals(problem)
     if family_of(plan).has_flush:
-        return baselines["gpipe"], SAME_PARTITION_ADVICE
-    rival = best_rival(baselines)
-    return rival, runtime_advice(rival)
+        rivals.pop("1f1b")
+    return best_rival(rivals)
 
 
 def _export(
@@ -122,11 +139,13 @@ def _export(
     plan: Plan,
     out: str,
     sidecar: str | None,
+    sizes: str | None,
     seed: int | None,
     generations: int | None,
     time_limit: float | None,
 ) -> None:
-    """Write ``plan`` as ``target`` to ``out`` (and ``sidecar``)."""
+    """Write ``plan`` as ``target`` to ``out`` (and ``sidecar``); ``sizes`` names the
+    pytorch-csv refinement (default ``equal``)."""
     if target == "json-schedule":
         timeline = plan_timeline(loaded, plan)
         write_json(out, schedule_document(loaded, timeline))
@@ -135,27 +154,34 @@ def _export(
             f"{loaded.time_unit}) written to {out}"
         )
     elif target == "pytorch-csv":
-        _export_pytorch_csv(loaded, plan, out, sidecar)
+        _export_pytorch_csv(loaded, plan, out, sidecar, sizes or "equal")
     else:
         _export_same_partition(loaded, plan, out, seed, generations, time_limit)
 
 
-def _export_pytorch_csv(problem: Problem, plan: Plan, out: str, sidecar: str) -> None:
-    """The CSV of PLAN lowered to its common refinement (in its order), and the sidecar
-    beside it; a warning on stderr when the lowered plan is slower than its rival
-    (:func:`_rival`)."""
-    common = lowered_plan(plan)
-    sizes = common.forward[0]
+def _export_pytorch_csv(
+    problem: Problem, plan: Plan, out: str, sidecar: str, refinement: str
+) -> None:
+    """The CSV of PLAN lowered to its ``refinement`` (a key of :data:`REFINEMENTS`, in its
+    order), and the sidecar beside it; a warning on stderr when the lowered plan is slower
+    than its rival (:func:`_rival`)."""
+    sizes = REFINEMENTS[refinement](plan)
+    common = lowered_plan(plan, sizes)
     evaluation = evaluate(problem, plan)
     lowered = evaluate(problem, common)
     unit = problem.time_unit
-    rival, advice = _rival(plan, best_baselines(problem))
-    warning = slower_than_rival_warning(lowered, rival, advice, unit)
+    rival = _rival(problem, plan)
+    warning = slower_than_rival_warning(lowered, rival, unit, family_of(plan).has_flush)
     document = microbatches_document(problem, sizes, evaluation, lowered, out)
     write_files([text_file(out, pytorch_csv(common.stage_order())), json_file(sidecar, document)])
     kept = "" if family_of(plan).has_flush else ", in the plan's order"
+    which = (
+        f"{len(sizes)} microbatches of {counted(sizes[0], 'sample')}"
+        if len(set(sizes)) == 1
+        else f"{len(sizes)} microbatches of {min(sizes)} to {max(sizes)} samples"
+    )
     click.echo(
-        f"lowered to one partition of {len(sizes)} microbatches (every stage's boundaries"
+        f"lowered to one partition of {which} (every stage's boundaries"
         f"{kept}): "
         f"iteration {lowered.iteration_time:.6g} {unit}, plan "
         f"{evaluation.iteration_time:.6g} {unit} "

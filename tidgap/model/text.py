@@ -33,3 +33,8 @@ def without_surrogates(text: str) -> str:
     which is how Python reads a byte that is not UTF-8, as U+FFFD: a name that goes into a
     file tidgap must read back (its reader refuses lone surrogates)."""
     return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 sample``, ``2 samples``: ``count`` and ``noun``, plural (an ``s`` added) unless 1."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

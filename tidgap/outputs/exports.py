@@ -6,7 +6,10 @@ numbers microbatches globally (``1B3`` is stage 1's backward of microbatch 3, th
 samples as its forward ``1F3``). A plan whose stages split the batch differently becomes,
 there, its *common refinement*: a boundary wherever any stage, in either direction, has
 one; an ordered plan keeps its order there, each of its microbatches run as the consecutive
-parts that refine it. ``docs/outputs.md`` describes the files.
+parts that refine it. PyTorch's stages take one microbatch shape (the first one's), so
+the CSV's plan cuts that refinement into equal microbatches by default
+(:func:`equal_refinement`), and is measured against the GPipe and 1F1B PyTorch runs as they
+are (:func:`pytorch_rivals`). ``docs/outputs.md`` describes the files.
 """
 
 from __future__ import annotations
@@ -14,12 +17,18 @@ from __future__ import annotations
 import csv
 import io
 from itertools import pairwise
+from math import gcd
 from pathlib import Path
 from typing import Any
 
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.schedules.baselines import BaselineResult
+from tidgap.schedules.baselines import (
+    BaselineResult,
+    feasible_microbatch_counts,
+    gpipe,
+    one_f_one_b,
+)
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.ir import Order, prefix_sums
@@ -37,6 +46,19 @@ def common_refinement(plan: Plan) -> list[int]:
     so it respects every cap and is a multiple of ``unit``."""
     cuts = sorted({p for sizes in plan.forward + plan.backward for p in prefix_sums(sizes)})
     return [high - low for low, high in pairwise(cuts)]
+
+
+def equal_refinement(plan: Plan) -> list[int]:
+    """:func:`common_refinement` cut into equal microbatches: ``B / g`` of ``g`` samples,
+    ``g`` the greatest common divisor of its sizes (a multiple of ``unit``, within every
+    cap), the fewest equal microbatches that refine every stage's partitions."""
+    sizes = common_refinement(plan)
+    size = gcd(*sizes)
+    return [size] * (sum(sizes) // size)
+
+
+#: The refinements ``tidgap export --to pytorch-csv --microbatch-sizes`` chooses from.
+REFINEMENTS = {"equal": equal_refinement, "common": common_refinement}
 
 
 def _parts(sizes: list[int], cuts: dict[int, int]) -> list[int]:
@@ -64,10 +86,11 @@ def lowered_order(plan: Plan, sizes: list[int]) -> Order:
     return Order.of(letters)
 
 
-def lowered_plan(plan: Plan) -> Plan:
-    """``plan`` with :func:`common_refinement` on every stage, both ways; an ordered plan
-    keeps its order (:func:`lowered_order`), a flush plan stays a flush plan."""
-    sizes = common_refinement(plan)
+def lowered_plan(plan: Plan, sizes: list[int] | None = None) -> Plan:
+    """``plan`` with ``sizes`` (a refinement of every stage's partitions, by default
+    :func:`common_refinement`) on every stage, both ways; an ordered plan keeps its order
+    (:func:`lowered_order`), a flush plan stays a flush plan."""
+    sizes = common_refinement(plan) if sizes is None else sizes
     stages = len(plan.forward)
     if family_of(plan).has_flush:
         return Plan.of([sizes] * stages, [sizes] * stages)
@@ -75,18 +98,71 @@ def lowered_plan(plan: Plan) -> Plan:
     return Plan.of([sizes] * stages, [sizes] * stages, order=list(order.stages))
 
 
+def lockstep_steps(order: Order) -> list[list[int]]:
+    """``steps[s][i]``: the time step (column) of stage ``s``'s ``i``-th action in ``order``
+    (one partition on every stage), the earliest at which ``PipelineScheduleMulti`` can run
+    it. That schedule runs the columns in lockstep: in a step, a rank runs its action and
+    exchanges with its neighbours what their actions of the same step send it, so a forward
+    of microbatch ``j`` comes a step after stage ``s-1``'s forward of ``j`` and a backward
+    a step after stage ``s+1``'s backward of ``j``; a rank runs one action a step, in its
+    order. Raises ``ValueError`` if ``order`` deadlocks."""
+    actions = [order.actions(s) for s in range(len(order.stages))]
+    placed: dict[tuple[int, str, int], int] = {}
+    steps: list[list[int]] = [[] for _ in actions]
+    while sum(map(len, steps)) < sum(map(len, actions)):
+        progressed = False
+        for s, row in enumerate(actions):
+            while len(steps[s]) < len(row):
+                action = row[len(steps[s])]
+                source = s - 1 if action.op == "F" else s + 1
+                earliest = steps[s][-1] + 1 if steps[s] else 0
+                if 0 <= source < len(actions):
+                    before = placed.get((source, action.op, action.microbatch))
+                    if before is None:
+                        break
+                    earliest = max(earliest, before + 1)
+                placed[(s, action.op, action.microbatch)] = earliest
+                steps[s].append(earliest)
+                progressed = True
+        if not progressed:
+            raise ValueError("the order deadlocks")
+    return steps
+
+
 def pytorch_rows(order: Order) -> list[list[str]]:
-    """Row ``s`` (rank ``s`` runs stage ``s``): stage ``s``'s actions in ``order``, ``sF0``
-    .. and ``sB0`` .. (a flush plan: ``sF0 .. sF{n-1}`` then ``sB0 .. sB{n-1}``)."""
-    return [[str(action) for action in order.actions(s)] for s in range(len(order.stages))]
+    """Row ``s`` (rank ``s`` runs stage ``s``): stage ``s``'s actions in ``order`` (``sF0``
+    .. and ``sB0`` ..; a flush plan: ``sF0 .. sF{n-1}`` then ``sB0 .. sB{n-1}``), each in the
+    column of its :func:`lockstep_steps` step, the steps in between empty cells."""
+    rows = []
+    for s, steps in enumerate(lockstep_steps(order)):
+        row = [""] * (steps[-1] + 1 if steps else 0)
+        for action, step in zip(order.actions(s), steps, strict=True):
+            row[step] = str(action)
+        rows.append(row)
+    return rows
 
 
 def pytorch_csv(order: Order) -> str:
     """The compute-only schedule CSV that ``PipelineScheduleMulti._load_csv`` reads, for an
-    order over one common partition."""
+    order over one common partition, in lockstep columns (:func:`pytorch_rows`)."""
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows(pytorch_rows(order))
     return buffer.getvalue()
+
+
+def pytorch_rivals(problem: Problem) -> dict[str, BaselineResult | None]:
+    """The best GPipe and the best 1F1B that ``torch.distributed.pipelining`` runs as they
+    are: ``step()`` cuts the batch into ``m`` equal microbatches only where ``m`` divides it
+    (here in units, so each is a multiple of ``unit``), its stages take one microbatch
+    shape, and ``Schedule1F1B`` wants at least as many microbatches as stages. ``None``
+    where no count qualifies (1F1B with fewer units than stages)."""
+    units, stages = problem.num_units, problem.num_stages
+    counts = [m for m in feasible_microbatch_counts(problem) if units % m == 0]
+    rivals: dict[str, BaselineResult | None] = {}
+    for schedule, time, fewest in (("gpipe", gpipe, 1), ("1f1b", one_f_one_b, stages)):
+        timed = [BaselineResult(schedule, m, time(problem, m)) for m in counts if m >= fewest]
+        rivals[schedule] = min(timed, key=lambda r: r.iteration_time, default=None)
+    return rivals
 
 
 def microbatches_path(csv_path: str) -> Path:
@@ -123,32 +199,31 @@ def microbatches_document(
     }
 
 
-#: The advice when a flush plan, lowered, is slower than the best GPipe.
+#: What the warning adds for a flush plan, lowered, slower than its rival.
 SAME_PARTITION_ADVICE = (
-    "--to same-partition searches the best plan that shares one partition (never slower than GPipe)"
+    "--to same-partition searches the best plan that shares one partition, for runtimes that "
+    "take microbatches of several sizes (never slower than tidgap's best GPipe)"
 )
 
 
-def runtime_advice(rival: BaselineResult) -> str:
-    """The advice when an ordered plan, lowered, is slower than the baseline ``rival``
-    (GPipe or 1F1B): PyTorch runs that one as is."""
-    return f"torch.distributed.pipelining's Schedule{SCHEDULES[rival.schedule].label} runs it as is"
-
-
 def slower_than_rival_warning(
-    lowered: Evaluation, rival: BaselineResult, advice: str, time_unit: str
+    lowered: Evaluation, rival: BaselineResult, time_unit: str, flush: bool
 ) -> str | None:
     """The one-line warning when ``lowered`` (the plan as ``pytorch-csv`` runs it) takes
-    longer than the best baseline ``rival``, both in ``time_unit``, ending with ``advice``;
-    ``None`` otherwise."""
+    longer than ``rival`` (one of :func:`pytorch_rivals`), both in ``time_unit``, naming
+    the PyTorch schedule that runs ``rival`` (and, for a ``flush`` plan,
+    :data:`SAME_PARTITION_ADVICE`); ``None`` otherwise."""
     if lowered.iteration_time <= rival.iteration_time:
         return None
     ratio = lowered.iteration_time / rival.iteration_time
+    label = SCHEDULES[rival.schedule].label
     return (
         f"tidgap: warning: lowered to one partition the plan takes "
-        f"{lowered.iteration_time:.6g} {time_unit}, {ratio:.2f}x ({ratio - 1:+.2%}) the best "
-        f"{SCHEDULES[rival.schedule].label}'s {rival.iteration_time:.6g} {time_unit} "
-        f"({rival.microbatches} microbatches); {advice}"
+        f"{lowered.iteration_time:.6g} {time_unit}, {ratio:.2f}x ({ratio - 1:+.2%}) the "
+        f"{label}'s {rival.iteration_time:.6g} {time_unit} ({rival.microbatches} microbatches), "
+        f"the fastest that torch.distributed.pipelining runs as is "
+        f"(Schedule{label}, n_microbatches={rival.microbatches})"
+        + (f"; {SAME_PARTITION_ADVICE}" if flush else "")
     )
 
 
