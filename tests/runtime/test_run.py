@@ -228,6 +228,29 @@ def test_batch_norm_is_checked_in_eval_mode_and_says_why(
     )
 
 
+@pytest.mark.parametrize("compared", [False, True])
+def test_a_recompute_plan_on_a_batch_norm_stage_is_refused(
+    problem_file: Path, tmp_path: Path, compared: bool
+) -> None:
+    """Recomputed on the backward's chunks, a BatchNorm normalises by other statistics than
+    the forward did (the check, in eval mode, could not see it): refused before any
+    process starts, naming the plan file and the stage's backward; as a --compare plan
+    too. Stage 1 recomputes too but holds no BatchNorm: stage 0 is named."""
+    recompute = plan_file(tmp_path, "recompute", **PLANS["recompute"])
+    flush = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    plans = [str(flush), "--compare", str(recompute)] if compared else [str(recompute)]
+    norm = model_args("BATCH_NORM")
+    result = run_cli("run", str(problem_file), *plans, *norm, *QUICK)
+    assert result.exit_code == 2, describe(result)
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"tidgap: error: {recompute}: backward[0]: stage 0 recomputes its ")
+    assert "layer 1 (BatchNorm1d) normalises by its chunk's statistics in train mode" in line
+    assert "--no-recompute" in line and result.stdout == ""
+    aligned = plan_file(tmp_path, "aligned", **PLANS["ordered-aligned"])  # no recompute
+    result = run_cli("run", str(problem_file), str(aligned), *norm, *QUICK, "--check-gradients")
+    assert result.exit_code == 0, describe(result)
+
+
 def test_float64_is_exact_on_a_recompute_plan_and_warns_of_the_float32_profile(
     problem_file: Path, tmp_path: Path
 ) -> None:

@@ -32,6 +32,7 @@ from tidgap.cli.run_caveats import caveats
 from tidgap.cli.run_results import checked_results, figures_of_runs, require_within
 from tidgap.cli.workers import (
     require_batch_room,
+    require_consistent_recompute,
     require_device,
     worker_job,
     worker_options,
@@ -283,6 +284,9 @@ def run_command(
         optimizer=optimizer,
         lr=lr,
     )
+    files = [plan_file, *compared]  # the baselines, after them, never recompute
+    named = [(path, each) for path, (_, each) in zip(files, todo, strict=False)]
+    require_consistent_recompute(model, job.boundaries, named)
     if write_job is None and results is None:
         processes = loaded.num_stages if here is None else None  # torchrun: its choice
         require_device(device, transport, processes)  # before the warnings: one line

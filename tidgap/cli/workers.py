@@ -5,6 +5,7 @@ starts (the split, the device and transport, the batch in memory, torchrun's wor
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -14,9 +15,11 @@ from tidgap.cli.profile import build_model, model_options, require_torch
 from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.numbers import MAX_THREADS, is_integer
+from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.profiling.split import parse_split
+from tidgap.profiling.split import groups, parse_split
 from tidgap.runtime.job import TRANSPORTS, Job
+from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.worker import start_watchdog
 
 #: Where a profiled problem records its split.
@@ -224,6 +227,37 @@ def worker_job(
         **settings,
     )
     return job, model
+
+
+def require_consistent_recompute(
+    model: Any, boundaries: list[int], plans: Sequence[tuple[str, Plan]]
+) -> None:
+    """:class:`InputError` naming the plan file (``plans``: ``(file, plan)``) and its
+    stage's ``backward`` where a plan recomputes on a stage holding a layer that normalises
+    by its batch's statistics: the recomputed forward, on the backward's chunks, would
+    normalise by other statistics than the forward did, so its gradients would not be
+    those of the function the forward computed (and the running statistics would be
+    updated twice)."""
+    from tidgap.runtime.reference import batch_normalising  # imports PyTorch
+
+    layers = list(model.named_layers())
+    stages = groups(len(layers), boundaries)
+    for source, plan in plans:
+        for s, (recomputing, indices) in enumerate(zip(recomputes(plan), stages, strict=True)):
+            found = next(
+                (hit for i in indices if (hit := batch_normalising(layers[i][1], layers[i][0]))),
+                None,
+            )
+            if recomputing and found is not None:
+                raise InputError(
+                    f"stage {s} recomputes its forward (a backward boundary is not a forward "
+                    f"boundary) and layer {found} normalises by its chunk's statistics in "
+                    "train mode: the forward run again on the backward's chunks would be "
+                    "another function, and the gradients wrong; run a plan that does not "
+                    "recompute there (tidgap search --no-recompute)",
+                    ("backward", s),
+                    source=source,
+                )
 
 
 def require_unshared(model: Any, boundaries: list[int], spec: str | None) -> None:
