@@ -73,6 +73,10 @@ DROPOUT = nn.Sequential(
 )
 #: Split at 2: batch norm on stage 0 (a gradient check in eval mode).
 BATCH_NORM = nn.Sequential(nn.Linear(6, 12), nn.BatchNorm1d(12), nn.Tanh(), nn.Linear(12, 3))
+#: Split at 2: a frozen first stage (a pretrained layer), nothing to train before stage 1.
+FROZEN_FIRST = nn.Sequential(
+    nn.Linear(6, 12).requires_grad_(False), nn.Tanh(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 3)
+)
 #: One Linear placed twice, on stage 0 and (split at 2) stage 1: tied weights across stages.
 _SQUARE = nn.Linear(6, 6)
 TIED = nn.Sequential(_SQUARE, nn.Tanh(), _SQUARE, nn.Linear(6, 3))

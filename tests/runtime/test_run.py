@@ -123,6 +123,18 @@ def test_plans_match_one_process(kind: str, problem_file: Path, tmp_path: Path) 
     assert (priced > problem_evaluation(problem, plan)) == (kind != "flush-unequal")
 
 
+@pytest.mark.parametrize("kind", sorted(PLANS))
+def test_a_first_stage_with_nothing_to_train(kind: str, problem_file: Path, tmp_path: Path) -> None:
+    """Stage 0's layers are frozen, so its outputs need no gradient: its backwards are
+    empty (autograd refused them: 'element 0 of tensors does not require grad'), and
+    stage 1's gradients are the whole batch's."""
+    plan = plan_file(tmp_path, kind, **PLANS[kind])
+    frozen = model_args("FROZEN_FIRST")
+    result = run_cli("run", str(problem_file), str(plan), *frozen, *QUICK, "--check-gradients")
+    assert result.exit_code == 0, describe(result)
+    assert "): max relative difference" in result.stdout
+
+
 def test_three_stages_one_f_one_b(tmp_path: Path) -> None:
     """The middle rank receives and sends both ways, with 1F1B's traffic in flight."""
     document = synth_problem(0, 3, 8, 1, 0.5, "affine", "three")

@@ -350,11 +350,18 @@ class TorchStage:
         else:
             chunks = self._covered(samples)
         outputs = [y for _, _, y in chunks]
-        if self.last:
-            torch.autograd.backward(outputs)
-        else:
+        gradients = None
+        if not self.last:
             gradients = [self._gradients.cut(s, "backward") for s, _, _ in chunks]
-            torch.autograd.backward(outputs, gradients)
+        # Outputs that need no gradient (a first stage with nothing to train) have none to
+        # compute: their backward is empty.
+        wanted = [i for i, y in enumerate(outputs) if y.requires_grad]
+        if wanted:
+            torch.autograd.backward(
+                [outputs[i] for i in wanted],
+                None if gradients is None else [gradients[i] for i in wanted],
+            )
+        if gradients is not None:
             self._gradients.drop_through(samples[1])
         synchronize_stream(self.device)
         if self.first:
