@@ -188,6 +188,26 @@ def test_a_layer_placed_twice_is_in_its_stage_each_time(torch: Any, tmp_path: Pa
     assert torch.equal(through, REUSED(x))
 
 
+def test_layers_that_start_in_place_are_profiled(torch: Any, tmp_path: Path) -> None:
+    """``ReLU(inplace=True)`` alone, and a block that begins with one, timed on a leaf
+    input that wants a gradient, wrote that leaf: autograd refused (exit 2). They take a
+    copy now, and the gradient still reaches the leaf."""
+    _, document = profiled(
+        tmp_path, "tests.support.tiny_models:IN_PLACE", "--input-shape", "16", "-s", "2"
+    )
+    assert len(document["stages"]) == 2
+    from tests.support.tiny_models import IN_PLACE
+    from tidgap.profiling.models import Model
+
+    model = Model("in-place", IN_PLACE, lambda size, device: torch.randn(size, 16))
+    for _, layer in model.named_layers()[1:4:2]:
+        leaf = torch.randn(3, 16, requires_grad=True)
+        layer(leaf).sum().backward()
+        assert torch.equal(leaf.grad, (leaf > 0).to(leaf.dtype))
+    Model("again", IN_PLACE, lambda size, device: torch.randn(size, 16))  # hooked once
+    assert len(IN_PLACE[1]._forward_pre_hooks) == 1
+
+
 def test_tied_layers_on_two_stages_are_warned_of(torch: Any, tmp_path: Path) -> None:
     """Stages that share a parameter: the times hold, but tidgap run refuses the split."""
     out = tmp_path / "tied.json"

@@ -124,6 +124,17 @@ def test_plans_match_one_process(kind: str, problem_file: Path, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("kind", sorted(PLANS))
+def test_a_stage_that_begins_in_place(kind: str, problem_file: Path, tmp_path: Path) -> None:
+    """Stage 1 begins with ``ReLU(inplace=True)`` on the leaf it receives (autograd refused
+    to write it, exit 1): it writes a copy, and the gradients are the whole batch's."""
+    plan = plan_file(tmp_path, kind, **PLANS[kind])
+    in_place = model_args("IN_PLACE")
+    result = run_cli("run", str(problem_file), str(plan), *in_place, *QUICK, "--check-gradients")
+    assert result.exit_code == 0, describe(result)
+    assert "): max relative difference" in result.stdout
+
+
+@pytest.mark.parametrize("kind", sorted(PLANS))
 def test_a_first_stage_with_nothing_to_train(kind: str, problem_file: Path, tmp_path: Path) -> None:
     """Stage 0's layers are frozen, so its outputs need no gradient: its backwards are
     empty (autograd refused them: 'element 0 of tensors does not require grad'), and

@@ -26,6 +26,15 @@ REUSED = nn.Sequential(
     nn.Linear(16, 32), _RELU, nn.Linear(32, 32), nn.Linear(32, 16), _RELU, nn.Linear(16, 4)
 )
 #: One Linear placed twice (layers 0 and 2): its weights tied.
+#: In-place activations, as torchvision writes them: profiled alone (or beginning a
+#: stage), each would write the leaf its input is.
+IN_PLACE = nn.Sequential(
+    nn.Linear(16, 16),
+    nn.ReLU(inplace=True),
+    nn.Linear(16, 16),
+    nn.Sequential(nn.ReLU(inplace=True), nn.Dropout(0.0, inplace=True)),
+    nn.Linear(16, 4),
+)
 _SQUARE = nn.Linear(16, 16)
 TIED = nn.Sequential(_SQUARE, nn.ReLU(), _SQUARE, nn.Linear(16, 4))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,29 @@ VGG16_CFG: list[int | str] = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M"]
 VGG16_CFG += [512, 512, 512, "M", 512, 512, 512, "M"]
 
 
+def starts_in_place(module: nn.Module) -> bool:
+    """Whether ``module``'s first operation writes its input in place, as far as its
+    modules say: one with ``inplace=True`` (``ReLU``, ``Dropout``, ...), or a
+    ``Sequential`` whose first entry starts so."""
+    while isinstance(module, nn.Sequential) and len(module) > 0:
+        module = module[0]
+    return bool(getattr(module, "inplace", False))
+
+
+def copy_leaf_input(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A forward pre-hook: an input that is a leaf wanting a gradient (what a stage
+    receives, or a profiled layer) goes in as a copy, so that an operation writing its
+    input in place writes the copy (autograd refuses to write such a leaf); the gradient
+    still reaches the leaf. Other inputs go in as they are."""
+    if args and isinstance(args[0], Tensor) and args[0].is_leaf and args[0].requires_grad:
+        return (args[0].clone(), *args[1:])
+    return None
+
+
+#: The layers :func:`copy_leaf_input` is registered on (once each).
+_COPYING: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
 @dataclass
 class Model:
     """A model to profile.
@@ -41,6 +65,14 @@ class Model:
     layers: nn.Sequential
     make_input: Callable[[int, torch.device], Tensor]
     config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Layers that start in place (:func:`starts_in_place`) copy a leaf input
+        (:func:`copy_leaf_input`): each may begin a stage, or be profiled alone."""
+        for _, layer in self.named_layers():
+            if starts_in_place(layer) and layer not in _COPYING:
+                layer.register_forward_pre_hook(copy_leaf_input)
+                _COPYING.add(layer)
 
     def named_layers(self) -> list[tuple[str, nn.Module]]:
         """``layers``' entries in order, names and modules, one placed twice listed twice
