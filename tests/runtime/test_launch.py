@@ -48,3 +48,34 @@ def test_sigterm_to_the_launcher_kills_its_workers_and_runs_its_cleanup(tmp_path
     assert b"tidgap: SIGTERM: stopping the workers" in stderr
     assert (tmp_path / "cleaned").exists()
     assert alive == [], f"workers {alive} outlived their launcher"
+
+
+def test_the_rank_that_failed_first_is_named_though_it_exits_later(tmp_path: Path) -> None:
+    """Rank 1 fails first (its log written at once) but exits after rank 0, whose
+    connection to it broke: the launcher named rank 0 with its peer's error; it now lets
+    the others exit (a grace of seconds) and names the first log written."""
+    from tidgap.runtime.launch import WorkerError, _wait
+
+    logs = [tmp_path / "rank0.log", tmp_path / "rank1.log"]
+    script = (
+        "import sys, time\n"
+        "delay, line, linger = float(sys.argv[2]), sys.argv[3], float(sys.argv[4])\n"
+        "time.sleep(delay)\n"
+        "open(sys.argv[1], 'w').write(line + '\\n')\n"
+        "time.sleep(linger)\n"
+        "sys.exit(1)\n"
+    )
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", script, str(logs[0]), "0.6", "peer closed", "0"]),
+        subprocess.Popen([sys.executable, "-c", script, str(logs[1]), "0.1", "the cause", "1.2"]),
+    ]
+    try:
+        _wait(ranks, logs, timeout=30)
+    except WorkerError as error:
+        assert str(error) == "rank 1 exited with status 1 (then rank 0 too): the cause"
+    else:
+        raise AssertionError("no WorkerError")
+    finally:
+        for process in ranks:
+            process.kill()
+            process.wait()

@@ -29,6 +29,9 @@ from tidgap.runtime.worker import watched_environment
 
 #: Seconds between looks at the workers.
 POLL_PERIOD = 0.05
+#: Seconds the others may take to exit once a worker failed, before the first to fail is
+#: chosen: a peer's connection error can end a rank before the one that caused it exits.
+FAILURE_GRACE = 2.0
 #: The longest last line a :class:`WorkerError` quotes, in characters.
 QUOTED = 300
 
@@ -87,15 +90,27 @@ def _modified(path: Path) -> float:
         return float("inf")
 
 
+def _settled(processes: list[subprocess.Popen], statuses: list[int | None]) -> list[int | None]:
+    """The processes' statuses once every one has exited, or :data:`FAILURE_GRACE` seconds
+    from now (``statuses``: what they were)."""
+    end = time.monotonic() + FAILURE_GRACE
+    while any(status is None for status in statuses) and time.monotonic() < end:
+        time.sleep(POLL_PERIOD)
+        statuses = [process.poll() for process in processes]
+    return statuses
+
+
 def _wait(processes: list[subprocess.Popen], logs: list[Path], timeout: float) -> None:
     """Return when every worker exited 0; raise :class:`WorkerError` when one failed
-    (naming the one whose log was written first: the others may have failed because of
-    it) or when ``timeout`` seconds pass."""
+    (naming, of those that failed by :func:`_settled`, the one whose log was written first:
+    the others may have failed because of it) or when ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout
     while True:
         statuses = [process.poll() for process in processes]
         failed = [rank for rank, status in enumerate(statuses) if status not in (None, 0)]
         if failed:
+            statuses = _settled(processes, statuses)
+            failed = [rank for rank, status in enumerate(statuses) if status not in (None, 0)]
             rank = min(failed, key=lambda r: _modified(logs[r]))  # the first to fail
             others = [r for r in failed if r != rank]
             also = f" (then rank {', '.join(map(str, others))} too)" if others else ""
