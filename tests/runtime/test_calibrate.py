@@ -261,6 +261,29 @@ def test_calibrate_refuses_another_model_than_the_profiled_one(tmp_path: Path) -
     assert not out.exists()
 
 
+def test_calibrate_refuses_a_model_option_the_profile_did_not_have(tmp_path: Path) -> None:
+    """A setting only one side has (a vocab the profile recorded and the command leaves
+    out, or the reverse) is another model too: the workers failed on float inputs to an
+    embedding (exit 1) or ran another model's times."""
+    document = table_document()
+    recorded = {"name": "tests.runtime.pipeline_models:MLP", "input_shape": [6], "vocab": 100}
+    document["source"]["model"] = recorded
+    problem = write_json(tmp_path / "problem.json", document)
+    out = tmp_path / "c.json"
+    result = run_cli("calibrate", str(problem), *MODEL, *QUICK, "--out", str(out))
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr == (
+        f"tidgap: error: --model: {problem} was profiled with vocab 100, not vocab unset "
+        "(source.model): calibrate times the profiled model\n"
+    )
+    document["source"]["model"] = {k: v for k, v in recorded.items() if k != "vocab"}
+    problem = write_json(tmp_path / "problem.json", document)
+    result = run_cli("calibrate", str(problem), *MODEL, "--vocab", "10", *QUICK, "--out", str(out))
+    assert result.exit_code == 2, describe(result)
+    assert "was profiled with vocab unset, not vocab 10 (source.model)" in result.stderr
+    assert not out.exists()
+
+
 def test_a_failed_worker_is_named_as_calibrates(tmp_path: Path) -> None:
     """A problem recording no model, calibrated with a model its inputs do not fit: the
     workers fail, and the line says calibrate (it said run)."""

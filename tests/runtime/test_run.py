@@ -722,7 +722,10 @@ def test_another_model_than_the_profiled_one_warns(tmp_path: Path) -> None:
         "run", str(problem), str(plan), *MODEL, "--write-job", str(tmp_path / "job.json")
     )
     assert result.exit_code == 0, describe(result)
-    assert "source.model: profiled with name gpt, running name tests.runtime" in result.stderr
+    assert (
+        "source.model: profiled with input_shape unset, name gpt, running input_shape [6], "
+        "name tests.runtime"
+    ) in result.stderr
 
 
 def test_another_device_than_the_profiled_one_warns(tmp_path: Path) -> None:

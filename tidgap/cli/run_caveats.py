@@ -17,17 +17,23 @@ OPTIMIZER_PATH = ("source", "timing", "optimizer")
 
 def other_model(problem: Problem, model: Any) -> tuple[str, str] | None:
     """The settings (``name`` and the model's options) in which ``model`` differs from the
-    one ``problem`` records as profiled (``source.model``), as the profiled one's and
-    ``model``'s (``"name gpt, layers 4"``); ``None`` where none differs or it records none."""
+    one ``problem`` records as profiled (``source.model``; one that only one of them has,
+    such as a ``vocab``, differs too), as the profiled one's and ``model``'s (``"name gpt,
+    layers 4"``, ``"vocab unset"``); ``None`` where none differs or it records none."""
     recorded = problem.source_fields.get("model")
     if not isinstance(recorded, dict):
         return None
     wanted = {"name": model.name, **model.config}
-    differ = sorted(key for key in wanted if key in recorded and recorded[key] != wanted[key])
+    keys = wanted.keys() | (recorded.keys() - {"parameters"})  # that one is counted, not set
+    differ = sorted(key for key in keys if recorded.get(key) != wanted.get(key))
     if not differ:
         return None
-    was = ", ".join(f"{key} {brief(recorded[key])}" for key in differ)
-    now = ", ".join(f"{key} {brief(wanted[key])}" for key in differ)
+
+    def setting(values: dict[str, Any], key: str) -> str:
+        return f"{key} {brief(values[key])}" if key in values else f"{key} unset"
+
+    was = ", ".join(setting(recorded, key) for key in differ)
+    now = ", ".join(setting(wanted, key) for key in differ)
     return was, now
 
 
