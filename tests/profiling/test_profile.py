@@ -328,7 +328,7 @@ def test_bad_split_exits_2_naming_split(
         ((*MLP, "--stages", str(10**20)), "is not in the range 1<=x<=1024"),
         (("gpt", "--layers", str(2**31 - 1)), "gpt: about 1.52e+16 parameters need 1.22e+08 GB"),
         (("vgg16", "--classes", str(2**31 - 1)), "vgg16: about 8.8e+12 parameters need"),
-        (("vgg16", "--image-size", str(2**31 - 1)), "vgg16: cannot make an input of 1 samples"),
+        (("vgg16", "--image-size", str(2**31 - 1)), "vgg16: cannot make an input of 1 sample"),
         (
             (*TINY_GPT, "--batch-size", str(2**31 - 1)),
             "--batch-size: a microbatch of 2147483647 samples holds at least",
@@ -352,8 +352,8 @@ def test_bad_profile_input_exits_2(
     ("model", "expected"),
     [
         ("UNBATCHED", "layer '1' returned shape (8,), whose first dimension is not the"),
-        ("MISMATCHED", "layer '1' failed on 1 samples: RuntimeError: mat1 and mat2 shapes"),
-        ("RAISING", "layer '1' failed on 1 samples: ValueError: this layer takes no input"),
+        ("MISMATCHED", "layer '1' failed on 1 sample: RuntimeError: mat1 and mat2 shapes"),
+        ("RAISING", "layer '1' failed on 1 sample: ValueError: this layer takes no input"),
     ],
 )
 def test_bad_layer_exits_2(torch: Any, tmp_path: Path, model: str, expected: str) -> None:

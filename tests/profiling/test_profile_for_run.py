@@ -127,7 +127,7 @@ def test_growth_fits_a_count_from_the_whole_and_the_first_unit(least: int) -> No
         return 10 * x.shape[0]
 
     assert growth(fails, torch.zeros(8, 2), True, 2) == (10, 0)
-    with pytest.raises(InputError, match="forward of 1 samples holds failed: ValueError"):
+    with pytest.raises(InputError, match="forward of 1 sample holds failed: ValueError"):
         growth(fails, torch.zeros(8, 2), True, 1)
 
 
@@ -141,7 +141,7 @@ def test_a_batch_norm_model_profiles_at_a_unit_of_two(tmp_path: Path) -> None:
     assert two.exit_code == 0, two.stderr
     one = run("profile", *model, *fast, "--unit", "1", "--out", str(tmp_path / "q.json"))
     assert one.exit_code == 2 and one.stderr.count("\n") == 1, one.stderr
-    assert "failed on 1 samples" in one.stderr
+    assert "failed on 1 sample" in one.stderr
 
 
 def test_a_profile_records_activation_bytes_and_byte_limits_work(tmp_path: Path) -> None:

@@ -182,7 +182,10 @@ def test_a_recompute_plan_replays_dropout_and_says_where_it_cannot(
     assert "its first dimension is not the samples" in result.stdout
     assert "stage 0 drew" not in result.stdout
     assert "gradients (eval mode: dropout off; stage 1 (layers 3-5): " in result.stdout
-    assert "its random draws replayed per sample" in result.stdout
+    assert "(the prediction counts the recomputed forwards); random draws, if any, replayed " in (
+        result.stdout
+    )
+    assert "replayed per sample on stage 0\n" in result.stdout  # not on stage 1
 
 
 def test_the_memory_line_says_where_the_prediction_is_an_upper_bound(tmp_path: Path) -> None:

@@ -467,7 +467,7 @@ def profile_command(
     source = document["source"]
     click.echo(
         f"{describe_problem(loaded)}, measured on {printable(source['machine'])} ({device}, "
-        f"{source['threads']} threads)"
+        f"{source['threads']} thread{'' if source['threads'] == 1 else 's'})"
     )
     if not quiet:
         for s, stage in enumerate(loaded.stages):

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from tidgap.model.errors import InputError
+from tidgap.model.text import counted
 from tidgap.profiling.user_code import user_errors
 from tidgap.runtime.drawing import drawing_as_recomputed, drew_since, generator_states
 from tidgap.runtime.draws import Recording
@@ -79,7 +80,7 @@ def _check_output(name: str, output: object, size: int) -> Tensor:
 def layer_errors(name: str, size: int) -> AbstractContextManager[None]:
     """Any error a layer raises on ``size`` samples (a shape mismatch, say, or the user's
     own exception) as one line of bad input naming the layer."""
-    return user_errors(f"layer {name!r} failed on {size} samples")
+    return user_errors(f"layer {name!r} failed on {counted(size, 'sample')}")
 
 
 def time_module(
@@ -209,11 +210,11 @@ def growth(
     has, and a layer such as ``BatchNorm1d`` fails on one sample); ``(count(given), 0)``
     when ``b <= least``. A layer's error is one line of bad input."""
     size = given.shape[0]
-    with user_errors(f"measuring what a forward of {size} samples holds failed"):
+    with user_errors(f"measuring what a forward of {counted(size, 'sample')} holds failed"):
         whole = count(given)
     if size <= least:
         return -(-whole // size), 0
-    with user_errors(f"measuring what a forward of {least} samples holds failed"):
+    with user_errors(f"measuring what a forward of {counted(least, 'sample')} holds failed"):
         small = count(first_samples(given, first, least))
     per_chunk = max(0, -(-(size * small - least * whole) // (size - least)))
     return max(0, -(-(whole - per_chunk) // size)), per_chunk

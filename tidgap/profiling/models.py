@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.nn import functional
 
 from tidgap.model.errors import InputError
+from tidgap.model.text import counted
 from tidgap.optimize.memory import require_available
 from tidgap.profiling.user_code import user_errors
 
@@ -83,7 +84,7 @@ class Model:
     def input(self, size: int, device: torch.device) -> Tensor:
         """``make_input(size, device)``; its errors (an allocation too large, say) are bad
         input naming the model."""
-        with user_errors(f"cannot make an input of {size} samples", self.name):
+        with user_errors(f"cannot make an input of {counted(size, 'sample')}", self.name):
             return self.make_input(size, device)
 
 
@@ -284,7 +285,7 @@ def from_reference(reference: str, input_shape: tuple[int, ...], vocab: int | No
         ) from None
     if not isinstance(found, nn.Sequential):
         raise InputError(
-            f"is a {type(found).__name__}, not a torch.nn.Sequential", source=reference
+            f"is of type {type(found).__name__}, not a torch.nn.Sequential", source=reference
         )
     if len(found) == 0:
         raise InputError("the Sequential has no layers", source=reference)

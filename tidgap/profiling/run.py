@@ -431,7 +431,7 @@ def places_source(places: Sequence[Place], device: torch.device) -> tuple[str, J
         "other_processes_cores": round(max(others), 2) if others else None,
     }
     counts = "/".join(str(t) for t in threads)
-    where = f"{device.type} ({fields['machine']}, {counts} threads)"
+    where = f"{device.type} ({fields['machine']}, {counts} thread{'' if counts == '1' else 's'})"
     if len(places) > 1:
         hosts = len({place.host for place in places})
         where += f", one process per stage on {hosts} host(s) under torchrun"

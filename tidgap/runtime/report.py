@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidgap.model.errors import InputError, first_line
-from tidgap.model.lists import stages_doing
+from tidgap.model.lists import stage_list, stages_doing
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.outputs.trace import microseconds_per_unit
@@ -398,11 +398,13 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
         ),
     ]
     again = [s for s, flag in enumerate(figures.recompute) if flag]
+    redrew = [s for s, why in enumerate(figures.redrawn or []) if why is not None]
     if again:
+        kept = [s for s in again if s not in redrew]
         lines.append(
             f"  {stages_doing(again, 'recompute')}: each backward re-ran its forward from the "
-            "stage's inputs, its random draws replayed per sample (the prediction counts "
-            "the recomputed forwards)"
+            "stage's inputs (the prediction counts the recomputed forwards)"
+            + (f"; random draws, if any, replayed per sample on {stage_list(kept)}" if kept else "")
         )
     for s, why in enumerate(figures.redrawn or []):
         if why is not None:
