@@ -144,6 +144,31 @@ def test_a_batch_norm_model_profiles_at_a_unit_of_two(tmp_path: Path) -> None:
     assert "failed on 1 sample" in one.stderr
 
 
+def test_a_layer_failing_in_the_memory_forwards_names_its_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A layer that fails only in the forwards that measure what a stage holds (after its
+    timings passed) said 'measuring what a forward of 4 samples holds failed', naming no
+    layer; the line now names the stage."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    import tidgap.profiling.run as profiling_run
+    from tidgap.profiling.user_code import user_errors
+
+    def bomb(module: Any, given: Any, first: bool, last: bool) -> int:
+        with user_errors(f"measuring what a forward of {given.shape[0]} samples holds failed"):
+            raise ValueError("bomb")
+        return 0
+
+    monkeypatch.setattr(profiling_run, "graph_bytes_per_sample", bomb)
+    args = [*MLP, "--stages", "2", "--batch-size", "4", "--repeats", "1", "--warmup", "0", "-q"]
+    result = run("profile", *args, "--out", str(tmp_path / "p.json"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("tidgap: error: tests.support.tiny_models:MLP: stage '0'")
+    assert (
+        "': measuring what a forward of 4 samples holds failed: ValueError: bomb" in result.stderr
+    )
+
+
 def test_a_profile_records_activation_bytes_and_byte_limits_work(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
     out = tmp_path / "p.json"

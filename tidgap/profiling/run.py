@@ -32,6 +32,7 @@ from tidgap.profiling.measure import (
 )
 from tidgap.profiling.models import Model, parameter_count
 from tidgap.profiling.split import balanced_split, groups, parse_split, stage_layers
+from tidgap.profiling.user_code import naming
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.recompute_memory import CHUNK_FIELD, FIELDS, GRAPH_FIELDS
 from tidgap.runtime.task import Task, make_task
@@ -272,18 +273,13 @@ def measure_stages(
     ]
     # per measured stage: the targets, on the model's last stage only
     ends = [None] * (len(largest) - 1) + [task.targets if picked[-1] == len(named) - 1 else None]
-    held = [
-        graph_bytes_per_sample(*given, targets is not None)
-        for given, targets in zip(largest, ends, strict=True)
-    ]
     unit = settings.unit
-    growth = [
-        graph_growth(*given, targets, unit) for given, targets in zip(largest, ends, strict=True)
-    ]
-    recompute = [
-        recompute_bytes_per_sample(*given, targets, unit)
-        for given, targets in zip(largest, ends, strict=True)
-    ]
+    held, growth, recompute = [], [], []
+    for (label, _), given, targets in zip(timed, largest, ends, strict=True):
+        with naming(f"stage {label!r}"):  # a layer's error in these forwards names its stage
+            held.append(graph_bytes_per_sample(*given, targets is not None))
+            growth.append(graph_growth(*given, targets, unit))
+            recompute.append(recompute_bytes_per_sample(*given, targets, unit))
     peaks = [cuda_peak_bytes(*given, device) for given in largest]
     tails = None
     if settings.optimizer is not None:

@@ -25,6 +25,16 @@ def user_errors(what: str, source: str | None = None) -> Iterator[None]:
         raise InputError(f"{what}: {first_line(error)}", source=source) from None
 
 
+@contextmanager
+def naming(what: str) -> Iterator[None]:
+    """An :class:`InputError` raised inside, its message led by ``what: ``."""
+    try:
+        yield
+    except InputError as error:
+        error.message = f"{what}: {error.message}"
+        raise
+
+
 def model_inputs(option: str, reference: str) -> dict[str, str]:
     """The files a ``module:attribute`` model reference runs when imported, found without
     importing them (an output must not replace them), for
