@@ -163,7 +163,8 @@ def test_a_layer_failing_in_the_memory_forwards_names_its_stage(
     args = [*MLP, "--stages", "2", "--batch-size", "4", "--repeats", "1", "--warmup", "0", "-q"]
     result = run("profile", *args, "--out", str(tmp_path / "p.json"))
     assert result.exit_code == 2
-    assert result.stderr.startswith("tidgap: error: tests.support.tiny_models:MLP: stage '0'")
+    # the split is balanced by measured times: stage 0 holds layer 0 and perhaps more
+    assert result.stderr.startswith("tidgap: error: tests.support.tiny_models:MLP: stage '0")
     assert (
         "': measuring what a forward of 4 samples holds failed: ValueError: bomb" in result.stderr
     )
