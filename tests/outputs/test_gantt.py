@@ -14,17 +14,23 @@ from tests.support.cli_helpers import case_named, describe, plan_document, run_c
 from tests.support.golden_ordered import ordered_document, ordered_entry, ordered_plan
 from tests.support.strategies import ordered_plans, plans, problems
 from tidgap import Problem, gpipe_plan, load_problem
+from tidgap.profiling.synth import synth_problem
 from tidgap.schedules.families import baseline_timeline, plan_timeline
 from tidgap.schedules.timeline import Timeline
 
 pytest.importorskip("matplotlib", reason="pictures need the optional extra plot (matplotlib)")
 
 from tidgap.outputs.gantt import (  # noqa: E402  (after the skip: needs matplotlib)
+    COLOURS,
+    GAP_INCHES,
     HELD_COLOUR,
+    NAME_CHARACTERS,
     STAGE_HEIGHT,
     _panel,
     draw,
+    figure,
     pixel_size,
+    shown_name,
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -133,6 +139,60 @@ def test_held_lines_follow_the_timeline(index: int) -> None:
             (s + STAGE_HEIGHT / 2 - y) / STAGE_HEIGHT * problem.batch_size for y in line.get_ydata()
         ]
         assert held == pytest.approx([h for _, h in points])
+
+
+def test_a_step_too_short_for_a_white_outline_is_outlined_in_its_colour() -> None:
+    """A bar a pixel or two wide under a white outline was drawn white: a busy stage looked
+    idle (a heterogeneous problem's fast stages). Bars under 4 pixels keep their colour."""
+    from matplotlib.colors import to_rgba
+    from matplotlib.figure import Figure
+
+    problem = Problem.from_dict(case_named("med7_1")["problem"])
+    timeline = baseline_timeline(problem, "gpipe", 4)
+    span = timeline.iteration_time
+    ax = Figure().subplots()
+    _panel(ax, timeline, span, 1000.0)
+    forward = to_rgba(COLOURS["F"])
+    bars = [bar for bar in ax.patches if bar.get_facecolor() == forward]
+    assert bars and all(bar.get_edgecolor() == to_rgba("white") for bar in bars)
+    ax = Figure().subplots()
+    _panel(ax, timeline, span, 20.0)  # a picture 20 pixels wide: every bar is narrow
+    bars = [bar for bar in ax.patches if bar.get_facecolor() == forward]
+    assert bars and all(bar.get_edgecolor() == forward for bar in bars)
+
+
+@pytest.mark.parametrize("stages", [4, 32])
+def test_panels_are_a_fixed_gap_apart_each_with_its_time_ticks(stages: int) -> None:
+    """The gap between panels was a share of their height (413 pixels at 32 stages) and only
+    the bottom panel had time ticks."""
+    problem = Problem.from_dict(synth_problem(3, stages, 64, 1, 0.5, "affine", "s"))
+    shown = [baseline_timeline(problem, "gpipe", 4), baseline_timeline(problem, "1f1b", 4)]
+    drawn = figure(shown)
+    height = drawn.get_figheight()
+    upper, lower = (ax.get_position() for ax in drawn.axes[:2])
+    assert (upper.y0 - lower.y1) * height == pytest.approx(GAP_INCHES, rel=1e-6)
+    drawn.draw_without_rendering()
+    for ax in drawn.axes[:2]:
+        assert any(label.get_visible() and label.get_text() for label in ax.get_xticklabels())
+
+
+def test_long_stage_names_are_elided_in_the_middle_and_fit() -> None:
+    """A name of 46 characters was cut at the picture's left edge: names over
+    NAME_CHARACTERS keep their ends, and the margin widens to the longest shown."""
+    name = "model.encoder.layers.0-model.encoder.layers.11"
+    shown = shown_name(name)
+    assert len(shown) == NAME_CHARACTERS and shown.startswith("model.encoder.lay")
+    assert shown.endswith("encoder.layers.11") and "..." in shown
+    assert shown_name("s0") == "s0"
+    document = case_named("tiny7_1")["problem"]
+    document["stages"][0]["name"] = name
+    timeline = baseline_timeline(Problem.from_dict(document), "gpipe", 2)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure([timeline]))
+    canvas.draw()
+    for label in canvas.figure.axes[0].get_yticklabels():
+        assert label.get_window_extent(canvas.get_renderer()).x0 >= 0, label.get_text()
 
 
 @pytest.mark.parametrize("name", ["out.jpg", "out", "out.PDF"])

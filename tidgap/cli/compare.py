@@ -13,6 +13,7 @@ from tidgap.cli.options import (
     json_option,
     output_options,
     problem_argument,
+    run_note,
 )
 from tidgap.model.plan import load_plan
 from tidgap.model.problem import load_problem
@@ -25,7 +26,9 @@ def _bound_line(bound: float, rows: list[ComparisonRow], unit: str) -> str:
     """How far each schedule with a flush (its family's ``has_flush``) is above the lower
     bound; the bound says nothing of the others (1F1B, ordered plans, PipeDream)."""
     flush = [row for row in rows if SCHEDULES[row.family].has_flush]
-    gaps = ", ".join(f"{row.schedule} +{row.iteration_time / bound - 1:.2%}" for row in flush)
+    gaps = ", ".join(  # never below the bound but by rounding
+        f"{row.schedule} +{max(row.iteration_time / bound - 1, 0.0):.2%}" for row in flush
+    )
     return f"lower bound for any flush plan: {bound:.6g} {unit} ({gaps})"
 
 
@@ -64,5 +67,8 @@ def compare_command(
         return
     click.echo(describe_problem(loaded))
     click.echo(format_table(rows, loaded.time_unit))
+    note = None if plan is None else run_note(loaded, plan)
+    if note is not None:  # the table and the picture are the model's times
+        click.echo(note)
     for line in [_bound_line(bound, rows, loaded.time_unit), *written]:
         click.echo(line)

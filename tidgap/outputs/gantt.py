@@ -30,9 +30,16 @@ DPI = 100
 LANE_INCHES = 0.42
 PANEL_EXTRA_INCHES = 0.65
 LEGEND_INCHES = 0.55
+#: Between panels: the panel above's time ticks and the title of the one below.
+GAP_INCHES = 0.55
 FONT_SIZE = 7.0
 STAGE_HEIGHT = 0.62
 LINK_HEIGHT = 0.14
+#: A compute bar narrower than this (pixels) is outlined in its own colour, not white: a
+#: white outline would cover it.
+OUTLINED_PIXELS = 4.0
+#: Stage names longer than this are shown with their middle elided.
+NAME_CHARACTERS = 40
 
 
 def check_picture_path(path: str) -> None:
@@ -76,22 +83,31 @@ def pixel_size(timelines: list[Timeline]) -> tuple[int, int]:
 
 
 def _bars(
-    ax: Any, steps: list[Step], y: float, height: float, colours: dict[str, str], edge: str | None
+    ax: Any,
+    steps: list[Step],
+    y: float,
+    height: float,
+    colours: dict[str, str],
+    outlined: float | None,
 ) -> None:
-    """One horizontal bar per step, centred on ``y``, outlined in ``edge`` (``None``: its own
-    colour, so that even the shortest step shows as a line)."""
+    """One horizontal bar per step, centred on ``y``: outlined in white where at least
+    ``outlined`` time units long (neighbours stay apart), else (and with ``None`` always) in
+    its own colour, so that even the shortest step shows as a line."""
     for kind, colour in colours.items():
         chosen = [step for step in steps if step.kind == kind]
-        if chosen:
-            ax.barh(
-                [y] * len(chosen),
-                [step.duration for step in chosen],
-                left=[step.start for step in chosen],
-                height=height,
-                color=colour,
-                edgecolor=edge or colour,
-                linewidth=0.4 if edge else 0.7,
-            )
+        wide = [] if outlined is None else [step for step in chosen if step.duration >= outlined]
+        narrow = [step for step in chosen if outlined is None or step.duration < outlined]
+        for group, edge, line in ((wide, "white", 0.4), (narrow, colour, 0.7)):
+            if group:
+                ax.barh(
+                    [y] * len(group),
+                    [step.duration for step in group],
+                    left=[step.start for step in group],
+                    height=height,
+                    color=colour,
+                    edgecolor=edge,
+                    linewidth=line,
+                )
 
 
 def _labels(ax: Any, steps: list[Step], y: float, units_per_pixel: float) -> None:
@@ -104,6 +120,23 @@ def _labels(ax: Any, steps: list[Step], y: float, units_per_pixel: float) -> Non
         if step.duration / units_per_pixel >= (len(text) + 1) * char_pixels:
             middle = (step.start + step.end) / 2
             ax.text(middle, y, text, ha="center", va="center", fontsize=FONT_SIZE, color="white")
+
+
+def shown_name(name: str) -> str:
+    """``name``, or its first and last characters around ``...`` where it is longer than
+    :data:`NAME_CHARACTERS`."""
+    if len(name) <= NAME_CHARACTERS:
+        return name
+    half = (NAME_CHARACTERS - 3) // 2
+    return f"{name[:half]}...{name[-(NAME_CHARACTERS - 3 - half) :]}"
+
+
+def left_margin(timelines: list[Timeline]) -> float:
+    """The share of the picture's width left of the panels: room for the longest stage
+    name as shown (about 0.6 of the font size per character) and its tick."""
+    longest = max(len(shown_name(name)) for t in timelines for name in t.stage_names)
+    inches = longest * (FONT_SIZE + 1) * 0.6 / 72 + 0.25
+    return max(0.1, inches / WIDTH_INCHES)
 
 
 def batch_size(timeline: Timeline) -> int:
@@ -125,7 +158,7 @@ def _panel(ax: Any, timeline: Timeline, span: float, width_pixels: float) -> Non
     batch = batch_size(timeline)
     held = [timeline.held(s) for s in range(timeline.num_stages)]
     for s, steps in enumerate(timeline.stages):
-        _bars(ax, steps, s, STAGE_HEIGHT, COLOURS, "white")
+        _bars(ax, steps, s, STAGE_HEIGHT, COLOURS, OUTLINED_PIXELS * units_per_pixel)
         _labels(ax, steps, s, units_per_pixel)
         _held(ax, held[s], s, batch)
     for link, steps in enumerate(timeline.links):
@@ -134,19 +167,18 @@ def _panel(ax: Any, timeline: Timeline, span: float, width_pixels: float) -> Non
             _bars(ax, chosen, link + 0.5 + offset, LINK_HEIGHT, {kind: LINK_COLOURS[kind]}, None)
     end = timeline.iteration_time
     ax.axvline(end, color=COLOURS["end"], linestyle="--", linewidth=1.1)
-    ax.text(
+    ax.text(  # in the margin above the first lane, below the frame and the title
         end,
-        -0.55,
-        f" end {end:.6g}",
+        -0.58,
+        f" end {end:.6g} ",
         color=COLOURS["end"],
         fontsize=FONT_SIZE + 0.5,
-        va="bottom",
+        va="top",
         ha="left" if end < 0.85 * span else "right",
     )
     # Names come from the problem file: drawn as they are, never parsed as $math$.
-    ax.set_yticks(
-        range(timeline.num_stages), timeline.stage_names, fontsize=FONT_SIZE + 1, parse_math=False
-    )
+    names = [shown_name(name) for name in timeline.stage_names]
+    ax.set_yticks(range(timeline.num_stages), names, fontsize=FONT_SIZE + 1, parse_math=False)
     ax.set_ylim(timeline.num_stages - 0.5, -0.6)
     bubble = report(timeline, None).overall_bubble
     peak = max(samples for points in held for _, samples in points)
@@ -196,23 +228,33 @@ def draw(timelines: list[Timeline], path: str | os.PathLike[str]) -> None:
 
 
 def _save(timelines: list[Timeline], path: Path) -> None:
+    figure(timelines).savefig(path, format=path.suffix.lower().lstrip("."), dpi=DPI)
+
+
+def figure(timelines: list[Timeline]) -> Any:
+    """The matplotlib ``Figure`` of ``timelines`` (see :func:`picture`)."""
     from matplotlib.figure import Figure
 
     width, height = figure_size(timelines)
-    figure = Figure(figsize=(width, height), dpi=DPI)
+    drawn = Figure(figsize=(width, height), dpi=DPI)
     weights = [_panel_inches(t) for t in timelines]
-    axes = figure.subplots(len(timelines), 1, sharex=True, squeeze=False, height_ratios=weights)
+    axes = drawn.subplots(len(timelines), 1, sharex=True, squeeze=False, height_ratios=weights)
     span = max(t.iteration_time for t in timelines) * 1.02 or 1.0
-    top = 1 - LEGEND_INCHES / height
-    figure.subplots_adjust(left=0.1, right=0.98, top=top, bottom=0.55 / height, hspace=0.4)
-    width_pixels = width * DPI * (0.98 - 0.1)
+    top, bottom, left = 1 - LEGEND_INCHES / height, 0.55 / height, left_margin(timelines)
+    # hspace is a share of the panels' mean height: a gap of GAP_INCHES whatever the stages
+    count = len(timelines)
+    mean = ((top - bottom) * height - (count - 1) * GAP_INCHES) / count
+    drawn.subplots_adjust(
+        left=left, right=0.98, top=top, bottom=bottom, hspace=GAP_INCHES / max(mean, 0.1)
+    )
+    width_pixels = width * DPI * (0.98 - left)
     for ax, timeline in zip(axes[:, 0], timelines, strict=True):
         _panel(ax, timeline, span, width_pixels)
     axes[-1, 0].set_xlim(0, span)
     axes[-1, 0].set_xlabel(
         f"time ({timelines[0].time_unit})", fontsize=FONT_SIZE + 1, parse_math=False
     )
-    for ax in axes[:, 0]:
-        ax.tick_params(axis="x", labelsize=FONT_SIZE + 1)
-    _legend(figure)
-    figure.savefig(path, format=path.suffix.lower().lstrip("."), dpi=DPI)
+    for ax in axes[:, 0]:  # every panel its own time ticks: a tall picture's top has some
+        ax.tick_params(axis="x", labelsize=FONT_SIZE + 1, labelbottom=True)
+    _legend(drawn)
+    return drawn
