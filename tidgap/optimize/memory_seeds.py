@@ -13,11 +13,19 @@ import math
 from collections.abc import Sequence
 from itertools import accumulate
 
+import numpy as np
+
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.limits import ONE_F_ONE_B, MemoryLevel, bytes_level, stage_level
-from tidgap.schedules.baselines import equal_partition, least_feasible_count
+from tidgap.schedules.baselines import (
+    BaselineResult,
+    best_baselines,
+    equal_partition,
+    feasible_microbatch_counts,
+    least_feasible_count,
+)
 from tidgap.schedules.ir import alternating_letters
 
 
@@ -83,6 +91,28 @@ def one_f_one_b_fits(problem: Problem, level: MemoryLevel, m: int) -> bool:
     microbatches on stage ``s`` (model.md, Memory)."""
     sizes, S = equal_partition(problem, m), problem.num_stages
     return all(sum(sizes[: min(S - s, m)]) <= held for s, held in enumerate(level.held))
+
+
+def one_f_one_b_held(problem: Problem, counts: np.ndarray) -> np.ndarray:
+    """``(M, S)``: the samples 1F1B(m) holds on each stage for each of ``counts``, its first
+    ``min(S - s, m)`` microbatches of the equal partition (larger first: model.md)."""
+    units = problem.num_units
+    m = counts[:, None]
+    quotient, remainder = units // m, units % m
+    k = np.minimum(problem.num_stages - np.arange(problem.num_stages)[None, :], m)
+    return problem.unit * (k * quotient + np.minimum(k, remainder))
+
+
+def fastest_one_f_one_b_within(problem: Problem, level: MemoryLevel) -> BaselineResult | None:
+    """The fastest 1F1B(m) within ``level`` (:func:`best_baselines` over the counts that fit
+    it), ``None`` where none fits. A limit admits other counts than the unlimited best's,
+    often more microbatches than a search's default width: seeded (and the width widened
+    to hold it), the search is never slower than it."""
+    counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
+    fitting = counts[(one_f_one_b_held(problem, counts) <= np.asarray(level.held)).all(axis=1)]
+    if fitting.size == 0:
+        return None
+    return best_baselines(problem, fitting)["1f1b"]
 
 
 def capped_one_f_one_b(problem: Problem, level: MemoryLevel, most: int) -> list[Plan]:

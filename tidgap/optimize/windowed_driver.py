@@ -41,7 +41,12 @@ from tidgap.optimize.joint_operators import JointGenes, Repair
 from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.limits import limit_in_force, tradeoff_levels
 from tidgap.optimize.memory import joint_footprint
-from tidgap.optimize.memory_seeds import capped_one_f_one_b, fewest_within, require_room
+from tidgap.optimize.memory_seeds import (
+    capped_one_f_one_b,
+    fastest_one_f_one_b_within,
+    fewest_within,
+    require_room,
+)
 from tidgap.optimize.preparation import (
     POLISH_SHARE,
     Phases,
@@ -68,7 +73,7 @@ from tidgap.optimize.windowed_seeds import (
 )
 from tidgap.runtime.pricing import run_priced_baselines
 from tidgap.runtime.recompute_memory import recompute_bytes
-from tidgap.schedules.baselines import BaselineResult, best_baselines
+from tidgap.schedules.baselines import BaselineResult, best_baselines, one_f_one_b_plan
 from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.held import flush_fits
 
@@ -331,8 +336,14 @@ def prepare_windowed(
     with phases("heuristics"):
         add_heuristics(problem, stop, heuristics)
     first_plan = [flush_plan] if flush_plan else []
-    plans = [*first_plan, *heuristics.values(), *initial_plans]
-    kept = [*first_plan, *initial_plans]
+    # the fastest 1F1B within each level, exactly, where it is not the best 1F1B (a seed
+    # already): a limit's may have more microbatches than the default width
+    within = [fastest_one_f_one_b_within(problem, level) for level in levels]
+    counts = dict.fromkeys(b.microbatches for b in within if b is not None)
+    best_count = baselines["1f1b"].microbatches
+    fitting = [one_f_one_b_plan(problem, m) for m in counts if m != best_count]
+    plans = [*first_plan, *fitting, *heuristics.values(), *initial_plans]
+    kept = [*first_plan, *fitting, *initial_plans]
     needed = needed_counts(problem, baselines, heuristics.values(), kept)
     fewest = fewest_within(problem, in_force)
     width = chromosome_width(problem, max_microbatches, [*needed, fewest])

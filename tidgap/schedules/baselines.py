@@ -252,8 +252,9 @@ def require_tractable(problem: Problem) -> None:
         )
 
 
-def best_baselines(problem: Problem) -> dict[str, BaselineResult]:
-    """For each schedule, the feasible ``m`` with the least iteration time (ties: smallest m).
+def best_baselines(problem: Problem, counts: np.ndarray | None = None) -> dict[str, BaselineResult]:
+    """For each schedule, the feasible ``m`` with the least iteration time (ties: smallest m);
+    of ``counts`` only (``(M,)`` ascending feasible counts, not empty) where given.
 
     Exact without timing every count: the :data:`FIRST_COUNTS` counts of least
     :func:`baseline_bounds` per schedule are timed first, then every count whose bound does
@@ -264,7 +265,9 @@ def best_baselines(problem: Problem) -> dict[str, BaselineResult]:
     require_problem(problem)
     require_tractable(problem)
     U = problem.num_units
-    tables = count_tables(problem, np.asarray(feasible_microbatch_counts(problem), np.int64))
+    if counts is None:
+        counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
+    tables = count_tables(problem, counts)
     bounds = baseline_bounds(tables, U)
     first = np.unique(np.argsort(bounds, axis=1, kind="stable")[:, :FIRST_COUNTS])
     incumbents = _timed(_subset(tables, first), U).min(axis=1)
