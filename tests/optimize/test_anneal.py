@@ -4,10 +4,11 @@ no worse than the island's best, and are the same for the same seed on every bac
 from __future__ import annotations
 
 import time
+import warnings
 
 import pytest
 
-from tidgap import evaluate, load_problem, search
+from tidgap import Link, Problem, Stage, affine, evaluate, load_problem, search
 from tidgap.analysis.search_summary import summary_lines
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import tick_problem
@@ -198,3 +199,18 @@ def test_a_generation_is_written_over_the_islands_own_arrays() -> None:
         assert (kept == copy).all()
     assert (island.times[2:] == times).all()
     assert (island.fitness == penalised(island.times, island.peaks, island.held)).all()
+
+
+def test_a_problem_whose_plans_take_no_time_anneals_without_dividing_by_zero() -> None:
+    """Every op free: each chain's best is 0 ticks, its temperature was 0 (numpy's
+    divide-by-zero and invalid-value warnings on the user's stderr)."""
+    free = affine(0, 0)
+    problem = Problem(
+        batch_size=8,
+        stages=[Stage(forward=free, backward=free) for _ in range(2)],
+        links=[Link(forward=free, backward=free)],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = search(problem, seed=0, generations=3, population=16)
+    assert result.evaluation.iteration_time == 0

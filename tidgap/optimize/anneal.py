@@ -67,8 +67,8 @@ class Annealing:
 class Chains:
     """The chains, island after island: ``genes`` (``(C, S, K)``, repaired), ``fitness``
     ``(C,)`` ticks under each chain's level, ``held`` ``(C, S)`` its level's samples,
-    ``scale`` ``(C,)`` its level's best time at the start (ticks), ``offsets`` where each
-    island's chains start (its fittest first) and where the last island's end."""
+    ``scale`` ``(C,)`` its level's best time at the start (ticks, at least 1), ``offsets``
+    where each island's chains start (its fittest first) and where the last island's end."""
 
     genes: JointGenes
     fitness: Any
@@ -86,7 +86,8 @@ class Chains:
         sizes = [len(c) for c in chosen]
         offsets = [0, *itertools.accumulate(sizes)]
         fitness = xp.concatenate([i.fitness[c] for i, c in zip(islands, chosen, strict=True)])
-        best = xp.minimum(fitness[xp.asarray(offsets[:-1])].astype(xp.float64), float(OVER_LIMIT))
+        best = fitness[xp.asarray(offsets[:-1])].astype(xp.float64)
+        best = xp.clip(best, 1.0, float(OVER_LIMIT))  # a plan of 0 ticks: temperatures of 1
         return cls(
             JointGenes.concatenate([i.genes.take(c) for i, c in zip(islands, chosen, strict=True)]),
             fitness,
