@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import case_id, flush_searchable_cases
+from tests.support.outliers import with_outlier
 from tidgap import Plan, Problem, check_plan, evaluate, load_problem
 from tidgap.cli import cli
 from tidgap.model.examples import example_names
@@ -215,3 +216,14 @@ def test_a_time_limited_search_runs_to_its_limit(schedule: str) -> None:
     assert result.wall_time - compile_time >= 2.0 * (1 - MORE_ROUNDS_SHARE)
     assert result.stop_reason == "time limit"
     assert result.evaluation.iteration_time <= result.baselines["gpipe"].iteration_time
+
+
+def test_one_absurd_table_entry_does_not_blind_the_search() -> None:
+    """1e14 ms at one size made the tick 8 ms, coarser than every op: the windowed search
+    returned the best 1F1B (24.58 ms; 21.57-21.67 without the entry), the flush search a
+    plan slower than the best GPipe (26.30 ms against 25.30)."""
+    problem = with_outlier(1e14)
+    windowed = search(problem, seed=0, generations=5, population=64)
+    assert windowed.evaluation.iteration_time < 0.9 * windowed.baselines["1f1b"].iteration_time
+    flush = search(problem, seed=0, generations=5, population=64, schedule="flush")
+    assert flush.evaluation.iteration_time < flush.baselines["gpipe"].iteration_time

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.outliers import with_outlier
 from tests.support.strategies import plans, problems, time_functions
 from tidgap import Link, Problem, Stage, affine, best_baselines, equal_partition, evaluate
 from tidgap.analysis import bound as bound_module
@@ -21,7 +22,7 @@ from tidgap.analysis.bound import (
     relaxed_total,
     step_times,
 )
-from tidgap.backends.ticks import choose_tick, tick_problem
+from tidgap.backends.ticks import CEILING_FACTOR, choose_tick, tick_problem
 from tidgap.fallback_cpu.setup_loops import warm_up
 from tidgap.model.timefn import TimeFunction, table
 from tidgap.optimize.heuristics import (
@@ -236,9 +237,26 @@ def reference_tables(problem: Problem) -> tuple[float, list[list[float]]]:
     rows += [row(stage.backward, bcap(s)) for s, stage in enumerate(problem.stages)]
     rows += [row(link.forward, fcap(s)) for s, link in enumerate(problem.links)]
     rows += [row(link.backward, bcap(s + 1)) for s, link in enumerate(problem.links)]
-    upper = sum(stage.tail for stage in problem.stages) + sum(U * max(r) for r in rows)
     assert len(rows) == 4 * S - 2
+    ceiling = CEILING_FACTOR * serial_reference(
+        rows, min(min(fcap(s), bcap(s)) for s in range(S)) // unit
+    )
+    rows = [[min(value, ceiling) for value in r] for r in rows]
+    upper = sum(stage.tail for stage in problem.stages) + sum(U * max(r) for r in rows)
     return choose_tick(upper), rows
+
+
+def serial_reference(rows: list[list[float]], cap: int) -> float:
+    """The least over ``m`` of every op of ``m`` equal microbatches (none over ``cap``
+    units), one ``m`` and one size at a time."""
+    U = len(rows[0]) - 1
+    per_size = [sum(r[k] for r in rows) for k in range(U + 1)]
+    totals = [
+        (m - U % m) * per_size[U // m] + U % m * per_size[min(U // m + 1, U)]
+        for m in range(1, U + 1)
+        if -(-U // m) <= cap
+    ]
+    return min(totals, default=math.inf)
 
 
 def check_ticks(problem: Problem) -> None:
@@ -339,3 +357,14 @@ def test_bound_of_a_billion_units_needs_no_table_of_them(shape: str) -> None:
     assert problem.num_units * problem.common_cap() > bound_module.EXACT_CELLS
     bound = lower_bound(problem)
     assert bound > 0 and at_most(bound, evaluate(problem, gpipe_plan(problem, 4)).iteration_time)
+
+
+def test_an_absurd_entry_is_clamped_and_the_tick_follows_the_ops() -> None:
+    """One entry of 1e14 ms made the tick 8 ms, coarser than every op (0.02-0.6 ms)."""
+    problem = with_outlier(1e14)
+    check_ticks(problem)
+    ticked = tick_problem(problem)
+    ops = np.concatenate([ticked.forward_compute[:, 1:], ticked.forward_transfer[:, 1:]])
+    assert ops.min() >= 1e6
+    clamped = ticked.forward_compute[1, 5]
+    assert ticked.to_time(clamped) < 1e4 and clamped == ticked.forward_compute.max()

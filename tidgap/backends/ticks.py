@@ -3,6 +3,12 @@
 Fast backends compute in int64 ticks, so max and + are exact and every evaluation
 order (NumPy, Numba, CUDA) gives the same answer. The tick is a power of two in the
 problem's time unit, chosen so that no iteration time exceeds ``2**50`` ticks.
+
+An entry larger than :data:`CEILING_FACTOR` times the fastest serial equal plan (every op
+of ``m`` equal microbatches one after another, the best ``m``) is clamped to that ceiling,
+so that one absurd entry (``1e14`` ms marking a size unusable) does not make the tick
+coarser than the ops: a plan holding such an op is slower than that equal plan either way,
+and searches report times from the reference simulator, not from ticks.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from tidgap.model.timefn import TimeFunction
 
 #: No iteration time may exceed this many ticks (far from int64's 2**63, exact as float64).
 TICK_BUDGET = 2**50
+
+#: Entries above this many times :func:`serial_bound` are clamped to it (module docstring).
+CEILING_FACTOR = 64
 
 #: How plans are priced. ``"model"``: model.md, every op at its stage's ``Tf_s`` / ``Tb_s``.
 #: ``"run"``: as ``tidgap run`` runs them (:mod:`tidgap.runtime.pricing`): a stage whose
@@ -113,6 +122,23 @@ def choose_tick(upper_bound: float) -> float:
     return 2.0 ** math.ceil(math.log2(upper_bound / TICK_BUDGET))
 
 
+def serial_bound(rows: np.ndarray, cap: int) -> float:
+    """The least time over ``m = 1..U`` of the ops of ``m`` equal microbatches (sizes
+    ``ceil(U/m)`` and ``floor(U/m)`` units, none over ``cap`` units) run one after another:
+    ``rows`` ``(R, U+1)`` are every table a plan reads once per microbatch (each stage's
+    ``Tf_s`` and ``Tb_s``, each link's ``Cf_s`` and ``Cb_s``), tails not counted. Infinite
+    where no ``m`` fits ``cap``."""
+    U = rows.shape[1] - 1
+    per_size = rows.sum(axis=0)
+    m = np.arange(1, U + 1)
+    small, large = U // m, U % m
+    fits = small + (large > 0) <= cap
+    if not fits.any():
+        return math.inf
+    totals = (m - large) * per_size[small] + large * per_size[np.minimum(small + 1, U)]
+    return float(totals[fits].min())
+
+
 def tick_problem(problem: Problem, pricing: str = MODEL_PRICING) -> TickedProblem:
     """Tabulate ``problem`` in integer ticks (see the module docstring), its ops priced by
     ``pricing`` (:data:`PRICINGS`)."""
@@ -155,6 +181,10 @@ def tick_problem(problem: Problem, pricing: str = MODEL_PRICING) -> TickedProble
                 _tabulate(m.backward_after_forward, unit, bcaps[s], U)
                 for s, m in enumerate(measured)
             ]
+    once = ("forward_compute", "backward_compute", "forward_transfer", "backward_transfer")
+    per_microbatch = np.concatenate([np.reshape(tables[name], (-1, U + 1)) for name in once])
+    ceiling = CEILING_FACTOR * serial_bound(per_microbatch, min(fcaps + bcaps))
+    tables = {name: [np.minimum(row, ceiling) for row in rows] for name, rows in tables.items()}
     tails = [stage.tail for stage in problem.stages]
     # Any plan's iteration time is at most the sum of every operation and transfer it
     # can contain (each has at most U microbatches per stage and direction).
