@@ -25,7 +25,6 @@ _RELU = nn.ReLU()
 REUSED = nn.Sequential(
     nn.Linear(16, 32), _RELU, nn.Linear(32, 32), nn.Linear(32, 16), _RELU, nn.Linear(16, 4)
 )
-#: One Linear placed twice (layers 0 and 2): its weights tied.
 #: In-place activations, as torchvision writes them: profiled alone (or beginning a
 #: stage), each would write the leaf its input is.
 IN_PLACE = nn.Sequential(
@@ -35,6 +34,7 @@ IN_PLACE = nn.Sequential(
     nn.Sequential(nn.ReLU(inplace=True), nn.Dropout(0.0, inplace=True)),
     nn.Linear(16, 4),
 )
+#: One Linear placed twice (layers 0 and 2): its weights tied.
 _SQUARE = nn.Linear(16, 16)
 TIED = nn.Sequential(_SQUARE, nn.ReLU(), _SQUARE, nn.Linear(16, 4))
 
@@ -69,3 +69,17 @@ class Chatty(nn.Module):
 
 #: The MLP with a printing layer in the middle.
 CHATTY = nn.Sequential(nn.Linear(16, 8), Chatty(), nn.Linear(8, 4))
+
+
+class RefusesSavedTensorHooks(nn.Module):
+    """The identity, but it raises while a saved-tensors hook is active, as the forwards
+    that measure what a stage holds run it (a custom kernel might refuse them)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+            raise ValueError("saved-tensors hooks are not supported")
+        return x * 2
+
+
+#: Layer 1 times well and fails in the memory forwards.
+REFUSES_HOOKS = nn.Sequential(nn.Linear(16, 16), RefusesSavedTensorHooks(), nn.Linear(16, 4))

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from tidgap import __version__
 from tidgap.host import cpu_model
 from tidgap.model.errors import InputError
+from tidgap.model.text import counted
 from tidgap.optimize.memory import require_available
 from tidgap.profiling.allocator import ALLOCATOR_KEPT, keep_freed_memory
 from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
@@ -32,7 +33,7 @@ from tidgap.profiling.measure import (
 )
 from tidgap.profiling.models import Model, parameter_count
 from tidgap.profiling.split import balanced_split, groups, parse_split, stage_layers
-from tidgap.profiling.user_code import naming
+from tidgap.profiling.user_code import naming, user_errors
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.recompute_memory import CHUNK_FIELD, FIELDS, GRAPH_FIELDS
 from tidgap.runtime.task import Task, make_task
@@ -275,12 +276,15 @@ def measure_stages(
     ends = [None] * (len(largest) - 1) + [task.targets if picked[-1] == len(named) - 1 else None]
     unit = settings.unit
     held, growth, recompute = [], [], []
+    peaks = []
     for (label, _), given, targets in zip(timed, largest, ends, strict=True):
-        with naming(f"stage {label!r}"):  # a layer's error in these forwards names its stage
+        with memory_forwards(label, given[1]):
             held.append(graph_bytes_per_sample(*given, targets is not None))
             growth.append(graph_growth(*given, targets, unit))
             recompute.append(recompute_bytes_per_sample(*given, targets, unit))
-    peaks = [cuda_peak_bytes(*given, device) for given in largest]
+    for (label, _), given in zip(timed, largest, strict=True):
+        with memory_forwards(label, given[1]):
+            peaks.append(cuda_peak_bytes(*given, device))
     tails = None
     if settings.optimizer is not None:
         assert settings.lr is not None, "an optimizer comes with its learning rate"
@@ -298,6 +302,15 @@ def measure_stages(
     return StageMeasurements(
         [label for label, _ in timed], runs, held, recompute, peaks, tails, how, growth
     )
+
+
+@contextlib.contextmanager
+def memory_forwards(label: str, given: Tensor) -> Iterator[None]:
+    """The forwards measuring what stage ``label`` holds, on ``given`` ``(b, ...)``: a
+    layer's error in them is one line of bad input naming the stage."""
+    forward = f"measuring what a forward of {counted(given.shape[0], 'sample')} holds failed"
+    with naming(f"stage {label!r}"), user_errors(forward):
+        yield
 
 
 def memory_source(measured: StageMeasurements, cap: int) -> Json:
