@@ -314,6 +314,21 @@ def test_export_pytorch_csv(tmp_path: Path, name: str, sizes: str | None) -> Non
     assert ("--to same-partition" in result.stderr) == (result.stderr != "")
 
 
+def test_export_of_one_microbatch_says_so_in_the_singular(tmp_path: Path) -> None:
+    """A plan of one microbatch a stage lowered to "1 microbatches of 8 samples"."""
+    case = golden_cases()[0]
+    problem = Problem.from_dict(case["problem"])
+    whole = [[problem.batch_size]] * problem.num_stages
+    document = {"format": "tidgap.plan/1", "forward": whole, "backward": whole}
+    plan = write_json(tmp_path / "plan.json", document)
+    problem_path = write_json(tmp_path / "problem.json", case["problem"])
+    out = str(tmp_path / "one.csv")
+    result = run_cli("export", str(problem_path), str(plan), "--to", "pytorch-csv", "--out", out)
+    assert result.exit_code == 0, describe(result)
+    shown = f"one partition of 1 microbatch of {problem.batch_size} samples"
+    assert shown in result.stdout, result.stdout
+
+
 def test_equal_refinement() -> None:
     """The common refinement ``[2, 1, 1, 4]`` cut into parts of its greatest common divisor."""
     plan = Plan.of([[4, 4], [2, 6]], [[8], [3, 5]])

@@ -176,7 +176,7 @@ def _export_pytorch_csv(
     write_files([text_file(out, pytorch_csv(common.stage_order())), json_file(sidecar, document)])
     kept = "" if family_of(plan).has_flush else ", in the plan's order"
     which = (
-        f"{len(sizes)} microbatches of {counted(sizes[0], 'sample')}"
+        f"{counted(len(sizes), 'microbatch', 'microbatches')} of {counted(sizes[0], 'sample')}"
         if len(set(sizes)) == 1
         else f"{len(sizes)} microbatches of {min(sizes)} to {max(sizes)} samples"
     )

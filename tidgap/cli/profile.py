@@ -34,7 +34,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.fileio import MAX_INTEGER_DIGITS
 from tidgap.model.numbers import MAX_COUNT, MAX_STAGES, MAX_THREADS
 from tidgap.model.problem import Problem
-from tidgap.model.text import brief, printable, without_surrogates
+from tidgap.model.text import brief, counted, printable, without_surrogates
 from tidgap.outputs.files import (
     check_outputs,
     json_file,
@@ -467,7 +467,7 @@ def profile_command(
     source = document["source"]
     click.echo(
         f"{describe_problem(loaded)}, measured on {printable(source['machine'])} ({device}, "
-        f"{source['threads']} thread{'' if source['threads'] == 1 else 's'})"
+        f"{counted(source['threads'], 'thread')})"
     )
     if not quiet:
         for s, stage in enumerate(loaded.stages):

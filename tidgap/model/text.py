@@ -35,6 +35,7 @@ def without_surrogates(text: str) -> str:
     return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
 
 
-def counted(count: int, noun: str) -> str:
-    """``1 sample``, ``2 samples``: ``count`` and ``noun``, plural (an ``s`` added) unless 1."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 sample``, ``2 samples``: ``count`` and ``noun``, plural unless 1 (``plural``, or
+    an ``s`` added)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
