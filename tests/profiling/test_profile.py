@@ -204,6 +204,9 @@ def test_layers_that_start_in_place_are_profiled(torch: Any, tmp_path: Path) -> 
         leaf = torch.randn(3, 16, requires_grad=True)
         layer(leaf).sum().backward()
         assert torch.equal(leaf.grad, (leaf > 0).to(leaf.dtype))
+        wide = torch.randn(3, 2, 8, requires_grad=True)  # behind a Flatten: a view of a leaf
+        layer(wide.flatten(1)).sum().backward()
+        assert torch.equal(wide.grad, (wide > 0).to(wide.dtype))
     Model("again", IN_PLACE, lambda size, device: torch.randn(size, 16))  # hooked once
     assert len(IN_PLACE[1]._forward_pre_hooks) == 1
 

@@ -77,9 +77,14 @@ BATCH_NORM = nn.Sequential(nn.Linear(6, 12), nn.BatchNorm1d(12), nn.Tanh(), nn.L
 FROZEN_FIRST = nn.Sequential(
     nn.Linear(6, 12).requires_grad_(False), nn.Tanh(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 3)
 )
-#: Split at 2: stage 1 begins with an in-place ReLU on the leaf it receives.
+#: Split at 2: stage 1 begins with an in-place ReLU on a view of the leaf it receives.
 IN_PLACE = nn.Sequential(
-    nn.Linear(6, 12), nn.Linear(12, 12), nn.ReLU(inplace=True), nn.Linear(12, 3)
+    nn.Linear(6, 12),
+    nn.Linear(12, 12),
+    nn.Unflatten(1, (3, 4)),
+    nn.ReLU(inplace=True),
+    nn.Flatten(),
+    nn.Linear(12, 3),
 )
 #: One Linear placed twice, on stage 0 and (split at 2) stage 1: tied weights across stages.
 _SQUARE = nn.Linear(6, 6)

@@ -125,8 +125,9 @@ def test_plans_match_one_process(kind: str, problem_file: Path, tmp_path: Path) 
 
 @pytest.mark.parametrize("kind", sorted(PLANS))
 def test_a_stage_that_begins_in_place(kind: str, problem_file: Path, tmp_path: Path) -> None:
-    """Stage 1 begins with ``ReLU(inplace=True)`` on the leaf it receives (autograd refused
-    to write it, exit 1): it writes a copy, and the gradients are the whole batch's."""
+    """Stage 1 begins with ``ReLU(inplace=True)`` on a view (``Unflatten``) of the leaf it
+    receives (autograd refused to write it, exit 1): it writes a copy, and the gradients
+    are the whole batch's."""
     plan = plan_file(tmp_path, kind, **PLANS[kind])
     in_place = model_args("IN_PLACE")
     result = run_cli("run", str(problem_file), str(plan), *in_place, *QUICK, "--check-gradients")

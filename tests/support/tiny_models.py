@@ -25,13 +25,13 @@ _RELU = nn.ReLU()
 REUSED = nn.Sequential(
     nn.Linear(16, 32), _RELU, nn.Linear(32, 32), nn.Linear(32, 16), _RELU, nn.Linear(16, 4)
 )
-#: In-place activations, as torchvision writes them: profiled alone (or beginning a
-#: stage), each would write the leaf its input is.
+#: In-place activations, as torchvision writes them (one behind an ``Identity``): profiled
+#: alone (or beginning a stage), each would write the leaf its input is.
 IN_PLACE = nn.Sequential(
     nn.Linear(16, 16),
     nn.ReLU(inplace=True),
     nn.Linear(16, 16),
-    nn.Sequential(nn.ReLU(inplace=True), nn.Dropout(0.0, inplace=True)),
+    nn.Sequential(nn.Identity(), nn.ReLU(inplace=True), nn.Dropout(0.0, inplace=True)),
     nn.Linear(16, 4),
 )
 #: One Linear placed twice (layers 0 and 2): its weights tied.

@@ -30,22 +30,44 @@ VGG16_CFG: list[int | str] = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M"]
 VGG16_CFG += [512, 512, 512, "M", 512, 512, 512, "M"]
 
 
+#: Modules that hand their input on as it is or as a view of it: an in-place module after
+#: them still writes the input.
+PASSING = (nn.Identity, nn.Flatten, nn.Unflatten)
+
+
 def starts_in_place(module: nn.Module) -> bool:
-    """Whether ``module``'s first operation writes its input in place, as far as its
-    modules say: one with ``inplace=True`` (``ReLU``, ``Dropout``, ...), or a
-    ``Sequential`` whose first entry starts so."""
-    while isinstance(module, nn.Sequential) and len(module) > 0:
-        module = module[0]
+    """Whether ``module``'s first operation that is not a pass-through (:data:`PASSING`)
+    writes its input in place, as far as its modules say: one with ``inplace=True``
+    (``ReLU``, ``Dropout``, ...), or a ``Sequential`` whose entries start so after
+    pass-throughs."""
+    if isinstance(module, nn.Sequential):
+        for entry in module:
+            if starts_in_place(entry):
+                return True
+            if not passes_input(entry):
+                return False
+        return False
     return bool(getattr(module, "inplace", False))
+
+
+def passes_input(module: nn.Module) -> bool:
+    """Whether ``module`` hands its input on as it is or as a view of it: one of
+    :data:`PASSING`, or a ``Sequential`` of those."""
+    if isinstance(module, nn.Sequential):
+        return all(passes_input(entry) for entry in module)
+    return isinstance(module, PASSING)
 
 
 def copy_leaf_input(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """A forward pre-hook: an input that is a leaf wanting a gradient (what a stage
-    receives, or a profiled layer) goes in as a copy, so that an operation writing its
-    input in place writes the copy (autograd refuses to write such a leaf); the gradient
-    still reaches the leaf. Other inputs go in as they are."""
-    if args and isinstance(args[0], Tensor) and args[0].is_leaf and args[0].requires_grad:
-        return (args[0].clone(), *args[1:])
+    receives, or a profiled layer), or a view of one (behind a ``Flatten``), goes in as a
+    copy, so that an operation writing its input in place writes the copy (autograd refuses
+    to write such a leaf or its views); the gradient still reaches the leaf. Other inputs
+    go in as they are."""
+    if args and isinstance(args[0], Tensor) and args[0].requires_grad:
+        base = args[0] if args[0]._base is None else args[0]._base
+        if base.is_leaf:
+            return (args[0].clone(), *args[1:])
     return None
 
 
