@@ -86,11 +86,10 @@ def in_flight(problem: Problem, level: MemoryLevel, size: int) -> list[int]:
     return list(accumulate(fits, min))
 
 
-def one_f_one_b_fits(problem: Problem, level: MemoryLevel, m: int) -> bool:
-    """Whether 1F1B(m) is within ``level``: it holds its first ``min(S - s, m)``
-    microbatches on stage ``s`` (model.md, Memory)."""
-    sizes, S = equal_partition(problem, m), problem.num_stages
-    return all(sum(sizes[: min(S - s, m)]) <= held for s, held in enumerate(level.held))
+def one_f_one_b_fits(problem: Problem, level: MemoryLevel, counts: np.ndarray) -> np.ndarray:
+    """``(M,)`` bool: whether 1F1B(m) is within ``level``, for each of ``counts``
+    (:func:`one_f_one_b_held`)."""
+    return (one_f_one_b_held(problem, counts) <= np.asarray(level.held)).all(axis=1)
 
 
 def one_f_one_b_held(problem: Problem, counts: np.ndarray) -> np.ndarray:
@@ -109,7 +108,7 @@ def fastest_one_f_one_b_within(problem: Problem, level: MemoryLevel) -> Baseline
     often more microbatches than a search's default width: seeded (and the width widened
     to hold it), the search is never slower than it."""
     counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
-    fitting = counts[(one_f_one_b_held(problem, counts) <= np.asarray(level.held)).all(axis=1)]
+    fitting = counts[one_f_one_b_fits(problem, level, counts)]
     if fitting.size == 0:
         return None
     return best_baselines(problem, fitting)["1f1b"]
@@ -121,8 +120,8 @@ def capped_one_f_one_b(problem: Problem, level: MemoryLevel, most: int) -> list[
     :func:`in_flight` microbatches on each stage, within ``level`` by construction
     (``peak_held[s] <= held[s]``). None where some 1F1B(m) fits (it is a seed already)."""
     S, top = problem.num_stages, min(most, problem.num_units)
-    counts = range(least_feasible_count(problem), top + 1)
-    if any(one_f_one_b_fits(problem, level, m) for m in counts):
+    counts = np.arange(least_feasible_count(problem), top + 1, dtype=np.int64)
+    if one_f_one_b_fits(problem, level, counts).any():
         return []
     plans = []
     for m in range(fewest_within(problem, level), top + 1):
