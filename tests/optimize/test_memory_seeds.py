@@ -187,3 +187,29 @@ def test_a_limit_admits_a_1f1b_wider_than_the_default_width_and_the_search_keeps
             fastest = fastest_one_f_one_b_within(problem, point.level)
             if fastest is not None and point.evaluation is not None:
                 assert point.evaluation.iteration_time <= fastest.iteration_time * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("name", ["med7_1", "linkheavy7"])
+def test_run_priced_the_fastest_1f1b_within_a_level_is_the_runs_fastest(name: str) -> None:
+    """With order tables a run prices 1F1B(m) otherwise than the model: the fastest within
+    a level was the model's (on med7_1 another count in 8 of its 45 levels), and a
+    run-priced search was not held to the run's fastest."""
+    from tests.conftest import golden_cases
+    from tests.support.calibrations import order_tables
+    from tidgap.runtime.pricing import run_evaluation
+
+    data = next(c["problem"] for c in golden_cases() if c["problem"]["name"] == name)
+    data["source"] = {"calibration": {"order": order_tables(data["stages"])}}
+    problem = Problem.from_dict(data)
+    counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
+    held = one_f_one_b_held(problem, counts)
+    run = [
+        run_evaluation(problem, one_f_one_b_plan(problem, int(m))).iteration_time for m in counts
+    ]
+    for limit in held:
+        level = MemoryLevel("limit", tuple(int(h) for h in limit))
+        fits = (held <= limit).all(axis=1)
+        best = min(np.flatnonzero(fits), key=lambda i: (run[i], counts[i]))
+        found = fastest_one_f_one_b_within(problem, level, "run")
+        assert found is not None
+        assert (found.microbatches, found.iteration_time) == (counts[best], run[best])

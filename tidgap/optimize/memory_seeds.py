@@ -15,10 +15,12 @@ from itertools import accumulate
 
 import numpy as np
 
+from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.limits import ONE_F_ONE_B, MemoryLevel, bytes_level, stage_level
+from tidgap.runtime.pricing import run_priced_baselines
 from tidgap.schedules.baselines import (
     BaselineResult,
     best_baselines,
@@ -102,16 +104,22 @@ def one_f_one_b_held(problem: Problem, counts: np.ndarray) -> np.ndarray:
     return problem.unit * (k * quotient + np.minimum(k, remainder))
 
 
-def fastest_one_f_one_b_within(problem: Problem, level: MemoryLevel) -> BaselineResult | None:
+def fastest_one_f_one_b_within(
+    problem: Problem, level: MemoryLevel, pricing: str = MODEL_PRICING
+) -> BaselineResult | None:
     """The fastest 1F1B(m) within ``level`` (:func:`best_baselines` over the counts that fit
-    it), ``None`` where none fits. A limit admits other counts than the unlimited best's,
-    often more microbatches than a search's default width: seeded (and the width widened
-    to hold it), the search is never slower than it."""
+    it; :data:`RUN_PRICING`: as ``tidgap run`` prices them), ``None`` where none fits. A
+    limit admits other counts than the unlimited best's, often more microbatches than a
+    search's default width: seeded (and the width widened to hold it), the search is never
+    slower than it."""
     counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
     fitting = counts[one_f_one_b_fits(problem, level, counts)]
     if fitting.size == 0:
         return None
-    return best_baselines(problem, fitting)["1f1b"]
+    best = best_baselines(problem, fitting)
+    if pricing == RUN_PRICING:
+        best = run_priced_baselines(problem, best, fitting)
+    return best["1f1b"]
 
 
 def capped_one_f_one_b(problem: Problem, level: MemoryLevel, most: int) -> list[Plan]:

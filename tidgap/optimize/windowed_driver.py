@@ -338,7 +338,7 @@ def prepare_windowed(
     first_plan = [flush_plan] if flush_plan else []
     # the fastest 1F1B within each level, exactly, where it is not the best 1F1B (a seed
     # already): a limit's may have more microbatches than the default width
-    within = [fastest_one_f_one_b_within(problem, level) for level in levels]
+    within = [fastest_one_f_one_b_within(problem, level, pricing) for level in levels]
     counts = dict.fromkeys(b.microbatches for b in within if b is not None)
     best_count = baselines["1f1b"].microbatches
     fitting = [one_f_one_b_plan(problem, m) for m in counts if m != best_count]

@@ -148,17 +148,18 @@ def order_credit(problem: Problem) -> float:
 
 
 def run_priced_baselines(
-    problem: Problem, baselines: dict[str, BaselineResult]
+    problem: Problem, baselines: dict[str, BaselineResult], counts: np.ndarray | None = None
 ) -> dict[str, BaselineResult]:
     """``baselines`` (:func:`~tidgap.schedules.baselines.best_baselines`: model.md's times)
     with the best GPipe and 1F1B as ``tidgap run`` prices them (:func:`run_evaluation`),
-    which differ where the problem has order tables: every count is a candidate whose
-    model time, times :func:`order_credit`, is not above the best run-priced time found,
-    tried in order of model time. PipeDream, without a timeline, keeps the model's."""
+    which differ where the problem has order tables: every count (of ``counts``, ``(M,)``
+    ascending feasible ones, where given) is a candidate whose model time, times
+    :func:`order_credit`, is not above the best run-priced time found, tried in order of
+    model time. PipeDream, without a timeline, keeps the model's."""
     if problem.order_times is None:
         return baselines
     credit = order_credit(problem)
-    ms, times = baseline_times(problem)
+    ms, times = baseline_times(problem, counts)
     priced = dict(baselines)
     for name in TIMED_BASELINES:
         row = times[BASELINE_ROWS.index(name)]
