@@ -228,3 +228,25 @@ def test_the_cuda_peak_is_the_allocators_peak_over_a_forward_and_backward(
     assert memory([None, None])["recompute_backward_bytes_per_sample"] == [7, 8]
     assert memory([None, None])["task_bytes_per_sample"] == [1, 2]
     assert memory([None, None])["recompute_backward_bytes_per_chunk"] == [9, 0]
+
+
+@pytest.mark.parametrize("split", [[1], [2]])
+def test_a_stage_failing_is_named_a_stage(split: list[int]) -> None:
+    """What fails in the stages' own forwards (layers that pass alone but not together)
+    said "layer '1-2' failed": '1-2' is a stage."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    from tests.support.tiny_models import RAISING
+    from tidgap.model.errors import InputError
+    from tidgap.profiling import run as profiling
+    from tidgap.profiling.models import Model
+
+    layers = torch.nn.Sequential(torch.nn.Linear(16, 16), *RAISING)
+    model = Model(
+        "raising", layers, lambda size, device: torch.randn(size, 16), {"input_shape": [16]}
+    )
+    settings = profiling.Settings(
+        "t", 2, 4, 1, 4, None, "cpu", 1, 0, None, 10.0, 0.05
+    )  # fmt: skip
+    label = "1-2" if split == [1] else "2"
+    with pytest.raises(InputError, match=f"^stage '{label}' failed on 1 sample: ValueError"):
+        profiling.measure_stages(model, settings, (split, {}), torch.device("cpu"), [1, 4], print)

@@ -65,35 +65,45 @@ def _timed(action: Callable[..., Any], device: torch.device, *arguments: Any) ->
     return result, (time.perf_counter() - start) * 1e3
 
 
-def _check_output(name: str, output: object, size: int) -> Tensor:
-    """The module's output, if it is one tensor batched along dimension 0."""
+#: What the modules measured are: a model's layers, or the stages a split makes of them.
+LAYER, STAGE = "layer", "stage"
+
+
+def _check_output(name: str, output: object, size: int, noun: str = LAYER) -> Tensor:
+    """The module's output, if it is one tensor batched along dimension 0 (an error names
+    it as ``noun`` ``name``)."""
     if not isinstance(output, Tensor):
-        raise InputError(f"layer {name!r} returned a {type(output).__name__}, not one tensor")
+        raise InputError(f"{noun} {name!r} returned a {type(output).__name__}, not one tensor")
     if output.dim() == 0 or output.shape[0] != size:
         raise InputError(
-            f"layer {name!r} returned shape {tuple(output.shape)}, "
+            f"{noun} {name!r} returned shape {tuple(output.shape)}, "
             f"whose first dimension is not the microbatch size {size}"
         )
     return output
 
 
-def layer_errors(name: str, size: int) -> AbstractContextManager[None]:
-    """Any error a layer raises on ``size`` samples (a shape mismatch, say, or the user's
-    own exception) as one line of bad input naming the layer."""
-    return user_errors(f"layer {name!r} failed on {counted(size, 'sample')}")
+def module_errors(name: str, size: int, noun: str = LAYER) -> AbstractContextManager[None]:
+    """Any error a layer (or stage: ``noun``) raises on ``size`` samples (a shape mismatch,
+    say, or the user's own exception) as one line of bad input naming it."""
+    return user_errors(f"{noun} {name!r} failed on {counted(size, 'sample')}")
 
 
 def time_module(
-    name: str, module: nn.Module, given: Tensor, device: torch.device, first: bool
+    name: str,
+    module: nn.Module,
+    given: Tensor,
+    device: torch.device,
+    first: bool,
+    noun: str = LAYER,
 ) -> Measurement:
-    """One forward and backward of ``module`` on ``given`` ``(b, ...)``; ``first``: ``given``
-    is the model's input (no gradient wanted), else a predecessor's output (gradient wanted
-    when floating point)."""
+    """One forward and backward of ``module`` (a ``noun``) on ``given`` ``(b, ...)``;
+    ``first``: ``given`` is the model's input (no gradient wanted), else a predecessor's
+    output (gradient wanted when floating point)."""
     size = given.shape[0]
     x = stage_input(given, first)
-    with layer_errors(name, size):
+    with module_errors(name, size, noun):
         output, forward_ms = _timed(module, device, x)
-        output = _check_output(name, output, size)
+        output = _check_output(name, output, size, noun)
         backward_ms = 0.0
         if output.requires_grad:  # a parameter-free layer on the data has no backward
             gradient = torch.randn_like(output)
@@ -101,14 +111,17 @@ def time_module(
     return Measurement(forward_ms, backward_ms, output.numel() * output.element_size() // size)
 
 
-def chain_inputs(modules: Sequence[tuple[str, nn.Module]], first: Tensor) -> list[Tensor]:
-    """The input of each module when ``first`` goes through the chain (untimed, no autograd)."""
+def chain_inputs(
+    modules: Sequence[tuple[str, nn.Module]], first: Tensor, noun: str = LAYER
+) -> list[Tensor]:
+    """The input of each module (a ``noun``) when ``first`` goes through the chain (untimed,
+    no autograd)."""
     inputs = [first]
     with torch.no_grad():
         for name, module in modules[:-1]:
-            with layer_errors(name, first.shape[0]):
+            with module_errors(name, first.shape[0], noun):
                 output = module(inputs[-1])
-            inputs.append(_check_output(name, output, first.shape[0]))
+            inputs.append(_check_output(name, output, first.shape[0], noun))
     return inputs
 
 
@@ -120,7 +133,7 @@ def held_bytes_per_sample(modules: Sequence[tuple[str, nn.Module]], first: Tenso
     x, largest = first, 0
     with torch.no_grad():
         for name, module in modules:
-            with layer_errors(name, size):
+            with module_errors(name, size):
                 x = _check_output(name, module(x), size)
             largest = max(largest, x.numel() * x.element_size())
     return -(-(first.numel() * first.element_size() + largest) // size)
@@ -338,20 +351,23 @@ def measure(
     warmup: int,
     on_step: Callable[[str], None] = lambda label: None,
     model_input: bool = True,
+    noun: str = LAYER,
 ) -> list[list[Measurement]]:
     """Median timings ``[i][m]`` of module ``m`` of the chain fed ``inputs[i]``.
 
     Each round times every module at every input, module by module.
     ``on_step`` is told ``"NAME, b=SIZE, round R/N"`` after each timing. ``model_input``:
     ``inputs`` are the model's input (else a stage's output, which wants a gradient).
+    ``noun``: what the modules are, as errors name them (:data:`LAYER`, :data:`STAGE`).
     """
-    fed = [chain_inputs(modules, first) for first in inputs]
+    fed = [chain_inputs(modules, first, noun) for first in inputs]
     rounds = warmup + repeats
     kept: list[list[list[Measurement]]] = [[[] for _ in modules] for _ in inputs]
     for round_ in range(rounds):
         for m, (name, module) in enumerate(modules):
             for i, chain in enumerate(fed):
-                timing = time_module(name, module, chain[m], device, model_input and m == 0)
+                first = model_input and m == 0
+                timing = time_module(name, module, chain[m], device, first, noun)
                 if round_ >= warmup:
                     kept[i][m].append(timing)
                 on_step(f"{name}, b={chain[m].shape[0]}, round {round_ + 1}/{rounds}")
@@ -396,8 +412,8 @@ def time_steps(
         for p in parameters:
             p.grad = None
         x = stage_input(given, model_input and m == 0)
-        with layer_errors(name, x.shape[0]):
-            output = _check_output(name, module(x), x.shape[0])
+        with module_errors(name, x.shape[0], STAGE):
+            output = _check_output(name, module(x), x.shape[0], STAGE)
             if output.requires_grad:
                 output.backward(torch.randn_like(output))
         gradients = [p.grad for p in parameters]

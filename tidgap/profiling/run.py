@@ -20,6 +20,7 @@ from tidgap.optimize.memory import require_available
 from tidgap.profiling.allocator import ALLOCATOR_KEPT, keep_freed_memory
 from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
 from tidgap.profiling.measure import (
+    STAGE,
     Measurement,
     OtherLoad,
     chain_inputs,
@@ -262,11 +263,11 @@ def measure_stages(
     named[-1] = (named[-1][0], WithLoss(named[-1][1], task))
     picked = range(len(named)) if stage is None else range(stage, stage + 1)
     ahead = named[: picked[0] + 1]  # the stages up to the first measured, to feed it
-    inputs = [chain_inputs(ahead, model.input(size, device))[-1] for size in sizes]
+    inputs = [chain_inputs(ahead, model.input(size, device), STAGE)[-1] for size in sizes]
     timed = named[picked[0] : picked[-1] + 1]
     first = picked[0] == 0
-    runs = measure(timed, inputs, device, settings.repeats, settings.warmup, on_step, first)
-    fed = chain_inputs(timed, inputs[-1])
+    runs = measure(timed, inputs, device, settings.repeats, settings.warmup, on_step, first, STAGE)
+    fed = chain_inputs(timed, inputs[-1], STAGE)
     # per measured stage: its module, its input at the largest size, whether it is the first
     largest = [
         (module, x, first and k == 0)
