@@ -284,16 +284,19 @@ def test_calibrate_refuses_a_model_option_the_profile_did_not_have(tmp_path: Pat
     assert not out.exists()
 
 
-def test_a_failed_worker_is_named_as_calibrates(tmp_path: Path) -> None:
-    """A problem recording no model, calibrated with a model its inputs do not fit: the
-    workers fail, and the line says calibrate (it said run)."""
+def test_a_failed_worker_is_named_as_calibrates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose model fails in its first real forward: the line says calibrate (it
+    said run)."""
+    monkeypatch.setenv("TIDGAP_TEST_RANK1", "blow")  # the workers inherit it
     problem = write_json(tmp_path / "problem.json", table_document())
-    other = [*MODEL[:-1], "7"]  # the MLP takes 6 features
-    result = run_cli("calibrate", str(problem), *other, *QUICK, "--out", str(tmp_path / "c.json"))
+    fused = ["--model", "tests.runtime.pipeline_models:FUSED", "--input-shape", "6"]
+    result = run_cli("calibrate", str(problem), *fused, *QUICK, "--out", str(tmp_path / "c.json"))
     assert result.exit_code == 1, describe(result)
     line = result.stderr.splitlines()[-1]
     shutil.rmtree(line.rpartition("(the workers' logs: ")[2].rstrip(")"))
-    assert line.startswith("tidgap: error: calibrate: GPipe(1), ") and "mat1 and mat2" in line
+    assert line.startswith("tidgap: error: calibrate: GPipe(1), ") and "Fuse blew" in line
     assert not (tmp_path / "c.json").exists()
 
 

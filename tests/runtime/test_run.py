@@ -496,6 +496,31 @@ def test_a_failing_worker_stops_every_worker(
     assert workers_under(own_temporary_folder) == []
 
 
+@pytest.mark.parametrize("command", ["run", "calibrate"])
+def test_an_input_shape_the_model_does_not_take_is_bad_input(
+    command: str, tmp_path: Path, own_temporary_folder: Path
+) -> None:
+    """``--input-shape 7`` for a model that takes 6: the workers started and failed probing
+    the stages (exit 1); the launcher probes one sample first: one line naming --model,
+    exit 2, no worker started."""
+    document = synth_problem(0, 2, 8, 1, 0.5, "table", "tiny")  # calibrate takes tables
+    document["source"] = {"split": {"boundaries": [2]}}
+    problem = write_json(tmp_path / "problem.json", document)
+    if command == "run":
+        given = [str(plan_file(tmp_path, "flush", **PLANS["flush-unequal"]))]
+    else:
+        given = ["--out", str(tmp_path / "calibrated.json")]
+    wrong = [*MODEL[:-1], "7"]
+    result = run_cli(command, str(problem), *given, *wrong, *QUICK)
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.splitlines()[-1] == (
+        "tidgap: error: --model: tests.runtime.pipeline_models:MLP: stage 0 forward of one "
+        "sample (probing its output's shape) in layer '0' (Linear): RuntimeError: mat1 and "
+        "mat2 shapes cannot be multiplied (1x7 and 6x12)"
+    )
+    assert list(own_temporary_folder.iterdir()) == []
+
+
 def test_a_hanging_worker_times_out(
     problem_file: Path, tmp_path: Path, own_temporary_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,7 @@ from tidgap.model.numbers import MAX_THREADS, is_integer
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.profiling.split import groups, parse_split
+from tidgap.runtime.failures import ProbeFailed, probe_failure_line
 from tidgap.runtime.job import TRANSPORTS, Job
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.worker import start_watchdog
@@ -227,6 +228,24 @@ def worker_job(
         **settings,
     )
     return job, model
+
+
+def require_one_sample_runs(model: Any, boundaries: list[int]) -> None:
+    """:class:`InputError` on ``--model`` where the model split at ``boundaries`` fails on
+    one sample of the input its options make (an ``--input-shape`` other than the one it
+    takes, say), as every worker probes it (where the workers failed, exit 1, after
+    starting)."""
+    import torch
+
+    from tidgap.profiling.run import stage_modules
+    from tidgap.runtime.stage import boundary_specs
+
+    stages = stage_modules(model, boundaries)
+    try:
+        boundary_specs([module for _, _, module in stages], model.input(1, torch.device("cpu")))
+    except ProbeFailed as failed:
+        line = probe_failure_line(failed, stages)
+        raise InputError(f"{model.name}: {line}", source="--model") from None
 
 
 def require_consistent_recompute(
