@@ -176,6 +176,21 @@ def test_panels_are_a_fixed_gap_apart_each_with_its_time_ticks(stages: int) -> N
         assert any(label.get_visible() and label.get_text() for label in ax.get_xticklabels())
 
 
+@pytest.mark.parametrize(("stages", "tail"), [(1, 0.0), (3, 0.0), (3, 0.5)])
+def test_the_legend_lists_what_is_drawn(stages: int, tail: float) -> None:
+    """One stage has no links and a problem without tails none: the legend listed them."""
+    document = synth_problem(3, stages, 16, 1, 0.5, "affine", "s")
+    for stage in document["stages"]:
+        stage["tail"] = tail
+    problem = Problem.from_dict(document)
+    drawn = figure([baseline_timeline(problem, "1f1b", 4)])
+    (legend,) = drawn.legends
+    labels = [text.get_text() for text in legend.get_texts()]
+    links = ["activations sent (link)", "gradients sent (link)"] if stages > 1 else []
+    expected = ["forward", "backward", *(["tail"] if tail else []), *links]
+    assert labels == [*expected, "samples held (lane = batch)", "iteration end"]
+
+
 def test_long_stage_names_are_elided_in_the_middle_and_fit() -> None:
     """A name of 46 characters was cut at the picture's left edge: names over
     NAME_CHARACTERS keep their ends, and the margin widens to the longest shown."""

@@ -193,16 +193,23 @@ def _panel(ax: Any, timeline: Timeline, span: float, width_pixels: float) -> Non
     ax.set_axisbelow(True)
 
 
-def _legend(figure: Any) -> None:
+def _legend(figure: Any, timelines: list[Timeline]) -> None:
+    """The legend of what the panels of ``timelines`` draw: a tail or a link's transfers
+    only where some panel has them (one stage has no links)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    handles = [
-        Patch(color=COLOURS["F"], label="forward"),
-        Patch(color=COLOURS["B"], label="backward"),
-        Patch(color=COLOURS["T"], label="tail"),
-        Patch(color=LINK_COLOURS["F"], label="activations sent (link)"),
-        Patch(color=LINK_COLOURS["B"], label="gradients sent (link)"),
+    ops = {step.kind for t in timelines for steps in t.stages for step in steps}
+    sent = {step.kind for t in timelines for steps in t.links for step in steps}
+    drawn = [
+        (kind in ops, Patch(color=COLOURS[kind], label=label))
+        for kind, label in (("F", "forward"), ("B", "backward"), ("T", "tail"))
+    ]
+    drawn += [
+        (kind in sent, Patch(color=LINK_COLOURS[kind], label=label))
+        for kind, label in (("F", "activations sent (link)"), ("B", "gradients sent (link)"))
+    ]
+    handles = [handle for shown, handle in drawn if shown] + [
         Line2D([], [], color=HELD_COLOUR, linewidth=0.9, label="samples held (lane = batch)"),
         Line2D([], [], color=COLOURS["end"], linestyle="--", label="iteration end"),
     ]
@@ -256,5 +263,5 @@ def figure(timelines: list[Timeline]) -> Any:
     )
     for ax in axes[:, 0]:  # every panel its own time ticks: a tall picture's top has some
         ax.tick_params(axis="x", labelsize=FONT_SIZE + 1, labelbottom=True)
-    _legend(drawn)
+    _legend(drawn, timelines)
     return drawn
