@@ -176,17 +176,25 @@ def test_panels_are_a_fixed_gap_apart_each_with_its_time_ticks(stages: int) -> N
         assert any(label.get_visible() and label.get_text() for label in ax.get_xticklabels())
 
 
-@pytest.mark.parametrize(("stages", "tail"), [(1, 0.0), (3, 0.0), (3, 0.5)])
-def test_the_legend_lists_what_is_drawn(stages: int, tail: float) -> None:
-    """One stage has no links and a problem without tails none: the legend listed them."""
+@pytest.mark.parametrize(
+    ("stages", "tail", "free_links"),
+    [(1, 0.0, False), (3, 0.0, False), (3, 0.5, False), (3, 0.0, True)],
+)
+def test_the_legend_lists_what_is_drawn(stages: int, tail: float, free_links: bool) -> None:
+    """One stage has no links, free links draw nothing and a problem without tails none:
+    the legend listed them."""
     document = synth_problem(3, stages, 16, 1, 0.5, "affine", "s")
     for stage in document["stages"]:
         stage["tail"] = tail
+    if free_links:
+        free = {"affine": {"base": 0.0, "per_sample": 0.0}}
+        document["links"] = [{"forward": free, "backward": free}] * (stages - 1)
     problem = Problem.from_dict(document)
     drawn = figure([baseline_timeline(problem, "1f1b", 4)])
     (legend,) = drawn.legends
     labels = [text.get_text() for text in legend.get_texts()]
-    links = ["activations sent (link)", "gradients sent (link)"] if stages > 1 else []
+    sending = stages > 1 and not free_links
+    links = ["activations sent (link)", "gradients sent (link)"] if sending else []
     expected = ["forward", "backward", *(["tail"] if tail else []), *links]
     assert labels == [*expected, "samples held (lane = batch)", "iteration end"]
 

@@ -22,6 +22,7 @@ from tidgap.analysis.bound import (
     relaxed_total,
     step_times,
 )
+from tidgap.analysis.exhaustive import flush_optimum
 from tidgap.backends.ticks import CEILING_FACTOR, choose_tick, tick_problem
 from tidgap.fallback_cpu.setup_loops import warm_up
 from tidgap.model.timefn import TimeFunction, table
@@ -238,10 +239,11 @@ def reference_tables(problem: Problem) -> tuple[float, list[list[float]]]:
     rows += [row(link.forward, fcap(s)) for s, link in enumerate(problem.links)]
     rows += [row(link.backward, bcap(s + 1)) for s, link in enumerate(problem.links)]
     assert len(rows) == 4 * S - 2
-    ceiling = CEILING_FACTOR * serial_reference(
-        rows, min(min(fcap(s), bcap(s)) for s in range(S)) // unit
-    )
-    rows = [[min(value, ceiling) for value in r] for r in rows]
+    tails = sum(stage.tail for stage in problem.stages)
+    cap = min(min(fcap(s), bcap(s)) for s in range(S)) // unit
+    ceiling = CEILING_FACTOR * (serial_reference(rows, cap) + tails)
+    if ceiling > 0:
+        rows = [[min(value, ceiling) for value in r] for r in rows]
     upper = sum(stage.tail for stage in problem.stages) + sum(U * max(r) for r in rows)
     return choose_tick(upper), rows
 
@@ -357,6 +359,29 @@ def test_bound_of_a_billion_units_needs_no_table_of_them(shape: str) -> None:
     assert problem.num_units * problem.common_cap() > bound_module.EXACT_CELLS
     bound = lower_bound(problem)
     assert bound > 0 and at_most(bound, evaluate(problem, gpipe_plan(problem, 4)).iteration_time)
+
+
+def test_clamped_entries_stay_above_every_tail_and_a_free_plan() -> None:
+    """The ceiling left the tails out: with a 500 ms tail, a backward of 1e4 ms at one
+    sample was clamped below the tail, and the proven optimum held it (501.585 ms by its
+    ticks, 30002.1 by the reference); where the best equal plan takes no time, the ceiling
+    was 0 and every entry 0 (the optimum "0 ms", 4 by the reference)."""
+    fast = affine(0.02, 0.005)
+    slow_at_one = table([1, 2, 3, 4, 5, 6], [1e4, 0.4, 0.5, 0.6, 0.7, 0.8])
+    stages = [
+        Stage(forward=affine(0.1, 0.05), backward=slow_at_one),
+        Stage(forward=affine(0.1, 0.05), backward=affine(0.2, 0.1), tail=500.0),
+    ]
+    tailed = Problem(batch_size=6, stages=stages, links=[Link(forward=fast, backward=fast)])
+    check_ticks(tailed)
+    plan, time = flush_optimum(tailed, "numpy")
+    assert time == pytest.approx(evaluate(tailed, plan).iteration_time, rel=1e-12)
+    assert 1 not in plan.backward[0] and time < 502
+    free_at_four = table([1, 2, 4], [1.0, 1.5, 0.0])
+    free = Problem(batch_size=4, stages=[Stage(forward=free_at_four, backward=affine(0, 0))])
+    check_ticks(free)
+    plan, time = flush_optimum(free, "numpy")
+    assert time == evaluate(free, plan).iteration_time == 0
 
 
 def test_an_absurd_entry_is_clamped_and_the_tick_follows_the_ops() -> None:

@@ -5,7 +5,8 @@ order (NumPy, Numba, CUDA) gives the same answer. The tick is a power of two in 
 problem's time unit, chosen so that no iteration time exceeds ``2**50`` ticks.
 
 An entry larger than :data:`CEILING_FACTOR` times the fastest serial equal plan (every op
-of ``m`` equal microbatches one after another, the best ``m``) is clamped to that ceiling,
+of ``m`` equal microbatches one after another, the best ``m``, then every tail; a bound on
+that plan's time) is clamped to that ceiling,
 so that one absurd entry (``1e14`` ms marking a size unusable) does not make the tick
 coarser than the ops: a plan holding such an op is slower than that equal plan either way,
 and searches report times from the reference simulator, not from ticks.
@@ -24,7 +25,8 @@ from tidgap.model.timefn import TimeFunction
 #: No iteration time may exceed this many ticks (far from int64's 2**63, exact as float64).
 TICK_BUDGET = 2**50
 
-#: Entries above this many times :func:`serial_bound` are clamped to it (module docstring).
+#: Entries above this many times :func:`serial_bound` plus the tails are clamped to it
+#: (module docstring).
 CEILING_FACTOR = 64
 
 #: How plans are priced. ``"model"``: model.md, every op at its stage's ``Tf_s`` / ``Tb_s``.
@@ -181,11 +183,12 @@ def tick_problem(problem: Problem, pricing: str = MODEL_PRICING) -> TickedProble
                 _tabulate(m.backward_after_forward, unit, bcaps[s], U)
                 for s, m in enumerate(measured)
             ]
+    tails = [stage.tail for stage in problem.stages]
     once = ("forward_compute", "backward_compute", "forward_transfer", "backward_transfer")
     per_microbatch = np.concatenate([np.reshape(tables[name], (-1, U + 1)) for name in once])
-    ceiling = CEILING_FACTOR * serial_bound(per_microbatch, min(fcaps + bcaps))
-    tables = {name: [np.minimum(row, ceiling) for row in rows] for name, rows in tables.items()}
-    tails = [stage.tail for stage in problem.stages]
+    ceiling = CEILING_FACTOR * (serial_bound(per_microbatch, min(fcaps + bcaps)) + sum(tails))
+    if ceiling > 0:  # else every plan of the best m takes no time: nothing to clamp to
+        tables = {name: [np.minimum(row, ceiling) for row in rows] for name, rows in tables.items()}
     # Any plan's iteration time is at most the sum of every operation and transfer it
     # can contain (each has at most U microbatches per stage and direction).
     bound = sum(tails) + sum(U * float(row.max()) for rows in tables.values() for row in rows)

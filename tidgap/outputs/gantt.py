@@ -195,12 +195,21 @@ def _panel(ax: Any, timeline: Timeline, span: float, width_pixels: float) -> Non
 
 def _legend(figure: Any, timelines: list[Timeline]) -> None:
     """The legend of what the panels of ``timelines`` draw: a tail or a link's transfers
-    only where some panel has them (one stage has no links)."""
+    only where some panel has one that takes time (one stage has no links; free links
+    draw nothing)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    ops = {step.kind for t in timelines for steps in t.stages for step in steps}
-    sent = {step.kind for t in timelines for steps in t.links for step in steps}
+    def drawn_kinds(lanes: str) -> set[str]:
+        return {
+            step.kind
+            for timeline in timelines
+            for steps in getattr(timeline, lanes)
+            for step in steps
+            if step.end > step.start
+        }
+
+    ops, sent = drawn_kinds("stages"), drawn_kinds("links")
     drawn = [
         (kind in ops, Patch(color=COLOURS[kind], label=label))
         for kind, label in (("F", "forward"), ("B", "backward"), ("T", "tail"))
