@@ -38,6 +38,10 @@ class Fuse(nn.Module):
 
 #: Five layers on ``(b, 6)`` float inputs; a split at 2 sends 12 floats per sample.
 MLP = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 3))
+#: The MLP in float64: a worker casts it to the run's dtype.
+DOUBLE = nn.Sequential(
+    nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 3)
+).double()
 #: The MLP's first layers with a :class:`Fuse` on stage 1 (split at 2).
 FUSED = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), Fuse(), nn.Linear(12, 3))
 

@@ -521,6 +521,21 @@ def test_an_input_shape_the_model_does_not_take_is_bad_input(
     assert list(own_temporary_folder.iterdir()) == []
 
 
+@pytest.mark.parametrize("float64", [False, True])
+def test_a_model_in_another_dtype_is_probed_as_the_workers_cast_it(
+    float64: bool, problem_file: Path, tmp_path: Path
+) -> None:
+    """The launcher's probe ran a float64 model on a float32 sample (refused, exit 2, with
+    --float64 too) though the workers cast it to the run's dtype and run it."""
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    job = tmp_path / "job.json"
+    dtype = ["--float64"] if float64 else []
+    args = [*model_args("DOUBLE"), *dtype, "--write-job", str(job)]
+    result = run_cli("run", str(problem_file), str(plan), *args)
+    assert result.exit_code == 0, describe(result)
+    assert Job.load(job).float64 is float64
+
+
 def test_a_hanging_worker_times_out(
     problem_file: Path, tmp_path: Path, own_temporary_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,7 @@ starts (the split, the device and transport, the batch in memory, torchrun's wor
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -230,22 +231,37 @@ def worker_job(
     return job, model
 
 
-def require_one_sample_runs(model: Any, boundaries: list[int]) -> None:
-    """:class:`InputError` on ``--model`` where the model split at ``boundaries`` fails on
-    one sample of the input its options make (an ``--input-shape`` other than the one it
-    takes, say), as every worker probes it (where the workers failed, exit 1, after
-    starting)."""
+def require_one_sample_runs(model: Any, job: Job) -> None:
+    """:class:`InputError` on ``--model`` where the model split at ``job``'s boundaries
+    fails on one sample of ``job``'s task (an ``--input-shape`` other than the one it
+    takes, say), as every worker probes it: in ``job``'s dtype (stages holding another
+    are cast on copies); where the workers failed (exit 1) after starting."""
     import torch
 
     from tidgap.profiling.run import stage_modules
     from tidgap.runtime.stage import boundary_specs
+    from tidgap.runtime.task import make_task
 
-    stages = stage_modules(model, boundaries)
+    dtype = torch.float64 if job.float64 else torch.float32
+    stages = [
+        (name, names, in_dtype(module, dtype))
+        for name, names, module in stage_modules(model, job.boundaries)
+    ]
+    sample = make_task(model, 1, job.seed, torch.device("cpu"), dtype).inputs
     try:
-        boundary_specs([module for _, _, module in stages], model.input(1, torch.device("cpu")))
+        boundary_specs([module for _, _, module in stages], sample)
     except ProbeFailed as failed:
         line = probe_failure_line(failed, stages)
         raise InputError(f"{model.name}: {line}", source="--model") from None
+
+
+def in_dtype(module: Any, dtype: Any) -> Any:
+    """``module`` if its floating-point parameters and buffers are all of ``dtype``, else a
+    copy cast to it (as a worker casts its model)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if all(tensor.dtype == dtype for tensor in tensors if tensor.is_floating_point()):
+        return module
+    return copy.deepcopy(module).to(dtype)
 
 
 def require_consistent_recompute(
