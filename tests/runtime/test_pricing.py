@@ -242,3 +242,34 @@ def test_run_priced_baselines_are_the_best_counts_as_the_run_prices_them(name: s
         best = min(every, key=lambda m: (every[m], m))
         assert (found[schedule].microbatches, found[schedule].iteration_time) == (best, every[best])
     assert found["1f1b"].iteration_time < best_baselines(problem)["1f1b"].iteration_time
+
+
+def test_a_backward_cap_above_the_forwards_table_is_refused_where_run_pricing_needs_it() -> None:
+    """A recomputing backward runs the forward again on its samples: with stage 0's
+    backward capped at 8 and its forward tabulated to 4, pricing as tidgap run runs it
+    asked the table for 5 samples (a ValueError traceback from ``search --pricing run``)."""
+    from tidgap import Link, Stage, affine, table
+    from tidgap.backends.ticks import tick_problem
+    from tidgap.cli.options import run_note
+
+    forward = table([1, 2, 3, 4], [1.0, 2.0, 3.0, 4.0])
+    stages = [
+        Stage(forward=forward, backward=affine(1, 1), max_microbatch=4, max_microbatch_backward=8),
+        Stage(forward=affine(1, 1), backward=affine(1, 1)),
+    ]
+    link = Link(forward=affine(0.1, 0), backward=affine(0.1, 0))
+    problem = Problem(batch_size=8, stages=stages, links=[link])
+    with pytest.raises(
+        InputError, match="recomputing backwards take a table of sizes 1..4"
+    ) as caught:
+        tick_problem(problem, "run")
+    assert caught.value.path == ("stages", 0)
+    stored = Plan(forward=[[4, 4], [8]], backward=[[8], [8]])  # over two stored chunks
+    assert run_evaluation(problem, stored).iteration_time > 0
+    halves = Plan(forward=[[4, 4], [8]], backward=[[2, 6], [8]])  # recomputes 2 and 6
+    with pytest.raises(InputError, match="at up to 6 samples"):
+        run_evaluation(problem, halves)
+    note = run_note(problem, halves)  # what search, compare and evaluate print
+    assert note is not None and note.startswith("  when run, tidgap run cannot predict its time")
+    fits = Plan(forward=[[4, 4], [8]], backward=[[1, 3, 4], [8]])  # recomputes 1, 3, 4
+    assert run_evaluation(problem, fits).iteration_time > evaluate(problem, fits).iteration_time

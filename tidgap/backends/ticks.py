@@ -164,6 +164,8 @@ def tick_problem(problem: Problem, pricing: str = MODEL_PRICING) -> TickedProble
         ],
     }
     if pricing == RUN_PRICING:
+        for s in range(S):
+            problem.require_recomputing_sizes(s, fcaps[s] * unit, bcaps[s] * unit)
         costs = [problem.recomputing_costs(s) for s in range(S)]
         tables["recompute_forward"] = [
             sum(_tabulate(f, unit, fcaps[s], U) for f in forward)

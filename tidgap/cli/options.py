@@ -206,8 +206,12 @@ def run_note(problem: Problem, plan: Plan, pricing: str = MODEL_PRICING) -> str 
     gave it (stages that recompute, stored-graph backwards over several forward chunks, and
     ops timed by the op before them where the problem was calibrated so: all priced by
     run pricing), with the time it predicts for it
-    (:func:`tidgap.runtime.pricing.run_evaluation`); ``None`` when it runs as priced."""
-    priced = run_op_times(problem, plan)
+    (:func:`tidgap.runtime.pricing.run_evaluation`), or that it cannot (a recomputing op
+    the problem's tables do not price); ``None`` when it runs as priced."""
+    try:
+        priced = run_op_times(problem, plan)
+    except InputError as error:
+        return f"  when run, tidgap run cannot predict its time: {error}"
     if not priced or pricing == RUN_PRICING:
         return None
     flags = recomputes(plan)

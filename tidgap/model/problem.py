@@ -112,6 +112,28 @@ class Problem(StrictModel):
             return [stage.forward], [stage.backward]
         return [stage.forward], [stage.forward, stage.backward]
 
+    def require_recomputing_sizes(self, s: int, forward: int, backward: int) -> None:
+        """:class:`InputError` on stage ``s`` unless :meth:`recomputing_costs` price its
+        recomputing forwards up to ``forward`` samples and backwards up to ``backward``
+        (a backward runs the forward again on its samples: a backward cap above the
+        forward's table asks that table for sizes it lacks)."""
+        forward_costs, backward_costs = self.recomputing_costs(s)
+        for op, largest, costs in (
+            ("forwards", forward, forward_costs),
+            ("backwards", backward, backward_costs),
+        ):
+            for cost in costs:
+                if not cost.covers(min(self.unit, largest), largest):
+                    low, high = cost.domain
+                    raise InputError(
+                        f"priced as tidgap run runs it, its recomputing {op} take a table of "
+                        f"sizes {low:g}..{high:g} at up to {largest} samples (a recomputing "
+                        "backward runs the forward again on its samples): extend the table, "
+                        "calibrate (tidgap calibrate), or keep the backward within the "
+                        "forward's sizes (max_microbatch_backward)",
+                        ("stages", s),
+                    )
+
     @property
     def unused_calibration(self) -> list[str]:
         """Why a ``source.calibration`` entry the problem carries is not used, a line each
