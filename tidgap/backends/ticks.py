@@ -164,9 +164,7 @@ def tick_problem(problem: Problem, pricing: str = MODEL_PRICING) -> TickedProble
         ],
     }
     if pricing == RUN_PRICING:
-        for s in range(S):
-            problem.require_recomputing_sizes(s, fcaps[s] * unit, bcaps[s] * unit)
-        costs = [problem.recomputing_costs(s) for s in range(S)]
+        costs = [problem.recomputing_costs(s, (fcaps[s] * unit, bcaps[s] * unit)) for s in range(S)]
         tables["recompute_forward"] = [
             sum(_tabulate(f, unit, fcaps[s], U) for f in forward)
             for s, (forward, _) in enumerate(costs)

@@ -98,36 +98,41 @@ class Problem(StrictModel):
         timing = self.source_fields.get("timing")
         return isinstance(timing, dict) and timing.get("recompute") is True
 
-    def recomputing_costs(self, s: int) -> tuple[list[TimeFunction], list[TimeFunction]]:
+    def recomputing_costs(
+        self, s: int, largest: tuple[int, int] | None = None
+    ) -> tuple[list[TimeFunction], list[TimeFunction]]:
         """The time functions whose sums price stage ``s``'s forward and backward ops when
         it recomputes (samples -> the problem's time unit): as ``tidgap calibrate``
         measured them where the problem has them; else the stage's ``forward``, and its
         ``forward`` plus ``backward`` for a backward (only its ``backward`` when profiled
-        with ``--recompute``: the forward is in it)."""
+        with ``--recompute``: the forward is in it). With ``largest`` (the largest forward
+        and backward, samples, they will be asked for), :class:`InputError` on stage ``s``
+        unless they cover those sizes (a backward runs the forward again on its samples: a
+        backward cap above the forward's table asks that table for sizes it lacks)."""
         stage = self.stages[s]
         if self.recompute_times is not None:
             measured = self.recompute_times[s]
-            return [measured.forward], [measured.backward]
-        if self.profiled_with_recompute:
-            return [stage.forward], [stage.backward]
-        return [stage.forward], [stage.forward, stage.backward]
+            costs = [measured.forward], [measured.backward]
+        elif self.profiled_with_recompute:
+            costs = [stage.forward], [stage.backward]
+        else:
+            costs = [stage.forward], [stage.forward, stage.backward]
+        if largest is not None:
+            self._require_covering(s, largest, costs)
+        return costs
 
-    def require_recomputing_sizes(self, s: int, forward: int, backward: int) -> None:
-        """:class:`InputError` on stage ``s`` unless :meth:`recomputing_costs` price its
-        recomputing forwards up to ``forward`` samples and backwards up to ``backward``
-        (a backward runs the forward again on its samples: a backward cap above the
-        forward's table asks that table for sizes it lacks)."""
-        forward_costs, backward_costs = self.recomputing_costs(s)
-        for op, largest, costs in (
-            ("forwards", forward, forward_costs),
-            ("backwards", backward, backward_costs),
-        ):
-            for cost in costs:
-                if not cost.covers(min(self.unit, largest), largest):
-                    low, high = cost.domain
+    def _require_covering(
+        self, s: int, largest: tuple[int, int], costs: tuple[list[TimeFunction], ...]
+    ) -> None:
+        """:class:`InputError` on stage ``s`` unless the recomputing forwards' and backwards'
+        ``costs`` cover sizes up to ``largest`` (samples)."""
+        for op, asked, functions in zip(("forwards", "backwards"), largest, costs, strict=True):
+            for function in functions:
+                if not function.covers(min(self.unit, asked), asked):
+                    low, high = function.domain
                     raise InputError(
                         f"priced as tidgap run runs it, its recomputing {op} take a table of "
-                        f"sizes {low:g}..{high:g} at up to {largest} samples (a recomputing "
+                        f"sizes {low:g}..{high:g} at up to {asked} samples (a recomputing "
                         "backward runs the forward again on its samples): extend the table, "
                         "calibrate (tidgap calibrate), or keep the backward within the "
                         "forward's sizes (max_microbatch_backward)",

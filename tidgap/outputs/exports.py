@@ -21,14 +21,11 @@ from math import gcd
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.schedules.baselines import (
-    BaselineResult,
-    feasible_microbatch_counts,
-    gpipe,
-    one_f_one_b,
-)
+from tidgap.schedules.baselines import BaselineResult, best_baselines, feasible_microbatch_counts
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.ir import Order, prefix_sums
@@ -156,12 +153,12 @@ def pytorch_rivals(problem: Problem) -> dict[str, BaselineResult | None]:
     (here in units, so each is a multiple of ``unit``), its stages take one microbatch
     shape, and ``Schedule1F1B`` wants at least as many microbatches as stages. ``None``
     where no count qualifies (1F1B with fewer units than stages)."""
-    units, stages = problem.num_units, problem.num_stages
-    counts = [m for m in feasible_microbatch_counts(problem) if units % m == 0]
+    counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
+    counts = counts[problem.num_units % counts == 0]
     rivals: dict[str, BaselineResult | None] = {}
-    for schedule, time, fewest in (("gpipe", gpipe, 1), ("1f1b", one_f_one_b, stages)):
-        timed = [BaselineResult(schedule, m, time(problem, m)) for m in counts if m >= fewest]
-        rivals[schedule] = min(timed, key=lambda r: r.iteration_time, default=None)
+    for schedule, fewest in (("gpipe", 1), ("1f1b", problem.num_stages)):
+        allowed = counts[counts >= fewest]
+        rivals[schedule] = best_baselines(problem, allowed)[schedule] if allowed.size else None
     return rivals
 
 

@@ -200,25 +200,21 @@ def _legend(figure: Any, timelines: list[Timeline]) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    def drawn_kinds(lanes: str) -> set[str]:
-        return {
-            step.kind
-            for timeline in timelines
-            for steps in getattr(timeline, lanes)
-            for step in steps
-            if step.end > step.start
-        }
+    def lasting(lanes: list[list[Step]]) -> set[str]:
+        return {step.kind for steps in lanes for step in steps if step.end > step.start}
 
-    ops, sent = drawn_kinds("stages"), drawn_kinds("links")
-    drawn = [
-        (kind in ops, Patch(color=COLOURS[kind], label=label))
+    ops = set().union(*(lasting(t.stages) for t in timelines))
+    sent = set().union(*(lasting(t.links) for t in timelines))
+    shown = [
+        Patch(color=COLOURS[kind], label=label)
         for kind, label in (("F", "forward"), ("B", "backward"), ("T", "tail"))
-    ]
-    drawn += [
-        (kind in sent, Patch(color=LINK_COLOURS[kind], label=label))
+        if kind in ops
+    ] + [
+        Patch(color=LINK_COLOURS[kind], label=label)
         for kind, label in (("F", "activations sent (link)"), ("B", "gradients sent (link)"))
+        if kind in sent
     ]
-    handles = [handle for shown, handle in drawn if shown] + [
+    handles = shown + [
         Line2D([], [], color=HELD_COLOUR, linewidth=0.9, label="samples held (lane = batch)"),
         Line2D([], [], color=COLOURS["end"], linestyle="--", label="iteration end"),
     ]

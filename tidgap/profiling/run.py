@@ -276,15 +276,12 @@ def measure_stages(
     # per measured stage: the targets, on the model's last stage only
     ends = [None] * (len(largest) - 1) + [task.targets if picked[-1] == len(named) - 1 else None]
     unit = settings.unit
-    held, growth, recompute = [], [], []
-    peaks = []
+    held, growth, recompute, peaks = [], [], [], []
     for (label, _), given, targets in zip(timed, largest, ends, strict=True):
         with memory_forwards(label, given[1]):
             held.append(graph_bytes_per_sample(*given, targets is not None))
             growth.append(graph_growth(*given, targets, unit))
             recompute.append(recompute_bytes_per_sample(*given, targets, unit))
-    for (label, _), given in zip(timed, largest, strict=True):
-        with memory_forwards(label, given[1]):
             peaks.append(cuda_peak_bytes(*given, device))
     tails = None
     if settings.optimizer is not None:

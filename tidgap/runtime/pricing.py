@@ -56,8 +56,8 @@ def recomputing_times(
     where the model's own are those: profiled with ``--recompute``)."""
     if problem.profiled_with_recompute and problem.recompute_times is None:
         return {}
-    problem.require_recomputing_sizes(s, max(forward), max(backward))
-    forward_costs, backward_costs = problem.recomputing_costs(s)
+    largest = (max(forward), max(backward))
+    forward_costs, backward_costs = problem.recomputing_costs(s, largest)
     times: RunTimes = {}
     if forward_costs != [problem.stages[s].forward]:  # else the model's forwards
         times = {
