@@ -19,7 +19,6 @@ from tidgap.model.numbers import MAX_THREADS, is_integer
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.profiling.split import groups, parse_split
-from tidgap.runtime.failures import ProbeFailed, probe_failure_line
 from tidgap.runtime.job import TRANSPORTS, Job
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.worker import start_watchdog
@@ -239,7 +238,7 @@ def require_one_sample_runs(model: Any, job: Job) -> None:
     import torch
 
     from tidgap.profiling.run import stage_modules
-    from tidgap.runtime.stage import boundary_specs
+    from tidgap.runtime.stage import probed_specs
     from tidgap.runtime.task import make_task
 
     dtype = torch.float64 if job.float64 else torch.float32
@@ -248,11 +247,7 @@ def require_one_sample_runs(model: Any, job: Job) -> None:
         for name, names, module in stage_modules(model, job.boundaries)
     ]
     sample = make_task(model, 1, job.seed, torch.device("cpu"), dtype).inputs
-    try:
-        boundary_specs([module for _, _, module in stages], sample)
-    except ProbeFailed as failed:
-        line = probe_failure_line(failed, stages)
-        raise InputError(f"{model.name}: {line}", source="--model") from None
+    probed_specs(stages, sample, lambda line: InputError(f"{model.name}: {line}", source="--model"))
 
 
 def in_dtype(module: Any, dtype: Any) -> Any:

@@ -41,10 +41,9 @@ from tidgap.profiling.models import Model
 from tidgap.profiling.run import stage_modules
 from tidgap.runtime.calibrate import table_sizes
 from tidgap.runtime.dist_transport import dist_timeout
-from tidgap.runtime.failures import ProbeFailed, probe_failure_line
 from tidgap.runtime.launch import WorkerError, launch
 from tidgap.runtime.report import unit_per_second
-from tidgap.runtime.stage import boundary_specs
+from tidgap.runtime.stage import probed_specs
 from tidgap.runtime.worker import die_reporting, start_watchdog
 
 #: Timed transfers per link, size and direction; untimed ones before them.
@@ -216,10 +215,10 @@ def link_job(
     """What to measure of the links of ``model`` on ``device`` cut at ``boundaries``: each
     boundary tensor at ``sizes`` (samples); ``None`` for one stage (no link)."""
     stages = stage_modules(model, boundaries)
-    try:
-        specs = boundary_specs([module for _, _, module in stages], model.input(1, device))[:-1]
-    except ProbeFailed as failed:  # eval mode: the timings ran in train mode
-        raise InputError(probe_failure_line(failed, stages), source=SOURCE) from None
+    # in eval mode: the timings ran in train mode
+    specs = probed_specs(
+        stages, model.input(1, device), lambda line: InputError(line, source=SOURCE)
+    )[:-1]
     if not specs:
         return None
     return LinkJob(

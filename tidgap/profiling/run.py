@@ -37,6 +37,7 @@ from tidgap.profiling.split import balanced_split, groups, parse_split, stage_la
 from tidgap.profiling.user_code import naming, user_errors
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.recompute_memory import CHUNK_FIELD, FIELDS, GRAPH_FIELDS
+from tidgap.runtime.stage import NamedStage
 from tidgap.runtime.task import Task, make_task
 
 Step = Callable[[str], None]
@@ -145,7 +146,7 @@ def checked_split(model: Model, settings: Settings) -> list[int] | None:
     return None if settings.split is None else parse_split(settings.split, names, settings.stages)
 
 
-def stage_modules(model: Model, boundaries: list[int]) -> list[tuple[str, list[str], nn.Module]]:
+def stage_modules(model: Model, boundaries: list[int]) -> list[NamedStage]:
     """Per stage: its name (``first-last`` layer), its layer names, the layers as one module."""
     layers = dict(model.named_layers())
     return [

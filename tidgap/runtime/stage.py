@@ -32,12 +32,14 @@ from tidgap.profiling.measure import (
 )
 from tidgap.runtime.drawing import DrawingModules, drawing_of, generators_unchanged
 from tidgap.runtime.draws import Draw, NotReplayable, RecordedDraws, Recording, Replay
-from tidgap.runtime.failures import ProbeFailed
+from tidgap.runtime.failures import ProbeFailed, probe_failure_line
 from tidgap.runtime.task import Task
 
 Samples = tuple[int, int]
 #: Per-sample shape and dtype of a boundary tensor (the batch dimension left out).
 Spec = tuple[tuple[int, ...], torch.dtype]
+#: A stage as :func:`~tidgap.profiling.run.stage_modules` gives it: name, layer names, module.
+NamedStage = tuple[str, list[str], nn.Module]
 
 
 def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
@@ -60,6 +62,18 @@ def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
         for m, training in modes:
             m.training = training
     return specs
+
+
+def probed_specs(
+    stages: list[NamedStage], sample: Tensor, error: Callable[[str], Exception]
+) -> list[Spec]:
+    """:func:`boundary_specs` of ``stages``' modules; where a stage fails, raises
+    ``error(line)``, ``line`` naming the stage, the layer and the error
+    (:func:`~tidgap.runtime.failures.probe_failure_line`)."""
+    try:
+        return boundary_specs([module for _, _, module in stages], sample)
+    except ProbeFailed as failed:
+        raise error(probe_failure_line(failed, stages)) from None
 
 
 def batch_spec(spec: Spec, samples: Samples) -> tuple[tuple[int, ...], torch.dtype]:

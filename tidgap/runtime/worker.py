@@ -46,10 +46,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from tidgap.model.errors import InputError, first_line
 from tidgap.runtime.failures import (
     InstructionFailed,
-    ProbeFailed,
     RunFailed,
     failure_line,
-    probe_failure_line,
 )
 from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.job import Job
@@ -207,7 +205,7 @@ def run_rank(
     from tidgap.runtime.lowering import lower, recomputes
     from tidgap.runtime.optimizers import build_optimizer, step
     from tidgap.runtime.reference import batch_statistics, stage_gradients, stage_parameters
-    from tidgap.runtime.stage import boundary_specs, stage_of
+    from tidgap.runtime.stage import probed_specs, stage_of
     from tidgap.runtime.task import make_task
 
     say("building the model")
@@ -240,10 +238,7 @@ def run_rank(
     modules = [module for _, _, module in stages]
     device = rank_device(job.device)
     task = make_task(model, problem.batch_size, job.seed, device, dtype)
-    try:
-        specs = boundary_specs(modules, task.inputs[:1].cpu())  # every stage, on the CPU
-    except ProbeFailed as failed:
-        raise RunFailed(probe_failure_line(failed, stages)) from None
+    specs = probed_specs(stages, task.inputs[:1].cpu(), RunFailed)  # every stage, on the CPU
     modules[rank].to(device)  # only this rank's stage on its device
     runs = []
     for plan in plans:
