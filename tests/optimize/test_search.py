@@ -227,3 +227,38 @@ def test_one_absurd_table_entry_does_not_blind_the_search() -> None:
     assert windowed.evaluation.iteration_time < 0.9 * windowed.baselines["1f1b"].iteration_time
     flush = search(problem, seed=0, generations=5, population=64, schedule="flush")
     assert flush.evaluation.iteration_time < flush.baselines["gpipe"].iteration_time
+
+
+def test_a_memory_limit_keeps_the_table_entries_its_plans_need() -> None:
+    """Stage 1 may hold 2 of 3 samples. The tables were clamped to 64 times the fastest
+    serial equal plan, which holds the whole batch on one microbatch (0.01 ms at 3
+    samples): 1000 and 10000 ms both became 129 ms, though every plan within the limit
+    runs such ops, and the search returned a 13002 ms plan where 1F1B(3), within the
+    limit, takes 6002 ms and a searched one 5002 ms."""
+    from tidgap.optimize.limits import stage_level
+    from tidgap.optimize.memory_seeds import fastest_one_f_one_b_within
+
+    flat = {"affine": {"base": 1, "per_sample": 0}}
+    free = {"affine": {"base": 0, "per_sample": 0}}
+    problem = Problem.from_dict(
+        {
+            "format": "tidgap.problem/1",
+            "batch_size": 3,
+            "stages": [
+                {"forward": flat, "backward": flat, "activation_bytes": 1},
+                {
+                    "forward": {"table": {"sizes": [1, 2, 3], "times": [1000, 10000, 0.01]}},
+                    "backward": {"table": {"sizes": [1, 2, 3], "times": [1000, 1000, 0.01]}},
+                    "activation_bytes": 1,
+                    "memory_limit": 2,
+                },
+            ],
+            "links": [{"forward": free, "backward": free}],
+        }
+    )
+    within = fastest_one_f_one_b_within(problem, stage_level(problem))
+    assert within is not None and within.iteration_time == pytest.approx(6002)
+    for backend in ("numpy", "numba"):
+        result = search(problem, seed=0, generations=5, population=32, backend=backend)
+        assert result.evaluation.over_memory_limit == []
+        assert result.evaluation.iteration_time <= 5002 * (1 + 1e-9)

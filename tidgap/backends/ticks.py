@@ -6,9 +6,10 @@ problem's time unit, chosen so that no iteration time exceeds ``2**50`` ticks.
 
 An entry larger than :data:`CEILING_FACTOR` times the fastest serial equal plan (every op
 of ``m`` equal microbatches one after another, the best ``m``, then every tail; a bound on
-that plan's time) is clamped to that ceiling,
+that plan's time), or times the time of a plan the caller names (one a memory limit
+admits, where it rules that equal plan out), is clamped to that ceiling,
 so that one absurd entry (``1e14`` ms marking a size unusable) does not make the tick
-coarser than the ops: a plan holding such an op is slower than that equal plan either way,
+coarser than the ops: a plan holding such an op is slower than that plan either way,
 and searches report times from the reference simulator, not from ticks.
 """
 
@@ -141,9 +142,14 @@ def serial_bound(rows: np.ndarray, cap: int) -> float:
     return float(totals[fits].min())
 
 
-def tick_problem(problem: Problem, pricing: str = MODEL_PRICING) -> TickedProblem:
+def tick_problem(
+    problem: Problem, pricing: str = MODEL_PRICING, admitted: float | None = None
+) -> TickedProblem:
     """Tabulate ``problem`` in integer ticks (see the module docstring), its ops priced by
-    ``pricing`` (:data:`PRICINGS`)."""
+    ``pricing`` (:data:`PRICINGS`). ``admitted``: the time (ms, so priced) of a plan that
+    every plan the caller compares may be compared with (within every memory limit it
+    searches under), which then sets the ceiling of the entries instead of the serial
+    equal plan (``inf``: no ceiling)."""
     if pricing not in PRICINGS:
         raise ValueError(f"pricing must be one of {PRICINGS}, not {pricing!r}")
     S, U, unit = problem.num_stages, problem.num_units, problem.unit
@@ -186,7 +192,9 @@ def tick_problem(problem: Problem, pricing: str = MODEL_PRICING) -> TickedProble
     tails = [stage.tail for stage in problem.stages]
     once = ("forward_compute", "backward_compute", "forward_transfer", "backward_transfer")
     per_microbatch = np.concatenate([np.reshape(tables[name], (-1, U + 1)) for name in once])
-    ceiling = CEILING_FACTOR * (serial_bound(per_microbatch, min(fcaps + bcaps)) + sum(tails))
+    if admitted is None:
+        admitted = serial_bound(per_microbatch, min(fcaps + bcaps)) + sum(tails)
+    ceiling = CEILING_FACTOR * admitted
     if ceiling > 0:  # else every plan of the best m takes no time: nothing to clamp to
         tables = {name: [np.minimum(row, ceiling) for row in rows] for name, rows in tables.items()}
     # Any plan's iteration time is at most the sum of every operation and transfer it

@@ -16,6 +16,7 @@ level of the trade-off.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -171,14 +172,19 @@ def mirrored_first_search(
 
 
 def compiled_loops(
-    problem: Problem, record: Backend, pricing: str = MODEL_PRICING, counts_memory: bool = True
+    problem: Problem,
+    record: Backend,
+    pricing: str = MODEL_PRICING,
+    counts_memory: bool = True,
+    admitted: float | None = None,
 ) -> tuple[TickedProblem, OrderedEvaluator, ModuleType, Breeding]:
-    """The tick tables of ``problem`` priced by ``pricing``, and the evaluator, array
-    module and breeding of the backend ``record``, its evaluator, repair, breeding and
+    """The tick tables of ``problem`` priced by ``pricing`` (their ceiling set by the plan
+    time ``admitted``: :func:`~tidgap.backends.ticks.tick_problem`), and the evaluator,
+    array module and breeding of the backend ``record``, its evaluator, repair, breeding and
     mutation compiled (or loaded from the disk cache) on :func:`warm_up_inputs`; its
     run-memory count too where ``counts_memory`` (a search that counts memory as ``tidgap
     run`` holds it: :func:`counts_run_memory`)."""
-    ticked = tick_problem(problem, pricing)
+    ticked = tick_problem(problem, pricing, admitted)
     evaluator = create_evaluator(ticked, SEARCHED.name, record.name)
     xp = record.namespace()
     breeding = backend_breeding(record)
@@ -193,6 +199,16 @@ def compiled_loops(
         load(record.run_memory)(peaks, one.forward, one.backward, one.lead, nothing)
     space.breed(one, xp.zeros((1,), dtype=xp.int64), caps, caps, CounterRng(0, xp), 1, 1.0, 1.0, 2)
     return ticked, evaluator, xp, breeding
+
+
+def admitted_time(within: list[BaselineResult | None]) -> float:
+    """The time (ms) of a seeded plan that each level admits: the slowest of the levels'
+    fastest 1F1B within them (``within``: a memory limit rules out plans of one microbatch
+    and the serial equal plan that :func:`~tidgap.backends.ticks.tick_problem` bounds
+    entries by otherwise), ``inf`` where some level admits no 1F1B (no ceiling)."""
+    if any(best is None for best in within):
+        return math.inf
+    return max(best.iteration_time for best in within if best is not None)
 
 
 def counts_run_memory(problem: Problem, pricing: str) -> bool:
@@ -306,18 +322,23 @@ def prepare_windowed(
                 backward=MIRRORED if pricing == RUN_PRICING else FREE,
             )
             phases.seconds |= {f"flush {name}": t for name, t in earlier.setup.items()}
+        with phases("baselines"):
+            baselines = earlier.baselines if earlier else best_baselines(problem)
+            if pricing == RUN_PRICING and not mirrored:  # the order tables time them apart
+                baselines = run_priced_baselines(problem, baselines)
+            one_f_one_b = one_f_one_b_level(problem, baselines["1f1b"])
+            in_force = limit_in_force(problem, memory_limit, one_f_one_b)
+            levels = tradeoff_levels(problem, in_force, one_f_one_b)
+            # the fastest 1F1B within each level, exactly, where it is not the best 1F1B (a
+            # seed already): a limit's may have more microbatches than the default width
+            within = [fastest_one_f_one_b_within(problem, level, pricing) for level in levels]
         with phases("compile"):
             background_compile.finish(helper)
-            ticked, evaluator, xp, breeding = compiled_loops(problem, record, pricing, counting)
+            ticked, evaluator, xp, breeding = compiled_loops(
+                problem, record, pricing, counting, admitted_time(within)
+            )
     finally:
         background_compile.stop(helper)
-    with phases("baselines"):
-        baselines = earlier.baselines if earlier else best_baselines(problem)
-        if pricing == RUN_PRICING and not mirrored:  # the order tables time them apart
-            baselines = run_priced_baselines(problem, baselines)
-        one_f_one_b = one_f_one_b_level(problem, baselines["1f1b"])
-        in_force = limit_in_force(problem, memory_limit, one_f_one_b)
-        levels = tradeoff_levels(problem, in_force, one_f_one_b)
     first = (earlier.generations, earlier.evaluations) if earlier else (0, 0)
     flush_plan = earlier.plan if earlier else None
     if first_search is not None:
@@ -336,9 +357,6 @@ def prepare_windowed(
     with phases("heuristics"):
         add_heuristics(problem, stop, heuristics)
     first_plan = [flush_plan] if flush_plan else []
-    # the fastest 1F1B within each level, exactly, where it is not the best 1F1B (a seed
-    # already): a limit's may have more microbatches than the default width
-    within = [fastest_one_f_one_b_within(problem, level, pricing) for level in levels]
     counts = dict.fromkeys(b.microbatches for b in within if b is not None)
     best_count = baselines["1f1b"].microbatches
     fitting = [one_f_one_b_plan(problem, m) for m in counts if m != best_count]
