@@ -44,6 +44,32 @@ WARP = 32
 CURSORS = 7
 
 
+#: CUDA's most local memory per thread, in bytes (every compute capability since 2.0).
+LOCAL_MEMORY_LIMIT = 512 * 1024
+
+
+def thread_scratch_bytes(stages: int, width: int) -> int:
+    """Local memory of one thread of ``windowed_evaluate.cu`` (the thread kernels) for
+    chromosomes of ``stages`` stages and width ``width``, in bytes: its ``arrivals`` int64
+    and ``sizes`` int32 arrays at the compile-time sizes the launcher sets
+    (:func:`scratch_width` of each; ``nvcc -Xptxas -v`` reports this stack frame)."""
+    padded, row = scratch_width(stages), 2 * (scratch_width(width) + 1)
+    return 8 * padded * (row + 1) + 4 * padded * (row + CURSORS)
+
+
+def ordered_refusal(stages: int, width: int) -> str | None:
+    """``None`` where the thread kernels hold chromosomes of ``stages`` stages and width
+    ``width`` (the lane kernel never holds more), else why not, in one line."""
+    needed = thread_scratch_bytes(stages, width)
+    if needed <= LOCAL_MEMORY_LIMIT:
+        return None
+    return (
+        f"the GPU's ordered-plan kernel needs {needed // 1024} KiB of scratch per individual "
+        f"for {stages} stages of up to {width} microbatches, over CUDA's "
+        f"{LOCAL_MEMORY_LIMIT // 1024} KiB per thread"
+    )
+
+
 def lane_group(stages: int) -> int:
     """Lanes per individual in ``windowed_lanes.cu``: the least power of two >= ``stages``."""
     return 1 << (max(stages, 1) - 1).bit_length()

@@ -25,7 +25,7 @@ import numpy as np
 
 from tidgap import __version__
 from tidgap.analysis.workload import BASE, Workload, population_arrays, repeated
-from tidgap.backends import BACKENDS, Backend
+from tidgap.backends import BACKENDS, Backend, ordered_refusal
 from tidgap.backends.evaluator import Evaluator, create_evaluator
 from tidgap.host import cpu_model
 from tidgap.optimize.genome import Population
@@ -164,6 +164,12 @@ def measure_backend(
             evaluator = create_evaluator(ticked, family, record.name)
         except ValueError as error:
             yield from (Row(record.name, family, size, skipped=str(error)) for size in sizes)
+            continue
+        refusal = None
+        if not SCHEDULES[family].separable:  # ordered plans: the GPU's kernel has a limit
+            refusal = ordered_refusal(record, ticked.num_stages, workload.width)
+        if refusal is not None:
+            yield from (Row(record.name, family, size, skipped=refusal) for size in sizes)
             continue
         base = workload.draw(family, min(max(sizes), BASE))
         for size in sizes:

@@ -45,7 +45,10 @@ class Backend:
       where it cannot say; the field is ``None`` for backends in host memory;
     - ``cached_loops``: ``"module:function"`` of the disk-cached compiled loops of its
       windowed search, which a first run compiles in a second process
-      (:mod:`tidgap.optimize.background_compile`); empty where there are none.
+      (:mod:`tidgap.optimize.background_compile`); empty where there are none;
+    - ``ordered_refusal``: ``"module:function"``, ``refusal(stages, width) -> str | None``:
+      ``None`` where its windowed evaluator scores chromosomes of ``stages`` stages and
+      width ``width``, else why not in one line; ``None``: every shape.
     """
 
     name: str
@@ -61,6 +64,7 @@ class Backend:
     run_memory: str | None = None
     free_memory: Callable[[], int | None] | None = None
     cached_loops: tuple[str, ...] = ()
+    ordered_refusal: str | None = None
 
 
 class UnusableBackend(RuntimeError):
@@ -115,6 +119,7 @@ BACKENDS: dict[str, Backend] = {
             joint_mutator="tidgap.kernels.launcher:cuda_joint_mutate",
             run_memory="tidgap.kernels.launcher:cuda_run_memory",
             free_memory=device_free_memory,
+            ordered_refusal="tidgap.kernels.source:ordered_refusal",
         ),
         Backend(
             name="numba",
@@ -184,3 +189,18 @@ def first_usable(device: str | None = None) -> Backend:
 def default_backend() -> str:
     """The name of the first usable backend, in the registry's order of preference."""
     return first_usable().name
+
+
+def ordered_refusal(record: Backend, stages: int, width: int) -> str | None:
+    """Why ``record``'s windowed evaluator cannot score chromosomes of ``stages`` stages and
+    width ``width``, in one line; ``None`` where it can."""
+    return None if record.ordered_refusal is None else load(record.ordered_refusal)(stages, width)
+
+
+def windowed_default(stages: int, width: int) -> str:
+    """:func:`default_backend` for a windowed search of ``(stages, width)`` chromosomes: the
+    first usable on the CPU where the default's evaluator cannot hold them."""
+    record = first_usable()
+    if ordered_refusal(record, stages, width) is not None:
+        record = first_usable("cpu")
+    return record.name

@@ -140,9 +140,15 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
     "raised if a baseline or a seed needs more; a given value is kept (raised only if the "
     "caps need more), so the plan may be slower than a baseline that needs more.",
 )
-@backend_option("Evaluation backend; auto picks the GPU when usable, else numba, else numpy.")
+@backend_option(
+    "Evaluation backend; auto picks the GPU when usable (for a windowed search, when its "
+    "kernel holds the pipeline: README), else numba, else numpy."
+)
 @click.option(
-    "--gpu", is_flag=True, help="Use the CUDA backend; exit 2 saying why if no GPU is usable."
+    "--gpu",
+    is_flag=True,
+    help="Use the CUDA backend; exit 2 saying why if no GPU is usable, or if its windowed "
+    "kernel cannot hold the pipeline's stages and microbatches.",
 )
 @click.option("--cpu", is_flag=True, help="Use the fastest CPU backend (numba, else numpy).")
 @click.option(

@@ -51,7 +51,11 @@ from tidgap.optimize.genome import Population
 from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level, checked_memory_limit
 from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.scores import Fitness, Scores, checked_scores, to_ticks
-from tidgap.optimize.windowed_driver import prepare_windowed, searches_mirrored_first
+from tidgap.optimize.windowed_driver import (
+    prepare_windowed,
+    searches_mirrored_first,
+    windowed_backend,
+)
 from tidgap.optimize.windowed_finish import ANNEAL_CHAINS, finish_windowed
 from tidgap.outputs.atomic import probe
 from tidgap.schedules.families import SCHEDULES
@@ -173,6 +177,18 @@ def flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
         )
 
 
+def resolved_backend(
+    backend: str, problem: Problem, schedule: str, max_microbatches: int | None
+) -> str:
+    """The backend that runs a search of ``schedule`` given ``backend``: ``auto`` is the
+    default one, or for a windowed search :func:`windowed_backend`'s."""
+    if backend != "auto":
+        return backend
+    if schedule == DEFAULT_SCHEDULE:
+        return windowed_backend(problem, max_microbatches)
+    return default_backend()
+
+
 def checked_search(
     problem: Problem,
     *,
@@ -232,7 +248,7 @@ def checked_search(
         schedule,
         seed,
         population,
-        default_backend() if backend == "auto" else backend,  # the one that runs
+        resolved_backend(backend, problem, schedule, max_microbatches),
         same_partition,
         check_rule(backward),
         memory_limit,

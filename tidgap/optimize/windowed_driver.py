@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from types import ModuleType
 from typing import Any
 
-from tidgap.backends import Backend, load
+from tidgap.backends import Backend, load, ordered_refusal, windowed_default
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING, TickedProblem, tick_problem
 from tidgap.backends.xp import namespace
@@ -211,6 +211,14 @@ def admitted_time(within: list[BaselineResult | None]) -> float:
     return max(best.iteration_time for best in within if best is not None)
 
 
+def windowed_backend(problem: Problem, max_microbatches: int | None) -> str:
+    """The backend ``auto`` runs a windowed search of ``problem`` on: the default, or the
+    CPU's where the GPU's kernel cannot hold chromosomes of the width the search starts
+    from (:func:`~tidgap.backends.windowed_default`)."""
+    width = chromosome_width(problem, max_microbatches, [1])
+    return windowed_default(problem.num_stages, width)
+
+
 def counts_run_memory(problem: Problem, pricing: str) -> bool:
     """Whether a search priced by ``pricing`` counts memory as ``tidgap run`` holds it: run
     pricing of a problem whose profile says what stages hold (:meth:`RunMemory.of`)."""
@@ -365,6 +373,12 @@ def prepare_windowed(
     needed = needed_counts(problem, baselines, heuristics.values(), kept)
     fewest = fewest_within(problem, in_force)
     width = chromosome_width(problem, max_microbatches, [*needed, fewest])
+    refusal = ordered_refusal(record, S, width)
+    if refusal is not None:
+        raise InputError(
+            f"{refusal}: search on the CPU (--cpu), or with fewer --max-microbatches",
+            source="backend",
+        )
     if width < fewest:  # only a requested width can be this narrow
         raise InputError(
             f"{width} microbatches a stage cannot split the batch within the memory limit "

@@ -1,0 +1,150 @@
+"""How deep and wide a pipeline the GPU's ordered-plan kernel holds: its thread kernels keep
+each individual's scratch in local memory, which CUDA caps at 512 KiB per thread. A
+windowed search on ``auto`` runs on the CPU beyond it; on ``cuda`` it is refused in one
+line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.support.backends import install_fake_cupy
+from tidgap import InputError, Problem, search
+from tidgap.backends import BACKENDS, windowed_default
+from tidgap.kernels.source import (
+    LOCAL_MEMORY_LIMIT,
+    kernel_source,
+    operation_defines,
+    ordered_refusal,
+    scratch_width,
+    thread_scratch_bytes,
+)
+from tidgap.profiling.synth import synth_problem
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize(("stages", "width"), [(8, 32), (64, 512), (256, 64)])
+def test_the_scratch_is_the_stack_frame_nvcc_reports(
+    stages: int, width: int, tmp_path: Path
+) -> None:
+    """At the compile-time sizes the launcher sets (S=64, K=512: 790,272 bytes)."""
+    source = tmp_path / "windowed_evaluate.cu"
+    source.write_text(kernel_source("windowed_evaluate.cu"))
+    result = subprocess.run(
+        [
+            "nvcc",
+            "-arch=sm_90",
+            "-std=c++17",
+            f"-DTIDGAP_MAX_S={scratch_width(stages)}",
+            f"-DTIDGAP_MAX_K={scratch_width(width)}",
+            *operation_defines(),
+            "-Xptxas",
+            "-v",
+            "-c",
+            str(source),
+            "-o",
+            str(tmp_path / "evaluate.o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    frames = re.findall(r"(\d+) bytes stack frame", result.stderr)
+    assert [int(frame) for frame in frames] == [thread_scratch_bytes(stages, width)]
+
+
+def test_the_refusal_follows_cuda_s_local_memory_limit() -> None:
+    assert thread_scratch_bytes(256, 64) <= LOCAL_MEMORY_LIMIT < thread_scratch_bytes(512, 64)
+    assert ordered_refusal(256, 64) is None
+    assert ordered_refusal(128, 256) == (
+        "the GPU's ordered-plan kernel needs 775 KiB of scratch per individual for 128 "
+        "stages of up to 256 microbatches, over CUDA's 512 KiB per thread"
+    )
+
+
+def wide_problem() -> Problem:
+    """2 stages of 1100 samples: a width of 1100 needs 768 KiB per individual (the kernel
+    is compiled for at least 16 stages)."""
+    return Problem.from_dict(synth_problem(0, stages=2, batch_size=1100))
+
+
+def test_the_launcher_refuses_chromosomes_its_kernels_cannot_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    install_fake_cupy(monkeypatch)
+    from tidgap.backends.ticks import tick_problem
+    from tidgap.kernels.launcher import CudaOrderedEnds
+
+    problem = wide_problem()
+    ticked = tick_problem(problem)
+    genes = np.zeros((1, 2, 1100), dtype=np.int32)
+    with pytest.raises(ValueError, match="768 KiB of scratch per individual"):
+        CudaOrderedEnds(ticked)(genes, genes, np.zeros((1, 2, 2200), np.int8), ticked)
+
+
+def test_a_windowed_search_too_wide_for_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On ``cuda``: one line naming ``backend``, before the seeding. On ``auto`` with a GPU
+    usable: the CPU's search, the same plan as ``numba``'s."""
+    install_fake_cupy(monkeypatch)
+    usable = dataclasses.replace(BACKENDS["cuda"], unusable_reason=lambda: None)
+    monkeypatch.setitem(BACKENDS, "cuda", usable)
+    assert windowed_default(128, 64) == "cuda"
+    assert windowed_default(128, 256) == "numba"
+    problem = wide_problem()
+    settings = {"seed": 0, "generations": 1, "population": 8, "max_microbatches": 1100}
+    with pytest.raises(InputError, match="768 KiB of scratch") as refused:
+        search(problem, backend="cuda", **settings)
+    assert refused.value.source == "backend"
+    assert "search on the CPU (--cpu), or with fewer --max-microbatches" in str(refused.value)
+    chosen = search(problem, backend="auto", **settings)
+    assert chosen.backend == "numba"
+    assert chosen.plan == search(problem, backend="numba", **settings).plan
+
+
+def test_the_command_line_refuses_it_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from tidgap.cli import cli
+
+    install_fake_cupy(monkeypatch)
+    monkeypatch.setitem(
+        BACKENDS, "cuda", dataclasses.replace(BACKENDS["cuda"], unusable_reason=lambda: None)
+    )
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps(synth_problem(0, stages=2, batch_size=1100)))
+    out = tmp_path / "plan.json"
+    out.write_text("kept")
+    arguments = ["search", str(path), "--gpu", "--generations", "1", "--population", "8"]
+    result = CliRunner().invoke(cli, [*arguments, "--max-microbatches", "1100", "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "tidgap: error: backend: the GPU's ordered-plan kernel needs 768 KiB of scratch per "
+        "individual for 2 stages of up to 1100 microbatches, over CUDA's 512 KiB per thread: "
+        "search on the CPU (--cpu), or with fewer --max-microbatches"
+    ]
+    assert out.read_text() == "kept"
+
+
+def test_the_benchmark_skips_what_the_kernel_cannot_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidgap.analysis.throughput import measure_backend
+    from tidgap.analysis.workload import Workload
+    from tidgap.backends.ticks import tick_problem
+
+    install_fake_cupy(monkeypatch)
+    problem = wide_problem()
+
+    def draw(family: str, size: int) -> None:
+        raise AssertionError("drew a population the kernel cannot hold")
+
+    workload = Workload(problem, tick_problem(problem), 1100, draw)  # type: ignore[arg-type]
+    rows = list(measure_backend(BACKENDS["cuda"], workload, ["windowed"], [8, 64], 1, 0))
+    assert [row.skipped for row in rows] == [ordered_refusal(2, 1100)] * 2
