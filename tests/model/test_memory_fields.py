@@ -132,3 +132,23 @@ def test_a_windowed_search_plans_within_a_limit_no_flush_plan_meets(
     evaluated = json_output(run_cli("evaluate", problem, str(out), "--json"))
     assert evaluated["over_memory_limit"] == []
     assert "order" in json.loads(out.read_text())
+
+
+def test_a_limit_met_exactly_is_within_it_despite_rounding(tmp_path: Path) -> None:
+    """17 samples of 3.7 bytes are 62.9 bytes, at the limit (model.md: at the limit is
+    within it), though the floating-point product is 62.900000000000006: evaluate said the
+    stage was over, and a flush search refused the problem, 'above its memory_limit 62.9'."""
+    from tidgap.optimize.limits import held_within
+
+    assert 17 * 3.7 > 62.9  # the rounding this is about
+    assert held_within(62.9, 3.7, 17) == 17
+    assert held_within(62.9, 3.7 + 1e-9, 17) == 16
+    affine = {"affine": {"base": 5, "per_sample": 0.1}}
+    stage = {"forward": affine, "backward": affine, "activation_bytes": 3.7, "memory_limit": 62.9}
+    problem = _write(tmp_path, {"format": "tidgap.problem/1", "batch_size": 17, "stages": [stage]})
+    plan = {"format": "tidgap.plan/1", "forward": [[17]], "backward": [[17]]}
+    plan = _write(tmp_path, plan, "plan.json")
+    document = json_output(run_cli("evaluate", problem, plan, "--json"))
+    assert document["over_memory_limit"] == []
+    searched = run_cli("search", problem, "--schedule", "flush", "--generations", "1", "--quiet")
+    assert searched.exit_code == 0, searched.stderr

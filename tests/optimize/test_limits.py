@@ -68,7 +68,8 @@ def brute_force_held(limit: float, activation_bytes: float, batch_size: int) -> 
         (6.0, 2.0, 8, 3),  # exactly at the limit is within it
         (5.999, 2.0, 8, 2),
         (1.5, 0.5, 8, 3),
-        (0.3, 0.1, 8, 2),  # 3 * 0.1 == 0.30000000000000004 > 0.3, as evaluate computes
+        (0.3, 0.1, 8, 3),  # 3 * 0.1 == 0.30000000000000004: at 0.3, as evaluate says
+        (0.3 - 1e-9, 0.1, 8, 2),
         (3 * 0.1, 0.1, 8, 3),
         (44 * 0.03, 0.03, 50, 44),  # the quotient 43.999...: the product decides
         (1.0, 3.0, 8, 0),

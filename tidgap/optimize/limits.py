@@ -18,6 +18,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.numbers import is_integer
 from tidgap.model.problem import Problem
 from tidgap.optimize.memory import format_bytes, parse_size
+from tidgap.schedules.held import within_limit
 
 #: ``--memory-limit`` word for "what the best 1F1B holds on each stage".
 ONE_F_ONE_B = "1f1b"
@@ -81,14 +82,15 @@ def checked_memory_limit(limit: str | int | None) -> str | int | None:
 
 
 def held_within(limit: float, activation_bytes: float, batch_size: int) -> int:
-    """The most samples ``h`` with ``h * activation_bytes <= limit`` (the whole batch when
-    a sample takes no memory)."""
-    if activation_bytes <= 0 or batch_size * activation_bytes <= limit:
+    """The most samples ``h`` with ``h * activation_bytes`` within ``limit``
+    (:func:`~tidgap.schedules.held.within_limit`; the whole batch when a sample takes no
+    memory)."""
+    if activation_bytes <= 0 or within_limit(batch_size * activation_bytes, limit):
         return batch_size
     held = math.floor(limit / activation_bytes)
-    while held < batch_size and (held + 1) * activation_bytes <= limit:
+    while held < batch_size and within_limit((held + 1) * activation_bytes, limit):
         held += 1
-    while held > 0 and held * activation_bytes > limit:
+    while held > 0 and not within_limit(held * activation_bytes, limit):
         held -= 1
     return held
 
