@@ -58,6 +58,13 @@ def test_bad_sizes_are_refused(text: str) -> None:
 def test_bytes_format_readably() -> None:
     assert format_bytes(512) == "512 B"
     assert format_bytes(51.2e9) == "51.2 GB"
+    # rounded before the unit is chosen; fractions of a byte kept (a mean's bytes)
+    assert format_bytes(999_999) == "1 MB"
+    assert format_bytes(249_999.9 * 4) == "1 MB"
+    assert format_bytes(999.6e6) == "1 GB"
+    assert format_bytes(999.4) == "999 B"
+    assert format_bytes(62.9) == "62.9 B"
+    assert format_bytes(2.5e15) == "2500 TB"
 
 
 @pytest.mark.parametrize("schedule", ["flush", "windowed"])

@@ -143,14 +143,14 @@ def parse_size(text: str) -> int:
 
 
 def format_bytes(count: float) -> str:
-    """``1.2 GB``-style, powers of 1000 (at most TB)."""
-    if count < 1000:
-        return f"{int(count)} B"
-    for unit in ("kB", "MB", "GB"):
-        count /= 1000
-        if count < 1000:
-            return f"{count:.3g} {unit}"
-    return f"{count / 1000:.3g} TB"
+    """``1.2 GB``-style: three significant digits, powers of 1000 (at most TB); rounded
+    before the unit is chosen, so 999,999 bytes are ``1 MB``, not ``1e+03 kB``."""
+    value = float(f"{count:.3g}")
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(value) < 1000:
+            return f"{value:.3g} {unit}"
+        value = float(f"{value / 1000:.3g}")
+    return f"{value:.4g} TB"
 
 
 def require_available(
