@@ -204,6 +204,32 @@ def test_a_long_value_quoted_in_a_message_is_cut() -> None:
     assert brief([1] * 3) == "[1, 1, 1]"
 
 
+@pytest.mark.parametrize(
+    ("edit", "path"),
+    [
+        (lambda d: d["stages"][0].update(max_microbatch=None), "stages[0].max_microbatch"),
+        (lambda d: d["stages"][1]["forward"].update(table=None), "stages[1].forward.table"),
+        (lambda d: d.update(name=None), "name"),
+    ],
+)
+def test_a_null_key_is_refused_not_taken_as_absent(tmp_path: Path, edit: Any, path: str) -> None:
+    """``"max_microbatch": null`` dropped the stage's cap silently (formats.md refuses
+    unknown keys so that a typo cannot drop one); ``source`` stays free-form."""
+    document = tiny()
+    edit(document)
+    assert_rejected(write(tmp_path, "p.json", document), path, "is null; leave the key out")
+    document = tiny()
+    document["source"] = {"note": None}
+    assert load_problem(write(tmp_path, "q.json", document)).source == {"note": None}
+
+
+def test_a_byte_order_mark_is_allowed(tmp_path: Path) -> None:
+    """Notepad begins UTF-8 files with one: refused as `Unexpected UTF-8 BOM (decode using
+    utf-8-sig)`."""
+    path = write(tmp_path, "p.json", b"\xef\xbb\xbf" + json.dumps(tiny()).encode())
+    assert load_problem(path).batch_size == tiny()["batch_size"]
+
+
 def test_invalid_utf8_is_bad_input(tmp_path: Path) -> None:
     data = json.dumps(tiny()).encode().replace(b'"tiny-2"', b'"tiny\xff"')
     assert_rejected(write(tmp_path, "p.json", data), None, "not UTF-8 text (byte")

@@ -64,6 +64,24 @@ def input_error_from(error: ValidationError) -> InputError:
     return InputError(first["msg"][0].lower() + first["msg"][1:], path)
 
 
+def refuse_null_keys(document: Any, free: frozenset[str] = frozenset()) -> None:
+    """Raise :class:`InputError` at the first key, in file order, whose value is ``null``,
+    outside the top-level keys of ``free`` (free-form JSON): a field not given is left
+    out, and a ``null`` taken for it would drop it silently (``"max_microbatch": null``, a
+    cap). Items of arrays are left to the model's types."""
+    stack: list[tuple[Any, JsonPath]] = [(document, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            items = [(k, v) for k, v in value.items() if path or k not in free]
+            for key, item in items:
+                if item is None:
+                    raise InputError("is null; leave the key out to give no value", (*path, key))
+            stack.extend(((item, (*path, key)) for key, item in reversed(items)))
+        elif isinstance(value, list):
+            stack.extend((item, (*path, i)) for i, item in reversed(list(enumerate(value))))
+
+
 def parse_model(model: type[Model], data: Any, format_tag: str) -> Model:
     """Validate a decoded JSON document as ``model``; raise :class:`InputError` if it is bad.
 
@@ -207,7 +225,8 @@ def _read_at_most(file: BinaryIO, limit: int) -> bytes:
 
 def read_json(path: str | os.PathLike[str]) -> Any:
     """Decode a JSON file. An empty name, a file that cannot be read, is larger than
-    :data:`MAX_FILE_BYTES` (``/dev/zero``, say), is not UTF-8, is not JSON or holds a value
+    :data:`MAX_FILE_BYTES` (``/dev/zero``, say), is not UTF-8 (a byte-order mark may begin it), is
+    not JSON or holds a value
     no command can use (see :func:`_check_values`) raises :class:`InputError`."""
     source = str(path)
     require_file_name(source)
@@ -221,7 +240,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
             f"larger than {MAX_FILE_BYTES >> 20} MiB: not a tidgap file", source=source
         )
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a leading byte-order mark (Notepad's) dropped
     except UnicodeDecodeError as error:
         raise InputError(
             f"not UTF-8 text (byte {error.start}: {error.reason})", source=source

@@ -17,7 +17,7 @@ from tidgap.model.calibration_tables import (
     stage_times,
 )
 from tidgap.model.errors import InputError
-from tidgap.model.fileio import parse_model, read_json, require_file_name
+from tidgap.model.fileio import parse_model, read_json, refuse_null_keys, require_file_name
 from tidgap.model.numbers import MAX_COUNT
 from tidgap.model.text import printable, without_surrogates
 from tidgap.model.timefn import Bytes, Duration, PositiveBytes, Samples, StrictModel, TimeFunction
@@ -154,6 +154,7 @@ class Problem(StrictModel):
     @classmethod
     def from_dict(cls, data: Any, default_name: str | None = None) -> Problem:
         """Validate a decoded ``tidgap.problem/1`` document; raise :class:`InputError`."""
+        refuse_null_keys(data, frozenset({"source"}))
         problem = parse_model(cls, data, PROBLEM_FORMAT)
         if problem.name is None and default_name is not None:
             problem = problem.model_copy(update={"name": default_name})
