@@ -25,6 +25,10 @@ from tidgap.model.numbers import positive_integer_text
 from tidgap.optimize.interrupts import exit_status
 from tidgap.outputs.atomic import abandon_writes
 
+#: What click (8.2 on) raises for a group given no command: ``()`` before it, which printed
+#: the help itself.
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
 
 class TidgapGroup(click.Group):
     """A click group whose errors are one line on stderr with exit status 2."""
@@ -37,6 +41,9 @@ class TidgapGroup(click.Group):
                 status = super().main(*args, standalone_mode=False, **kwargs)
         except InputError as error:
             _fail(str(named_as_option(error)))
+        except NO_ARGS_IS_HELP as error:  # a bare command: its help, as click < 8.2 printed it
+            click.echo(error.format_message())
+            sys.exit(0)
         except click.UsageError as error:
             context = f"{error.ctx.info_name}: " if error.ctx and error.ctx.parent else ""
             _fail(f"{context}{error.format_message()}")
