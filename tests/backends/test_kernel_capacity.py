@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.backends import install_fake_cupy
 from tidgap import InputError, Problem, search
-from tidgap.backends import BACKENDS, windowed_default
+from tidgap.backends import BACKENDS
 from tidgap.kernels.source import (
     LOCAL_MEMORY_LIMIT,
     kernel_source,
@@ -26,6 +26,7 @@ from tidgap.kernels.source import (
     scratch_width,
     thread_scratch_bytes,
 )
+from tidgap.optimize.windowed_driver import windowed_backend
 from tidgap.profiling.synth import synth_problem
 
 
@@ -95,9 +96,9 @@ def test_a_windowed_search_too_wide_for_the_gpu(monkeypatch: pytest.MonkeyPatch)
     install_fake_cupy(monkeypatch)
     usable = dataclasses.replace(BACKENDS["cuda"], unusable_reason=lambda: None)
     monkeypatch.setitem(BACKENDS, "cuda", usable)
-    assert windowed_default(128, 64) == "cuda"
-    assert windowed_default(128, 256) == "numba"
     problem = wide_problem()
+    assert windowed_backend(problem, None, None) == "cuda"  # the default width, 64
+    assert windowed_backend(problem, 1100, None) == "numba"
     settings = {"seed": 0, "generations": 1, "population": 8, "max_microbatches": 1100}
     with pytest.raises(InputError, match="768 KiB of scratch") as refused:
         search(problem, backend="cuda", **settings)
@@ -148,3 +149,24 @@ def test_the_benchmark_skips_what_the_kernel_cannot_hold(monkeypatch: pytest.Mon
     workload = Workload(problem, tick_problem(problem), 1100, draw)  # type: ignore[arg-type]
     rows = list(measure_backend(BACKENDS["cuda"], workload, ["windowed"], [8, 64], 1, 0))
     assert [row.skipped for row in rows] == [ordered_refusal(2, 1100)] * 2
+
+
+def test_auto_counts_the_width_a_memory_limit_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 byte a stage holds 1 sample: 1100 microbatches. ``auto`` chose the GPU from the
+    width it starts from and the search refused (its advice, fewer --max-microbatches,
+    impossible)."""
+    install_fake_cupy(monkeypatch)
+    usable = dataclasses.replace(BACKENDS["cuda"], unusable_reason=lambda: None)
+    monkeypatch.setitem(BACKENDS, "cuda", usable)
+    document = synth_problem(0, stages=2, batch_size=1100)
+    for stage in document["stages"]:
+        stage["activation_bytes"] = 1
+    problem = Problem.from_dict(document)
+    assert windowed_backend(problem, None, None) == "cuda"
+    assert windowed_backend(problem, None, 1) == "numba"
+    settings = {"seed": 0, "generations": 1, "population": 8, "memory_limit": 1}
+    assert search(problem, backend="auto", **settings).backend == "numba"
+    with pytest.raises(
+        InputError, match=r"over CUDA's 512 KiB per thread: search on the CPU \(--cpu\)$"
+    ):
+        search(problem, backend="cuda", **settings)

@@ -262,3 +262,59 @@ def test_a_memory_limit_keeps_the_table_entries_its_plans_need() -> None:
         result = search(problem, seed=0, generations=5, population=32, backend=backend)
         assert result.evaluation.over_memory_limit == []
         assert result.evaluation.iteration_time <= 5002 * (1 + 1e-9)
+
+
+def blinded_problem(entry: float) -> Problem:
+    """4 stages of 8 samples, tabulated forwards of 0.01-0.06 ms, stage 0 holding at most 2
+    samples (no 1F1B fits), stage 3's forward of all 8 samples ``entry`` ms."""
+    sizes = list(range(1, 9))
+
+    def stage(s: int) -> dict[str, Any]:
+        times = [0.01 + 0.005 * b * (1 + 0.3 * (s % 2)) for b in sizes]
+        if s == 3:
+            times[-1] = entry
+        backward = {"affine": {"base": 0.01, "per_sample": 0.01 * (1 + 0.2 * s)}}
+        document = {"forward": {"table": {"sizes": sizes, "times": times}}, "backward": backward}
+        return document | {"activation_bytes": 1} | ({"memory_limit": 2} if s == 0 else {})
+
+    link = {"affine": {"base": 0.001, "per_sample": 0.0005}}
+    return Problem.from_dict(
+        {
+            "format": "tidgap.problem/1",
+            "batch_size": 8,
+            "stages": [stage(s) for s in range(4)],
+            "links": [{"forward": link, "backward": link}] * 3,
+        }
+    )
+
+
+def test_an_absurd_entry_under_a_limit_no_1f1b_meets() -> None:
+    """With no 1F1B within the limit the clamp was dropped: 1e14 ms made the tick 1 ms and
+    the search returned 0.968 ms where it finds 0.712 without the entry. The capped 1F1B
+    seed within the limit now bounds the entries."""
+    plain = search(blinded_problem(1.0), seed=1, generations=5, population=64)
+    blinded = search(blinded_problem(1e14), seed=1, generations=5, population=64)
+    assert blinded.evaluation.over_memory_limit == []
+    assert blinded.evaluation.iteration_time <= plain.evaluation.iteration_time * 1.01
+
+
+def test_a_given_width_bounds_the_entries_by_a_1f1b_it_holds() -> None:
+    """Stage 1 may hold 3 of 4 samples; its sizes 2 and 3 take 1e5 and 1e6 ms. The ceiling
+    came from 1F1B(4), which a width of 2 cannot hold, and clamped both sizes alike: the
+    search returned 2e6 ms where 1F1B(2), within the limit and the width, takes 400002."""
+    flat = {"affine": {"base": 1, "per_sample": 0}}
+    free = {"affine": {"base": 0, "per_sample": 0}}
+    table = {"table": {"sizes": [1, 2, 3, 4], "times": [1, 1e5, 1e6, 0.01]}}
+    problem = Problem.from_dict(
+        {
+            "format": "tidgap.problem/1",
+            "batch_size": 4,
+            "stages": [
+                {"forward": flat, "backward": flat, "activation_bytes": 1},
+                {"forward": table, "backward": table, "activation_bytes": 1, "memory_limit": 3},
+            ],
+            "links": [{"forward": free, "backward": free}],
+        }
+    )
+    result = search(problem, seed=1, generations=5, population=64, max_microbatches=2)
+    assert result.evaluation.iteration_time <= 400002 * (1 + 1e-9)

@@ -195,12 +195,3 @@ def ordered_refusal(record: Backend, stages: int, width: int) -> str | None:
     """Why ``record``'s windowed evaluator cannot score chromosomes of ``stages`` stages and
     width ``width``, in one line; ``None`` where it can."""
     return None if record.ordered_refusal is None else load(record.ordered_refusal)(stages, width)
-
-
-def windowed_default(stages: int, width: int) -> str:
-    """:func:`default_backend` for a windowed search of ``(stages, width)`` chromosomes: the
-    first usable on the CPU where the default's evaluator cannot hold them."""
-    record = first_usable()
-    if ordered_refusal(record, stages, width) is not None:
-        record = first_usable("cpu")
-    return record.name

@@ -20,7 +20,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.limits import ONE_F_ONE_B, MemoryLevel, bytes_level, stage_level
-from tidgap.runtime.pricing import run_priced_baselines
+from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
 from tidgap.schedules.baselines import (
     BaselineResult,
     best_baselines,
@@ -28,6 +28,7 @@ from tidgap.schedules.baselines import (
     feasible_microbatch_counts,
     least_feasible_count,
 )
+from tidgap.schedules.families import evaluate
 from tidgap.schedules.ir import alternating_letters
 
 
@@ -105,14 +106,16 @@ def one_f_one_b_held(problem: Problem, counts: np.ndarray) -> np.ndarray:
 
 
 def fastest_one_f_one_b_within(
-    problem: Problem, level: MemoryLevel, pricing: str = MODEL_PRICING
+    problem: Problem, level: MemoryLevel, pricing: str = MODEL_PRICING, most: int | None = None
 ) -> BaselineResult | None:
     """The fastest 1F1B(m) within ``level`` (:func:`best_baselines` over the counts that fit
-    it; :data:`RUN_PRICING`: as ``tidgap run`` prices them), ``None`` where none fits. A
-    limit admits other counts than the unlimited best's, often more microbatches than a
-    search's default width: seeded (and the width widened to hold it), the search is never
-    slower than it."""
+    it, at most ``most`` where given; :data:`RUN_PRICING`: as ``tidgap run`` prices them),
+    ``None`` where none fits. A limit admits other counts than the unlimited best's, often
+    more microbatches than a search's default width: seeded (and the width widened to hold
+    it), the search is never slower than it."""
     counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
+    if most is not None:
+        counts = counts[counts <= most]
     fitting = counts[one_f_one_b_fits(problem, level, counts)]
     if fitting.size == 0:
         return None
@@ -120,6 +123,29 @@ def fastest_one_f_one_b_within(
     if pricing == RUN_PRICING:
         best = run_priced_baselines(problem, best, fitting)
     return best["1f1b"]
+
+
+def seeded_time_within(
+    problem: Problem,
+    level: MemoryLevel,
+    fastest: BaselineResult | None,
+    pricing: str = MODEL_PRICING,
+    most: int | None = None,
+) -> float:
+    """The time (ms, priced by ``pricing``) of a plan within ``level`` that a windowed
+    search of chromosomes ``most`` wide (``None``: as wide as the 1F1B needs) seeds:
+    ``fastest``, the fastest 1F1B within it (:func:`fastest_one_f_one_b_within` at that
+    ``most``), else the :func:`capped_one_f_one_b` of the fewest microbatches; ``inf``
+    where neither fits."""
+    if fastest is not None:
+        return fastest.iteration_time
+    fewest = fewest_within(problem, level)
+    capped = capped_one_f_one_b(problem, level, fewest)
+    if not capped or (most is not None and fewest > most):
+        return math.inf
+    if pricing == RUN_PRICING:
+        return run_evaluation(problem, capped[0]).iteration_time
+    return evaluate(problem, capped[0]).iteration_time
 
 
 def capped_one_f_one_b(problem: Problem, level: MemoryLevel, most: int) -> list[Plan]:

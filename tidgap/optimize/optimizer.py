@@ -178,14 +178,18 @@ def flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
 
 
 def resolved_backend(
-    backend: str, problem: Problem, schedule: str, max_microbatches: int | None
+    backend: str,
+    problem: Problem,
+    schedule: str,
+    max_microbatches: int | None,
+    memory_limit: str | int | None,
 ) -> str:
     """The backend that runs a search of ``schedule`` given ``backend``: ``auto`` is the
     default one, or for a windowed search :func:`windowed_backend`'s."""
     if backend != "auto":
         return backend
     if schedule == DEFAULT_SCHEDULE:
-        return windowed_backend(problem, max_microbatches)
+        return windowed_backend(problem, max_microbatches, memory_limit)
     return default_backend()
 
 
@@ -248,7 +252,7 @@ def checked_search(
         schedule,
         seed,
         population,
-        resolved_backend(backend, problem, schedule, max_microbatches),
+        resolved_backend(backend, problem, schedule, max_microbatches, memory_limit),
         same_partition,
         check_rule(backward),
         memory_limit,

@@ -16,14 +16,13 @@ level of the trade-off.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from types import ModuleType
 from typing import Any
 
-from tidgap.backends import Backend, load, ordered_refusal, windowed_default
+from tidgap.backends import Backend, first_usable, load, ordered_refusal
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING, TickedProblem, tick_problem
 from tidgap.backends.xp import namespace
@@ -40,13 +39,21 @@ from tidgap.optimize.genome import Population
 from tidgap.optimize.joint import Breeding, Island, JointSpace, backend_breeding
 from tidgap.optimize.joint_operators import JointGenes, Repair
 from tidgap.optimize.joint_optimizer import JointOptimizer
-from tidgap.optimize.limits import limit_in_force, tradeoff_levels
+from tidgap.optimize.limits import (
+    ONE_F_ONE_B,
+    bytes_level,
+    capped,
+    limit_in_force,
+    stage_level,
+    tradeoff_levels,
+)
 from tidgap.optimize.memory import joint_footprint
 from tidgap.optimize.memory_seeds import (
     capped_one_f_one_b,
     fastest_one_f_one_b_within,
     fewest_within,
     require_room,
+    seeded_time_within,
 )
 from tidgap.optimize.preparation import (
     POLISH_SHARE,
@@ -201,22 +208,24 @@ def compiled_loops(
     return ticked, evaluator, xp, breeding
 
 
-def admitted_time(within: list[BaselineResult | None]) -> float:
-    """The time (ms) of a seeded plan that each level admits: the slowest of the levels'
-    fastest 1F1B within them (``within``: a memory limit rules out plans of one microbatch
-    and the serial equal plan that :func:`~tidgap.backends.ticks.tick_problem` bounds
-    entries by otherwise), ``inf`` where some level admits no 1F1B (no ceiling)."""
-    if any(best is None for best in within):
-        return math.inf
-    return max(best.iteration_time for best in within if best is not None)
-
-
-def windowed_backend(problem: Problem, max_microbatches: int | None) -> str:
+def windowed_backend(
+    problem: Problem, max_microbatches: int | None, memory_limit: str | int | None
+) -> str:
     """The backend ``auto`` runs a windowed search of ``problem`` on: the default, or the
-    CPU's where the GPU's kernel cannot hold chromosomes of the width the search starts
-    from (:func:`~tidgap.backends.windowed_default`)."""
-    width = chromosome_width(problem, max_microbatches, [1])
-    return windowed_default(problem.num_stages, width)
+    first usable on the CPU where the default's evaluator cannot hold the chromosomes
+    (:func:`~tidgap.backends.ordered_refusal`) at the width the search starts from, widened
+    for the stages' limits and a byte ``memory_limit`` (not for the baselines' counts or
+    the heuristics', which it learns later: there a too wide search refuses, saying so)."""
+    record = first_usable()
+    if record.ordered_refusal is None:
+        return record.name
+    level = stage_level(problem)
+    if memory_limit is not None and memory_limit != ONE_F_ONE_B:
+        level = capped(bytes_level(problem, int(memory_limit)), level, problem.batch_size)
+    width = chromosome_width(problem, max_microbatches, [1, fewest_within(problem, level)])
+    if ordered_refusal(record, problem.num_stages, width) is None:
+        return record.name
+    return first_usable("cpu").name
 
 
 def counts_run_memory(problem: Problem, pricing: str) -> bool:
@@ -338,12 +347,20 @@ def prepare_windowed(
             in_force = limit_in_force(problem, memory_limit, one_f_one_b)
             levels = tradeoff_levels(problem, in_force, one_f_one_b)
             # the fastest 1F1B within each level, exactly, where it is not the best 1F1B (a
-            # seed already): a limit's may have more microbatches than the default width
-            within = [fastest_one_f_one_b_within(problem, level, pricing) for level in levels]
+            # seed already): a limit's may have more microbatches than the default width,
+            # which widens to hold it unless a width is given
+            most = None
+            if max_microbatches is not None:
+                most = chromosome_width(problem, max_microbatches, [1])
+            within = [fastest_one_f_one_b_within(problem, level, pricing, most) for level in levels]
+            admitted = max(
+                seeded_time_within(problem, level, fastest, pricing, most)
+                for level, fastest in zip(levels, within, strict=True)
+            )
         with phases("compile"):
             background_compile.finish(helper)
             ticked, evaluator, xp, breeding = compiled_loops(
-                problem, record, pricing, counting, admitted_time(within)
+                problem, record, pricing, counting, admitted
             )
     finally:
         background_compile.stop(helper)
@@ -375,10 +392,9 @@ def prepare_windowed(
     width = chromosome_width(problem, max_microbatches, [*needed, fewest])
     refusal = ordered_refusal(record, S, width)
     if refusal is not None:
-        raise InputError(
-            f"{refusal}: search on the CPU (--cpu), or with fewer --max-microbatches",
-            source="backend",
-        )
+        given = max_microbatches is not None and width <= max_microbatches
+        fewer = ", or with fewer --max-microbatches" if given else ""
+        raise InputError(f"{refusal}: search on the CPU (--cpu){fewer}", source="backend")
     if width < fewest:  # only a requested width can be this narrow
         raise InputError(
             f"{width} microbatches a stage cannot split the batch within the memory limit "
