@@ -228,6 +228,8 @@ def test_a_byte_order_mark_is_allowed(tmp_path: Path) -> None:
     utf-8-sig)`."""
     path = write(tmp_path, "p.json", b"\xef\xbb\xbf" + json.dumps(tiny()).encode())
     assert load_problem(path).batch_size == tiny()["batch_size"]
+    bad = write(tmp_path, "bad.json", b'\xef\xbb\xbf{"a\xff": 1}')  # 0xff at byte 6
+    assert_rejected(bad, None, "not UTF-8 text (byte 6: invalid start byte)")
 
 
 def test_invalid_utf8_is_bad_input(tmp_path: Path) -> None:

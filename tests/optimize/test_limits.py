@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tidgap import Link, Problem, Stage, affine
@@ -22,7 +22,7 @@ from tidgap.optimize.limits import (
     stage_level,
     tradeoff_levels,
 )
-from tidgap.schedules.held import peak_memory
+from tidgap.schedules.held import peak_memory, within_limit
 
 EXAMPLES = settings(max_examples=80, deadline=None, derandomize=True, database=None)
 BYTES = st.floats(min_value=1e-3, max_value=1e3, allow_nan=False, allow_infinity=False)
@@ -58,8 +58,9 @@ def test_a_limit_under_one_byte_says_so() -> None:
 
 
 def brute_force_held(limit: float, activation_bytes: float, batch_size: int) -> int:
-    """The most ``h`` in ``0..batch_size`` with ``h * activation_bytes <= limit``, counting."""
-    return max(h for h in range(batch_size + 1) if h * activation_bytes <= limit)
+    """The most ``h`` in ``0..batch_size`` whose ``h * activation_bytes`` evaluate counts
+    within ``limit`` (:func:`~tidgap.schedules.held.within_limit`), counting."""
+    return max(h for h in range(batch_size + 1) if within_limit(h * activation_bytes, limit))
 
 
 @pytest.mark.parametrize(
@@ -89,6 +90,8 @@ def test_held_within_a_limit_many_samples_above_the_batch() -> None:
 
 
 @given(BYTES, BYTES, st.integers(1, 200))
+@example(0.3, 0.1, 8)  # 3 * 0.1 is 0.30000000000000004: at the limit, as evaluate says
+@example(62.9, 3.7, 17)
 @EXAMPLES
 def test_held_within_is_the_most_samples_within_the_limit(
     limit: float, activation_bytes: float, batch_size: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
@@ -239,11 +240,12 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise InputError(
             f"larger than {MAX_FILE_BYTES >> 20} MiB: not a tidgap file", source=source
         )
+    mark = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        text = data.decode("utf-8-sig")  # a leading byte-order mark (Notepad's) dropped
+        text = data[mark:].decode("utf-8")  # a leading byte-order mark (Notepad's) dropped
     except UnicodeDecodeError as error:
         raise InputError(
-            f"not UTF-8 text (byte {error.start}: {error.reason})", source=source
+            f"not UTF-8 text (byte {mark + error.start}: {error.reason})", source=source
         ) from None
     return parse_json(text, source)
 
