@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +15,10 @@ import numpy as np
 import pytest
 
 from tests.support.host_build import build_host
+from tests.support.nvcc import compile_inlined, needs_nvcc
 from tests.support.populations import assert_breeds_into_a_part, assert_same_children, random_joint
 from tidgap.backends.gpu import gpu_unusable_reason
-from tidgap.kernels.source import KERNEL_DIR, kernel_source, operation_defines
+from tidgap.kernels.source import KERNEL_DIR
 from tidgap.optimize.joint_operators import (
     JOINT_MUTATIONS,
     JointGenes,
@@ -31,19 +30,11 @@ from tidgap.optimize.operators import BREED_DRAWS, MUTATE_DRAWS, MUTATIONS
 from tidgap.optimize.rng import CounterRng, uniform_int
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_joint_breed_source_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
     """The exact text NVRTC gets (headers inlined) compiles without warnings."""
-    source = tmp_path / "inlined_joint_breed.cu"
-    source.write_text(kernel_source("joint_breed.cu"))
-    assert "#include" not in source.read_text()
-    result = subprocess.run(
-        ["nvcc", f"-arch={arch}", "-std=c++17", *operation_defines(), "-c", str(source)]
-        + ["-o", str(tmp_path / "joint_breed.o")],
-        capture_output=True,
-        text=True,
-    )
+    result = compile_inlined("joint_breed.cu", tmp_path, arch)
     assert result.returncode == 0, result.stderr
     assert "warning" not in result.stderr.lower(), result.stderr
 

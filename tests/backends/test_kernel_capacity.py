@@ -8,20 +8,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.support.backends import install_fake_cupy
+from tests.support.nvcc import compile_inlined, needs_nvcc
 from tidgap import InputError, Problem, search
 from tidgap.backends import BACKENDS
 from tidgap.kernels.source import (
     LOCAL_MEMORY_LIMIT,
-    kernel_source,
-    operation_defines,
     ordered_refusal,
     scratch_width,
     thread_scratch_bytes,
@@ -30,32 +27,14 @@ from tidgap.optimize.windowed_driver import windowed_backend
 from tidgap.profiling.synth import synth_problem
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@needs_nvcc
 @pytest.mark.parametrize(("stages", "width"), [(8, 32), (64, 512), (256, 64)])
 def test_the_scratch_is_the_stack_frame_nvcc_reports(
     stages: int, width: int, tmp_path: Path
 ) -> None:
     """At the compile-time sizes the launcher sets (S=64, K=512: 790,272 bytes)."""
-    source = tmp_path / "windowed_evaluate.cu"
-    source.write_text(kernel_source("windowed_evaluate.cu"))
-    result = subprocess.run(
-        [
-            "nvcc",
-            "-arch=sm_90",
-            "-std=c++17",
-            f"-DTIDGAP_MAX_S={scratch_width(stages)}",
-            f"-DTIDGAP_MAX_K={scratch_width(width)}",
-            *operation_defines(),
-            "-Xptxas",
-            "-v",
-            "-c",
-            str(source),
-            "-o",
-            str(tmp_path / "evaluate.o"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    sizes = [f"-DTIDGAP_MAX_S={scratch_width(stages)}", f"-DTIDGAP_MAX_K={scratch_width(width)}"]
+    result = compile_inlined("windowed_evaluate.cu", tmp_path, "sm_90", *sizes, "-Xptxas", "-v")
     assert result.returncode == 0, result.stderr
     frames = re.findall(r"(\d+) bytes stack frame", result.stderr)
     assert [int(frame) for frame in frames] == [thread_scratch_bytes(stages, width)]

@@ -15,15 +15,15 @@ import pytest
 
 from tests.conftest import case_id, golden_cases
 from tests.support.host_build import build_host
+from tests.support.nvcc import compile_inlined, needs_nvcc
 from tests.support.populations import random_individuals, random_population, random_ticked
 from tidgap import Problem, load_problem
 from tidgap.backends.evaluator import create_evaluator
 from tidgap.backends.ticks import TickedProblem, tick_problem
-from tidgap.kernels.source import KERNEL_DIR, kernel_source, operation_defines, scratch_width
+from tidgap.kernels.source import KERNEL_DIR, operation_defines, scratch_width
 from tidgap.optimize.operators import BREED_DRAWS, MUTATIONS, breed
 from tidgap.optimize.rng import CounterRng, uniform_int
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
 
@@ -35,24 +35,7 @@ def test_kernel_source_compiles_with_nvcc(
     name: str, arch: str, max_width: int, tmp_path: Path
 ) -> None:
     """The exact text NVRTC gets (headers inlined) compiles, for each scratch size."""
-    source = tmp_path / f"inlined_{name}"
-    source.write_text(kernel_source(name))
-    assert "#include" not in source.read_text()
-    result = subprocess.run(
-        [
-            "nvcc",
-            f"-arch={arch}",
-            "-std=c++17",
-            f"-DTIDGAP_MAX_K={max_width}",
-            *operation_defines(),
-            "-c",
-            str(source),
-            "-o",
-            str(tmp_path / "evaluate.o"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    result = compile_inlined(name, tmp_path, arch, f"-DTIDGAP_MAX_K={max_width}")
     assert result.returncode == 0, result.stderr
     assert "warning" not in result.stderr.lower(), result.stderr
 
