@@ -16,7 +16,7 @@ from tests.conftest import golden_cases
 from tests.support.backends import install_fake_cupy
 from tests.support.calibrations import order_tables
 from tests.support.state_files import same_search, stopped_once_saved
-from tidgap import InputError, Problem, search
+from tidgap import InputError, Problem, evaluate, search
 from tidgap.optimize.anneal_checkpoint import ga_part
 from tidgap.optimize.checkpoint import ANNEAL_PHASE, MIRRORED_PHASE, load_state, write_state
 from tidgap.optimize.results import SearchResult
@@ -265,3 +265,37 @@ def test_a_run_priced_plan_file_predicts_what_evaluate_prints() -> None:
     assert document["predicted"]["iteration_time"] < run_priced.iteration_time
     model = search(problem, generations=1, population=16, pricing="model").plan_document()
     assert "predicted_run" not in model["search"]
+
+
+def test_summaries_give_the_model_s_time_and_price_every_row_alike() -> None:
+    """A run-priced search's sweep row gave ``tidgap run``'s prediction as ``plan_time``
+    (documented as the model's, what ``tidgap evaluate`` gives), with run-held bytes as
+    its peaks; its summary table priced the local greedy and global DP rows by the model
+    beside the plan and baselines priced as run."""
+    from tidgap.analysis.compare import compare
+    from tidgap.analysis.sweep_summary import COLUMNS, summary_csv, sweep_row
+
+    problem = calibrated("med7_1", order=True)
+    result = search(problem, seed=0, generations=3, population=16)
+    assert result.pricing == "run"
+    model, run = evaluate(problem, result.plan), run_evaluation(problem, result.plan)
+    assert model.iteration_time != pytest.approx(run.iteration_time)  # the test has teeth
+    row = sweep_row("p.json", "p.plan.json", result, run.iteration_time)
+    assert row["plan_time"] == model.iteration_time
+    assert row["peak_held"] == model.peak_held
+    one_f_one_b = result.baselines["1f1b"].iteration_time
+    assert row["gain_over_1f1b_pct"] == pytest.approx(
+        (one_f_one_b / result.evaluation.iteration_time - 1) * 100
+    )
+    cells = summary_csv([row]).splitlines()[1].split(",")
+    assert cells[COLUMNS.index("gpipe_over_limit")] == str(row["gpipe_over_limit"]).lower()
+    rows = compare(
+        problem,
+        result.plan,
+        baselines=result.baselines,
+        heuristics=result.heuristics,
+        price=run_evaluation,
+    )
+    timed = {row.schedule: row.iteration_time for row in rows}
+    for name, plan in result.heuristics.items():
+        assert timed[name] == run_evaluation(problem, plan).iteration_time

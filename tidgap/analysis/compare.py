@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from tidgap.model.lists import stage_list
@@ -60,11 +60,20 @@ def microbatch_summary(plan: Plan) -> str:
 Entry = tuple[str, str, str, float, Evaluation | None]
 
 
+#: How a row's plan is timed: ``(problem, plan) -> Evaluation``.
+Pricing = Callable[[Problem, Plan], Evaluation]
+
+
 def _plan_entry(
-    problem: Problem, name: str, plan: Plan, evaluation: Evaluation | None = None
+    problem: Problem,
+    name: str,
+    plan: Plan,
+    evaluation: Evaluation | None = None,
+    price: Pricing = evaluate,
 ) -> Entry:
-    """The entry of a plan's row (flush or ordered); ``evaluation`` if already known."""
-    evaluation = evaluate(problem, plan) if evaluation is None else evaluation
+    """The entry of a plan's row (flush or ordered), timed by ``price``; ``evaluation`` if
+    already known."""
+    evaluation = price(problem, plan) if evaluation is None else evaluation
     summary = microbatch_summary(plan)
     return name, family_of(plan).name, summary, evaluation.iteration_time, evaluation
 
@@ -77,22 +86,26 @@ def compare(
     baselines: dict[str, BaselineResult] | None = None,
     heuristics: dict[str, Plan] | None = None,
     plan_evaluation: Evaluation | None = None,
+    price: Pricing = evaluate,
 ) -> list[ComparisonRow]:
     """Rows for ``plan`` (if given, first, flush or ordered), the best GPipe, 1F1B and
     PipeDream, and the local greedy and global DP plans, each with its memory. Pass
     ``baselines`` / ``heuristics`` / the plan's evaluation already computed to save the
-    work."""
+    work; ``price`` times the plans (the heuristics' too) as ``baselines`` were priced
+    (:func:`~tidgap.runtime.pricing.run_evaluation` for a run-priced search's)."""
     best = best_baselines(problem) if baselines is None else baselines
     if heuristics is None:
         heuristics = {name: build(problem) for name, build in HEURISTICS.items()}
     reference = best["gpipe"].iteration_time
     entries: list[Entry] = []
     if plan is not None:
-        entries.append(_plan_entry(problem, label, plan, plan_evaluation))
+        entries.append(_plan_entry(problem, label, plan, plan_evaluation, price))
     for name, result in best.items():
         evaluation = baseline_evaluation(problem, name, result.microbatches)
         entries.append((name, name, str(result.microbatches), result.iteration_time, evaluation))
-    entries += [_plan_entry(problem, name, other) for name, other in heuristics.items()]
+    entries += [
+        _plan_entry(problem, name, other, None, price) for name, other in heuristics.items()
+    ]
     return [
         ComparisonRow(
             name,

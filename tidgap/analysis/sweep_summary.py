@@ -54,12 +54,14 @@ def sweep_row(
     not UTF-8 as U+FFFD: :func:`~tidgap.model.text.without_surrogates`), the search's schedule and
     backward rule, the best GPipe and 1F1B (time in ``time_unit``, microbatches, whether it
     holds more than the memory limit in force allows on some stage), the plan's
-    time (the model's), ``run_time`` (``tidgap run``'s prediction for it, the same unit) and
-    its gains, its peak per stage (``peak_held`` samples; ``peak_memory`` bytes or ``None``
-    without ``activation_bytes``) and the search's wall time (seconds)."""
+    time (the model's), ``run_time`` (``tidgap run``'s prediction for it, the same unit),
+    its gains over the baselines as the search priced them all, its peak per stage in the
+    model (``peak_held`` samples; ``peak_memory`` bytes or ``None`` without
+    ``activation_bytes``) and the search's wall time (seconds)."""
     gpipe, one_f_one_b = result.baselines["gpipe"], result.baselines["1f1b"]
-    plan_time = result.evaluation.iteration_time
-    memory = result.evaluation.peak_memory
+    model = result.model_evaluation()
+    priced = result.evaluation.iteration_time  # as the baselines were priced
+    memory = model.peak_memory
     return {
         "problem": without_surrogates(problem),
         "name": result.problem.name,
@@ -73,20 +75,23 @@ def sweep_row(
         "1f1b_time": one_f_one_b.iteration_time,
         "1f1b_microbatches": one_f_one_b.microbatches,
         "1f1b_over_limit": beyond_limit(result, one_f_one_b),
-        "plan_time": plan_time,
+        "plan_time": model.iteration_time,
         "run_time": run_time,
-        "gain_over_1f1b_pct": gain_pct(one_f_one_b.iteration_time, plan_time),
-        "gain_over_gpipe_pct": gain_pct(gpipe.iteration_time, plan_time),
-        "peak_held": list(result.evaluation.peak_held),
+        "gain_over_1f1b_pct": gain_pct(one_f_one_b.iteration_time, priced),
+        "gain_over_gpipe_pct": gain_pct(gpipe.iteration_time, priced),
+        "peak_held": list(model.peak_held),
         "peak_memory": None if memory is None else list(memory),
         "wall_time": round(result.wall_time, 3),
     }
 
 
 def _cell(value: Any) -> str:
-    """A CSV cell: a per-stage list as its values joined by spaces, ``None`` empty."""
+    """A CSV cell: a per-stage list as its values joined by spaces, ``None`` empty, a
+    boolean ``true`` or ``false``."""
     if value is None:
         return ""
+    if isinstance(value, bool):  # as summary.json writes it
+        return "true" if value else "false"
     if isinstance(value, list):
         return " ".join(map(str, value))
     return str(value)

@@ -46,8 +46,8 @@ from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.limits import parse_memory_limit
 from tidgap.optimize.memory import parse_size
 from tidgap.outputs.files import check_outputs, comparison_files, json_file, write_files
-from tidgap.runtime.pricing import run_prediction
-from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
+from tidgap.runtime.pricing import run_evaluation, run_prediction
+from tidgap.schedules.families import SCHEDULES, evaluate, family_of, plan_timeline
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
 DEFAULT_TIME_LIMIT = 10.0
@@ -351,6 +351,7 @@ def _report(
         baselines=result.baselines,
         heuristics=result.heuristics,
         plan_evaluation=result.evaluation,
+        price=run_evaluation if result.pricing == RUN_PRICING else evaluate,
     )
     click.echo(format_table(rows, unit))
     if out is not None:

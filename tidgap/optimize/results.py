@@ -99,6 +99,13 @@ class SearchResult:
         """Best GPipe time / this plan's time."""
         return self.baselines["gpipe"].iteration_time / self.evaluation.iteration_time
 
+    def model_evaluation(self) -> Evaluation:
+        """The plan's evaluation by the model (what ``tidgap evaluate`` gives): the search's
+        own, or, where the search priced plans as ``tidgap run`` runs them, evaluated."""
+        if self.pricing == RUN_PRICING:
+            return evaluate(self.problem, self.plan)
+        return self.evaluation
+
     def plan_document(self) -> dict[str, Any]:
         """The ``tidgap.plan/1`` file ``tidgap search --out`` writes (``order`` for an ordered
         plan; the memory limit and the trade-off in ``search`` for a windowed search):
@@ -133,12 +140,10 @@ class SearchResult:
             search["memory_limit_held"] = list(self.memory_limit.held)
         if self.tradeoff:
             search["tradeoff"] = [point.as_dict(self.baselines) for point in self.tradeoff]
-        predicted = self.evaluation
         if self.pricing == RUN_PRICING:
             search["predicted_run"] = self.evaluation.as_dict()
-            predicted = evaluate(self.problem, self.plan)
         return document | {
-            "predicted": predicted.as_dict(),
+            "predicted": self.model_evaluation().as_dict(),
             "baselines": {
                 name: {"microbatches": b.microbatches, "iteration_time": b.iteration_time}
                 for name, b in self.baselines.items()
