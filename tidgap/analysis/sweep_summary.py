@@ -59,7 +59,7 @@ def sweep_row(
     model (``peak_held`` samples; ``peak_memory`` bytes or ``None`` without
     ``activation_bytes``) and the search's wall time (seconds)."""
     gpipe, one_f_one_b = result.baselines["gpipe"], result.baselines["1f1b"]
-    model = result.model_evaluation()
+    model = result.model_evaluation
     priced = result.evaluation.iteration_time  # as the baselines were priced
     memory = model.peak_memory
     return {

@@ -190,9 +190,9 @@ def tick_problem(
                 for s, m in enumerate(measured)
             ]
     tails = [stage.tail for stage in problem.stages]
-    once = ("forward_compute", "backward_compute", "forward_transfer", "backward_transfer")
-    per_microbatch = np.concatenate([np.reshape(tables[name], (-1, U + 1)) for name in once])
     if admitted is None:
+        once = ("forward_compute", "backward_compute", "forward_transfer", "backward_transfer")
+        per_microbatch = np.concatenate([np.reshape(tables[name], (-1, U + 1)) for name in once])
         admitted = serial_bound(per_microbatch, min(fcaps + bcaps)) + sum(tails)
     ceiling = CEILING_FACTOR * admitted
     if ceiling > 0:  # else every plan of the best m takes no time: nothing to clamp to

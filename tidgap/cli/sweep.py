@@ -51,7 +51,6 @@ from tidgap.outputs.files import (
     text_file,
     write_files,
 )
-from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.families import SCHEDULES
 from tidgap.schedules.held import require_flush_fits
 
@@ -284,8 +283,7 @@ def _write(
     for spec, path, result in zip(specs, plans, results, strict=True):
         if result is not None:
             files.append(json_file(path, result.plan_document()))
-            run_time = run_evaluation(result.problem, result.plan).iteration_time
-            rows.append(sweep_row(spec, path.name, result, run_time))
+            rows.append(sweep_row(spec, path.name, result, result.run_priced.iteration_time))
     csv_path, json_path = summaries
     summary = {"format": SWEEP_FORMAT, "problems": rows}
     files += [text_file(csv_path, summary_csv(rows)), json_file(json_path, summary)]

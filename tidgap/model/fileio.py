@@ -74,13 +74,17 @@ def refuse_null_keys(document: Any, free: frozenset[str] = frozenset()) -> None:
     while stack:
         value, path = stack.pop()
         if isinstance(value, dict):
-            items = [(k, v) for k, v in value.items() if path or k not in free]
-            for key, item in items:
+            entries = [(k, v) for k, v in value.items() if path or k not in free]
+            for key, item in entries:
                 if item is None:
                     raise InputError("is null; leave the key out to give no value", (*path, key))
-            stack.extend(((item, (*path, key)) for key, item in reversed(items)))
         elif isinstance(value, list):
-            stack.extend((item, (*path, i)) for i, item in reversed(list(enumerate(value))))
+            entries = list(enumerate(value))
+        else:
+            continue
+        # only objects and arrays are visited: a table's numbers hold no key
+        inner = [(key, item) for key, item in entries if isinstance(item, (dict, list))]
+        stack.extend((item, (*path, key)) for key, item in reversed(inner))
 
 
 def parse_model(model: type[Model], data: Any, format_tag: str) -> Model:
@@ -226,9 +230,9 @@ def _read_at_most(file: BinaryIO, limit: int) -> bytes:
 
 def read_json(path: str | os.PathLike[str]) -> Any:
     """Decode a JSON file. An empty name, a file that cannot be read, is larger than
-    :data:`MAX_FILE_BYTES` (``/dev/zero``, say), is not UTF-8 (a byte-order mark may begin it), is
-    not JSON or holds a value
-    no command can use (see :func:`_check_values`) raises :class:`InputError`."""
+    :data:`MAX_FILE_BYTES` (``/dev/zero``, say), is not UTF-8 (a byte-order mark may begin
+    it), is not JSON or holds a value no command can use (see :func:`_check_values`) raises
+    :class:`InputError`."""
     source = str(path)
     require_file_name(source)
     try:

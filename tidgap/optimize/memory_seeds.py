@@ -140,8 +140,10 @@ def seeded_time_within(
     if fastest is not None:
         return fastest.iteration_time
     fewest = fewest_within(problem, level)
+    if most is not None and fewest > most:
+        return math.inf
     capped = capped_one_f_one_b(problem, level, fewest)
-    if not capped or (most is not None and fewest > most):
+    if not capped:
         return math.inf
     if pricing == RUN_PRICING:
         return run_evaluation(problem, capped[0]).iteration_time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
@@ -11,6 +12,7 @@ from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.interrupts import STOP_SIGNALS
 from tidgap.optimize.limits import MemoryLevel
+from tidgap.runtime.pricing import run_evaluation
 from tidgap.schedules.baselines import BaselineResult
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import evaluate
@@ -99,12 +101,22 @@ class SearchResult:
         """Best GPipe time / this plan's time."""
         return self.baselines["gpipe"].iteration_time / self.evaluation.iteration_time
 
+    @cached_property
     def model_evaluation(self) -> Evaluation:
         """The plan's evaluation by the model (what ``tidgap evaluate`` gives): the search's
-        own, or, where the search priced plans as ``tidgap run`` runs them, evaluated."""
+        own, or, where the search priced plans as ``tidgap run`` runs them, evaluated once."""
         if self.pricing == RUN_PRICING:
             return evaluate(self.problem, self.plan)
         return self.evaluation
+
+    @cached_property
+    def run_priced(self) -> Evaluation:
+        """The plan's evaluation as ``tidgap run`` runs it
+        (:func:`~tidgap.runtime.pricing.run_evaluation`): the search's own where it priced
+        plans so, else evaluated once."""
+        if self.pricing == RUN_PRICING:
+            return self.evaluation
+        return run_evaluation(self.problem, self.plan)
 
     def plan_document(self) -> dict[str, Any]:
         """The ``tidgap.plan/1`` file ``tidgap search --out`` writes (``order`` for an ordered
@@ -143,7 +155,7 @@ class SearchResult:
         if self.pricing == RUN_PRICING:
             search["predicted_run"] = self.evaluation.as_dict()
         return document | {
-            "predicted": self.model_evaluation().as_dict(),
+            "predicted": self.model_evaluation.as_dict(),
             "baselines": {
                 name: {"microbatches": b.microbatches, "iteration_time": b.iteration_time}
                 for name, b in self.baselines.items()
