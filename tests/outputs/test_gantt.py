@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import sys
 from pathlib import Path
@@ -74,7 +75,10 @@ def test_svg_is_written(tmp_path: Path) -> None:
     draw(timelines(), path)
     text = path.read_text(encoding="utf-8")
     assert "<svg" in text and text.rstrip().endswith("</svg>")
-    assert "GPipe(8)" in text and "1F1B(8)" in text
+    # labels are text elements (selectable, searchable), not glyph outlines
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", text)
+    assert any("GPipe(8)" in label for label in labels)
+    assert any("1F1B(8)" in label for label in labels)
 
 
 def _inputs(tmp_path: Path) -> tuple[str, str]:

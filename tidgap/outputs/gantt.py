@@ -240,7 +240,11 @@ def draw(timelines: list[Timeline], path: str | os.PathLike[str]) -> None:
 
 
 def _save(timelines: list[Timeline], path: Path) -> None:
-    figure(timelines).savefig(path, format=path.suffix.lower().lstrip("."), dpi=DPI)
+    from matplotlib import rc_context
+
+    # SVG text stays text (selectable, searchable), not glyph outlines
+    with rc_context({"svg.fonttype": "none"}):
+        figure(timelines).savefig(path, format=path.suffix.lower().lstrip("."), dpi=DPI)
 
 
 def figure(timelines: list[Timeline]) -> Any:
