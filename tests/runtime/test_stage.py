@@ -15,6 +15,7 @@ from tidgap.model.plan import Plan, check_order  # noqa: E402
 from tidgap.profiling.models import Model, gpt  # noqa: E402
 from tidgap.profiling.run import stage_modules  # noqa: E402
 from tidgap.profiling.synth import synth_problem  # noqa: E402
+from tidgap.runtime.failures import ProbeFailed  # noqa: E402
 from tidgap.runtime.lowering import lower, recomputes  # noqa: E402
 from tidgap.runtime.reference import (  # noqa: E402
     max_relative_difference,
@@ -207,6 +208,48 @@ def test_boundary_specs_probe_in_eval_mode_and_restore_the_mode() -> None:
     specs = boundary_specs(stages, torch.randn(1, 4))  # batch norm in train mode refuses 1
     assert specs == [((6,), torch.float32), ((6,), torch.float32)]
     assert stages[0].training and stages[0][1].training and not stages[1].training
+
+
+class _Pair(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, x
+
+
+class _Nothing(nn.Module):
+    def forward(self, x: torch.Tensor) -> None:
+        return None
+
+
+class _BatchSum(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(0, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    ("last", "error", "message"),
+    [
+        (_Pair(), TypeError, "its last layer (_Pair) returned a tuple, not one tensor"),
+        (_Nothing(), TypeError, "its last layer (_Nothing) returned a NoneType, not one tensor"),
+        (
+            _BatchSum(),
+            ValueError,
+            "its last layer (_BatchSum) returned shape (1, 6), whose first dimension is not "
+            "the 2 sample(s) it was given",
+        ),
+    ],
+)
+def test_a_stage_that_does_not_send_one_batched_tensor_fails_the_probe(
+    last: nn.Module, error: type[Exception], message: str
+) -> None:
+    """A stage whose output is not one tensor of its samples (a tuple, ``None``, a sum over
+    the batch) fails the probe as a layer's error does (one line naming the stage), not with
+    an ``AttributeError`` out of the probe itself."""
+    stages = [nn.Sequential(nn.Linear(4, 6), last), nn.Sequential(nn.Linear(6, 2))]
+    with pytest.raises(ProbeFailed) as failed:
+        boundary_specs(stages, torch.randn(2, 4))
+    assert failed.value.stage == 0
+    assert isinstance(failed.value.__cause__, error)
+    assert str(failed.value.__cause__) == message
 
 
 def test_tasks_are_deterministic_from_the_seed() -> None:

@@ -54,7 +54,7 @@ def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
             x = sample
             for i, module in enumerate(stages):
                 try:
-                    x = module.eval()(x)
+                    x = batched_output(module.eval()(x), module, sample.shape[0])
                 except Exception as error:
                     raise ProbeFailed(i) from error
                 specs.append((tuple(x.shape[1:]), x.dtype))
@@ -62,6 +62,21 @@ def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
         for m, training in modes:
             m.training = training
     return specs
+
+
+def batched_output(output: object, stage: nn.Module, size: int) -> Tensor:
+    """``output``, where it is one tensor of ``size`` samples (dimension 0), as a stage must
+    send; else a ``TypeError`` or ``ValueError`` naming ``stage``'s last layer's type."""
+    layers = list(stage) if isinstance(stage, nn.Sequential) else [stage]
+    last = f"its last layer ({type(layers[-1]).__name__})" if layers else "the stage"
+    if not isinstance(output, Tensor):
+        raise TypeError(f"{last} returned a {type(output).__name__}, not one tensor")
+    if output.dim() == 0 or output.shape[0] != size:
+        raise ValueError(
+            f"{last} returned shape {tuple(output.shape)}, whose first dimension is not "
+            f"the {size} sample(s) it was given"
+        )
+    return output
 
 
 def probed_specs(
