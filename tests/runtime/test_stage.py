@@ -18,6 +18,7 @@ from tidgap.profiling.synth import synth_problem  # noqa: E402
 from tidgap.runtime.failures import ProbeFailed  # noqa: E402
 from tidgap.runtime.lowering import lower, recomputes  # noqa: E402
 from tidgap.runtime.reference import (  # noqa: E402
+    NOISE_FLOOR,
     max_relative_difference,
     reference_gradients,
     stage_gradients,
@@ -283,8 +284,22 @@ def test_max_relative_difference() -> None:
     want = {"a": torch.tensor([1.0, -4.0]), "b": torch.zeros(3), "c": torch.zeros(0)}
     got = {"a": torch.tensor([1.0, -4.2]), "b": torch.zeros(3), "c": torch.zeros(0)}
     assert max_relative_difference(got, want) == pytest.approx(0.05)
-    got["b"] = torch.tensor([0.0, 1e-30, 0.0])  # against zeros: divided by tiny
-    assert max_relative_difference(got, want) > 1e6
+    got["b"] = torch.tensor([0.0, 1e-30, 0.0])  # against zeros: rounding noise
+    assert max_relative_difference(got, want) == pytest.approx(0.05)
+    got["b"] = torch.tensor([0.0, 1e-3, 0.0])  # against zeros: relative to the floor (of 4)
+    assert max_relative_difference(got, want) == pytest.approx(1e-3 / (NOISE_FLOOR * 4))
+    # a tensor of small gradients is compared with its own size above the floor
+    small = {"a": torch.tensor([1.0]), "b": torch.tensor([0.01])}
+    assert max_relative_difference({**small, "b": torch.tensor([0.0101])}, small) == (
+        pytest.approx(0.01, rel=1e-4)
+    )
+    # rounding noise where the true gradient is zero: a bias a normalisation cancels (a
+    # relative difference of 0.22 before the floor, though the run was right)
+    cancelled = {"weight": torch.tensor([0.3, -0.2]), "bias": torch.tensor([1.3e-9])}
+    noisy = {"weight": torch.tensor([0.3, -0.2]), "bias": torch.tensor([1.0e-9])}
+    assert max_relative_difference(noisy, cancelled) < 1e-4
+    only_zeros = {"b": torch.zeros(2)}  # every reference zero: against tiny
+    assert max_relative_difference({"b": torch.tensor([0.0, 1e-30])}, only_zeros) > 1e6
     with pytest.raises(KeyError, match="missing \\['c'\\]"):
         max_relative_difference({"a": got["a"], "b": got["b"]}, want)
     with pytest.raises(ValueError, match="shape"):

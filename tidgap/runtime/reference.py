@@ -124,15 +124,22 @@ def reference_step(
     return {key: p.detach().to("cpu", copy=True) for key, p in parameters.items()}
 
 
+#: A tensor's differences are relative to at least this share of the largest value of any
+#: tensor (:func:`max_relative_difference`): a gradient that is zero but for rounding (a
+#: bias a normalisation cancels) is not compared with its own noise.
+NOISE_FLOOR = 1e-3
+
+
 def max_relative_difference(got: dict[str, Tensor], want: dict[str, Tensor]) -> float:
-    """The largest over tensors of ``max|got - want| / max(max|want|, tiny)`` (``tiny``: the
-    smallest normal number of ``want``'s dtype); 0 for empty tensors, infinity where either
-    holds a value that is not finite (NaN gradients match nothing). A ``KeyError`` if the
-    keys differ, a ``ValueError`` if shapes do."""
+    """The largest over tensors of ``max|got - want| / max(max|want|, NOISE_FLOOR * W,
+    tiny)`` (``W``: the largest ``|want|`` of any tensor; ``tiny``: the smallest normal
+    number of ``want``'s dtype); 0 for empty tensors, infinity where either holds a value
+    that is not finite (NaN gradients match nothing). A ``KeyError`` if the keys differ, a
+    ``ValueError`` if shapes do."""
     missing, extra = sorted(want.keys() - got.keys()), sorted(got.keys() - want.keys())
     if missing or extra:
         raise KeyError(f"gradients differ in keys: missing {missing}, unexpected {extra}")
-    worst = 0.0
+    pairs = []
     for key, expected in want.items():
         actual = got[key]
         if actual.shape != expected.shape:
@@ -144,6 +151,12 @@ def max_relative_difference(got: dict[str, Tensor], want: dict[str, Tensor]) -> 
         a, b = actual.detach().cpu().double(), expected.detach().cpu().double()
         if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
             return math.inf
-        scale = max(b.abs().max().item(), torch.finfo(expected.dtype).tiny)
-        worst = max(worst, (a - b).abs().max().item() / scale)
-    return worst
+        pairs.append(((a - b).abs().max().item(), b.abs().max().item(), expected.dtype))
+    largest = max((size for _, size, _ in pairs), default=0.0)
+    return max(
+        (
+            difference / max(size, NOISE_FLOOR * largest, torch.finfo(dtype).tiny)
+            for difference, size, dtype in pairs
+        ),
+        default=0.0,
+    )
