@@ -40,6 +40,9 @@ class _QueueTransport:
         self.expected: list[tuple[Any, int]] = []  # in reverse, the next one last
 
     def send(self, payload: Any, peer: int) -> None:
+        """A tensor arrives as torch.distributed delivers it: a contiguous copy, detached."""
+        if hasattr(payload, "contiguous"):
+            payload = payload.detach().clone(memory_format=_contiguous_format())
         self.network.queues[(self.rank, peer)].put(payload)
 
     def expect(self, receives: Sequence[tuple[Any, int]]) -> None:
@@ -57,6 +60,13 @@ class _QueueTransport:
 
     def wait(self) -> None:
         return None
+
+
+def _contiguous_format() -> Any:
+    """``torch.contiguous_format`` (torch is imported only where tensors are sent)."""
+    import torch
+
+    return torch.contiguous_format
 
 
 class SampleStage:

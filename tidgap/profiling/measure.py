@@ -311,10 +311,15 @@ def recompute_bytes_per_sample(
 
 
 def stage_input(given: Tensor, first: bool) -> Tensor:
-    """``given`` ``(b, ...)`` as a stage receives it: detached, and wanting a gradient
-    unless ``first`` (the model's input) or not floating point."""
+    """``given`` ``(b, ...)`` as a stage receives it: detached; unless ``first`` (the
+    model's input, cut from the task's tensor), contiguous, as the transport delivers it (a
+    transposed view's copy: measured on the view, a stage whose first layer copies it
+    counted both), and wanting a gradient where floating point."""
     x = given.detach()
-    if not first and x.is_floating_point():
+    if first:
+        return x
+    x = x.contiguous()
+    if x.is_floating_point():
         x.requires_grad_(True)
     return x
 
