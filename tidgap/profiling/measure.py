@@ -149,6 +149,13 @@ def storage_keys(tensors: Iterable[Tensor]) -> set[int]:
     return {storage_key(tensor) for tensor in tensors}
 
 
+def state_keys(module: nn.Module) -> set[int]:
+    """The :func:`storage_keys` of ``module``'s parameters and buffers: its state, held once
+    whatever the schedule, never per forward (a buffer autograd saves, a causal mask or a
+    batch norm's running statistics, is the same storage in every graph)."""
+    return storage_keys([*module.parameters(), *module.buffers()])
+
+
 class StorageBytes:
     """Bytes of tensors counted by storage, each storage once, those of ``left_out``
     (:func:`storage_keys`) left out: those :meth:`add`-ed and those autograd saves inside
@@ -160,8 +167,8 @@ class StorageBytes:
 
     @classmethod
     def of(cls, module: nn.Module, left_out: Sequence[Tensor] = ()) -> StorageBytes:
-        """A count that leaves out ``module``'s parameters and ``left_out``."""
-        return cls(storage_keys([*module.parameters(), *left_out]))
+        """A count that leaves out ``module``'s state (:func:`state_keys`) and ``left_out``."""
+        return cls(state_keys(module) | storage_keys(left_out))
 
     def add(self, *tensors: Tensor) -> None:
         """Count the storages of ``tensors``."""

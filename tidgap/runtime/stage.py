@@ -26,8 +26,8 @@ from torch import Tensor, nn
 
 from tidgap.profiling.measure import (
     StorageBytes,
+    state_keys,
     storage_key,
-    storage_keys,
     synchronize_stream,
 )
 from tidgap.runtime.drawing import DrawingModules, drawing_of, generators_unchanged
@@ -141,17 +141,18 @@ class Chunks:
 
 class HeldBytes:
     """What a stage holds for its backwards: the tensors autograd saved (saved-tensor hooks,
-    the module's parameters left out) that are still alive and the tensors the stage keeps
-    itself, each storage counted once; ``peak``: the most, in bytes, at any op's end since
-    :meth:`reset` (the measured twin of the model's ``peak_memory``)."""
+    the module's parameters and buffers left out:
+    :func:`~tidgap.profiling.measure.state_keys`) that are still alive and the tensors the
+    stage keeps itself, each storage counted once; ``peak``: the most, in bytes, at any
+    op's end since :meth:`reset` (the measured twin of the model's ``peak_memory``)."""
 
     def __init__(self, module: nn.Module) -> None:
-        self._parameters = storage_keys(module.parameters())
+        self._state = state_keys(module)
         self._saved: list[weakref.ref[Tensor]] = []
         self.peak = 0
 
     def _pack(self, tensor: Tensor) -> Tensor:
-        if storage_key(tensor) not in self._parameters:
+        if storage_key(tensor) not in self._state:
             self._saved.append(weakref.ref(tensor))
         return tensor
 
