@@ -19,6 +19,7 @@ from tidgap.runtime.failures import ProbeFailed  # noqa: E402
 from tidgap.runtime.lowering import lower, recomputes  # noqa: E402
 from tidgap.runtime.reference import (  # noqa: E402
     NOISE_FLOOR,
+    batch_statistics,
     max_relative_difference,
     reference_gradients,
     stage_gradients,
@@ -257,6 +258,23 @@ def test_a_stage_that_does_not_send_one_batched_tensor_fails_the_probe(
     assert failed.value.stage == 0
     assert isinstance(failed.value.__cause__, error)
     assert str(failed.value.__cause__) == message
+
+
+def test_batch_norm_without_running_statistics_is_said_to_defeat_eval_mode() -> None:
+    """Eval mode is the gradient check's answer to batch norm, but one that keeps no
+    running statistics normalises by the batch in eval mode too: the reason says so (the
+    check then fails, exit 1, the truth about such a model), not that eval mode helps."""
+    tracked = nn.Sequential(nn.Linear(4, 6), nn.Sequential(nn.BatchNorm1d(6)))
+    untracked = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6, track_running_stats=False))
+    assert batch_statistics(nn.Sequential(nn.Linear(4, 6))) is None
+    assert batch_statistics(tracked) == (
+        "layer 1.0 (BatchNorm1d) normalises each microbatch by its own statistics in train mode"
+    )
+    assert batch_statistics(untracked) == (
+        "layer 1 (BatchNorm1d) normalises each microbatch by its own statistics in train "
+        "mode, and in eval mode too (it keeps no running statistics), so no forward of the "
+        "whole batch computes what the pipeline does"
+    )
 
 
 def test_tasks_are_deterministic_from_the_seed() -> None:

@@ -275,7 +275,7 @@ def require_consistent_recompute(
     for source, plan in plans:
         for s, (recomputing, indices) in enumerate(zip(recomputes(plan), stages, strict=True)):
             found = next(
-                (hit for i in indices if (hit := batch_normalising(layers[i][1], layers[i][0]))),
+                (hit[0] for i in indices if (hit := batch_normalising(layers[i][1], layers[i][0]))),
                 None,
             )
             if recomputing and found is not None:

@@ -39,25 +39,34 @@ def trainable(layers: nn.Sequential, names: list[str] | None = None) -> dict[str
     }
 
 
-def batch_normalising(layers: nn.Module, prefix: str = "") -> str | None:
-    """``name (kind)`` of the first module of ``layers`` that normalises by its batch's
-    statistics in train mode (a ``BatchNorm``), its name within ``layers`` after
+def batch_normalising(layers: nn.Module, prefix: str = "") -> tuple[str, nn.Module] | None:
+    """``(name (kind), module)`` of the first module of ``layers`` that normalises by its
+    batch's statistics in train mode (a ``BatchNorm``), its name within ``layers`` after
     ``prefix`` (``"1"``, ``"1.norm"``); ``None`` if there is none."""
     for name, module in layers.named_modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             dotted = ".".join(part for part in (prefix, name) if part)
-            return f"{dotted} ({type(module).__name__})"
+            return f"{dotted} ({type(module).__name__})", module
     return None
 
 
 def batch_statistics(layers: nn.Module) -> str | None:
     """Why a pipelined iteration in train mode computes another function than one forward
     of the whole batch: the first layer that normalises by its batch's statistics (each
-    microbatch by its own), as a sentence; ``None`` if there is none."""
+    microbatch by its own), as a sentence; ``None`` if there is none. One that keeps no
+    running statistics does so in eval mode too, and the sentence says that the check
+    cannot agree."""
     found = batch_normalising(layers)
     if found is None:
         return None
-    return f"layer {found} normalises each microbatch by its own statistics in train mode"
+    label, module = found
+    sentence = f"layer {label} normalises each microbatch by its own statistics in train mode"
+    if module.running_mean is None:  # track_running_stats=False: batch statistics in eval
+        sentence += (
+            ", and in eval mode too (it keeps no running statistics), so no forward of the "
+            "whole batch computes what the pipeline does"
+        )
+    return sentence
 
 
 def replayed_forward(stages: list[nn.Module], draws: list[list[Draw]]) -> Forward:
