@@ -997,6 +997,8 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     assert "Traceback" not in reported.stderr
     document = json.loads(reported.stdout)
     assert document["run"]["max_gradient_relative_difference"] == "not finite"
+    text = report_damaged(folder / "rank0.pt", nan, [*options, "--results", str(folder)])
+    assert text.exit_code == 1 and "max relative difference not finite from" in text.stdout
 
 
 def _first_tensor(saved: dict[str, Any], field: str) -> Any:

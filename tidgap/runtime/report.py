@@ -135,6 +135,12 @@ def measured_timeline(problem: Problem, ranks: Sequence[Sequence[Row]], label: s
     )
 
 
+def _difference_text(difference: float) -> str:
+    """``difference`` in a report line: three digits, or ``not finite`` (as in JSON)."""
+    shown = _finite(difference)
+    return shown if isinstance(shown, str) else f"{difference:.3g}"
+
+
 def _finite(difference: float | None) -> float | str | None:
     """``difference`` as JSON holds it: ``"not finite"`` for NaN or infinity."""
     if difference is None or math.isfinite(difference):
@@ -443,12 +449,14 @@ def format_figures(figures: RunFigures, names: Sequence[str]) -> list[str]:
     if figures.gradient_difference is not None:
         lines.append(
             f"  gradients ({_check_mode(figures)}): max relative difference "
-            f"{figures.gradient_difference:.3g} from one process on the whole batch"
+            f"{_difference_text(figures.gradient_difference)} from one process on the whole "
+            "batch"
         )
     if figures.weight_difference is not None:
         lines.append(
             f"  weights after one optimizer step: max relative difference "
-            f"{figures.weight_difference:.3g} from one process's step on the same gradients"
+            f"{_difference_text(figures.weight_difference)} from one process's step on the "
+            "same gradients"
         )
     return lines
 
