@@ -19,7 +19,7 @@ import pytest
 from tidgap.model.problem import load_problem
 from tidgap.optimize.driver import search
 from tidgap.optimize.ga import StopRule
-from tidgap.optimize.interrupts import StopSignals, exit_status
+from tidgap.optimize.interrupts import DUPLICATE_SECONDS, StopSignals, exit_status
 
 #: Most seconds a test waits for the search to start, or to end after a signal.
 PATIENCE = 120.0
@@ -91,13 +91,17 @@ def test_a_signal_writes_the_best_plan_and_exits_with_its_status(
     assert [sum(p) for p in document["forward"]] == [problem.batch_size] * problem.num_stages
 
 
-def test_a_second_sigint_exits_at_once_without_a_traceback(tmp_path: Path) -> None:
+def test_a_second_signal_exits_at_once_without_a_traceback(tmp_path: Path) -> None:
+    """SIGTERM right after SIGINT: another signal, so a second request at once (the same
+    one again within DUPLICATE_SECONDS is the first delivered twice; later, the search may
+    have ended on the first)."""
     process, reader = _start_search(tmp_path / "plan.json")
     _wait_for(reader, b"generation")
     process.send_signal(signal.SIGINT)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGTERM)
     code, _, shown = _finish(process, reader)
-    assert code == 130, shown[-2000:]  # what it printed, should this fail again
+    assert code == 143, shown[-2000:]  # what it printed, should this fail again
+    assert "SIGTERM again: stopped at once" in shown
     assert "Traceback" not in shown and "SystemError" not in shown
 
 
@@ -109,6 +113,31 @@ def test_stop_signals_record_the_first_signal() -> None:
     assert signals.received() == "SIGTERM"
     assert heard == ["SIGTERM"]
     assert exit_status(signal.SIGTERM) == 143 and exit_status(signal.SIGINT) == 130
+
+
+def test_the_first_signal_delivered_twice_is_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GNU ``timeout`` sends its signal to the process, then to its process group: an idle
+    sweep's handler ran for each and took the second for a second Ctrl-C (exited at once,
+    wrote nothing). The same signal again within DUPLICATE_SECONDS is ignored; after that,
+    or another signal, is a second request."""
+    clock = [100.0]
+    monkeypatch.setattr("tidgap.optimize.interrupts.time.monotonic", lambda: clock[0])
+    exits: list[int] = []
+
+    def exited(status: int) -> None:
+        exits.append(status)
+
+    monkeypatch.setattr("tidgap.optimize.interrupts.os._exit", exited)
+    signals = StopSignals()
+    signals.handle(signal.SIGINT, None)
+    clock[0] += DUPLICATE_SECONDS / 2
+    signals.handle(signal.SIGINT, None)
+    assert exits == [] and signals.received() == "SIGINT"
+    signals.handle(signal.SIGTERM, None)  # another signal at once: a second request
+    assert exits == [143]
+    clock[0] += DUPLICATE_SECONDS
+    signals.handle(signal.SIGINT, None)
+    assert exits == [143, 130]
 
 
 def test_an_interrupted_search_returns_its_best_plan_without_polish() -> None:

@@ -667,13 +667,13 @@ def test_a_second_signal_while_writing_leaves_no_temporary_file(tmp_path: Path) 
         "signals.handle(signal.SIGINT, None)  # the first: recorded\n"
         "def second(path):\n"
         "    path.write_text('half')\n"
-        "    signals.handle(signal.SIGINT, None)  # the second: ends the process\n"
+        "    signals.handle(signal.SIGTERM, None)  # a second: ends the process\n"
         f"new = lambda path: path.write_text('new')\n"
         f"write_together([({str(target)!r}, new), ({str(picture)!r}, second)])\n"
     )
     env = {**os.environ, "TMPDIR": str(scratch)}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=60)
-    assert done.returncode == 130, done.stderr
+    assert done.returncode == 143, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "tmp"]
     assert target.read_text() == "old" and list(scratch.iterdir()) == []
 

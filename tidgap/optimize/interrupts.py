@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -21,6 +22,12 @@ from tidgap.outputs.atomic import abandon_writes
 #: The signals that ask a search to stop, by name.
 STOP_SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
+#: The same signal again within this many seconds of the first is the first delivered
+#: twice, not a second request: a supervisor such as GNU ``timeout`` sends it to the
+#: process and then to its process group (a sweep waiting idle took the two for two
+#: Ctrl-Cs, exited at once and wrote nothing). A person's second Ctrl-C comes later.
+DUPLICATE_SECONDS = 0.1
+
 
 def exit_status(signum: int) -> int:
     """The shell's status for a process ended by ``signum``: ``128 + signum`` (130, 143)."""
@@ -29,11 +36,13 @@ def exit_status(signum: int) -> int:
 
 class StopSignals:
     """Records the first SIGINT / SIGTERM (and calls ``on_first`` with its name); on a
-    second one, exits with its status at once."""
+    second one, exits with its status at once (the first again within
+    :data:`DUPLICATE_SECONDS` is the same one, delivered twice)."""
 
     def __init__(self, on_first: Callable[[str], None] | None = None) -> None:
         self.signum: int | None = None
         self.on_first = on_first
+        self._first_at = 0.0
 
     def received(self) -> str | None:
         """The name of the signal received (``"SIGINT"``, ``"SIGTERM"``), or ``None``."""
@@ -47,9 +56,11 @@ class StopSignals:
     def handle(self, signum: int, frame: FrameType | None) -> None:
         """Signal handler: remember the first signal; a second one ends the process."""
         if self.signum is None:
-            self.signum = signum
+            self.signum, self._first_at = signum, time.monotonic()
             if self.on_first is not None:
                 self.on_first(STOP_SIGNALS[signum])
+            return
+        if signum == self.signum and time.monotonic() - self._first_at < DUPLICATE_SECONDS:
             return
         sys.stderr.write(f"\ntidgap: {STOP_SIGNALS[signum]} again: stopped at once\n")
         sys.stderr.flush()
