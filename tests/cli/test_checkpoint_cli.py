@@ -188,3 +188,30 @@ def test_a_state_saved_in_the_annealing_resumes_from_the_command_line(tmp_path):
         full.plan.backward,
         full.plan.order,
     )
+
+
+def test_a_stop_in_the_flush_first_search_says_no_state_was_saved(tmp_path, monkeypatch):
+    """A signal from the start (stubbed: the search sees SIGINT at its first poll) stops the
+    windowed search in its flush first search, which no state holds: nothing is saved, and
+    a warning says so (a state from before stays as it was)."""
+    from contextlib import contextmanager
+
+    from tidgap.optimize.interrupts import StopSignals
+
+    @contextmanager
+    def already_signalled(on_first=None):
+        signals = StopSignals()
+        signals.signum = 2  # SIGINT
+        yield signals
+
+    monkeypatch.setattr("tidgap.cli.search.stop_on_signals", already_signalled)
+    state = tmp_path / "s.state"
+    state.write_bytes(b"an older state")
+    result = run("example:tiny-2", "--generations", "400", "--population", "16",
+                 "--checkpoint", str(state))  # fmt: skip
+    assert result.exit_code == 130
+    assert (
+        f"tidgap: warning: --checkpoint: stopped in the search's first (flush) search, which "
+        f"no state holds: nothing saved to {state}" in result.stderr
+    )
+    assert state.read_bytes() == b"an older state"

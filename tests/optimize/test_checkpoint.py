@@ -297,3 +297,24 @@ def test_a_state_resumes_only_the_search_it_was_saved_by(tmp_path, field):
     with pytest.raises(InputError, match=f"was saved with {field} ") as refused:
         saved.check(problem, other)
     assert refused.value.path == (field,)
+
+
+def test_a_signal_in_the_flush_first_search_saves_no_state(tmp_path):
+    """A windowed search's flush first search holds no state: stopped there by a signal,
+    the search saved a state whose resume skipped the rest of that search (another plan
+    than the unbroken search's, silently). It now saves nothing; stopped in its GA, it
+    saves as before."""
+    problem = tidgap.load_problem("example:tiny-2")
+    options = dict(generations=400, population=16, backend="numpy", seed=1)
+    early = tmp_path / "early.state"
+    stopped = tidgap.search(problem, checkpoint=early, interrupted=lambda: "SIGINT", **options)
+    assert stopped.interrupted and not early.exists()
+    calls = []
+
+    def later() -> str | None:  # past the first search's 100 generations
+        calls.append(1)
+        return "SIGINT" if len(calls) > 400 else None
+
+    late = tmp_path / "late.state"
+    stopped = tidgap.search(problem, checkpoint=late, interrupted=later, **options)
+    assert stopped.interrupted and load_state(late).first_search(problem) is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -268,6 +269,7 @@ def search_command(
         )
     show_progress = not (quiet or as_json) and sys.stderr.isatty()
     progress = ProgressLine(loaded.time_unit) if show_progress else None
+    before = _modified(checkpoint)
     with stop_on_signals(None if progress is None else progress.stopping) as signals:
         try:
             with about_problem(spec):
@@ -298,8 +300,23 @@ def search_command(
                 progress.close()
         if saved is not None and not quiet:
             click.echo(f"resumed {printable(resume)} from {saved.where()}", err=True)
+        if checkpoint is not None and result.interrupted and _modified(checkpoint) == before:
+            click.echo(
+                f"tidgap: warning: --checkpoint: stopped in the search's first (flush) "
+                f"search, which no state holds: nothing saved to {printable(checkpoint)} (a "
+                "resume would cut that search short); run the search again",
+                err=True,
+            )
         _report(result, out, gantt, trace, quiet, as_json)
     signals.exit_if_received()
+
+
+def _modified(path: str | None) -> int | None:
+    """When the file at ``path`` was last modified (ns), ``None`` where there is none."""
+    try:
+        return None if path is None else os.stat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 def _report(

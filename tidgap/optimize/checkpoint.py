@@ -370,6 +370,13 @@ class Checkpoint:
             write_state(self.path, state)
         self.last = time.monotonic()
 
+    def abandon(self) -> None:
+        """Save nothing from now on: a signal stopped a windowed search's flush first search,
+        which no state holds, and a state saved after it would resume with that search cut
+        short (another plan than the unbroken search's; the first search is short, so the
+        search is run again instead)."""
+        self.closed = True
+
     def signalled(self) -> None:
         """A signal stopped the search in this phase: one other than the GA's closes."""
         self.closed |= self.phase is not None
