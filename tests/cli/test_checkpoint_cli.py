@@ -215,3 +215,10 @@ def test_a_stop_in_the_flush_first_search_says_no_state_was_saved(tmp_path, monk
         f"no state holds: nothing saved to {state}" in result.stderr
     )
     assert state.read_bytes() == b"an older state"
+
+
+def test_an_empty_resume_argument_is_named():
+    """``--resume ''`` said ``"": no file name``, not naming the option."""
+    result = run("example:tiny-2", "--resume", "")
+    assert result.exit_code == 2
+    assert result.stderr == "tidgap: error: --resume: no file name (an empty argument)\n"

@@ -318,3 +318,10 @@ def test_a_signal_in_the_flush_first_search_saves_no_state(tmp_path):
     late = tmp_path / "late.state"
     stopped = tidgap.search(problem, checkpoint=late, interrupted=later, **options)
     assert stopped.interrupted and load_state(late).first_search(problem) is not None
+
+
+def test_saving_to_an_empty_path_is_refused_as_such():
+    """``Optimizer.save("")`` said ``cannot write: Is a directory`` (the working folder)."""
+    optimizer = tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), population=16)
+    with pytest.raises(InputError, match=r"path: no file name \(an empty argument\)"):
+        optimizer.save("")

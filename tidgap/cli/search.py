@@ -257,6 +257,8 @@ def search_command(
     )
     if resume is not None:  # the state goes on into --checkpoint, which may be the same file
         check_outputs(gantt, trace, ("--out", out), inputs={"--resume": resume})
+    if resume == "":
+        raise InputError("no file name (an empty argument)", source="--resume")
     saved = None if resume is None else load_state(resume)
     if time_limit is None and generations is None:
         time_limit = DEFAULT_TIME_LIMIT

@@ -520,6 +520,8 @@ class Optimizer:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the state (``tidgap.state/1``, :mod:`tidgap.optimize.checkpoint`) to
         ``path`` atomically; ``Optimizer(..., resume=path)`` continues from it."""
+        if not os.fspath(path):  # else "cannot write: Is a directory" (the working folder)
+            raise InputError("no file name (an empty argument)", source="path")
         save_state(path, self.run, self.identity)
 
     def drive(self) -> str:
