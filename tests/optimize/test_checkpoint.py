@@ -216,10 +216,16 @@ def test_a_population_of_floats_is_named_so(tmp_path, schedule, name):
     [
         (lambda a: a.astype(complex), r"complex128 \(2,\), not integers \(2,\)"),
         (lambda a: a * 0 - 1, r"\[-1, -1\], not counts >= 0"),
+        (
+            lambda a: a * [1, 0] + [0, 1000000],
+            r"1000000 generations since it improved, more than the \d+ run",
+        ),
     ],
 )
 def test_an_islands_progress_that_is_not_counts_is_refused(tmp_path, change, message):
-    """A complex one was cast to int with a ComplexWarning leaking to stderr."""
+    """A complex one was cast to int with a ComplexWarning leaking to stderr; one that
+    counts more generations since it improved than the search ran was taken (another plan
+    than the unbroken search's, silently)."""
     problem = tidgap.load_problem("example:tiny-2")
     path = tmp_path / "s.state"
     options = dict(population=16, seed=0, backend="numpy")
