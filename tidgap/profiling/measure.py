@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,26 +149,29 @@ def storage_keys(tensors: Iterable[Tensor]) -> set[int]:
     return {storage_key(tensor) for tensor in tensors}
 
 
-def state_keys(module: nn.Module) -> set[int]:
-    """The :func:`storage_keys` of ``module``'s parameters and buffers: its state, held once
-    whatever the schedule, never per forward (a buffer autograd saves, a causal mask or a
-    batch norm's running statistics, is the same storage in every graph)."""
-    return storage_keys([*module.parameters(), *module.buffers()])
+def state_tensors(module: nn.Module) -> list[Tensor]:
+    """``module``'s parameters and buffers: its state, held once whatever the schedule,
+    never per forward (a buffer autograd saves, a causal mask or a batch norm's running
+    statistics, is the same storage in every graph)."""
+    return [*module.parameters(), *module.buffers()]
 
 
 class StorageBytes:
-    """Bytes of tensors counted by storage, each storage once, those of ``left_out``
-    (:func:`storage_keys`) left out: those :meth:`add`-ed and those autograd saves inside
-    :meth:`saving`."""
+    """Bytes of tensors counted by storage, each storage once, those of ``left_out`` left
+    out: those :meth:`add`-ed and those autograd saves inside :meth:`saving`. The count
+    keeps ``left_out`` alive, so that a storage freed meanwhile (a buffer a forward
+    replaces) cannot lend its address, by which storages are known, to one it counts."""
 
-    def __init__(self, left_out: Set[int] = frozenset()) -> None:
-        self._left_out = left_out
+    def __init__(self, left_out: Sequence[Tensor] = ()) -> None:
+        self._kept = list(left_out)
+        self._left_out = storage_keys(self._kept)
         self._storages: dict[int, int] = {}
 
     @classmethod
     def of(cls, module: nn.Module, left_out: Sequence[Tensor] = ()) -> StorageBytes:
-        """A count that leaves out ``module``'s state (:func:`state_keys`) and ``left_out``."""
-        return cls(state_keys(module) | storage_keys(left_out))
+        """A count that leaves out ``module``'s state (:func:`state_tensors`) and
+        ``left_out``."""
+        return cls([*state_tensors(module), *left_out])
 
     def add(self, *tensors: Tensor) -> None:
         """Count the storages of ``tensors``."""

@@ -26,8 +26,9 @@ from torch import Tensor, nn
 
 from tidgap.profiling.measure import (
     StorageBytes,
-    state_keys,
+    state_tensors,
     storage_key,
+    storage_keys,
     synchronize_stream,
 )
 from tidgap.runtime.drawing import DrawingModules, drawing_of, generators_unchanged
@@ -142,25 +143,30 @@ class Chunks:
 class HeldBytes:
     """What a stage holds for its backwards: the tensors autograd saved (saved-tensor hooks,
     the module's parameters and buffers left out:
-    :func:`~tidgap.profiling.measure.state_keys`) that are still alive and the tensors the
-    stage keeps itself, each storage counted once; ``peak``: the most, in bytes, at any
+    :func:`~tidgap.profiling.measure.state_tensors`) that are still alive and the tensors
+    the stage keeps itself, each storage counted once; ``peak``: the most, in bytes, at any
     op's end since :meth:`reset` (the measured twin of the model's ``peak_memory``)."""
 
     def __init__(self, module: nn.Module) -> None:
-        self._state = state_keys(module)
+        self._module = module
         self._saved: list[weakref.ref[Tensor]] = []
         self.peak = 0
 
-    def _pack(self, tensor: Tensor) -> Tensor:
-        if storage_key(tensor) not in self._state:
-            self._saved.append(weakref.ref(tensor))
-        return tensor
-
     @contextmanager
     def watching(self) -> Iterator[None]:
-        """Record what autograd saves for the backward inside the block."""
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor):
-            yield
+        """Record what autograd saves for the backward inside the block, the module's state
+        as the block begins left out (and kept alive in it: a buffer the forward replaces
+        lends its address to no tensor counted)."""
+        state = state_tensors(self._module)
+        keys = storage_keys(state)
+
+        def pack(tensor: Tensor) -> Tensor:
+            if storage_key(tensor) not in keys:
+                self._saved.append(weakref.ref(tensor))
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            yield  # ``state`` alive until here
 
     def sample(self, kept: Iterable[Tensor]) -> None:
         """Count what is held now: the saved tensors still alive and ``kept``."""
