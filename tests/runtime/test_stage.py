@@ -275,6 +275,9 @@ def test_batch_norm_without_running_statistics_is_said_to_defeat_eval_mode() -> 
         "mode, and in eval mode too (it keeps no running statistics), so no forward of the "
         "whole batch computes what the pipeline does"
     )
+    both = nn.Sequential(nn.BatchNorm1d(4), untracked)  # the untracked one, though later
+    assert batch_statistics(both).startswith("layer 1.1 (BatchNorm1d) ")
+    assert "in eval mode too" in batch_statistics(both)
 
 
 def test_tasks_are_deterministic_from_the_seed() -> None:

@@ -39,12 +39,17 @@ def trainable(layers: nn.Sequential, names: list[str] | None = None) -> dict[str
     }
 
 
-def batch_normalising(layers: nn.Module, prefix: str = "") -> tuple[str, nn.Module] | None:
+def batch_normalising(
+    layers: nn.Module, prefix: str = "", untracked: bool = False
+) -> tuple[str, nn.Module] | None:
     """``(name (kind), module)`` of the first module of ``layers`` that normalises by its
-    batch's statistics in train mode (a ``BatchNorm``), its name within ``layers`` after
-    ``prefix`` (``"1"``, ``"1.norm"``); ``None`` if there is none."""
+    batch's statistics in train mode (a ``BatchNorm``; ``untracked``: one that keeps no
+    running statistics, so in eval mode too), its name within ``layers`` after ``prefix``
+    (``"1"``, ``"1.norm"``); ``None`` if there is none."""
     for name, module in layers.named_modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            if untracked and module.running_mean is not None:
+                continue
             dotted = ".".join(part for part in (prefix, name) if part)
             return f"{dotted} ({type(module).__name__})", module
     return None
@@ -52,16 +57,16 @@ def batch_normalising(layers: nn.Module, prefix: str = "") -> tuple[str, nn.Modu
 
 def batch_statistics(layers: nn.Module) -> str | None:
     """Why a pipelined iteration in train mode computes another function than one forward
-    of the whole batch: the first layer that normalises by its batch's statistics (each
+    of the whole batch: a layer that normalises by its batch's statistics (each
     microbatch by its own), as a sentence; ``None`` if there is none. One that keeps no
-    running statistics does so in eval mode too, and the sentence says that the check
-    cannot agree."""
-    found = batch_normalising(layers)
+    running statistics, which does so in eval mode too, is named first, and the sentence
+    says that the check cannot agree."""
+    untracked = batch_normalising(layers, untracked=True)
+    found = untracked or batch_normalising(layers)
     if found is None:
         return None
-    label, module = found
-    sentence = f"layer {label} normalises each microbatch by its own statistics in train mode"
-    if module.running_mean is None:  # track_running_stats=False: batch statistics in eval
+    sentence = f"layer {found[0]} normalises each microbatch by its own statistics in train mode"
+    if untracked is not None:  # track_running_stats=False: batch statistics in eval mode too
         sentence += (
             ", and in eval mode too (it keeps no running statistics), so no forward of the "
             "whole batch computes what the pipeline does"
