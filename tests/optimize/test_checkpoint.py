@@ -331,3 +331,15 @@ def test_saving_to_an_empty_path_is_refused_as_such():
     optimizer = tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), population=16)
     with pytest.raises(InputError, match=r"path: no file name \(an empty argument\)"):
         optimizer.save("")
+
+
+def test_an_optimizer_stopped_in_its_flush_first_search_saves_no_state(tmp_path):
+    """``Optimizer.save`` wrote the state a checkpoint no longer writes there (its
+    first_search cut short: 0 generations of 100), which a resume continues to another
+    plan than the unbroken search's: refused in one line."""
+    stopping = tidgap.Stopping(generations=400, interrupted=lambda: "SIGINT")
+    problem = tidgap.load_problem("example:tiny-2")
+    optimizer = tidgap.Optimizer(problem, population=16, seed=1, stopping=stopping)
+    with pytest.raises(InputError, match="path: a signal stopped the search in its first"):
+        optimizer.save(tmp_path / "s.state")
+    assert not (tmp_path / "s.state").exists()

@@ -313,12 +313,15 @@ def search_command(
     signals.exit_if_received()
 
 
-def _modified(path: str | None) -> int | None:
-    """When the file at ``path`` was last modified (ns), ``None`` where there is none."""
+def _modified(path: str | None) -> tuple[int, int] | None:
+    """The file at ``path`` as written last: its inode (an atomic write makes a new one)
+    and modification time (ns, which some file systems keep coarsely); ``None`` where
+    there is none."""
     try:
-        return None if path is None else os.stat(path).st_mtime_ns
+        found = None if path is None else os.stat(path)
     except OSError:
         return None
+    return None if found is None else (found.st_ino, found.st_mtime_ns)
 
 
 def _report(

@@ -78,6 +78,7 @@ class Prepared(Protocol):
     stop: StopRule
     first: tuple[int, int]
     flush_plan: Plan | None
+    first_cut: bool
 
     def report(self) -> Callable | None: ...
 
@@ -280,8 +281,23 @@ def save_state(
     run: Prepared,
     identity: SearchIdentity,
 ) -> None:
-    """Write ``run``'s state (its GA's) to ``path`` atomically (:mod:`tidgap.outputs.atomic`)."""
+    """Write ``run``'s state (its GA's) to ``path`` atomically (:mod:`tidgap.outputs.atomic`);
+    :class:`InputError` where a signal cut its first search short (:func:`require_resumable`)."""
+    require_resumable(run)
     write_state(path, current_state(run, identity))
+
+
+def require_resumable(run: Prepared) -> None:
+    """:class:`InputError` where a signal stopped ``run``'s flush first search (a windowed
+    search's): that search holds no state, and one saved after it would resume with it cut
+    short, another plan than the unbroken search's (the first search is short: run the
+    search again)."""
+    if run.first_cut:
+        raise InputError(
+            "a signal stopped the search in its first (flush) search, which no state "
+            "holds: run the search again",
+            source="path",
+        )
 
 
 def write_state(path: str | os.PathLike[str], state: SavedState) -> None:
@@ -368,7 +384,9 @@ class Checkpoint:
             self.save(run)
 
     def save(self, run: Prepared) -> None:
-        """Save ``run``'s state now (unless closed)."""
+        """Save ``run``'s state now (unless closed; a run whose first search a signal cut
+        short closes it: :func:`require_resumable`)."""
+        self.closed |= run.first_cut
         self.write(current_state(run, self.identity, self.phase))
 
     def write(self, state: SavedState) -> None:
@@ -376,13 +394,6 @@ class Checkpoint:
         if not self.closed:
             write_state(self.path, state)
         self.last = time.monotonic()
-
-    def abandon(self) -> None:
-        """Save nothing from now on: a signal stopped a windowed search's flush first search,
-        which no state holds, and a state saved after it would resume with that search cut
-        short (another plan than the unbroken search's; the first search is short, so the
-        search is run again instead)."""
-        self.closed = True
 
     def signalled(self) -> None:
         """A signal stopped the search in this phase: one other than the GA's closes."""

@@ -189,6 +189,7 @@ class FlushRun:
     backward: str = FREE
     first: tuple[int, int] = (0, 0)
     flush_plan: None = None
+    first_cut: bool = False
 
     def report(self) -> Callable | None:
         """The progress reporter of the GA."""

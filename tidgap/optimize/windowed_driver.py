@@ -161,7 +161,6 @@ def mirrored_first_search(
             backward=MIRRORED,
             pricing=RUN_PRICING,
             first_search=first,
-            checkpoint=checkpoint,  # abandoned where a signal cuts its flush first search
             **options,
         )
     except InputError:  # no mirrored plan within the memory limits
@@ -278,8 +277,7 @@ def prepare_windowed(
 ) -> WindowedRun:
     """Everything a windowed search does before its generations (the first search, flush
     or :func:`mirrored_first_search`, unless ``first_search`` gives its plan, generations
-    and evaluations). ``checkpoint`` saves the mirrored first search's state (and saves
-    nothing once a signal cut the flush first search short: :meth:`Checkpoint.abandon`), and
+    and evaluations). ``checkpoint`` saves the mirrored first search's state, and
     ``mirrored_state``, one saved so, continues it (``generations`` counting the
     generations after it, as for a resumed GA)."""
     begun = start_search(problem, backend, population, max_memory)
@@ -341,8 +339,6 @@ def prepare_windowed(
                 backward=MIRRORED if pricing == RUN_PRICING else FREE,
             )
             phases.seconds |= {f"flush {name}": t for name, t in earlier.setup.items()}
-            if earlier.interrupted and checkpoint is not None:
-                checkpoint.abandon()
         with phases("baselines"):
             baselines = earlier.baselines if earlier else best_baselines(problem)
             if pricing == RUN_PRICING and not mirrored:  # the order tables time them apart
@@ -466,4 +462,5 @@ def prepare_windowed(
         pricing,
         on_progress,
         [optimizer.best_within(level) for level in levels],
+        first_flush and earlier is not None and earlier.interrupted,
     )

@@ -32,7 +32,8 @@ SEARCHED = SCHEDULES["windowed"]
 class WindowedRun:
     """A prepared windowed search: the optimizer and what its result needs (the levels,
     the baselines and heuristics, the first, flush search's effort ``first`` and plan
-    ``flush_plan``, the clocks, each level's best seed ``seed_bests``)."""
+    ``flush_plan``, the clocks, each level's best seed ``seed_bests``; ``first_cut``: a
+    signal stopped that first search, which no state holds, so none is saved)."""
 
     problem: Problem
     optimizer: JointOptimizer
@@ -53,6 +54,7 @@ class WindowedRun:
     pricing: str
     on_progress: Callable[[SearchProgress], None] | None
     seed_bests: list[tuple[JointGenes, int] | None]
+    first_cut: bool = False
 
     @property
     def memory_pricing(self) -> str:

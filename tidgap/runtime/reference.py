@@ -153,7 +153,7 @@ def max_relative_difference(got: dict[str, Tensor], want: dict[str, Tensor]) -> 
     missing, extra = sorted(want.keys() - got.keys()), sorted(got.keys() - want.keys())
     if missing or extra:
         raise KeyError(f"gradients differ in keys: missing {missing}, unexpected {extra}")
-    pairs = []
+    pairs: list[tuple[float, float, torch.dtype]] = []  # (max difference, max |want|, dtype)
     for key, expected in want.items():
         actual = got[key]
         if actual.shape != expected.shape:
