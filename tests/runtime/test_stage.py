@@ -354,6 +354,19 @@ class _Transposed(nn.Module):
         return x.transpose(1, 2)
 
 
+def test_only_a_stage_receives_its_input_contiguous() -> None:
+    """A stage's input comes from the transport, contiguous; a layer inside a stage takes
+    its predecessor's view as it is (timed on a copy, the layer's own copy dropped out of
+    the costs the split balances)."""
+    from tidgap.profiling.measure import stage_input
+
+    view = torch.randn(2, 6, 8).transpose(1, 2)
+    assert stage_input(view, False).is_contiguous()
+    assert not stage_input(view, False, received=False).is_contiguous()
+    assert stage_input(view, False, received=False).requires_grad
+    assert not stage_input(view, True).requires_grad  # the model's input
+
+
 def test_a_stage_fed_a_transposed_view_is_profiled_as_it_receives_it() -> None:
     """The transport sends a stage's output contiguous; the profile measured the next stage
     on the transposed view, whose first layer then made a contiguous copy it counted on top

@@ -98,9 +98,11 @@ def time_module(
 ) -> Measurement:
     """One forward and backward of ``module`` (a ``noun``) on ``given`` ``(b, ...)``;
     ``first``: ``given`` is the model's input (no gradient wanted), else a predecessor's
-    output (gradient wanted when floating point)."""
+    output (gradient wanted when floating point): a stage's as the transport delivers it
+    (contiguous), a layer's as the layer before made it (a layer inside a stage takes a
+    transposed view as it is, and pays for any copy)."""
     size = given.shape[0]
-    x = stage_input(given, first)
+    x = stage_input(given, first, received=noun == STAGE)
     with module_errors(name, size, noun):
         output, forward_ms = _timed(module, device, x)
         output = _check_output(name, output, size, noun)
@@ -320,15 +322,17 @@ def recompute_bytes_per_sample(
     return input_bytes, draw_bytes, backward, task_bytes, backward_chunk
 
 
-def stage_input(given: Tensor, first: bool) -> Tensor:
+def stage_input(given: Tensor, first: bool, received: bool = True) -> Tensor:
     """``given`` ``(b, ...)`` as a stage receives it: detached; unless ``first`` (the
-    model's input, cut from the task's tensor), contiguous, as the transport delivers it (a
-    transposed view's copy: measured on the view, a stage whose first layer copies it
-    counted both), and wanting a gradient where floating point."""
+    model's input, cut from the task's tensor), contiguous where ``received`` (as the
+    transport delivers it: a transposed view's copy; measured on the view, a stage whose
+    first layer copies it counted both; a layer inside a stage takes the view as it is),
+    and wanting a gradient where floating point."""
     x = given.detach()
     if first:
         return x
-    x = x.contiguous()
+    if received:
+        x = x.contiguous()
     if x.is_floating_point():
         x.requires_grad_(True)
     return x
