@@ -234,20 +234,19 @@ class _BatchSum(nn.Module):
 
 
 @pytest.mark.parametrize(
-    ("last", "error", "message"),
+    ("last", "message"),
     [
-        (_Pair(), TypeError, "its last layer (_Pair) returned a tuple, not one tensor"),
-        (_Nothing(), TypeError, "its last layer (_Nothing) returned a NoneType, not one tensor"),
+        (_Pair(), "its last layer '_Pair' returned a tuple, not one tensor"),
+        (_Nothing(), "its last layer '_Nothing' returned a NoneType, not one tensor"),
         (
             _BatchSum(),
-            ValueError,
-            "its last layer (_BatchSum) returned shape (1, 6), whose first dimension is not "
-            "the 2 sample(s) it was given",
+            "its last layer '_BatchSum' returned shape (1, 6), whose first dimension is not "
+            "the microbatch size 2",
         ),
     ],
 )
 def test_a_stage_that_does_not_send_one_batched_tensor_fails_the_probe(
-    last: nn.Module, error: type[Exception], message: str
+    last: nn.Module, message: str
 ) -> None:
     """A stage whose output is not one tensor of its samples (a tuple, ``None``, a sum over
     the batch) fails the probe as a layer's error does (one line naming the stage), not with
@@ -256,7 +255,6 @@ def test_a_stage_that_does_not_send_one_batched_tensor_fails_the_probe(
     with pytest.raises(ProbeFailed) as failed:
         boundary_specs(stages, torch.randn(2, 4))
     assert failed.value.stage == 0
-    assert isinstance(failed.value.__cause__, error)
     assert str(failed.value.__cause__) == message
 
 

@@ -69,7 +69,7 @@ def _timed(action: Callable[..., Any], device: torch.device, *arguments: Any) ->
 LAYER, STAGE = "layer", "stage"
 
 
-def _check_output(name: str, output: object, size: int, noun: str = LAYER) -> Tensor:
+def checked_output(name: str, output: object, size: int, noun: str = LAYER) -> Tensor:
     """The module's output, if it is one tensor batched along dimension 0 (an error names
     it as ``noun`` ``name``)."""
     if not isinstance(output, Tensor):
@@ -105,7 +105,7 @@ def time_module(
     x = stage_input(given, first, received=noun == STAGE)
     with module_errors(name, size, noun):
         output, forward_ms = _timed(module, device, x)
-        output = _check_output(name, output, size, noun)
+        output = checked_output(name, output, size, noun)
         backward_ms = 0.0
         if output.requires_grad:  # a parameter-free layer on the data has no backward
             gradient = torch.randn_like(output)
@@ -123,7 +123,7 @@ def chain_inputs(
         for name, module in modules[:-1]:
             with module_errors(name, first.shape[0], noun):
                 output = module(inputs[-1])
-            inputs.append(_check_output(name, output, first.shape[0], noun))
+            inputs.append(checked_output(name, output, first.shape[0], noun))
     return inputs
 
 
@@ -136,7 +136,7 @@ def held_bytes_per_sample(modules: Sequence[tuple[str, nn.Module]], first: Tenso
     with torch.no_grad():
         for name, module in modules:
             with module_errors(name, size):
-                x = _check_output(name, module(x), size)
+                x = checked_output(name, module(x), size)
             largest = max(largest, x.numel() * x.element_size())
     return -(-(first.numel() * first.element_size() + largest) // size)
 
@@ -432,7 +432,7 @@ def time_steps(
             p.grad = None
         x = stage_input(given, model_input and m == 0)
         with module_errors(name, x.shape[0], STAGE):
-            output = _check_output(name, module(x), x.shape[0], STAGE)
+            output = checked_output(name, module(x), x.shape[0], STAGE)
             if output.requires_grad:
                 output.backward(torch.randn_like(output))
         gradients = [p.grad for p in parameters]

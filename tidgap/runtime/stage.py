@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from tidgap.profiling.measure import (
     StorageBytes,
+    checked_output,
     state_tensors,
     storage_key,
     storage_keys,
@@ -55,7 +56,7 @@ def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
             x = sample
             for i, module in enumerate(stages):
                 try:
-                    x = batched_output(module.eval()(x), module, sample.shape[0])
+                    x = checked_output(last_layer(module), module.eval()(x), len(sample), LAST)
                 except Exception as error:
                     raise ProbeFailed(i) from error
                 specs.append((tuple(x.shape[1:]), x.dtype))
@@ -65,19 +66,14 @@ def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
     return specs
 
 
-def batched_output(output: object, stage: nn.Module, size: int) -> Tensor:
-    """``output``, where it is one tensor of ``size`` samples (dimension 0), as a stage must
-    send; else a ``TypeError`` or ``ValueError`` naming ``stage``'s last layer's type."""
+#: What :func:`boundary_specs` names a stage's output as: its last layer's.
+LAST = "its last layer"
+
+
+def last_layer(stage: nn.Module) -> str:
+    """The type of ``stage``'s last layer (``stage`` itself if not a ``Sequential``)."""
     layers = list(stage) if isinstance(stage, nn.Sequential) else [stage]
-    last = f"its last layer ({type(layers[-1]).__name__})" if layers else "the stage"
-    if not isinstance(output, Tensor):
-        raise TypeError(f"{last} returned a {type(output).__name__}, not one tensor")
-    if output.dim() == 0 or output.shape[0] != size:
-        raise ValueError(
-            f"{last} returned shape {tuple(output.shape)}, whose first dimension is not "
-            f"the {size} sample(s) it was given"
-        )
-    return output
+    return type(layers[-1] if layers else stage).__name__
 
 
 def probed_specs(
