@@ -77,6 +77,11 @@ DROPOUT = nn.Sequential(
 )
 #: Split at 2: batch norm on stage 0 (a gradient check in eval mode).
 BATCH_NORM = nn.Sequential(nn.Linear(6, 12), nn.BatchNorm1d(12), nn.Tanh(), nn.Linear(12, 3))
+#: Batch statistics in eval mode too: fails on one sample, runs on the unit of 2 (the split
+#: at layer 2 puts it first in stage 1).
+UNTRACKED_NORM = nn.Sequential(
+    nn.Linear(6, 12), nn.Tanh(), nn.BatchNorm1d(12, track_running_stats=False), nn.Linear(12, 3)
+)
 #: Split at 2: a frozen first stage (a pretrained layer), nothing to train before stage 1.
 FROZEN_FIRST = nn.Sequential(
     nn.Linear(6, 12).requires_grad_(False), nn.Tanh(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 3)

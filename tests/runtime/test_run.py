@@ -521,6 +521,25 @@ def test_an_input_shape_the_model_does_not_take_is_bad_input(
     assert list(own_temporary_folder.iterdir()) == []
 
 
+def test_the_stages_are_probed_on_the_problems_unit(tmp_path: Path) -> None:
+    """A stage that cannot take one sample (batch statistics in eval mode too) but runs on
+    the unit of 2, the smallest chunk a plan has: the probe of one sample refused the model
+    (exit 2), though profile had timed it; it now probes the unit and the plan runs."""
+    document = synth_problem(0, 2, 8, 2, 0.5, "affine", "tiny")
+    document["source"] = {"split": {"boundaries": [2]}}
+    problem = write_json(tmp_path / "problem.json", document)
+    plan = plan_file(tmp_path, "flush", forward=[[2, 6], [4, 4]], backward=[[2, 6], [4, 4]])
+    result = run_cli("run", str(problem), str(plan), *model_args("UNTRACKED_NORM"), *QUICK)
+    assert result.exit_code == 0, describe(result)
+    document["unit"] = 1  # a plan may cut one sample: the probe says so, as before
+    problem = write_json(tmp_path / "problem.json", document)
+    refused = run_cli("run", str(problem), str(plan), *model_args("UNTRACKED_NORM"), *QUICK)
+    assert refused.exit_code == 2, describe(refused)
+    assert "stage 1 forward of one sample (probing its output's shape) in layer '2'" in (
+        refused.stderr
+    )
+
+
 @pytest.mark.parametrize("float64", [False, True])
 def test_a_model_in_another_dtype_is_probed_as_the_workers_cast_it(
     float64: bool, problem_file: Path, tmp_path: Path

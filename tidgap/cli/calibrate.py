@@ -15,7 +15,7 @@ from tidgap.cli.run_caveats import other_model
 from tidgap.cli.workers import (
     require_batch_room,
     require_device,
-    require_one_sample_runs,
+    require_probe_runs,
     worker_job,
     worker_options,
 )
@@ -161,7 +161,7 @@ def calibrate_command(
             "calibrate times the profiled model",
             source="--model",
         )
-    require_one_sample_runs(model, job)
+    require_probe_runs(model, job, loaded.unit)
     require_device(device, transport, loaded.num_stages if here is None else None)
     require_batch_room(model, loaded, problem, None if here is None else local_processes())
     reports = here is None or here[0] == 0  # under torchrun, rank 0 alone

@@ -230,11 +230,12 @@ def worker_job(
     return job, model
 
 
-def require_one_sample_runs(model: Any, job: Job) -> None:
+def require_probe_runs(model: Any, job: Job, samples: int) -> None:
     """:class:`InputError` on ``--model`` where the model split at ``job``'s boundaries
-    fails on one sample of ``job``'s task (an ``--input-shape`` other than the one it
-    takes, say), as every worker probes it: in ``job``'s dtype (stages holding another
-    are cast on copies); where the workers failed (exit 1) after starting."""
+    fails on ``samples`` samples of ``job``'s task (the problem's unit, the smallest chunk a
+    plan has; an ``--input-shape`` other than the one it takes, say), as every worker
+    probes it: in ``job``'s dtype (stages holding another are cast on copies); where the
+    workers failed (exit 1) after starting."""
     import torch
 
     from tidgap.profiling.run import stage_modules
@@ -246,7 +247,7 @@ def require_one_sample_runs(model: Any, job: Job) -> None:
         (name, names, in_dtype(module, dtype))
         for name, names, module in stage_modules(model, job.boundaries)
     ]
-    sample = make_task(model, 1, job.seed, torch.device("cpu"), dtype).inputs
+    sample = make_task(model, samples, job.seed, torch.device("cpu"), dtype).inputs
     probed_specs(stages, sample, lambda line: InputError(f"{model.name}: {line}", source="--model"))
 
 

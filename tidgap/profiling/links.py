@@ -217,7 +217,7 @@ def link_job(
     stages = stage_modules(model, boundaries)
     # in eval mode: the timings ran in train mode
     specs = probed_specs(
-        stages, model.input(1, device), lambda line: InputError(line, source=SOURCE)
+        stages, model.input(min(sizes), device), lambda line: InputError(line, source=SOURCE)
     )[:-1]
     if not specs:
         return None

@@ -24,11 +24,12 @@ class InstructionFailed(Exception):
 
 
 class ProbeFailed(Exception):
-    """Stage ``stage`` raised on one sample while its output's shape was probed (the
-    error is ``__cause__``)."""
+    """Stage ``stage`` raised on ``samples`` samples while its output's shape was probed
+    (the error is ``__cause__``)."""
 
-    def __init__(self, stage: int) -> None:
-        super().__init__("forward of one sample (probing its output's shape)")
+    def __init__(self, stage: int, samples: int = 1) -> None:
+        some = "one sample" if samples == 1 else f"{samples} samples"
+        super().__init__(f"forward of {some} (probing its output's shape)")
         self.stage = stage
 
 

@@ -46,9 +46,11 @@ NamedStage = tuple[str, list[str], nn.Module]
 
 def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
     """Per stage: the per-sample shape and dtype of its output, from running ``sample``
-    (the first stage's input for one sample, ``(1, ...)``) through the stages without
-    grad, in eval mode (no dropout drawn, batch norm takes one sample); each module's
-    mode is restored. Raises :class:`ProbeFailed` from what a stage raised."""
+    (the first stage's input for a few samples, ``(n, ...)``: the problem's unit, the
+    smallest chunk a plan has) through the stages without grad, in eval mode (no dropout
+    drawn, batch norm with running statistics takes one sample); each module's mode is
+    restored. Raises :class:`ProbeFailed` from what a stage raised, or where its output
+    is not one tensor of ``n`` samples."""
     modes = [(m, m.training) for stage in stages for m in stage.modules()]
     specs = []
     try:
@@ -58,7 +60,7 @@ def boundary_specs(stages: list[nn.Module], sample: Tensor) -> list[Spec]:
                 try:
                     x = checked_output(last_layer(module), module.eval()(x), len(sample), LAST)
                 except Exception as error:
-                    raise ProbeFailed(i) from error
+                    raise ProbeFailed(i, len(sample)) from error
                 specs.append((tuple(x.shape[1:]), x.dtype))
     finally:
         for m, training in modes:

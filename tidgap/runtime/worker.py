@@ -238,7 +238,8 @@ def run_rank(
     modules = [module for _, _, module in stages]
     device = rank_device(job.device)
     task = make_task(model, problem.batch_size, job.seed, device, dtype)
-    specs = probed_specs(stages, task.inputs[:1].cpu(), RunFailed)  # every stage, on the CPU
+    # every stage, on the CPU, on the smallest chunk a plan has
+    specs = probed_specs(stages, task.inputs[: problem.unit].cpu(), RunFailed)
     modules[rank].to(device)  # only this rank's stage on its device
     runs = []
     for plan in plans:
