@@ -486,3 +486,40 @@ def test_a_limit_no_plan_found_meets_names_the_leanest_plan() -> None:
     assert found is not None, str(caught.value)
     held, stage = int(found[1]), int(found[2])
     assert held > limit and stage == 1  # stage 1 saves the most per sample
+
+
+def test_the_comparison_counts_every_rows_memory_as_the_search_did(gpt_searches: list) -> None:
+    """A search counting memory as ``tidgap run`` holds it printed its table's baseline and
+    heuristic rows with the model's bytes beside run-priced times (a global DP plan that
+    recomputes: 11.8 MB where the run holds 4.96): each row is now counted as the plan's."""
+    from tidgap.analysis.compare import compare
+    from tidgap.optimize.run_memory import run_evaluated
+    from tidgap.runtime.pricing import run_evaluation
+    from tidgap.schedules.baselines import gpipe_plan, one_f_one_b_plan
+    from tidgap.schedules.families import evaluate
+
+    _, problem, result, _ = gpt_searches[0]
+    rows = compare(
+        problem,
+        result.plan,
+        baselines=result.baselines,
+        heuristics=result.heuristics,
+        plan_evaluation=result.evaluation,
+        price=run_evaluation,
+        held=run_evaluated,
+    )
+    memory = {row.schedule: row.peak_memory for row in rows}
+    for name, plan in result.heuristics.items():
+        expected = run_evaluated(problem, plan, run_evaluation(problem, plan)).peak_memory
+        assert memory[name] == expected
+    plans = {"gpipe": gpipe_plan, "1f1b": one_f_one_b_plan}
+    differs = False
+    for name, build in plans.items():
+        plan = build(problem, result.baselines[name].microbatches)
+        expected = run_evaluated(problem, plan, evaluate(problem, plan)).peak_memory
+        assert memory[name] == expected
+        differs |= expected != evaluate(problem, plan).peak_memory
+    assert differs or any(
+        memory[name] != evaluate(problem, plan).peak_memory
+        for name, plan in result.heuristics.items()
+    )  # the test has teeth: some row's run bytes are not the model's

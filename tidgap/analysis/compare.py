@@ -14,7 +14,7 @@ from tidgap.optimize.memory import format_bytes
 from tidgap.outputs.trace import MICROSECONDS
 from tidgap.schedules.baselines import BaselineResult, best_baselines
 from tidgap.schedules.evaluation import Evaluation
-from tidgap.schedules.families import baseline_evaluation, evaluate, family_of
+from tidgap.schedules.families import SCHEDULES, baseline_evaluation, evaluate, family_of
 
 #: Significant digits of the largest value in the table's time and throughput columns.
 TIME_DIGITS = 6
@@ -62,6 +62,10 @@ Entry = tuple[str, str, str, float, Evaluation | None]
 
 #: How a row's plan is timed: ``(problem, plan) -> Evaluation``.
 Pricing = Callable[[Problem, Plan], Evaluation]
+#: How a row's memory is counted: the evaluation of a plan with its ``peak_memory`` as the
+#: caller counts it (:func:`~tidgap.optimize.run_memory.run_evaluated` for a search that
+#: counts memory as ``tidgap run`` holds it).
+Holding = Callable[[Problem, Plan, Evaluation], Evaluation]
 
 
 def _plan_entry(
@@ -87,12 +91,15 @@ def compare(
     heuristics: dict[str, Plan] | None = None,
     plan_evaluation: Evaluation | None = None,
     price: Pricing = evaluate,
+    held: Holding | None = None,
 ) -> list[ComparisonRow]:
     """Rows for ``plan`` (if given, first, flush or ordered), the best GPipe, 1F1B and
     PipeDream, and the local greedy and global DP plans, each with its memory. Pass
     ``baselines`` / ``heuristics`` / the plan's evaluation already computed to save the
-    work; ``price`` times the plans (the heuristics' too) as ``baselines`` were priced
-    (:func:`~tidgap.runtime.pricing.run_evaluation` for a run-priced search's)."""
+    work (the plan's with its memory as ``held`` counts it); ``price`` times the plans
+    (the heuristics' too) as ``baselines`` were priced
+    (:func:`~tidgap.runtime.pricing.run_evaluation` for a run-priced search's); ``held``,
+    where given, counts the other rows' memory (the model's otherwise)."""
     best = best_baselines(problem) if baselines is None else baselines
     if heuristics is None:
         heuristics = {name: build(problem) for name, build in HEURISTICS.items()}
@@ -102,10 +109,15 @@ def compare(
         entries.append(_plan_entry(problem, label, plan, plan_evaluation, price))
     for name, result in best.items():
         evaluation = baseline_evaluation(problem, name, result.microbatches)
+        baseline = SCHEDULES[name].baseline
+        if held is not None and evaluation is not None and baseline is not None:
+            evaluation = held(problem, baseline(problem, result.microbatches), evaluation)
         entries.append((name, name, str(result.microbatches), result.iteration_time, evaluation))
-    entries += [
-        _plan_entry(problem, name, other, None, price) for name, other in heuristics.items()
-    ]
+    for name, other in heuristics.items():
+        entry = _plan_entry(problem, name, other, None, price)
+        if held is not None and entry[4] is not None:
+            entry = (*entry[:4], held(problem, other, entry[4]))
+        entries.append(entry)
     return [
         ComparisonRow(
             name,

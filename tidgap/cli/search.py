@@ -46,6 +46,7 @@ from tidgap.optimize.driver import (
 from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.limits import parse_memory_limit
 from tidgap.optimize.memory import parse_size
+from tidgap.optimize.run_memory import run_evaluated
 from tidgap.outputs.files import check_outputs, comparison_files, json_file, write_files
 from tidgap.runtime.pricing import run_evaluation, run_prediction
 from tidgap.schedules.families import SCHEDULES, evaluate, family_of, plan_timeline
@@ -374,6 +375,7 @@ def _report(
         heuristics=result.heuristics,
         plan_evaluation=result.evaluation,
         price=run_evaluation if result.pricing == RUN_PRICING else evaluate,
+        held=run_evaluated if result.memory_pricing == RUN_PRICING else None,
     )
     click.echo(format_table(rows, unit))
     if out is not None:
