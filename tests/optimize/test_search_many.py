@@ -4,6 +4,7 @@ failed search leaves the others' results."""
 
 from __future__ import annotations
 
+import pickle
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -87,6 +88,11 @@ def test_a_failed_search_leaves_the_others_and_names_the_problem() -> None:
     with ThreadPoolExecutor(max_workers=1) as executor, pytest.raises(SearchFailed) as every:
         search_many(problems[1:2], executor=executor, schedule="flush", **SHORT)
     assert str(every.value).endswith("(1 of 1 searches failed)")
+    # a host's process pool sends it back pickled (it broke the host's pool: its args are
+    # the message alone, and rebuilding from them raised)
+    copied = pickle.loads(pickle.dumps(error))
+    assert str(copied) == str(error) and list(copied.errors) == [1]
+    assert [copied.results[0].plan, copied.results[2].plan] == expected
 
 
 #: The environment variable naming a file that :func:`_killing_search` creates once.

@@ -61,6 +61,12 @@ class SearchFailed(RuntimeError):
         self.results = results
         self.errors = errors
         self.first = first
+        self._problems = list(problems)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (a host's process pool, ``copy``) from the arguments it was made of: its
+        own ``args`` are the message alone."""
+        return type(self), (self._problems, self.results, self.errors)
 
 
 def _cores() -> int:
