@@ -431,3 +431,20 @@ def test_the_best_within_a_level_is_the_pooled_islands_pick_and_its_own(monkeypa
         for mine, pooled_rows in zip(found.arrays(), genes.arrays(), strict=True):
             np.testing.assert_array_equal(mine[0], pooled_rows[index])
         assert not any(np.shares_memory(found.forward, i.genes.forward) for i in run.islands)
+
+
+def test_a_problem_built_in_python_that_takes_no_time_is_refused_by_a_search() -> None:
+    """Every op of 0 ms: load_problem refuses such a file, but one built in Python was
+    searched and its result's speedups raised ZeroDivisionError."""
+    zero = {"affine": {"base": 0, "per_sample": 0}}
+    problem = tidgap.Problem.from_dict(
+        {
+            "format": "tidgap.problem/1",
+            "batch_size": 8,
+            "stages": [{"forward": zero, "backward": zero}] * 2,
+            "links": [{"forward": zero, "backward": zero}],
+        }
+    )
+    for schedule in ("windowed", "flush"):
+        with pytest.raises(tidgap.InputError, match="stages: every plan could take less than"):
+            tidgap.search(problem, schedule=schedule, generations=2, population=16)

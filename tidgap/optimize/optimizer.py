@@ -31,7 +31,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.fileio import MAX_INTEGER_DIGITS
 from tidgap.model.numbers import integer_at_least, is_number
 from tidgap.model.plan import Plan, check_plan
-from tidgap.model.problem import Problem, require_problem
+from tidgap.model.problem import Problem, check_takes_time, require_problem
 from tidgap.optimize.anneal_checkpoint import ResumedAnnealing, resumed_annealing
 from tidgap.optimize.backward_rules import FREE, check_rule
 from tidgap.optimize.checkpoint import (
@@ -306,6 +306,7 @@ class Optimizer:
         checkpoint_every: float = DEFAULT_EVERY,
     ) -> None:
         require_problem(problem)
+        check_takes_time(problem)  # a Problem built in Python: speedups must be finite
         callable_or_none(("fitness", fitness))
         if not isinstance(stopping, Stopping):
             raise TypeError(f"stopping must be a tidgap.Stopping (got {stopping!r})")
