@@ -225,6 +225,20 @@ def test_tied_layers_on_two_stages_are_warned_of(torch: Any, tmp_path: Path) -> 
     assert result.exit_code == 0 and "share a parameter" not in result.stderr
 
 
+@pytest.mark.parametrize(("warmup", "repeats", "warned"), [("0", "2", True), ("1", "1", False)])
+def test_a_cold_median_is_warned_of(
+    torch: Any, tmp_path: Path, warmup: str, repeats: str, warned: bool
+) -> None:
+    """No warm-up and fewer than 3 timed rounds: the first round's one-off start-up costs
+    (326 ms on a 3 ms op, seen) stay in the medians, and nothing said so."""
+    out = tmp_path / "cold.json"
+    timing = ["--warmup", warmup, "--repeats", repeats]
+    result = run("profile", *MLP, "--stages", "2", "--batch-size", "4", *timing, "--out", str(out))
+    assert result.exit_code == 0 and out.exists(), result.stderr
+    line = f"tidgap: warning: --warmup 0 with --repeats {repeats}: the first timed round pays"
+    assert (line in result.stderr) is warned
+
+
 def test_profiled_problem_is_searched(torch: Any, tmp_path: Path) -> None:
     profiled(tmp_path, *MLP, "--stages", "2", "--batch-size", "8")
     result = run(

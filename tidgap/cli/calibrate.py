@@ -10,7 +10,7 @@ import click
 
 from tidgap.cli.launching import results_of
 from tidgap.cli.main import end_rank_on_signals
-from tidgap.cli.options import count_range, problem_argument
+from tidgap.cli.options import cold_start_warning, count_range, problem_argument
 from tidgap.cli.run_caveats import other_model
 from tidgap.cli.workers import (
     require_batch_room,
@@ -200,6 +200,8 @@ def calibrate_command(
                 "split's stages'; profile with this --split for them)",
                 err=True,
             )
+    if (cold := cold_start_warning(warmup, job.iterations, "--iterations")) is not None:
+        click.echo(f"tidgap: warning: {cold}", err=True)
     write_json(out, fitted)
     again = fitted["source"]["calibration"].get("recompute") or [None] * loaded.num_stages
     for before, after, twin in zip(document["stages"], fitted["stages"], again, strict=True):

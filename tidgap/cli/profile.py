@@ -25,6 +25,7 @@ from tidgap.cli.options import (
     SEED,
     Command,
     Number,
+    cold_start_warning,
     count_range,
     describe_problem,
     require_folder_name,
@@ -455,6 +456,8 @@ def profile_command(
             "measuring, so the times may be inflated (source.other_processes_cores)",
             err=True,
         )
+    if (cold := cold_start_warning(warmup, repeats, "--repeats")) is not None:
+        click.echo(f"tidgap: warning: {cold}", err=True)
     shared = shared_between_stages(built, document["source"]["split"]["boundaries"])
     if shared is not None:
         click.echo(
