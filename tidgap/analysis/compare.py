@@ -74,10 +74,14 @@ def _plan_entry(
     plan: Plan,
     evaluation: Evaluation | None = None,
     price: Pricing = evaluate,
+    held: Holding | None = None,
 ) -> Entry:
-    """The entry of a plan's row (flush or ordered), timed by ``price``; ``evaluation`` if
-    already known."""
-    evaluation = price(problem, plan) if evaluation is None else evaluation
+    """The entry of a plan's row (flush or ordered), timed by ``price`` and its memory
+    counted by ``held`` (where given); ``evaluation`` if already known (so counted)."""
+    if evaluation is None:
+        evaluation = price(problem, plan)
+        if held is not None:
+            evaluation = held(problem, plan, evaluation)
     summary = microbatch_summary(plan)
     return name, family_of(plan).name, summary, evaluation.iteration_time, evaluation
 
@@ -113,11 +117,9 @@ def compare(
         if held is not None and evaluation is not None and baseline is not None:
             evaluation = held(problem, baseline(problem, result.microbatches), evaluation)
         entries.append((name, name, str(result.microbatches), result.iteration_time, evaluation))
-    for name, other in heuristics.items():
-        entry = _plan_entry(problem, name, other, None, price)
-        if held is not None and entry[4] is not None:
-            entry = (*entry[:4], held(problem, other, entry[4]))
-        entries.append(entry)
+    entries += [
+        _plan_entry(problem, name, other, None, price, held) for name, other in heuristics.items()
+    ]
     return [
         ComparisonRow(
             name,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -48,8 +47,8 @@ from tidgap.optimize.limits import parse_memory_limit
 from tidgap.optimize.memory import parse_size
 from tidgap.optimize.run_memory import run_evaluated
 from tidgap.outputs.files import check_outputs, comparison_files, json_file, write_files
-from tidgap.runtime.pricing import run_evaluation, run_prediction
-from tidgap.schedules.families import SCHEDULES, evaluate, family_of, plan_timeline
+from tidgap.runtime.pricing import plan_pricing, run_prediction
+from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
 DEFAULT_TIME_LIMIT = 10.0
@@ -272,7 +271,6 @@ def search_command(
         )
     show_progress = not (quiet or as_json) and sys.stderr.isatty()
     progress = ProgressLine(loaded.time_unit) if show_progress else None
-    before = _modified(checkpoint)
     with stop_on_signals(None if progress is None else progress.stopping) as signals:
         try:
             with about_problem(spec):
@@ -303,7 +301,7 @@ def search_command(
                 progress.close()
         if saved is not None and not quiet:
             click.echo(f"resumed {printable(resume)} from {saved.where()}", err=True)
-        if checkpoint is not None and result.interrupted and _modified(checkpoint) == before:
+        if checkpoint is not None and result.first_cut:
             click.echo(
                 f"tidgap: warning: --checkpoint: stopped in the search's first (flush) "
                 f"search, which no state holds: nothing saved to {printable(checkpoint)} (a "
@@ -312,17 +310,6 @@ def search_command(
             )
         _report(result, out, gantt, trace, quiet, as_json)
     signals.exit_if_received()
-
-
-def _modified(path: str | None) -> tuple[int, int] | None:
-    """The file at ``path`` as written last: its inode (an atomic write makes a new one)
-    and modification time (ns, which some file systems keep coarsely); ``None`` where
-    there is none."""
-    try:
-        found = None if path is None else os.stat(path)
-    except OSError:
-        return None
-    return None if found is None else (found.st_ino, found.st_mtime_ns)
 
 
 def _report(
@@ -374,7 +361,7 @@ def _report(
         baselines=result.baselines,
         heuristics=result.heuristics,
         plan_evaluation=result.evaluation,
-        price=run_evaluation if result.pricing == RUN_PRICING else evaluate,
+        price=plan_pricing(result.pricing),
         held=run_evaluated if result.memory_pricing == RUN_PRICING else None,
     )
     click.echo(format_table(rows, unit))

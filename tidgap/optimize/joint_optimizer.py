@@ -282,7 +282,8 @@ class JointOptimizer:
         return arrays
 
     def restore_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Put back the islands :meth:`state_arrays` saved (same shapes, checked)."""
+        """Put back the islands :meth:`state_arrays` saved (same shapes, checked; an
+        island's generations since it improved at most :attr:`counters`' generations)."""
         xp = self.xp
         for i, island in enumerate(self.islands):
             values = [arrays[f"island{i}_{name}"] for name in ISLAND_ARRAYS]
@@ -298,4 +299,10 @@ class JointOptimizer:
             check_integers(progress, (2,), f"island {i}'s progress")
             if (progress < 0).any():
                 raise ValueError(f"island {i}'s progress: {progress.tolist()}, not counts >= 0")
+            run = self.counters.generation
+            if progress[1] > run:
+                raise ValueError(
+                    f"island {i}'s progress: {int(progress[1])} generations since it "
+                    f"improved, more than the {run} run"
+                )
             island.best_fitness, island.since_improvement = (int(v) for v in progress)

@@ -20,7 +20,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.limits import ONE_F_ONE_B, MemoryLevel, bytes_level, stage_level
-from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
+from tidgap.runtime.pricing import plan_pricing, run_priced_baselines
 from tidgap.schedules.baselines import (
     BaselineResult,
     best_baselines,
@@ -28,7 +28,6 @@ from tidgap.schedules.baselines import (
     feasible_microbatch_counts,
     least_feasible_count,
 )
-from tidgap.schedules.families import evaluate
 from tidgap.schedules.ir import alternating_letters
 
 
@@ -145,9 +144,7 @@ def seeded_time_within(
     capped = capped_one_f_one_b(problem, level, fewest)
     if not capped:
         return math.inf
-    if pricing == RUN_PRICING:
-        return run_evaluation(problem, capped[0]).iteration_time
-    return evaluate(problem, capped[0]).iteration_time
+    return plan_pricing(pricing)(problem, capped[0]).iteration_time
 
 
 def capped_one_f_one_b(problem: Problem, level: MemoryLevel, most: int) -> list[Plan]:

@@ -84,6 +84,9 @@ class SearchResult:
     backward: str = FREE
     pricing: str = MODEL_PRICING
     memory_pricing: str = MODEL_PRICING
+    #: A signal stopped the windowed search in its flush first search, which no state holds:
+    #: its checkpoint saved nothing.
+    first_cut: bool = False
 
     @property
     def no_recompute(self) -> bool:

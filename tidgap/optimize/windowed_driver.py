@@ -462,5 +462,5 @@ def prepare_windowed(
         pricing,
         on_progress,
         [optimizer.best_within(level) for level in levels],
-        first_flush and earlier is not None and earlier.interrupted,
+        earlier is not None and (earlier.interrupted if first_flush else earlier.first_cut),
     )

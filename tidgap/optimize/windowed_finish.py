@@ -317,4 +317,5 @@ def finish_windowed(
         backward=run.backward,
         pricing=run.pricing,
         memory_pricing=run.memory_pricing,
+        first_cut=run.first_cut,
     )

@@ -175,12 +175,15 @@ class StorageBytes:
         ``left_out``."""
         return cls([*state_tensors(module), *left_out])
 
+    def leaves_out(self, tensor: Tensor) -> bool:
+        """Whether ``tensor``'s storage is one of ``left_out``'s."""
+        return storage_key(tensor) in self._left_out
+
     def add(self, *tensors: Tensor) -> None:
         """Count the storages of ``tensors``."""
         for tensor in tensors:
-            key = storage_key(tensor)
-            if key not in self._left_out:
-                self._storages[key] = tensor.untyped_storage().nbytes()
+            if not self.leaves_out(tensor):
+                self._storages[storage_key(tensor)] = tensor.untyped_storage().nbytes()
 
     def saving(self) -> AbstractContextManager[None]:
         """Count what autograd saves for the backward inside the block."""

@@ -20,16 +20,24 @@ partition. The runtime (:mod:`tidgap.runtime.stage`) cannot always run it so:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import pairwise
 
 import numpy as np
 
+from tidgap.backends.ticks import RUN_PRICING
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem
 from tidgap.runtime.lowering import recomputes
 from tidgap.schedules.baselines import BASELINE_ROWS, BaselineResult, baseline_times
 from tidgap.schedules.evaluation import Evaluation
-from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES, family_of, plan_timeline
+from tidgap.schedules.families import (
+    SCHEDULES,
+    TIMED_BASELINES,
+    evaluate,
+    family_of,
+    plan_timeline,
+)
 from tidgap.schedules.ir import holder, prefix_sums
 from tidgap.schedules.simulate import OpTime, evaluate_order, order_timeline
 from tidgap.schedules.timeline import Timeline
@@ -201,6 +209,13 @@ def run_evaluation(problem: Problem, plan: Plan, priced: RunTimes | None = None)
     return evaluate_order(
         problem, plan.forward, plan.backward, plan.stage_order(), run_op_time(problem, priced)
     )
+
+
+def plan_pricing(pricing: str) -> Callable[[Problem, Plan], Evaluation]:
+    """How ``pricing`` (:data:`~tidgap.backends.ticks.PRICINGS`) times one plan:
+    :func:`run_evaluation` for :data:`~tidgap.backends.ticks.RUN_PRICING` (as ``tidgap run``
+    runs it), else the model's (:func:`~tidgap.schedules.families.evaluate`)."""
+    return run_evaluation if pricing == RUN_PRICING else evaluate
 
 
 def run_prediction(problem: Problem, plan: Plan, label: str) -> tuple[Evaluation, Timeline]:

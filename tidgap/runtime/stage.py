@@ -27,9 +27,6 @@ from torch import Tensor, nn
 from tidgap.profiling.measure import (
     StorageBytes,
     checked_output,
-    state_tensors,
-    storage_key,
-    storage_keys,
     synchronize_stream,
 )
 from tidgap.runtime.drawing import DrawingModules, drawing_of, generators_unchanged
@@ -140,31 +137,27 @@ class Chunks:
 
 class HeldBytes:
     """What a stage holds for its backwards: the tensors autograd saved (saved-tensor hooks,
-    the module's parameters and buffers left out:
-    :func:`~tidgap.profiling.measure.state_tensors`) that are still alive and the tensors
+    the module's parameters and buffers as it is built left out, and kept alive, so that a
+    buffer a forward replaces lends its address to no tensor counted:
+    :meth:`~tidgap.profiling.measure.StorageBytes.of`) that are still alive and the tensors
     the stage keeps itself, each storage counted once; ``peak``: the most, in bytes, at any
     op's end since :meth:`reset` (the measured twin of the model's ``peak_memory``)."""
 
     def __init__(self, module: nn.Module) -> None:
-        self._module = module
+        self._state = StorageBytes.of(module)
         self._saved: list[weakref.ref[Tensor]] = []
         self.peak = 0
 
+    def _pack(self, tensor: Tensor) -> Tensor:
+        if not self._state.leaves_out(tensor):
+            self._saved.append(weakref.ref(tensor))
+        return tensor
+
     @contextmanager
     def watching(self) -> Iterator[None]:
-        """Record what autograd saves for the backward inside the block, the module's state
-        as the block begins left out (and kept alive in it: a buffer the forward replaces
-        lends its address to no tensor counted)."""
-        state = state_tensors(self._module)
-        keys = storage_keys(state)
-
-        def pack(tensor: Tensor) -> Tensor:
-            if storage_key(tensor) not in keys:
-                self._saved.append(weakref.ref(tensor))
-            return tensor
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            yield  # ``state`` alive until here
+        """Record what autograd saves for the backward inside the block."""
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor):
+            yield
 
     def sample(self, kept: Iterable[Tensor]) -> None:
         """Count what is held now: the saved tensors still alive and ``kept``."""
