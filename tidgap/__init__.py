@@ -1,78 +1,82 @@
 """tidgap: plan pipeline-parallel training with unequal, per-stage microbatch partitions.
 
-``import tidgap`` loads neither CuPy nor Numba; backends are imported when used.
+``import tidgap`` loads neither CuPy nor Numba; backends are imported when used, and
+each name below is imported when first used (so the ``tidgap`` command starts, and
+Ctrl-C while it loads, at once).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-from tidgap.model.errors import InputError
-from tidgap.model.examples import example_names
-from tidgap.model.plan import Plan, check_plan, load_plan
-from tidgap.model.problem import Link, Problem, Stage, load_problem
-from tidgap.model.timefn import TimeFunction, affine, table
-from tidgap.optimize.driver import SearchResult, search
-from tidgap.optimize.heuristics import global_dp, local_greedy
-from tidgap.optimize.many import search_many
-from tidgap.optimize.optimizer import Optimizer, Stopping
-from tidgap.optimize.scores import Scores, per_plan
-from tidgap.runtime.pricing import run_evaluation
-from tidgap.schedules.baselines import (
-    BaselineResult,
-    best_baselines,
-    equal_partition,
-    feasible_microbatch_counts,
-    gpipe,
-    gpipe_plan,
-    one_f_one_b,
-    one_f_one_b_plan,
-    pipedream,
-)
-from tidgap.schedules.evaluation import Evaluation
-from tidgap.schedules.families import SCHEDULES, Family, baseline, evaluate
-from tidgap.schedules.ir import Action, Order
+from importlib import import_module
+from typing import Any
 
-try:
-    __version__ = version("tidgap")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
+#: Each public name and the module that defines it.
+_EXPORTS = {
+    "Action": "tidgap.schedules.ir",
+    "BaselineResult": "tidgap.schedules.baselines",
+    "Evaluation": "tidgap.schedules.evaluation",
+    "Family": "tidgap.schedules.families",
+    "InputError": "tidgap.model.errors",
+    "Link": "tidgap.model.problem",
+    "Optimizer": "tidgap.optimize.optimizer",
+    "Order": "tidgap.schedules.ir",
+    "Plan": "tidgap.model.plan",
+    "Problem": "tidgap.model.problem",
+    "SCHEDULES": "tidgap.schedules.families",
+    "Scores": "tidgap.optimize.scores",
+    "SearchResult": "tidgap.optimize.driver",
+    "Stage": "tidgap.model.problem",
+    "Stopping": "tidgap.optimize.optimizer",
+    "TimeFunction": "tidgap.model.timefn",
+    "affine": "tidgap.model.timefn",
+    "baseline": "tidgap.schedules.families",
+    "best_baselines": "tidgap.schedules.baselines",
+    "check_plan": "tidgap.model.plan",
+    "equal_partition": "tidgap.schedules.baselines",
+    "evaluate": "tidgap.schedules.families",
+    "example_names": "tidgap.model.examples",
+    "feasible_microbatch_counts": "tidgap.schedules.baselines",
+    "global_dp": "tidgap.optimize.heuristics",
+    "gpipe": "tidgap.schedules.baselines",
+    "gpipe_plan": "tidgap.schedules.baselines",
+    "load_plan": "tidgap.model.plan",
+    "load_problem": "tidgap.model.problem",
+    "local_greedy": "tidgap.optimize.heuristics",
+    "one_f_one_b": "tidgap.schedules.baselines",
+    "one_f_one_b_plan": "tidgap.schedules.baselines",
+    "per_plan": "tidgap.optimize.scores",
+    "pipedream": "tidgap.schedules.baselines",
+    "run_evaluation": "tidgap.runtime.pricing",
+    "search": "tidgap.optimize.driver",
+    "search_many": "tidgap.optimize.many",
+    "table": "tidgap.model.timefn",
+}
 
-__all__ = [
-    "Action",
-    "Family",
-    "Optimizer",
-    "Order",
-    "SCHEDULES",
-    "BaselineResult",
-    "Evaluation",
-    "InputError",
-    "Link",
-    "Plan",
-    "Problem",
-    "Scores",
-    "SearchResult",
-    "Stage",
-    "Stopping",
-    "TimeFunction",
-    "affine",
-    "baseline",
-    "best_baselines",
-    "check_plan",
-    "equal_partition",
-    "evaluate",
-    "example_names",
-    "feasible_microbatch_counts",
-    "global_dp",
-    "gpipe",
-    "gpipe_plan",
-    "load_plan",
-    "load_problem",
-    "local_greedy",
-    "one_f_one_b",
-    "one_f_one_b_plan",
-    "per_plan",
-    "pipedream",
-    "run_evaluation",
-    "search",
-    "search_many",
-    "table",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """The public ``name`` (or ``__version__``), imported from its module on first use."""
+    if name == "__version__":
+        globals()[name] = _installed_version()
+        return globals()[name]
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the public ones not yet imported too."""
+    return sorted({*globals(), *_EXPORTS})
+
+
+def _installed_version() -> str:
+    """The installed distribution's version; ``0+unknown`` in a source tree not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tidgap")
+    except PackageNotFoundError:
+        return "0+unknown"

@@ -1,5 +1,5 @@
 """``python -m tidgap``: the same as the ``tidgap`` command."""
 
-from tidgap.cli import main
+from tidgap.console import main
 
 main()

@@ -69,7 +69,7 @@ def test_wheel_ships_the_builtin_examples(wheel_names: list[str]) -> None:
 
 def test_wheel_declares_the_console_script(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
-    assert "tidgap = tidgap.cli:main" in wheel.read(entry_points).decode()
+    assert "tidgap = tidgap.console:main" in wheel.read(entry_points).decode()
 
 
 def test_import_tidgap_loads_neither_cupy_nor_numba() -> None:

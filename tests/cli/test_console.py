@@ -1,0 +1,47 @@
+"""The console script: a Ctrl-C while the command line loads ends it in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+#: Runs the console script with a SIGINT delivered while ``tidgap.cli`` is being imported
+#: (the first import of it sends the signal, then imports it).
+INTERRUPTED_WHILE_LOADING = """
+import builtins, os, signal, sys
+real_import = builtins.__import__
+def interrupting_import(name, *args, **kwargs):
+    if name == "tidgap.cli" and "tidgap.cli" not in sys.modules:
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = interrupting_import
+sys.argv = ["tidgap", "--version"]
+from tidgap.console import main
+main()
+"""
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_WHILE_LOADING], capture_output=True, text=True
+    )
+    assert result.returncode == 130
+    assert result.stderr.strip() == "tidgap: interrupted"
+    assert result.stdout == ""  # the command did not run
+
+
+def test_the_console_script_runs_the_command_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tidgap", "--version"], capture_output=True, text=True
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("tidgap, version ")
+
+
+def test_import_tidgap_loads_its_names_when_used() -> None:
+    code = (
+        "import sys, tidgap; loaded = 'tidgap.optimize.driver' in sys.modules; "
+        "tidgap.search; print(loaded, 'tidgap.optimize.driver' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.split() == ["False", "True"]

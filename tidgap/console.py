@@ -1,0 +1,24 @@
+"""The ``tidgap`` console script: loads the command line, then runs it.
+
+Loading takes about a second (NumPy, pydantic, click and the commands); a Ctrl-C in it is
+held until loading ends, then ends the command as a Ctrl-C outside a search does
+(``tidgap: interrupted``, status 130), not with a traceback from whatever was importing.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from tidgap.held_signals import handling
+
+
+def main() -> None:
+    """Console-script entry point (``python -m tidgap`` too)."""
+    heard: list[int] = []
+    with handling((signal.SIGINT,), lambda signum, frame: heard.append(signum)):
+        from tidgap.cli import main as run_command_line
+    if heard:
+        sys.stderr.write("\ntidgap: interrupted\n")
+        sys.exit(128 + signal.SIGINT)
+    run_command_line()
