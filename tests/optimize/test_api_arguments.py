@@ -179,6 +179,46 @@ def test_values_of_the_wrong_kind_are_one_line(
     assert str(caught.value) == message
 
 
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda f: tidgap.Stage(forward=f, backward=f, activation_bytes=-1),
+            "Stage: activation_bytes: must be >= 0.0 (got -1)",
+        ),
+        (lambda f: tidgap.Stage(forward=f), "Stage: backward: required field is missing"),
+        (lambda f: tidgap.Stage(forward=f, backward=f, bogus=1), "Stage: bogus: unknown key"),
+        (
+            lambda f: tidgap.Stage(forward=f, backward={"affine": {"base": -1, "per_sample": 0}}),
+            "Stage: backward.affine.base: must be >= 0.0 (got -1)",
+        ),
+        (lambda f: tidgap.Link(forward=f), "Link: backward: required field is missing"),
+        (lambda f: tidgap.Problem(stages=[], batch_size=4), "Problem: stages: must not be empty"),
+        (
+            lambda f: tidgap.Problem(stages=[{"forward": f, "backward": f}], batch_size=0),
+            "Problem: batch_size: must be > 0 (got 0)",
+        ),
+        (lambda f: tidgap.Plan(forward=[[1]], backward="x"), "Plan: backward: must be a list"),
+    ],
+    ids=[
+        "stage-bytes",
+        "stage-missing",
+        "stage-key",
+        "stage-nested",
+        "link",
+        "problem-empty",
+        "problem-batch",
+        "plan",
+    ],
+)
+def test_a_model_built_with_a_bad_value_is_one_input_error(call: Any, message: str) -> None:
+    """pydantic's multi-line ValidationError before."""
+    with pytest.raises(InputError) as caught:
+        call(tidgap.affine(1.0, 1.0))
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
 def test_a_numpy_count_is_a_count(tiny: tidgap.Problem) -> None:
     assert tidgap.gpipe(tiny, np.int64(2)) == tidgap.gpipe(tiny, 2)
     assert tidgap.one_f_one_b_plan(tiny, np.int32(3)) == tidgap.one_f_one_b_plan(tiny, 3)

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from tidgap.model.errors import InputError
-from tidgap.model.fileio import input_error_from, parse_model, read_json
+from tidgap.model.fileio import parse_model, read_json
 from tidgap.model.numbers import plain
 from tidgap.model.problem import Problem, require_problem
 from tidgap.model.text import printable
@@ -89,8 +89,8 @@ class Plan(StrictModel):
                 backward=copied_rows(backward),
                 **{key: plain(list(value)) for key, value in given.items() if value is not None},
             )
-        except ValidationError as error:
-            raise input_error_from(error).within("plan") from None
+        except InputError as error:
+            raise InputError(error.message, error.path, "plan") from None
 
     def stage_order(self) -> Order:
         """Each stage's letters: the given ``order``, the one ``windows`` stand for, or the

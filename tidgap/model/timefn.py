@@ -25,10 +25,25 @@ PositiveBytes = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Samples = Annotated[int, Field(gt=0)]
 
 
-class StrictModel(BaseModel):
+class _OneLineErrors(type(BaseModel)):  # type: ignore[misc]  # pydantic's metaclass
+    """Building a model by calling its class (``Stage(...)``, Python's way in) raises
+    :class:`InputError` on the class's name, the first problem with its field, as a file's
+    bad value does; validating a file's document or a nested model is not a call and
+    raises pydantic's ``ValidationError`` for :func:`~tidgap.model.fileio.parse_model`
+    (not overriding ``__init__``, which would make pydantic validate nested models twice)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except ValidationError as error:
+            raise input_error_from(error).within(cls.__name__) from None
+
+
+class StrictModel(BaseModel, metaclass=_OneLineErrors):
     """Base of every file schema: strict types, unknown keys rejected, immutable; NumPy's
     integers, numbers and arrays given in Python taken as Python's (input-rules.md), where
-    :attr:`numpy_input` (a model built in hot loops converts its input itself)."""
+    :attr:`numpy_input` (a model built in hot loops converts its input itself). A bad value
+    given to the class raises :class:`InputError` (:class:`_OneLineErrors`)."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
     numpy_input: ClassVar[bool] = True
@@ -152,9 +167,9 @@ def _listed(values: Any) -> Any:
 
 @contextmanager
 def one_line(source: str) -> Iterator[None]:
-    """Turn a validation error of a time function built from Python values into an
-    :class:`InputError` on ``source`` (its first problem, with its field)."""
+    """A bad value of a time function built from Python values as an :class:`InputError`
+    on ``source`` (its first problem, with its field), not on the class's name."""
     try:
         yield
-    except ValidationError as error:
-        raise input_error_from(error).within(source) from None
+    except InputError as error:
+        raise InputError(error.message, error.path, source) from None
