@@ -9,8 +9,8 @@ written ``b if b > a else a``, Python's ``max``):
   :func:`~tidgap.schedules.baselines.one_f_one_b`, :func:`~tidgap.schedules.baselines.pipedream`);
 - :func:`chain_dps`: the global DP of each direction (reference
   :func:`tidgap.optimize.heuristics.chain_dp`);
-- :func:`least_total`: ``W(U)`` of the lower bound (reference: the DP in
-  :mod:`tidgap.analysis.bound`).
+- :func:`least_total`: ``W(U)`` of the lower bound (no Python twin: tested against the
+  least over every partition, enumerated, in ``tests/analysis/test_report.py``).
 
 **Lanes.** Baselines run up to :data:`LANES` consecutive microbatch counts side by side,
 the lane innermost so the loops vectorise (every hot loop runs all ``LANES`` lanes; unused

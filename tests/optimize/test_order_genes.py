@@ -20,9 +20,9 @@ from tidgap.optimize.genome import (
     encode_order,
     encode_partitions,
 )
+from tidgap.optimize.operators import microbatch_counts
 from tidgap.optimize.order_genes import (
     canonical,
-    counts,
     encode_lead,
     holder,
     lower,
@@ -66,7 +66,7 @@ def junk_padding(lead: np.ndarray, backward: np.ndarray, draw: st.DrawFn) -> np.
     """``lead`` with random values after each stage's ``N_s`` backwards (entries ignored)."""
     noise = np.array(draw(st.lists(st.integers(-50, 50), min_size=lead.size, max_size=lead.size)))
     column = np.arange(lead.shape[-1])
-    padding = column >= counts(backward)[..., None]
+    padding = column >= microbatch_counts(backward)[..., None]
     return np.where(padding, noise.reshape(lead.shape), lead).astype(GENE)
 
 
@@ -185,7 +185,7 @@ def test_order_codes_place_the_backwards_after_their_forwards(data: st.DataObjec
     the ``k``-th B after ``a[s][k]`` Fs."""
     plans, width = data.draw(population())
     forward, backward, _ = stacked(plans, width)
-    forwards, backwards = counts(forward), counts(backward)
+    forwards, backwards = microbatch_counts(forward), microbatch_counts(backward)
     before = np.zeros(forward.shape, dtype=np.int64)
     for index in np.ndindex(*forwards.shape):
         top = int(forwards[index])
@@ -211,7 +211,7 @@ def test_any_integer_leads_lower_to_valid_orders(data: st.DataObject) -> None:
         data.draw(st.lists(leads, min_size=forward.size, max_size=forward.size)), dtype=GENE
     ).reshape(forward.shape)
     before, _ = lower(forward, backward, lead)
-    assert (before >= 0).all() and (before <= counts(forward)[..., None]).all()
+    assert (before >= 0).all() and (before <= microbatch_counts(forward)[..., None]).all()
     assert (np.diff(before, axis=-1) >= 0).all()
     fixed, codes = canonical(forward, backward, lead)
     for p, plan in enumerate(plans):

@@ -146,10 +146,10 @@ def tick_problem(
     problem: Problem, pricing: str = MODEL_PRICING, admitted: float | None = None
 ) -> TickedProblem:
     """Tabulate ``problem`` in integer ticks (see the module docstring), its ops priced by
-    ``pricing`` (:data:`PRICINGS`). ``admitted``: the time (ms, so priced) of a plan that
-    every plan the caller compares may be compared with (within every memory limit it
-    searches under), which then sets the ceiling of the entries instead of the serial
-    equal plan (``inf``: no ceiling)."""
+    ``pricing`` (:data:`PRICINGS`). ``admitted``: the time (in the problem's time unit, so
+    priced) of a plan that every plan the caller compares may be compared with (within
+    every memory limit it searches under), which then sets the ceiling of the entries
+    instead of the serial equal plan (``inf``: no ceiling)."""
     if pricing not in PRICINGS:
         raise ValueError(f"pricing must be one of {PRICINGS}, not {pricing!r}")
     S, U, unit = problem.num_stages, problem.num_units, problem.unit

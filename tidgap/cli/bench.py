@@ -40,7 +40,9 @@ class NameList(click.ParamType):
     def __init__(self, choices: list[str]):
         self.choices = choices
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> list[str] | None:
         if isinstance(value, list):
             return value
         text = str(value).strip()
@@ -60,7 +62,9 @@ class SizeList(click.ParamType):
 
     name = "P,..."
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> list[int]:
         if isinstance(value, list):
             return value
         sizes = []

@@ -24,6 +24,7 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.text import printable
 from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
+from tidgap.optimize.ga import DEFAULT_POPULATION
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.optimizer import MIN_POPULATION
 from tidgap.runtime.lowering import recomputes
@@ -112,11 +113,12 @@ class Number(click.FloatRange):
 
 def population_option(command: Command) -> Command:
     """``--population``: individuals per generation of a search (at least
-    :data:`~tidgap.optimize.optimizer.MIN_POPULATION`, default 512)."""
+    :data:`~tidgap.optimize.optimizer.MIN_POPULATION`, default
+    :data:`~tidgap.optimize.ga.DEFAULT_POPULATION`)."""
     return click.option(
         "--population",
         type=count_range(MIN_POPULATION),
-        default=512,
+        default=DEFAULT_POPULATION,
         show_default=True,
         help="Individuals per generation.",
     )(command)

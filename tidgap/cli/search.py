@@ -59,7 +59,9 @@ class MemoryLimit(click.ParamType):
 
     name = "1f1b|BYTES"
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str | int:
         try:
             return parse_memory_limit(str(value))
         except ValueError as error:
@@ -71,7 +73,9 @@ class MemorySize(click.ParamType):
 
     name = "SIZE"
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
         try:
             size = value if isinstance(value, int) else parse_size(str(value))
         except ValueError as error:

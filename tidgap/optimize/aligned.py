@@ -106,7 +106,7 @@ def _equal(units: int, counts: Any, stages: int, width: int) -> Any:
     return xp.ascontiguousarray(xp.broadcast_to(rows[:, None, :], (len(counts), stages, width)))
 
 
-def _seed_cuts(forward: Any, backward: Any, caps: Any) -> Any:
+def _seed_cuts(forward: Any, backward: Any) -> Any:
     """``(n, S, K)`` cuts of the seeds of :func:`aligned_search` for ``(S, K)`` ``forward``:
     the forward partition itself, the repair of ``backward``, and the repair of every equal
     partition (1 to ``K`` microbatches, so every equal backward that coarsens ``forward``)."""
@@ -180,7 +180,7 @@ def _canonical(forward: Any, cuts: Any, caps: Any) -> np.ndarray:
 def seeded(forward: Any, backward: Any, caps: Any, score: Score) -> tuple[np.ndarray, int]:
     """The best seed of :func:`aligned_search` (no search): its canonical ``(S, K)`` cuts on
     the host and its backward span in ticks (the first on ties)."""
-    cuts = _seed_cuts(forward, backward, caps)
+    cuts = _seed_cuts(forward, backward)
     ticks = to_host(_cut_score(forward, caps, score)(cuts))
     best = int(np.argmin(ticks))
     return _canonical(forward, cuts[best], caps), int(ticks[best])

@@ -18,6 +18,7 @@ from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.backward_rules import FREE
 from tidgap.optimize.checkpoint import DEFAULT_EVERY, SavedState
+from tidgap.optimize.ga import DEFAULT_POPULATION
 from tidgap.optimize.optimizer import (
     AUTO_PRICING,
     DEFAULT_SCHEDULE,
@@ -50,7 +51,7 @@ def search(
     *,
     schedule: str | None = None,
     seed: int = 0,
-    population: int = 512,
+    population: int = DEFAULT_POPULATION,
     generations: int | None = None,
     time_limit: float | None = None,
     stagnation: int | None = None,

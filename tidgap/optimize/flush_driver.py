@@ -23,6 +23,7 @@ from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED, rule_caps
 from tidgap.optimize.checkpoint import drive
 from tidgap.optimize.dual_optimizer import DualOptimizer
 from tidgap.optimize.ga import (
+    DEFAULT_POPULATION,
     RESTART_AFTER,
     Breeder,
     Chromosomes,
@@ -208,7 +209,7 @@ def prepare_flush(
     problem: Problem,
     *,
     seed: int = 0,
-    population: int = 512,
+    population: int = DEFAULT_POPULATION,
     generations: int | None = None,
     time_limit: float | None = None,
     stagnation: int | None = None,

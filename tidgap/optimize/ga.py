@@ -26,11 +26,15 @@ Fitness = Callable[[Any], Any]
 Breeder = Callable[..., Any]
 
 
+#: Individuals per population unless a search is given another size.
+DEFAULT_POPULATION = 512
+
+
 @dataclass(frozen=True)
 class GeneticSettings:
     """How the GA breeds: population size ``P``, elites kept, rates per child."""
 
-    population: int = 512
+    population: int = DEFAULT_POPULATION
     elite_fraction: float = 1 / 32
     crossover_rate: float = 0.9
     mutation_rate: float = 0.9

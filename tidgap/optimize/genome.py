@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tidgap.backends.xp import to_host
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.schedules.ir import Order
@@ -56,7 +57,7 @@ def encode_partitions(partitions: list[list[int]], unit: int, width: int) -> np.
 
 def decode_partitions(genes: Any, unit: int) -> list[list[int]]:
     """``(S, K)`` sizes in units (NumPy or CuPy) -> per-stage sizes in samples."""
-    rows = np.asarray(genes.get() if hasattr(genes, "get") else genes)
+    rows = to_host(genes)
     return [[int(u) * unit for u in row if u > 0] for row in rows]
 
 
@@ -82,7 +83,7 @@ def encode_order(plan: Plan, width: int) -> np.ndarray:
 
 def decode_order(genes: Any) -> Order:
     """``(S, L)`` op codes (NumPy or CuPy) -> the order's letters, padding dropped."""
-    rows = np.asarray(genes.get() if hasattr(genes, "get") else genes)
+    rows = to_host(genes)
     unknown = set(np.unique(rows).tolist()) - set(_LETTERS) - {NO_OP}
     if unknown:
         raise ValueError(f"op code {min(unknown)} is not one of {sorted(_LETTERS)} or {NO_OP}")

@@ -47,6 +47,7 @@ from tidgap.optimize.checkpoint import (
     save_state,
 )
 from tidgap.optimize.flush_driver import finish_flush, prepare_flush
+from tidgap.optimize.ga import DEFAULT_POPULATION
 from tidgap.optimize.genome import Population
 from tidgap.optimize.limits import ONE_F_ONE_B, bytes_level, checked_memory_limit
 from tidgap.optimize.results import SearchProgress, SearchResult
@@ -198,7 +199,7 @@ def checked_search(
     *,
     schedule: str | None = None,
     seed: int = 0,
-    population: int = 512,
+    population: int = DEFAULT_POPULATION,
     backend: str = "auto",
     memory_limit: str | int | None = None,
     initial_plans: Any = (),
@@ -290,7 +291,7 @@ class Optimizer:
         *,
         schedule: str | None = None,
         seed: int = 0,
-        population: int = 512,
+        population: int = DEFAULT_POPULATION,
         backend: str = "auto",
         memory_limit: str | int | None = None,
         initial_plans: Sequence[Plan] = (),

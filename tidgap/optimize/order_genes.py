@@ -24,6 +24,7 @@ import numpy as np
 from tidgap.backends.xp import namespace, running_max
 from tidgap.model.plan import Plan
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, GENE, NO_OP, ORDER_GENE
+from tidgap.optimize.operators import microbatch_counts
 from tidgap.schedules.ir import forwards_before, prefix_sums
 from tidgap.schedules.ir import holder as holder_of
 
@@ -82,11 +83,6 @@ def misaligned(forward: Any, backward: Any) -> Any:
     return recomputing_stages(forward, backward).any(axis=1)
 
 
-def counts(genes: Any) -> Any:
-    """``(P, S)`` microbatches per row of ``(P, S, K)`` sizes."""
-    return (genes > 0).sum(axis=-1)
-
-
 def repair_before(forward_prefix: Any, backward_prefix: Any, before: Any) -> Any:
     """model.md's repair on ``before`` (``(P, S, K)`` ``a[s][k]``, non-decreasing, at most
     ``M_s``; padding ``M_s``), given the partitions' ``(P, S, K+1)`` :func:`prefix` sums: for
@@ -115,10 +111,10 @@ def lower(forward: Any, backward: Any, lead: Any) -> tuple[Any, Any]:
     xp = namespace(lead)
     forward_prefix, backward_prefix = prefix(forward), prefix(backward)
     own = own_forwards(forward_prefix, backward_prefix)
-    forwards = counts(forward)[..., None]
+    forwards = microbatch_counts(forward)[..., None]
     column = xp.arange(lead.shape[-1])[None, None, :]
     before = xp.clip(own + lead.astype(xp.int64), 0, forwards)
-    before = xp.where(column < counts(backward)[..., None], before, forwards)
+    before = xp.where(column < microbatch_counts(backward)[..., None], before, forwards)
     before = running_max(before)
     return repair_before(forward_prefix, backward_prefix, before), own
 
@@ -128,10 +124,10 @@ def canonical(forward: Any, backward: Any, lead: Any) -> tuple[Any, Any]:
     order's ``(P, S, 2K)`` op codes."""
     xp = namespace(lead)
     before, own = lower(forward, backward, lead)
-    backwards = counts(backward)
+    backwards = microbatch_counts(backward)
     column = xp.arange(lead.shape[-1])[None, None, :]
     lead = xp.where(column < backwards[..., None], before - own, 0).astype(GENE)
-    return lead, order_codes(before, counts(forward), backwards)
+    return lead, order_codes(before, microbatch_counts(forward), backwards)
 
 
 def order_codes(before: Any, forwards: Any, backwards: Any) -> Any:

@@ -34,8 +34,8 @@ from tidgap.backends.xp import namespace
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.limits import MemoryLevel
+from tidgap.optimize.operators import microbatch_counts
 from tidgap.optimize.order_genes import (
-    counts,
     holder_per_stage,
     own_forwards,
     prefix,
@@ -256,11 +256,12 @@ class _Chunks:
         xp = namespace(forward)
         forward_prefix, backward_prefix = prefix(forward), prefix(backward)
         before = own_forwards(forward_prefix, backward_prefix) + lead.astype(xp.int64)
-        before = xp.minimum(before, counts(forward)[..., None])
+        before = xp.minimum(before, microbatch_counts(forward)[..., None])
         upstream = xp.concatenate([forward_prefix[:, :1], forward_prefix[:, :-1]], axis=1)
         downstream = xp.concatenate([backward_prefix[:, 1:], backward_prefix[:, -1:]], axis=1)
-        backwards = xp.arange(lead.shape[-1])[None, None, :] < counts(backward)[..., None]
-        forwards = counts(forward)[..., None]
+        columns = xp.arange(lead.shape[-1])[None, None, :]
+        backwards = columns < microbatch_counts(backward)[..., None]
+        forwards = microbatch_counts(forward)[..., None]
         return cls(
             forward_prefix, backward_prefix, upstream, downstream, before, backwards, forwards
         )

@@ -132,11 +132,10 @@ def checked_scores(scores: Scores, tick: float, xp: Any) -> Scores:
 
 def to_ticks(values: Any, tick: float, valid: Any = None, xp: Any = None) -> Any:
     """``(P,)`` fitness in the problem's time unit (any real dtype; on ``xp``, default the
-    array module of ``values``) -> int64 ticks, rounded; ``nan``, ``inf``, values past
-    :data:`INVALID` and individuals where ``valid`` ``(P,)`` is false become
-    :data:`INVALID`. ``ValueError`` for values that are not numbers, finite values past
-    ``INVALID`` ticks either way (they would wrap or reject silently) or a ``valid`` of
-    another shape."""
+    array module of ``values``) -> int64 ticks, rounded; ``nan``, ``+-inf`` and individuals
+    where ``valid`` ``(P,)`` is false become :data:`INVALID`. ``ValueError`` for values that
+    are not numbers, finite values past ``INVALID`` ticks either way (they would wrap or
+    reject silently) or a ``valid`` of another shape."""
     xp = namespace(values) if xp is None else xp
     beyond = ValueError(
         f"fitness values must lie within +-{INVALID * tick:.6g} in the time unit on this "

@@ -34,7 +34,7 @@ from tidgap.optimize.anneal_checkpoint import resumed_annealing
 from tidgap.optimize.backward_rules import FREE, MIRRORED, rule_caps
 from tidgap.optimize.checkpoint import MIRRORED_PHASE, Checkpoint, SavedState, drive
 from tidgap.optimize.flush_driver import flush_search
-from tidgap.optimize.ga import RESTART_AFTER, GeneticSettings, StopRule
+from tidgap.optimize.ga import DEFAULT_POPULATION, RESTART_AFTER, GeneticSettings, StopRule
 from tidgap.optimize.genome import Population
 from tidgap.optimize.joint import Breeding, Island, JointSpace, backend_breeding
 from tidgap.optimize.joint_operators import JointGenes, Repair
@@ -257,7 +257,7 @@ def prepare_windowed(
     problem: Problem,
     *,
     seed: int = 0,
-    population: int = 512,
+    population: int = DEFAULT_POPULATION,
     generations: int | None = None,
     time_limit: float | None = None,
     stagnation: int | None = None,
