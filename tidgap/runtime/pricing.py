@@ -110,13 +110,12 @@ def order_dependent_times(problem: Problem, plan: Plan, s: int) -> RunTimes:
     return times
 
 
-def run_op_times(problem: Problem, plan: Plan, order: bool = True) -> RunTimes:
+def run_op_times(problem: Problem, plan: Plan) -> RunTimes:
     """``{(s, op, k): time}`` of every op that ``tidgap run`` runs at another cost than
     the model's ``Tf_s`` / ``Tb_s``: a recomputing stage's (:func:`recomputing_times`),
-    an op whose time depends on the op before it (:func:`order_dependent_times`; left out
-    unless ``order``: the search's run pricing, :data:`tidgap.backends.ticks.RUN_PRICING`,
-    does not price them), and a stored-graph backward over several forward chunks (the
-    sum of the chunks' backwards)."""
+    an op whose time depends on the op before it (:func:`order_dependent_times`), and a
+    stored-graph backward over several forward chunks (the sum of the chunks'
+    backwards)."""
     times: RunTimes = {}
     again = recomputes(plan)
     for s, stage in enumerate(problem.stages):
@@ -124,8 +123,7 @@ def run_op_times(problem: Problem, plan: Plan, order: bool = True) -> RunTimes:
         if again[s]:
             times |= recomputing_times(problem, s, forward, backward)
             continue
-        if order:
-            times |= order_dependent_times(problem, plan, s)
+        times |= order_dependent_times(problem, plan, s)
         for k, parts in enumerate(covered_chunks(forward, backward), 1):
             if len(parts) > 1:
                 times[s, "B", k] = sum(stage.backward(part) for part in parts)
