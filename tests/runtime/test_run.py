@@ -597,6 +597,77 @@ def test_a_model_whose_import_hangs_ends_at_the_timeout(command: str, tmp_path: 
     assert time.monotonic() - started < 30
 
 
+#: A model whose third layer hangs in the launching process (not in the workers, which
+#: torch.distributed's launch gives a RANK) on the stages' probe (the problem's unit, one
+#: sample) or on --check-gradients' whole-batch reference (8 samples), and one that prints.
+LAUNCHER_MODELS = """
+import os, time
+from torch import nn
+
+class Hangs(nn.Module):
+    def __init__(self, samples):
+        super().__init__()
+        self.samples = samples
+
+    def forward(self, x):
+        if "RANK" not in os.environ and x.shape[0] == self.samples:
+            time.sleep(600)
+        return x
+
+class Prints(nn.Module):
+    def forward(self, x):
+        print("a forward of", x.shape[0])
+        return x
+
+def mlp(middle):
+    return nn.Sequential(nn.Linear(6, 12), nn.Tanh(), middle, nn.Linear(12, 3))
+
+probe = mlp(Hangs(1))
+reference = mlp(Hangs(8))
+prints = mlp(Prints())
+"""
+
+
+def launcher_run(tmp_path: Path, model: str, *options: str) -> subprocess.CompletedProcess:
+    """``tidgap run`` of a flush plan of ``problem_document()`` with :data:`LAUNCHER_MODELS`'
+    ``model``, in a process of its own."""
+    (tmp_path / "launcher_models.py").write_text(LAUNCHER_MODELS)
+    problem = write_json(tmp_path / "problem.json", problem_document())
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "tidgap", "run", str(problem), str(plan)]
+        + ["--model", f"launcher_models:{model}", "--input-shape", "6", *options],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("where", ["probe", "reference"])
+def test_a_layer_that_hangs_in_the_launcher_ends_at_the_timeout(
+    where: str, tmp_path: Path, own_temporary_folder: Path
+) -> None:
+    """--timeout covers the launcher's own runs of the model: the stages' probe and the
+    gradient check's reference ran unbounded before (a layer that never returns hung the
+    command for good)."""
+    started = time.monotonic()
+    done = launcher_run(tmp_path, where, "--iterations", "1", "--timeout", "8", "--check-gradients")
+    assert done.returncode == 124, done.stderr
+    assert "tidgap run timed out" in done.stderr
+    assert time.monotonic() - started < 60
+    assert workers_under(own_temporary_folder) == []
+
+
+def test_what_the_model_prints_leaves_json_as_json(tmp_path: Path) -> None:
+    """The launcher's probe and reference printed on stdout ahead of the document."""
+    done = launcher_run(tmp_path, "prints", *QUICK, "--check-gradients", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["run"]["max_gradient_relative_difference"] < 1e-4
+    assert "a forward of 1" in done.stderr and "a forward of 8" in done.stderr
+
+
 def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
     """Per case of bad input, the ``tidgap run`` arguments."""
     problem = str(write_json(tmp_path / "problem.json", problem_document()))

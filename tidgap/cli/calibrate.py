@@ -161,7 +161,7 @@ def calibrate_command(
             "calibrate times the profiled model",
             source="--model",
         )
-    require_probe_runs(model, job, loaded.unit)
+    require_probe_runs(model, job, loaded.unit, "calibrate")
     require_device(device, transport, loaded.num_stages if here is None else None)
     require_batch_room(model, loaded, problem, None if here is None else local_processes())
     reports = here is None or here[0] == 0  # under torchrun, rank 0 alone

@@ -294,7 +294,7 @@ def run_command(
     for line in caveats(loaded, problem, plan, model, optimizer, device, job.boundaries, float64):
         if here is None or here[0] == 0:  # under torchrun, once
             click.echo(f"tidgap: warning: {printable(line)}", err=True)
-    require_probe_runs(model, job, loaded.unit)  # after the warning of another model
+    require_probe_runs(model, job, loaded.unit, "run")  # after the warning of another model
     if write_job is not None:
         folder = Path(write_job).parent / "results"
         write_plans(alternates, [each for _, each in todo[1:]])

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from tidgap.cli.options import about_problem
+from tidgap.cli.workers import launcher_running_user_code
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
@@ -151,7 +152,8 @@ def figures_of(
     (:func:`~tidgap.runtime.replay.replays`)."""
     difference = weights = None
     if job.check_gradients:
-        difference, weights = reference_differences(model, results, problem, job)
+        with launcher_running_user_code(job.timeout, "run"):
+            difference, weights = reference_differences(model, results, problem, job)
     figures = dataclasses.replace(
         run_figures(problem, plan, results, label, difference), weight_difference=weights
     )

@@ -4,9 +4,11 @@ starts (the split, the device and transport, the batch in memory, torchrun's wor
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
@@ -22,6 +24,21 @@ from tidgap.profiling.split import groups, parse_split
 from tidgap.runtime.job import TRANSPORTS, Job
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.worker import start_watchdog
+
+
+@contextlib.contextmanager
+def launcher_running_user_code(timeout: float, command: str) -> Iterator[None]:
+    """The launching process running the model's own code (building it, probing its
+    stages, the whole-batch reference of ``--check-gradients``): within ``timeout``
+    seconds, else the process exits 124 (:func:`~tidgap.runtime.worker.start_watchdog`),
+    and what the code prints goes to stderr, so that ``--json`` stays JSON."""
+    watchdog = start_watchdog(timeout, f"tidgap {command}", launched=False)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        watchdog.set()
+
 
 #: Where a profiled problem records its split.
 SPLIT_PATH = ("source", "split", "boundaries")
@@ -179,8 +196,10 @@ def worker_options(command: Command) -> Command:
             default=300.0,
             show_default=True,
             help="Seconds each plan's run may take (plans run in turn: that times their "
-            "number); then every worker is killed (exit 1). Building the model before the "
-            "workers start (its import included) may take as long (then exit 124).",
+            "number); then every worker is killed (exit 1). Each run of the model's code in "
+            "this process (building it, its import included, probing its stages, the "
+            "--check-gradients reference) may take as long (then exit 124); what it prints "
+            "goes to stderr.",
         ),
     ]
     model, *rest = options
@@ -210,11 +229,8 @@ def worker_job(
 
     torch.manual_seed(settings["seed"])
     # --timeout covers building the model here too (an import that hangs ends the command)
-    watchdog = start_watchdog(settings["timeout"], f"tidgap {command}", launched=False)
-    try:
+    with launcher_running_user_code(settings["timeout"], command):
         model = build_model(model_reference, options, command)
-    finally:
-        watchdog.set()
     layers = [name for name, _ in model.named_layers()]
     boundaries = boundaries_of(loaded, problem, split, layers)
     require_unshared(model, boundaries, problem if split is None else None)
@@ -230,12 +246,13 @@ def worker_job(
     return job, model
 
 
-def require_probe_runs(model: Any, job: Job, samples: int) -> None:
+def require_probe_runs(model: Any, job: Job, samples: int, command: str) -> None:
     """:class:`InputError` on ``--model`` where the model split at ``job``'s boundaries
     fails on ``samples`` samples of ``job``'s task (the problem's unit, the smallest chunk a
     plan has; an ``--input-shape`` other than the one it takes, say), as every worker
     probes it: in ``job``'s dtype (stages holding another are cast on copies); where the
-    workers failed (exit 1) after starting."""
+    workers failed (exit 1) after starting. Within ``job.timeout``, its prints on stderr
+    (:func:`launcher_running_user_code`; ``command`` names the command that times out)."""
     import torch
 
     from tidgap.profiling.run import stage_modules
@@ -243,12 +260,17 @@ def require_probe_runs(model: Any, job: Job, samples: int) -> None:
     from tidgap.runtime.task import make_task
 
     dtype = torch.float64 if job.float64 else torch.float32
-    stages = [
-        (name, names, in_dtype(module, dtype))
-        for name, names, module in stage_modules(model, job.boundaries)
-    ]
-    sample = make_task(model, samples, job.seed, torch.device("cpu"), dtype).inputs
-    probed_specs(stages, sample, lambda line: InputError(f"{model.name}: {line}", source="--model"))
+
+    def failed(line: str) -> InputError:
+        return InputError(f"{model.name}: {line}", source="--model")
+
+    with launcher_running_user_code(job.timeout, command):
+        stages = [
+            (name, names, in_dtype(module, dtype))
+            for name, names, module in stage_modules(model, job.boundaries)
+        ]
+        sample = make_task(model, samples, job.seed, torch.device("cpu"), dtype).inputs
+        probed_specs(stages, sample, failed)
 
 
 def in_dtype(module: Any, dtype: Any) -> Any:

@@ -30,6 +30,7 @@ launcher.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -633,8 +634,10 @@ def run_here(
         if every is not None:
             found = [list(ranks) for ranks in zip(*every, strict=True)]
 
-    # the watchdog stops with the run: rank 0's report may take longer than its timeout
-    run_watched(job, rank, world_size, gather, lambda _: None, plans)
+    # the watchdog stops with the run: rank 0's report may take longer than its timeout;
+    # what the model prints goes to stderr, so that rank 0's --json stays JSON
+    with contextlib.redirect_stdout(sys.stderr):
+        run_watched(job, rank, world_size, gather, lambda _: None, plans)
     return found
 
 
