@@ -25,6 +25,7 @@ pytest.importorskip("torch")
 from tests.support.cli_helpers import describe, run_cli, write_json  # noqa: E402
 from tests.support.torchrun_env import as_torchrun, tidgap_under_torchrun  # noqa: E402
 from tidgap.cli.profile import INSTALL_HINT  # noqa: E402
+from tidgap.cli.run import to_run  # noqa: E402
 from tidgap.model.errors import InputError  # noqa: E402
 from tidgap.model.plan import load_plan  # noqa: E402
 from tidgap.model.problem import Problem  # noqa: E402
@@ -666,6 +667,34 @@ def test_what_the_model_prints_leaves_json_as_json(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["run"]["max_gradient_relative_difference"] < 1e-4
     assert "a forward of 1" in done.stderr and "a forward of 8" in done.stderr
+
+
+def test_plans_run_in_turn_have_labels_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --compare file named ``plan``, or given twice, took the plan's label: the report
+    printed two ``plan:`` blocks and the trace kept one run's times under both."""
+    monkeypatch.chdir(tmp_path)
+    problem = Problem.from_dict(problem_document())
+    plan = load_plan(plan_file(tmp_path, "flush", **PLANS["flush-unequal"]), problem)
+    for name in ("plan", "a\x1bb.json"):
+        write_json(tmp_path / name, {"format": "tidgap.plan/1", **PLANS["flush-unequal"]})
+    labels = [label for label, _ in to_run(problem, plan, True, ["plan", "plan", "a\x1bb.json"])]
+    assert labels[:4] == ["plan", "plan (2)", "plan (3)", "a\\x1bb.json"]
+    assert len(labels) == 6 and len(set(labels)) == 6  # and the two baselines
+
+
+def test_a_trace_over_a_compared_plan_names_it_once(problem_file: Path, tmp_path: Path) -> None:
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    other = plan_file(tmp_path, "other", **PLANS["flush-unequal"])
+    result = run_cli(
+        "run", str(problem_file), str(plan), *MODEL, "--compare", str(other), "--trace", str(other)
+    )
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"tidgap: error: --trace: is the same file as --compare {other}; "
+        "refusing to overwrite an input"
+    )
 
 
 def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:

@@ -105,12 +105,13 @@ def to_run(
     problem: Problem, plan: Plan, with_baselines: bool, compared: Sequence[str]
 ) -> list[tuple[str, Plan]]:
     """``(label, plan)`` of every plan the run runs in turn: the plan, then the
-    ``--compare`` plan files (each checked against ``problem``, labelled with its name),
-    then with ``--baselines`` the best GPipe and the best 1F1B (as the run prices them:
-    :func:`~tidgap.runtime.pricing.run_priced_baselines`)."""
+    ``--compare`` plan files (each checked against ``problem``, labelled with its name,
+    control characters escaped), then with ``--baselines`` the best GPipe and the best 1F1B
+    (as the run prices them: :func:`~tidgap.runtime.pricing.run_priced_baselines`); labels
+    made unique (:func:`unique_labels`), as the report and the trace's keys need."""
     runs = [
         ("plan", plan),
-        *((path, load_plan(path, problem, refuse_other=True)) for path in compared),
+        *((printable(path), load_plan(path, problem, refuse_other=True)) for path in compared),
     ]
     if with_baselines:
         from tidgap.runtime.pricing import run_priced_baselines
@@ -121,7 +122,21 @@ def to_run(
         for name in TIMED_BASELINES:
             m = best[name].microbatches
             runs.append((baseline_label(name, m), SCHEDULES[name].baseline(problem, m)))
-    return runs
+    labels = unique_labels([label for label, _ in runs])
+    return [(label, each) for label, (_, each) in zip(labels, runs, strict=True)]
+
+
+def unique_labels(labels: Sequence[str]) -> list[str]:
+    """``labels`` with each repeat of an earlier one numbered: ``plan``, ``plan (2)``
+    (a ``--compare`` file named ``plan``, or one given twice)."""
+    unique: list[str] = []
+    for label in labels:
+        n, name = 1, label
+        while name in unique:
+            n += 1
+            name = f"{label} ({n})"
+        unique.append(name)
+    return unique
 
 
 @click.command(name="run", epilog=EPILOG)

@@ -41,7 +41,8 @@ def check_outputs(
     """Raise :class:`InputError`, before any long work, if an output is the same file as an
     input or as another output (through symlinks and hard links), or cannot be written.
 
-    ``inputs`` maps an argument (``PROBLEM``, ``PLAN``) to its file; ``example:NAME`` and
+    ``inputs`` maps an argument (``PROBLEM``, ``PLAN``) to its file (a repeatable option,
+    one key per file: ``--compare FILE``, the file not named again); ``example:NAME`` and
     ``None`` are not files. Streams (devices, FIFOs) may be named more than once. An empty
     name is refused (``Path("")`` is the current folder).
     """
@@ -49,7 +50,8 @@ def check_outputs(
     for name, path in (inputs or {}).items():
         key = None if path is None or str(path).startswith(EXAMPLE_PREFIX) else identity(path)
         if key is not None:
-            owners.setdefault(key, (f"{name} {path}", "refusing to overwrite an input"))
+            owner = name if name.endswith(f" {path}") else f"{name} {path}"
+            owners.setdefault(key, (owner, "refusing to overwrite an input"))
     outputs = [("--gantt", gantt), ("--trace", trace), *others]
     for option, path in outputs:
         if path is not None and not str(path):
