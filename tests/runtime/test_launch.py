@@ -45,7 +45,7 @@ def test_sigterm_to_the_launcher_kills_its_workers_and_runs_its_cleanup(tmp_path
         except ProcessLookupError:
             pass
     assert launcher.returncode == 143
-    assert b"tidgap: SIGTERM: stopping the workers" in stderr
+    assert b"tidgap: terminated" in stderr
     assert (tmp_path / "cleaned").exists()
     assert alive == [], f"workers {alive} outlived their launcher"
 

@@ -167,8 +167,8 @@ class RunFigures:
     ``None``: not asked); ``peak_bytes[s]``: the most stage ``s`` held for
     its backwards (median over iterations; ``None`` from results without it),
     ``predicted_memory[s]`` its prediction and ``model_memory[s]`` the model's
-    ``peak_memory`` (``None`` without ``activation_bytes``; the two differ on recomputing
-    stages whose profile says what they hold,
+    ``peak_memory`` (``None`` without ``activation_bytes``; the two differ on every stage
+    where the profile says what stages hold besides their graphs,
     :func:`~tidgap.runtime.recompute_memory.predicted_held_bytes`); ``weight_difference``:
     the largest relative difference of any parameter after the checked iteration's
     optimizer step from one process's step of the same optimizer on the same gradients
