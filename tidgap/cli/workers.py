@@ -148,7 +148,8 @@ def worker_options(command: Command) -> Command:
             type=count_range(1),
             default=5,
             show_default=True,
-            help="Timed iterations (the median is reported).",
+            help="Timed iterations (the median is reported: of an even count the lower "
+            "middle one, the iteration the trace shows).",
         ),
         click.option(
             "--warmup",
