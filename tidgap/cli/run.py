@@ -241,8 +241,9 @@ def run_command(
 
     MODEL and its options are those PROBLEM was profiled from (tidgap profile); every
     process builds it from --seed and keeps its stage's layers. Times are in PROBLEM's
-    unit: the median, min and max over --iterations after --warmup, the error against
-    the prediction in per cent, and each stage's busy time. With --optimizer each stage
+    unit: the median (of an even count the lower middle one, the iteration --trace
+    shows), min and max over --iterations after --warmup, the error against the
+    prediction in per cent, and each stage's busy time. With --optimizer each stage
     steps its parameters after its last backward (a "tail" op, in the busy time and the
     trace; --check-gradients also checks the weights after one step). Needs PyTorch.
     """

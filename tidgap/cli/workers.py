@@ -148,8 +148,7 @@ def worker_options(command: Command) -> Command:
             type=count_range(1),
             default=5,
             show_default=True,
-            help="Timed iterations (the median is reported: of an even count the lower "
-            "middle one, the iteration the trace shows).",
+            help="Timed iterations of each plan.",
         ),
         click.option(
             "--warmup",
