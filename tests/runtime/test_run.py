@@ -1005,7 +1005,9 @@ def test_stored_graph_stages_on_a_recompute_profile_warn(tmp_path: Path) -> None
     assert "stages 0, 1 run backward on stored graphs" in result.stderr
 
 
-@pytest.mark.parametrize("extra", [["--json"], ["--trace", "t.json"]])
+@pytest.mark.parametrize(
+    "extra", [["--json"], ["--trace", "t.json"], ["--replay"], ["--nproc", "2"]]
+)
 def test_write_job_refuses_the_outputs_of_a_run(tmp_path: Path, extra: list[str]) -> None:
     plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
     problem = write_json(tmp_path / "p.json", problem_document())
@@ -1013,6 +1015,21 @@ def test_write_job_refuses_the_outputs_of_a_run(tmp_path: Path, extra: list[str]
     result = run_cli("run", str(problem), str(plan), *MODEL, "--write-job", str(job), *extra)
     assert result.exit_code == 2, describe(result)
     assert "--write-job" in result.output and not job.exists()
+
+
+def test_write_job_refuses_a_results_folder_that_is_a_file(tmp_path: Path) -> None:
+    """It wrote the job, which every torchrun worker then failed on."""
+    plan = plan_file(tmp_path, "plan", **PLANS["flush-unequal"])
+    problem = write_json(tmp_path / "p.json", problem_document())
+    (tmp_path / "results").write_text("")
+    job = tmp_path / "job.json"
+    result = run_cli("run", str(problem), str(plan), *MODEL, "--write-job", str(job))
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.strip() == (
+        f"tidgap: error: --write-job: its results go to {tmp_path / 'results'}, a file, not a "
+        "folder"
+    )
+    assert not job.exists()
 
 
 def test_job_files_round_trip_and_bad_ones_are_named(tmp_path: Path) -> None:
@@ -1336,6 +1353,17 @@ def test_results_without_a_rank_file_exit_2(problem_file: Path, tmp_path: Path) 
         "run", str(problem_file), str(plan), *MODEL, "--results", str(tmp_path / "empty")
     )
     assert result.exit_code == 2, describe(result)
+    assert result.stderr.strip().endswith("rank0.pt: rank 0 wrote no result")
+
+
+def test_bad_results_are_one_line_before_any_warning(tmp_path: Path) -> None:
+    """A recomputing plan's warning came first: two lines for one bad folder."""
+    problem = write_json(tmp_path / "p.json", problem_document())
+    plan = plan_file(tmp_path, "plan", **PLANS["recompute"])
+    (tmp_path / "empty").mkdir()
+    result = run_cli("run", str(problem), str(plan), *MODEL, "--results", str(tmp_path / "empty"))
+    assert result.exit_code == 2, describe(result)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.strip().endswith("rank0.pt: rank 0 wrote no result")
 
 

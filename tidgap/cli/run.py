@@ -258,8 +258,15 @@ def run_command(
     if results is not None and write_job is not None:
         raise click.UsageError("--results reports a finished run: no --write-job")
     require_folder_name(results, "--results")
-    if write_job is not None and (as_json or trace is not None):
-        raise click.UsageError("--write-job writes the job and runs nothing: no --json, --trace")
+    if write_job is not None and (as_json or trace is not None or replay or nproc is not None):
+        raise click.UsageError(
+            "--write-job writes the job and runs nothing: no --json, --trace, --replay, --nproc"
+        )
+    if write_job is not None and (Path(write_job).parent / "results").is_file():
+        raise InputError(
+            f"its results go to {Path(write_job).parent / 'results'}, a file, not a folder",
+            source="--write-job",
+        )
     inputs = {"PROBLEM": problem, "PLAN": plan_file, **model_inputs("--model", model_reference)}
     inputs.update((f"--compare {path}", path) for path in compared)
     loaded = load_problem(problem)
@@ -304,6 +311,8 @@ def run_command(
     files = [plan_file, *compared]  # the baselines, after them, never recompute
     named = [(path, each) for path, (_, each) in zip(files, todo, strict=False)]
     require_consistent_recompute(model, job.boundaries, named)
+    if results is not None:  # before any warning: a bad folder is one line
+        found = checked_results(results, todo, job, model, loaded.num_stages)
     if write_job is None and results is None:
         processes = loaded.num_stages if here is None else None  # torchrun: its choice
         require_device(device, transport, processes)  # before the warnings: one line
@@ -328,9 +337,7 @@ def run_command(
         )
         return
     replay_with = read_json(problem_path(problem)) if replay else None
-    if results is not None:
-        found = checked_results(results, todo, job, model, loaded.num_stages)
-    else:
+    if results is None:
         require_batch_room(model, loaded, problem, None if here is None else local_processes())
         labels, plans = zip(*todo, strict=True)
         gathered = results_of(loaded, job, plans, f"run: {', '.join(labels)}", here)
