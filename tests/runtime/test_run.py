@@ -697,6 +697,23 @@ def test_a_trace_over_a_compared_plan_names_it_once(problem_file: Path, tmp_path
     )
 
 
+def test_stages_of_another_split_are_named_after_their_layers(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """Under --split the report and the trace kept the profile's names (s0, s1), which
+    describe the profiled split's stages."""
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    trace = tmp_path / "t.json"
+    args = [str(problem_file), str(plan), *MODEL, "--split", "3", *QUICK, "--trace", str(trace)]
+    result = run_cli("run", *args)
+    assert result.exit_code == 0, describe(result)
+    assert "busy per iteration, measured / predicted: 0-2 " in result.stdout
+    assert ", 3-4 " in result.stdout and "s0" not in result.stdout
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {"stage 0: 0-2", "stage 1: 3-4"} <= names
+
+
 def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
     """Per case of bad input, the ``tidgap run`` arguments."""
     problem = str(write_json(tmp_path / "problem.json", problem_document()))

@@ -31,6 +31,7 @@ from tidgap.cli.profile import learning_rate, optimizer_options
 from tidgap.cli.run_caveats import caveats
 from tidgap.cli.run_results import checked_results, figures_of_runs, require_within
 from tidgap.cli.workers import (
+    named_by_split,
     require_batch_room,
     require_consistent_recompute,
     require_device,
@@ -308,6 +309,7 @@ def run_command(
         optimizer=optimizer,
         lr=lr,
     )
+    loaded = named_by_split(loaded, job.boundaries, model)
     files = [plan_file, *compared]  # the baselines, after them, never recompute
     named = [(path, each) for path, (_, each) in zip(files, todo, strict=False)]
     require_consistent_recompute(model, job.boundaries, named)

@@ -20,7 +20,7 @@ from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.numbers import MAX_THREADS, is_integer
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.profiling.split import groups, parse_split
+from tidgap.profiling.split import groups, parse_split, stage_layers
 from tidgap.runtime.job import TRANSPORTS, Job
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.worker import start_watchdog
@@ -244,6 +244,22 @@ def worker_job(
         **settings,
     )
     return job, model
+
+
+def named_by_split(problem: Problem, boundaries: list[int], model: Any) -> Problem:
+    """``problem`` with its stages named after the layers ``boundaries`` give them
+    (``first-last``, as ``tidgap calibrate`` names them) where those are not the split it
+    records (``--split``): its own names describe other stages."""
+    how = problem.source_fields.get("split")
+    if isinstance(how, dict) and how.get("boundaries") == boundaries:
+        return problem
+    layers = [name for name, _ in model.named_layers()]
+    names = stage_layers(layers, boundaries)
+    stages = [
+        stage.model_copy(update={"name": name})
+        for stage, name in zip(problem.stages, names, strict=True)
+    ]
+    return problem.model_copy(update={"stages": stages})
 
 
 def require_probe_runs(model: Any, job: Job, samples: int, command: str) -> None:
