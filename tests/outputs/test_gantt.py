@@ -240,8 +240,8 @@ def test_missing_matplotlib_is_bad_input(tmp_path: Path, monkeypatch: pytest.Mon
     result = run_cli("search", problem, "--gantt", str(tmp_path / "x.png"), "--time-limit", "60")
     assert result.exit_code == 2, describe(result)
     assert result.stderr == (
-        "tidgap: error: --gantt: matplotlib is not installed (the plot extra: pip install "
-        "'tidgap[plot]')\n"
+        "tidgap: error: --gantt: matplotlib is not installed (tidgap's plot extra: pip install "
+        "matplotlib, or pip install '.[plot]' in tidgap's checkout)\n"
     )
     assert not (tmp_path / "x.png").exists()
 

@@ -57,9 +57,9 @@ DEFAULT_LATENCY_MS = 0.05
 #: Warn when other processes kept more cores than this busy while measuring.
 BUSY_CORES = 0.25
 INSTALL_HINT = (
-    "PyTorch is not installed; install it with the profile extra: pip install 'tidgap[profile]' "
-    "(without a GPU, first its CPU build: pip install torch --index-url "
-    "https://download.pytorch.org/whl/cpu)"
+    "PyTorch is not installed; install tidgap's profile extra: pip install '.[profile]' in "
+    "tidgap's checkout, or pip install torch (without a GPU, first its CPU build: pip "
+    "install torch --index-url https://download.pytorch.org/whl/cpu)"
 )
 
 
@@ -365,7 +365,7 @@ def profile_command(
     crossing each boundary give the links. Under torchrun (one process per stage, on
     one machine or several) each rank measures its own stage where it runs (the
     processes of one machine in turn) and rank 0 alone writes the problem. Needs
-    PyTorch: the profile extra, pip install 'tidgap[profile]'.
+    PyTorch: the profile extra, pip install '.[profile]' in tidgap's checkout.
     """
     lr = learning_rate(optimizer, lr)
     if batch_size % unit:

@@ -20,7 +20,10 @@ from tidgap.outputs.atomic import Producer, replace_atomically
 from tidgap.schedules.timeline import Step, Timeline
 
 FORMATS = (".png", ".svg")
-MISSING = "matplotlib is not installed (the plot extra: pip install 'tidgap[plot]')"
+MISSING = (
+    "matplotlib is not installed (tidgap's plot extra: pip install matplotlib, or "
+    "pip install '.[plot]' in tidgap's checkout)"
+)
 COLOURS = {"F": "#4c72b0", "B": "#dd8452", "T": "#8c8c8c", "end": "#c44e52"}
 LINK_COLOURS = {"F": "#55a868", "B": "#8172b3"}
 HELD_COLOUR = "#222222"
