@@ -102,6 +102,11 @@ def alternate_files(job: str, count: int) -> list[str]:
     return [str(path.with_name(f"{path.stem}.plan{k}.json")) for k in range(1, count + 1)]
 
 
+def results_beside(job: str) -> Path:
+    """Where the workers of ``--write-job JOB`` write their results: ``results`` beside it."""
+    return Path(job).parent / "results"
+
+
 def to_run(
     problem: Problem, plan: Plan, with_baselines: bool, compared: Sequence[str]
 ) -> list[tuple[str, Plan]]:
@@ -263,9 +268,9 @@ def run_command(
         raise click.UsageError(
             "--write-job writes the job and runs nothing: no --json, --trace, --replay, --nproc"
         )
-    if write_job is not None and (Path(write_job).parent / "results").is_file():
+    if write_job is not None and results_beside(write_job).is_file():
         raise InputError(
-            f"its results go to {Path(write_job).parent / 'results'}, a file, not a folder",
+            f"its results go to {results_beside(write_job)}, a file, not a folder",
             source="--write-job",
         )
     inputs = {"PROBLEM": problem, "PLAN": plan_file, **model_inputs("--model", model_reference)}
@@ -323,7 +328,7 @@ def run_command(
             click.echo(f"tidgap: warning: {printable(line)}", err=True)
     require_probe_runs(model, job, loaded.unit, "run")  # after the warning of another model
     if write_job is not None:
-        folder = Path(write_job).parent / "results"
+        folder = results_beside(write_job)
         write_plans(alternates, [each for _, each in todo[1:]])
         paths = [os.path.abspath(path) for path in alternates]
         job = dataclasses.replace(
