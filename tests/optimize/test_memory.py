@@ -103,6 +103,24 @@ def test_a_huge_population_is_refused_before_allocating() -> None:
     assert peak < 200 << 20
 
 
+def test_a_population_the_joint_ga_cannot_hold_is_refused_before_the_first_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The windowed search checked its joint GA's estimate only after its first (flush)
+    search had run (16 s here, minutes at larger sizes)."""
+    from tidgap.optimize import windowed_driver
+
+    def no_flush_search(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the flush first search ran")
+
+    monkeypatch.setattr(windowed_driver, "flush_search", no_flush_search)
+    args = ["search", "example:tiny-2", "--population", "1000000", "--generations", "1"]
+    result = CliRunner().invoke(cli, [*args, "--max-memory", "600M"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("tidgap: error: --population: this search (the population")
+    assert "memory budget 600 MB (--max-memory)" in result.stderr
+
+
 def test_a_trillion_individuals_is_one_line() -> None:
     result = CliRunner().invoke(cli, ["search", "--population", "1000000000000"])
     assert result.exit_code == 2

@@ -285,6 +285,11 @@ def prepare_windowed(
     population, started = begun.population, begun.started
     S, U = problem.num_stages, problem.num_units
     require_windowed_room(problem, memory_limit, pricing, backward)  # before any work
+    # the least the joint GA holds (one island, the narrowest chromosomes), before the first
+    # search: the full estimate needs the levels and the width, known after it
+    narrowest = chromosome_width(problem, max_microbatches, [1])
+    least = joint_footprint(population, 1, S, narrowest, U, 0)
+    require_memory(least, begun.budget, begun.budget_source)
     counting = counts_run_memory(problem, pricing)
     phases = Phases(on_phase)
     earlier = None  # the first search's result
