@@ -193,7 +193,7 @@ def test_a_memory_limit_no_flush_plan_meets_exits_2_before_any_search(tmp_path: 
     memory = str(write_json(tmp_path / "bytes.json", document))
     out = tmp_path / "out"
     for problem, limit, names in (
-        (TINY, "1f1b", "flush plans hold the whole batch on every stage"),
+        (TINY, "1f1b", "a 1F1B limit is for ordered plans (flush plans hold the whole batch"),
         (memory, "20MB", "every flush plan holds the whole batch, above 20"),
     ):
         result = run_cli(

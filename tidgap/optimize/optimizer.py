@@ -163,10 +163,13 @@ WINDOWED_HINT = "search windowed plans under it (schedule windowed, not same-par
 
 
 def flush_memory_limit(problem: Problem, memory_limit: str | int) -> None:
-    """Refuse a memory limit that no flush plan (every stage holds the whole batch) meets."""
+    """Refuse a byte memory limit that no flush plan (every stage holds the whole batch)
+    meets, and ``1f1b`` (a limit for ordered plans, documented so, even where the best 1F1B
+    is 1F1B(1) and holds the whole batch too)."""
     if memory_limit == ONE_F_ONE_B:
         raise InputError(
-            f"flush plans hold the whole batch on every stage, more than 1F1B; {WINDOWED_HINT}",
+            "a 1F1B limit is for ordered plans (flush plans hold the whole batch on every "
+            f"stage, which 1F1B holds only with one microbatch); {WINDOWED_HINT}",
             source="memory_limit",
         )
     level = bytes_level(problem, int(memory_limit))
