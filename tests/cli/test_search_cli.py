@@ -202,3 +202,22 @@ def test_a_run_priced_searchs_trace_and_bubble_are_its_run_priced_times(tmp_path
         label = baseline_label(name, m)
         run_time = run_evaluation(problem, SCHEDULES[name].baseline(problem, m)).iteration_time
         assert times[label] == pytest.approx(run_time), label
+
+
+def test_the_table_marks_the_rows_over_the_memory_limit_in_force() -> None:
+    """Only the stages' own limits were marked; the summary line alone said that a best
+    baseline was over --memory-limit."""
+    result = run_cli(
+        "search",
+        "example:gpt1-14",
+        "--memory-limit",
+        "1f1b",
+        "--generations",
+        "1",
+        "--population",
+        "16",
+    )
+    assert result.exit_code == 0, describe(result)
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[-6:]}
+    assert rows["gpipe"].endswith("32 over (stages 0-3)")
+    assert "over" not in rows["1f1b"] and "over" not in rows["tidgap"]

@@ -179,11 +179,12 @@ def throughput_text(samples: int, time: float, time_unit: str) -> str:
 def memory_cells(row: ComparisonRow) -> tuple[str, str]:
     """The table's ``peak held`` (the most samples any stage holds) and ``peak memory``
     (the most bytes, then ``over (stage S)`` naming the stages above their limits, which
-    need not hold the most) cells of ``row``; ``-`` where it has none."""
+    need not hold the most; on the held cell where there are no bytes) cells of ``row``;
+    ``-`` where it has none."""
     held = MISSING if row.peak_held is None else str(max(row.peak_held))
-    if row.peak_memory is None:
-        return held, MISSING
     over = f" over ({stage_list(row.over_memory_limit)})" if row.over_memory_limit else ""
+    if row.peak_memory is None:  # a search's limit in samples
+        return held + over, MISSING
     return held, format_bytes(max(row.peak_memory)) + over
 
 

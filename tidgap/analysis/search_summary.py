@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
+from tidgap.analysis.compare import ComparisonRow
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.lists import compact_sizes
 from tidgap.optimize.backward_rules import FREE
@@ -61,6 +63,24 @@ def beyond_limit(result: SearchResult, rival: BaselineResult) -> bool:
         return False
     evaluation = baseline_evaluation(result.problem, rival.schedule, rival.microbatches)
     return evaluation is not None and not limit.admits(evaluation.peak_held)
+
+
+def rows_over_limit(rows: list[ComparisonRow], result: SearchResult) -> list[ComparisonRow]:
+    """``rows`` with the stages each holds over the search's limit in force added to its
+    ``over_memory_limit`` (beside the stages' own limits'), as :func:`over_limit` marks the
+    best baselines; as they are under run memory pricing (where a level binds bytes, which
+    the rows' samples do not show) or without a limit."""
+    limit = result.memory_limit
+    if limit is None or result.memory_pricing == RUN_PRICING:
+        return rows
+    marked = []
+    for row in rows:
+        held = row.peak_held
+        over = set() if held is None else {s for s, p in enumerate(held) if p > limit.held[s]}
+        if over:
+            row = replace(row, over_memory_limit=sorted(over.union(row.over_memory_limit or [])))
+        marked.append(row)
+    return marked
 
 
 def over_limit(result: SearchResult, rival: BaselineResult) -> str:

@@ -10,7 +10,7 @@ from click.core import ParameterSource
 from tidgap.analysis.bound import lower_bound
 from tidgap.analysis.compare import compare, format_table
 from tidgap.analysis.report import report, summary
-from tidgap.analysis.search_summary import summary_lines
+from tidgap.analysis.search_summary import rows_over_limit, summary_lines
 from tidgap.backends import UnusableBackend, first_usable, get_backend, require_usable
 from tidgap.backends.ticks import PRICINGS, RUN_PRICING
 from tidgap.cli.options import (
@@ -368,7 +368,7 @@ def _report(
         price=plan_pricing(result.pricing),
         held=run_evaluated if result.memory_pricing == RUN_PRICING else None,
     )
-    click.echo(format_table(rows, unit))
+    click.echo(format_table(rows_over_limit(rows, result), unit))
     if out is not None:
         click.echo(f"plan written to {out}")
     for line in written:
