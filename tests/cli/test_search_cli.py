@@ -221,3 +221,20 @@ def test_the_table_marks_the_rows_over_the_memory_limit_in_force() -> None:
     rows = {line.split()[0]: line for line in result.stdout.splitlines()[-6:]}
     assert rows["gpipe"].endswith("32 over (stages 0-3)")
     assert "over" not in rows["1f1b"] and "over" not in rows["tidgap"]
+
+
+def test_a_level_without_a_plan_has_every_key_in_bytes_too(tmp_path: Path) -> None:
+    """With activation_bytes the rows with a plan have peak_memory; those without left it
+    out."""
+    document = json.loads(
+        (Path(__file__).parents[2] / "tidgap/data/examples/tiny-2.json").read_text()
+    )
+    for stage in document["stages"]:
+        stage["activation_bytes"] = 1000
+    problem = str(write_json(tmp_path / "bytes.json", document))
+    rows = _search("--max-microbatches", "1", problem=problem)["search"]["tradeoff"]
+    assert any(row["iteration_time"] is None for row in rows)
+    assert any(row["iteration_time"] is not None for row in rows)
+    for row in rows:
+        assert set(row) == {"limit", "limit_held", *TRADEOFF_FIGURES, "peak_memory"}
+        assert (row["peak_memory"] is None) == (row["iteration_time"] is None)

@@ -43,12 +43,13 @@ class TradeoffPoint:
     plan: Plan | None
     evaluation: Evaluation | None
 
-    def as_dict(self, baselines: dict[str, BaselineResult]) -> dict[str, Any]:
+    def as_dict(self, baselines: dict[str, BaselineResult], in_bytes: bool) -> dict[str, Any]:
         """The trade-off row of ``--json``: the limit, the time, the gains over the best
-        1F1B and GPipe (ratios of their time to this one) and the memory per stage."""
+        1F1B and GPipe (ratios of their time to this one) and the memory per stage (also in
+        bytes, ``peak_memory``, where ``in_bytes``: the problem gives ``activation_bytes``)."""
         row: dict[str, Any] = {"limit": self.level.label, "limit_held": list(self.level.held)}
         if self.evaluation is None:  # the same keys, each null
-            return row | dict.fromkeys(TRADEOFF_FIGURES)
+            return row | dict.fromkeys([*TRADEOFF_FIGURES, *(["peak_memory"] if in_bytes else [])])
         time = self.evaluation.iteration_time
         row |= {
             "iteration_time": time,
@@ -154,7 +155,8 @@ class SearchResult:
             search["memory_limit"] = self.memory_limit.label
             search["memory_limit_held"] = list(self.memory_limit.held)
         if self.tradeoff:
-            search["tradeoff"] = [point.as_dict(self.baselines) for point in self.tradeoff]
+            in_bytes = self.problem.has_memory
+            search["tradeoff"] = [p.as_dict(self.baselines, in_bytes) for p in self.tradeoff]
         if self.pricing == RUN_PRICING:
             search["predicted_run"] = self.evaluation.as_dict()
         return document | {
