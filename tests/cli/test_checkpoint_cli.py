@@ -48,6 +48,10 @@ def test_resume_refuses_another_seed_and_a_broken_file(tmp_path):
     assert other.stderr.strip().splitlines() == [
         f"tidgap: error: {state}: seed: was saved with seed 2, not 9"
     ]
+    wider = run("example:tiny-2", *COMMON, "--max-microbatches", "4", "--resume", str(state))
+    assert wider.stderr.strip().splitlines() == [  # not Python's None
+        f"tidgap: error: {state}: max_microbatches: was saved with max_microbatches unset, not 4"
+    ]
     state.write_text("{}")
     broken = run("example:tiny-2", *COMMON, "--resume", str(state))
     assert broken.exit_code == 2

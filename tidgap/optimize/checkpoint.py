@@ -103,6 +103,12 @@ class SearchIdentity:
         return dict(vars(self))
 
 
+def _shown(value: Any) -> str:
+    """A search setting as an error shows it: ``unset`` for ``None`` (no limit, no width
+    given), else Python's repr (``'1f1b'``, ``16``)."""
+    return "unset" if value is None else repr(value)
+
+
 @dataclass(frozen=True)
 class SavedState:
     """A state file as read: its ``meta`` and ``arrays``, and where it came from."""
@@ -123,7 +129,7 @@ class SavedState:
                 continue
             if saved != value:
                 raise InputError(
-                    f"was saved with {name} {saved!r}, not {value!r}",
+                    f"was saved with {name} {_shown(saved)}, not {_shown(value)}",
                     (name,),
                     source=self.source,
                 )
