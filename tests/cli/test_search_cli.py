@@ -238,3 +238,19 @@ def test_a_level_without_a_plan_has_every_key_in_bytes_too(tmp_path: Path) -> No
     for row in rows:
         assert set(row) == {"limit", "limit_held", *TRADEOFF_FIGURES, "peak_memory"}
         assert (row["peak_memory"] is None) == (row["iteration_time"] is None)
+
+
+def test_a_limit_just_below_a_sample_is_shown_to_the_byte(tmp_path: Path) -> None:
+    """It read 'a limit of 1 MB holds 0 samples of 1e+06 bytes'."""
+    document = json.loads(
+        (Path(__file__).parents[2] / "tidgap/data/examples/tiny-2.json").read_text()
+    )
+    for stage in document["stages"]:
+        stage["activation_bytes"] = 1000000
+    problem = str(write_json(tmp_path / "p.json", document))
+    result = run_cli("search", problem, "--memory-limit", "999999", "--generations", "1")
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.startswith(
+        "tidgap: error: --memory-limit: a limit of 999,999 bytes holds 0 samples of 1,000,000 "
+        "bytes on stage 0;"
+    )

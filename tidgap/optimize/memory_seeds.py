@@ -51,24 +51,30 @@ def require_room(
             stage = problem.stages[s]
             if least is None and held < problem.unit:
                 why = (
-                    f"holds {held} samples of {stage.activation_bytes:.4g} bytes on stage {s}; "
+                    f"holds {held} samples of {exact_bytes(stage.activation_bytes)} on stage {s}; "
                     f"every plan holds at least one microbatch there (unit {problem.unit} "
                     "samples)"
                 )
             elif least is not None and stage.activation_bytes and caps[s] < least[s]:
                 why = (
-                    f"is below the {least[s]:.4g} bytes every plan holds on stage {s} as "
+                    f"is below the {exact_bytes(least[s])} every plan holds on stage {s} as "
                     "tidgap run holds it (at least the task's tensors and one unit of "
                     "samples' activations)"
                 )
             else:
                 continue
-            limit = level.label if option else f"{stage.memory_limit:.4g} bytes"
+            limit = exact_bytes(memory_limit if option else stage.memory_limit)
             raise InputError(
                 f"a limit of {limit} {why}, so no plan fits",
                 () if option else ("stages", s, "memory_limit"),
                 option,
             )
+
+
+def exact_bytes(count: float) -> str:
+    """``999,999 bytes``: a byte count as given, not rounded (a limit just below a
+    sample's bytes would read ``1 MB`` beside ``1e+06``)."""
+    return f"{int(count):,} bytes" if float(count).is_integer() else f"{count:,} bytes"
 
 
 def fewest_within(problem: Problem, level: MemoryLevel) -> int:
