@@ -79,3 +79,26 @@ def test_the_rank_that_failed_first_is_named_though_it_exits_later(tmp_path: Pat
         for process in ranks:
             process.kill()
             process.wait()
+
+
+def test_a_watchdogs_timeout_removes_the_temporary_folders_in_use(tmp_path: Path) -> None:
+    """``profile --measure-links --timeout`` left its links' folder behind: the watchdog
+    ends the process with ``os._exit``, which runs no ``finally``."""
+    folder = tmp_path / "links"
+    folder.mkdir()
+    (folder / "job.json").write_text("{}")
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from tidgap.outputs.atomic import abandoned_at_once\n"
+        "from tidgap.runtime.worker import start_watchdog\n"
+        "with abandoned_at_once(Path(sys.argv[1])):\n"
+        "    start_watchdog(0.2, 'tidgap profile', launched=False)\n"
+        "    time.sleep(60)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(folder)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 124, done.stderr
+    assert "tidgap profile timed out; exiting" in done.stderr
+    assert not folder.exists()

@@ -15,7 +15,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -251,6 +251,18 @@ def abandon_writes() -> None:
                 shutil.rmtree(path)
             else:
                 path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def abandoned_at_once(path: Path) -> Iterator[None]:
+    """``path``, a temporary file or folder the block works in, removed by
+    :func:`abandon_writes` if the process is made to end at once in the block (a second
+    signal, a watchdog's timeout), where the block's own cleanup cannot run."""
+    _PENDING.add(path)
+    try:
+        yield
+    finally:
+        _PENDING.discard(path)
 
 
 def _temporary_beside(target: Path, suffix: str, made: set[Path]) -> Path:

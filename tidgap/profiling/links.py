@@ -36,6 +36,7 @@ from torch import distributed as dist
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import read_json, write_json_atomic
+from tidgap.outputs.atomic import abandoned_at_once
 from tidgap.profiling.build import Json, table
 from tidgap.profiling.models import Model
 from tidgap.profiling.run import stage_modules
@@ -182,16 +183,17 @@ def measured_transfers(job: LinkJob) -> list[list[list[list[float]]]]:
     ``click.ClickException`` (status 1) names it (their logs)."""
     folder = Path(tempfile.mkdtemp(prefix="tidgap-links-"))
     failed = False
-    try:
-        job.save(folder / "job.json")
-        launch(folder / "job.json", 2, 1, job.timeout, folder, module=__name__)
-        return [read_json(folder / f"rank{rank}.json") for rank in range(2)]
-    except WorkerError as error:  # a failure, not bad input: status 1, as tidgap run's
-        failed = True
-        raise click.ClickException(f"{SOURCE}: {error} (the logs: {folder})") from None
-    finally:
-        if not failed:
-            shutil.rmtree(folder, ignore_errors=True)
+    with abandoned_at_once(folder):  # a timeout's watchdog removes it too
+        try:
+            job.save(folder / "job.json")
+            launch(folder / "job.json", 2, 1, job.timeout, folder, module=__name__)
+            return [read_json(folder / f"rank{rank}.json") for rank in range(2)]
+        except WorkerError as error:  # a failure, not bad input: status 1, as tidgap run's
+            failed = True
+            raise click.ClickException(f"{SOURCE}: {error} (the logs: {folder})") from None
+        finally:
+            if not failed:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def link_tables(

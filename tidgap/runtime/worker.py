@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tidgap.model.errors import InputError, first_line
+from tidgap.outputs.atomic import abandon_writes
 from tidgap.runtime.failures import (
     InstructionFailed,
     RunFailed,
@@ -114,6 +115,7 @@ def start_watchdog(
                 return
         reason = "timed out" if here() else "its launcher is gone"
         print(f"{who} {reason}; exiting", file=sys.stderr, flush=True)
+        abandon_writes()  # os._exit runs no cleanup
         os._exit(WATCHDOG_STATUS)
 
     threading.Thread(target=watch, daemon=True).start()
