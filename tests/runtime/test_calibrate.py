@@ -628,3 +628,17 @@ def test_a_stage_whose_every_backward_followed_its_own_forward_still_gets_its_ta
     assert fitted.stages[1].backward(4) == pytest.approx(want, rel=1e-4)
     assert fitted.order_times is not None
     assert fitted.order_times[1].backward_after_forward(4) == pytest.approx(want, rel=1e-4)
+
+
+def test_calibrate_prints_names_escaped(tmp_path: Path) -> None:
+    """A stage name's control characters reached the terminal raw (every other command
+    escapes them)."""
+    document = table_document()
+    document["stages"][0]["name"] = "evil\nname\u202e"
+    problem = write_json(tmp_path / "problem.json", document)
+    out = tmp_path / "calibrated.json"
+    quick = [*QUICK[:-2], "--no-order", "--no-recompute"]
+    result = run_cli("calibrate", str(problem), *MODEL, *quick, "--out", str(out))
+    assert result.exit_code == 0, describe(result)
+    assert "  evil\\nname\\u202e: " in result.stdout
+    assert "\u202e" not in result.stdout

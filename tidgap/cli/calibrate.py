@@ -22,6 +22,7 @@ from tidgap.cli.workers import (
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import read_json
 from tidgap.model.problem import load_problem, problem_path
+from tidgap.model.text import printable
 from tidgap.outputs.files import check_outputs, write_json
 from tidgap.profiling.user_code import model_inputs
 from tidgap.runtime.worker import local_processes, require_world, torchrun_rank
@@ -109,7 +110,8 @@ def calibrate_command(
     calibrated problem to predict tidgap run. With a --split
     other than the one PROBLEM records, the calibrated problem records --split (the split
     its times were measured on), names its stages after it, and leaves out, with a
-    warning, the profiled stages' bytes (activation_bytes, memory_limit, source.memory):
+    warning, the profiled stages' bytes (activation_bytes, memory_limit, source.memory,
+    source.links.bytes_per_sample):
     profile with that --split for them. Under torchrun (one process per stage, on one machine or
     several) each rank runs its stage where it runs, and rank 0 alone writes the problem.
     """
@@ -215,5 +217,9 @@ def calibrate_command(
             backward = twin["backward"]["table"]["times"]
             shown.append(f"recomputing F {forward[0]:.4g}..{forward[-1]:.4g}, "
                          f"B {backward[0]:.4g}..{backward[-1]:.4g}")  # fmt: skip
-        click.echo(f"  {after.get('name', '')}: {', '.join(shown)} {loaded.time_unit}")
-    click.echo(f"calibrated problem written to {out} ({', '.join(runs)}; chunks over {transport})")
+        name = printable(str(after.get("name", "")))
+        click.echo(f"  {name}: {', '.join(shown)} {printable(loaded.time_unit)}")
+    click.echo(
+        f"calibrated problem written to {printable(out)} ({', '.join(runs)}; chunks over "
+        f"{transport})"
+    )

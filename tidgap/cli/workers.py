@@ -197,7 +197,7 @@ def worker_options(command: Command) -> Command:
             show_default=True,
             help="Seconds each plan's run may take (plans run in turn: that times their "
             "number); then every worker is killed (exit 1). Each run of the model's code in "
-            "this process (building it, its import included, probing its stages, the "
+            "this process (building it, its import included, probing its stages, run's "
             "--check-gradients reference) may take as long (then exit 124); what it prints "
             "goes to stderr.",
         ),
