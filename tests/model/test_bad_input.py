@@ -626,3 +626,11 @@ def test_empty_example_name() -> None:
     """``example:`` with no name is bad input too."""
     _write_inputs(BASE)
     assert_one_line_error(run_cli("compare", "example:"))
+
+
+@pytest.mark.parametrize("command", [["synth", "-s", "2", "-b", "8"], ["profile", "gpt"]])
+def test_an_empty_name_is_refused(command: list[str]) -> None:
+    """It was taken as none given: the problem got the default name, silently."""
+    result = run_cli(*command, "--name", "")
+    assert result.exit_code == 2
+    assert result.stderr == "tidgap: error: --name: no name (an empty argument)\n"

@@ -196,6 +196,12 @@ def output_options(command: Command) -> Command:
     )(command)
 
 
+def require_name(name: str | None) -> None:
+    """Refuse an empty ``--name`` (it was taken as none given: the default name)."""
+    if name is not None and not name:
+        raise InputError("no name (an empty argument)", source="--name")
+
+
 def require_folder_name(folder: str | None, option: str = "--out-dir") -> None:
     """Refuse an empty folder name (``Path("")`` is the current folder), naming
     ``option``."""

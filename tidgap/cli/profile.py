@@ -29,6 +29,7 @@ from tidgap.cli.options import (
     count_range,
     describe_problem,
     require_folder_name,
+    require_name,
     with_options,
 )
 from tidgap.model.errors import InputError
@@ -367,6 +368,7 @@ def profile_command(
     processes of one machine in turn) and rank 0 alone writes the problem. Needs
     PyTorch: the profile extra, pip install '.[profile]' in tidgap's checkout.
     """
+    require_name(name)
     lr = learning_rate(optimizer, lr)
     if batch_size % unit:
         raise InputError(f"{batch_size} is not a multiple of --unit {unit}", source="--batch-size")
@@ -546,6 +548,7 @@ def synth_command(
     as_json: bool,
 ) -> None:
     """Random simulated networks (the paper's simulation networks), reproducible by seed."""
+    require_name(name)
     if out is not None and out_dir is not None:
         raise click.UsageError("give --out or --out-dir, not both")
     if count > 1 and out_dir is None:
