@@ -21,6 +21,7 @@ from click.testing import CliRunner, Result
 from tidgap.cli import cli
 from tidgap.cli.main import TidgapGroup
 from tidgap.cli.profile import profile_command, synth_command
+from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.profiling.allocator import ALLOCATOR_KEPT
 from tidgap.profiling.build import measurement_sizes, non_decreasing
@@ -129,6 +130,17 @@ def test_parse_split_takes_indices_and_names() -> None:
     names = ["embed", "block0", "block1", "head"]
     assert parse_split("1, block1 ,3", names, 4) == [1, 2, 3]
     assert parse_split("", names, 1) == []
+
+
+def test_a_digit_that_names_one_layer_and_indexes_another_is_ambiguous() -> None:
+    """Names were matched first, silently: '1' split at the layer named '1' (index 2), and
+    '2' said 'boundary 2 is out of range 1..2'. A split recorded in a problem is indices."""
+    names = ["2", "0", "1"]
+    for item in ("1", "2"):
+        with pytest.raises(InputError, match=f"'{item}' is ambiguous: layer "):
+            parse_split(item, names, 2)
+    assert parse_split("1", names, 2, by_name=False) == [1]
+    assert parse_split("1", ["0", "1", "2"], 2) == [1]  # the name is the index
 
 
 # --- measuring tiny models --------------------------------------------------------------------

@@ -1453,3 +1453,11 @@ def test_no_worker_outlives_an_interrupted_or_killed_run(
         for line in workers_under(runs):  # only if the test failed: end what it started
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(line.split(":")[0]), signal.SIGKILL)
+
+
+def test_a_recorded_split_is_layer_indices_even_where_layers_are_named_by_digits() -> None:
+    """The problem's boundaries [2] were read as names: the layer named '2' (index 0)."""
+    from tidgap.cli.workers import boundaries_of
+
+    problem = Problem.from_dict(problem_document())  # split recorded at [2]
+    assert boundaries_of(problem, "p.json", None, ["2", "0", "1", "3"]) == [2]

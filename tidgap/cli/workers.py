@@ -61,7 +61,7 @@ def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[s
     if not isinstance(recorded, list) or not all(is_integer(b) for b in recorded):
         raise InputError("is not a list of layer indices; give --split", SPLIT_PATH, source=spec)
     try:
-        return parse_split(",".join(map(str, recorded)), layers, stages)
+        return parse_split(",".join(map(str, recorded)), layers, stages, by_name=False)
     except InputError as error:
         raise InputError(
             f"does not fit the model: {error.message}", SPLIT_PATH, source=spec

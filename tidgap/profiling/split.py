@@ -40,9 +40,12 @@ def balanced_split(costs: Sequence[float], stages: int) -> list[int]:
     return boundaries[::-1]
 
 
-def parse_split(text: str, layer_names: Sequence[str], stages: int) -> list[int]:
-    """The boundaries in ``--split`` (comma-separated layer indices or layer names);
-    a bad value raises :class:`InputError` naming ``--split``."""
+def parse_split(
+    text: str, layer_names: Sequence[str], stages: int, by_name: bool = True
+) -> list[int]:
+    """The boundaries in ``--split`` (comma-separated layer indices or, where ``by_name``,
+    layer names; a digit that names one layer and indexes another is refused as
+    ambiguous); a bad value raises :class:`InputError` naming ``--split``."""
     items = [item.strip() for item in text.split(",")] if text.strip() else []
     if len(items) != stages - 1:
         raise InputError(
@@ -50,12 +53,18 @@ def parse_split(text: str, layer_names: Sequence[str], stages: int) -> list[int]
             f"{stages - 1}), got {len(items)}",
             source=SOURCE,
         )
-    positions = {name: i for i, name in enumerate(layer_names)}
+    positions = {name: i for i, name in enumerate(layer_names)} if by_name else {}
     last = len(layer_names) - 1
     boundaries: list[int] = []
     for item in items:
         if item in positions:
             boundary = positions[item]
+            if item.isdigit() and int(item) != boundary and int(item) <= last:
+                raise InputError(
+                    f"{item!r} is ambiguous: layer {boundary} is named {item!r}, and layer "
+                    f"{item} is another (name the layers apart, or split by other names)",
+                    source=SOURCE,
+                )
         else:
             try:
                 boundary = int(item)
