@@ -143,6 +143,17 @@ def test_a_population_over_the_memory_budget_is_skipped() -> None:
     assert "more than the memory budget" in large["skipped"] and "--max-memory" in large["skipped"]
 
 
+def test_a_small_population_is_measured_under_a_small_budget() -> None:
+    """8 individuals were skipped under 300 MB: the estimate was a whole search's (336 MB,
+    mostly what every search holds besides its population)."""
+    args = ["--backend", "numpy", "--schedule", "flush", "--population", "8", "--json"]
+    document = json_output(
+        run_cli("bench", "example:tiny-2", *args, "--repeats", "1", "--max-memory", "300MB")
+    )
+    (row,) = document["rows"]
+    assert row["skipped"] is None and row["evaluations_per_second"] > 0
+
+
 class FakeDevice:
     """``cupy.cuda.Device()`` for the stand-in: counts synchronisations, and a memory of
     1 GHz on a 1024-bit bus (peak 256 GB/s)."""

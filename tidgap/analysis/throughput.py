@@ -29,7 +29,13 @@ from tidgap.backends import BACKENDS, Backend, ordered_refusal
 from tidgap.backends.evaluator import Evaluator, create_evaluator
 from tidgap.host import cpu_model
 from tidgap.optimize.genome import Population
-from tidgap.optimize.memory import format_bytes, joint_footprint, memory_budget, search_footprint
+from tidgap.optimize.memory import (
+    CHUNK_WORKSPACE_BYTES,
+    format_bytes,
+    joint_footprint,
+    memory_budget,
+    search_footprint,
+)
 from tidgap.schedules.families import SCHEDULES
 
 #: The document's ``format``.
@@ -128,12 +134,16 @@ def time_evaluations(
 
 
 def footprint(family: str, size: int, stages: int, width: int, units: int) -> int:
-    """Bytes set aside to evaluate ``size`` individuals: the estimate for one search
-    generation of that size (:mod:`tidgap.optimize.memory`), which holds more than an
-    evaluation (breeding temporaries)."""
+    """Bytes set aside to evaluate ``size`` individuals: a search's estimate of a
+    population of that size (:mod:`tidgap.optimize.memory`: its genes and their
+    evaluation's temporaries, generously), the tick tables and the NumPy evaluator's
+    chunks; not what a search holds besides (the polish's batches, the process's own
+    share, which the budget, half the memory available now, already leaves out)."""
     if SCHEDULES[family].separable:
-        return search_footprint(size, stages, width, units, 0).total
-    return joint_footprint(size, 1, stages, width, units, 0).total
+        estimate = search_footprint(size, stages, width, units, 0)
+    else:
+        estimate = joint_footprint(size, 1, stages, width, units, 0)
+    return estimate.population + estimate.tables + CHUNK_WORKSPACE_BYTES
 
 
 def bytes_per_evaluation(population: Population) -> int:

@@ -27,9 +27,10 @@ BYTES_PER_GENE = 16
 #: Tick tables: four ``(S, U+1)`` int64 tables (compute and transfer, both directions),
 #: plus the float64 tabulation they are made from.
 TABLE_BYTES_PER_ENTRY = 4 * 8 * 2
-#: The polish's batches of candidates and their evaluation, and the evaluation chunks of
-#: the NumPy backend.
-WORKSPACE_BYTES = 4 * BATCH_BYTES + 4 * 8 * CHUNK_GENES
+#: The evaluation chunks of the NumPy backend.
+CHUNK_WORKSPACE_BYTES = 4 * 8 * CHUNK_GENES
+#: The polish's batches of candidates and their evaluation, and the evaluation chunks.
+WORKSPACE_BYTES = 4 * BATCH_BYTES + CHUNK_WORKSPACE_BYTES
 #: Where a budget the user gave comes from.
 GIVEN = "--max-memory"
 #: What every search needs besides (interpreter, NumPy, Numba, the problem).
