@@ -8,6 +8,7 @@ Ctrl-C while it loads, at once).
 from __future__ import annotations
 
 from importlib import import_module
+from pkgutil import iter_modules
 from typing import Any
 
 #: Each public name and the module that defines it.
@@ -60,6 +61,12 @@ def __getattr__(name: str) -> Any:
     if name == "__version__":
         globals()[name] = _installed_version()
         return globals()[name]
+    if name in {module.name for module in iter_modules(__path__)}:
+        # a submodule (``tidgap.optimize.many``), with the modules the public names come
+        # from loaded, as when the package imported them all
+        for module in sorted(set(_EXPORTS.values())):
+            import_module(module)
+        return import_module(f"{__name__}.{name}")
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(import_module(_EXPORTS[name]), name)

@@ -16,7 +16,9 @@ from tidgap.held_signals import handling
 def main() -> None:
     """Console-script entry point (``python -m tidgap`` too)."""
     heard: list[int] = []
-    with handling((signal.SIGINT,), lambda signum, frame: heard.append(signum)):
+    # a SIGINT ignored (a background job of a script) stays so
+    held = () if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else (signal.SIGINT,)
+    with handling(held, lambda signum, frame: heard.append(signum)):
         from tidgap.cli import main as run_command_line
     if heard:
         sys.stderr.write("\ntidgap: interrupted\n")

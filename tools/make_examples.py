@@ -3,7 +3,7 @@
 ``python3 tools/make_examples.py`` rewrites the synthetic ones: ``hetero-8`` is
 ``tidgap synth`` output, ``tiny-2`` a hand-picked toy. ``python3 tools/make_examples.py
 --measure`` also re-measures ``gpt1-14`` and ``vgg16`` with ``tidgap profile`` (needs
-PyTorch, ``pip install 'tidgap[profile]'``; about ten minutes on 2 CPU cores). The
+PyTorch, ``pip install '.[profile]'`` in the checkout; about ten minutes on 2 CPU cores). The
 measured numbers depend on the machine: each file's ``source`` says where and how.
 """
 

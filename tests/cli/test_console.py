@@ -45,3 +45,30 @@ def test_import_tidgap_loads_its_names_when_used() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.split() == ["False", "True"]
+
+
+def test_submodules_the_docs_name_are_reachable_after_import_tidgap() -> None:
+    """The eager imports of before loaded them; names like ``tidgap.optimize.many`` in
+    README.md and docs/outputs.md raised AttributeError with the lazy package."""
+    code = (
+        "import tidgap; "
+        "print(tidgap.optimize.many.SearchFailed.__name__, "
+        "tidgap.schedules.families.plan_timeline.__name__, "
+        "tidgap.optimize.memory.format_bytes(336e6), tidgap.runtime.lowering.recomputes.__name__)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.split() == ["SearchFailed", "plan_timeline", "336", "MB", "recomputes"]
+
+
+def test_a_sigint_ignored_stays_ignored_while_the_command_line_loads() -> None:
+    """A background job of a script ignores SIGINT; the held signal ended it (130)."""
+    import signal
+
+    result = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_WHILE_LOADING],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("tidgap, version ")

@@ -137,7 +137,7 @@ def terminated_as_exit() -> Iterator[None]:
     Outside the main thread nothing is installed."""
 
     def handle(signum: int, frame: FrameType | None) -> None:
-        sys.stderr.write("tidgap: terminated\n")  # as other commands say it
+        sys.stderr.write("\ntidgap: terminated\n")  # as other commands say it
         raise SystemExit(exit_status(signum))
 
     with handling([signal.SIGTERM], handle):
