@@ -25,7 +25,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.profiling.allocator import ALLOCATOR_KEPT
 from tidgap.profiling.build import measurement_sizes, non_decreasing
-from tidgap.profiling.split import balanced_split, parse_split
+from tidgap.profiling.split import balanced_split, parse_split, stage_layers
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ["tests.support.tiny_models:MLP", "--input-shape", "16"]
@@ -130,6 +130,13 @@ def test_parse_split_takes_indices_and_names() -> None:
     names = ["embed", "block0", "block1", "head"]
     assert parse_split("1, block1 ,3", names, 4) == [1, 2, 3]
     assert parse_split("", names, 1) == []
+
+
+def test_stages_get_names_of_their_own_where_a_layer_is_named_like_a_range() -> None:
+    """A layer named 'a-b' after a stage of layers a to b: the two stages had one name, so
+    one of them was lost (tidgap run --split then failed with a traceback)."""
+    stages = stage_layers(["a", "b", "a-b"], [2])
+    assert stages == {"a-b": ["a", "b"], "a-b (2)": ["a-b"]}
 
 
 def test_a_digit_that_names_one_layer_and_indexes_another_is_ambiguous() -> None:

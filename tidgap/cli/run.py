@@ -43,7 +43,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.fileio import read_json
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem, problem_path
-from tidgap.model.text import printable
+from tidgap.model.text import printable, unique_labels
 from tidgap.outputs.files import check_outputs, timeline_files, write_files
 from tidgap.profiling.user_code import model_inputs
 from tidgap.runtime.job import Job
@@ -130,19 +130,6 @@ def to_run(
             runs.append((baseline_label(name, m), SCHEDULES[name].baseline(problem, m)))
     labels = unique_labels([label for label, _ in runs])
     return [(label, each) for label, (_, each) in zip(labels, runs, strict=True)]
-
-
-def unique_labels(labels: Sequence[str]) -> list[str]:
-    """``labels`` with each repeat of an earlier one numbered: ``plan``, ``plan (2)``
-    (a ``--compare`` file named ``plan``, or one given twice)."""
-    unique: list[str] = []
-    for label in labels:
-        n, name = 1, label
-        while name in unique:
-            n += 1
-            name = f"{label} ({n})"
-        unique.append(name)
-    return unique
 
 
 @click.command(name="run", epilog=EPILOG)

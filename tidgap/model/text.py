@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 def printable(text: str) -> str:
     """``text`` with every non-printable character written as its ``repr`` escape.
@@ -39,3 +41,17 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     """``1 sample``, ``2 samples``: ``count`` and ``noun``, plural unless 1 (``plural``, or
     an ``s`` added)."""
     return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
+
+
+def unique_labels(labels: Sequence[str]) -> list[str]:
+    """``labels`` with each repeat of an earlier one numbered: ``plan``, ``plan (2)`` (a
+    ``--compare`` file named ``plan``, or one given twice; a stage named ``a-b`` after a
+    stage of layers ``a`` to ``b``)."""
+    unique: list[str] = []
+    for label in labels:
+        n, name = 1, label
+        while name in unique:
+            n += 1
+            name = f"{label} ({n})"
+        unique.append(name)
+    return unique

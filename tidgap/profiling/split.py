@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tidgap.model.errors import InputError
+from tidgap.model.text import unique_labels
 
 SOURCE = "--split"
 
@@ -96,13 +97,12 @@ def groups(count: int, boundaries: Sequence[int]) -> list[range]:
 
 
 def stage_layers(names: Sequence[str], boundaries: Sequence[int]) -> dict[str, list[str]]:
-    """Per stage, in order, its name (``first-last`` layer, or its one layer) and its
-    layers' names, for the model's layers ``names`` split at ``boundaries``."""
-    stages = {}
-    for layer_range in groups(len(names), boundaries):
-        layers = [names[i] for i in layer_range]
-        stages[layers[0] if len(layers) == 1 else f"{layers[0]}-{layers[-1]}"] = layers
-    return stages
+    """Per stage, in order, its name (``first-last`` layer, or its one layer; numbered
+    where another stage has it: :func:`~tidgap.model.text.unique_labels`) and its layers'
+    names, for the model's layers ``names`` split at ``boundaries``."""
+    layers = [[names[i] for i in layer_range] for layer_range in groups(len(names), boundaries)]
+    labels = [group[0] if len(group) == 1 else f"{group[0]}-{group[-1]}" for group in layers]
+    return dict(zip(unique_labels(labels), layers, strict=True))
 
 
 def _shorten(names: Sequence[str], most: int = 12) -> str:
