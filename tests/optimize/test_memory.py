@@ -18,6 +18,7 @@ from tidgap.model.problem import Problem, load_problem
 from tidgap.optimize.driver import chromosome_width, search
 from tidgap.optimize.memory import (
     BASELINE_BYTES,
+    exact_bytes,
     format_bytes,
     joint_footprint,
     parse_size,
@@ -53,6 +54,13 @@ def test_sizes_parse(text: str, expected: int) -> None:
 def test_bad_sizes_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_size(text)
+
+
+def test_exact_bytes_are_the_value_given_without_float_noise() -> None:
+    """``int(1e30)`` printed 1,000,000,000,000,000,019,884,624,838,656."""
+    assert exact_bytes(999999) == "999,999 bytes"
+    assert exact_bytes(1e30) == "1," + ",".join(["000"] * 10) + " bytes"
+    assert exact_bytes(3.7) == "3.7 bytes"
 
 
 def test_bytes_format_readably() -> None:

@@ -154,6 +154,16 @@ def format_bytes(count: float) -> str:
     return f"{value:.4g} TB"
 
 
+def exact_bytes(count: float) -> str:
+    """``999,999 bytes``: a byte count as given, shortest decimal and not rounded to three
+    digits as :func:`format_bytes` does (a limit just below a sample's bytes would read
+    ``1 MB`` beside ``1e+06``); ``1e30`` is ``1,000,...,000 bytes``, not float noise."""
+    exact = Decimal(repr(float(count)))
+    if exact == exact.to_integral_value():
+        exact = exact.to_integral_value()
+    return f"{exact:,f} bytes"
+
+
 def require_available(
     needed: int,
     saying: str,

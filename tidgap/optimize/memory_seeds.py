@@ -20,6 +20,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.limits import ONE_F_ONE_B, MemoryLevel, bytes_level, stage_level
+from tidgap.optimize.memory import exact_bytes
 from tidgap.runtime.pricing import plan_pricing, run_priced_baselines
 from tidgap.schedules.baselines import (
     BaselineResult,
@@ -69,12 +70,6 @@ def require_room(
                 () if option else ("stages", s, "memory_limit"),
                 option,
             )
-
-
-def exact_bytes(count: float) -> str:
-    """``999,999 bytes``: a byte count as given, not rounded (a limit just below a
-    sample's bytes would read ``1 MB`` beside ``1e+06``)."""
-    return f"{int(count):,} bytes" if float(count).is_integer() else f"{count:,} bytes"
 
 
 def fewest_within(problem: Problem, level: MemoryLevel) -> int:
