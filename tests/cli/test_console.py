@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -21,9 +22,19 @@ main()
 """
 
 
+def default_sigint() -> None:
+    """SIGINT handled by default and not blocked in a child, whatever the test process
+    left (a test before may leave it ignored or blocked, which a child inherits)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
     result = subprocess.run(
-        [sys.executable, "-c", INTERRUPTED_WHILE_LOADING], capture_output=True, text=True
+        [sys.executable, "-c", INTERRUPTED_WHILE_LOADING],
+        capture_output=True,
+        text=True,
+        preexec_fn=default_sigint,
     )
     assert result.returncode == 130
     assert result.stderr.strip() == "tidgap: interrupted"
@@ -62,8 +73,6 @@ def test_submodules_the_docs_name_are_reachable_after_import_tidgap() -> None:
 
 def test_a_sigint_ignored_stays_ignored_while_the_command_line_loads() -> None:
     """A background job of a script ignores SIGINT; the held signal ended it (130)."""
-    import signal
-
     result = subprocess.run(
         [sys.executable, "-c", INTERRUPTED_WHILE_LOADING],
         capture_output=True,
