@@ -21,6 +21,8 @@ def main() -> None:
     with handling(held, lambda signum, frame: heard.append(signum)):
         from tidgap.cli import main as run_command_line
     if heard:
-        sys.stderr.write("\ntidgap: interrupted\n")
-        sys.exit(128 + signal.SIGINT)
+        from tidgap.optimize.interrupts import exit_status, stopped_line
+
+        sys.stderr.write(stopped_line(signal.SIGINT))
+        sys.exit(exit_status(signal.SIGINT))
     run_command_line()

@@ -75,10 +75,9 @@ def rows_over_limit(rows: list[ComparisonRow], result: SearchResult) -> list[Com
         return rows
     marked = []
     for row in rows:
-        held = row.peak_held
-        over = set() if held is None else {s for s, p in enumerate(held) if p > limit.held[s]}
+        over = [] if row.peak_held is None else limit.over(row.peak_held)
         if over:
-            row = replace(row, over_memory_limit=sorted(over.union(row.over_memory_limit or [])))
+            row = replace(row, over_memory_limit=sorted({*over, *(row.over_memory_limit or [])}))
         marked.append(row)
     return marked
 

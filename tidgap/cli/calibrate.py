@@ -13,6 +13,7 @@ from tidgap.cli.main import end_rank_on_signals
 from tidgap.cli.options import cold_start_warning, count_range, problem_argument
 from tidgap.cli.run_caveats import other_model
 from tidgap.cli.workers import (
+    recorded_boundaries,
     require_batch_room,
     require_device,
     require_probe_runs,
@@ -192,8 +193,7 @@ def calibrate_command(
         document, loaded, iterations, runs, recomputed=recomputed, order=not no_order
     )
     fitted["source"]["calibration"]["transport"] = transport
-    how = fitted["source"].get("split")
-    if not isinstance(how, dict) or how.get("boundaries") != job.boundaries:
+    if recorded_boundaries(loaded) != job.boundaries:  # fitted's source is loaded's
         layers = [name for name, _ in model.named_layers()]
         dropped = resplit(fitted, job.boundaries, layers)
         if dropped:

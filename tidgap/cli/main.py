@@ -22,7 +22,7 @@ from tidgap.cli.options import named_as_option
 from tidgap.held_signals import handling, heard_in_a_thread
 from tidgap.model.errors import InputError, first_line
 from tidgap.model.numbers import positive_integer_text
-from tidgap.optimize.interrupts import exit_status
+from tidgap.optimize.interrupts import exit_status, stopped_line
 from tidgap.outputs.atomic import abandon_writes
 
 #: What click (8.2 on) raises for a group given no command: ``()`` before it, which printed
@@ -62,7 +62,7 @@ class TidgapGroup(click.Group):
             sys.exit(1)
         except click.Abort:
             # Ctrl-C outside a search (a search stops at a generation boundary instead).
-            click.echo("\ntidgap: interrupted", err=True)
+            sys.stderr.write(stopped_line(signal.SIGINT))
             sys.exit(exit_status(signal.SIGINT))
         sys.exit(status if isinstance(status, int) else 0)
 
@@ -162,8 +162,7 @@ def _end_now(signum: int) -> None:
     ending the process."""
     if not _ENDING.acquire(blocking=False):
         return
-    said = "interrupted" if signum == signal.SIGINT else "terminated"
-    sys.stderr.write(f"\ntidgap: {said}\n")
+    sys.stderr.write(stopped_line(signum))
     sys.stderr.flush()
     abandon_writes()
     os._exit(exit_status(signum))

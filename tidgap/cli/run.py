@@ -260,8 +260,8 @@ def run_command(
             f"its results go to {results_beside(write_job)}, a file, not a folder",
             source="--write-job",
         )
-    inputs = {"PROBLEM": problem, "PLAN": plan_file, **model_inputs("--model", model_reference)}
-    inputs.update((f"--compare {path}", path) for path in compared)
+    arguments = {"PROBLEM": problem, "PLAN": plan_file, **model_inputs("--model", model_reference)}
+    inputs = [*arguments.items(), *(("--compare", path) for path in compared)]
     loaded = load_problem(problem)
     if here is not None:
         require_world(here[1], loaded, problem)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidgap.cli.workers import recorded_boundaries
 from tidgap.model.lists import stages_doing
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
@@ -58,8 +59,7 @@ def caveats(
     found = []
     if (other := other_model(problem, model)) is not None:
         found.append(f"{spec}: source.model: profiled with {other[0]}, running {other[1]}")
-    split = problem.source_fields.get("split")
-    timed = split.get("boundaries") if isinstance(split, dict) else None
+    timed = recorded_boundaries(problem)
     if boundaries is not None and isinstance(timed, list) and timed != boundaries:
         found.append(
             f"{spec}: source.split: its times were measured with boundaries {brief(timed)}, "

@@ -44,14 +44,20 @@ def launcher_running_user_code(timeout: float, command: str) -> Iterator[None]:
 SPLIT_PATH = ("source", "split", "boundaries")
 
 
+def recorded_boundaries(problem: Problem) -> Any:
+    """``source.split.boundaries`` as the problem records it (any JSON value; ``None``
+    where it records none): the split its times were measured on."""
+    how = problem.source_fields.get("split")
+    return how.get("boundaries") if isinstance(how, dict) else None
+
+
 def boundaries_of(problem: Problem, spec: str, split: str | None, layers: list[str]) -> list[int]:
     """The stage boundaries: ``--split``, else the split the problem was profiled with;
     either must fit the model's ``layers`` and the problem's stage count."""
     stages = problem.num_stages
     if split is not None:
         return parse_split(split, layers, stages)
-    how = problem.source_fields.get("split")
-    recorded = how.get("boundaries") if isinstance(how, dict) else None
+    recorded = recorded_boundaries(problem)
     if recorded is None:
         raise InputError(
             "records no split (not written by tidgap profile); give --split",
@@ -250,8 +256,7 @@ def named_by_split(problem: Problem, boundaries: list[int], model: Any) -> Probl
     """``problem`` with its stages named after the layers ``boundaries`` give them
     (``first-last``, as ``tidgap calibrate`` names them) where those are not the split it
     records (``--split``): its own names describe other stages."""
-    how = problem.source_fields.get("split")
-    if isinstance(how, dict) and how.get("boundaries") == boundaries:
+    if recorded_boundaries(problem) == boundaries:
         return problem
     layers = [name for name, _ in model.named_layers()]
     names = stage_layers(layers, boundaries)

@@ -52,6 +52,11 @@ class InputError(ValueError):
             self.source = source
         return self
 
+    def on(self, source: str) -> InputError:
+        """This error attributed to ``source`` instead of the one it names (a model's class
+        name, where a helper built it for an argument)."""
+        return InputError(self.message, self.path, source)
+
     def __str__(self) -> str:
         parts = [p for p in (self.source, format_path(self.path)) if p]
         return printable(": ".join([*parts, self.message]))

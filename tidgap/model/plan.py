@@ -90,7 +90,7 @@ class Plan(StrictModel):
                 **{key: plain(list(value)) for key, value in given.items() if value is not None},
             )
         except InputError as error:
-            raise InputError(error.message, error.path, "plan") from None
+            raise error.on("plan") from None
 
     def stage_order(self) -> Order:
         """Each stage's letters: the given ``order``, the one ``windows`` stand for, or the

@@ -172,4 +172,4 @@ def one_line(source: str) -> Iterator[None]:
     try:
         yield
     except InputError as error:
-        raise InputError(error.message, error.path, source) from None
+        raise error.on(source) from None

@@ -34,6 +34,12 @@ def exit_status(signum: int) -> int:
     return 128 + signum
 
 
+def stopped_line(signum: int) -> str:
+    """What a command ended by ``signum`` says on stderr, on a line of its own:
+    ``tidgap: interrupted`` (SIGINT) or ``tidgap: terminated``."""
+    return f"\ntidgap: {'interrupted' if signum == signal.SIGINT else 'terminated'}\n"
+
+
 class StopSignals:
     """Records the first SIGINT / SIGTERM (and calls ``on_first`` with its name); on a
     second one, exits with its status at once (the first again within

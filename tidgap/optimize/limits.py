@@ -48,7 +48,11 @@ class MemoryLevel:
 
     def admits(self, peak_held: list[int]) -> bool:
         """Whether a plan holding ``peak_held[s]`` samples is within this level."""
-        return all(p <= h for p, h in zip(peak_held, self.held, strict=True))
+        return not self.over(peak_held)
+
+    def over(self, peak_held: list[int]) -> list[int]:
+        """The stages where a plan holding ``peak_held[s]`` samples is above this level."""
+        return [s for s, (p, h) in enumerate(zip(peak_held, self.held, strict=True)) if p > h]
 
 
 def parse_memory_limit(text: str) -> str | int:

@@ -354,9 +354,7 @@ def prepare_windowed(
             # the fastest 1F1B within each level, exactly, where it is not the best 1F1B (a
             # seed already): a limit's may have more microbatches than the default width,
             # which widens to hold it unless a width is given
-            most = None
-            if max_microbatches is not None:
-                most = chromosome_width(problem, max_microbatches, [1])
+            most = None if max_microbatches is None else narrowest
             within = [fastest_one_f_one_b_within(problem, level, pricing, most) for level in levels]
             admitted = max(
                 seeded_time_within(problem, level, fastest, pricing, most)

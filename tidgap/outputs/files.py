@@ -8,7 +8,7 @@ input (one line, exit status 2), never a traceback.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,22 +36,24 @@ def check_outputs(
     gantt: str | None,
     trace: str | None,
     *others: Output,
-    inputs: Mapping[str, str | os.PathLike[str] | None] | None = None,
+    inputs: Mapping[str, str | os.PathLike[str] | None]
+    | Iterable[tuple[str, str | os.PathLike[str] | None]]
+    | None = None,
 ) -> None:
     """Raise :class:`InputError`, before any long work, if an output is the same file as an
     input or as another output (through symlinks and hard links), or cannot be written.
 
-    ``inputs`` maps an argument (``PROBLEM``, ``PLAN``) to its file (a repeatable option,
-    one key per file: ``--compare FILE``, the file not named again); ``example:NAME`` and
+    ``inputs`` maps an argument (``PROBLEM``, ``PLAN``) to its file, or pairs them (a
+    repeatable option, ``--compare``, once per file); ``example:NAME`` and
     ``None`` are not files. Streams (devices, FIFOs) may be named more than once. An empty
     name is refused (``Path("")`` is the current folder).
     """
     owners: dict[Identity, tuple[str, str]] = {}  # a file -> who has it, why not write it
-    for name, path in (inputs or {}).items():
+    pairs = inputs.items() if isinstance(inputs, Mapping) else inputs or ()
+    for name, path in pairs:
         key = None if path is None or str(path).startswith(EXAMPLE_PREFIX) else identity(path)
         if key is not None:
-            owner = name if name.endswith(f" {path}") else f"{name} {path}"
-            owners.setdefault(key, (owner, "refusing to overwrite an input"))
+            owners.setdefault(key, (f"{name} {path}", "refusing to overwrite an input"))
     outputs = [("--gantt", gantt), ("--trace", trace), *others]
     for option, path in outputs:
         if path is not None and not str(path):

@@ -24,7 +24,7 @@ from types import FrameType
 
 from tidgap.held_signals import handling
 from tidgap.module_command import module_command
-from tidgap.optimize.interrupts import exit_status
+from tidgap.optimize.interrupts import exit_status, stopped_line
 from tidgap.runtime.worker import watched_environment
 
 #: Seconds between looks at the workers.
@@ -137,7 +137,7 @@ def terminated_as_exit() -> Iterator[None]:
     Outside the main thread nothing is installed."""
 
     def handle(signum: int, frame: FrameType | None) -> None:
-        sys.stderr.write("\ntidgap: terminated\n")  # as other commands say it
+        sys.stderr.write(stopped_line(signum))
         raise SystemExit(exit_status(signum))
 
     with handling([signal.SIGTERM], handle):
