@@ -94,14 +94,17 @@ def test_a_signal_writes_the_best_plan_and_exits_with_its_status(
 def test_a_second_signal_exits_at_once_without_a_traceback(tmp_path: Path) -> None:
     """SIGTERM right after SIGINT: another signal, so a second request at once (the same
     one again within DUPLICATE_SECONDS is the first delivered twice; later, the search may
-    have ended on the first)."""
+    have ended on the first). Two signals sent back to back to a process with several
+    threads may be handled in either order (seen once in five runs under load), so the
+    one handled second names the exit: 143 after SIGTERM, 130 after SIGINT."""
     process, reader = _start_search(tmp_path / "plan.json")
     _wait_for(reader, b"generation")
     process.send_signal(signal.SIGINT)
     process.send_signal(signal.SIGTERM)
     code, _, shown = _finish(process, reader)
-    assert code == 143, shown[-2000:]  # what it printed, should this fail again
-    assert "SIGTERM again: stopped at once" in shown
+    second = {143: "SIGTERM", 130: "SIGINT"}.get(code)
+    assert second is not None, shown[-2000:]  # what it printed, should this fail again
+    assert f"{second} again: stopped at once" in shown
     assert "Traceback" not in shown and "SystemError" not in shown
 
 
