@@ -3,13 +3,18 @@ recomputing forwards (every backward boundary a forward boundary)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from tests.support.cli_helpers import describe, run_cli
 from tidgap import load_problem
-from tidgap.model.examples import EXAMPLE_PREFIX
+from tidgap.analysis.search_summary import summary_lines
+from tidgap.model.examples import EXAMPLE_PREFIX, example_path
 from tidgap.model.lists import stages_doing
+from tidgap.model.problem import Problem
+from tidgap.optimize.backward_rules import admitted_rule
 from tidgap.optimize.driver import search
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.order_genes import misaligned, recomputing_stages
@@ -134,3 +139,51 @@ def test_the_summary_gives_tidgap_runs_prediction(tmp_path, extra: list[str]) ->
     assert len(lines) == 1 and f"tidgap run predicts {priced:.6g} ms" in lines[0]
     assert again == [] or f"{stages_doing(again, 'recompute')} (backward" in lines[0]
     assert ("recompute (backward" in lines[0] or "recomputes (backward" in lines[0]) == bool(again)
+
+
+def with_batch_statistics(name: str, record: object) -> Problem:
+    """Example ``name`` with ``source.batch_statistics`` set to ``record``."""
+    document = json.loads(example_path(name).read_text())
+    document["source"] = {"batch_statistics": record}
+    return Problem.from_dict(document)
+
+
+@pytest.mark.parametrize("schedule", ["flush", "windowed"])
+def test_a_problem_recording_batch_statistics_is_searched_without_recompute(
+    schedule: str,
+) -> None:
+    """``tidgap profile`` records the layers that normalise by their batch's statistics
+    (``source.batch_statistics``); ``tidgap run`` refuses a recomputing stage holding one,
+    so a free search of such a problem recomputes nowhere (it returned tiny-2's flush plan
+    that recomputes on both stages), and says why."""
+    problem = load_problem(EXAMPLE_PREFIX + "tiny-2")
+    assert any(recomputes(search(problem, schedule=schedule, generations=10).plan)) or (
+        schedule == "windowed"  # tiny-2's windowed plan recomputes nowhere anyway
+    )
+    recorded = with_batch_statistics("tiny-2", {"layers": ["1 (BatchNorm1d)", "4\n(x)"]})
+    assert recorded.batch_statistics_layers == ["1 (BatchNorm1d)", "4\\n(x)"]
+    held = search(recorded, schedule=schedule, generations=10)
+    assert not any(recomputes(held.plan))
+    assert held.backward == "aligned" and held.plan_document()["search"]["no_recompute"]
+    lines = summary_lines(held)
+    assert (
+        "  recomputing on no stage: layers 1 (BatchNorm1d) and 1 other normalise by their "
+        "batch's statistics (source.batch_statistics), and tidgap run refuses a recomputing "
+        "stage holding one"
+    ) in lines
+    assert not any(
+        "recomputing on no stage" in line
+        for line in summary_lines(
+            search(problem, schedule=schedule, generations=10, backward="aligned")
+        )
+    )
+    mirrored = search(recorded, schedule=schedule, generations=10, backward="mirrored")
+    assert mirrored.backward == "mirrored"
+
+
+@pytest.mark.parametrize("record", [None, [], {"layers": "1"}, {"layers": [1]}, {"layers": []}])
+def test_a_malformed_or_empty_batch_statistics_record_is_left_out(record: object) -> None:
+    """``source`` is free-form (formats.md): a record that names no layer changes nothing."""
+    problem = with_batch_statistics("tiny-2", record)
+    assert problem.batch_statistics_layers == []
+    assert admitted_rule("free", problem) == "free"

@@ -139,6 +139,8 @@ def test_a_batch_norm_model_profiles_at_a_unit_of_two(tmp_path: Path) -> None:
     fast = ("--batch-size", "4", "--repeats", "1", "--warmup", "0", "-q")
     two = run("profile", *model, *fast, "--unit", "2", "--out", str(tmp_path / "p.json"))
     assert two.exit_code == 0, two.stderr
+    recorded = json.loads((tmp_path / "p.json").read_text())["source"]["batch_statistics"]
+    assert recorded["layers"] == ["1 (BatchNorm1d)"]  # a search of it recomputes nowhere
     one = run("profile", *model, *fast, "--unit", "1", "--out", str(tmp_path / "q.json"))
     assert one.exit_code == 2 and one.stderr.count("\n") == 1, one.stderr
     assert "failed on 1 sample" in one.stderr
@@ -169,6 +171,7 @@ def test_a_profile_records_activation_bytes_and_byte_limits_work(tmp_path: Path)
     result = run("profile", *args, "--out", str(out), "-q")
     assert result.exit_code == 0, result.stderr
     document = json.loads(out.read_text())
+    assert "batch_statistics" not in document["source"]  # no layer normalises by its batch
     held = [stage["activation_bytes"] for stage in document["stages"]]
     assert all(isinstance(b, int) and b > 0 for b in held)
     memory = document["source"]["memory"]  # what a recomputing stage holds, per sample

@@ -10,7 +10,8 @@ from dataclasses import replace
 from tidgap.analysis.compare import ComparisonRow
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.lists import compact_sizes
-from tidgap.optimize.backward_rules import FREE
+from tidgap.model.text import counted
+from tidgap.optimize.backward_rules import ALIGNED, FREE
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult, TradeoffPoint
 from tidgap.schedules.baselines import BaselineResult
@@ -111,7 +112,26 @@ def summary_lines(result: SearchResult) -> list[str]:
         f"{compiling:.1f} s){after}, {result.backend}, "
         f"stopped on {result.stop_reason})",
         f"  {verdict(plan_time, rival, unit, family.has_flush)}{over_limit(result, rival)}",
+        *batch_statistics_line(result),
         *tradeoff_lines(result),
+    ]
+
+
+def batch_statistics_line(result: SearchResult) -> list[str]:
+    """Why the search recomputed on no stage where the problem's layers normalise by their
+    batch's statistics (:func:`~tidgap.optimize.backward_rules.admitted_rule`); none
+    otherwise."""
+    layers = result.problem.batch_statistics_layers
+    if result.backward != ALIGNED or not layers:
+        return []
+    if len(layers) == 1:
+        which = f"layer {layers[0]} normalises by its batch's statistics"
+    else:
+        others = counted(len(layers) - 1, "other")
+        which = f"layers {layers[0]} and {others} normalise by their batch's statistics"
+    return [
+        f"  recomputing on no stage: {which} (source.batch_statistics), and tidgap run "
+        "refuses a recomputing stage holding one"
     ]
 
 

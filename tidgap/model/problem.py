@@ -147,6 +147,19 @@ class Problem(StrictModel):
         return list(self._unused_calibration)
 
     @property
+    def batch_statistics_layers(self) -> list[str]:
+        """The model's layers that normalise by their batch's statistics in train mode
+        (a ``BatchNorm``), as ``tidgap profile`` records them (``source.batch_statistics.
+        layers``: ``name (kind)``, escaped here): a search recomputes on no stage of such a
+        problem (:func:`tidgap.optimize.backward_rules.admitted_rule`). Empty where none is
+        recorded, or the record is not a list of names (``source`` is free-form)."""
+        record = self.source_fields.get("batch_statistics")
+        layers = record.get("layers") if isinstance(record, dict) else None
+        if not isinstance(layers, list) or not all(isinstance(name, str) for name in layers):
+            return []
+        return [printable(name) for name in layers]
+
+    @property
     def source_fields(self) -> dict[str, Any]:
         """``source`` when it is an object (as ``tidgap profile`` records it), else ``{}``."""
         return self.source if isinstance(self.source, dict) else {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidgap.backends.xp import namespace
+from tidgap.model.problem import Problem
 from tidgap.optimize.order_genes import misaligned
 
 FREE = "free"
@@ -29,6 +30,17 @@ def check_rule(rule: str) -> str:
     if rule not in BACKWARD_RULES:
         raise ValueError(f"unknown backward rule {rule!r}; known: {', '.join(BACKWARD_RULES)}")
     return rule
+
+
+def admitted_rule(rule: str, problem: Problem) -> str:
+    """``rule``, or ``aligned`` where it is ``free`` and ``problem`` records layers that
+    normalise by their batch's statistics (:attr:`~tidgap.model.problem.Problem.
+    batch_statistics_layers`): recomputed on the backward's chunks, such a layer would
+    normalise by other statistics than the forward did, and ``tidgap run`` refuses a
+    recomputing stage holding one (:func:`tidgap.cli.workers.require_consistent_recompute`).
+    Every stage is kept from recomputing: in the models that have them (ResNets, VGG-BN),
+    every stage holds one."""
+    return ALIGNED if rule == FREE and problem.batch_statistics_layers else rule
 
 
 def breaks(rule: str, forward: Any, backward: Any) -> Any:

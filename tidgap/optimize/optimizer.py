@@ -33,7 +33,7 @@ from tidgap.model.numbers import integer_at_least, is_number
 from tidgap.model.plan import Plan, check_plan
 from tidgap.model.problem import Problem, check_takes_time, require_problem
 from tidgap.optimize.anneal_checkpoint import ResumedAnnealing, resumed_annealing
-from tidgap.optimize.backward_rules import FREE, check_rule
+from tidgap.optimize.backward_rules import FREE, admitted_rule, check_rule
 from tidgap.optimize.checkpoint import (
     ANNEAL_PHASE,
     DEFAULT_EVERY,
@@ -258,7 +258,7 @@ def checked_search(
         population,
         resolved_backend(backend, problem, schedule, max_microbatches, memory_limit),
         same_partition,
-        check_rule(backward),
+        admitted_rule(check_rule(backward), problem),
         memory_limit,
         max_microbatches,
         resolved_pricing(problem, pricing, schedule),

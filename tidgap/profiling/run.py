@@ -37,6 +37,7 @@ from tidgap.profiling.split import balanced_split, groups, parse_split, stage_la
 from tidgap.profiling.user_code import naming, user_errors
 from tidgap.runtime.optimizers import describe
 from tidgap.runtime.recompute_memory import CHUNK_FIELD, FIELDS, GRAPH_FIELDS
+from tidgap.runtime.reference import batch_normalising_layers
 from tidgap.runtime.stage import NamedStage
 from tidgap.runtime.task import Task, make_task
 
@@ -312,6 +313,23 @@ def memory_forwards(label: str, given: Tensor) -> Iterator[None]:
         yield
 
 
+def batch_statistics_source(model: Model) -> Json:
+    """``source.batch_statistics`` where some layer of ``model`` normalises by its batch's
+    statistics in train mode (:attr:`tidgap.model.problem.Problem.batch_statistics_layers`);
+    nothing where none does."""
+    found = batch_normalising_layers(model.named_layers())
+    if not found:
+        return {}
+    return {
+        "batch_statistics": {
+            "layers": found,
+            "rule": "layers that normalise by their batch's statistics in train mode: a "
+            "stage holding one that recomputes its forward would compute other gradients "
+            "(tidgap run refuses it), so a search of this problem recomputes on no stage",
+        }
+    }
+
+
 def memory_source(measured: StageMeasurements, cap: int) -> Json:
     """``source.memory``: per stage, the bytes per sample a recomputing stage holds
     (:mod:`tidgap.runtime.recompute_memory`); on CUDA also each stage's allocator peak in a
@@ -519,6 +537,7 @@ def problem_from(
             "on the last), each storage once, the stage's parameters left out",
         },
         **memory_source(measured, settings.cap),
+        **batch_statistics_source(model),
         "links": {
             "bytes_per_sample": boundary_bytes,
             "bandwidth_GBps": settings.bandwidth,

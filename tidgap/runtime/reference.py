@@ -55,6 +55,12 @@ def batch_normalising(
     return None
 
 
+def batch_normalising_layers(named_layers: list[tuple[str, nn.Module]]) -> list[str]:
+    """``name (kind)`` (:func:`batch_normalising`) of the first module normalising by its
+    batch's statistics in each of the model's ``(name, layer)`` ``named_layers`` holding one."""
+    return [hit[0] for name, layer in named_layers if (hit := batch_normalising(layer, name))]
+
+
 def batch_statistics(layers: nn.Module) -> str | None:
     """Why a pipelined iteration in train mode computes another function than one forward
     of the whole batch: a layer that normalises by its batch's statistics (each
