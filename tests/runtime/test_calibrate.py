@@ -237,6 +237,24 @@ def test_calibrate_under_torchrun_runs_each_rank_and_rank_0_writes(tmp_path: Pat
     assert_calibrated(out, extras=False)
 
 
+def test_calibrate_skips_the_recomputing_twins_of_a_problem_recording_batch_statistics(
+    tmp_path: Path,
+) -> None:
+    """No search of it recomputes (``source.batch_statistics``), so no recomputing op times
+    are measured for it: only GPipe(m), once."""
+    document = table_document()
+    document["source"]["batch_statistics"] = {"layers": ["1 (BatchNorm1d)"]}
+    problem = write_json(tmp_path / "problem.json", document)
+    out = tmp_path / "calibrated.json"
+    args = [str(problem), *MODEL, *QUICK, "--no-order", "--out", str(out)]
+    result = run_cli("calibrate", *args)
+    assert result.exit_code == 0, describe(result)
+    fitted = json.loads(out.read_text())
+    assert fitted["source"]["calibration"]["runs"] == GPIPES
+    assert "recompute" not in fitted["source"]["calibration"]
+    assert fitted["source"]["batch_statistics"]["layers"] == ["1 (BatchNorm1d)"]
+
+
 def test_calibrate_refuses_an_affine_problem_before_running(tmp_path: Path) -> None:
     document = synth_problem(0, 2, 8)
     document["source"] = {"split": {"boundaries": [2]}}

@@ -101,13 +101,14 @@ def calibrate_command(
     a table of its measured transfers: what the runtime really pays per op (chunking,
     sends and receives, dispatch, the other stages' processes on the same machine). Each
     plan also runs with its backward partition moved by one unit, so that every stage
-    recomputes (unless --no-recompute): its forwards without autograd's graph and its
-    backwards re-running their forward are timed too, and tidgap run prices a plan's
-    recomputing stages with them (source.calibration.recompute). 1F1B(m) runs too (unless
-    --no-order): a forward right after a backward of its size and the last stage's backward
-    right after its own forward run faster than in GPipe's order, and their times go beside
-    the tables
-    (source.calibration.order) for tidgap run's prediction. Search and evaluate plans on the
+    recomputes (unless --no-recompute, or PROBLEM records layers that normalise by their
+    batch's statistics, source.batch_statistics: no search of it recomputes): its forwards
+    without autograd's graph and its backwards re-running their forward are timed too, and
+    tidgap run prices a plan's recomputing stages with them (source.calibration.recompute).
+    1F1B(m) runs too (unless --no-order): a forward right after a backward of its size and
+    the last stage's backward right after its own forward run faster than in GPipe's order,
+    and their times go beside the tables (source.calibration.order) for tidgap run's
+    prediction. Search and evaluate plans on the
     calibrated problem to predict tidgap run. With a --split
     other than the one PROBLEM records, the calibrated problem records --split (the split
     its times were measured on), names its stages after it, and leaves out, with a
@@ -138,7 +139,9 @@ def calibrate_command(
     document = read_json(problem_path(problem))
     sizes = calibration_sizes(document, loaded, problem, every_size)
     plans = calibration_plans(loaded, sizes)
-    twins = [] if no_recompute else recomputing_plans(plans, loaded.unit)
+    # a search of a problem recording layers that normalise by their batch recomputes nowhere
+    skip_twins = no_recompute or bool(loaded.batch_statistics_layers)
+    twins = [] if skip_twins else recomputing_plans(plans, loaded.unit)
     plans += ([] if no_order else alternating_plans(loaded, sizes)) + twins
     job, model = worker_job(
         problem,
