@@ -84,3 +84,42 @@ def test_a_checkpoint_that_cannot_be_written_is_refused_before_the_search(tmp_pa
 def test_initial_plans_must_be_a_sequence(plans: object) -> None:
     with pytest.raises(TypeError, match="initial_plans must be a sequence of tidgap.Plan"):
         tidgap.search(tidgap.load_problem(TINY), generations=1, initial_plans=plans)
+
+
+@pytest.mark.parametrize("limit", [2**63, 10**100, 10**310], ids=["2^63", "1e100", "1e310"])
+def test_a_memory_limit_past_a_byte_count_is_refused_as_in_text(limit: int) -> None:
+    """As ``"9.3e18"`` is: 10**310 raised ``OverflowError`` from the limit's float, and
+    10**100 was searched and saved in a state file its resume refused."""
+    document = tidgap.load_problem(TINY).model_dump(exclude_none=True)
+    for stage in document["stages"]:
+        stage["activation_bytes"] = 1000
+    problem = tidgap.Problem.from_dict(document)
+    with pytest.raises(tidgap.InputError, match=r"^memory_limit: too large: .*2\*\*63 - 1 bytes"):
+        tidgap.search(problem, generations=1, population=8, memory_limit=limit)
+    tidgap.search(problem, generations=1, population=8, memory_limit=2**63 - 1)
+
+
+@pytest.mark.parametrize("schedule", ["windowed", "flush"])
+@pytest.mark.parametrize(("answer", "reason"), [(True, "interrupted"), ("stop", "stop")])
+def test_interrupted_may_answer_a_bool_or_a_name(
+    schedule: str, answer: object, reason: str
+) -> None:
+    """``threading.Event().is_set`` as ``interrupted``: ``True`` ended the search in
+    ``TypeError: stop_reason must be a str`` after its whole setup; ``False`` goes on."""
+    problem = tidgap.load_problem(TINY)
+    stopped = tidgap.search(
+        problem, schedule=schedule, generations=50, population=8, interrupted=lambda: answer
+    )
+    assert stopped.stop_reason == reason and stopped.generations == 0
+    going = tidgap.search(
+        problem, schedule=schedule, generations=3, population=8, interrupted=lambda: False
+    )
+    assert going.stop_reason == "generations" and going.generations == 3
+
+
+@pytest.mark.parametrize("answer", ["", 1, 0.0, ["SIGINT"]])
+def test_interrupted_answering_anything_else_is_refused_naming_it(answer: object) -> None:
+    with pytest.raises(TypeError, match=r"^interrupted\(\) must return None, a bool or"):
+        tidgap.search(
+            tidgap.load_problem(TINY), generations=3, population=8, interrupted=lambda: answer
+        )

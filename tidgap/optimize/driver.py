@@ -60,7 +60,7 @@ def search(
     on_progress: Callable[[SearchProgress], None] | None = None,
     same_partition: bool = False,
     initial_plans: Sequence[Plan] = (),
-    interrupted: Callable[[], str | None] | None = None,
+    interrupted: Callable[[], str | bool | None] | None = None,
     on_phase: Callable[[str], None] | None = None,
     max_memory: int | None = None,
     memory_limit: str | int | None = None,
@@ -90,8 +90,10 @@ def search(
     the search runs to ``time_limit`` or ``generations``, restarting what stagnates
     (keeping the best), and with neither given stops after :data:`DEFAULT_STAGNATION`
     generations without improvement. ``interrupted()`` is
-    polled at every generation boundary: when it names a signal, the GA stops and the best
-    plan so far is returned (``stop_reason`` is its name, ``"SIGINT"``). ``on_phase(name)``
+    polled at every generation boundary: when it returns ``True`` or a name (a signal's,
+    ``"SIGINT"``), the GA stops and the best plan so far is returned (``stop_reason`` is
+    the name, or ``"interrupted"``; ``None`` or ``False`` go on: ``threading.Event().is_set``
+    serves). ``on_phase(name)``
     is called as each setup phase starts. ``max_memory`` (bytes, default half the available
     memory) bounds the estimated footprint (:mod:`tidgap.optimize.memory`); a larger one
     raises :class:`InputError`.

@@ -17,7 +17,7 @@ from tidgap.backends.xp import namespace
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import is_integer
 from tidgap.model.problem import Problem
-from tidgap.optimize.memory import format_bytes, parse_size
+from tidgap.optimize.memory import MAX_SIZE, format_bytes, parse_size
 from tidgap.schedules.held import within_limit
 
 #: ``--memory-limit`` word for "what the best 1F1B holds on each stage".
@@ -80,6 +80,8 @@ def checked_memory_limit(limit: str | int | None) -> str | int | None:
             return parse_memory_limit(limit)
         if not is_integer(limit) or limit <= 0:
             raise ValueError(f"{limit!r} is not {ONE_F_ONE_B!r}, a size or a positive int of bytes")
+        if limit >= MAX_SIZE:  # as a size given in text: a float overflowed past 1e308
+            raise ValueError(f"too large: {limit!r} (at most 2**63 - 1 bytes)")
     except ValueError as error:
         raise InputError(str(error), source="memory_limit") from None
     return int(limit)  # a NumPy integer too, as Python's (it goes into state files)

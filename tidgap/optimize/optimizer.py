@@ -96,6 +96,33 @@ def at_least(*arguments: tuple[str, int | None, int | None]) -> None:
             integer_at_least(name, value, least)
 
 
+#: What a stop request that answers ``True`` (``threading.Event().is_set``) is called.
+INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class PolledStop:
+    """A caller's ``interrupted()`` as the search polls it: ``None`` or ``False`` go on,
+    ``True`` stops as :data:`INTERRUPTED`, a non-empty string stops under that name (a
+    signal's, ``"SIGINT"``); anything else is ``TypeError`` naming ``interrupted`` (a
+    ``True`` became the result's ``stop_reason``, and the search failed at its end)."""
+
+    asked: Callable[[], object]
+
+    def __call__(self) -> str | None:
+        answer = self.asked()
+        if answer is None or answer is False:
+            return None
+        if answer is True:
+            return INTERRUPTED
+        if isinstance(answer, str) and answer:
+            return answer
+        raise TypeError(
+            "interrupted() must return None, a bool or the name of what stopped it, such as "
+            f"'SIGINT' (got {answer!r})"
+        )
+
+
 @dataclass(frozen=True)
 class Stopping:
     """How a search driven by :func:`tidgap.search` stops and reports (the setup obeys
@@ -105,7 +132,7 @@ class Stopping:
     generations: int | None = None
     time_limit: float | None = None
     stagnation: int | None = None
-    interrupted: Callable[[], str | None] | None = None
+    interrupted: Callable[[], str | bool | None] | None = None
     on_progress: Callable[[SearchProgress], None] | None = None
     on_phase: Callable[[str], None] | None = None
 
@@ -120,6 +147,8 @@ class Stopping:
             ("on_progress", self.on_progress),
             ("on_phase", self.on_phase),
         )
+        if self.interrupted is not None and not isinstance(self.interrupted, PolledStop):
+            object.__setattr__(self, "interrupted", PolledStop(self.interrupted))
         limit = self.time_limit
         if limit is not None and not (is_number(limit) and limit >= 0):
             raise InputError(
