@@ -3,6 +3,8 @@ state files."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -448,3 +450,58 @@ def test_a_problem_built_in_python_that_takes_no_time_is_refused_by_a_search() -
     for schedule in ("windowed", "flush"):
         with pytest.raises(tidgap.InputError, match="stages: every plan could take less than"):
             tidgap.search(problem, schedule=schedule, generations=2, population=16)
+
+
+def test_a_flush_tell_of_halves_of_two_lengths_is_named() -> None:
+    """It raised NumPy's 'operands could not be broadcast together'."""
+    optimizer = tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), schedule="flush")
+    population = optimizer.ask()
+    P = len(population.forward)
+    with pytest.raises(ValueError, match=rf"halves of shapes \[\({P},\), \({P - 1},\)\]"):
+        optimizer.tell(population, (np.ones(P), np.ones(P - 1)))
+
+
+@pytest.mark.parametrize("schedule", ["windowed", "flush"])
+def test_a_fitness_rejecting_every_individual_has_no_best_plan(schedule: str) -> None:
+    """Windowed, ``result()`` blamed a memory limit never given; flush, ``best()`` gave the
+    sum of two rejection sentinels as a time and ``result()`` a plan."""
+
+    def rejecting(population, scores):
+        everyone = np.full(len(population.forward), np.inf)
+        return (everyone, everyone) if schedule == "flush" else everyone
+
+    optimizer = tidgap.Optimizer(
+        tidgap.load_problem("example:tiny-2"),
+        schedule=schedule,
+        population=8,
+        fitness=rejecting,
+        stopping=tidgap.Stopping(generations=2),
+    )
+    optimizer.drive()
+    assert optimizer.best() is None
+    with pytest.raises(ValueError, match="^no individual has a finite fitness: the fitness"):
+        optimizer.result()
+
+
+@pytest.mark.parametrize("values", [[None] * 8, np.array([None] * 8), [1.0] * 7 + [None]])
+def test_none_is_no_fitness_value(values: object) -> None:
+    """NumPy reads ``None`` as nan, which rejected every individual silently."""
+    optimizer = tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), population=8)
+    population = optimizer.ask()
+    with pytest.raises(ValueError, match=r"must be numbers in the time unit \(got None"):
+        optimizer.tell(population, values)
+
+
+def test_a_plan_document_shares_no_list_with_the_result() -> None:
+    """Changing the document changed the frozen result's plan, which then failed to
+    evaluate (its rows no longer summed to the batch)."""
+    problem = tidgap.load_problem("example:tiny-2")
+    result = tidgap.search(problem, generations=2, population=8)
+    before = copy.deepcopy((result.plan.forward, result.plan.order, result.evaluation.peak_held))
+    document = result.plan_document()
+    document["forward"][0][0] += 1
+    document["order"][0] = "B"
+    document["predicted"]["peak_held"][0] = 99
+    assert result.plan.forward == before[0] and result.plan.order == before[1]
+    assert result.evaluation.peak_held == before[2]
+    assert tidgap.evaluate(problem, result.plan).iteration_time == result.evaluation.iteration_time

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tidgap.backends.evaluator import SeparableEvaluator
+from tidgap.backends.evaluator import INVALID, SeparableEvaluator
 from tidgap.backends.ticks import TickedProblem
 from tidgap.backends.xp import host_copy, namespace, to_host
 from tidgap.model.plan import Plan
@@ -178,10 +178,13 @@ class DualOptimizer:
         (forward, forward_ticks), (backward, backward_ticks) = (s.best() for s in self.sides)
         return forward, backward, forward_ticks, backward_ticks
 
-    def best(self) -> tuple[Plan, float]:
+    def best(self) -> tuple[Plan, float] | None:
         """The best plan (best forward joined to best backward) and its fitness in the
-        problem's time unit (the iteration time, for the built-in fitness)."""
+        problem's time unit (the iteration time, for the built-in fitness); ``None`` where
+        a fitness of the caller's own rejected every individual of either side."""
         forward, backward, forward_ticks, backward_ticks = self.best_genes()
+        if max(forward_ticks, backward_ticks) >= INVALID:
+            return None
         plan = self.plan(forward, backward)
         return plan, float(self.ticked.to_time(forward_ticks + backward_ticks))
 

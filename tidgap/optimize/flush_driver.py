@@ -53,6 +53,7 @@ from tidgap.optimize.preparation import (
 )
 from tidgap.optimize.results import SearchProgress, SearchResult
 from tidgap.optimize.rng import CounterRng
+from tidgap.optimize.scores import require_some_valid
 from tidgap.schedules.baselines import BaselineResult, best_baselines
 from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.held import require_flush_fits
@@ -380,6 +381,7 @@ def finished(run: FlushRun, stop_reason: str) -> SearchResult:
     deadline = None if run.time_limit is None else run.stop.started + run.time_limit
     (forward_caps, forward_score, _), (backward_caps, backward_score, _) = run.directions
     forward, backward, forward_ticks, backward_ticks = optimizer.best_genes()
+    require_some_valid(max(forward_ticks, backward_ticks))
     polish = stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None
     signal = run.stop.interrupted
     with phases("polish"):

@@ -203,7 +203,7 @@ class JointOptimizer:
     def best_within(self, level: MemoryLevel) -> tuple[JointGenes, int] | None:
         """The fastest individual of any island within ``level`` (first on ties, island after
         island; genes of its own) and its ticks, or ``None``."""
-        times, peaks = self._pooled()
+        times, peaks = self.pooled()
         index = fastest_within(times, peaks, self.space.limit(level))
         if index is None:
             return None
@@ -213,11 +213,11 @@ class JointOptimizer:
         """The individual of any island least over ``level`` (the fewest units over, summed
         over the stages; the first on ties; genes of its own), or ``None`` where no order
         is valid."""
-        times, peaks = self._pooled()
+        times, peaks = self.pooled()
         index = int(self.xp.argmin(penalised(times, peaks, self.space.limit(level))))
         return self._individual(index) if int(times[index]) < INVALID else None
 
-    def _pooled(self) -> tuple[Any, Any]:
+    def pooled(self) -> tuple[Any, Any]:
         """Every island's ``times`` ``(n,)`` and ``peaks`` ``(n, S)``, island after island."""
         xp = self.xp
         times = xp.concatenate([island.times for island in self.islands])

@@ -525,6 +525,9 @@ class Optimizer:
                 raise ValueError("the flush family is separable: tell it (forward, backward)")
             forward, backward = fitness
             halves = (to_ticks(forward, tick, valid), to_ticks(backward, tick, valid))
+            if halves[0].shape != halves[1].shape:  # else NumPy's broadcast error
+                shapes = [half.shape for half in halves]
+                raise ValueError(f"the flush fitness returned halves of shapes {shapes}")
             optimizer.tell(population, Scores(halves[0] + halves[1], tick, halves))
         else:
             optimizer.tell(population, Scores(to_ticks(fitness, tick, valid), tick), peaks=peaks)
@@ -533,7 +536,8 @@ class Optimizer:
     def best(self) -> tuple[Plan, float] | None:
         """The best plan so far (within the memory limit in force) and its fitness in the
         problem's time unit (its iteration time, for the built-in fitness); ``None`` when
-        no individual is within the limit. A flush optimizer with a backward rule repairs
+        no individual is within the limit, or a fitness of the caller's own rejected every
+        one (then :meth:`result` is ``ValueError``). A flush optimizer with a backward rule repairs
         its plan in :meth:`result` only: this one may recompute."""
         return self.run.optimizer.best()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -127,7 +128,8 @@ class SearchResult:
         plan; the memory limit and the trade-off in ``search`` for a windowed search):
         ``predicted`` is the plan's evaluation, what ``tidgap evaluate --json`` prints
         (formats.md); a search priced as ``tidgap run`` runs plans puts its own evaluation
-        of it in ``search.predicted_run``."""
+        of it in ``search.predicted_run``. A copy: changing it changes no list of the
+        result's (its plan's rows were changed with it, and the plan no longer added up)."""
         document: dict[str, Any] = {
             "format": PLAN_FORMAT,
             "problem": self.problem.name,
@@ -159,8 +161,8 @@ class SearchResult:
             search["tradeoff"] = [p.as_dict(self.baselines, in_bytes) for p in self.tradeoff]
         if self.pricing == RUN_PRICING:
             search["predicted_run"] = self.evaluation.as_dict()
-        return document | {
-            "predicted": self.model_evaluation.as_dict(),
+        return copy.deepcopy(document) | {
+            "predicted": copy.deepcopy(self.model_evaluation.as_dict()),
             "baselines": {
                 name: {"microbatches": b.microbatches, "iteration_time": b.iteration_time}
                 for name, b in self.baselines.items()

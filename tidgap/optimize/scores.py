@@ -130,6 +130,18 @@ def checked_scores(scores: Scores, tick: float, xp: Any) -> Scores:
     )
 
 
+def holds_none(values: Any) -> bool:
+    """Whether ``values`` (a sequence or an array of Python objects; not a numeric array)
+    holds ``None``."""
+    dtype = getattr(values, "dtype", None)
+    if dtype is not None and dtype.kind != "O":
+        return False
+    try:
+        return any(value is None for value in np.asarray(values, dtype=object).ravel())
+    except ValueError:  # ragged: refused when converted
+        return False
+
+
 def to_ticks(values: Any, tick: float, valid: Any = None, xp: Any = None) -> Any:
     """``(P,)`` fitness in the problem's time unit (any real dtype; on ``xp``, default the
     array module of ``values``) -> int64 ticks, rounded; ``nan``, ``+-inf`` and individuals
@@ -142,6 +154,11 @@ def to_ticks(values: Any, tick: float, valid: Any = None, xp: Any = None) -> Any
         "problem (its ticks' range; reject an individual with inf or a valid mask)"
     )
     kind = getattr(values, "dtype", type(values).__name__)
+    if holds_none(values):  # NumPy reads None as nan, which would reject it silently
+        raise ValueError(
+            "fitness values must be numbers in the time unit (got None; reject an individual "
+            "with inf or a valid mask)"
+        )
     if xp.iscomplexobj(values):
         raise ValueError(f"fitness values must be real numbers in the time unit (got {kind})")
     try:
@@ -161,6 +178,17 @@ def to_ticks(values: Any, tick: float, valid: Any = None, xp: Any = None) -> Any
             raise ValueError(f"valid has shape {valid.shape}, the fitness {values.shape}")
         ok &= valid
     return xp.where(ok, xp.rint(xp.where(ok, scaled, 0.0)).astype(xp.int64), INVALID)
+
+
+def require_some_valid(ticks: Any) -> None:
+    """``ValueError`` where every one of the fitness ``ticks`` (an int or an array, on
+    any array module) is :data:`INVALID`: only a fitness of the caller's own rejects every
+    individual (the built-in one scores its seeds), and no plan is then the best."""
+    if bool(np.all(to_host(ticks) >= INVALID)):
+        raise ValueError(
+            "no individual has a finite fitness: the fitness told rejected every one (inf or "
+            "nan, or valid false), so there is no best plan"
+        )
 
 
 #: A fitness of the user's own: ``fitness(population, scores) -> values`` where

@@ -23,6 +23,7 @@ from tidgap.optimize.limits import STAGE_LIMITS, MemoryLevel
 from tidgap.optimize.polish import Interrupted, groups_first
 from tidgap.optimize.preparation import POLISH_SHARE, more_rounds, runs_to_the_limit
 from tidgap.optimize.results import SearchResult
+from tidgap.optimize.scores import require_some_valid
 from tidgap.optimize.windowed_run import SEARCHED, WindowedRun, decoded, leanest_held
 
 #: The annealing after the GA: its share of a time limit (less what the final polish keeps
@@ -282,6 +283,7 @@ def finish_windowed(
     annealing and polish minimise the iteration time), decoded and checked; ``checkpoint``
     as :func:`improved` saves."""
     optimizer, levels, in_force, problem = run.optimizer, run.levels, run.in_force, run.problem
+    require_some_valid(optimizer.pooled()[0])
     found = [optimizer.best_within(level) for level in levels]
     if stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None:
         found, stop_reason = improved(run, found, stop_reason, checkpoint, resumed)
