@@ -209,7 +209,8 @@ def test_bad_arguments_are_refused() -> None:
 @pytest.mark.parametrize(
     ("arguments", "error", "message"),
     [
-        ({"seeds": "x"}, InputError, r"seeds\[0\]: must be an integer \(got 'x'\)"),
+        ({"seeds": "x"}, InputError, r"seeds: must be an int or one int per problem \(got 'x'\)"),
+        ({"seeds": None}, InputError, r"seeds: must be an int or one int per problem \(got None"),
         ({"seeds": [0, 1.5, 2]}, InputError, r"seeds\[1\]: must be an integer"),
         ({"generations": 1.5}, InputError, r"generations: must be an integer"),
         ({"problems": [None]}, TypeError, r"problems\[0\] must be a tidgap.Problem"),
@@ -221,6 +222,11 @@ def test_bad_arguments_are_refused() -> None:
         ({"memory_limit": "lots"}, InputError, r"memory_limit: not a size"),
         ({"pricing": "z"}, ValueError, r"pricing must be one of"),
         ({"initial_plans": [1]}, TypeError, r"initial_plans\[0\] must be a tidgap.Plan"),
+        # each started the pool, then failed in every task
+        ({"on_progress": 3}, TypeError, r"on_progress must be a function or None"),
+        ({"on_phase": 3}, TypeError, r"on_phase must be a function or None"),
+        ({"interrupted": 3}, TypeError, r"interrupted must be a function or None"),
+        ({"checkpoint_every": "x"}, InputError, r"checkpoint_every: must be a positive number"),
     ],
 )
 def test_arguments_of_the_wrong_kind_are_refused_before_any_task(

@@ -13,10 +13,11 @@ import math
 import multiprocessing
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager, ExitStack, nullcontext
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,8 @@ __all__ = ["LocalPool", "SearchFailed", "WorkerKilled", "default_pool", "local_p
 PER_SEARCH_ONLY = ("checkpoint", "resume")
 #: The options of :func:`tidgap.search` that :func:`checked_search` checks.
 CHECKED_OPTIONS = frozenset(inspect.signature(checked_search).parameters) - {"problem", "seed"}
+#: The options :class:`~tidgap.optimize.optimizer.Stopping` checks (its callbacks too).
+STOPPING_OPTIONS = frozenset(field.name for field in fields(Stopping))
 
 
 class SearchFailed(RuntimeError):
@@ -194,7 +197,12 @@ def _search(problem: Problem, seed: int, options: dict[str, Any]) -> SearchResul
 def _seed_list(seeds: int | Sequence[int], count: int) -> list[int]:
     """One seed per problem: ``seeds`` for every one, or the sequence (its length
     ``count``); :class:`InputError` on ``seeds`` otherwise."""
-    listed = [seeds] * count if isinstance(seeds, (int, np.integer)) else list(seeds)
+    if isinstance(seeds, (int, np.integer)):
+        listed = [seeds] * count
+    elif isinstance(seeds, Iterable) and not isinstance(seeds, (str, bytes)):
+        listed = list(seeds)
+    else:
+        raise InputError(f"must be an int or one int per problem (got {seeds!r})", source="seeds")
     at_least(*((f"seeds[{i}]", seed, None) for i, seed in enumerate(listed)))
     if len(listed) != count:
         raise InputError(f"{len(listed)} seeds for {count} problems", source="seeds")
@@ -247,11 +255,7 @@ def search_many(
     seed_list = _seed_list(seeds, len(problems))
     # before any task starts: every option known and of the right kind, for every problem
     inspect.signature(search).bind(None, **search_options)
-    Stopping(
-        search_options.get("generations"),
-        search_options.get("time_limit"),
-        search_options.get("stagnation"),
-    )
+    Stopping(**{k: v for k, v in search_options.items() if k in STOPPING_OPTIONS})
     checked = {k: v for k, v in search_options.items() if k in CHECKED_OPTIONS}
     for problem, seed in zip(problems, seed_list, strict=True):
         checked_search(problem, seed=seed, **checked)

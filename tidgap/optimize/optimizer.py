@@ -240,6 +240,7 @@ def checked_search(
     backward: str = FREE,
     pricing: str = AUTO_PRICING,
     max_memory: int | None = None,
+    checkpoint_every: float = DEFAULT_EVERY,
 ) -> tuple[SearchIdentity, tuple[Plan, ...], int | None]:
     """The arguments of a search of ``problem`` checked (:class:`InputError`, ``ValueError``
     or ``TypeError`` naming the first bad one, before any work) and made plain Python
@@ -256,6 +257,11 @@ def checked_search(
     if schedule not in SEARCHABLE:
         raise ValueError(f"unknown schedule {schedule!r}; searchable: {', '.join(SEARCHABLE)}")
     memory_limit = checked_memory_limit(memory_limit)
+    if not (is_number(checkpoint_every) and checkpoint_every > 0):
+        raise InputError(
+            f"must be a positive number of seconds (got {checkpoint_every!r})",
+            source="checkpoint_every",
+        )
     integer_at_least("seed", seed, None)
     integer_at_least("population", population, MIN_POPULATION)
     seed, population = int(seed), int(population)
@@ -356,6 +362,7 @@ class Optimizer:
             backward=backward,
             pricing=pricing,
             max_memory=max_memory,
+            checkpoint_every=checkpoint_every,
         )
         identity = self.identity  # the checked values, below
         schedule, seed, population = identity.schedule, identity.seed, identity.population
@@ -365,11 +372,6 @@ class Optimizer:
             raise InputError(
                 f"must be a state file's path or a SavedState (got {type(resume).__name__})",
                 source="resume",
-            )
-        if not (is_number(checkpoint_every) and checkpoint_every > 0):
-            raise InputError(
-                f"must be a positive number of seconds (got {checkpoint_every!r})",
-                source="checkpoint_every",
             )
         if isinstance(resume, (str, os.PathLike)) and not os.fspath(resume):
             raise InputError("no file name (an empty argument)", source="resume")
