@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli_helpers import case_named, plan_document, run_cli, write_json
+from tidgap import InputError, Plan
 
 CASE = "tiny7_0"
 
@@ -81,3 +82,13 @@ def test_a_plans_source_is_free_form_and_kept(tmp_path: Path) -> None:
     path = write_json(tmp_path / "plan.json", document | {"source": source})
     plan = load_plan(path, load_problem("example:tiny-2"))
     assert plan.source == source and plan.document()["source"] == source
+
+
+@pytest.mark.parametrize(("field", "value"), [("order", "FFBB"), ("order", 3), ("windows", 5)])
+def test_an_order_built_in_python_that_is_no_list_is_refused_naming_it(
+    field: str, value: object
+) -> None:
+    """``Plan.of(order="FFBB")`` made a stage of each letter (refused later as 'has 4
+    stage(s)'); ``order=3`` raised ``TypeError: 'int' object is not iterable``."""
+    with pytest.raises(InputError, match=rf"^plan: {field}: must be a list \(got "):
+        Plan.of([[4, 4]], [[4, 4]], **{field: value})

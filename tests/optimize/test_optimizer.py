@@ -392,6 +392,9 @@ def test_plans_refuses_what_is_not_a_population_or_not_op_codes() -> None:
     population.order[:] = -128
     with pytest.raises(ValueError, match=r"op code -128 is not one of \[0, 1\]"):
         optimizer.plans(population)
+    no_order = tidgap.optimize.genome.Population(population.forward, population.backward, None)
+    with pytest.raises(ValueError, match="has op codes: order is None"):  # was an IndexError
+        optimizer.plans(no_order)
 
 
 @pytest.mark.parametrize("schedule", ["windowed", "flush"])

@@ -87,7 +87,7 @@ class Plan(StrictModel):
             return cls(
                 forward=copied_rows(forward),
                 backward=copied_rows(backward),
-                **{key: plain(list(value)) for key, value in given.items() if value is not None},
+                **{key: copied_list(value) for key, value in given.items() if value is not None},
             )
         except InputError as error:
             raise error.on("plan") from None
@@ -108,6 +108,14 @@ class Plan(StrictModel):
         default."""
         forward, backward = (tuple(map(tuple, rows)) for rows in (self.forward, self.backward))
         return forward, backward, self.stage_order()
+
+
+def copied_list(items: Any) -> Any:
+    """A list of ``items`` when it is a sequence other than text (NumPy's values as
+    Python's); anything else as it is, for validation to refuse (``list("FFBB")`` made one
+    stage of each letter, ``list(3)`` a ``TypeError``)."""
+    items = plain(items)
+    return list(items) if isinstance(items, list) else items
 
 
 def copied_rows(rows: Any) -> Any:

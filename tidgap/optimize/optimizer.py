@@ -549,6 +549,8 @@ class Optimizer:
         of :mod:`tidgap.optimize.genome`'s)."""
         if not isinstance(population, Population):
             raise TypeError(f"population must be a Population, as ask() gives (got {population!r})")
+        if not self.separable and population.order is None:  # else an IndexError in decoding
+            raise ValueError("a windowed optimizer's population has op codes: order is None")
         return self.run.optimizer.plans(population)
 
     @property
