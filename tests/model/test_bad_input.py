@@ -634,3 +634,18 @@ def test_an_empty_name_is_refused(command: list[str]) -> None:
     result = run_cli(*command, "--name", "")
     assert result.exit_code == 2
     assert result.stderr == "tidgap: error: --name: no name (an empty argument)\n"
+
+
+def test_a_model_copied_with_an_update_is_validated() -> None:
+    """pydantic's ``model_copy(update=...)`` skips validation: a problem copied with
+    another batch size failed deep in a search (``size 16 lies outside the table 1..8``)."""
+    problem = tidgap.load_problem("example:tiny-2")
+    with pytest.raises(tidgap.InputError, match=r"^Problem: stages\[1\].forward.table.sizes: "):
+        problem.model_copy(update={"batch_size": 16})
+    with pytest.raises(tidgap.InputError, match="^Problem: bogus: unknown key"):
+        problem.model_copy(update={"bogus": 1})
+    with pytest.raises(tidgap.InputError, match="^Stage: tail: "):
+        problem.stages[0].model_copy(update={"tail": -1.0})
+    renamed = problem.model_copy(update={"name": "renamed"}, deep=True)
+    assert renamed.name == "renamed" and renamed.stages == problem.stages
+    assert problem.model_copy() == problem

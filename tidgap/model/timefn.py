@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -52,6 +53,18 @@ class StrictModel(BaseModel, metaclass=_OneLineErrors):
     @classmethod
     def _python_numbers(cls, data: Any) -> Any:
         return plain(data) if cls.numpy_input else data
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy (``deep``: of every value too); with ``update``, built from this model's
+        set fields and the update as a new model is, so validated (:class:`InputError` on
+        the class's name): pydantic's copy skips validation, and a problem copied with
+        another ``batch_size`` failed deep inside a search."""
+        if not update:
+            return super().model_copy(deep=deep)
+        fields = {name: getattr(self, name) for name in self.model_fields_set}
+        if deep:
+            fields = copy.deepcopy(fields)
+        return type(self)(**(fields | dict(update)))
 
 
 class Affine(StrictModel):
