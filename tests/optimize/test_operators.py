@@ -126,3 +126,16 @@ def test_elitism_never_loses_the_best(population: np.ndarray) -> None:
         assert side.best()[1] <= best
         best = side.best()[1]
     assert np.array_equal(side.fitness, score(side.genes))
+
+
+def test_seeds_past_64_bits_draw_apart_and_the_others_as_before() -> None:
+    """``seed % 2**64`` made 0, 2**64 and -2**64 one search; a seed within 64 bits keeps
+    its draws (plans found before stay reproducible)."""
+    from tidgap.optimize.rng import seed_word, splitmix64
+
+    seeds = [0, 1, 2**64 - 1, 2**64, -(2**64), -1, 10**99, -(10**99)]
+    keys = [CounterRng(seed).key for seed in seeds]
+    assert len(set(keys)) == len(seeds)
+    expected = int(splitmix64(np.array([2**64 - 1], dtype=np.uint64))[0])
+    assert CounterRng(2**64 - 1).key == expected and seed_word(5) == 5
+    assert CounterRng(-(10**99)).key == CounterRng(-(10**99)).key

@@ -192,3 +192,10 @@ def test_the_recorded_command_makes_the_same_problem(tmp_path: Path) -> None:
     again = run(*argv[1:], "--json")
     assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout) == first
+
+
+def test_a_negative_seed_is_another_problem_than_its_absolute_value() -> None:
+    """``random.Random(-3)`` is ``random.Random(3)``: ``--seed -3`` wrote seed 3's stages."""
+    stages = [synth_problem(seed, 4, 32)["stages"] for seed in (3, -3, -4)]
+    assert stages[0] != stages[1] and stages[1] != stages[2]
+    assert synth_problem(-3, 4, 32)["stages"] == stages[1]

@@ -8,6 +8,7 @@ itself (``kernels/random.cuh`` mirrors :func:`splitmix64` and :func:`uniform_int
 
 from __future__ import annotations
 
+import hashlib
 from types import ModuleType
 from typing import Any
 
@@ -41,12 +42,21 @@ def uniform_int(u: Any, low: Any, high: Any) -> Any:
     return low + xp.minimum(draw, span - 1)
 
 
+def seed_word(seed: int) -> int:
+    """``seed`` as 64 bits: itself where it is ``0..2**64 - 1``, else a hash of its digits
+    (BLAKE2b), so that two seeds a search takes (any integer of at most 100 digits) draw
+    alike only by chance (``seed % 2**64`` made ``0``, ``2**64`` and ``-2**64`` one)."""
+    if 0 <= seed < 2**64:
+        return seed
+    return int.from_bytes(hashlib.blake2b(str(seed).encode(), digest_size=8).digest(), "little")
+
+
 class CounterRng:
     """Deterministic streams of uniform numbers; see the module docstring."""
 
     def __init__(self, seed: int, xp: ModuleType = np):
         self.xp = xp
-        self.key = int(splitmix64(np.array([seed % 2**64], dtype=np.uint64))[0])
+        self.key = int(splitmix64(np.array([seed_word(seed)], dtype=np.uint64))[0])
         self.draws = 0
 
     def stream(self) -> int:

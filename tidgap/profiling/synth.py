@@ -77,7 +77,7 @@ def synth_problem(
         raise ValueError(
             "need stages, unit, batch_size >= 1, unit | batch_size, heterogeneity >= 0"
         )
-    rng = random.Random(seed)
+    rng = random.Random(seed if seed >= 0 else str(seed))  # Random(-s) is Random(s)
     base, per_sample = rng.uniform(0.5, 2.0), rng.uniform(0.02, 0.1)
     ratio, knee, tail = rng.uniform(1.5, 2.5), rng.uniform(0.05, 0.3), rng.uniform(0.1, 1.0)
     latency, link_per_sample = rng.uniform(0.02, 0.2), rng.uniform(0.001, 0.01)
