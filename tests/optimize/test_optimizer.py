@@ -508,3 +508,15 @@ def test_a_plan_document_shares_no_list_with_the_result() -> None:
     assert result.plan.forward == before[0] and result.plan.order == before[1]
     assert result.evaluation.peak_held == before[2]
     assert tidgap.evaluate(problem, result.plan).iteration_time == result.evaluation.iteration_time
+
+
+def test_an_earlier_generations_scores_are_refused() -> None:
+    """They were taken for the new population's whenever the sizes matched."""
+    optimizer = tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), population=8)
+    first = optimizer.ask()
+    old = optimizer.evaluate(first)
+    optimizer.tell(first, old)
+    second = optimizer.ask()
+    with pytest.raises(ValueError, match="^these Scores are of an earlier ask"):
+        optimizer.tell(second, old)
+    optimizer.tell(second, optimizer.evaluate(second))

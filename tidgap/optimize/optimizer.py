@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -453,6 +453,7 @@ class Optimizer:
         self.annealing: ResumedAnnealing | None = None
         #: the last :meth:`ask`'s population as handed out, and the optimizer's own
         self._asked: tuple[Population, Population] | None = None
+        self._asks = 0  # ask() calls so far: Scores from evaluate() carry the count
         if phase == ANNEAL_PHASE and fitness is None:
             annealing = resumed_annealing(saved, self.run.optimizer, ANNEAL_CHAINS)  # checked
             if not stopping.generations:  # more generations: its GA goes on, then anneals
@@ -483,6 +484,7 @@ class Optimizer:
         order = None if internal.order is None else internal.order.copy()
         handed = Population(internal.forward.copy(), internal.backward.copy(), order)
         self._asked = (handed, internal)
+        self._asks += 1
         return handed
 
     def _asked_population(self, population: Population, call: str) -> Population:
@@ -497,7 +499,8 @@ class Optimizer:
         evaluator's iteration times (and peaks, and a flush family's two halves), or the
         ``fitness`` given at construction applied to them (``ValueError`` for another
         population)."""
-        return self.run.optimizer.evaluate(self._asked_population(population, "evaluate()"))
+        scores = self.run.optimizer.evaluate(self._asked_population(population, "evaluate()"))
+        return replace(scores, asked=self._asks)
 
     def tell(
         self, population: Population, fitness: Any, *, valid: Any = None, peaks: Any = None
@@ -516,6 +519,11 @@ class Optimizer:
                 "peaks are a windowed optimizer's (its memory levels); flush takes none"
             )
         if isinstance(fitness, Scores):
+            if fitness.asked not in (None, self._asks):
+                raise ValueError(
+                    "these Scores are of an earlier ask()'s population: tell the scores of the "
+                    "last one (evaluate(population))"
+                )
             scores = checked_scores(fitness, tick, optimizer.xp)
             scores = scores if valid is None else scores.masked(valid)
             if self.separable:

@@ -33,13 +33,16 @@ class Scores:
     memory levels count them where that differs (a search counting memory as ``tidgap
     run`` holds it: :data:`~tidgap.optimize.run_memory.FINE` units; ``peaks`` are then
     those rounded up to samples, at most the batch). All on the optimizer's ``xp``;
-    ``tick`` converts to the problem's time unit."""
+    ``tick`` converts to the problem's time unit; ``asked`` numbers the ask() of the
+    population :meth:`tidgap.Optimizer.evaluate` scored (``None`` for scores made
+    otherwise), so that its ``tell`` refuses an earlier generation's."""
 
     ticks: Any
     tick: float
     halves: tuple[Any, Any] | None = None
     peaks: Any = None
     units: Any = None
+    asked: int | None = None
 
     @property
     def time(self) -> Any:
