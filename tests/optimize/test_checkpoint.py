@@ -343,3 +343,38 @@ def test_an_optimizer_stopped_in_its_flush_first_search_saves_no_state(tmp_path)
     with pytest.raises(InputError, match="path: a signal stopped the search in its first"):
         optimizer.save(tmp_path / "s.state")
     assert not (tmp_path / "s.state").exists()
+
+
+def test_a_checkpoint_that_fails_to_write_warns_once_and_the_search_goes_on(
+    tmp_path, monkeypatch
+) -> None:
+    """A full disk at a periodic save ended the search (exit 2) and lost its plan; now one
+    warning while the failure lasts (the file keeps the last state saved), and the plan
+    and the state after the disk recovers are written."""
+    from tests.support.cli_helpers import describe, run_cli
+    from tidgap.optimize import checkpoint as module
+
+    written = module.write_state
+    calls: list[int] = []
+
+    def full_twice(path, state) -> None:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise InputError("cannot write: No space left on device", source=str(path))
+        written(path, state)
+
+    monkeypatch.setattr(module, "write_state", full_twice)
+    state, out = tmp_path / "s.state", tmp_path / "plan.json"
+    args = ["search", "example:tiny-2", "--generations", "30", "--checkpoint", str(state)]
+    result = run_cli(*args, "--checkpoint-every", "1e-9", "--out", str(out), "-q")
+    assert result.exit_code == 0, describe(result)
+    warned = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warned == [
+        f"tidgap: warning: checkpoint not saved: {state}: cannot write: No space left on "
+        "device (the file keeps the last state saved; the search goes on)"
+    ]
+    assert len(calls) > 3 and out.exists()
+    assert load_state(state).meta["counters"]["generation"] > 0  # saved once the disk recovered
+    with pytest.warns(module.StateNotSaved, match="checkpoint not saved: .*No space left"):
+        calls.clear()
+        tidgap.search(tidgap.load_problem("example:tiny-2"), generations=3, checkpoint=state)

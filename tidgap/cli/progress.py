@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import click
 
 from tidgap.model.numbers import positive_integer_text
+from tidgap.model.text import printable
 from tidgap.optimize.driver import SearchProgress
 
 #: What each phase of :func:`tidgap.search` besides the GA is doing, as the line says it.
@@ -92,7 +97,33 @@ class ProgressLine:
             f"{now - self.started:5.1f} s"
         )
 
+    def clear(self) -> None:
+        """Blank the line, so that a message takes it (the next refresh draws it again)."""
+        if self.drawn:
+            click.echo("\r\x1b[K", nl=False, err=True)
+            self.drawn = False
+
     def close(self) -> None:
         """Finish the line so later output starts on a fresh one."""
         if self.drawn:
             click.echo("", err=True)
+
+
+@contextmanager
+def warnings_shown(category: type[Warning], progress: ProgressLine | None) -> Iterator[None]:
+    """Within it, each ``category`` warning (once per message) is a ``tidgap: warning:``
+    line on stderr, taking the progress line's place; other warnings as Python shows them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", category)
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, kind: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if not issubclass(kind, category):
+                shown(message, kind, *args, **kwargs)
+                return
+            if progress is not None:
+                progress.clear()
+            click.echo(f"tidgap: warning: {printable(str(message))}", err=True)
+
+        warnings.showwarning = show
+        yield

@@ -29,13 +29,13 @@ from tidgap.cli.options import (
     problem_argument,
     run_note,
 )
-from tidgap.cli.progress import ProgressLine
+from tidgap.cli.progress import ProgressLine, warnings_shown
 from tidgap.model.errors import InputError
 from tidgap.model.examples import DEFAULT_EXAMPLE, EXAMPLE_PREFIX
 from tidgap.model.lists import compact_sizes
 from tidgap.model.problem import load_problem
 from tidgap.model.text import printable
-from tidgap.optimize.checkpoint import DEFAULT_EVERY, load_state
+from tidgap.optimize.checkpoint import DEFAULT_EVERY, StateNotSaved, load_state
 from tidgap.optimize.driver import (
     AUTO_PRICING,
     SEARCHABLE,
@@ -277,7 +277,7 @@ def search_command(
     progress = ProgressLine(loaded.time_unit) if show_progress else None
     with stop_on_signals(None if progress is None else progress.stopping) as signals:
         try:
-            with about_problem(spec):
+            with about_problem(spec), warnings_shown(StateNotSaved, progress):
                 result = search(
                     loaded,
                     schedule=schedule,

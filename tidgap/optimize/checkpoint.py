@@ -25,6 +25,7 @@ import json
 import os
 import time
 import tokenize
+import warnings
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -357,13 +358,21 @@ def _unreadable(error: Exception) -> str:
     return "not a NumPy archive of plain arrays"  # pickled objects, a bad .npy header
 
 
+class StateNotSaved(UserWarning):
+    """A checkpoint could not be written (a full disk, a quota): the search goes on, and
+    the file keeps the last state saved (writes are atomic)."""
+
+
 @dataclass
 class Checkpoint:
     """Where and how often a search saves its state: ``path``, every ``every`` seconds and
-    at the end, for a search with ``identity``; the ``phase`` it is in (``None``: its GA;
-    :meth:`in_phase` sets another). Once a signal stopped a phase other than the GA, it is
-    ``closed``: the state saved is that phase's, which a resume continues, and the phases
-    after it (which the signal stops at once) save nothing over it."""
+    at the end, for a search with ``identity`` (a write that fails is a
+    :class:`StateNotSaved` warning, once while it fails alike, not the search's end: until
+    2026-12-07 a full disk ended a long search and lost its plan); the ``phase`` it is in
+    (``None``: its GA; :meth:`in_phase` sets another). Once a signal stopped a phase other
+    than the GA, it is ``closed``: the state saved is that phase's, which a resume
+    continues, and the phases after it (which the signal stops at once) save nothing over
+    it."""
 
     path: str
     identity: SearchIdentity
@@ -371,6 +380,8 @@ class Checkpoint:
     last: float = field(default_factory=time.monotonic)
     phase: str | None = None
     closed: bool = False
+    #: The last write's failure, warned once (until a write succeeds or fails otherwise).
+    failure: str | None = None
 
     @property
     def is_due(self) -> bool:
@@ -391,7 +402,19 @@ class Checkpoint:
     def write(self, state: SavedState) -> None:
         """Write ``state`` now (unless closed)."""
         if not self.closed:
-            write_state(self.path, state)
+            try:
+                write_state(self.path, state)
+                self.failure = None
+            except InputError as error:
+                if str(error) != self.failure:
+                    self.failure = str(error)
+                    warnings.warn(
+                        StateNotSaved(
+                            f"checkpoint not saved: {error} (the file keeps the last state "
+                            "saved; the search goes on)"
+                        ),
+                        stacklevel=2,
+                    )
         self.last = time.monotonic()
 
     def signalled(self) -> None:
