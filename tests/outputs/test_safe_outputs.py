@@ -16,6 +16,8 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -278,6 +280,52 @@ def test_a_fifo_gets_the_content(tmp_path: Path, inputs: tuple[Path, Path], name
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
 
 
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_reader_waiting_on_a_fifo_gets_the_content(
+    tmp_path: Path, inputs: tuple[Path, Path], name: str
+) -> None:
+    """A reader already blocked reading the FIFO (``cat pipe``) got an empty stream: the
+    early check opened and closed the FIFO for writing, its end of file; then the command
+    waited for good for another reader."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()  # waiting in open before the command starts (it takes a second to start)
+    files = {"PROBLEM": str(inputs[0]), "PLAN": str(inputs[1]), "OUT": str(fifo)}
+    words = [files.get(word, word) for word in COMMANDS[name]]
+    done = subprocess.run(  # a subprocess: the old code waited for good
+        [sys.executable, "-m", "tidgap", *words], capture_output=True, timeout=120
+    )
+    reader.join(timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert received and json.loads(received[0])
+
+
+def test_a_stop_signal_ends_a_command_waiting_on_a_fifo_without_a_reader(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    """The search's work is done, so a first SIGTERM ends it (it held the command until a
+    second one: the first only asked the search to stop)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    words = ("search", "PROBLEM", *QUICK_SEARCH, "--out", "OUT", "-q")
+    files = {"PROBLEM": str(inputs[0]), "PLAN": str(inputs[1]), "OUT": str(fifo)}
+    command = [sys.executable, "-m", "tidgap", *(files.get(word, word) for word in words)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wchan = Path(f"/proc/{process.pid}/wchan")
+    deadline = time.monotonic() + 120
+    while (
+        wchan.read_text() not in ("wait_for_partner", "fifo_open") and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)  # opening the FIFO, waiting for a reader
+    process.send_signal(signal.SIGTERM)
+    _, shown = process.communicate(timeout=30)
+    assert process.returncode == 143, shown
+    assert shown.decode().endswith("tidgap: terminated\n")
+    assert others(tmp_path, fifo, *inputs) == []
+
+
 def test_a_fifo_without_a_reader_passes_the_probe_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -339,13 +387,20 @@ def test_a_command_that_cannot_write_one_file_keeps_the_others(
     assert old.read_text(encoding="utf-8") == "kept"
 
 
-def test_a_checkpoint_that_cannot_be_written_is_one_line(
+def test_a_checkpoint_that_cannot_be_written_is_one_warning_and_the_plan_is_written(
     tmp_path: Path, inputs: tuple[Path, Path]
 ) -> None:
-    node = device(tmp_path / "full", FULL)
-    words = ("search", "PROBLEM", *QUICK_SEARCH, "--checkpoint", "OUT")
-    line = error_line(run_filled(words, inputs, node))
-    assert line == f"tidgap: error: {node}: cannot write: No space left on device"
+    """A full disk under the checkpoint ended the search (exit 2, the plan lost) until
+    2026-12-07."""
+    node, plan = device(tmp_path / "full", FULL), tmp_path / "searched.json"
+    words = ("search", "PROBLEM", *QUICK_SEARCH, "--checkpoint", "OUT", "--out", str(plan))
+    result = run_filled(words, inputs, node)
+    assert result.exit_code == 0, describe(result)
+    assert result.stderr == (
+        f"tidgap: warning: checkpoint not saved: {node}: cannot write: No space left on "
+        "device (the file keeps the last state saved; the search goes on)\n"
+    )
+    assert json.loads(plan.read_text())["format"] == "tidgap.plan/1"
 
 
 # --- regular files: links, mode and owner kept ----------------------------------------------------

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from tidgap.held_signals import handling
-from tidgap.outputs.atomic import abandon_writes
+from tidgap.outputs.atomic import abandon_writes, awaiting_stream
 
 #: The signals that ask a search to stop, by name.
 STOP_SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
@@ -60,7 +60,11 @@ class StopSignals:
             sys.exit(exit_status(self.signum))
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
-        """Signal handler: remember the first signal; a second one ends the process."""
+        """Signal handler: remember the first signal; a second one ends the process, and so
+        does a first one while an output stream waits on its reader (the work is done: a
+        FIFO nobody reads held a search's command until SIGKILL)."""
+        if awaiting_stream():
+            self._exit_now(signum, stopped_line(signum))
         if self.signum is None:
             self.signum, self._first_at = signum, time.monotonic()
             if self.on_first is not None:
@@ -68,9 +72,15 @@ class StopSignals:
             return
         if signum == self.signum and time.monotonic() - self._first_at < DUPLICATE_SECONDS:
             return
-        sys.stderr.write(f"\ntidgap: {STOP_SIGNALS[signum]} again: stopped at once\n")
+        self._exit_now(signum, f"\ntidgap: {STOP_SIGNALS[signum]} again: stopped at once\n")
+
+    @staticmethod
+    def _exit_now(signum: int, line: str) -> None:
+        """Write ``line`` to stderr and end the process with ``signum``'s status, the
+        writes in progress abandoned (their targets kept as they were)."""
+        sys.stderr.write(line)
         sys.stderr.flush()
-        abandon_writes()  # a write in progress keeps its targets as they were
+        abandon_writes()
         os._exit(exit_status(signum))
 
 

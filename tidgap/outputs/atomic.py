@@ -100,8 +100,9 @@ def probe(path: str | os.PathLike[str]) -> None:
     """Raise :class:`InputError` (naming ``path``) unless :func:`replace_atomically` can
     write it: really tried, since ``os.access`` says yes to root on read-only mounts.
 
-    A path written in place is opened for writing (not truncated; a FIFO without a reader
-    yet is fine); for one replaced, a file is made and removed in its folder.
+    A path written in place is opened for writing (not truncated), but a FIFO, whose
+    reader waiting already would take the open and close for the end of its stream, is
+    only checked for permission; for one replaced, a file is made and removed in its folder.
     """
     shown = str(path)
     if shown.endswith(os.sep):
@@ -118,12 +119,15 @@ def probe(path: str | os.PathLike[str]) -> None:
     if where.status is not None and stat.S_ISDIR(where.status.st_mode):
         raise InputError("is a directory", source=shown)
     if where.status is not None and where.in_place:
+        if stat.S_ISFIFO(where.status.st_mode):
+            if not os.access(where.target, os.W_OK):
+                raise InputError("cannot open for writing: Permission denied", source=shown)
+            return
         try:
             os.close(_open_for_writing(where.target, os.O_NONBLOCK))
         except OSError as error:
-            if not (stat.S_ISFIFO(where.status.st_mode) and error.errno == errno.ENXIO):
-                message = f"cannot open for writing: {_reason(error)}"
-                raise InputError(message, source=shown) from None
+            message = f"cannot open for writing: {_reason(error)}"
+            raise InputError(message, source=shown) from None
         return
     folder = where.target.parent
     if not folder.exists():
@@ -199,6 +203,27 @@ def _sync_folder(folder: Path) -> None:
             os.close(descriptor)
 
 
+#: Whether a stream is being written (:func:`awaiting_stream`).
+_STREAM_WRITES = [0]
+
+
+def awaiting_stream() -> bool:
+    """Whether a stream (a FIFO, a device) is being written in place: the command's work is
+    done, and opening or writing it may wait on its reader for good (a stop signal's
+    handler then ends the process at once: :class:`tidgap.optimize.interrupts.StopSignals`)."""
+    return _STREAM_WRITES[0] > 0
+
+
+@contextlib.contextmanager
+def _writing_stream(regular: bool) -> Iterator[None]:
+    """Within it, :func:`awaiting_stream` is true unless ``regular``."""
+    _STREAM_WRITES[0] += not regular
+    try:
+        yield
+    finally:
+        _STREAM_WRITES[0] -= not regular
+
+
 def _write_in_place(content: Path, where: Destination) -> None:
     """Copy the finished ``content`` over ``where.target`` without replacing it.
 
@@ -208,7 +233,7 @@ def _write_in_place(content: Path, where: Destination) -> None:
     assert where.status is not None
     regular = stat.S_ISREG(where.status.st_mode)
     size = content.stat().st_size
-    with os.fdopen(_open_for_writing(where.target), "wb") as writer:
+    with _writing_stream(regular), os.fdopen(_open_for_writing(where.target), "wb") as writer:
         if regular and size and hasattr(os, "posix_fallocate"):
             try:
                 os.posix_fallocate(writer.fileno(), 0, size)
