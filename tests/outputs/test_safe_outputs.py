@@ -855,3 +855,16 @@ def test_a_second_signal_during_the_cleanup_waits_until_it_is_done(
         monkeypatch.undo()
         signal.signal(signal.SIGTERM, previous)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_path_written_is_shown_escaped(
+    tmp_path: Path, inputs: tuple[Path, Path], name: str
+) -> None:
+    """A name holding a newline printed ``trace written to fake`` and, on a line of its
+    own, whatever followed (``tidgap: error: x.json``), with exit 0."""
+    out = tmp_path / "fake\ntidgap: error: x.json"
+    result = run_filled(COMMANDS[name], inputs, out)
+    assert result.exit_code == 0, describe(result)
+    assert "fake\\ntidgap: error: x.json" in result.stdout
+    assert not any(line.startswith("tidgap: error") for line in result.stdout.splitlines())

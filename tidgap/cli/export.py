@@ -11,7 +11,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.lists import compact_sizes
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem
-from tidgap.model.text import counted
+from tidgap.model.text import counted, printable
 from tidgap.optimize.backward_rules import MIRRORED
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import stop_on_signals
@@ -151,7 +151,7 @@ def _export(
         write_json(out, schedule_document(loaded, timeline))
         click.echo(
             f"schedule of the plan (iteration {timeline.iteration_time:.6g} "
-            f"{loaded.time_unit}) written to {out}"
+            f"{loaded.time_unit}) written to {printable(out)}"
         )
     elif target == "pytorch-csv":
         _export_pytorch_csv(loaded, plan, out, sidecar, sizes or "equal")
@@ -187,7 +187,7 @@ def _export_pytorch_csv(
         f"{evaluation.iteration_time:.6g} {unit} "
         f"({lowered.iteration_time / evaluation.iteration_time - 1:+.2%})"
     )
-    click.echo(f"schedule written to {out}, microbatches to {sidecar}")
+    click.echo(f"schedule written to {printable(out)}, microbatches to {printable(sidecar)}")
     if warning is not None:
         click.echo(warning, err=True)
 
@@ -225,5 +225,5 @@ def _export_same_partition(
         + (f" (interrupted: {result.stop_reason})" if result.interrupted else "")
     )
     click.echo(f"  every stage, forward and backward: {compact_sizes(result.plan.forward[0])}")
-    click.echo(f"plan written to {out}")
+    click.echo(f"plan written to {printable(out)}")
     signals.exit_if_received()

@@ -569,7 +569,7 @@ def synth_command(
         document = synth_problem(seed, stages, batch_size, unit, heterogeneity, shape, name)
         _emit(document, out, as_json)
         if out is not None and not (quiet or as_json):
-            click.echo(f"wrote {out}")
+            click.echo(f"wrote {printable(out)}")
         return
     if name is not None and (Path(name).name != name or name in (".", "..")):
         raise InputError(
@@ -582,7 +582,10 @@ def synth_command(
     with output_folder(out_dir) as folder:
         paths = [str(folder / f"{document['name']}.json") for document in documents]
         check_outputs(None, None, *[("--out-dir", path) for path in paths])
-    files = [json_file(path, d, f"wrote {path}") for d, path in zip(documents, paths, strict=True)]
+    files = [
+        json_file(path, d, f"wrote {printable(path)}")
+        for d, path in zip(documents, paths, strict=True)
+    ]
     written = write_files(files)
     if as_json:  # one problem (--count 1)
         click.echo(json.dumps(documents[0], indent=1, allow_nan=False))

@@ -322,11 +322,12 @@ def run_command(
             job.covering(len(todo)), results=os.path.abspath(folder), alternates=paths
         )
         job.save(write_job)
-        more = f", with {', '.join(alternates)} in turn" if alternates else ""
-        click.echo(f"job written to {write_job}{more} (results go to {folder}); run it with")
+        more = f", with {', '.join(map(printable, alternates))} in turn" if alternates else ""
+        shown, into = printable(write_job), printable(folder)
+        click.echo(f"job written to {shown}{more} (results go to {into}); run it with")
         click.echo(
             "  torchrun --nnodes N --nproc-per-node K --node-rank NODE --master-addr HOST "
-            f"--master-port PORT -m tidgap.runtime.worker {write_job}\n"
+            f"--master-port PORT -m tidgap.runtime.worker {shown}\n"
             f"on each machine NODE of N, N*K = {loaded.num_stages} processes (one per stage)"
         )
         return

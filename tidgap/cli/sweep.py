@@ -33,6 +33,7 @@ from tidgap.cli.options import (
 from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit, chosen_backend
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem, problem_path
+from tidgap.model.text import printable
 from tidgap.optimize.driver import SEARCHABLE
 from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.many import LocalPool, SearchFailed, default_pool, local_pool, search_many
@@ -244,7 +245,7 @@ def sweep_command(
         click.echo(f"interrupted by {signals.received()}: the plans found so far")
     click.echo(format_sweep_table(rows))
     click.echo(
-        f"{len(rows)} plan(s), {SUMMARY_CSV} and {SUMMARY_JSON} written to {out_dir} "
+        f"{len(rows)} plan(s), {SUMMARY_CSV} and {SUMMARY_JSON} written to {printable(out_dir)} "
         f"in {time.perf_counter() - started:.1f} s"
     )
     signals.exit_if_received()

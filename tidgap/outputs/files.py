@@ -18,6 +18,7 @@ from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import json_text
 from tidgap.model.problem import Problem
+from tidgap.model.text import printable
 from tidgap.outputs.atomic import Identity, Producer, identity, probe, write_together
 from tidgap.schedules.baselines import BaselineResult
 from tidgap.schedules.families import (
@@ -147,12 +148,14 @@ def timeline_files(
     if gantt is not None:
         from tidgap.outputs.gantt import picture
 
-        files.append(OutputFile(gantt, picture(timelines), f"picture written to {gantt}"))
+        files.append(
+            OutputFile(gantt, picture(timelines), f"picture written to {printable(gantt)}")
+        )
     if trace is not None:
         from tidgap.outputs.trace import trace_document
 
         document = trace_document(timelines, problem_name)
-        files.append(json_file(trace, document, f"trace written to {trace}"))
+        files.append(json_file(trace, document, f"trace written to {printable(trace)}"))
     return files
 
 
