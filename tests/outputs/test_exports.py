@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 from itertools import pairwise
 from pathlib import Path
@@ -33,6 +34,7 @@ from tests.support.strategies import ordered_plans, plans, problems
 from tidgap import Plan, Problem, check_plan, evaluate, load_plan
 from tidgap.analysis.exhaustive import compositions
 from tidgap.analysis.search_summary import best_rival
+from tidgap.model.fileio import read_json
 from tidgap.optimize.driver import search
 from tidgap.outputs.exports import (
     common_refinement,
@@ -312,6 +314,34 @@ def test_export_pytorch_csv(tmp_path: Path, name: str, sizes: str | None) -> Non
     assert rival is not None
     _check_warning(result, lowered.iteration_time, rival, problem.time_unit)
     assert ("--to same-partition" in result.stderr) == (result.stderr != "")
+
+
+def test_a_sidecar_names_a_csv_whose_name_is_not_utf8_so_that_it_reads_back(
+    tmp_path: Path,
+) -> None:
+    """``schedule_csv`` held a lone surrogate (Python's reading of the byte 0xff), which
+    tidgap's own reader refuses; now U+FFFD, as ``sweep`` writes such names."""
+    problem_path, plan_path, _ = _files(tmp_path, golden_cases()[0]["problem"]["name"])
+    out = tmp_path / os.fsdecode(b"c\xff.csv")
+    args = [str(problem_path), str(plan_path), "--to", "pytorch-csv", "--out", str(out)]
+    result = run_cli("export", *args)
+    assert result.exit_code == 0, describe(result)
+    sidecar = read_json(str(out.with_suffix(".microbatches.json")))
+    assert sidecar["schedule_csv"] == "c\ufffd.csv"
+
+
+def test_a_csv_to_a_stream_is_refused_for_want_of_a_place_for_the_sidecar(
+    tmp_path: Path,
+) -> None:
+    """``--out /dev/stdout`` put ``/dev/stdout.microbatches.json`` into ``/dev``."""
+    problem_path, plan_path, _ = _files(tmp_path, golden_cases()[0]["problem"]["name"])
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    args = [str(problem_path), str(plan_path), "--to", "pytorch-csv", "--out", str(fifo)]
+    result = run_cli("export", *args)
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.startswith("tidgap: error: --out: is a stream, not a file: the ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe", "plan.json", "problem.json"]
 
 
 def test_export_of_one_microbatch_says_so_in_the_singular(tmp_path: Path) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import click
 
 from tidgap.analysis.search_summary import best_rival
@@ -100,6 +103,12 @@ def export_command(
     if target != "pytorch-csv" and sizes is not None:
         raise click.UsageError("--microbatch-sizes goes with --to pytorch-csv")
     sidecar = str(microbatches_path(out)) if target == "pytorch-csv" and out else None
+    if sidecar is not None and not _may_have_a_sidecar(out):
+        raise InputError(
+            f"is a stream, not a file: the microbatches go beside the CSV ({printable(sidecar)}); "
+            "give a file",
+            source="--out",
+        )
     inputs = {"PROBLEM": problem, "PLAN": plan_file}
     check_outputs(None, None, ("--out", out), ("--out's sidecar", sidecar), inputs=inputs)
     loaded = load_problem(problem)
@@ -108,6 +117,15 @@ def export_command(
         require_flush(plan, plan_file)
     with about_problem(problem):
         _export(target, loaded, plan, out, sidecar, sizes, seed, generations, time_limit)
+
+
+def _may_have_a_sidecar(out: str) -> bool:
+    """Whether ``out`` is a regular file or none yet (through symlinks): a device or a FIFO
+    (``/dev/stdout``) has no folder of its own for the sidecar (it went into ``/dev``)."""
+    try:
+        return stat.S_ISREG(os.stat(out).st_mode)
+    except OSError:  # none yet, or check_outputs names why it cannot be written
+        return True
 
 
 def require_flush(plan: Plan, plan_file: str) -> None:

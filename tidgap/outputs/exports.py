@@ -25,6 +25,7 @@ import numpy as np
 
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
+from tidgap.model.text import without_surrogates
 from tidgap.schedules.baselines import BaselineResult, best_baselines, feasible_microbatch_counts
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import SCHEDULES, family_of
@@ -179,7 +180,7 @@ def microbatches_document(
     return {
         "format": MICROBATCHES_FORMAT,
         "problem": problem.name,
-        "schedule_csv": Path(csv_path).name,
+        "schedule_csv": without_surrogates(Path(csv_path).name),  # read back by tidgap
         "batch_size": problem.batch_size,
         "time_unit": problem.time_unit,
         "n_microbatches": len(sizes),
