@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from tidgap.cli import cli
 from tidgap.cli.main import TidgapGroup
 from tidgap.cli.profile import profile_command, synth_command
+from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 from tidgap.profiling.build import measurement_sizes
 from tidgap.profiling.synth import SHAPES, synth_problem
@@ -168,6 +170,23 @@ def test_a_refused_out_dir_is_not_left_behind(tmp_path: Path) -> None:
     result = run("synth", "--name", "x" * 250, "--out-dir", str(out))  # a file name too long
     assert result.exit_code == 2, (result.stdout, result.stderr)
     assert "name too long to write" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_out_dir_whose_files_fail_to_write_is_not_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while writing the problems left the folders ``--out-dir`` had made."""
+    from tidgap.outputs import atomic
+
+    def full(path: Any, produce: Any, folder: Any, made: Any) -> None:
+        raise InputError("cannot write: No space left on device", source=str(path))
+
+    monkeypatch.setattr(atomic, "_stage", full)
+    out = tmp_path / "made" / "here"
+    result = run("synth", "--count", "2", "--out-dir", str(out))
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "No space left on device" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -579,14 +579,14 @@ def synth_command(
         synth_problem(seed + index, stages, batch_size, unit, heterogeneity, shape, name)
         for index in range(count)
     ]
-    with output_folder(out_dir) as folder:
+    with output_folder(out_dir) as folder:  # its new folders go again if the files fail
         paths = [str(folder / f"{document['name']}.json") for document in documents]
         check_outputs(None, None, *[("--out-dir", path) for path in paths])
-    files = [
-        json_file(path, d, f"wrote {printable(path)}")
-        for d, path in zip(documents, paths, strict=True)
-    ]
-    written = write_files(files)
+        files = [
+            json_file(path, d, f"wrote {printable(path)}")
+            for d, path in zip(documents, paths, strict=True)
+        ]
+        written = write_files(files)
     if as_json:  # one problem (--count 1)
         click.echo(json.dumps(documents[0], indent=1, allow_nan=False))
     elif not quiet:
