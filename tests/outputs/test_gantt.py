@@ -23,13 +23,17 @@ pytest.importorskip("matplotlib", reason="pictures need the optional extra plot 
 
 from tidgap.outputs.gantt import (  # noqa: E402  (after the skip: needs matplotlib)
     COLOURS,
+    DPI,
     GAP_INCHES,
     HELD_COLOUR,
+    LANE_INCHES,
+    MAX_HEIGHT_INCHES,
     NAME_CHARACTERS,
     STAGE_HEIGHT,
     _panel,
     draw,
     figure,
+    lane_inches,
     pixel_size,
     shown_name,
 )
@@ -157,12 +161,17 @@ def test_a_step_too_short_for_a_white_outline_is_outlined_in_its_colour() -> Non
     ax = Figure().subplots()
     _panel(ax, timeline, span, 1000.0)
     forward = to_rgba(COLOURS["F"])
-    bars = [bar for bar in ax.patches if bar.get_facecolor() == forward]
-    assert bars and all(bar.get_edgecolor() == to_rgba("white") for bar in bars)
+
+    def edges_of_forwards() -> set[tuple[float, ...]]:
+        """The edge colours of the collections of forward bars."""
+        drawn = [c for c in ax.collections if tuple(c.get_facecolor()[0]) == forward]
+        assert drawn and all(len(c.get_paths()) > 0 for c in drawn)
+        return {tuple(c.get_edgecolor()[0]) for c in drawn}
+
+    assert edges_of_forwards() == {to_rgba("white")}
     ax = Figure().subplots()
     _panel(ax, timeline, span, 20.0)  # a picture 20 pixels wide: every bar is narrow
-    bars = [bar for bar in ax.patches if bar.get_facecolor() == forward]
-    assert bars and all(bar.get_edgecolor() == forward for bar in bars)
+    assert edges_of_forwards() == {forward}
 
 
 @pytest.mark.parametrize("stages", [4, 32])
@@ -284,3 +293,21 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
         replace_atomically(target, fail)
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["old.png"]
+
+
+def test_a_deep_pipeline_is_drawn_in_thinner_lanes_within_the_height_cap() -> None:
+    """800 stages in two panels made a 1200 x 67,385 PNG (past what many viewers take) in
+    108 s; lanes now thin to stay within MAX_HEIGHT_INCHES, the bars go without their sizes
+    and every few stages are named, so names stay apart. A shallow pipeline is as before."""
+    from matplotlib.figure import Figure
+
+    problem = Problem.from_dict(synth_problem(0, 500, 8))
+    deep = baseline_timeline(problem, "gpipe", 2)
+    assert pixel_size([deep] * 3)[1] <= MAX_HEIGHT_INCHES * DPI
+    lane = lane_inches([deep] * 3)
+    assert lane < LANE_INCHES and lane_inches(timelines()) == LANE_INCHES
+    ax = Figure().subplots()
+    _panel(ax, deep, deep.iteration_time, 1000.0, lane)
+    ticks = list(ax.get_yticks())
+    assert 10 < len(ticks) < 500 and ticks[0] == 0 and ticks[1] > 1
+    assert not [text for text in ax.texts if text.get_text().isdigit()]  # no sizes in bars
