@@ -229,3 +229,11 @@ def test_unwritable_trace_is_bad_input(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2, describe(result)
     assert result.stderr.startswith("tidgap: error: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_the_problems_name_is_escaped_as_the_stages_are() -> None:
+    """``otherData.problem`` held the name's escape and newline raw."""
+    problem = load_problem("example:tiny-2")
+    timeline = baseline_timeline(problem, "gpipe", 2)
+    document = trace_document([timeline], "bad\x1b[31m\nname")
+    assert document["otherData"]["problem"] == "bad\\x1b[31m\\nname"

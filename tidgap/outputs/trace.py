@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidgap.model.text import printable
 from tidgap.schedules.timeline import Step, Timeline
 
 #: Microseconds per time unit, for the units a trace can show exactly.
@@ -144,7 +145,7 @@ def trace_document(timelines: list[Timeline], problem_name: str | None) -> dict[
         events += _process_events(timeline, pid, scale)
     other: dict[str, Any] = {
         "generator": "tidgap",
-        "problem": problem_name,
+        "problem": None if problem_name is None else printable(problem_name),  # as stages
         "time_unit": time_unit,
         "microseconds_per_unit": scale,
         "iteration_times": {t.label: t.iteration_time for t in timelines},
