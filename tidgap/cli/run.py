@@ -322,8 +322,12 @@ def run_command(
             job.covering(len(todo)), results=os.path.abspath(folder), alternates=paths
         )
         job.save(write_job)
-        more = f", with {', '.join(map(printable, alternates))} in turn" if alternates else ""
-        shown, into = printable(write_job), printable(folder)
+        more = (
+            f", with {', '.join(printable(str(path)) for path in alternates)} in turn"
+            if alternates
+            else ""
+        )
+        shown, into = printable(str(write_job)), printable(str(folder))
         click.echo(f"job written to {shown}{more} (results go to {into}); run it with")
         click.echo(
             "  torchrun --nnodes N --nproc-per-node K --node-rank NODE --master-addr HOST "

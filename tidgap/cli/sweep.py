@@ -245,8 +245,8 @@ def sweep_command(
         click.echo(f"interrupted by {signals.received()}: the plans found so far")
     click.echo(format_sweep_table(rows))
     click.echo(
-        f"{len(rows)} plan(s), {SUMMARY_CSV} and {SUMMARY_JSON} written to {printable(out_dir)} "
-        f"in {time.perf_counter() - started:.1f} s"
+        f"{len(rows)} plan(s), {SUMMARY_CSV} and {SUMMARY_JSON} written to "
+        f"{printable(str(out_dir))} in {time.perf_counter() - started:.1f} s"
     )
     signals.exit_if_received()
     if failed is not None:
