@@ -92,3 +92,12 @@ def test_an_order_built_in_python_that_is_no_list_is_refused_naming_it(
     stage(s)'); ``order=3`` raised ``TypeError: 'int' object is not iterable``."""
     with pytest.raises(InputError, match=rf"^plan: {field}: must be a list \(got "):
         Plan.of([[4, 4]], [[4, 4]], **{field: value})
+
+
+def test_an_order_may_be_any_sequence_and_a_copy_may_drop_it() -> None:
+    """``windows=range(...)`` and generators worked before the check above; a copy with
+    ``order=None`` gives the flush plan (it hit the file's refusal of an explicit null)."""
+    assert Plan.of([[4, 4]], [[4, 4]], windows=range(1, 2)).windows == [1]
+    plan = Plan.of([[4, 4]], [[4, 4]], order=(row for row in ["FFBB"]))
+    assert plan.order == ["FFBB"]
+    assert plan.model_copy(update={"order": None}).order is None

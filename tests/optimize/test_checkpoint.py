@@ -359,7 +359,7 @@ def test_a_checkpoint_that_fails_to_write_warns_once_and_the_search_goes_on(
 
     def full_twice(path, state) -> None:
         calls.append(1)
-        if len(calls) <= 2:
+        if len(calls) <= 2 or len(calls) == 5:  # full, recovered, full again
             raise InputError("cannot write: No space left on device", source=str(path))
         written(path, state)
 
@@ -369,11 +369,11 @@ def test_a_checkpoint_that_fails_to_write_warns_once_and_the_search_goes_on(
     result = run_cli(*args, "--checkpoint-every", "1e-9", "--out", str(out), "-q")
     assert result.exit_code == 0, describe(result)
     warned = [line for line in result.stderr.splitlines() if "warning" in line]
-    assert warned == [
+    assert warned == 2 * [  # once a failure: the second after a recovery is shown too
         f"tidgap: warning: checkpoint not saved: {state}: cannot write: No space left on "
         "device (the file keeps the last state saved; the search goes on)"
     ]
-    assert len(calls) > 3 and out.exists()
+    assert len(calls) > 5 and out.exists()
     assert load_state(state).meta["counters"]["generation"] > 0  # saved once the disk recovered
     with pytest.warns(module.StateNotSaved, match="checkpoint not saved: .*No space left"):
         calls.clear()

@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 
+import tidgap
+from tests.support.calibrations import order_tables
 from tests.support.cli_helpers import describe, run_cli
 from tidgap import load_problem
 from tidgap.analysis.search_summary import summary_lines
@@ -156,11 +158,10 @@ def test_a_problem_recording_batch_statistics_is_searched_without_recompute(
     (``source.batch_statistics``); ``tidgap run`` refuses a recomputing stage holding one,
     so a free search of such a problem recomputes nowhere (it returned tiny-2's flush plan
     that recomputes on both stages), and says why."""
-    problem = load_problem(EXAMPLE_PREFIX + "tiny-2")
-    assert any(recomputes(search(problem, schedule=schedule, generations=10).plan)) or (
-        schedule == "windowed"  # tiny-2's windowed plan recomputes nowhere anyway
-    )
-    recorded = with_batch_statistics("tiny-2", {"layers": ["1 (BatchNorm1d)", "4\n(x)"]})
+    name = "tiny-2" if schedule == "flush" else "hetero-8"  # each recomputes when free
+    problem = load_problem(EXAMPLE_PREFIX + name)
+    assert any(recomputes(search(problem, schedule=schedule, generations=10).plan))
+    recorded = with_batch_statistics(name, {"layers": ["1 (BatchNorm1d)", "4\n(x)"]})
     assert recorded.batch_statistics_layers == ["1 (BatchNorm1d)", "4\\n(x)"]
     held = search(recorded, schedule=schedule, generations=10)
     assert not any(recomputes(held.plan))
@@ -179,6 +180,26 @@ def test_a_problem_recording_batch_statistics_is_searched_without_recompute(
     )
     mirrored = search(recorded, schedule=schedule, generations=10, backward="mirrored")
     assert mirrored.backward == "mirrored"
+
+
+def test_a_flush_fitness_refused_for_such_a_problem_says_why() -> None:
+    """The caller gave no rule, so 'drop the rule' alone could not be followed."""
+    recorded = with_batch_statistics("tiny-2", {"layers": ["1 (BatchNorm1d)"]})
+    with pytest.raises(ValueError, match=r"takes no fitness .*source.batch_statistics"):
+        tidgap.Optimizer(recorded, schedule="flush", fitness=lambda p, s: s.halves)
+
+
+def test_a_calibration_with_order_tables_alone_is_run_priced() -> None:
+    """calibrate skips the recomputing twins of such a problem: its order tables alone must
+    still make auto pricing run pricing (it keyed on the recompute tables)."""
+    document = json.loads(example_path("tiny-2").read_text())
+    document["source"] = {
+        "batch_statistics": {"layers": ["1 (BatchNorm1d)"]},
+        "calibration": {"order": order_tables(document["stages"])},
+    }
+    problem = Problem.from_dict(document)
+    assert problem.recompute_times is None and problem.order_times is not None
+    assert search(problem, generations=2).pricing == "run"
 
 
 @pytest.mark.parametrize("record", [None, [], {"layers": "1"}, {"layers": [1]}, {"layers": []}])

@@ -520,3 +520,12 @@ def test_an_earlier_generations_scores_are_refused() -> None:
     with pytest.raises(ValueError, match="^these Scores are of an earlier ask"):
         optimizer.tell(second, old)
     optimizer.tell(second, optimizer.evaluate(second))
+
+
+def test_a_torch_tensor_of_values_is_told() -> None:
+    """The check for ``None`` read ``values.dtype.kind``, which torch's dtypes lack."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    optimizer = tidgap.Optimizer(tidgap.load_problem("example:tiny-2"), population=8)
+    population = optimizer.ask()
+    optimizer.tell(population, torch.from_numpy(optimizer.evaluate(population).time))
+    assert optimizer.generation == 1

@@ -111,10 +111,11 @@ class ProgressLine:
 
 @contextmanager
 def warnings_shown(category: type[Warning], progress: ProgressLine | None) -> Iterator[None]:
-    """Within it, each ``category`` warning (once per message) is a ``tidgap: warning:``
-    line on stderr, taking the progress line's place; other warnings as Python shows them."""
+    """Within it, each ``category`` warning is a ``tidgap: warning:`` line on stderr,
+    taking the progress line's place (every one: their sender says each once); other
+    warnings as Python shows them."""
     with warnings.catch_warnings():
-        warnings.simplefilter("default", category)
+        warnings.simplefilter("always", category)
         shown = warnings.showwarning
 
         def show(message: Warning | str, kind: type[Warning], *args: Any, **kwargs: Any) -> None:

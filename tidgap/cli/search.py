@@ -175,7 +175,8 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
     "calibrated recompute times, else Tf + Tb per backward), and ops timed by the op "
     "before them take the calibration's order tables: the time tidgap run predicts. "
     "auto: run for a windowed "
-    "search of a problem tidgap calibrate timed (it has recompute tables), else model.",
+    "search of a problem tidgap calibrate timed (it has recompute or order tables), else "
+    "model.",
 )
 @click.option(
     "--max-memory",

@@ -34,6 +34,7 @@ from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit, chosen_backend
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.model.text import printable
+from tidgap.optimize.backward_rules import admitted_rule
 from tidgap.optimize.driver import SEARCHABLE
 from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.many import LocalPool, SearchFailed, default_pool, local_pool, search_many
@@ -91,7 +92,7 @@ def _check_memory_limit(
         try:
             if not separable:
                 pricing = resolved_pricing(problem, AUTO_PRICING, schedule or DEFAULT_SCHEDULE)
-                require_windowed_room(problem, limit, pricing, backward)
+                require_windowed_room(problem, limit, pricing, admitted_rule(backward, problem))
             else:
                 require_flush_fits(problem)
                 if limit is not None:

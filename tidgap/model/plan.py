@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -111,11 +112,14 @@ class Plan(StrictModel):
 
 
 def copied_list(items: Any) -> Any:
-    """A list of ``items`` when it is a sequence other than text (NumPy's values as
-    Python's); anything else as it is, for validation to refuse (``list("FFBB")`` made one
-    stage of each letter, ``list(3)`` a ``TypeError``)."""
+    """A list of ``items`` when it is an iterable other than text or a mapping (a list, a
+    range, a generator; NumPy's values as Python's); anything else as it is, for validation
+    to refuse (``list("FFBB")`` made one stage of each letter, ``list(3)`` a
+    ``TypeError``)."""
     items = plain(items)
-    return list(items) if isinstance(items, list) else items
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        return items
+    return list(items)
 
 
 def copied_rows(rows: Any) -> Any:

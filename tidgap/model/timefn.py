@@ -61,10 +61,16 @@ class StrictModel(BaseModel, metaclass=_OneLineErrors):
         another ``batch_size`` failed deep inside a search."""
         if not update:
             return super().model_copy(deep=deep)
-        fields = {name: getattr(self, name) for name in self.model_fields_set}
+        given = {name: getattr(self, name) for name in self.model_fields_set} | dict(update)
         if deep:
-            fields = copy.deepcopy(fields)
-        return type(self)(**(fields | dict(update)))
+            given = copy.deepcopy(given)
+        known = type(self).model_fields  # None for a field whose default is None: left out,
+        kept = {  # as a file leaves it out (a plan's explicit "order": null is refused)
+            name: value
+            for name, value in given.items()
+            if not (value is None and name in known and known[name].default is None)
+        }
+        return type(self)(**kept)
 
 
 class Affine(StrictModel):

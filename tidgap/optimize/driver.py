@@ -125,7 +125,7 @@ def search(
     the calibrated or profiled recompute costs), so the result's time is
     :func:`tidgap.runtime.pricing.run_evaluation`'s; ``"auto"`` (the default), run for a
     windowed search of a problem ``tidgap calibrate`` timed through the runtime (its
-    recompute tables), else model.
+    recompute or order tables), else model.
     ``result.pricing`` says which.
 
     ``checkpoint`` (a path) saves the GA's state (:mod:`tidgap.optimize.checkpoint`)

@@ -165,7 +165,8 @@ class Stopping:
 
 #: The default pricing: :data:`~tidgap.backends.ticks.RUN_PRICING` for a windowed search of
 #: a problem ``tidgap calibrate`` timed through the runtime (its ``source.calibration``
-#: has recompute tables), else :data:`~tidgap.backends.ticks.MODEL_PRICING`.
+#: has recompute or order tables: one recording ``source.batch_statistics`` has no
+#: recompute tables), else :data:`~tidgap.backends.ticks.MODEL_PRICING`.
 AUTO_PRICING = "auto"
 
 
@@ -175,7 +176,7 @@ def resolved_pricing(problem: Problem, pricing: str, schedule: str) -> str:
     (a flush search's halves are priced apart, and a stage's backward cost depends on its
     forward partition)."""
     if pricing == AUTO_PRICING:
-        calibrated = problem.recompute_times is not None
+        calibrated = problem.recompute_times is not None or problem.order_times is not None
         return RUN_PRICING if calibrated and not SCHEDULES[schedule].separable else MODEL_PRICING
     if pricing not in PRICINGS:
         choices = ", ".join((AUTO_PRICING, *PRICINGS))
@@ -421,9 +422,15 @@ class Optimizer:
         )
         self.separable = SCHEDULES[schedule].separable
         if self.separable and backward != FREE and fitness is not None:
+            why = ""
+            if problem.batch_statistics_layers:  # the rule admitted_rule gave it
+                why = (
+                    " (this problem's rule: its layers normalise by their batch's statistics, "
+                    "source.batch_statistics, so it recomputes nowhere)"
+                )
             raise ValueError(
                 "a flush search with a backward rule repairs its result by iteration time; it "
-                "takes no fitness of its own (search windowed plans, or drop the rule)"
+                f"takes no fitness of its own (search windowed plans, or drop the rule){why}"
             )
         if self.separable:
             if memory_limit is not None:

@@ -137,7 +137,7 @@ def holds_none(values: Any) -> bool:
     """Whether ``values`` (a sequence or an array of Python objects; not a numeric array)
     holds ``None``."""
     dtype = getattr(values, "dtype", None)
-    if dtype is not None and dtype.kind != "O":
+    if dtype is not None and getattr(dtype, "kind", None) != "O":  # torch's dtypes have none
         return False
     try:
         return any(value is None for value in np.asarray(values, dtype=object).ravel())

@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,25 +204,29 @@ def _sync_folder(folder: Path) -> None:
             os.close(descriptor)
 
 
-#: Whether a stream is being written (:func:`awaiting_stream`).
-_STREAM_WRITES = [0]
+#: How many FIFOs are being written (:func:`awaiting_stream`), by any thread.
+_FIFO_WRITES = [0]
+_FIFO_WRITES_LOCK = threading.Lock()
 
 
 def awaiting_stream() -> bool:
-    """Whether a stream (a FIFO, a device) is being written in place: the command's work is
-    done, and opening or writing it may wait on its reader for good (a stop signal's
-    handler then ends the process at once: :class:`tidgap.optimize.interrupts.StopSignals`)."""
-    return _STREAM_WRITES[0] > 0
+    """Whether a FIFO is being written in place: opening or writing it may wait on its
+    reader for good, so a stop signal's handler ends the process at once
+    (:class:`tidgap.optimize.interrupts.StopSignals`; a search's outputs are written once its
+    work is done, and a checkpoint written to a FIFO holds the search until read)."""
+    return _FIFO_WRITES[0] > 0
 
 
 @contextlib.contextmanager
-def _writing_stream(regular: bool) -> Iterator[None]:
-    """Within it, :func:`awaiting_stream` is true unless ``regular``."""
-    _STREAM_WRITES[0] += not regular
+def _writing_fifo(fifo: bool) -> Iterator[None]:
+    """Within it, :func:`awaiting_stream` is true if ``fifo``."""
+    with _FIFO_WRITES_LOCK:
+        _FIFO_WRITES[0] += fifo
     try:
         yield
     finally:
-        _STREAM_WRITES[0] -= not regular
+        with _FIFO_WRITES_LOCK:
+            _FIFO_WRITES[0] -= fifo
 
 
 def _write_in_place(content: Path, where: Destination) -> None:
@@ -233,7 +238,8 @@ def _write_in_place(content: Path, where: Destination) -> None:
     assert where.status is not None
     regular = stat.S_ISREG(where.status.st_mode)
     size = content.stat().st_size
-    with _writing_stream(regular), os.fdopen(_open_for_writing(where.target), "wb") as writer:
+    fifo = stat.S_ISFIFO(where.status.st_mode)
+    with _writing_fifo(fifo), os.fdopen(_open_for_writing(where.target), "wb") as writer:
         if regular and size and hasattr(os, "posix_fallocate"):
             try:
                 os.posix_fallocate(writer.fileno(), 0, size)
