@@ -470,3 +470,30 @@ def test_a_worker_killed_from_outside_loses_no_plan(tmp_path: Path) -> None:
         "tiny-2.plan.json",
         "hetero-8.plan.json",
     }
+
+
+def test_a_batch_statistics_problem_is_checked_under_the_rule_its_search_uses(
+    tmp_path: Path,
+) -> None:
+    """Its search recomputes nowhere (``source.batch_statistics``): a byte limit only a
+    recomputing stage meets is refused before any search, as under ``--no-recompute``;
+    it was checked under the free rule, so the other problem's plan and the summaries were
+    written before its search failed in a worker."""
+    from tests.optimize.test_run_memory import GPT_MEMORY, profiled
+    from tests.support.calibrations import order_tables
+    from tidgap.profiling.synth import synth_problem
+
+    files = []
+    for name, layers in (("plain", None), ("normed", ["1 (BatchNorm1d)"])):
+        problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)  # run-priced, by its tables
+        document = problem.model_dump(mode="json", exclude_none=True) | {"name": name}
+        document["source"]["calibration"] = {"order": order_tables(document["stages"])}
+        if layers is not None:
+            document["source"]["batch_statistics"] = {"layers": layers}
+        files.append(str(write_json(tmp_path / f"{name}.json", document)))
+    out = tmp_path / "out"
+    args = [*files, "--memory-limit", "2100000", "--workers", "1", *SHORT, "--out-dir", str(out)]
+    result = run_cli("sweep", *args)
+    assert result.exit_code == 2, describe(result)
+    assert "every plan holds on stage 1 as tidgap run" in result.stderr
+    assert not out.exists() or list(out.iterdir()) == []
