@@ -169,7 +169,7 @@ def _export(
         write_json(out, schedule_document(loaded, timeline))
         click.echo(
             f"schedule of the plan (iteration {timeline.iteration_time:.6g} "
-            f"{loaded.time_unit}) written to {printable(str(out))}"
+            f"{loaded.time_unit}) written to {printable(out)}"
         )
     elif target == "pytorch-csv":
         _export_pytorch_csv(loaded, plan, out, sidecar, sizes or "equal")
@@ -205,9 +205,7 @@ def _export_pytorch_csv(
         f"{evaluation.iteration_time:.6g} {unit} "
         f"({lowered.iteration_time / evaluation.iteration_time - 1:+.2%})"
     )
-    click.echo(
-        f"schedule written to {printable(str(out))}, microbatches to {printable(str(sidecar))}"
-    )
+    click.echo(f"schedule written to {printable(out)}, microbatches to {printable(sidecar)}")
     if warning is not None:
         click.echo(warning, err=True)
 
@@ -245,5 +243,5 @@ def _export_same_partition(
         + (f" (interrupted: {result.stop_reason})" if result.interrupted else "")
     )
     click.echo(f"  every stage, forward and backward: {compact_sizes(result.plan.forward[0])}")
-    click.echo(f"plan written to {printable(str(out))}")
+    click.echo(f"plan written to {printable(out)}")
     signals.exit_if_received()

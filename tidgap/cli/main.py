@@ -22,8 +22,7 @@ from tidgap.cli.options import named_as_option
 from tidgap.held_signals import handling, heard_in_a_thread
 from tidgap.model.errors import InputError, first_line
 from tidgap.model.numbers import positive_integer_text
-from tidgap.optimize.interrupts import exit_status, stopped_line
-from tidgap.outputs.atomic import abandon_writes
+from tidgap.optimize.interrupts import end_now, exit_status, stopped_line
 
 #: What click (8.2 on) raises for a group given no command: ``()`` before it, which printed
 #: the help itself.
@@ -162,10 +161,7 @@ def _end_now(signum: int) -> None:
     ending the process."""
     if not _ENDING.acquire(blocking=False):
         return
-    sys.stderr.write(stopped_line(signum))
-    sys.stderr.flush()
-    abandon_writes()
-    os._exit(exit_status(signum))
+    end_now(signum)
 
 
 def end_rank_on_signals() -> None:

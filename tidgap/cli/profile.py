@@ -483,7 +483,7 @@ def profile_command(
                 f"  {loaded.stage_name(s)}: F {f(unit):.4g}..{f(cap):.4g} ms, "
                 f"B {b(unit):.4g}..{b(cap):.4g} ms at {unit}..{cap} samples{link}"
             )
-    click.echo(f"problem written to {printable(str(out))}")
+    click.echo(f"problem written to {printable(out)}")
 
 
 @click.command(name="synth")
@@ -569,7 +569,7 @@ def synth_command(
         document = synth_problem(seed, stages, batch_size, unit, heterogeneity, shape, name)
         _emit(document, out, as_json)
         if out is not None and not (quiet or as_json):
-            click.echo(f"wrote {printable(str(out))}")
+            click.echo(f"wrote {printable(out)}")
         return
     if name is not None and (Path(name).name != name or name in (".", "..")):
         raise InputError(
@@ -583,7 +583,7 @@ def synth_command(
         paths = [str(folder / f"{document['name']}.json") for document in documents]
         check_outputs(None, None, *[("--out-dir", path) for path in paths])
         files = [
-            json_file(path, d, f"wrote {printable(str(path))}")
+            json_file(path, d, f"wrote {printable(path)}")
             for d, path in zip(documents, paths, strict=True)
         ]
         written = write_files(files)

@@ -323,11 +323,11 @@ def run_command(
         )
         job.save(write_job)
         more = (
-            f", with {', '.join(printable(str(path)) for path in alternates)} in turn"
+            f", with {', '.join(printable(path) for path in alternates)} in turn"
             if alternates
             else ""
         )
-        shown, into = printable(str(write_job)), printable(str(folder))
+        shown, into = printable(write_job), printable(folder)
         click.echo(f"job written to {shown}{more} (results go to {into}); run it with")
         click.echo(
             "  torchrun --nnodes N --nproc-per-node K --node-rank NODE --master-addr HOST "

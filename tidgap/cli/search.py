@@ -371,6 +371,6 @@ def _report(
     )
     click.echo(format_table(rows_over_limit(rows, result), unit))
     if out is not None:
-        click.echo(f"plan written to {printable(str(out))}")
+        click.echo(f"plan written to {printable(out)}")
     for line in written:
         click.echo(line)

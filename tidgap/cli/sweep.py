@@ -247,7 +247,7 @@ def sweep_command(
     click.echo(format_sweep_table(rows))
     click.echo(
         f"{len(rows)} plan(s), {SUMMARY_CSV} and {SUMMARY_JSON} written to "
-        f"{printable(str(out_dir))} in {time.perf_counter() - started:.1f} s"
+        f"{printable(out_dir)} in {time.perf_counter() - started:.1f} s"
     )
     signals.exit_if_received()
     if failed is not None:

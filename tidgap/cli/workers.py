@@ -312,20 +312,19 @@ def require_consistent_recompute(
     normalise by other statistics than the forward did, so its gradients would not be
     those of the function the forward computed (and the running statistics would be
     updated twice)."""
-    from tidgap.runtime.reference import batch_normalising  # imports PyTorch
+    from tidgap.runtime.reference import batch_normalising_layers  # imports PyTorch
 
     layers = list(model.named_layers())
-    stages = groups(len(layers), boundaries)
+    held = [
+        batch_normalising_layers([layers[i] for i in indices])
+        for indices in groups(len(layers), boundaries)
+    ]
     for source, plan in plans:
-        for s, (recomputing, indices) in enumerate(zip(recomputes(plan), stages, strict=True)):
-            found = next(
-                (hit[0] for i in indices if (hit := batch_normalising(layers[i][1], layers[i][0]))),
-                None,
-            )
-            if recomputing and found is not None:
+        for s, (recomputing, found) in enumerate(zip(recomputes(plan), held, strict=True)):
+            if recomputing and found:
                 raise InputError(
                     f"stage {s} recomputes its forward (a backward boundary is not a forward "
-                    f"boundary) and layer {found} normalises by its chunk's statistics in "
+                    f"boundary) and layer {found[0]} normalises by its chunk's statistics in "
                     "train mode: the forward run again on the backward's chunks would be "
                     "another function, and the gradients wrong; run a plan that does not "
                     "recompute there (tidgap search --no-recompute)",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 
-def printable(text: str) -> str:
-    """``text`` with every non-printable character written as its ``repr`` escape.
+def printable(text: str | os.PathLike[str]) -> str:
+    """``text`` (or a path's text) with every non-printable character written as its
+    ``repr`` escape.
 
     Control characters (ESC ``\\x1b``, ``\\r``, ``\\n``, ``\\t``, DEL ``\\x7f``, the C1
     controls ``\\x80``-``\\x9f``), format characters such as the bidi overrides
@@ -14,6 +16,7 @@ def printable(text: str) -> str:
     ``\\x1b`` or ``\\u202e`` (what :meth:`str.isprintable` rejects); everything else,
     backslashes and non-ASCII letters included, is kept as is.
     """
+    text = os.fspath(text)
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)

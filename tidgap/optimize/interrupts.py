@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import NoReturn
 
 from tidgap.held_signals import handling
 from tidgap.outputs.atomic import abandon_writes, awaiting_stream
@@ -38,6 +39,16 @@ def stopped_line(signum: int) -> str:
     """What a command ended by ``signum`` says on stderr, on a line of its own:
     ``tidgap: interrupted`` (SIGINT) or ``tidgap: terminated``."""
     return f"\ntidgap: {'interrupted' if signum == signal.SIGINT else 'terminated'}\n"
+
+
+def end_now(signum: int, line: str | None = None) -> NoReturn:
+    """End the process at once with ``signum``'s status, saying ``line`` on stderr (by
+    default :func:`stopped_line`), the writes in progress abandoned (their targets kept as
+    they were: ``os._exit`` runs no cleanup)."""
+    sys.stderr.write(stopped_line(signum) if line is None else line)
+    sys.stderr.flush()
+    abandon_writes()
+    os._exit(exit_status(signum))
 
 
 class StopSignals:
@@ -64,7 +75,7 @@ class StopSignals:
         does a first one while an output stream waits on its reader (the work is done: a
         FIFO nobody reads held a search's command until SIGKILL)."""
         if awaiting_stream():
-            self._exit_now(signum, stopped_line(signum))
+            end_now(signum)
         if self.signum is None:
             self.signum, self._first_at = signum, time.monotonic()
             if self.on_first is not None:
@@ -72,16 +83,7 @@ class StopSignals:
             return
         if signum == self.signum and time.monotonic() - self._first_at < DUPLICATE_SECONDS:
             return
-        self._exit_now(signum, f"\ntidgap: {STOP_SIGNALS[signum]} again: stopped at once\n")
-
-    @staticmethod
-    def _exit_now(signum: int, line: str) -> None:
-        """Write ``line`` to stderr and end the process with ``signum``'s status, the
-        writes in progress abandoned (their targets kept as they were)."""
-        sys.stderr.write(line)
-        sys.stderr.flush()
-        abandon_writes()
-        os._exit(exit_status(signum))
+        end_now(signum, f"\ntidgap: {STOP_SIGNALS[signum]} again: stopped at once\n")
 
 
 @contextmanager

@@ -149,13 +149,13 @@ def timeline_files(
         from tidgap.outputs.gantt import picture
 
         files.append(
-            OutputFile(gantt, picture(timelines), f"picture written to {printable(str(gantt))}")
+            OutputFile(gantt, picture(timelines), f"picture written to {printable(gantt)}")
         )
     if trace is not None:
         from tidgap.outputs.trace import trace_document
 
         document = trace_document(timelines, problem_name)
-        files.append(json_file(trace, document, f"trace written to {printable(str(trace))}"))
+        files.append(json_file(trace, document, f"trace written to {printable(trace)}"))
     return files
 
 
