@@ -126,7 +126,7 @@ def test_a_population_the_joint_ga_cannot_hold_is_refused_before_the_first_searc
     result = CliRunner().invoke(cli, [*args, "--max-memory", "600M"])
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("tidgap: error: --population: this search (the population")
-    assert "memory budget 600 MB (--max-memory)" in result.stderr
+    assert "memory budget 600 MB (max_memory / --max-memory)" in result.stderr
 
 
 def test_a_trillion_individuals_is_one_line() -> None:
@@ -140,7 +140,7 @@ def test_max_memory_lowers_the_budget() -> None:
     assert CliRunner().invoke(cli, args).exit_code == 0
     result = CliRunner().invoke(cli, [*args, "--max-memory", "1M"])
     assert result.exit_code == 2
-    assert "memory budget 1 MB (--max-memory)" in result.stderr  # the option, named once
+    assert "memory budget 1 MB (max_memory / --max-memory)" in result.stderr  # the option, named once
     # tiny-2's tables take a kilobyte: what weighs most is what every search holds
     assert "this search (the fixed share every search holds above all)" in result.stderr
     assert result.stderr.count("--max-memory") == 1
@@ -206,3 +206,9 @@ def test_the_gpu_budget_is_the_lesser_of_host_and_device(monkeypatch: pytest.Mon
     assert memory.default_budget(gpu) == 2_000
     assert memory.default_budget(BACKENDS["numba"]) == 5_000
     assert memory.default_budget(replace(gpu, free_memory=lambda: None)) == 5_000
+
+
+def test_the_python_api_names_its_own_keyword_for_the_budget() -> None:
+    problem = load_problem("example:tiny-2")
+    with pytest.raises(InputError, match=r"memory budget 1 kB \(max_memory"):
+        search(problem, generations=1, max_memory=1000)

@@ -31,8 +31,8 @@ TABLE_BYTES_PER_ENTRY = 4 * 8 * 2
 CHUNK_WORKSPACE_BYTES = 4 * 8 * CHUNK_GENES
 #: The polish's batches of candidates and their evaluation, and the evaluation chunks.
 WORKSPACE_BYTES = 4 * BATCH_BYTES + CHUNK_WORKSPACE_BYTES
-#: Where a budget the user gave comes from.
-GIVEN = "--max-memory"
+#: Where a budget the user gave comes from: the Python keyword and the option.
+GIVEN = "max_memory / --max-memory"
 #: What every search needs besides (interpreter, NumPy, Numba, the problem).
 BASELINE_BYTES = 64 << 20
 
@@ -109,7 +109,7 @@ def available_memory() -> int:
 
 def memory_budget(max_memory: int | None, backend: Backend | None = None) -> tuple[int, str]:
     """The bytes a command holds its estimates to and where they come from: ``max_memory``
-    (``--max-memory``), else :func:`default_budget` of ``backend`` (without one, half of
+    (``--max-memory`` on the command line), else :func:`default_budget` of ``backend`` (without one, half of
     :func:`available_memory`)."""
     if max_memory is not None:
         return max_memory, GIVEN
