@@ -140,7 +140,8 @@ def test_max_memory_lowers_the_budget() -> None:
     assert CliRunner().invoke(cli, args).exit_code == 0
     result = CliRunner().invoke(cli, [*args, "--max-memory", "1M"])
     assert result.exit_code == 2
-    assert "memory budget 1 MB (max_memory / --max-memory)" in result.stderr  # the option, named once
+    # the option, named once
+    assert "memory budget 1 MB (max_memory / --max-memory)" in result.stderr
     # tiny-2's tables take a kilobyte: what weighs most is what every search holds
     assert "this search (the fixed share every search holds above all)" in result.stderr
     assert result.stderr.count("--max-memory") == 1

@@ -109,8 +109,8 @@ def available_memory() -> int:
 
 def memory_budget(max_memory: int | None, backend: Backend | None = None) -> tuple[int, str]:
     """The bytes a command holds its estimates to and where they come from: ``max_memory``
-    (``--max-memory`` on the command line), else :func:`default_budget` of ``backend`` (without one, half of
-    :func:`available_memory`)."""
+    (``--max-memory`` on the command line), else :func:`default_budget` of ``backend``
+    (without one, half of :func:`available_memory`)."""
     if max_memory is not None:
         return max_memory, GIVEN
     budget = available_memory() // 2 if backend is None else default_budget(backend)
