@@ -13,17 +13,16 @@ import math
 import multiprocessing
 import os
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import fields
 from typing import Any
 
-import numpy as np
-
 from tidgap.held_signals import signals_blocked
 from tidgap.model.errors import InputError
+from tidgap.model.plan import copied_list
 from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals
@@ -197,11 +196,10 @@ def _search(problem: Problem, seed: int, options: dict[str, Any]) -> SearchResul
 def _seed_list(seeds: int | Sequence[int], count: int) -> list[int]:
     """One seed per problem: ``seeds`` for every one, or the sequence (its length
     ``count``); :class:`InputError` on ``seeds`` otherwise."""
-    if isinstance(seeds, (int, np.integer)):
-        listed = [seeds] * count
-    elif isinstance(seeds, Iterable) and not isinstance(seeds, (str, bytes)):
-        listed = list(seeds)
-    else:
+    listed = copied_list(seeds)  # NumPy's integers as Python's
+    if isinstance(listed, int):
+        listed = [listed] * count
+    elif not isinstance(listed, list):
         raise InputError(f"must be an int or one int per problem (got {seeds!r})", source="seeds")
     at_least(*((f"seeds[{i}]", seed, None) for i, seed in enumerate(listed)))
     if len(listed) != count:
