@@ -497,3 +497,56 @@ def test_a_batch_statistics_problem_is_checked_under_the_rule_its_search_uses(
     assert result.exit_code == 2, describe(result)
     assert "every plan holds on stage 1 as tidgap run" in result.stderr
     assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_problem_given_twice_is_refused_as_such(tmp_path: Path) -> None:
+    """It read "has the file name stem of example:tiny-2; rename one"."""
+    result = run_cli("sweep", TINY, TINY, *SHORT, "--out-dir", str(tmp_path / "out"))
+    _refused(result, f"{TINY}: given twice")
+
+
+def test_an_interrupted_sweep_still_names_a_search_that_failed() -> None:
+    """Searches skipped by the signal are its doing; one that failed of itself is named
+    (it was left out: a user could not tell a failed problem from a skipped one)."""
+    problems = [load_problem(TINY)] * 3
+    errors = {0: KeyboardInterrupt(), 1: InputError("no plan"), 2: InputError("other")}
+    failed = many.SearchFailed(problems, [None, None, None], errors)
+    assert sweep._first_failure(failed) == 1
+    skipped = many.SearchFailed(problems[:1], [None], {0: KeyboardInterrupt()})
+    assert sweep._first_failure(skipped) is None
+
+
+def test_a_first_signal_ends_a_sweep_on_a_cluster_without_workers(tmp_path: Path) -> None:
+    """Its searches waited for a worker for good: the first SIGTERM did nothing (a job
+    scheduler's one signal never ended it). Now a warning says there are no workers, the
+    signal skips the searches and the summary is written: exit 143."""
+    import select
+    import signal
+    import subprocess
+
+    distributed = pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    with distributed.LocalCluster(
+        n_workers=0, processes=False, protocol="tcp", dashboard_address=None
+    ) as cluster:
+        command = [sys.executable, "-m", "tidgap", "sweep", TINY, *SHORT]
+        sweep_run = subprocess.Popen(
+            [*command, "--scheduler", cluster.scheduler_address, "--out-dir", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert sweep_run.stderr is not None
+            # once connected (a line within 60 s: the code before printed none, and hung)
+            assert select.select([sweep_run.stderr], [], [], 60)[0], "no line in 60 s"
+            warning = sweep_run.stderr.readline()
+            sweep_run.send_signal(signal.SIGTERM)
+            output, errors = sweep_run.communicate(timeout=60)
+        finally:
+            if sweep_run.poll() is None:
+                sweep_run.kill()
+    assert "has no workers yet" in warning, warning + errors
+    assert sweep_run.returncode == 143, output + errors
+    assert "interrupted by SIGTERM" in output and "0 plan(s)" in output
+    assert sorted(p.name for p in out.iterdir()) == ["summary.csv", "summary.json"]

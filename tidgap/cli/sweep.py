@@ -3,10 +3,11 @@ one plan file per problem and a summary table."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
+from collections.abc import Iterator
+from concurrent.futures import CancelledError, Executor
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,13 @@ from tidgap.cli.options import (
     require_folder_name,
 )
 from tidgap.cli.search import DEFAULT_TIME_LIMIT, MemoryLimit, chosen_backend
-from tidgap.model.errors import InputError
+from tidgap.model.errors import InputError, joined_message
 from tidgap.model.problem import Problem, load_problem, problem_path
 from tidgap.model.text import printable
 from tidgap.optimize.backward_rules import admitted_rule
+from tidgap.optimize.cluster import ClusterPool, Skipped, connected_client
 from tidgap.optimize.driver import SEARCHABLE
-from tidgap.optimize.interrupts import stop_on_signals
+from tidgap.optimize.interrupts import end_now, stop_on_signals
 from tidgap.optimize.many import LocalPool, SearchFailed, default_pool, local_pool, search_many
 from tidgap.optimize.optimizer import (
     AUTO_PRICING,
@@ -60,8 +62,6 @@ from tidgap.schedules.held import require_flush_fits
 SUMMARY_CSV, SUMMARY_JSON = "summary.csv", "summary.json"
 #: What a plan file is called: the problem file's stem, then this.
 PLAN_SUFFIX = ".plan.json"
-#: Seconds to wait for a Dask scheduler to answer.
-CONNECT_TIMEOUT = 10
 
 
 def _plan_names(specs: tuple[str, ...]) -> list[str]:
@@ -70,6 +70,8 @@ def _plan_names(specs: tuple[str, ...]) -> list[str]:
     names: dict[str, str] = {}
     for spec in specs:
         name = problem_path(spec).stem + PLAN_SUFFIX
+        if name in names and names[name] == spec:
+            raise InputError("given twice (each problem is searched once)", source=spec)
         if name in names:
             raise InputError(f"has the file name stem of {names[name]}; rename one", source=spec)
         names[name] = spec
@@ -103,20 +105,29 @@ def _check_memory_limit(
 
 @contextmanager
 def _dask_executor(scheduler: str) -> Iterator[Executor]:
-    """The executor of a Dask client connected to ``scheduler``, closed after."""
+    """A :class:`~tidgap.optimize.cluster.ClusterPool` on a Dask client connected to
+    ``scheduler``, closed after. The client's own log stays quiet (a lost scheduler logged
+    a traceback each time it tried again): the command's lines say what failed."""
     try:
-        from distributed import Client
+        import distributed  # noqa: F401
     except ImportError:
         raise InputError(
             "Dask is not installed (the dask extra: pip install dask distributed)",
             source="--scheduler",
         ) from None
     try:
-        client = Client(scheduler, timeout=CONNECT_TIMEOUT)
-    except (OSError, ValueError, TypeError) as error:
-        raise InputError(f"cannot connect to {scheduler}: {error}", source="--scheduler") from None
-    with client:
-        yield client.get_executor()
+        client = connected_client(scheduler)
+    except (OSError, ValueError, TypeError) as error:  # TimeoutError among them
+        raise InputError(
+            f"cannot connect to {scheduler}: {joined_message(error)}", source="--scheduler"
+        ) from None
+    disabled = logging.root.manager.disable
+    logging.disable(logging.ERROR)  # the client's tracebacks, not the command's lines
+    try:
+        with client:
+            yield ClusterPool(client)
+    finally:
+        logging.disable(disabled)
 
 
 def _executor(
@@ -129,13 +140,23 @@ def _executor(
     return default_pool(count) if workers is None else local_pool(min(workers, count))
 
 
-def _stopping(executor: AbstractContextManager[Executor]) -> Callable[[str], None] | None:
-    """What a first SIGINT / SIGTERM to the launcher does to ``executor``'s searches: a
-    local pool's stop at their next generation (the signal may have reached the launcher
-    alone); nothing on a Dask cluster (its running searches finish)."""
-    if isinstance(executor, LocalPool):
-        return lambda name: executor.stop(signal.Signals[name])
-    return None
+class _Stopping:
+    """What a first SIGINT / SIGTERM to the launcher does to the searches of
+    :attr:`executor`: a local pool's or a cluster's stop, each search at its next
+    generation, those not started skipped (the signal may have reached the launcher
+    alone); other executors' searches finish. Before a cluster's executor is made
+    (``executor`` is a context to enter: connecting) the command ends at once: nothing is
+    found yet."""
+
+    def __init__(self, executor: AbstractContextManager[Executor]) -> None:
+        self.executor: Executor | None = executor if isinstance(executor, Executor) else None
+
+    def __call__(self, name: str) -> None:
+        signum = signal.Signals[name]
+        if isinstance(self.executor, (LocalPool, ClusterPool)):
+            self.executor.stop(signum)
+        elif self.executor is None:
+            end_now(signum)
 
 
 @click.command(name="sweep")
@@ -198,14 +219,19 @@ def sweep_command(
 
     Every problem is loaded and checked before any search starts (with --schedule flush,
     against a --memory-limit no flush plan meets too): a bad one exits 2 naming its file,
-    with nothing written. A search that fails (no plan within the memory limit, say) does
-    not stop the others: their plans and the summary are written, then the command exits
-    2 with one line naming the first failed problem's file and its error.
+    with nothing written; so does a problem given twice, or two whose files share a stem
+    (their plans would collide). A search that fails (no plan within the memory limit,
+    say; on a Dask cluster, one lost with its scheduler) does not stop the others: their
+    plans and the summary are written, then the command exits 2 with one line naming the
+    first failed problem's file and its error.
 
     Ctrl-C or SIGTERM (to the process group, as a terminal sends it, or to this process
-    alone) stops each local worker's search at its next generation and skips the rest;
-    the plans found so far and the summary are written, then the command exits 130 / 143.
-    On a Dask cluster the running searches finish first; a second signal exits at once.
+    alone) stops each search at its next generation (on a Dask cluster within half a
+    second more) and skips those not started; the plans found so far and the summary are
+    written (and the first search that failed of itself named), then the command exits
+    130 / 143; a second signal exits at once. While connecting to a Dask scheduler (10 s
+    at most) a signal exits at once. The --backend is checked on this machine (cuda needs
+    a GPU here too).
     """
     if workers is not None and scheduler is not None:
         raise click.UsageError("give --workers or --scheduler, not both")
@@ -221,8 +247,16 @@ def sweep_command(
     # stop_on_signals lasts until the plans are written: a signal as the searches ended,
     # while the pool shut down, lost them all
     executor_context = _executor(workers, scheduler, len(loaded))
-    with stop_on_signals(_stopping(executor_context)) as signals:
+    stopping = _Stopping(executor_context)
+    with stop_on_signals(stopping) as signals:
         with executor_context as executor:
+            stopping.executor = executor
+            if isinstance(executor, ClusterPool) and not executor.workers():
+                click.echo(
+                    f"tidgap: warning: --scheduler: {printable(scheduler)} has no workers "
+                    "yet; the searches wait for one (Ctrl-C skips them)",
+                    err=True,
+                )
             with output_folder(out_dir) as folder:
                 plans = [folder / name for name in names]
                 summaries = (folder / SUMMARY_CSV, folder / SUMMARY_JSON)
@@ -240,10 +274,15 @@ def sweep_command(
                 generations=generations,
                 time_limit=time_limit,
                 backend=backend,
+                **_cluster_options(executor),
             )
         rows = _write(problems, plans, summaries, results)
     if signals.received():
         click.echo(f"interrupted by {signals.received()}: the plans found so far")
+        first = _first_failure(failed)
+        if first is not None:  # the skipped searches are the signal's doing, not these
+            error = _failure(problems[first], failed.errors[first])
+            click.echo(f"tidgap: error: {error}", err=True)
     click.echo(format_sweep_table(rows))
     click.echo(
         f"{len(rows)} plan(s), {SUMMARY_CSV} and {SUMMARY_JSON} written to "
@@ -257,10 +296,29 @@ def sweep_command(
 def _failure(spec: str, error: BaseException) -> InputError:
     """The one-line error naming problem file ``spec`` for its search's ``error``: an
     :class:`InputError`'s line (its own source kept after the file), anything else as
-    ``search failed (TYPE: message)``."""
+    ``search failed (TYPE: message)``, its lines joined."""
     if isinstance(error, InputError):
         return InputError(str(named_as_option(error)), source=spec)
-    return InputError(f"search failed ({type(error).__name__}: {error})", source=spec)
+    line = f"{type(error).__name__}: {joined_message(error)}"
+    return InputError(f"search failed ({line})", source=spec)
+
+
+def _first_failure(failed: SearchFailed | None) -> int | None:
+    """The index of the first search of ``failed`` that failed of itself, not skipped or
+    cancelled by a stop signal (``KeyboardInterrupt``, ``CancelledError``, ``Skipped``);
+    ``None`` if none did."""
+    if failed is None:
+        return None
+    skipped = (KeyboardInterrupt, CancelledError, Skipped)
+    own = [i for i, error in failed.errors.items() if not isinstance(error, skipped)]
+    return min(own, default=None)
+
+
+def _cluster_options(executor: Executor) -> dict[str, Any]:
+    """The search option a cluster's searches need to stop on the launcher's signal
+    (:attr:`~tidgap.optimize.cluster.ClusterPool.interrupted`); none for a local pool,
+    whose workers hear it themselves."""
+    return {"interrupted": executor.interrupted} if isinstance(executor, ClusterPool) else {}
 
 
 def _search_all(

@@ -62,6 +62,12 @@ class InputError(ValueError):
         return printable(": ".join([*parts, self.message]))
 
 
+def joined_message(error: BaseException) -> str:
+    """``error``'s message on one line, its lines joined by spaces (a cluster's messages
+    break lines mid-sentence)."""
+    return " ".join(str(error).split())
+
+
 def first_line(error: BaseException) -> str:
     """``error`` in one line: its type and its message's first line, e.g.
     ``ValueError: bad input``."""

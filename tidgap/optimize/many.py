@@ -14,7 +14,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import fields
@@ -229,10 +229,12 @@ def search_many(
     workers import it).
 
     A failing search does not stop the others: once all have finished, :class:`SearchFailed`
-    is raised, naming the first failed problem and carrying every result that was found.
-    On a :class:`LocalPool` (the default), searches lost to a worker killed from outside
-    (out of memory, ``kill -9``) run again from their start in fresh pools; one killed
-    again in a pool of its own fails with :class:`WorkerKilled`.
+    is raised, naming the first failed problem and carrying every result that was found (a
+    search its executor cancelled, a Dask cluster's lost with its scheduler, fails with
+    ``concurrent.futures.CancelledError``). On a :class:`LocalPool` (the default),
+    searches lost to a worker killed from outside (out of memory, ``kill -9``) run again
+    from their start in fresh pools; one killed again in a pool of its own fails with
+    :class:`WorkerKilled`.
 
     ``checkpoint`` and ``resume`` are refused (``TypeError``): one state file given to every
     task would be written by all the searches at once, and resume only one of the problems.
@@ -285,6 +287,13 @@ class WorkerKilled(RuntimeError):
 
 
 def _outcome(future: Future[SearchResult]) -> Outcome:
+    """``future``'s result, or what it raised: a cancelled one (its executor stopped it
+    before it finished, or a cluster lost its scheduler) a ``CancelledError``."""
+    if future.cancelled():
+        return CancelledError(
+            "cancelled before it finished (stopped, or the executor lost it: a cluster's "
+            "scheduler gone?)"
+        )
     error = future.exception()
     return future.result() if error is None else error
 

@@ -1,0 +1,111 @@
+"""Searches on a Dask cluster (:mod:`tidgap.optimize.cluster`): the launcher's stop skips
+the tasks no worker started and stops the running ones at their next look; a cluster
+without workers is stopped too; a scheduler lost fails the searches it held, not the
+caller; a port that accepts and never answers is a timeout, not a hang."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Executor, Future
+
+import pytest
+
+from tidgap.model.problem import load_problem
+from tidgap.optimize.cluster import ClusterPool, Skipped, connected_client
+from tidgap.optimize.many import SearchFailed, search_many
+
+distributed = pytest.importorskip("distributed")
+
+
+def _until_stopped(interrupted: Callable[[], bool], limit: float) -> float:
+    """A task that polls ``interrupted`` as a search does, for at most ``limit`` seconds;
+    the seconds it ran."""
+    started = time.monotonic()
+    while not interrupted() and time.monotonic() - started < limit:
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def _cluster(workers: int) -> distributed.LocalCluster:
+    return distributed.LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=None
+    )
+
+
+def test_a_stop_ends_the_running_search_and_skips_the_queued_one() -> None:
+    with _cluster(1) as cluster, distributed.Client(cluster) as client:
+        pool = ClusterPool(client)
+        running = pool.submit(_until_stopped, pool.interrupted, 60.0)
+        queued = pool.submit(_until_stopped, pool.interrupted, 60.0)
+        deadline = time.monotonic() + 30
+        while not any(client.processing().values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        pool.stop(signal.SIGTERM)
+        assert running.result(timeout=30) < 20  # stopped at its next look, not at 60 s
+        with pytest.raises((CancelledError, Skipped)):
+            queued.result(timeout=30)
+        assert pool.submit(_until_stopped, pool.interrupted, 60.0).cancelled()
+
+
+def test_a_stop_skips_the_searches_of_a_cluster_without_workers() -> None:
+    """They waited for a worker for good: a sweep's first Ctrl-C did nothing."""
+    with _cluster(0) as cluster, distributed.Client(cluster) as client:
+        pool = ClusterPool(client)
+        assert pool.workers() == 0
+        waiting = pool.submit(_until_stopped, pool.interrupted, 60.0)
+        time.sleep(0.2)
+        pool.stop(signal.SIGINT)
+        with pytest.raises(CancelledError):
+            waiting.result(timeout=20)
+
+
+class _Cancelling(Executor):
+    """An executor whose tasks are all cancelled before they finish (as a Dask cluster's
+    are when its scheduler is lost)."""
+
+    def submit(self, fn: Callable[..., object], /, *args: object, **kwargs: object) -> Future:
+        future: Future = Future()
+        future.cancel()
+        future.set_running_or_notify_cancel()
+        return future
+
+
+def test_searches_cancelled_by_their_executor_fail_as_search_failed() -> None:
+    """A lost Dask scheduler cancels every task: ``search_many`` raised a bare
+    ``CancelledError`` (a sweep: a traceback, the plans found lost)."""
+    problem = load_problem("example:tiny-2")
+    with pytest.raises(SearchFailed) as caught:
+        search_many([problem, problem], executor=_Cancelling(), generations=1)
+    assert caught.value.results == [None, None]
+    assert all(isinstance(e, CancelledError) for e in caught.value.errors.values())
+    assert "cancelled before it finished" in str(caught.value)
+
+
+def test_a_lost_scheduler_cancels_the_tasks_it_held() -> None:
+    cluster = _cluster(0)
+    client = distributed.Client(cluster)
+    try:
+        pool = ClusterPool(client)
+        waiting = pool.submit(_until_stopped, pool.interrupted, 60.0)
+        cluster.close()  # the scheduler with it
+        with pytest.raises((CancelledError, OSError)):
+            waiting.result(timeout=60)
+    finally:
+        client.close()
+
+
+def test_a_port_that_never_answers_times_out() -> None:
+    """``distributed.Client(timeout=10)`` waited for good on a port that accepts a
+    connection and never answers (an HTTP server's, say): 11 minutes seen."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        address = f"tcp://127.0.0.1:{listening.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="no Dask scheduler answered within 1 s"):
+            connected_client(address, timeout=1.0)
+        assert time.monotonic() - started < 10
