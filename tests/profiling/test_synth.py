@@ -197,8 +197,18 @@ def test_an_out_dir_name_too_long_is_one_line(tmp_path: Path, folder: str) -> No
     out = tmp_path / folder.format(long="a" * 260)
     result = run("synth", "--count", "2", "--out-dir", str(out))
     assert result.exit_code == 2, (result.stdout, result.stderr, result.exception)
-    assert result.stderr == f"tidgap: error: {out}: cannot write: File name too long\n"
+    assert result.stderr == f"tidgap: error: --out-dir: {out}: cannot write: File name too long\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_out_dir_under_a_file_names_the_option(tmp_path: Path) -> None:
+    """``--out-dir afile/sub`` said ``afile/sub: cannot write: Not a directory``, not which
+    option (as ``sweep``'s other ``--out-dir`` errors do)."""
+    (tmp_path / "afile").write_text("", encoding="utf-8")
+    out = tmp_path / "afile" / "sub"
+    result = run("synth", "--count", "1", "--out-dir", str(out))
+    assert result.exit_code == 2
+    assert result.stderr == f"tidgap: error: --out-dir: {out}: cannot write: Not a directory\n"
 
 
 def test_the_recorded_command_makes_the_same_problem(tmp_path: Path) -> None:

@@ -80,24 +80,27 @@ def check_outputs(
 
 
 @contextmanager
-def writing(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Turn an :class:`OSError` while writing ``path`` into an :class:`InputError`."""
+def writing(path: str | os.PathLike[str], option: str | None = None) -> Iterator[None]:
+    """Turn an :class:`OSError` while writing ``path`` into an :class:`InputError` naming
+    ``path``, after ``option`` where given."""
     try:
         yield
     except OSError as error:
-        raise InputError(f"cannot write: {error.strerror or error}", source=str(path)) from None
+        source = str(path) if option is None else f"{option}: {path}"
+        raise InputError(f"cannot write: {error.strerror or error}", source=source) from None
 
 
 @contextmanager
-def output_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+def output_folder(path: str | os.PathLike[str], option: str = "--out-dir") -> Iterator[Path]:
     """Make the folder ``path`` (and its missing parents) for a command's outputs, yielding
-    it; where the block raises (an output refused before any work), remove again the
-    folders it made, so a refused command leaves nothing behind."""
+    it (:class:`InputError` naming ``option`` and ``path`` where it cannot); where the
+    block raises (an output refused before any work), remove again the folders it made, so
+    a refused command leaves nothing behind."""
     folder = Path(path)
-    with writing(path):  # a name too long fails here too
+    with writing(path, option):  # a name too long fails here too
         missing = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
-        with writing(path):
+        with writing(path, option):
             folder.mkdir(parents=True, exist_ok=True)
         yield folder
     except BaseException:
