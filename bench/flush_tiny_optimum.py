@@ -6,10 +6,12 @@ enumeration (:func:`tidgap.analysis.exhaustive.flush_optimum`, on Numba); then
 ``search(schedule="flush", seed=0, time_limit=10)`` runs on each problem.
 
 Run: ``python bench/flush_tiny_optimum.py [--problems N] [--time-limit S]``; prints one
-line per problem and the number of misses.
+line per problem and the number of misses; exits 1 if any was missed.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 from script_args import above, script_parser
@@ -54,6 +56,7 @@ def main() -> None:
             flush=True,
         )
     print(f"{misses} missed of {args.problems}")
+    sys.exit(1 if misses else 0)
 
 
 if __name__ == "__main__":

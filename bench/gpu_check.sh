@@ -51,7 +51,7 @@ fi
 
 echo "== tests (tests/backends: the GPU tests, the kernels' host builds, every backend;"
 echo "   the run memory kernel against the array passes)"
-limited 75 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs -p no:benchmark \
+limited 70 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs -p no:benchmark \
   tests/backends/test_gpu.py tests/backends/test_joint_kernels.py \
   tests/backends/test_contract.py tests/backends/test_windowed.py \
   tests/backends/test_registry.py tests/backends/test_windowed_lanes.py \
@@ -60,7 +60,7 @@ limited 75 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs -p no:benchmark \
 tests_status=$?
 
 echo "== benchmarks (bench/bench_gpu.py)"
-limited 130 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchmark-only \
+limited 120 python3 -m pytest -q -p no:cacheprovider bench/bench_gpu.py --benchmark-only \
   --benchmark-max-time=0.3 --benchmark-columns=median,iqr,rounds \
   --benchmark-json="$out/bench_gpu.json"
 bench_status=$?
@@ -89,7 +89,7 @@ done
 echo "== fidelity: 2 stage processes sharing the GPU (bench/fidelity.py --device cuda)"
 fidelity=/tmp/fidelity
 rm -rf "$fidelity"  # a warm machine's earlier call left its plans there
-limited 240 python3 bench/fidelity.py --device cuda --out-dir "$fidelity" \
+limited 230 python3 bench/fidelity.py --device cuda --out-dir "$fidelity" \
   --repeats 1 --rounds 1 --search-seconds 3 --iterations 5
 fidelity_status=$?
 cp "$fidelity/fidelity.json" "$out/fidelity_cuda.json" 2>/dev/null

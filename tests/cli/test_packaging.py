@@ -97,6 +97,26 @@ def test_shell_scripts_parse(script: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_the_gpu_checks_parts_fit_its_budget() -> None:
+    """Each part of bench/gpu_check.sh runs under ``limited N``; those that always run
+    must fit the budget together (less the 5 s it keeps), or the last one, cut short or not
+    run at all, fails a check that runs once on a lent GPU (they added up to 575 s of
+    555)."""
+    import re
+
+    text = (ROOT / "bench/gpu_check.sh").read_text(encoding="utf-8")
+    budget = int(re.search(r"BUDGET:-(\d+)", text).group(1))
+    optional = re.compile(r"TIDGAP_BENCH|SEARCH_DEVICES")
+    limits = [
+        int(match.group(1))
+        for line in text.splitlines()
+        if not optional.search(line) and not line.lstrip().startswith("#")
+        for match in re.finditer(r"\blimited (\d+) ", line)
+    ]
+    assert len(limits) == 5, limits
+    assert sum(limits) <= budget - 5, limits
+
+
 @pytest.mark.parametrize(
     ("script", "args"),
     [
