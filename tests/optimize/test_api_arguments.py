@@ -108,7 +108,65 @@ def test_a_baseline_count_outside_the_batch_is_one_error(
 ) -> None:
     with pytest.raises(InputError) as caught:
         baseline(tiny, m)
-    assert str(caught.value) == f"m: {m} is outside 1..8"
+    assert str(caught.value) == f"m: {m} is outside 1..8 (batch_size 8, unit 1)"
+
+
+def _capped() -> tidgap.Problem:
+    """2 stages of 8 samples, stage 0 taking microbatches of at most 4."""
+    ops = tidgap.affine(1, 1)
+    return tidgap.Problem(
+        name="capped",
+        batch_size=8,
+        unit=1,
+        stages=[
+            tidgap.Stage(name="a", forward=ops, backward=ops, max_microbatch=4),
+            tidgap.Stage(name="b", forward=ops, backward=ops),
+        ],
+        links=[tidgap.Link(forward=ops, backward=ops)],
+    )
+
+
+@pytest.mark.parametrize(
+    "function",
+    [
+        tidgap.gpipe,
+        tidgap.one_f_one_b,
+        tidgap.pipedream,
+        tidgap.gpipe_plan,
+        tidgap.one_f_one_b_plan,
+    ],
+)
+def test_a_baseline_count_that_breaks_a_cap_is_refused_naming_m(function: Any) -> None:
+    """``gpipe(problem, 1)`` timed 8-sample microbatches on a stage that takes at most 4
+    (54.0, where ``baseline(problem, "gpipe", 1)`` refused and ``evaluate`` refused the
+    plan ``gpipe_plan`` made)."""
+    with pytest.raises(InputError) as caught:
+        function(_capped(), 1)
+    assert str(caught.value).startswith("m: 1 microbatches of up to 8 samples break a cap")
+    assert function(_capped(), 2) is not None
+
+
+def test_baseline_names_m_and_gives_a_plain_count(tiny: tidgap.Problem) -> None:
+    with pytest.raises(InputError, match="^m: 0 is outside 1..8"):  # was microbatches:
+        tidgap.baseline(tiny, "gpipe", 0)
+    assert type(tidgap.baseline(tiny, "gpipe", np.int64(2)).microbatches) is int
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [np.array([], np.int64), np.array([3, 2]), [0], [9], [True], "12", [2, 2], {2: 1}],
+)
+def test_best_baselines_refuses_counts_that_are_not_ascending_feasible_ones(
+    tiny: tidgap.Problem, counts: Any
+) -> None:
+    """NumPy's ``ValueError``s, a ``TypeError`` for a list, and for ``[0]`` a time of 0
+    came before."""
+    with pytest.raises(InputError, match="^counts: must be"):
+        tidgap.best_baselines(tiny, counts)
+
+
+def test_best_baselines_takes_a_list_of_counts(tiny: tidgap.Problem) -> None:
+    assert tidgap.best_baselines(tiny, [2, 3]) == tidgap.best_baselines(tiny, np.array([2, 3]))
 
 
 def test_a_plan_of_the_wrong_shape_is_one_line() -> None:
@@ -242,6 +300,7 @@ def test_a_numpy_integer_seed_is_the_seed(tiny: tidgap.Problem, tmp_path) -> Non
     ("arguments", "message"),
     [
         ((None, None), "table: sizes: must be a list (got null)"),
+        (({1: 2, 3: 4}, [1, 2]), "table: sizes: must be a list"),  # was read as its keys
         (([1, 2], None), "table: times: must be a list (got null)"),
         (((1, 2), np.array([1.0, -2.0])), "table: times[1]: must be >= 0"),
     ],

@@ -3,6 +3,7 @@ largest counts it takes."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -64,3 +65,14 @@ def plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def copied_list(items: Any) -> Any:
+    """A list of ``items`` when it is an iterable other than text or a mapping (a list, a
+    range, a generator; NumPy's values as Python's); anything else as it is, for validation
+    to refuse (``list("FFBB")`` made one stage of each letter, ``list(3)`` a
+    ``TypeError``)."""
+    items = plain(items)
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        return items
+    return list(items)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -13,7 +12,7 @@ from pydantic import Field, model_validator
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import parse_model, read_json
-from tidgap.model.numbers import plain
+from tidgap.model.numbers import copied_list, plain
 from tidgap.model.problem import Problem, require_problem
 from tidgap.model.text import printable
 from tidgap.model.timefn import Samples, StrictModel
@@ -109,17 +108,6 @@ class Plan(StrictModel):
         default."""
         forward, backward = (tuple(map(tuple, rows)) for rows in (self.forward, self.backward))
         return forward, backward, self.stage_order()
-
-
-def copied_list(items: Any) -> Any:
-    """A list of ``items`` when it is an iterable other than text or a mapping (a list, a
-    range, a generator; NumPy's values as Python's); anything else as it is, for validation
-    to refuse (``list("FFBB")`` made one stage of each letter, ``list(3)`` a
-    ``TypeError``)."""
-    items = plain(items)
-    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
-        return items
-    return list(items)
 
 
 def copied_rows(rows: Any) -> Any:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import input_error_from
-from tidgap.model.numbers import plain
+from tidgap.model.numbers import copied_list, plain
 
 #: A duration in the problem's time unit: finite and non-negative.
 Duration = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -172,16 +172,7 @@ def table(sizes: list[int], times: list[float]) -> TimeFunction:
     """Shorthand for a tabulated time function; :class:`InputError` on ``table`` naming the
     first bad field."""
     with one_line("table"):
-        return TimeFunction(table=Table(sizes=_listed(sizes), times=_listed(times)))
-
-
-def _listed(values: Any) -> Any:
-    """``values`` as a list where it is iterable (a tuple, an array), else as given, for
-    the validation to name (``None`` is "not a list", not a ``TypeError``)."""
-    try:
-        return list(values)
-    except TypeError:
-        return values
+        return TimeFunction(table=Table(sizes=copied_list(sizes), times=copied_list(times)))
 
 
 @contextmanager

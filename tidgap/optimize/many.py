@@ -22,7 +22,7 @@ from typing import Any
 
 from tidgap.held_signals import signals_blocked
 from tidgap.model.errors import InputError
-from tidgap.model.plan import copied_list
+from tidgap.model.numbers import copied_list
 from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals

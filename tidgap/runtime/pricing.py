@@ -199,7 +199,8 @@ def run_op_time(problem: Problem, priced: RunTimes) -> OpTime:
 def run_evaluation(problem: Problem, plan: Plan, priced: RunTimes | None = None) -> Evaluation:
     """The model's evaluation of ``plan`` with its ops timed as ``tidgap run`` runs them
     (``priced``: :func:`run_op_times`, computed here when not given).
-    :class:`InputError` unless ``plan`` is feasible for ``problem``."""
+    :class:`InputError` unless ``plan`` is feasible for ``problem``, and where it cannot be
+    priced so (a recomputing backward needs a size its stage's tables do not hold)."""
     check_plan(plan, problem, "plan")
     priced = run_op_times(problem, plan) if priced is None else priced
     if not priced:

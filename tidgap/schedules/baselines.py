@@ -7,11 +7,12 @@ All use one equal partition of the batch on every stage, in both directions
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from tidgap.model.errors import InputError
-from tidgap.model.numbers import integer_at_least
+from tidgap.model.numbers import copied_list, integer_at_least
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem, require_problem
 from tidgap.model.timefn import TimeFunction
@@ -73,28 +74,37 @@ def feasible_microbatch_counts(problem: Problem) -> list[int]:
     return list(range(least_feasible_count(problem), problem.num_units + 1))
 
 
-def require_feasible(problem: Problem, m: int) -> None:
-    """Raise :class:`InputError` (on ``--microbatches``) if ``m`` is not a feasible count."""
+def require_feasible(problem: Problem, m: int, source: str = "microbatches") -> None:
+    """Raise :class:`InputError` on ``source`` (``microbatches``, the command line's
+    ``--microbatches``; the Python API's ``m``) if ``m`` is not a feasible count."""
     require_problem(problem)
-    integer_at_least("microbatches", m, None)
+    integer_at_least(source, m, None)
     if not 1 <= m <= problem.num_units:
         raise InputError(
             f"{m} is outside 1..{problem.num_units} (batch_size {problem.batch_size}, "
             f"unit {problem.unit})",
-            source="microbatches",
+            source=source,
         )
     largest = largest_microbatch(problem, m)
     if largest > problem.common_cap():
         raise InputError(
             f"{m} microbatches of up to {largest} samples break a cap "
             f"(every stage accepts at most {problem.common_cap()})",
-            source="microbatches",
+            source=source,
         )
 
 
+def feasible_partition(problem: Problem, m: int) -> list[int]:
+    """:func:`equal_partition` of a feasible ``m`` (:func:`require_feasible`, on ``m``):
+    a baseline's sizes, within every stage's caps."""
+    require_feasible(problem, m, "m")
+    return equal_partition(problem, m)
+
+
 def gpipe_plan(problem: Problem, m: int) -> Plan:
-    """GPipe(m) written as a UMPIPE plan: the same equal partition everywhere."""
-    sizes = equal_partition(problem, m)
+    """GPipe(m) written as a UMPIPE plan: the same equal partition everywhere
+    (:func:`feasible_partition`)."""
+    sizes = feasible_partition(problem, m)
     return Plan.of([sizes] * problem.num_stages, [sizes] * problem.num_stages)
 
 
@@ -105,8 +115,8 @@ def gpipe(problem: Problem, m: int) -> float:
 
 def one_f_one_b_plan(problem: Problem, m: int) -> Plan:
     """1F1B(m) written as an ordered plan: the equal partition everywhere, each stage in
-    its 1F1B order (:func:`tidgap.schedules.ir.one_f_one_b_order`)."""
-    sizes = equal_partition(problem, m)
+    its 1F1B order (:func:`tidgap.schedules.ir.one_f_one_b_order`; :func:`feasible_partition`)."""
+    sizes = feasible_partition(problem, m)
     S = problem.num_stages
     return Plan.of([sizes] * S, [sizes] * S, order=list(one_f_one_b_order(S, m).stages))
 
@@ -118,8 +128,9 @@ def one_f_one_b(problem: Problem, m: int) -> float:
 
 
 def pipedream(problem: Problem, m: int) -> float:
-    """Time per mini-batch of asynchronous PipeDream in steady state: the busiest resource."""
-    sizes = equal_partition(problem, m)
+    """Time per mini-batch of asynchronous PipeDream in steady state: the busiest resource
+    (:func:`feasible_partition`)."""
+    sizes = feasible_partition(problem, m)
     busiest = max(
         sum(stage.forward(b) + stage.backward(b) for b in sizes) + stage.tail
         for stage in problem.stages
@@ -260,13 +271,15 @@ def best_baselines(problem: Problem, counts: np.ndarray | None = None) -> dict[s
     :func:`baseline_bounds` per schedule are timed first, then every count whose bound does
     not exceed a schedule's best time so far (by more than :data:`BOUND_MARGIN`); the others
     cannot win. Refuses (:func:`require_tractable`) problems with too many units to try
-    every ``m``.
+    every ``m``; :class:`InputError` on ``counts`` unless they are as said.
     """
     require_problem(problem)
     require_tractable(problem)
     U = problem.num_units
     if counts is None:
         counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
+    else:
+        counts = _checked_counts(problem, counts)
     tables = count_tables(problem, counts)
     bounds = baseline_bounds(tables, U)
     first = np.unique(np.argsort(bounds, axis=1, kind="stable")[:, :FIRST_COUNTS])
@@ -278,6 +291,21 @@ def best_baselines(problem: Problem, counts: np.ndarray | None = None) -> dict[s
         i = int(np.argmin(row))
         best[schedule] = BaselineResult(schedule, int(ms[i]), float(row[i]))
     return best
+
+
+def _checked_counts(problem: Problem, counts: Any) -> np.ndarray:
+    """``counts`` as an ``(M,)`` int64 array; :class:`InputError` on ``counts`` unless
+    they are feasible counts (:func:`feasible_microbatch_counts`), ascending, not empty."""
+    listed = copied_list(counts)
+    if not isinstance(listed, list) or not listed or any(type(m) is not int for m in listed):
+        raise InputError(f"must be a non-empty list of integers (got {counts!r})", source="counts")
+    least, most = least_feasible_count(problem), problem.num_units
+    if any(not least <= m <= most for m in listed) or listed != sorted(set(listed)):
+        raise InputError(
+            f"must be ascending feasible counts, each in {least}..{most} (got {listed})",
+            source="counts",
+        )
+    return np.asarray(listed, np.int64)
 
 
 def _subset(tables: CountTables, keep: np.ndarray) -> CountTables:

@@ -178,8 +178,8 @@ def baseline(problem: Problem, name: str, m: int) -> BaselineResult:
     (:func:`tidgap.schedules.baselines.require_feasible`)."""
     if name not in BASELINE_NAMES:
         raise ValueError(f"unknown baseline {name!r}; baselines: {', '.join(BASELINE_NAMES)}")
-    require_feasible(problem, m)
-    return BaselineResult(name, m, SCHEDULES[name].time(problem, m))
+    require_feasible(problem, m, "m")
+    return BaselineResult(name, int(m), SCHEDULES[name].time(problem, m))
 
 
 def baseline_evaluation(problem: Problem, name: str, m: int) -> Evaluation | None:
