@@ -4,6 +4,7 @@ a ``ZeroDivisionError``, a screen of pydantic errors or a search that runs anywa
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -354,3 +355,21 @@ def test_what_must_be_called_or_a_problem_is_refused_before_any_work(
     """Each failed deep inside (on_progress only after the whole search ran)."""
     with pytest.raises(TypeError, match=message):
         call(tiny)
+
+
+@pytest.mark.parametrize("spec", [None, 3, 2.5])
+def test_loading_wants_a_path_and_names_the_argument(spec: Any) -> None:
+    """``load_problem(None)`` raised ``open``'s TypeError, naming no argument."""
+    with pytest.raises(TypeError, match="^spec must be a file path"):
+        tidgap.load_problem(spec)
+    with pytest.raises(TypeError, match="^path must be a file path"):
+        tidgap.load_plan(spec, tidgap.load_problem("example:tiny-2"))
+
+
+def test_a_path_named_like_an_example_is_a_file(tmp_path, monkeypatch) -> None:
+    """``load_problem(Path("example:tiny-2"))`` loaded the built-in example, not the file
+    of that name; the text ``example:tiny-2`` names the example."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match="cannot read file"):
+        tidgap.load_problem(Path("example:tiny-2"))
+    assert tidgap.load_problem("example:tiny-2").name == "tiny-2"

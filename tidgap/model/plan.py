@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import parse_model, read_json
 from tidgap.model.numbers import copied_list, plain
-from tidgap.model.problem import Problem, require_problem
+from tidgap.model.problem import Problem, require_path, require_problem
 from tidgap.model.text import printable
 from tidgap.model.timefn import Samples, StrictModel
 from tidgap.schedules.ir import Order, first_violation, flush_order, window_order
@@ -196,6 +196,7 @@ def load_plan(path: str | os.PathLike[str], problem: Problem, refuse_other: bool
     stderr, or with ``refuse_other`` raise :class:`InputError` (a run's prediction would be
     another problem's)."""
     require_problem(problem)
+    require_path(path, "path")
     try:
         plan = Plan.from_dict(read_json(path))
         named = plan.problem

@@ -439,18 +439,18 @@ def check_takes_time(problem: Problem) -> None:
 
 
 def problem_path(spec: str | os.PathLike[str]) -> Path:
-    """The file of a problem given as a path or as ``example:NAME`` (a built-in one)."""
+    """The file of a problem given as a path or as the text ``example:NAME`` (a built-in
+    one; a ``Path`` of that name is a file); ``TypeError`` for anything else."""
     from tidgap.model.examples import EXAMPLE_PREFIX, example_path
 
-    shown = str(spec)
-    if shown.startswith(EXAMPLE_PREFIX):
-        return example_path(shown[len(EXAMPLE_PREFIX) :])
-    return Path(spec)
+    if isinstance(spec, str) and spec.startswith(EXAMPLE_PREFIX):
+        return example_path(spec[len(EXAMPLE_PREFIX) :])
+    return Path(require_path(spec, "spec"))
 
 
 def load_problem(spec: str | os.PathLike[str]) -> Problem:
     """Load a problem from a file path, or a built-in one named ``example:NAME``."""
-    shown = str(spec)
+    shown = str(require_path(spec, "spec"))
     require_file_name(shown)
     try:
         path = problem_path(spec)
@@ -459,6 +459,14 @@ def load_problem(spec: str | os.PathLike[str]) -> Problem:
         return problem
     except InputError as error:
         raise error.within(shown) from None
+
+
+def require_path(value: Any, name: str) -> str | os.PathLike[str]:
+    """``value`` when it is a path (text or ``os.PathLike``); a ``TypeError`` naming
+    ``name`` otherwise (``open(None)``'s message named no argument)."""
+    if isinstance(value, (str, os.PathLike)):
+        return value
+    raise TypeError(f"{name} must be a file path, str or os.PathLike (got {type(value).__name__})")
 
 
 def require_problem(value: Any, name: str = "problem") -> Problem:
