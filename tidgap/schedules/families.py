@@ -44,6 +44,8 @@ class Family:
     (``None`` for PipeDream, a steady-state bound); ``baseline``: for a baseline, its plan
     with ``m`` equal microbatches (``None`` for PipeDream and for searched families);
     ``time``: for a baseline, its iteration time with ``m`` (the problem's unit).
+    ``evaluate`` and ``timeline`` take a plan already checked against the problem
+    (:func:`tidgap.check_plan`; :func:`tidgap.evaluate` checks, then calls them).
     """
 
     name: str
