@@ -527,7 +527,7 @@ def test_a_first_signal_ends_a_sweep_on_a_cluster_without_workers(tmp_path: Path
     distributed = pytest.importorskip("distributed")
     out = tmp_path / "out"
     with distributed.LocalCluster(
-        n_workers=0, processes=False, protocol="tcp", dashboard_address=None
+        n_workers=0, processes=False, protocol="tcp", dashboard_address=":0"
     ) as cluster:
         command = [sys.executable, "-m", "tidgap", "sweep", TINY, *SHORT]
         sweep_run = subprocess.Popen(
