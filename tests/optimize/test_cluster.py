@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Executor, Future
+from typing import Any
 
 import pytest
 
@@ -20,13 +22,13 @@ from tidgap.optimize.many import SearchFailed, search_many
 distributed = pytest.importorskip("distributed")
 
 
-def _until_stopped(interrupted: Callable[[], bool], limit: float) -> float:
+def _until_stopped(interrupted: Callable[[], str | None], limit: float) -> tuple[float, Any]:
     """A task that polls ``interrupted`` as a search does, for at most ``limit`` seconds;
-    the seconds it ran."""
+    the seconds it ran and what ``interrupted`` said last."""
     started = time.monotonic()
     while not interrupted() and time.monotonic() - started < limit:
         time.sleep(0.02)
-    return time.monotonic() - started
+    return time.monotonic() - started, interrupted()
 
 
 def _cluster(workers: int) -> distributed.LocalCluster:
@@ -45,10 +47,69 @@ def test_a_stop_ends_the_running_search_and_skips_the_queued_one() -> None:
             time.sleep(0.05)
         time.sleep(0.3)
         pool.stop(signal.SIGTERM)
-        assert running.result(timeout=30) < 20  # stopped at its next look, not at 60 s
+        seconds, stopped_by = running.result(timeout=30)
+        assert seconds < 20 and stopped_by == "SIGTERM"  # at its next look, not at 60 s
         with pytest.raises((CancelledError, Skipped)):
             queued.result(timeout=30)
         assert pool.submit(_until_stopped, pool.interrupted, 60.0).cancelled()
+        deadline = time.monotonic() + 10
+        while pool._tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pool._tasks  # settled tasks let go of: their results freed on the cluster
+
+
+def test_a_stop_amid_a_submit_does_not_wait_for_it() -> None:
+    """A signal handled in the main thread while it submitted (its lock held) waited for
+    that lock for good: the sweep hung, a second signal too."""
+    with _cluster(0) as cluster, distributed.Client(cluster) as client:
+        pool = ClusterPool(client)
+
+        def stop_amid_submit() -> None:
+            with pool._lock:
+                pool.stop(signal.SIGTERM)
+
+        handler = threading.Thread(target=stop_amid_submit, daemon=True)
+        handler.start()
+        handler.join(10)
+        assert not handler.is_alive()
+
+
+class _Task:
+    """A finished Dask task as ``ClusterPool`` sees it: its status, and a result that
+    raises ``error`` where given (its scheduler gone as it was fetched)."""
+
+    def __init__(self, status: str, error: BaseException | None = None) -> None:
+        self.status, self.key, self._error = status, "k", error
+
+    def result(self) -> object:
+        if self._error is not None:
+            raise self._error
+        return "plan"
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+
+@pytest.mark.parametrize(
+    ("task", "raised"),
+    [
+        (_Task("finished", OSError("comm closed")), OSError),
+        (_Task("lost"), CancelledError),
+        (_Task("error", ValueError("bad")), ValueError),
+    ],
+)
+def test_every_outcome_settles_the_future(task: _Task, raised: type) -> None:
+    """A result lost with the scheduler as it was fetched left the future pending for good
+    (a sweep waited for ever); a lost task settled it with ``None``, a result dropped."""
+    future: Future = Future()
+    ClusterPool(client=None)._settle(task, future)
+    with pytest.raises(raised):
+        future.result(timeout=1)
+    ClusterPool(client=None)._settle(_Task("finished"), future)  # settled already: no error
+    cancelled: Future = Future()
+    cancelled.cancel()  # by its caller (a Ctrl-C in search_many)
+    ClusterPool(client=None)._settle(_Task("finished"), cancelled)
+    assert cancelled.cancelled()
 
 
 def test_a_stop_skips_the_searches_of_a_cluster_without_workers() -> None:

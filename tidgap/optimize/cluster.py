@@ -4,8 +4,9 @@
 ``distributed.Client``. Its :meth:`ClusterPool.stop` skips the searches no worker has
 started (a cluster without workers, or with workers that cannot run tidgap, would hold
 them for good) and asks the running ones to stop at their next generation, keeping their
-plans so far: each search polls a cluster-wide ``distributed.Event`` through its
-:class:`ClusterStop` (``interrupted``). ``distributed`` is imported only here, when used.
+plans so far: each search polls a cluster-wide ``distributed.Event`` per stop signal
+through its :class:`ClusterStop` (``interrupted``). ``distributed`` is imported only
+here, when used.
 """
 
 from __future__ import annotations
@@ -14,33 +15,51 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import CancelledError, Executor, Future, InvalidStateError
+from concurrent.futures import wait as wait_for
+from contextlib import suppress
 from typing import Any
 
-#: Seconds between a running search's looks at its :class:`ClusterStop` event (each one is
-#: a message to the scheduler).
+from tidgap.optimize.interrupts import STOP_SIGNALS
+
+#: Seconds between a running search's looks at its :class:`ClusterStop` events (each look
+#: is a message to the scheduler per signal).
 POLL = 0.5
 #: Seconds to wait for a Dask scheduler to answer (``distributed.Client``'s own timeout does
 #: not bound a handshake with a port that accepts and never answers).
 CONNECT_TIMEOUT = 10.0
 
 
+def _event_name(base: str, signal_name: str) -> str:
+    """The ``distributed.Event`` a stop by ``signal_name`` (``"SIGINT"``) sets."""
+    return f"{base}-{signal_name}"
+
+
+def _signal_set(base: str) -> str | None:
+    """On a worker: the name of the stop signal whose event of ``base`` is set, if any."""
+    from distributed import Event
+
+    for name in STOP_SIGNALS.values():
+        if Event(_event_name(base, name)).is_set():
+            return name
+    return None
+
+
 class ClusterStop:
-    """A search's ``interrupted`` on a Dask worker: true once the launcher set the
-    ``distributed.Event`` named ``name`` (looked up at most every :data:`POLL` seconds)."""
+    """A search's ``interrupted`` on a Dask worker: the name of the signal the launcher
+    stopped with (``"SIGINT"``, ``"SIGTERM"``), once it set that signal's event of
+    ``name``; ``None`` before (looked up at most every :data:`POLL` seconds)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._set = False
+        self._signal: str | None = None
         self._next = 0.0
 
-    def __call__(self) -> bool:
+    def __call__(self) -> str | None:
         now = time.monotonic()
-        if not self._set and now >= self._next:
-            from distributed import Event
-
-            self._set, self._next = Event(self.name).is_set(), now + POLL
-        return self._set
+        if self._signal is None and now >= self._next:
+            self._signal, self._next = _signal_set(self.name), now + POLL
+        return self._signal
 
 
 class Skipped(RuntimeError):
@@ -48,35 +67,42 @@ class Skipped(RuntimeError):
 
 
 def _unless_stopped(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """On a worker: ``fn(*args, **kwargs)``, unless the ``distributed.Event`` ``name`` is
-    set (:class:`Skipped`)."""
-    from distributed import Event
-
-    if Event(name).is_set():
+    """On a worker: ``fn(*args, **kwargs)``, unless a stop event of ``name`` is set
+    (:class:`Skipped`)."""
+    if _signal_set(name) is not None:
         raise Skipped("stopped before it started")
     return fn(*args, **kwargs)
 
 
 def connected_client(scheduler: str, timeout: float | None = None) -> Any:
     """A ``distributed.Client`` of ``scheduler``; ``TimeoutError`` where none answers within
-    ``timeout`` seconds (default :data:`CONNECT_TIMEOUT`; the connecting thread is left
-    behind: it is a daemon), and the client's own ``OSError`` / ``ValueError`` /
-    ``TypeError`` for a bad address."""
+    ``timeout`` seconds (default :data:`CONNECT_TIMEOUT`; the connecting thread, a daemon,
+    closes a client it makes after that), and the client's own ``OSError`` /
+    ``ValueError`` / ``TypeError`` for a bad address."""
     from distributed import Client
 
     timeout = CONNECT_TIMEOUT if timeout is None else timeout
-
     made: dict[str, Any] = {}
+    lock = threading.Lock()
 
     def connect() -> None:
         try:
-            made["client"] = Client(scheduler, timeout=timeout)
+            client = Client(scheduler, timeout=timeout)
         except BaseException as error:  # raised again in the caller's thread
             made["error"] = error
+            return
+        with lock:
+            late = "gave up" in made
+            made["client"] = client
+        if late:
+            client.close()
 
     thread = threading.Thread(target=connect, name="tidgap-dask-connect", daemon=True)
     thread.start()
-    thread.join(timeout + 1.0)
+    thread.join(timeout)
+    with lock:
+        if "client" not in made and "error" not in made:
+            made["gave up"] = True
     if "error" in made:
         raise made["error"]
     if "client" not in made:
@@ -86,15 +112,17 @@ def connected_client(scheduler: str, timeout: float | None = None) -> Any:
 
 class ClusterPool(Executor):
     """A ``concurrent.futures`` executor on the Dask ``client``'s cluster whose
-    :meth:`stop` skips the tasks not started and sets the event of :attr:`interrupted`."""
+    :meth:`stop` skips the tasks not started and sets the event of :attr:`interrupted`.
+    A future cancelled here cancels its task; a finished task is let go of (its result no
+    longer held on the cluster)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
         #: the searches' ``interrupted`` (give it to each one's options)
         self.interrupted = ClusterStop(f"tidgap-stop-{uuid.uuid4().hex}")
-        self._tasks: list[tuple[Any, Future[Any]]] = []
+        self._tasks: dict[str, tuple[Any, Future[Any]]] = {}  # not settled yet, by key
         self._lock = threading.Lock()
-        self._stopped = False
+        self._stopped: str | None = None  # the signal's name, once stopped
 
     def workers(self) -> int:
         """The workers the scheduler has now."""
@@ -106,61 +134,87 @@ class ClusterPool(Executor):
         queued, which the scheduler counts as running); a future cancelled at once after
         :meth:`stop`."""
         done: Future[Any] = Future()
+        if self._stopped is not None:
+            _cancel(done)
+            return done
+        name = self.interrupted.name
+        task = self.client.submit(_unless_stopped, name, fn, *args, pure=False, **kwargs)
         with self._lock:
-            if self._stopped:
-                _cancel(done)
-                return done
-            name = self.interrupted.name
-            task = self.client.submit(_unless_stopped, name, fn, *args, pure=False, **kwargs)
-            self._tasks.append((task, done))
-        task.add_done_callback(lambda finished: _settle(finished, done))
+            self._tasks[task.key] = (task, done)
+        done.add_done_callback(lambda settled: settled.cancelled() and task.cancel())
+        task.add_done_callback(lambda finished: self._settle(finished, done))
+        if self._stopped is not None:  # stopped while it was submitted: it may have missed it
+            task.cancel()
         return done
 
     def stop(self, signum: int) -> None:
-        """Skip the tasks no worker has started and ask the running searches to stop (a
-        thread does it: this may run in a signal handler, and it talks to the scheduler)."""
-        with self._lock:
-            self._stopped = True
+        """Skip the tasks no worker has started and ask the running searches to stop. It
+        may run in a signal handler, amid :meth:`submit`: it takes no lock, and a thread
+        talks to the scheduler."""
+        self._stopped = STOP_SIGNALS.get(signum, "SIGINT")
         threading.Thread(target=self._stop_tasks, name="tidgap-dask-stop", daemon=True).start()
 
     def _stop_tasks(self) -> None:
         from distributed import Event
 
-        Event(self.interrupted.name, client=self.client).set()
-        running = {key for keys in self.client.processing().values() for key in keys}
         with self._lock:
-            tasks = list(self._tasks)
-        for task, _ in tasks:
+            tasks = [task for task, _ in self._tasks.values()]
+        try:
+            assert self._stopped is not None
+            Event(_event_name(self.interrupted.name, self._stopped), client=self.client).set()
+            running = {key for keys in self.client.processing().values() for key in keys}
+        except Exception:  # the scheduler is gone: its tasks are cancelled already
+            return
+        for task in tasks:
             if task.key not in running:
                 task.cancel()
 
+    def _settle(self, task: Any, future: Future[Any]) -> None:
+        """Give ``future`` the finished Dask ``task``'s outcome (in the client's callback
+        thread): its result or exception; cancelled where the task was, or where the
+        cluster lost it (its scheduler gone); then let the task go."""
+        with self._lock:
+            self._tasks.pop(task.key, None)
+        try:
+            if task.status == "cancelled":
+                _cancel(future)
+                return
+            if task.status == "finished":
+                _settled(future, result=task.result())
+                return
+            error = task.exception() if task.status == "error" else None
+        except BaseException as lost:  # its outcome lost with the scheduler
+            error = lost
+        if error is None:
+            error = CancelledError(f"the cluster lost it (task {task.status})")
+        _settled(future, error=error)
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Cancel the tasks not finished where ``cancel_futures``; the client stays open
-        (its owner closes it)."""
+        """Cancel the tasks not finished where ``cancel_futures``; then, with ``wait``,
+        wait for every task to settle. The client stays open (its owner closes it)."""
+        with self._lock:
+            pending = list(self._tasks.values())
         if cancel_futures:
-            with self._lock:
-                self._stopped = True
-                tasks = list(self._tasks)
-            for task, _ in tasks:
+            self._stopped = self._stopped or "SIGINT"
+            for task, _ in pending:
                 task.cancel()
+        if wait:
+            wait_for([future for _, future in pending])
 
 
 def _cancel(future: Future[Any]) -> None:
-    """Cancel a pending ``future`` and wake those waiting on it (``wait``, ``as_completed``)."""
-    future.cancel()
-    future.set_running_or_notify_cancel()
+    """Cancel a pending ``future`` and wake those waiting on it (``wait``, ``as_completed``);
+    nothing where it is settled already."""
+    if future.cancel():
+        with suppress(RuntimeError):  # notified already
+            future.set_running_or_notify_cancel()
 
 
-def _settle(task: Any, future: Future[Any]) -> None:
-    """Give ``future`` the finished Dask ``task``'s outcome: its result, its exception, or
-    cancelled (the task was cancelled, or the scheduler was lost)."""
-    if task.status == "finished":
-        future.set_result(task.result())
-    elif task.status == "cancelled":
-        _cancel(future)
-    else:
-        try:
-            error = task.exception()
-        except BaseException as lost:  # its outcome lost with the scheduler
-            error = lost
-        future.set_exception(error)
+def _settled(future: Future[Any], result: Any = None, error: BaseException | None = None) -> None:
+    """Set ``future``'s ``error``, else its ``result``; nothing where it is settled already
+    (cancelled by its caller: a Ctrl-C in ``search_many``)."""
+    with suppress(InvalidStateError):
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)

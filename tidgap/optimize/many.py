@@ -24,6 +24,7 @@ from tidgap.held_signals import signals_blocked
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import copied_list
 from tidgap.model.problem import Problem, require_problem
+from tidgap.optimize.cluster import ClusterPool
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals
 from tidgap.optimize.optimizer import Stopping, at_least, checked_search
@@ -321,7 +322,7 @@ def _submitted(
         for future in futures.values():
             future.cancel()
         for pool, _ in assignments:  # the running ones stop too, if only we heard it
-            if isinstance(pool, LocalPool):
+            if isinstance(pool, (LocalPool, ClusterPool)):
                 pool.stop(signal.SIGINT)
         raise
     return futures, seen
