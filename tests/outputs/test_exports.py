@@ -688,3 +688,64 @@ def test_export_bad_usage(
     assert result.exit_code == 2, describe(result)
     assert result.stdout == "" and len(result.stderr.splitlines()) == 1
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_a_batch_of_a_billion_exports_in_little_memory(tmp_path: Path) -> None:
+    """The PyTorch rivals listed every feasible count (10^9 of them: out of memory under a
+    6 GB address space, and the OOM killer without one); now the divisors, and a problem
+    with too many units to time its baselines is exported with a warning saying so."""
+    import resource
+    import subprocess
+    import sys
+
+    problem = tmp_path / "big.json"
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tidgap",
+            "synth",
+            "-s",
+            "2",
+            "-b",
+            "1000000000",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr
+    (tmp_path / "synth-0.json").rename(problem)
+    sizes = [250_000_000] * 4
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps({"format": "tidgap.plan/1", "forward": [sizes] * 2, "backward": [sizes] * 2})
+    )
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    out = tmp_path / "p.csv"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tidgap",
+            "export",
+            str(problem),
+            str(plan),
+            "--to",
+            "pytorch-csv",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limited,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "too many units (1000000000) to time them" in done.stderr
+    assert out.read_text(encoding="utf-8").startswith("0F0,0F1,0F2,0F3")

@@ -29,7 +29,7 @@ from tidgap.outputs.exports import (
     slower_than_rival_warning,
 )
 from tidgap.outputs.files import check_outputs, json_file, text_file, write_files, write_json
-from tidgap.schedules.baselines import BaselineResult
+from tidgap.schedules.baselines import MAX_BASELINE_STEPS, BaselineResult, baseline_steps
 from tidgap.schedules.families import evaluate, family_of, plan_timeline
 
 EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
@@ -141,10 +141,13 @@ def require_flush(plan: Plan, plan_file: str) -> None:
     )
 
 
-def _rival(problem: Problem, plan: Plan) -> BaselineResult:
+def _rival(problem: Problem, plan: Plan) -> BaselineResult | None:
     """What a lowered ``plan`` is measured against, of the baselines PyTorch runs as they
     are (:func:`pytorch_rivals`): for a flush plan the best GPipe, for an ordered plan the
-    best of GPipe and 1F1B."""
+    best of GPipe and 1F1B; ``None`` where the problem has too many units to time them
+    (:func:`~tidgap.schedules.baselines.require_tractable`)."""
+    if baseline_steps(problem) > MAX_BASELINE_STEPS:
+        return None
     rivals = pytorch_rivals(problem)
     if family_of(plan).has_flush:
         rivals.pop("1f1b")
@@ -189,7 +192,13 @@ def _export_pytorch_csv(
     lowered = evaluate(problem, common)
     unit = problem.time_unit
     rival = _rival(problem, plan)
-    warning = slower_than_rival_warning(lowered, rival, unit, family_of(plan).has_flush)
+    if rival is None:
+        warning: str | None = (
+            "tidgap: warning: not compared with PyTorch's own GPipe and 1F1B runs: too many "
+            f"units ({problem.num_units}) to time them"
+        )
+    else:
+        warning = slower_than_rival_warning(lowered, rival, unit, family_of(plan).has_flush)
     document = microbatches_document(problem, sizes, evaluation, lowered, out)
     write_files([text_file(out, pytorch_csv(common.stage_order())), json_file(sidecar, document)])
     kept = "" if family_of(plan).has_flush else ", in the plan's order"

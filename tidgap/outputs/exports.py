@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 from itertools import pairwise
-from math import gcd
+from math import gcd, isqrt
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import numpy as np
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.text import without_surrogates
-from tidgap.schedules.baselines import BaselineResult, best_baselines, feasible_microbatch_counts
+from tidgap.schedules.baselines import BaselineResult, best_baselines, least_feasible_count
 from tidgap.schedules.evaluation import Evaluation
 from tidgap.schedules.families import SCHEDULES, family_of
 from tidgap.schedules.ir import Order, prefix_sums
@@ -153,9 +153,13 @@ def pytorch_rivals(problem: Problem) -> dict[str, BaselineResult | None]:
     are: ``step()`` cuts the batch into ``m`` equal microbatches only where ``m`` divides it
     (here in units, so each is a multiple of ``unit``), its stages take one microbatch
     shape, and ``Schedule1F1B`` wants at least as many microbatches as stages. ``None``
-    where no count qualifies (1F1B with fewer units than stages)."""
-    counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
-    counts = counts[problem.num_units % counts == 0]
+    where no count qualifies (1F1B with fewer units than stages). The counts are the
+    divisors of ``U`` (found up to its square root: a list of every count took gigabytes
+    at a batch of 10^9)."""
+    U = problem.num_units
+    low = [d for d in range(1, isqrt(U) + 1) if U % d == 0]
+    divisors = np.unique(np.asarray(low + [U // d for d in low], np.int64))
+    counts = divisors[divisors >= least_feasible_count(problem)]
     rivals: dict[str, BaselineResult | None] = {}
     for schedule, fewest in (("gpipe", 1), ("1f1b", problem.num_stages)):
         allowed = counts[counts >= fewest]
