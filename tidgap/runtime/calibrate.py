@@ -35,7 +35,7 @@ from tidgap.model.timefn import TimeFunction
 from tidgap.profiling.build import table
 from tidgap.profiling.split import stage_layers
 from tidgap.runtime.report import COMPUTE, TRANSFERS, Row, unit_per_second
-from tidgap.schedules.families import SCHEDULES
+from tidgap.schedules.baselines import gpipe_plan, one_f_one_b_plan
 
 #: ``durations[s][kind][size]``: measured op durations of stage ``s`` (or transfers over
 #: link ``s``), kind ``F`` / ``B``, at microbatch ``size`` (samples), in the problem's unit.
@@ -84,7 +84,8 @@ def calibration_plans(problem: Problem, sizes: Sequence[int]) -> list[tuple[str,
     every stage; ``(label, plan)``, GPipe first, fewest microbatches first."""
     B = problem.batch_size
     counts = gpipe_counts(problem, sizes)
-    plans = [(f"GPipe({m})", SCHEDULES["gpipe"].baseline(problem, m)) for m in counts]
+    # the sizes past a stage's cap too: a table's largest entries are timed where they are
+    plans = [(f"GPipe({m})", gpipe_plan(problem, m, within_caps=False)) for m in counts]
     held = {size for _, plan in plans for size in plan.forward[0]}
     for size in sorted(set(sizes) - held):
         if size <= B:
@@ -118,7 +119,9 @@ def alternating_plans(problem: Problem, sizes: Sequence[int]) -> list[tuple[str,
     forwards follow backwards, and the last stage's backwards their own forward
     (:func:`op_contexts`), at GPipe(m)'s sizes."""
     counts = gpipe_counts(problem, sizes)
-    return [(f"1F1B({m})", SCHEDULES["1f1b"].baseline(problem, m)) for m in counts if m > 1]
+    return [
+        (f"1F1B({m})", one_f_one_b_plan(problem, m, within_caps=False)) for m in counts if m > 1
+    ]
 
 
 #: :func:`op_contexts`' kinds: a forward right after a backward of its stage and its size,

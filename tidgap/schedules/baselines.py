@@ -101,10 +101,11 @@ def feasible_partition(problem: Problem, m: int) -> list[int]:
     return equal_partition(problem, m)
 
 
-def gpipe_plan(problem: Problem, m: int) -> Plan:
+def gpipe_plan(problem: Problem, m: int, within_caps: bool = True) -> Plan:
     """GPipe(m) written as a UMPIPE plan: the same equal partition everywhere
-    (:func:`feasible_partition`)."""
-    sizes = feasible_partition(problem, m)
+    (:func:`feasible_partition`; without ``within_caps``, :func:`equal_partition`: for
+    timing sizes past a stage's cap, as ``tidgap calibrate`` does)."""
+    sizes = feasible_partition(problem, m) if within_caps else equal_partition(problem, m)
     return Plan.of([sizes] * problem.num_stages, [sizes] * problem.num_stages)
 
 
@@ -113,10 +114,11 @@ def gpipe(problem: Problem, m: int) -> float:
     return evaluate(problem, gpipe_plan(problem, m)).iteration_time
 
 
-def one_f_one_b_plan(problem: Problem, m: int) -> Plan:
+def one_f_one_b_plan(problem: Problem, m: int, within_caps: bool = True) -> Plan:
     """1F1B(m) written as an ordered plan: the equal partition everywhere, each stage in
-    its 1F1B order (:func:`tidgap.schedules.ir.one_f_one_b_order`; :func:`feasible_partition`)."""
-    sizes = feasible_partition(problem, m)
+    its 1F1B order (:func:`tidgap.schedules.ir.one_f_one_b_order`; ``within_caps`` as for
+    :func:`gpipe_plan`)."""
+    sizes = feasible_partition(problem, m) if within_caps else equal_partition(problem, m)
     S = problem.num_stages
     return Plan.of([sizes] * S, [sizes] * S, order=list(one_f_one_b_order(S, m).stages))
 
