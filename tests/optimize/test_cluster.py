@@ -170,3 +170,14 @@ def test_a_port_that_never_answers_times_out() -> None:
         with pytest.raises(TimeoutError, match="no Dask scheduler answered within 1 s"):
             connected_client(address, timeout=1.0)
         assert time.monotonic() - started < 10
+
+
+def test_a_stop_with_the_scheduler_gone_settles_every_search_itself() -> None:
+    """The stop's ``Event.set`` failing (the scheduler lost, the client broken by it) left
+    the searches not started pending for good: only a second signal ended the sweep."""
+    pool = ClusterPool(client=object())  # any call to it fails, as a broken client's
+    waiting: list[Future] = [Future(), Future()]
+    pool._tasks = {f"k{i}": (_Task("pending"), future) for i, future in enumerate(waiting)}
+    pool._stopped = "SIGINT"
+    pool._stop_tasks()
+    assert all(future.cancelled() for future in waiting)

@@ -8,7 +8,7 @@ import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import CancelledError, Executor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,8 @@ from tidgap.schedules.held import require_flush_fits
 SUMMARY_CSV, SUMMARY_JSON = "summary.csv", "summary.json"
 #: What a plan file is called: the problem file's stem, then this.
 PLAN_SUFFIX = ".plan.json"
+#: Seconds a Dask client may take to close.
+CLOSE_TIMEOUT = 5
 
 
 def _plan_names(specs: tuple[str, ...]) -> list[str]:
@@ -124,9 +126,10 @@ def _dask_executor(scheduler: str) -> Iterator[Executor]:
     disabled = logging.root.manager.disable
     logging.disable(logging.ERROR)  # the client's tracebacks, not the command's lines
     try:
-        with client:
-            yield ClusterPool(client)
+        yield ClusterPool(client)
     finally:
+        with suppress(Exception):  # a client whose scheduler is gone may fail to close
+            client.close(timeout=CLOSE_TIMEOUT)
         logging.disable(disabled)
 
 

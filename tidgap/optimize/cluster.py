@@ -141,10 +141,12 @@ class ClusterPool(Executor):
         task = self.client.submit(_unless_stopped, name, fn, *args, pure=False, **kwargs)
         with self._lock:
             self._tasks[task.key] = (task, done)
-        done.add_done_callback(lambda settled: settled.cancelled() and task.cancel())
+        done.add_done_callback(lambda settled: settled.cancelled() and _cancel_task(task))
         task.add_done_callback(lambda finished: self._settle(finished, done))
         if self._stopped is not None:  # stopped while it was submitted: it may have missed it
-            task.cancel()
+            _cancel(done)
+        elif self.client.status != "running":  # the scheduler lost as it was sent
+            _settled(done, error=CancelledError("the cluster's scheduler was lost"))
         return done
 
     def stop(self, signum: int) -> None:
@@ -158,16 +160,16 @@ class ClusterPool(Executor):
         from distributed import Event
 
         with self._lock:
-            tasks = [task for task, _ in self._tasks.values()]
+            tasks = list(self._tasks.values())
         try:
             assert self._stopped is not None
             Event(_event_name(self.interrupted.name, self._stopped), client=self.client).set()
             running = {key for keys in self.client.processing().values() for key in keys}
-        except Exception:  # the scheduler is gone: its tasks are cancelled already
-            return
-        for task in tasks:
-            if task.key not in running:
-                task.cancel()
+        except Exception:  # the scheduler is gone (or the client broken): settle them here
+            running = set()
+        for task, done in tasks:
+            if task.key not in running:  # settled here: the client may never call back
+                _cancel(done)
 
     def _settle(self, task: Any, future: Future[Any]) -> None:
         """Give ``future`` the finished Dask ``task``'s outcome (in the client's callback
@@ -196,10 +198,16 @@ class ClusterPool(Executor):
             pending = list(self._tasks.values())
         if cancel_futures:
             self._stopped = self._stopped or "SIGINT"
-            for task, _ in pending:
-                task.cancel()
+            for _, done in pending:
+                _cancel(done)
         if wait:
             wait_for([future for _, future in pending])
+
+
+def _cancel_task(task: Any) -> None:
+    """Cancel the Dask ``task``, if its client still can (best effort)."""
+    with suppress(Exception):
+        task.cancel()
 
 
 def _cancel(future: Future[Any]) -> None:
