@@ -29,7 +29,7 @@ from tidgap.outputs.exports import (
     slower_than_rival_warning,
 )
 from tidgap.outputs.files import check_outputs, json_file, text_file, write_files, write_json
-from tidgap.schedules.baselines import MAX_BASELINE_STEPS, BaselineResult, baseline_steps
+from tidgap.schedules.baselines import BaselineResult, tractable
 from tidgap.schedules.families import evaluate, family_of, plan_timeline
 
 EXPORTS = ("pytorch-csv", "same-partition", "json-schedule")
@@ -146,7 +146,7 @@ def _rival(problem: Problem, plan: Plan) -> BaselineResult | None:
     are (:func:`pytorch_rivals`): for a flush plan the best GPipe, for an ordered plan the
     best of GPipe and 1F1B; ``None`` where the problem has too many units to time them
     (:func:`~tidgap.schedules.baselines.require_tractable`)."""
-    if baseline_steps(problem) > MAX_BASELINE_STEPS:
+    if not tractable(problem):
         return None
     rivals = pytorch_rivals(problem)
     if family_of(plan).has_flush:

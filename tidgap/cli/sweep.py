@@ -39,7 +39,13 @@ from tidgap.optimize.backward_rules import admitted_rule
 from tidgap.optimize.cluster import ClusterPool, Skipped, connected_client
 from tidgap.optimize.driver import SEARCHABLE
 from tidgap.optimize.interrupts import end_now, stop_on_signals
-from tidgap.optimize.many import LocalPool, SearchFailed, default_pool, local_pool, search_many
+from tidgap.optimize.many import (
+    STOPPABLE,
+    SearchFailed,
+    default_pool,
+    local_pool,
+    search_many,
+)
 from tidgap.optimize.optimizer import (
     AUTO_PRICING,
     DEFAULT_SCHEDULE,
@@ -156,7 +162,7 @@ class _Stopping:
 
     def __call__(self, name: str) -> None:
         signum = signal.Signals[name]
-        if isinstance(self.executor, (LocalPool, ClusterPool)):
+        if isinstance(self.executor, STOPPABLE):
             self.executor.stop(signum)
         elif self.executor is None:
             end_now(signum)

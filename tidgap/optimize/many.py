@@ -165,6 +165,11 @@ class LocalPool(ProcessPoolExecutor):
         self.stopped_by.value = int(signum)
 
 
+#: The executors whose ``stop(signum)`` stops their searches at the next generation and
+#: skips those not started.
+STOPPABLE = (LocalPool, ClusterPool)
+
+
 def local_pool(workers: int, threads: int | None = None) -> LocalPool:
     """A pool of ``workers`` processes started by ``spawn`` (Numba's OpenMP threads do not
     survive a fork), each with ``threads`` Numba threads (by default the cores shared out
@@ -322,7 +327,7 @@ def _submitted(
         for future in futures.values():
             future.cancel()
         for pool, _ in assignments:  # the running ones stop too, if only we heard it
-            if isinstance(pool, (LocalPool, ClusterPool)):
+            if isinstance(pool, STOPPABLE):
                 pool.stop(signal.SIGINT)
         raise
     return futures, seen

@@ -51,6 +51,11 @@ def equal_partition(problem: Problem, m: int) -> list[int]:
     integer_at_least("m", m, None)
     if not 1 <= m <= problem.num_units:
         raise InputError(f"{m} is outside 1..{problem.num_units}", source="m")
+    return _unit_sizes(problem, m)
+
+
+def _unit_sizes(problem: Problem, m: int) -> list[int]:
+    """:func:`equal_sizes` of ``U`` units into ``m`` (checked), in samples."""
     return [size * problem.unit for size in equal_sizes(problem.num_units, int(m))]
 
 
@@ -94,18 +99,20 @@ def require_feasible(problem: Problem, m: int, source: str = "microbatches") -> 
         )
 
 
-def feasible_partition(problem: Problem, m: int) -> list[int]:
+def feasible_partition(problem: Problem, m: int, within_caps: bool = True) -> list[int]:
     """:func:`equal_partition` of a feasible ``m`` (:func:`require_feasible`, on ``m``):
-    a baseline's sizes, within every stage's caps."""
+    a baseline's sizes, within every stage's caps; without ``within_caps``, of any ``m``
+    in ``1..U`` (for timing sizes past a stage's cap, as ``tidgap calibrate`` does)."""
+    if not within_caps:
+        return equal_partition(problem, m)
     require_feasible(problem, m, "m")
-    return equal_partition(problem, m)
+    return _unit_sizes(problem, m)
 
 
 def gpipe_plan(problem: Problem, m: int, within_caps: bool = True) -> Plan:
     """GPipe(m) written as a UMPIPE plan: the same equal partition everywhere
-    (:func:`feasible_partition`; without ``within_caps``, :func:`equal_partition`: for
-    timing sizes past a stage's cap, as ``tidgap calibrate`` does)."""
-    sizes = feasible_partition(problem, m) if within_caps else equal_partition(problem, m)
+    (:func:`feasible_partition`, ``within_caps`` as there)."""
+    sizes = feasible_partition(problem, m, within_caps)
     return Plan.of([sizes] * problem.num_stages, [sizes] * problem.num_stages)
 
 
@@ -116,9 +123,9 @@ def gpipe(problem: Problem, m: int) -> float:
 
 def one_f_one_b_plan(problem: Problem, m: int, within_caps: bool = True) -> Plan:
     """1F1B(m) written as an ordered plan: the equal partition everywhere, each stage in
-    its 1F1B order (:func:`tidgap.schedules.ir.one_f_one_b_order`; ``within_caps`` as for
-    :func:`gpipe_plan`)."""
-    sizes = feasible_partition(problem, m) if within_caps else equal_partition(problem, m)
+    its 1F1B order (:func:`tidgap.schedules.ir.one_f_one_b_order`; :func:`feasible_partition`,
+    ``within_caps`` as there)."""
+    sizes = feasible_partition(problem, m, within_caps)
     S = problem.num_stages
     return Plan.of([sizes] * S, [sizes] * S, order=list(one_f_one_b_order(S, m).stages))
 
@@ -252,11 +259,16 @@ def baseline_steps(problem: Problem) -> int:
     return problem.num_stages * (last * (last + 1) - first * (first - 1)) // 2
 
 
+def tractable(problem: Problem) -> bool:
+    """Whether the baselines over every feasible count take at most
+    :data:`MAX_BASELINE_STEPS` steps (tens of seconds)."""
+    return baseline_steps(problem) <= MAX_BASELINE_STEPS
+
+
 def require_tractable(problem: Problem) -> None:
-    """Raise :class:`InputError` on ``batch_size`` if the baselines over every feasible
-    count could take more than :data:`MAX_BASELINE_STEPS` steps (tens of seconds)."""
-    steps = baseline_steps(problem)
-    if steps > MAX_BASELINE_STEPS:
+    """Raise :class:`InputError` on ``batch_size`` unless :func:`tractable`."""
+    if not tractable(problem):
+        steps = baseline_steps(problem)
         raise InputError(
             f"{problem.num_units} units on {problem.num_stages} stage(s): the baselines over "
             f"every microbatch count could need about {steps:.2g} steps, more than the "
