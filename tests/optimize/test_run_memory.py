@@ -29,6 +29,7 @@ from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import (
     FINE,
     NO_LIMIT,
+    ROWS,
     RunMemory,
     fine_units,
     least_bytes,
@@ -219,6 +220,55 @@ def test_a_level_allows_its_byte_limit_where_one_binds() -> None:
     assert figures.limit(both).tolist() == [expected[0], FINE]
     unlimited = figures.limit(MemoryLevel("unlimited", (16, 16)))
     assert unlimited.tolist() == [NO_LIMIT, NO_LIMIT]
+
+
+def test_a_byte_limit_at_a_plans_own_bytes_admits_it() -> None:
+    """A byte limit equal to what 1F1B(m) holds on its fullest stage as the runtime holds
+    it admits 1F1B(m) in units fitted to that limit, and a byte less refuses it (in units
+    of a 65536th of a sample the limit, rounded down, and the plan, rounded up, fell apart:
+    every such 1F1B was refused)."""
+    problem = profiled(synth_problem(4, 2, 16), GPT_MEMORY)
+    for m in (2, 4, 8, 16):
+        plan = SCHEDULES["1f1b"].baseline(problem, m)
+        evaluation = evaluate(problem, plan)
+        held_bytes = run_evaluated(problem, plan, evaluation).peak_memory
+        assert held_bytes is not None
+        cap = int(max(held_bytes))
+        genes = encode_plans([plan], problem, 16)
+        peaks = np.asarray([evaluation.peak_held])
+        for limit, admitted in ((cap, True), (cap - 1, False)):
+            level = bytes_level(problem, limit)
+            figures = RunMemory.of(problem)
+            assert figures is not None
+            figures = figures.fitted(level.bytes_cap)
+            held = figures.held(peaks, genes.forward, genes.backward, genes.lead)
+            assert bool((held <= figures.limit(level)).all()) is admitted, (m, limit)
+
+
+def test_fitted_units_compare_as_bytes() -> None:
+    """On random activations (below and above :data:`FINE` bytes, fractional) and byte
+    limits, whole bytes around the limit are within it in fitted units exactly when they
+    are in bytes (below 1e12 bytes; above, a byte is within model.md's rounding of the
+    limit); the unit grows by less than one part in the limit's units."""
+    rng = np.random.default_rng(5)
+    S = 400
+    activation = np.concatenate([rng.uniform(1, 1e4, S // 2), rng.uniform(1e5, 5e7, S // 2)])
+    caps = rng.integers(1, 2**39, S).astype(np.float64)
+    caps = np.maximum(caps, np.ceil(activation / FINE))  # at least one unit each
+    figures = RunMemory(np.zeros((ROWS, S)), activation, 2**40, 1)
+    level = MemoryLevel("caps", (2**40,) * S, tuple(caps.tolist()))
+    fitted = figures.fitted(level.bytes_cap)
+    limit = fitted.limit(level)
+    whole = np.floor(caps * FINE / activation)
+    assert (fitted.activation >= activation).all()
+    assert (fitted.activation <= activation * (1 + 1.000001 / whole)).all()
+    for step in (-2, -1, 0, 1, 2):
+        held = caps + step
+        units = fine_units(held[None, :], fitted.activation, np.zeros((1, S)))[0]
+        assert ((units <= limit) == (held <= caps)).all(), step
+    unfitted = fine_units(caps[None, :], activation, np.zeros((1, S)))[0]
+    refused = unfitted > figures.limit(level)
+    assert refused[S // 2 :].mean() > 0.9  # under 1e12 units the limit refused itself
 
 
 def test_a_byte_limit_above_the_batchs_activations_still_binds() -> None:

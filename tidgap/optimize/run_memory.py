@@ -16,7 +16,10 @@ recomputing stages and for stages that store graphs (which also keep the receive
 reaching past their last op; a forward copies its part of a chunk). It counts them in
 :data:`FINE` units, a 65536th of a sample's activations, rounded up (a stage may hold
 more than its whole batch's activations: inputs and draws, tensors made once per forward,
-the task's), and compares them with each level's byte limit where it has one, else its
+the task's; on a stage with a byte limit in force the unit is stretched, by less than one
+part in the units the limit holds, so that a plan is within the limit in units exactly when
+it is in bytes: :meth:`RunMemory.fitted`), and compares them with each level's byte limit
+where it has one, else its
 samples plus what the best 1F1B holds beyond its samples (:meth:`RunMemory.limit`, so
 the 1F1B level admits 1F1B), nothing where those are the whole batch.
 :func:`run_evaluated` gives one plan's figures for the search's result.
@@ -30,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from tidgap.backends.xp import namespace
+from tidgap.backends.xp import namespace, to_host
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.limits import MemoryLevel
@@ -43,7 +46,7 @@ from tidgap.optimize.order_genes import (
 )
 from tidgap.runtime.recompute_memory import graph_bytes, predicted_held_bytes, recompute_bytes
 from tidgap.schedules.evaluation import Evaluation
-from tidgap.schedules.held import over_limits
+from tidgap.schedules.held import ROUNDING, over_limits
 
 #: Fine units per sample: a search counting memory as ``tidgap run`` holds it counts each
 #: stage in ``1 / FINE`` of a sample's activations (a power of two: scaling is exact).
@@ -121,6 +124,34 @@ class RunMemory:
             xp.asarray(figures), xp.asarray(activation, dtype=xp.float64), B, problem.unit, compiled
         )
 
+    def fitted(self, caps: tuple[float, ...] | None) -> RunMemory:
+        """These figures with each stage's unit fitted to its byte limit in ``caps``
+        ``(S,)`` (``inf``: none; ``None``: on no stage; a level's ``bytes_cap``): a unit
+        ``u`` a little above ``activation / FINE`` (by less than one part in ``L``, the
+        limit's units) such that ``cap * FINE / u`` rounds to ``L`` or a few ulps below.
+        :meth:`held` then counts a plan holding at most ``cap`` bytes at most ``L`` units
+        and one holding a byte more over ``L``, and :meth:`limit` allows ``L``; with the
+        unit ``activation / FINE`` the limit (rounded down) and the plan (rounded up) fall
+        apart, and a plan holding exactly the limit, the best 1F1B's own bytes, was
+        refused. Another byte limit on the stage is kept as before (a plan within one unit
+        under it may be refused)."""
+        if caps is None:
+            return self
+        xp = namespace(self.activation)
+        activation = to_host(self.activation).astype(np.float64)
+        for s, cap in enumerate(caps):
+            unit = float(activation[s])
+            if not (np.isfinite(cap) and unit > 0):
+                continue
+            whole = np.floor(cap * FINE / unit)
+            if whole < 1:
+                continue
+            unit = cap * FINE / whole
+            while cap * FINE / unit > whole:
+                unit = np.nextafter(unit, np.inf)
+            activation[s] = unit
+        return replace(self, activation=xp.asarray(activation, dtype=xp.float64))
+
     def with_reference(self, peaks: Any, forward: Any, backward: Any, lead: Any) -> RunMemory:
         """These figures with :attr:`overhead` set from one reference plan (the best 1F1B:
         ``(1, S)`` peaks and ``(1, S, K)`` genes): what it holds beyond its samples, so that
@@ -132,7 +163,9 @@ class RunMemory:
     def limit(self, level: MemoryLevel) -> Any:
         """``(S,)`` int64: what ``level`` allows each stage, in :data:`FINE` units: where it
         has a byte limit, that limit in units rounded down (even above the batch's
-        activations); else its samples and the best 1F1B's :attr:`overhead`, or
+        activations; as model.md, bytes within :data:`~tidgap.schedules.held.ROUNDING`
+        above a limit are at it, so a limit :meth:`fitted` a few ulps below ``L`` units
+        allows ``L``); else its samples and the best 1F1B's :attr:`overhead`, or
         :data:`NO_LIMIT` where they are the whole batch."""
         xp = namespace(self.activation)
         samples = xp.asarray(level.held, dtype=xp.int64)
@@ -144,9 +177,8 @@ class RunMemory:
             return held
         caps = xp.asarray(level.bytes_cap, dtype=xp.float64)
         binding = xp.isfinite(caps) & (self.activation > 0)
-        units = xp.floor(
-            xp.where(binding, caps, 0.0) * FINE / xp.where(binding, self.activation, 1.0)
-        )
+        units = xp.where(binding, caps, 0.0) * FINE / xp.where(binding, self.activation, 1.0)
+        units = xp.floor(units + units * ROUNDING)
         return xp.where(binding, units.astype(xp.int64), held)
 
     def held(self, peaks: Any, forward: Any, backward: Any, lead: Any) -> Any:

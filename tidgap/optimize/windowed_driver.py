@@ -422,7 +422,14 @@ def prepare_windowed(
         compiled = None if record.run_memory is None else load(record.run_memory)
         memory = RunMemory.of(problem, xp, compiled)
     if memory is not None:
-        memory = referenced(memory, problem, baselines["1f1b"], width, evaluator, breeding[1])
+        memory = referenced(
+            memory.fitted(in_force.bytes_cap),
+            problem,
+            baselines["1f1b"],
+            width,
+            evaluator,
+            breeding[1],
+        )
     space = JointSpace(evaluator, *caps, width, *breeding, backward=backward, memory=memory)
     with phases("seeding"):
         capped = [p for level in levels for p in capped_one_f_one_b(problem, level, width)]
