@@ -112,6 +112,34 @@ def test_every_outcome_settles_the_future(task: _Task, raised: type) -> None:
     assert cancelled.cancelled()
 
 
+def _never() -> None:
+    return None
+
+
+@pytest.mark.parametrize("own", [None, _never])
+def test_search_many_on_a_cluster_stops_on_the_pools_stop(own: Any) -> None:
+    """``search_many`` given a :class:`ClusterPool` (and no ``interrupted``, or one of the
+    caller's own) polls the pool's stop: a search with a minute to run ends at its next
+    generation (it ran the minute: only the sweep passed the pool's stop)."""
+    problem = load_problem("example:hetero-8")
+    with _cluster(1) as cluster, distributed.Client(cluster) as client:
+        pool = ClusterPool(client)
+
+        def stop_once_running() -> None:
+            deadline = time.monotonic() + 60
+            while not any(client.processing().values()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)
+            pool.stop(signal.SIGINT)
+
+        stopper = threading.Thread(target=stop_once_running, daemon=True)
+        stopper.start()
+        started = time.monotonic()
+        (result,) = search_many([problem], executor=pool, time_limit=60, interrupted=own)
+        assert time.monotonic() - started < 45
+        assert result.stop_reason == "SIGINT"
+
+
 def test_a_stop_skips_the_searches_of_a_cluster_without_workers() -> None:
     """They waited for a worker for good: a sweep's first Ctrl-C did nothing."""
     with _cluster(0) as cluster, distributed.Client(cluster) as client:

@@ -271,6 +271,34 @@ def test_a_worker_stop_signal_stops_its_search_and_skips_the_next(
         many._search(PROBLEMS[0], 0, options)
 
 
+def _never() -> None:
+    """A caller's own ``interrupted`` that never stops a search."""
+    return None
+
+
+def test_the_callers_own_interrupted_does_not_deafen_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker's stop signal stops a search given its own ``interrupted`` too (it replaced
+    the worker's: the search ran all its generations), and that one still stops it."""
+    signals = StopSignals()
+    monkeypatch.setattr(many, "_worker_signals", signals)
+
+    def signal_arrives(progress: object) -> None:
+        signals.signum = signal.SIGINT
+
+    options = {"generations": 300, "population": 32, "on_progress": signal_arrives}
+    result = many._search(PROBLEMS[0], 0, options | {"interrupted": _never})
+    assert result.stop_reason == "SIGINT" and result.generations < 10
+    signals.signum = None
+    result = many._search(PROBLEMS[0], 0, options | {"on_progress": None, "interrupted": _mine})
+    assert result.stop_reason == "mine" and result.generations < 10
+
+
+def _mine() -> str:
+    return "mine"
+
+
 def assert_interrupted(script: str) -> None:
     """``script`` (Python; ``tidgap``, ``os``, ``signal``, ``threading`` imported), run in
     a new session (a signal it sends itself reaches it alone), prints ``interrupted``

@@ -283,7 +283,6 @@ def sweep_command(
                 generations=generations,
                 time_limit=time_limit,
                 backend=backend,
-                **_cluster_options(executor),
             )
         rows = _write(problems, plans, summaries, results)
     if signals.received():
@@ -321,13 +320,6 @@ def _first_failure(failed: SearchFailed | None) -> int | None:
     skipped = (KeyboardInterrupt, CancelledError, Skipped)
     own = [i for i, error in failed.errors.items() if not isinstance(error, skipped)]
     return min(own, default=None)
-
-
-def _cluster_options(executor: Executor) -> dict[str, Any]:
-    """The search option a cluster's searches need to stop on the launcher's signal
-    (:attr:`~tidgap.optimize.cluster.ClusterPool.interrupted`); none for a local pool,
-    whose workers hear it themselves."""
-    return {"interrupted": executor.interrupted} if isinstance(executor, ClusterPool) else {}
 
 
 def _search_all(

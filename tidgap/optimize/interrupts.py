@@ -14,8 +14,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tidgap.held_signals import handling
 from tidgap.outputs.atomic import abandon_writes, awaiting_stream
@@ -49,6 +50,29 @@ def end_now(signum: int, line: str | None = None) -> NoReturn:
     sys.stderr.flush()
     abandon_writes()
     os._exit(exit_status(signum))
+
+
+@dataclass(frozen=True)
+class FirstStop:
+    """A search's ``interrupted`` that asks each of ``checks`` in turn and says what the
+    first to answer says (``None`` when none does): a pool's stop beside the caller's own
+    ``interrupted``. It pickles where they do."""
+
+    checks: tuple[Callable[[], str | None], ...]
+
+    def __call__(self) -> str | None:
+        for check in self.checks:
+            reason = check()
+            if reason is not None:
+                return reason
+        return None
+
+
+def also_stopped_by(options: dict[str, Any], check: Callable[[], str | None]) -> dict[str, Any]:
+    """Search ``options`` whose ``interrupted`` polls ``check`` too (first), besides the one
+    they give, if any."""
+    given = options.get("interrupted")
+    return {**options, "interrupted": check if given is None else FirstStop((check, given))}
 
 
 class StopSignals:

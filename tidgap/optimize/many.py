@@ -26,7 +26,7 @@ from tidgap.model.numbers import copied_list
 from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.cluster import ClusterPool
 from tidgap.optimize.driver import search
-from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals
+from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals, also_stopped_by
 from tidgap.optimize.optimizer import Stopping, at_least, checked_search
 from tidgap.optimize.results import SearchResult
 
@@ -195,7 +195,7 @@ def _search(problem: Problem, seed: int, options: dict[str, Any]) -> SearchResul
         received = _stop_received()
         if received is not None:
             raise KeyboardInterrupt(f"{received} before the search started")
-        options = {"interrupted": _stop_received, **options}
+        options = also_stopped_by(options, _stop_received)  # the caller's own, if any, too
     return search(problem, seed=seed, **options)
 
 
@@ -242,6 +242,10 @@ def search_many(
     from their start in fresh pools; one killed again in a pool of its own fails with
     :class:`WorkerKilled`.
 
+    An ``interrupted`` of the options is polled beside the pool's own stop (a
+    :class:`LocalPool`'s signals, a :class:`~tidgap.optimize.cluster.ClusterPool`'s
+    :meth:`~tidgap.optimize.cluster.ClusterPool.stop`): either stops a search.
+
     ``checkpoint`` and ``resume`` are refused (``TypeError``): one state file given to every
     task would be written by all the searches at once, and resume only one of the problems.
     """
@@ -267,6 +271,8 @@ def search_many(
         checked_search(problem, seed=seed, **checked)
     if not problems:
         return []
+    if isinstance(executor, ClusterPool):  # its workers poll its stop (the caller's, too)
+        search_options = also_stopped_by(search_options, executor.interrupted)
     owned: AbstractContextManager[Executor] = (
         default_pool(len(problems)) if executor is None else nullcontext(executor)
     )
