@@ -3,6 +3,8 @@ samples within a byte limit (as evaluate counts them), levels and the penalised 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -15,10 +17,12 @@ from tidgap.optimize.limits import (
     OVER_LIMIT,
     MemoryLevel,
     bytes_level,
+    capped,
     held_within,
     limit_in_force,
     parse_memory_limit,
     penalised,
+    scaled,
     stage_level,
     tradeoff_levels,
 )
@@ -170,7 +174,8 @@ def levels_case(draw: st.DrawFn) -> tuple[Problem, MemoryLevel, MemoryLevel]:
     the level in force for a random ``--memory-limit`` (none, ``1f1b`` or bytes)."""
     problem = draw(problems_with_memory())
     stages, samples = problem.num_stages, st.integers(1, problem.batch_size)
-    one_f_one_b = MemoryLevel("1F1B", tuple(draw(samples) for _ in range(stages)))
+    held = tuple(draw(samples) for _ in range(stages))
+    one_f_one_b = MemoryLevel("1F1B", held, samples_bind=(True,) * stages)
     requested = draw(st.none() | st.just("1f1b") | st.integers(1, 20000))
     return problem, one_f_one_b, limit_in_force(problem, requested, one_f_one_b)
 
@@ -184,6 +189,42 @@ def test_the_stages_own_limits_cap_every_level(
     own = stage_level(problem).held
     for level in [in_force, *tradeoff_levels(problem, in_force, one_f_one_b)]:
         assert all(h <= o for h, o in zip(level.held, own, strict=True)), level
+
+
+@given(levels_case())
+@EXAMPLES
+def test_every_level_keeps_every_byte_limit_in_force(
+    case: tuple[Problem, MemoryLevel, MemoryLevel],
+) -> None:
+    """Each stage's own ``memory_limit`` (and the level in force's byte limit) stays a byte
+    limit of every level, also where a level's samples bind there: a search counting memory
+    as ``tidgap run`` holds it compares with the bytes (a tie of the best 1F1B's samples
+    with a stage's limit in samples dropped the stage's bytes: the 1F1B's graphs, over
+    them, were admitted)."""
+    problem, one_f_one_b, in_force = case
+    for level in [in_force, *tradeoff_levels(problem, in_force, one_f_one_b)]:
+        for s, stage in enumerate(problem.stages):
+            if stage.memory_limit is not None:
+                assert level.bytes_cap is not None, level
+                assert level.bytes_cap[s] <= stage.memory_limit, (level, s)
+            if in_force.bytes_cap is not None and level is in_force:
+                assert level.bytes_cap[s] <= in_force.bytes_cap[s]
+
+
+def test_the_best_1f1bs_samples_bind_where_they_tie_or_fill_the_batch() -> None:
+    """Capped by a stage's limit of as many samples, the 1F1B level keeps both bounds; a
+    factor above 1 that reaches the whole batch binds nothing there."""
+    one_f_one_b = MemoryLevel("1F1B", (3, 2, 12), samples_bind=(True, True, True))
+    stages = MemoryLevel("stage memory_limit", (3, 12, 12), (1000.0, math.inf, math.inf))
+    level = capped(one_f_one_b, stages, 12)
+    assert level.held == (3, 2, 12)
+    assert level.bytes_cap == (1000.0, math.inf, math.inf)
+    assert level.samples_bind == (True, True, True)
+    double = scaled(one_f_one_b, 2.0, 12)
+    assert double.held == (6, 4, 12) and double.samples_bind == (True, True, False)
+    assert scaled(one_f_one_b, 1.0, 12).samples_bind == (True, True, True)
+    below = capped(one_f_one_b, MemoryLevel("8 kB", (2, 3, 12), (800.0,) * 3), 12)
+    assert below.bytes_cap == (800.0,) * 3 and below.samples_bind == (False, True, True)
 
 
 @given(levels_case())

@@ -35,9 +35,10 @@ from tidgap.optimize.run_memory import (
     least_bytes,
     run_evaluated,
 )
-from tidgap.optimize.windowed_seeds import encode_plans
+from tidgap.optimize.windowed_seeds import encode_plans, one_f_one_b_level
 from tidgap.profiling.synth import synth_problem
 from tidgap.runtime.lowering import recomputes
+from tidgap.runtime.pricing import run_evaluation
 from tidgap.runtime.recompute_memory import (
     CHUNK_FIELD,
     FIELDS,
@@ -48,6 +49,7 @@ from tidgap.runtime.recompute_memory import (
     recompute_held_bytes,
     stored_held_bytes,
 )
+from tidgap.schedules.baselines import BaselineResult
 from tidgap.schedules.families import SCHEDULES, evaluate
 
 #: A 2-stage GPT's figures as ``tidgap profile`` measured them (bytes per sample): the
@@ -166,7 +168,9 @@ def test_the_compiled_twin_counts_as_the_array_passes(
     genes, peaks = population(problem, "numba", 300, 2)
     figures = RunMemory.of(problem)
     assert figures is not None
-    for memory in (figures, bytewise(figures)):
+    fitted = figures.fitted((3.5e4,) * stages)  # units of a fitted byte limit
+    assert (fitted.activation != figures.activation).all()
+    for memory in (figures, bytewise(figures), fitted):
         on_device = replace(memory, figures=xp.asarray(memory.figures), compiled=held)
         on_device = replace(on_device, activation=xp.asarray(memory.activation))
         arrays = memory.held(peaks, genes.forward, genes.backward, genes.lead)
@@ -215,9 +219,11 @@ def test_a_level_allows_its_byte_limit_where_one_binds() -> None:
     assert level.held == (2, 1)
     expected = [int(4_000_000 * FINE // a) for a in GPT_MEMORY["activation_bytes"]]
     assert figures.limit(level).tolist() == expected
-    assert figures.limit(MemoryLevel("1F1B", (3, 2))).tolist() == [3 * FINE, 2 * FINE]
-    both = capped(MemoryLevel("1F1B", (3, 1)), level, 16)
-    assert figures.limit(both).tolist() == [expected[0], FINE]
+    binding = (True, True)
+    one_f_one_b = MemoryLevel("1F1B", (3, 2), samples_bind=binding)
+    assert figures.limit(one_f_one_b).tolist() == [3 * FINE, 2 * FINE]
+    both = capped(MemoryLevel("1F1B", (3, 1), samples_bind=binding), level, 16)
+    assert figures.limit(both).tolist() == [expected[0], FINE]  # the bytes, the samples
     unlimited = figures.limit(MemoryLevel("unlimited", (16, 16)))
     assert unlimited.tolist() == [NO_LIMIT, NO_LIMIT]
 
@@ -243,6 +249,80 @@ def test_a_byte_limit_at_a_plans_own_bytes_admits_it() -> None:
             figures = figures.fitted(level.bytes_cap)
             held = figures.held(peaks, genes.forward, genes.backward, genes.lead)
             assert bool((held <= figures.limit(level)).all()) is admitted, (m, limit)
+    # the search fits its units to the limit: under 1F1B(2)'s own bytes it is not slower
+    plan = SCHEDULES["1f1b"].baseline(problem, 2)
+    one_f_one_b = run_evaluated(problem, plan, run_evaluation(problem, plan))
+    assert one_f_one_b.peak_memory is not None
+    cap = int(max(one_f_one_b.peak_memory))
+    result = search(problem, **SEARCH | {"generations": 30}, memory_limit=cap)
+    assert result.evaluation.iteration_time <= one_f_one_b.iteration_time
+    assert result.evaluation.peak_memory is not None
+    assert max(result.evaluation.peak_memory) <= cap
+
+
+def cheap_ops(stage_limit: float | None = None) -> dict[str, Any]:
+    """2 stages of small per-op costs and batch 8 (the best 1F1B runs 8 microbatches,
+    holding 2 and 1 samples), stage 0 limited to ``stage_limit`` bytes."""
+    stage = {
+        "forward": {"affine": {"base": 0.01, "per_sample": 1.0}},
+        "backward": {"affine": {"base": 0.02, "per_sample": 2.0}},
+    }
+    link = {"affine": {"base": 0.001, "per_sample": 0.01}}
+    stages = [stage | {"name": "s0"}, stage | {"name": "s1"}]
+    if stage_limit is not None:
+        stages[0]["memory_limit"] = stage_limit
+    return {
+        "format": "tidgap.problem/1",
+        "name": "cheap-ops",
+        "batch_size": 8,
+        "unit": 1,
+        "time_unit": "ms",
+        "stages": stages,
+        "links": [{"forward": link, "backward": link}],
+    }
+
+
+def test_a_stage_limit_of_the_best_1f1bs_samples_binds_its_bytes() -> None:
+    """A stage limited to exactly the samples the best 1F1B holds there: that 1F1B's
+    graphs hold more than those samples' activations, over the limit as the runtime holds
+    them. Under ``--memory-limit 1f1b`` the search returned it all the same (the level's
+    samples tied the stage's and dropped its bytes); now its plan is within both."""
+    plain = profiled(cheap_ops(), GPT_MEMORY)
+    best = search(plain, **SEARCH | {"generations": 1}).baselines["1f1b"]
+    plan = SCHEDULES["1f1b"].baseline(plain, best.microbatches)
+    evaluation = evaluate(plain, plan)
+    one_f_one_b = run_evaluated(plain, plan, evaluation).peak_memory
+    assert best.microbatches == 8 and evaluation.peak_held == [2, 1] and one_f_one_b
+    limit = 2 * GPT_MEMORY["activation_bytes"][0]
+    assert one_f_one_b[0] > limit
+    problem = profiled(cheap_ops(limit), GPT_MEMORY)
+    result = search(problem, **SEARCH, memory_limit="1f1b")
+    held = result.evaluation.peak_memory
+    assert held is not None and held[0] <= limit and held[1] <= one_f_one_b[1]
+
+
+def test_the_1f1b_level_bounds_the_bytes_where_1f1b_holds_the_whole_batch() -> None:
+    """Where the best 1F1B holds the whole batch, its level allows what 1F1B holds there
+    (at least the batch's activations), not anything: random plans holding the batch in
+    more chunks hold more, and were admitted."""
+    problem = profiled(synth_problem(0, 3, 16), random_memory(3, np.random.default_rng(0), 0))
+    plan = SCHEDULES["1f1b"].baseline(problem, 1)
+    genes = encode_plans([plan], problem, 8)
+    peaks = np.asarray([evaluate(problem, plan).peak_held])
+    assert peaks.tolist() == [[16, 16, 16]]
+    figures = RunMemory.of(problem)
+    assert figures is not None
+    figures = figures.with_reference(peaks, genes.forward, genes.backward, genes.lead)
+    reference = figures.held(peaks, genes.forward, genes.backward, genes.lead)[0]
+    level = one_f_one_b_level(problem, BaselineResult("1f1b", 1, 0.0))
+    others, other_peaks = population(problem, "numpy", 2000, 3)
+    held = figures.held(other_peaks, others.forward, others.backward, others.lead)
+    beyond = (held > np.maximum(reference, 16 * FINE)).any(axis=1)
+    admitted = (held <= figures.limit(level)).all(axis=1)
+    assert beyond.sum() > 100 and not (admitted & beyond).any()
+    assert admitted.sum() > 1000
+    unlimited = figures.limit(MemoryLevel("unlimited", (16, 16, 16)))
+    assert unlimited.tolist() == [NO_LIMIT] * 3
 
 
 def test_fitted_units_compare_as_bytes() -> None:
@@ -266,6 +346,11 @@ def test_fitted_units_compare_as_bytes() -> None:
         held = caps + step
         units = fine_units(held[None, :], fitted.activation, np.zeros((1, S)))[0]
         assert ((units <= limit) == (held <= caps)).all(), step
+    huge = figures.fitted((1e305,) * S)  # more units than any count: nothing to fit
+    np.testing.assert_array_equal(huge.activation, activation)
+    assert (huge.limit(MemoryLevel("huge", (2**40,) * S, (1e305,) * S)) == NO_LIMIT).all()
+    tiny = replace(figures, activation=np.full(S, 1e-9))  # 1.5 MB are 2**66 units: no limit
+    assert (tiny.limit(MemoryLevel("tiny", (2**40,) * S, (1.5e6,) * S)) == NO_LIMIT).all()
     unfitted = fine_units(caps[None, :], activation, np.zeros((1, S)))[0]
     refused = unfitted > figures.limit(level)
     assert refused[S // 2 :].mean() > 0.9  # under 1e12 units the limit refused itself

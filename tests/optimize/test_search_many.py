@@ -299,6 +299,16 @@ def _mine() -> str:
     return "mine"
 
 
+def test_first_stop_takes_the_first_answer_and_false_for_none() -> None:
+    from tidgap.optimize.interrupts import FirstStop
+
+    assert FirstStop((lambda: False, lambda: "SIGINT"))() == "SIGINT"
+    assert FirstStop((lambda: None, lambda: True))() is True
+    assert FirstStop((lambda: "SIGTERM", lambda: "SIGINT"))() == "SIGTERM"
+    assert FirstStop((lambda: None, lambda: False))() is None
+    assert pickle.loads(pickle.dumps(FirstStop((_never, _mine))))() == "mine"
+
+
 def assert_interrupted(script: str) -> None:
     """``script`` (Python; ``tidgap``, ``os``, ``signal``, ``threading`` imported), run in
     a new session (a signal it sends itself reaches it alone), prints ``interrupted``

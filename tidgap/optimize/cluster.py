@@ -118,7 +118,8 @@ class ClusterPool(Executor):
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        #: the searches' ``interrupted`` (give it to each one's options)
+        #: the searches' ``interrupted`` (:func:`~tidgap.optimize.many.search_many` gives it
+        #: to each one's options; give it to those of a task submitted otherwise)
         self.interrupted = ClusterStop(f"tidgap-stop-{uuid.uuid4().hex}")
         self._tasks: dict[str, tuple[Any, Future[Any]]] = {}  # not settled yet, by key
         self._lock = threading.Lock()

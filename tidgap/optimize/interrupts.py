@@ -55,15 +55,15 @@ def end_now(signum: int, line: str | None = None) -> NoReturn:
 @dataclass(frozen=True)
 class FirstStop:
     """A search's ``interrupted`` that asks each of ``checks`` in turn and says what the
-    first to answer says (``None`` when none does): a pool's stop beside the caller's own
-    ``interrupted``. It pickles where they do."""
+    first to answer says (``None`` when none does; ``None`` and ``False`` are no answer):
+    a pool's stop beside the caller's own ``interrupted``. It pickles where they do."""
 
     checks: tuple[Callable[[], str | None], ...]
 
     def __call__(self) -> str | None:
         for check in self.checks:
             reason = check()
-            if reason is not None:
+            if reason is not None and reason is not False:
                 return reason
         return None
 

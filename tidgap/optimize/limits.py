@@ -36,15 +36,19 @@ STAGE_LIMITS = "stage memory_limit"
 class MemoryLevel:
     """``held[s]``: the most samples stage ``s`` may hold; ``label`` says where it comes
     from (``1F1B``, ``1.5x 1F1B``, ``8 GB``, ``unlimited``); ``bytes_cap[s]``: the byte
-    limit ``held[s]`` was rounded down from (``inf`` where the samples bind, or no byte
-    limit applies; ``None``: on no stage), even where it allows the whole batch, which a
-    search counting bytes as ``tidgap run`` holds them compares with
+    limit in force on stage ``s`` (``inf`` where none; ``None``: on no stage), even where
+    it allows the whole batch; ``samples_bind[s]``: whether ``held[s]`` are a bound of
+    their own, the best 1F1B's samples (``None``: on no stage), not a byte limit's
+    rounded down or the whole batch of no limit. A search counting bytes as ``tidgap run``
+    holds them compares with the byte limit and, where the samples bind, with the samples
+    and what the best 1F1B holds beside them, even at the whole batch
     (:meth:`tidgap.optimize.run_memory.RunMemory.limit`: a stage can hold more than its
     batch's activations)."""
 
     label: str
     held: tuple[int, ...]
     bytes_cap: tuple[float, ...] | None = None
+    samples_bind: tuple[bool, ...] | None = None
 
     def admits(self, peak_held: list[int]) -> bool:
         """Whether a plan holding ``peak_held[s]`` samples is within this level."""
@@ -133,31 +137,35 @@ def bytes_level(problem: Problem, limit: int) -> MemoryLevel:
 
 def scaled(level: MemoryLevel, factor: float, batch_size: int) -> MemoryLevel:
     """``factor`` times ``level`` (samples rounded down, at most the batch; a level in
-    samples: the best 1F1B's)."""
+    samples: the best 1F1B's), whose samples bind where ``level``'s do, but where a
+    factor above 1 reaches the whole batch (no limit there)."""
     held = tuple(min(batch_size, int(h * factor)) for h in level.held)
     label = level.label if factor == 1 else f"{factor:g}x {level.label}"
-    return MemoryLevel(label, held)
+    bind = level.samples_bind or (False,) * len(held)
+    binds = tuple(b and (factor == 1 or h < batch_size) for b, h in zip(bind, held, strict=True))
+    return MemoryLevel(label, held, samples_bind=binds if any(binds) else None)
 
 
 def capped(level: MemoryLevel, cap: MemoryLevel, batch_size: int) -> MemoryLevel:
     """``level`` within ``cap`` stage by stage (the stages' own limits stay in force): the
-    fewer samples, with the byte limit behind them; on a tie below the whole batch the
-    samples bind if they do on either, else the smaller byte limit; at the whole batch
-    (``batch_size``), where samples limit nothing, the smaller byte limit."""
+    fewer samples, binding where they do on the side they come from (on a tie, on
+    either), and the smaller byte limit: a plan within it is within both, also where the
+    samples bind (a stage storing graphs holds more than its samples' activations, so
+    the best 1F1B's samples at a stage's limit in samples can be over its bytes)."""
     held = tuple(map(min, level.held, cap.held))
+    count = len(held)
+    ours, theirs = level.samples_bind or (False,) * count, cap.samples_bind or (False,) * count
+    binds = tuple(
+        p if a < b else q if a > b else p or q
+        for a, b, p, q in zip(level.held, cap.held, ours, theirs, strict=True)
+    )
+    bind = binds if any(binds) else None
     if level.bytes_cap is None and cap.bytes_cap is None:
-        return MemoryLevel(level.label, held)
-    ours = level.bytes_cap or (math.inf,) * len(held)
-    theirs = cap.bytes_cap or (math.inf,) * len(held)
-    caps = []
-    for a, b, x, y in zip(level.held, cap.held, ours, theirs, strict=True):
-        if a != b:
-            caps.append(x if a < b else y)
-        elif a < batch_size and math.inf in (x, y):
-            caps.append(math.inf)
-        else:
-            caps.append(min(x, y))
-    return MemoryLevel(level.label, held, tuple(caps))
+        return MemoryLevel(level.label, held, samples_bind=bind)
+    ours_cap = level.bytes_cap or (math.inf,) * count
+    theirs_cap = cap.bytes_cap or (math.inf,) * count
+    caps = tuple(map(min, ours_cap, theirs_cap))
+    return MemoryLevel(level.label, held, caps, bind)
 
 
 def limit_in_force(

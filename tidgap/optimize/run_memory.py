@@ -84,17 +84,17 @@ CompiledHeld = Callable[[Any, Any, Any, Any, "RunMemory"], Any]
 @dataclass(frozen=True)
 class RunMemory:
     """The figures that say what stages hold as ``tidgap run`` runs them, per stage, on the
-    search's array module:
-    ``figures`` ``(ROWS, S)`` float64 (rows :data:`INPUT`, :data:`OUTPUT` (the next
-    stage's input; 0 on the last), :data:`DRAWS`, :data:`BACKWARD` in bytes per sample,
-    :data:`TASK` in bytes, :data:`GRAPH_SAMPLE` and :data:`GRAPH_CHUNK`:
-    :class:`~tidgap.runtime.recompute_memory.GraphBytes`, :data:`BACKWARD_CHUNK` in
-    bytes), ``activation`` ``(S,)``
-    (``activation_bytes``), ``unit`` samples per partition unit, the backend's ``compiled``
-    twin of :meth:`held`, if any, and ``overhead`` ``(S,)``: the units the best 1F1B holds
-    beyond its samples (:meth:`with_reference`), which a limit in samples allows. The
-    figures are rounded up to whole bytes (``tidgap profile`` writes whole bytes), so every
-    backend sums exact integers."""
+    search's array module: ``figures`` ``(ROWS, S)`` float64 (rows :data:`INPUT`,
+    :data:`OUTPUT` (the next stage's input; 0 on the last), :data:`DRAWS`,
+    :data:`BACKWARD` in bytes per sample, :data:`TASK` in bytes, :data:`GRAPH_SAMPLE` and
+    :data:`GRAPH_CHUNK`: :class:`~tidgap.runtime.recompute_memory.GraphBytes`,
+    :data:`BACKWARD_CHUNK` in bytes), ``activation`` ``(S,)``: the bytes :data:`FINE`
+    units make (``activation_bytes``; a little more on a stage :meth:`fitted` to a byte
+    limit), ``unit`` samples per partition unit, the backend's ``compiled`` twin of
+    :meth:`held`, if any, and ``overhead`` ``(S,)``: the units the best 1F1B holds beyond
+    its samples (:meth:`with_reference`), which a limit in samples allows. The figures are
+    rounded up to whole bytes (``tidgap profile`` writes whole bytes), so every backend
+    sums exact integers."""
 
     figures: Any
     activation: Any
@@ -126,9 +126,11 @@ class RunMemory:
 
     def fitted(self, caps: tuple[float, ...] | None) -> RunMemory:
         """These figures with each stage's unit fitted to its byte limit in ``caps``
-        ``(S,)`` (``inf``: none; ``None``: on no stage; a level's ``bytes_cap``): a unit
-        ``u`` a little above ``activation / FINE`` (by less than one part in ``L``, the
-        limit's units) such that ``cap * FINE / u`` rounds to ``L`` or a few ulps below.
+        ``(S,)`` (``inf``: none; ``None``: on no stage; a level's ``bytes_cap``):
+        :attr:`activation` ``a`` made a little larger, ``a'`` (by less than one part in
+        ``L = floor(cap * FINE / a)``, the limit's units, below ``2**53`` of them), such that
+        ``cap * FINE / a'`` rounds to ``L`` or a few ulps below (a unit is ``a' / FINE``
+        bytes); not where ``L`` is 0 or :data:`NO_LIMIT` or more.
         :meth:`held` then counts a plan holding at most ``cap`` bytes at most ``L`` units
         and one holding a byte more over ``L``, and :meth:`limit` allows ``L``; with the
         unit ``activation / FINE`` the limit (rounded down) and the plan (rounded up) fall
@@ -144,7 +146,7 @@ class RunMemory:
             if not (np.isfinite(cap) and unit > 0):
                 continue
             whole = np.floor(cap * FINE / unit)
-            if whole < 1:
+            if not 1 <= whole < NO_LIMIT:  # no unit to fit, or none a limit can hold
                 continue
             unit = cap * FINE / whole
             while cap * FINE / unit > whole:
@@ -165,21 +167,27 @@ class RunMemory:
         has a byte limit, that limit in units rounded down (even above the batch's
         activations; as model.md, bytes within :data:`~tidgap.schedules.held.ROUNDING`
         above a limit are at it, so a limit :meth:`fitted` a few ulps below ``L`` units
-        allows ``L``); else its samples and the best 1F1B's :attr:`overhead`, or
-        :data:`NO_LIMIT` where they are the whole batch."""
+        allows ``L``), and where its samples bind (``samples_bind``) also its samples and the
+        best 1F1B's :attr:`overhead`, the least of the two; else those samples and
+        overhead, or :data:`NO_LIMIT` where they are the whole batch and do not bind."""
         xp = namespace(self.activation)
+        S = len(level.held)
         samples = xp.asarray(level.held, dtype=xp.int64)
+        bind = xp.asarray(level.samples_bind or (False,) * S, dtype=bool)
         held = samples * FINE
         if self.overhead is not None:
             held = held + self.overhead
-        held = xp.where(samples >= self.batch_size, NO_LIMIT, held)
+        held = xp.where((samples >= self.batch_size) & ~bind, NO_LIMIT, held)
         if level.bytes_cap is None:
             return held
         caps = xp.asarray(level.bytes_cap, dtype=xp.float64)
         binding = xp.isfinite(caps) & (self.activation > 0)
-        units = xp.where(binding, caps, 0.0) * FINE / xp.where(binding, self.activation, 1.0)
-        units = xp.floor(units + units * ROUNDING)
-        return xp.where(binding, units.astype(xp.int64), held)
+        # caps / activation, then times FINE (a power of two: the same float as caps * FINE
+        # / activation, which the counts compute), at most NO_LIMIT (no overflow to 1e308)
+        in_samples = xp.where(binding, caps, 0.0) / xp.where(binding, self.activation, 1.0)
+        units = xp.minimum(in_samples, NO_LIMIT // FINE) * FINE
+        units = xp.minimum(xp.floor(units + units * ROUNDING), NO_LIMIT).astype(xp.int64)
+        return xp.where(binding, xp.where(bind, xp.minimum(units, held), units), held)
 
     def held(self, peaks: Any, forward: Any, backward: Any, lead: Any) -> Any:
         """``(P, S)`` int64, in :data:`FINE` units, what each stage holds as ``tidgap run``
