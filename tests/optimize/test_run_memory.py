@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.support.backends import install_fake_cupy, run_here
+from tests.support.cli_helpers import json_output, run_cli, write_json
 from tests.support.shares import many_uneven_shares
 from tidgap import InputError, Problem, search
 from tidgap.backends import BACKENDS, load
@@ -565,6 +566,33 @@ def test_evaluate_says_what_recomputing_stages_hold_when_run() -> None:
     shown = f"{format_bytes(held[0])} (the model's {format_bytes(model[0])})"
     assert f"stage(s) holding {shown}" in note
     assert "holding" not in (run_note(profiled(synth_problem(4, 2, 16), None), plan) or "x")
+
+
+def test_evaluate_says_what_every_stage_holds_when_run(tmp_path: Any) -> None:
+    """The best 1F1B of a stage limited to its samples is within the limit by the model,
+    and over it as ``tidgap run`` holds it (its graphs): ``evaluate`` says both, as the
+    search's summary did (evaluate said "within every limit" alone); its ``--json`` stays
+    the model's object."""
+    limit = 2 * GPT_MEMORY["activation_bytes"][0]
+    problem = profiled(cheap_ops(limit), GPT_MEMORY)
+    path = write_json(tmp_path / "p.json", problem.model_dump(mode="json", exclude_none=True))
+    plan = SCHEDULES["1f1b"].baseline(problem, 8)
+    held = run_evaluated(problem, plan, evaluate(problem, plan)).peak_memory
+    assert held is not None
+    done = run_cli("evaluate", str(path), "--schedule", "1f1b", "-m", "8")
+    assert done.exit_code == 0, done.output
+    shown = ", ".join(map(format_bytes, held))
+    assert "per stage: 3.22 MB, 2.15 MB; within every limit" in done.output
+    assert f"as tidgap run holds it (source.memory): {shown}; over the memory limit on stage 0" in (
+        done.output
+    )
+    model = json_output(run_cli("evaluate", str(path), "--schedule", "1f1b", "-m", "8", "--json"))
+    assert model["over_memory_limit"] == [] and "as tidgap run" not in str(model)
+    plain = write_json(tmp_path / "q.json", synth_problem(4, 2, 16))
+    assert (
+        "as tidgap run"
+        not in run_cli("evaluate", str(plain), "--schedule", "1f1b", "-m", "2").output
+    )
 
 
 def test_ask_and_tell_give_samples_and_keep_the_units() -> None:

@@ -23,6 +23,7 @@ from tidgap.model.lists import compact_sizes, stage_list
 from tidgap.model.plan import load_plan
 from tidgap.model.problem import Problem, load_problem
 from tidgap.optimize.memory import format_bytes
+from tidgap.optimize.run_memory import run_evaluated
 from tidgap.outputs.files import check_outputs, timeline_files, write_files
 from tidgap.schedules.baselines import require_feasible
 from tidgap.schedules.evaluation import Evaluation
@@ -42,17 +43,25 @@ from tidgap.schedules.families import (
 MAX_BASELINE_RUN_STEPS = 10**6
 
 
-def memory_lines(evaluation: Evaluation) -> list[str]:
+def memory_lines(evaluation: Evaluation, run: Evaluation | None = None) -> list[str]:
     """``peak held`` per stage (samples) and, where the problem gives ``activation_bytes``,
-    ``peak memory`` (bytes) with the stages over their limit."""
+    ``peak memory`` (bytes) with the stages over their limit; then the same as ``tidgap
+    run`` holds the plan where ``run`` (:func:`~tidgap.optimize.run_memory.run_evaluated`)
+    says otherwise (the profile's ``source.memory``: a stage's graphs hold more than its
+    samples' activations, a recomputing stage less)."""
     lines = [f"  peak held (samples per stage): {compact_sizes(evaluation.peak_held)}"]
     if evaluation.peak_memory is not None:
-        over = evaluation.over_memory_limit
-        lines.append(
-            f"  peak memory per stage: {', '.join(map(format_bytes, evaluation.peak_memory))}; "
-            + (f"over the memory limit on {stage_list(over)}" if over else "within every limit")
-        )
+        lines.append(f"  peak memory per stage: {_memory_text(evaluation)}")
+    if run is not None and run.peak_memory != evaluation.peak_memory:
+        lines.append(f"  as tidgap run holds it (source.memory): {_memory_text(run)}")
     return lines
+
+
+def _memory_text(evaluation: Evaluation) -> str:
+    """``1.2 MB, 640 kB; within every limit`` (or ``over the memory limit on stage 0``)."""
+    over = evaluation.over_memory_limit
+    within = f"over the memory limit on {stage_list(over)}" if over else "within every limit"
+    return f"{', '.join(map(format_bytes, evaluation.peak_memory or []))}; {within}"
 
 
 @click.command(name="evaluate")
@@ -80,8 +89,9 @@ def evaluate_command(
     """Iteration time of PLAN, or of a baseline with --schedule and --microbatches, with
     per-stage busy time, bubbles, peak memory and the lower bound for any flush plan; for a
     plan tidgap run runs at other op costs (recomputation, backwards over several stored
-    forward chunks), also the time tidgap run predicts (in the text; --json prints the
-    model's evaluation only, as search writes it as the plan's predicted)."""
+    forward chunks), also the time tidgap run predicts, and where the profile says what
+    stages hold (source.memory), the bytes each holds when run (in the text; --json prints
+    the model's evaluation only, as search writes it as the plan's predicted)."""
     if plan_file is not None and schedule is not None:
         raise click.UsageError("give PLAN or --schedule, not both")
     if schedule is None and microbatches is not None:
@@ -129,7 +139,8 @@ def evaluate_command(
         )
     bound = lower_bound(loaded) if family.has_flush else None
     figures = report(timeline, bound)
-    lines = memory_lines(evaluation) + format_report(figures, timeline.stage_names, unit)
+    run = run_evaluated(loaded, plan, evaluation)
+    lines = memory_lines(evaluation, run) + format_report(figures, timeline.stage_names, unit)
     for line in lines + written:
         click.echo(line)
 
@@ -176,7 +187,10 @@ def _evaluate_baseline(
         f"{schedule}({m}): iteration {time:.6g} {problem.time_unit}, throughput "
         f"{throughput_text(problem.batch_size, time, problem.time_unit)}"
     )
-    lines = [] if evaluation is None else memory_lines(evaluation)
+    lines = []
+    if evaluation is not None:
+        plan = family.baseline(problem, m)
+        lines = memory_lines(evaluation, run_evaluated(problem, plan, evaluation))
     if timeline is not None:
         bound = lower_bound(problem) if family.has_flush else None
         figures = report(timeline, bound)
