@@ -216,14 +216,14 @@ def test_the_best_1f1bs_samples_bind_where_they_tie_or_fill_the_batch() -> None:
     factor above 1 that reaches the whole batch binds nothing there."""
     one_f_one_b = MemoryLevel("1F1B", (3, 2, 12), samples_bind=(True, True, True))
     stages = MemoryLevel("stage memory_limit", (3, 12, 12), (1000.0, math.inf, math.inf))
-    level = capped(one_f_one_b, stages, 12)
+    level = capped(one_f_one_b, stages)
     assert level.held == (3, 2, 12)
     assert level.bytes_cap == (1000.0, math.inf, math.inf)
     assert level.samples_bind == (True, True, True)
     double = scaled(one_f_one_b, 2.0, 12)
     assert double.held == (6, 4, 12) and double.samples_bind == (True, True, False)
     assert scaled(one_f_one_b, 1.0, 12).samples_bind == (True, True, True)
-    below = capped(one_f_one_b, MemoryLevel("8 kB", (2, 3, 12), (800.0,) * 3), 12)
+    below = capped(one_f_one_b, MemoryLevel("8 kB", (2, 3, 12), (800.0,) * 3))
     assert below.bytes_cap == (800.0,) * 3 and below.samples_bind == (False, True, True)
 
 

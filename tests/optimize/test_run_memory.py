@@ -223,7 +223,7 @@ def test_a_level_allows_its_byte_limit_where_one_binds() -> None:
     binding = (True, True)
     one_f_one_b = MemoryLevel("1F1B", (3, 2), samples_bind=binding)
     assert figures.limit(one_f_one_b).tolist() == [3 * FINE, 2 * FINE]
-    both = capped(MemoryLevel("1F1B", (3, 1), samples_bind=binding), level, 16)
+    both = capped(MemoryLevel("1F1B", (3, 1), samples_bind=binding), level)
     assert figures.limit(both).tolist() == [expected[0], FINE]  # the bytes, the samples
     unlimited = figures.limit(MemoryLevel("unlimited", (16, 16)))
     assert unlimited.tolist() == [NO_LIMIT, NO_LIMIT]

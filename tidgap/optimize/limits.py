@@ -146,7 +146,7 @@ def scaled(level: MemoryLevel, factor: float, batch_size: int) -> MemoryLevel:
     return MemoryLevel(label, held, samples_bind=binds if any(binds) else None)
 
 
-def capped(level: MemoryLevel, cap: MemoryLevel, batch_size: int) -> MemoryLevel:
+def capped(level: MemoryLevel, cap: MemoryLevel) -> MemoryLevel:
     """``level`` within ``cap`` stage by stage (the stages' own limits stay in force): the
     fewer samples, binding where they do on the side they come from (on a tie, on
     either), and the smaller byte limit: a plan within it is within both, also where the
@@ -177,7 +177,7 @@ def limit_in_force(
     if requested is None:
         return stages
     level = one_f_one_b if requested == ONE_F_ONE_B else bytes_level(problem, int(requested))
-    return capped(level, stages, problem.batch_size)
+    return capped(level, stages)
 
 
 def tradeoff_levels(
@@ -188,7 +188,7 @@ def tradeoff_levels(
     stages' own limits; levels that equal another are dropped."""
     stages = stage_level(problem)
     B = problem.batch_size
-    levels = [capped(scaled(one_f_one_b, f, B), stages, B) for f in TRADEOFF_FACTORS]
+    levels = [capped(scaled(one_f_one_b, f, B), stages) for f in TRADEOFF_FACTORS]
     levels += [stages, in_force]
     unique: dict[tuple[int, ...], MemoryLevel] = {}
     for level in levels:

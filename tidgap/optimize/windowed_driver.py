@@ -221,7 +221,7 @@ def windowed_backend(
         return record.name
     level = stage_level(problem)
     if memory_limit is not None and memory_limit != ONE_F_ONE_B:
-        level = capped(bytes_level(problem, int(memory_limit)), level, problem.batch_size)
+        level = capped(bytes_level(problem, int(memory_limit)), level)
     width = chromosome_width(problem, max_microbatches, [1, fewest_within(problem, level)])
     if ordered_refusal(record, problem.num_stages, width) is None:
         return record.name
