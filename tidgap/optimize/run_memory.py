@@ -19,9 +19,9 @@ more than its whole batch's activations: inputs and draws, tensors made once per
 the task's; on a stage with a byte limit in force the unit is stretched, by less than one
 part in the units the limit holds, so that a plan is within the limit in units exactly when
 it is in bytes: :meth:`RunMemory.fitted`), and compares them with each level's byte limit
-where it has one, else its
-samples plus what the best 1F1B holds beyond its samples (:meth:`RunMemory.limit`, so
-the 1F1B level admits 1F1B), nothing where those are the whole batch.
+where it has one and, where the level's samples are the best 1F1B's, with those samples
+plus what the best 1F1B holds beyond them, even at the whole batch (:meth:`RunMemory.limit`,
+so the 1F1B level admits 1F1B); nothing where the whole batch comes from no limit.
 :func:`run_evaluated` gives one plan's figures for the search's result.
 """
 
