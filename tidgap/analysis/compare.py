@@ -110,7 +110,7 @@ def compare(
     reference = best["gpipe"].iteration_time
     entries: list[Entry] = []
     if plan is not None:
-        entries.append(_plan_entry(problem, label, plan, plan_evaluation, price))
+        entries.append(_plan_entry(problem, label, plan, plan_evaluation, price, held))
     for name, result in best.items():
         evaluation = baseline_evaluation(problem, name, result.microbatches)
         baseline = SCHEDULES[name].baseline

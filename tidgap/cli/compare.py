@@ -6,6 +6,7 @@ import click
 
 from tidgap.analysis.bound import lower_bound
 from tidgap.analysis.compare import ComparisonRow, compare, format_table, rows_as_dicts
+from tidgap.backends.ticks import PRICINGS, RUN_PRICING
 from tidgap.cli.options import (
     about_problem,
     describe_problem,
@@ -16,10 +17,20 @@ from tidgap.cli.options import (
     run_note,
 )
 from tidgap.model.plan import load_plan
-from tidgap.model.problem import load_problem
+from tidgap.model.problem import Problem, load_problem
+from tidgap.optimize.optimizer import AUTO_PRICING, DEFAULT_SCHEDULE, resolved_pricing
+from tidgap.optimize.run_memory import run_evaluated
 from tidgap.outputs.files import check_outputs, comparison_files, write_files
-from tidgap.schedules.baselines import best_baselines
+from tidgap.runtime.pricing import plan_pricing, run_prediction, run_priced_baselines
+from tidgap.schedules.baselines import BaselineResult, best_baselines
 from tidgap.schedules.families import SCHEDULES, plan_timeline
+from tidgap.schedules.timeline import Timeline
+
+#: What the text says of rows priced as ``tidgap run`` runs plans.
+RUN_PRICED_LINE = (
+    "priced as tidgap run runs plans (--pricing run): times with its recomputation and "
+    "calibrated op costs; memory as it holds plans where the profile says (source.memory)"
+)
 
 
 def _bound_line(bound: float, rows: list[ComparisonRow], unit: str) -> str:
@@ -32,13 +43,36 @@ def _bound_line(bound: float, rows: list[ComparisonRow], unit: str) -> str:
     return f"lower bound for any flush plan: {bound:.6g} {unit} ({gaps})"
 
 
+def priced_baselines(problem: Problem, pricing: str) -> dict[str, BaselineResult]:
+    """The best of each baseline over every microbatch count, timed by ``pricing`` (one of
+    :data:`~tidgap.backends.ticks.PRICINGS`), as a search so priced reports them."""
+    baselines = best_baselines(problem)
+    return run_priced_baselines(problem, baselines) if pricing == RUN_PRICING else baselines
+
+
 @click.command(name="compare")
 @problem_argument()
 @click.argument("plan_file", metavar="[PLAN]", required=False)
+@click.option(
+    "--pricing",
+    type=click.Choice((AUTO_PRICING, *PRICINGS)),
+    default=AUTO_PRICING,
+    show_default=True,
+    help="How the rows are timed and their memory counted. model: model.md's op times and "
+    "held samples. run: as tidgap run runs and holds them (its recomputation, the "
+    "calibration's op costs, the profile's source.memory). auto: as tidgap search's default "
+    "(run where tidgap calibrate timed the problem, else model), so the rows are the ones "
+    "its summary shows.",
+)
 @output_options
 @json_option
 def compare_command(
-    problem: str, plan_file: str | None, gantt: str | None, trace: str | None, as_json: bool
+    problem: str,
+    plan_file: str | None,
+    pricing: str,
+    gantt: str | None,
+    trace: str | None,
+    as_json: bool,
 ) -> None:
     """PLAN (if given) against the best GPipe, 1F1B and PipeDream over every microbatch count,
     with each schedule's peak memory (held samples; bytes where the problem gives
@@ -49,26 +83,43 @@ def compare_command(
     check_outputs(gantt, trace, inputs={"PROBLEM": problem, "PLAN": plan_file})
     loaded = load_problem(problem)
     plan = load_plan(plan_file, loaded) if plan_file is not None else None
+    priced = resolved_pricing(loaded, pricing, DEFAULT_SCHEDULE)
+    run_priced = priced == RUN_PRICING
     with about_problem(problem):
-        baselines = best_baselines(loaded)
-    rows = compare(loaded, plan, baselines=baselines)
+        baselines = priced_baselines(loaded, priced)
+        rows = compare(
+            loaded,
+            plan,
+            baselines=baselines,
+            price=plan_pricing(priced),
+            held=run_evaluated if run_priced else None,
+        )
     bound = lower_bound(loaded)
-    plans = [plan_timeline(loaded, plan)] if plan is not None else []
-    written = write_files(comparison_files(loaded, plans, baselines, gantt, trace))
+    plans: list[Timeline] = []
+    if plan is not None and run_priced:
+        plans = [run_prediction(loaded, plan, "plan")[1]]
+    elif plan is not None:
+        plans = [plan_timeline(loaded, plan)]
+    written = write_files(comparison_files(loaded, plans, baselines, gantt, trace, run_priced))
     if as_json:
         echo_json(
             {
                 "problem": loaded.name,
                 "time_unit": loaded.time_unit,
+                "pricing": priced,
                 "rows": rows_as_dicts(rows),
                 "lower_bound": bound,
             }
         )
         return
     click.echo(describe_problem(loaded))
+    if run_priced:
+        click.echo(RUN_PRICED_LINE)
     click.echo(format_table(rows, loaded.time_unit))
-    note = None if plan is None else run_note(loaded, plan)
+    note = None if plan is None else run_note(loaded, plan, priced)
     if note is not None:  # the table and the picture are the model's times
         click.echo(note)
-    for line in [_bound_line(bound, rows, loaded.time_unit), *written]:
+    if not run_priced:  # a bound at model.md's op times
+        click.echo(_bound_line(bound, rows, loaded.time_unit))
+    for line in written:
         click.echo(line)

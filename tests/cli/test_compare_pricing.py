@@ -1,0 +1,82 @@
+"""``tidgap compare --pricing``: the rows timed and their memory counted as ``tidgap run``
+runs and holds plans, or as the model does; ``auto`` as ``tidgap search``'s default, so
+the rows of a calibrated problem are the ones a search's summary shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.optimize.test_run_memory import GPT_MEMORY, cheap_ops, profiled
+from tests.optimize.test_run_priced_search import calibrated
+from tests.support.cli_helpers import describe, json_output, run_cli, write_json
+from tidgap import Problem, search
+from tidgap.optimize.run_memory import run_evaluated
+from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
+from tidgap.schedules.baselines import best_baselines
+from tidgap.schedules.families import SCHEDULES, evaluate
+
+
+def problem_file(tmp_path: Path, problem: Problem) -> str:
+    """``problem`` written as a problem file; its path."""
+    return str(write_json(tmp_path / "p.json", problem.model_dump(mode="json", exclude_none=True)))
+
+
+def rows_of(*args: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """``tidgap compare ARGS --json``: the document and its rows by schedule."""
+    document = json_output(run_cli("compare", *args, "--json"))
+    return document, {row["schedule"]: row for row in document["rows"]}
+
+
+def test_run_pricing_counts_memory_as_the_run_holds_it(tmp_path: Path) -> None:
+    """Stage 0 limited to the samples the best 1F1B holds there: within the limit by the
+    model, over it as ``tidgap run`` holds it (its graphs), as a run-priced search's
+    summary marks it; ``compare`` said within at every pricing."""
+    limit = 2 * GPT_MEMORY["activation_bytes"][0]
+    problem = profiled(cheap_ops(limit), GPT_MEMORY)
+    path = problem_file(tmp_path, problem)
+    plan = SCHEDULES["1f1b"].baseline(problem, 8)
+    held = run_evaluated(problem, plan, evaluate(problem, plan)).peak_memory
+    document, run = rows_of(path, "--pricing", "run")
+    assert document["pricing"] == "run"
+    assert run["1f1b"]["microbatches"] == "8" and run["1f1b"]["peak_memory"] == held
+    assert run["1f1b"]["over_memory_limit"] == [0]
+    for pricing in ("model", "auto"):  # not calibrated: auto is the model's
+        document, model = rows_of(path, "--pricing", pricing)
+        assert document["pricing"] == "model"
+        assert model["1f1b"]["over_memory_limit"] == []
+        assert model["1f1b"]["peak_memory"] == evaluate(problem, plan).peak_memory
+    text = run_cli("compare", path, "--pricing", "run")
+    assert text.exit_code == 0, describe(text)
+    assert "priced as tidgap run runs plans" in text.output
+    assert "over (stage 0)" in text.output and "lower bound" not in text.output
+    assert "priced as" not in run_cli("compare", path).output
+
+
+def test_auto_pricing_gives_the_rows_of_the_search_summary(tmp_path: Path) -> None:
+    """A calibrated problem with order tables: ``compare PROBLEM PLAN`` prices the plan and
+    the best baselines as the (run-priced) search that found the plan did, and draws the
+    run's timelines; ``--pricing model`` gives the model's."""
+    problem = calibrated("med7_1", order=True)
+    result = search(problem, seed=2, generations=30, population=32)
+    assert result.pricing == "run"
+    path = problem_file(tmp_path, problem)
+    plan = str(write_json(tmp_path / "plan.json", result.plan_document()))
+    gantt = tmp_path / "plan.svg"
+    document, rows = rows_of(path, plan, "--gantt", str(gantt))
+    assert document["pricing"] == "run" and gantt.stat().st_size > 0
+    assert rows["plan"]["iteration_time"] == pytest.approx(result.evaluation.iteration_time)
+    for name in ("gpipe", "1f1b"):
+        best = result.baselines[name]
+        assert rows[name]["microbatches"] == str(best.microbatches), name
+        assert rows[name]["iteration_time"] == pytest.approx(best.iteration_time), name
+    _, model = rows_of(path, plan, "--pricing", "model")
+    model_best = best_baselines(problem)
+    assert run_priced_baselines(problem, model_best) != model_best  # the two differ here
+    for name in ("gpipe", "1f1b"):
+        assert model[name]["iteration_time"] == pytest.approx(model_best[name].iteration_time)
+    model_plan = evaluate(problem, result.plan).iteration_time
+    assert model["plan"]["iteration_time"] == pytest.approx(model_plan)
+    assert model_plan != pytest.approx(run_evaluation(problem, result.plan).iteration_time)
