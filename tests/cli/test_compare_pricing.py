@@ -1,6 +1,7 @@
 """``tidgap compare --pricing``: the rows timed and their memory counted as ``tidgap run``
-runs and holds plans, or as the model does; ``auto`` as ``tidgap search``'s default, so
-the rows of a calibrated problem are the ones a search's summary shows."""
+runs and holds plans, or as the model does; ``auto`` as ``tidgap search``'s default for the
+plan's family, so the rows of a calibrated problem and its search's plan are the ones the
+search's summary shows."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_run_pricing_counts_memory_as_the_run_holds_it(tmp_path: Path) -> None:
         assert model["1f1b"]["peak_memory"] == evaluate(problem, plan).peak_memory
     text = run_cli("compare", path, "--pricing", "run")
     assert text.exit_code == 0, describe(text)
-    assert "priced as tidgap run runs plans" in text.output
+    assert "priced as tidgap run runs and holds plans" in text.output
     assert "over (stage 0)" in text.output and "lower bound" not in text.output
     assert "priced as" not in run_cli("compare", path).output
 
@@ -72,6 +73,10 @@ def test_auto_pricing_gives_the_rows_of_the_search_summary(tmp_path: Path) -> No
         best = result.baselines[name]
         assert rows[name]["microbatches"] == str(best.microbatches), name
         assert rows[name]["iteration_time"] == pytest.approx(best.iteration_time), name
+    trace = tmp_path / "plan.trace.json"
+    done = run_cli("compare", path, plan, "--trace", str(trace))
+    assert done.exit_code == 0 and "priced as tidgap run" in done.output, describe(done)
+    assert trace.stat().st_size > 0
     _, model = rows_of(path, plan, "--pricing", "model")
     model_best = best_baselines(problem)
     assert run_priced_baselines(problem, model_best) != model_best  # the two differ here
@@ -80,3 +85,28 @@ def test_auto_pricing_gives_the_rows_of_the_search_summary(tmp_path: Path) -> No
     model_plan = evaluate(problem, result.plan).iteration_time
     assert model["plan"]["iteration_time"] == pytest.approx(model_plan)
     assert model_plan != pytest.approx(run_evaluation(problem, result.plan).iteration_time)
+
+
+def test_auto_pricing_prices_a_flush_plan_as_its_search_did(tmp_path: Path) -> None:
+    """A flush search of a calibrated problem is priced by the model (run pricing prices
+    ordered plans): ``compare``'s ``auto`` gives its plan and baselines the model's times,
+    as the search's summary did, where it gave them the run's (the baselines of an ordered
+    plan's search)."""
+    problem = calibrated("med7_1", order=True)
+    result = search(problem, schedule="flush", seed=0, generations=10, population=16)
+    assert result.pricing == "model"
+    path = problem_file(tmp_path, problem)
+    plan = str(write_json(tmp_path / "plan.json", result.plan_document()))
+    document, rows = rows_of(path, plan)
+    assert document["pricing"] == "model"
+    assert rows["plan"]["iteration_time"] == pytest.approx(result.evaluation.iteration_time)
+    for name in ("gpipe", "1f1b"):
+        assert rows[name]["iteration_time"] == pytest.approx(result.baselines[name].iteration_time)
+    assert rows_of(path)[0]["pricing"] == "run"  # no plan: as a windowed search
+    assert "lower bound for any flush plan" in run_cli("compare", path, plan).output
+
+
+def test_an_unknown_pricing_is_one_line(tmp_path: Path) -> None:
+    done = run_cli("compare", "example:tiny-2", "--pricing", "fast")
+    assert done.exit_code == 2
+    assert "'fast' is not one of 'auto', 'model', 'run'" in done.output

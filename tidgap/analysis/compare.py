@@ -103,7 +103,8 @@ def compare(
     work (the plan's with its memory as ``held`` counts it); ``price`` times the plans
     (the heuristics' too) as ``baselines`` were priced
     (:func:`~tidgap.runtime.pricing.run_evaluation` for a run-priced search's); ``held``,
-    where given, counts the other rows' memory (the model's otherwise)."""
+    where given, counts every row's memory (the model's otherwise) but a given
+    ``plan_evaluation``'s."""
     best = best_baselines(problem) if baselines is None else baselines
     if heuristics is None:
         heuristics = {name: build(problem) for name, build in HEURISTICS.items()}

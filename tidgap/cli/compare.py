@@ -16,21 +16,18 @@ from tidgap.cli.options import (
     problem_argument,
     run_note,
 )
-from tidgap.model.plan import load_plan
+from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem
 from tidgap.optimize.optimizer import AUTO_PRICING, DEFAULT_SCHEDULE, resolved_pricing
 from tidgap.optimize.run_memory import run_evaluated
 from tidgap.outputs.files import check_outputs, comparison_files, write_files
 from tidgap.runtime.pricing import plan_pricing, run_prediction, run_priced_baselines
 from tidgap.schedules.baselines import BaselineResult, best_baselines
-from tidgap.schedules.families import SCHEDULES, plan_timeline
+from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
 from tidgap.schedules.timeline import Timeline
 
 #: What the text says of rows priced as ``tidgap run`` runs plans.
-RUN_PRICED_LINE = (
-    "priced as tidgap run runs plans (--pricing run): times with its recomputation and "
-    "calibrated op costs; memory as it holds plans where the profile says (source.memory)"
-)
+RUN_PRICED_LINE = "priced as tidgap run runs and holds plans (--pricing run)"
 
 
 def _bound_line(bound: float, rows: list[ComparisonRow], unit: str) -> str:
@@ -41,6 +38,53 @@ def _bound_line(bound: float, rows: list[ComparisonRow], unit: str) -> str:
         f"{row.schedule} +{max(row.iteration_time / bound - 1, 0.0):.2%}" for row in flush
     )
     return f"lower bound for any flush plan: {bound:.6g} {unit} ({gaps})"
+
+
+def compared_pricing(problem: Problem, pricing: str, plan: Plan | None) -> str:
+    """``pricing`` (:data:`AUTO_PRICING` or one of
+    :data:`~tidgap.backends.ticks.PRICINGS`) resolved: ``auto`` as ``tidgap search``'s
+    default for ``plan``'s family (a flush plan: the model's; an ordered plan, or no plan:
+    ``run`` where ``tidgap calibrate`` timed the problem), any other as given."""
+    if pricing != AUTO_PRICING:
+        return pricing
+    schedule = DEFAULT_SCHEDULE if plan is None else family_of(plan).name
+    return resolved_pricing(problem, pricing, schedule)
+
+
+def plan_timelines(
+    problem: Problem, plan: Plan | None, run_priced: bool, drawn: bool
+) -> list[Timeline]:
+    """``plan``'s timeline (none without a plan, or where nothing is ``drawn``): as
+    ``tidgap run`` runs it where ``run_priced``, else the model's."""
+    if plan is None or not drawn:
+        return []
+    if run_priced:
+        return [run_prediction(problem, plan, "plan")[1]]
+    return [plan_timeline(problem, plan)]
+
+
+def echo_text(
+    problem: Problem,
+    plan: Plan | None,
+    rows: list[ComparisonRow],
+    pricing: str,
+    written: list[str],
+) -> None:
+    """The table (after the line saying it is run-priced, where ``pricing`` is), the note
+    on how ``tidgap run`` runs ``plan`` otherwise, the flush bound's line (model-priced
+    only: a bound at model.md's op times) and the files ``written``."""
+    run_priced = pricing == RUN_PRICING
+    click.echo(describe_problem(problem))
+    if run_priced:
+        click.echo(RUN_PRICED_LINE)
+    click.echo(format_table(rows, problem.time_unit))
+    note = None if plan is None else run_note(problem, plan, pricing)
+    if note is not None:  # the table and the picture are the model's times
+        click.echo(note)
+    if not run_priced:
+        click.echo(_bound_line(lower_bound(problem), rows, problem.time_unit))
+    for line in written:
+        click.echo(line)
 
 
 def priced_baselines(problem: Problem, pricing: str) -> dict[str, BaselineResult]:
@@ -61,8 +105,8 @@ def priced_baselines(problem: Problem, pricing: str) -> dict[str, BaselineResult
     help="How the rows are timed and their memory counted. model: model.md's op times and "
     "held samples. run: as tidgap run runs and holds them (its recomputation, the "
     "calibration's op costs, the profile's source.memory). auto: as tidgap search's default "
-    "(run where tidgap calibrate timed the problem, else model), so the rows are the ones "
-    "its summary shows.",
+    "for PLAN's family (a flush plan: model; an ordered plan: run where tidgap calibrate "
+    "timed the problem, else model); a plan searched with --pricing compares with the same.",
 )
 @output_options
 @json_option
@@ -83,7 +127,7 @@ def compare_command(
     check_outputs(gantt, trace, inputs={"PROBLEM": problem, "PLAN": plan_file})
     loaded = load_problem(problem)
     plan = load_plan(plan_file, loaded) if plan_file is not None else None
-    priced = resolved_pricing(loaded, pricing, DEFAULT_SCHEDULE)
+    priced = compared_pricing(loaded, pricing, plan)
     run_priced = priced == RUN_PRICING
     with about_problem(problem):
         baselines = priced_baselines(loaded, priced)
@@ -94,12 +138,7 @@ def compare_command(
             price=plan_pricing(priced),
             held=run_evaluated if run_priced else None,
         )
-    bound = lower_bound(loaded)
-    plans: list[Timeline] = []
-    if plan is not None and run_priced:
-        plans = [run_prediction(loaded, plan, "plan")[1]]
-    elif plan is not None:
-        plans = [plan_timeline(loaded, plan)]
+    plans = plan_timelines(loaded, plan, run_priced, gantt is not None or trace is not None)
     written = write_files(comparison_files(loaded, plans, baselines, gantt, trace, run_priced))
     if as_json:
         echo_json(
@@ -108,18 +147,8 @@ def compare_command(
                 "time_unit": loaded.time_unit,
                 "pricing": priced,
                 "rows": rows_as_dicts(rows),
-                "lower_bound": bound,
+                "lower_bound": lower_bound(loaded),
             }
         )
         return
-    click.echo(describe_problem(loaded))
-    if run_priced:
-        click.echo(RUN_PRICED_LINE)
-    click.echo(format_table(rows, loaded.time_unit))
-    note = None if plan is None else run_note(loaded, plan, priced)
-    if note is not None:  # the table and the picture are the model's times
-        click.echo(note)
-    if not run_priced:  # a bound at model.md's op times
-        click.echo(_bound_line(bound, rows, loaded.time_unit))
-    for line in written:
-        click.echo(line)
+    echo_text(loaded, plan, rows, priced, written)
