@@ -175,7 +175,7 @@ def levels_case(draw: st.DrawFn) -> tuple[Problem, MemoryLevel, MemoryLevel]:
     problem = draw(problems_with_memory())
     stages, samples = problem.num_stages, st.integers(1, problem.batch_size)
     held = tuple(draw(samples) for _ in range(stages))
-    one_f_one_b = MemoryLevel("1F1B", held, samples_bind=(True,) * stages)
+    one_f_one_b = MemoryLevel("1F1B", held, bound=held)
     requested = draw(st.none() | st.just("1f1b") | st.integers(1, 20000))
     return problem, one_f_one_b, limit_in_force(problem, requested, one_f_one_b)
 
@@ -211,20 +211,24 @@ def test_every_level_keeps_every_byte_limit_in_force(
                 assert level.bytes_cap[s] <= in_force.bytes_cap[s]
 
 
-def test_the_best_1f1bs_samples_bind_where_they_tie_or_fill_the_batch() -> None:
-    """Capped by a stage's limit of as many samples, the 1F1B level keeps both bounds; a
-    factor above 1 that reaches the whole batch binds nothing there."""
-    one_f_one_b = MemoryLevel("1F1B", (3, 2, 12), samples_bind=(True, True, True))
+def test_the_best_1f1bs_samples_bind_beside_every_byte_limit() -> None:
+    """Capped by a stage's limit of as many samples, or of fewer, the 1F1B level keeps both
+    bounds (as ``tidgap run`` holds plans, a stage's bytes may allow more than the best
+    1F1B holds though fewer of its samples); a factor above 1 that reaches the whole batch
+    binds nothing there."""
+    one_f_one_b = MemoryLevel("1F1B", (3, 2, 12), bound=(3, 2, 12))
     stages = MemoryLevel("stage memory_limit", (3, 12, 12), (1000.0, math.inf, math.inf))
     level = capped(one_f_one_b, stages)
     assert level.held == (3, 2, 12)
     assert level.bytes_cap == (1000.0, math.inf, math.inf)
-    assert level.samples_bind == (True, True, True)
+    assert level.bound == (3, 2, 12)
     double = scaled(one_f_one_b, 2.0, 12)
-    assert double.held == (6, 4, 12) and double.samples_bind == (True, True, False)
-    assert scaled(one_f_one_b, 1.0, 12).samples_bind == (True, True, True)
+    assert double.held == (6, 4, 12) and double.bound == (6, 4, None)
+    assert scaled(one_f_one_b, 1.0, 12).bound == (3, 2, 12)
     below = capped(one_f_one_b, MemoryLevel("8 kB", (2, 3, 12), (800.0,) * 3))
-    assert below.bytes_cap == (800.0,) * 3 and below.samples_bind == (False, True, True)
+    assert below.held == (2, 2, 12) and below.bytes_cap == (800.0,) * 3
+    assert below.bound == (3, 2, 12)
+    assert capped(stages, MemoryLevel("8 kB", (2, 3, 12), (800.0,) * 3)).bound is None
 
 
 @given(levels_case())

@@ -220,10 +220,9 @@ def test_a_level_allows_its_byte_limit_where_one_binds() -> None:
     assert level.held == (2, 1)
     expected = [int(4_000_000 * FINE // a) for a in GPT_MEMORY["activation_bytes"]]
     assert figures.limit(level).tolist() == expected
-    binding = (True, True)
-    one_f_one_b = MemoryLevel("1F1B", (3, 2), samples_bind=binding)
+    one_f_one_b = MemoryLevel("1F1B", (3, 2), bound=(3, 2))
     assert figures.limit(one_f_one_b).tolist() == [3 * FINE, 2 * FINE]
-    both = capped(MemoryLevel("1F1B", (3, 1), samples_bind=binding), level)
+    both = capped(MemoryLevel("1F1B", (3, 1), bound=(3, 1)), level)
     assert figures.limit(both).tolist() == [expected[0], FINE]  # the bytes, the samples
     unlimited = figures.limit(MemoryLevel("unlimited", (16, 16)))
     assert unlimited.tolist() == [NO_LIMIT, NO_LIMIT]
@@ -324,6 +323,88 @@ def test_the_1f1b_level_bounds_the_bytes_where_1f1b_holds_the_whole_batch() -> N
     assert admitted.sum() > 1000
     unlimited = figures.limit(MemoryLevel("unlimited", (16, 16, 16)))
     assert unlimited.tolist() == [NO_LIMIT] * 3
+
+
+def figured(
+    document: dict[str, Any],
+    activation: list[int],
+    columns: list[list[int]],
+    limits: list[float | None] | None = None,
+) -> Problem:
+    """``document`` with ``activation_bytes``, the profile's ``source.memory`` ``columns``
+    (in the order of ``FIELDS``, ``CHUNK_FIELD``, ``GRAPH_FIELDS``) and stages' own
+    ``memory_limit`` (``None``: none) where given."""
+    names = (*FIELDS, CHUNK_FIELD, *GRAPH_FIELDS)
+    memory = {"activation_bytes": activation} | dict(zip(names, columns, strict=True))
+    for stage, limit in zip(document["stages"], limits or [], strict=False):
+        if limit is not None:
+            stage["memory_limit"] = limit
+    return profiled(document, memory)
+
+
+def within_the_best_1f1b(problem: Problem, search_options: dict[str, Any]) -> None:
+    """A ``--memory-limit 1f1b`` search's plan holds on no stage more than the best 1F1B
+    holds there as ``tidgap run`` holds them, nor more than a stage's own limit."""
+    result = search(problem, **search_options, memory_limit="1f1b", pricing="run")
+    assert result.memory_pricing == "run"
+    best = SCHEDULES["1f1b"].baseline(problem, result.baselines["1f1b"].microbatches)
+    reference = run_evaluated(problem, best, evaluate(problem, best)).peak_memory
+    held = result.evaluation.peak_memory
+    assert held is not None and reference is not None
+    for s, stage in enumerate(problem.stages):
+        assert stage.memory_limit is None or held[s] <= stage.memory_limit
+        assert held[s] <= reference[s], (s, held, reference)
+
+
+def test_the_1f1b_level_bounds_bytes_where_1f1b_holds_less_than_its_samples() -> None:
+    """Figures whose stored graphs hold less than their samples' ``activation_bytes`` (a
+    profile's per-chunk bytes spread over chunks larger than it measured): the best 1F1B
+    holds less than its samples' activations. Its overhead was taken as 0, so the 1F1B
+    level allowed those activations, and the search returned 17 samples (30224 B) on a
+    stage where the best 1F1B holds 16 (28475 B)."""
+    problem = figured(
+        synth_problem(542, 5, 32),
+        [1591, 1237, 1964, 1040, 1921],
+        [
+            [0, 77, 144, 123, 105],
+            [4, 23, 8, 0, 7],
+            [813, 43, 390, 626, 426],
+            [5, 0, 1, 18, 6],
+            [177, 77, 127, 185, 56],
+            [1047, 1974, 685, 1504, 1749],
+            [271, 164, 6, 298, 299],
+        ],
+    )
+    options = {"seed": 2, "generations": 5, "population": 32, "backward": "aligned"}
+    within_the_best_1f1b(problem, options)
+
+
+def test_a_stage_limit_of_fewer_samples_keeps_the_1f1b_bound() -> None:
+    """A stage whose own limit allows fewer samples than the best 1F1B holds, but more bytes
+    than it holds as ``tidgap run`` holds it: the 1F1B level kept only the stage's bytes
+    (its samples came from the stage), and the search returned 64 samples (28182 B) where
+    the best 1F1B holds 32 (14396 B)."""
+    problem = figured(
+        synth_problem(666, 2, 64, unit=4),
+        [1500, 683],
+        [[0, 66], [33, 20], [79, 872], [10, 3], [298, 257], [428, 660], [30, 101]],
+        [43200.0, 12020.8],
+    )
+    within_the_best_1f1b(problem, {"seed": 58, "generations": 5, "population": 48})
+
+
+def test_plans_told_in_samples_are_within_the_1f1b_level_they_hold() -> None:
+    """An ask/tell caller's plans known by their samples only: counted whole, less a
+    negative overhead of the best 1F1B (so its samples are within the 1F1B level), never
+    less than nothing; a positive overhead is not added (as before it was allowed)."""
+    figures = RunMemory.of(profiled(synth_problem(4, 2, 16), GPT_MEMORY))
+    assert figures is not None
+    peaks = np.asarray([[3, 2], [0, 1]])
+    less = replace(figures, overhead=np.asarray([-FINE // 2, 7]))
+    assert less.samples_units(peaks).tolist() == [[3 * FINE - FINE // 2, 2 * FINE], [0, FINE]]
+    level = MemoryLevel("1F1B", (3, 2), bound=(3, 2))
+    assert (less.samples_units(peaks[:1]) <= less.limit(level)).all()
+    assert figures.samples_units(peaks).tolist() == (peaks * FINE).tolist()
 
 
 def test_fitted_units_compare_as_bytes() -> None:

@@ -153,7 +153,8 @@ class JointOptimizer:
         rejects one) with ``peaks`` ``(P, S)`` samples (computed with the built-in
         evaluator when not given; the memory levels select on them; a search counting
         memory as ``tidgap run`` holds it takes :class:`Scores`' ``units`` where they are
-        given, else counts the samples whole)."""
+        given, else counts the samples whole, less the best 1F1B's overhead where it is
+        negative: so its samples are within the 1F1B level)."""
         asked = check_told(self.asked, population)
         xp = self.xp
         units = None
@@ -168,7 +169,7 @@ class JointOptimizer:
         if peaks is None:
             units = self.space.evaluate(self.pending)[1]
         elif units is None and self.space.memory is not None:
-            units = xp.asarray(peaks, dtype=xp.int64) * FINE
+            units = self.space.memory.samples_units(xp.asarray(peaks, dtype=xp.int64))
         peaks = peaks if units is None else units
         ticks, peaks = xp.asarray(ticks, dtype=xp.int64), xp.asarray(peaks, dtype=xp.int64)
         stages = self.problem.num_stages

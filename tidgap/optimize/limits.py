@@ -37,18 +37,19 @@ class MemoryLevel:
     """``held[s]``: the most samples stage ``s`` may hold; ``label`` says where it comes
     from (``1F1B``, ``1.5x 1F1B``, ``8 GB``, ``unlimited``); ``bytes_cap[s]``: the byte
     limit in force on stage ``s`` (``inf`` where none; ``None``: on no stage), even where
-    it allows the whole batch; ``samples_bind[s]``: whether ``held[s]`` are a bound of
-    their own, the best 1F1B's samples (``None``: on no stage), not a byte limit's
-    rounded down or the whole batch of no limit. A search counting bytes as ``tidgap run``
-    holds them compares with the byte limit and, where the samples bind, with the samples
-    and what the best 1F1B holds beside them, even at the whole batch
+    it allows the whole batch; ``bound[s]``: the best 1F1B's samples (or a multiple of
+    them) that bind stage ``s`` (``None`` where none does; ``None``: on no stage), at
+    least ``held[s]`` (a byte limit may allow fewer samples), not a byte limit's rounded
+    down or the whole batch of no limit. A search counting bytes as ``tidgap run`` holds
+    them compares with the byte limit and, where a bound is, with those samples and what
+    the best 1F1B holds beside them, even at the whole batch
     (:meth:`tidgap.optimize.run_memory.RunMemory.limit`: a stage can hold more than its
-    batch's activations)."""
+    batch's activations, or, on a profile's figures, a little less)."""
 
     label: str
     held: tuple[int, ...]
     bytes_cap: tuple[float, ...] | None = None
-    samples_bind: tuple[bool, ...] | None = None
+    bound: tuple[int | None, ...] | None = None
 
     def admits(self, peak_held: list[int]) -> bool:
         """Whether a plan holding ``peak_held[s]`` samples is within this level."""
@@ -137,35 +138,46 @@ def bytes_level(problem: Problem, limit: int) -> MemoryLevel:
 
 def scaled(level: MemoryLevel, factor: float, batch_size: int) -> MemoryLevel:
     """``factor`` times ``level`` (samples rounded down, at most the batch; a level in
-    samples: the best 1F1B's), whose samples bind where ``level``'s do, but where a
-    factor above 1 reaches the whole batch (no limit there)."""
-    held = tuple(min(batch_size, int(h * factor)) for h in level.held)
+    samples: the best 1F1B's), bound where ``level`` is, but where a factor above 1
+    reaches the whole batch (no limit there)."""
+
+    def times(samples: int) -> int:
+        return min(batch_size, int(samples * factor))
+
+    held = tuple(map(times, level.held))
     label = level.label if factor == 1 else f"{factor:g}x {level.label}"
-    bind = level.samples_bind or (False,) * len(held)
-    binds = tuple(b and (factor == 1 or h < batch_size) for b, h in zip(bind, held, strict=True))
-    return MemoryLevel(label, held, samples_bind=binds if any(binds) else None)
+    bounds = tuple(
+        None if b is None or (factor != 1 and times(b) >= batch_size) else times(b)
+        for b in level.bound or (None,) * len(held)
+    )
+    return MemoryLevel(label, held, bound=_some(bounds))
+
+
+def _some(bounds: tuple[int | None, ...]) -> tuple[int | None, ...] | None:
+    """``bounds``, or ``None`` where no stage has one."""
+    return None if all(b is None for b in bounds) else bounds
 
 
 def capped(level: MemoryLevel, cap: MemoryLevel) -> MemoryLevel:
     """``level`` within ``cap`` stage by stage (the stages' own limits stay in force): the
-    fewer samples, binding where they do on the side they come from (on a tie, on
-    either), and the smaller byte limit: a plan within it is within both, also where the
-    samples bind (a stage storing graphs holds more than its samples' activations, so
-    the best 1F1B's samples at a stage's limit in samples can be over its bytes)."""
+    fewer samples, the smaller byte limit and the smaller bound, each where either side
+    has one: a plan within it is within both. As ``tidgap run`` holds plans, a stage
+    storing graphs can hold more than its samples' activations (the best 1F1B's samples
+    at a stage's limit in samples over its bytes) or, on a profile's figures (chunks
+    larger than it measured), a little less (a stage's byte limit that allows fewer
+    samples than the best 1F1B's, above that 1F1B's bytes): so both bind."""
     held = tuple(map(min, level.held, cap.held))
     count = len(held)
-    ours, theirs = level.samples_bind or (False,) * count, cap.samples_bind or (False,) * count
-    binds = tuple(
-        p if a < b else q if a > b else p or q
-        for a, b, p, q in zip(level.held, cap.held, ours, theirs, strict=True)
+    bounds = tuple(
+        min((b for b in pair if b is not None), default=None)
+        for pair in zip(level.bound or (None,) * count, cap.bound or (None,) * count, strict=True)
     )
-    bind = binds if any(binds) else None
     if level.bytes_cap is None and cap.bytes_cap is None:
-        return MemoryLevel(level.label, held, samples_bind=bind)
+        return MemoryLevel(level.label, held, bound=_some(bounds))
     ours_cap = level.bytes_cap or (math.inf,) * count
     theirs_cap = cap.bytes_cap or (math.inf,) * count
     caps = tuple(map(min, ours_cap, theirs_cap))
-    return MemoryLevel(level.label, held, caps, bind)
+    return MemoryLevel(level.label, held, caps, _some(bounds))
 
 
 def limit_in_force(

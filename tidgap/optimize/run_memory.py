@@ -19,9 +19,11 @@ more than its whole batch's activations: inputs and draws, tensors made once per
 the task's; on a stage with a byte limit in force the unit is stretched, by less than one
 part in the units the limit holds, so that a plan is within the limit in units exactly when
 it is in bytes: :meth:`RunMemory.fitted`), and compares them with each level's byte limit
-where it has one and, where the level's samples are the best 1F1B's, with those samples
-plus what the best 1F1B holds beyond them, even at the whole batch (:meth:`RunMemory.limit`,
-so the 1F1B level admits 1F1B); nothing where the whole batch comes from no limit.
+where it has one and, where the level is bound by the best 1F1B's samples, with those
+samples plus what the best 1F1B holds beyond them (or less: its overhead may be negative),
+even at the whole batch and where a byte limit allows fewer samples (:meth:`RunMemory.limit`,
+so the 1F1B level admits 1F1B and nothing holding more); nothing where the whole batch
+comes from no limit.
 :func:`run_evaluated` gives one plan's figures for the search's result.
 """
 
@@ -157,27 +159,40 @@ class RunMemory:
     def with_reference(self, peaks: Any, forward: Any, backward: Any, lead: Any) -> RunMemory:
         """These figures with :attr:`overhead` set from one reference plan (the best 1F1B:
         ``(1, S)`` peaks and ``(1, S, K)`` genes): what it holds beyond its samples, so that
-        a level in its samples admits it."""
+        a level in its samples admits it and no plan holding more (negative where it holds
+        less than its samples' activations: a profile's per-chunk bytes spread over chunks
+        larger than it measured)."""
         xp = namespace(self.activation)
         units = self.held(peaks, forward, backward, lead)[0] - peaks[0] * FINE
-        return replace(self, overhead=xp.maximum(units, 0).astype(xp.int64))
+        return replace(self, overhead=xp.asarray(units, dtype=xp.int64))
+
+    def samples_units(self, peaks: Any) -> Any:
+        """``(P, S)`` int64 units of plans known only by their ``(P, S)`` peak held samples
+        (an ask/tell caller's): the samples whole, less the best 1F1B's :attr:`overhead`
+        where it is negative (so a plan holding its samples is within the 1F1B level)."""
+        units = peaks * FINE
+        if self.overhead is None:
+            return units
+        xp = namespace(units)
+        return xp.maximum(units + xp.minimum(self.overhead, 0), 0)
 
     def limit(self, level: MemoryLevel) -> Any:
         """``(S,)`` int64: what ``level`` allows each stage, in :data:`FINE` units: where it
         has a byte limit, that limit in units rounded down (even above the batch's
         activations; as model.md, bytes within :data:`~tidgap.schedules.held.ROUNDING`
         above a limit are at it, so a limit :meth:`fitted` a few ulps below ``L`` units
-        allows ``L``), and where its samples bind (``samples_bind``) also its samples and the
-        best 1F1B's :attr:`overhead`, the least of the two; else those samples and
-        overhead, or :data:`NO_LIMIT` where they are the whole batch and do not bind."""
+        allows ``L``), and where it has a ``bound`` also those samples and the best 1F1B's
+        :attr:`overhead`, the least of the two; else its samples and that overhead, or
+        :data:`NO_LIMIT` where they are the whole batch and no bound."""
         xp = namespace(self.activation)
-        S = len(level.held)
-        samples = xp.asarray(level.held, dtype=xp.int64)
-        bind = xp.asarray(level.samples_bind or (False,) * S, dtype=bool)
+        bounds = level.bound or (None,) * len(level.held)
+        bound = xp.asarray([b is not None for b in bounds], dtype=bool)
+        samples = [h if b is None else b for h, b in zip(level.held, bounds, strict=True)]
+        samples = xp.asarray(samples, dtype=xp.int64)
         held = samples * FINE
         if self.overhead is not None:
-            held = held + self.overhead
-        held = xp.where((samples >= self.batch_size) & ~bind, NO_LIMIT, held)
+            held = xp.maximum(held + self.overhead, 0)
+        held = xp.where((samples >= self.batch_size) & ~bound, NO_LIMIT, held)
         if level.bytes_cap is None:
             return held
         caps = xp.asarray(level.bytes_cap, dtype=xp.float64)
@@ -187,7 +202,7 @@ class RunMemory:
         in_samples = xp.where(binding, caps, 0.0) / xp.where(binding, self.activation, 1.0)
         units = xp.minimum(in_samples, NO_LIMIT // FINE) * FINE
         units = xp.minimum(xp.floor(units + units * ROUNDING), NO_LIMIT).astype(xp.int64)
-        return xp.where(binding, xp.where(bind, xp.minimum(units, held), units), held)
+        return xp.where(binding, xp.where(bound, xp.minimum(units, held), units), held)
 
     def held(self, peaks: Any, forward: Any, backward: Any, lead: Any) -> Any:
         """``(P, S)`` int64, in :data:`FINE` units, what each stage holds as ``tidgap run``

@@ -113,7 +113,7 @@ def windowed_seeds(plans: Sequence[Plan], levels: Sequence[MemoryLevel]) -> list
 
 
 def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
-    """What the best 1F1B holds on each stage (samples, binding on every stage)."""
+    """What the best 1F1B holds on each stage (samples, a bound on every stage)."""
     held = baseline_evaluation(problem, best.schedule, best.microbatches)
     assert held is not None, "1F1B has a timeline"
-    return MemoryLevel("1F1B", tuple(held.peak_held), samples_bind=(True,) * problem.num_stages)
+    return MemoryLevel("1F1B", tuple(held.peak_held), bound=tuple(held.peak_held))
