@@ -13,11 +13,11 @@ from tidgap import InputError, Problem, evaluate, load_problem
 from tidgap.optimize.driver import search
 from tidgap.optimize.limits import MemoryLevel, stage_level
 from tidgap.optimize.memory_seeds import (
+    OneFOneBHolding,
     capped_one_f_one_b,
     fastest_one_f_one_b_within,
     fewest_within,
     in_flight,
-    one_f_one_b_fits,
     one_f_one_b_held,
     require_room,
 )
@@ -67,7 +67,7 @@ def test_capped_seeds_are_valid_plans_within_their_level(
     for plan in plans:
         assert level.admits(evaluate(problem, plan).peak_held), (plan, level)
     counts = np.asarray([m for m in feasible_microbatch_counts(problem) if m <= most], np.int64)
-    if one_f_one_b_fits(problem, level, counts).any():
+    if OneFOneBHolding(problem).fits(level, counts).any():
         assert plans == []
     else:
         top = min(most, problem.num_units)
@@ -78,10 +78,10 @@ def test_capped_seeds_are_valid_plans_within_their_level(
 
 @EXAMPLES
 @given(problems_and_levels())
-def test_one_f_one_b_fits_as_evaluate_counts(case: tuple[Problem, MemoryLevel]) -> None:
+def test_one_f_one_b_fits_as_evaluate_counts_its_samples(case: tuple[Problem, MemoryLevel]) -> None:
     problem, level = case
     counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
-    fits = one_f_one_b_fits(problem, level, counts)
+    fits = OneFOneBHolding(problem).fits(level, counts)
     for m, fit in zip(counts, fits, strict=True):
         held = evaluate(problem, one_f_one_b_plan(problem, int(m))).peak_held
         assert fit == level.admits(held), m

@@ -25,6 +25,7 @@ from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.limits import MemoryLevel, bytes_level, capped, stage_level
 from tidgap.optimize.memory import format_bytes
+from tidgap.optimize.memory_seeds import OneFOneBHolding, reference_memory
 from tidgap.optimize.order_genes import recomputing_stages
 from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import (
@@ -405,6 +406,60 @@ def test_plans_told_in_samples_are_within_the_1f1b_level_they_hold() -> None:
     level = MemoryLevel("1F1B", (3, 2), bound=(3, 2))
     assert (less.samples_units(peaks[:1]) <= less.limit(level)).all()
     assert figures.samples_units(peaks).tolist() == (peaks * FINE).tolist()
+
+
+def test_the_fastest_1f1b_within_the_bytes_is_seeded() -> None:
+    """1F1B(7) is within the level's samples and over its bytes as ``tidgap run`` holds it;
+    1F1B(8) is within both. The search seeded the first (chosen in samples), its islands
+    refused it, the width (7) could not hold the second, and its plan was 4.1% slower than
+    1F1B(8) (54.646 ms against 52.491)."""
+    problem = figured(
+        synth_problem(138, 3, 64, shape="table"),
+        [1486, 1234, 1898],
+        [
+            [0, 99, 82],
+            [27, 26, 12],
+            [578, 274, 76],
+            [19, 11, 6],
+            [40, 157, 50],
+            [1483, 1230, 1894],
+            [178, 238, 249],
+        ],
+    )
+    limit = 42301
+    fits = {}
+    for m in (7, 8):
+        plan = SCHEDULES["1f1b"].baseline(problem, m)
+        held = run_evaluated(problem, plan, evaluate(problem, plan)).peak_memory
+        assert held is not None
+        fits[m] = (max(held) <= limit, run_evaluation(problem, plan).iteration_time)
+    assert not fits[7][0] and fits[8][0]
+    for backward in ("aligned", "mirrored"):
+        options = {"seed": 52, "generations": 10, "population": 32, "backward": backward}
+        result = search(problem, **options, memory_limit=limit, pricing="run")
+        assert result.evaluation.iteration_time <= fits[8][1] * (1 + 1e-9), backward
+        assert max(result.evaluation.peak_memory or [math.inf]) <= limit
+
+
+def test_1f1b_is_counted_as_the_search_counts_it() -> None:
+    """What :class:`OneFOneBHolding` counts for 1F1B(m) equals the run's walk of it in the
+    search's units, and its best 1F1B is within the 1F1B level exactly (its overhead)."""
+    problem = profiled(synth_problem(3, 4, 48), random_memory(4, np.random.default_rng(5), 0))
+    best = search(problem, **SEARCH | {"generations": 1}).baselines["1f1b"]
+    memory = reference_memory(problem, None, best)
+    assert memory is not None
+    holding = OneFOneBHolding(problem, memory)
+    counts = np.arange(1, 49, dtype=np.int64)
+    units = holding.units(counts[::-1])[::-1]
+    for m, row in zip(counts, units, strict=True):
+        plan = SCHEDULES["1f1b"].baseline(problem, int(m))
+        model = evaluate(problem, plan)
+        held = run_evaluated(problem, plan, model).peak_memory
+        expected = fine_units(np.asarray(held), memory.activation, np.asarray(model.peak_held))
+        assert row.tolist() == expected.tolist(), m
+    level = one_f_one_b_level(problem, best)
+    fits = holding.fits(level, counts)
+    assert fits[best.microbatches - 1] and fits.sum() < counts.size
 
 
 def test_fitted_units_compare_as_bytes() -> None:

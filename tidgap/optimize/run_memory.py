@@ -156,6 +156,18 @@ class RunMemory:
             activation[s] = unit
         return replace(self, activation=xp.asarray(activation, dtype=xp.float64))
 
+    def on(self, xp: Any, compiled: CompiledHeld | None = None) -> RunMemory:
+        """These figures on the array module ``xp`` with the backend's ``compiled`` twin
+        of :meth:`held` (``None``: the array passes)."""
+        overhead = None if self.overhead is None else xp.asarray(to_host(self.overhead))
+        return replace(
+            self,
+            figures=xp.asarray(to_host(self.figures)),
+            activation=xp.asarray(to_host(self.activation)),
+            compiled=compiled,
+            overhead=overhead,
+        )
+
     def with_reference(self, peaks: Any, forward: Any, backward: Any, lead: Any) -> RunMemory:
         """These figures with :attr:`overhead` set from one reference plan (the best 1F1B:
         ``(1, S)`` peaks and ``(1, S, K)`` genes): what it holds beyond its samples, so that

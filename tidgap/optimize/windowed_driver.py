@@ -25,7 +25,6 @@ from typing import Any
 from tidgap.backends import Backend, first_usable, load, ordered_refusal
 from tidgap.backends.evaluator import OrderedEvaluator, create_evaluator
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING, TickedProblem, tick_problem
-from tidgap.backends.xp import namespace
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
@@ -35,9 +34,8 @@ from tidgap.optimize.backward_rules import FREE, MIRRORED, rule_caps
 from tidgap.optimize.checkpoint import MIRRORED_PHASE, Checkpoint, SavedState, drive
 from tidgap.optimize.flush_driver import flush_search
 from tidgap.optimize.ga import DEFAULT_POPULATION, RESTART_AFTER, GeneticSettings, StopRule
-from tidgap.optimize.genome import Population
 from tidgap.optimize.joint import Breeding, Island, JointSpace, backend_breeding
-from tidgap.optimize.joint_operators import JointGenes, Repair
+from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.joint_optimizer import JointOptimizer
 from tidgap.optimize.limits import (
     ONE_F_ONE_B,
@@ -49,9 +47,11 @@ from tidgap.optimize.limits import (
 )
 from tidgap.optimize.memory import joint_footprint
 from tidgap.optimize.memory_seeds import (
+    OneFOneBHolding,
     capped_one_f_one_b,
     fastest_one_f_one_b_within,
     fewest_within,
+    reference_memory,
     require_room,
     seeded_time_within,
 )
@@ -81,8 +81,8 @@ from tidgap.optimize.windowed_seeds import (
 )
 from tidgap.runtime.pricing import run_priced_baselines
 from tidgap.runtime.recompute_memory import recompute_bytes
-from tidgap.schedules.baselines import BaselineResult, best_baselines, one_f_one_b_plan
-from tidgap.schedules.families import SCHEDULES, family_of
+from tidgap.schedules.baselines import best_baselines, one_f_one_b_plan
+from tidgap.schedules.families import family_of
 from tidgap.schedules.held import flush_fits
 
 #: The first, flush search: the share of a time limit (and of ``generations``) it takes at
@@ -234,25 +234,6 @@ def counts_run_memory(problem: Problem, pricing: str) -> bool:
     return pricing == RUN_PRICING and recompute_bytes(problem) is not None
 
 
-def referenced(
-    memory: RunMemory,
-    problem: Problem,
-    best: BaselineResult,
-    width: int,
-    evaluator: OrderedEvaluator,
-    repair: Repair,
-) -> RunMemory:
-    """``memory`` with the best 1F1B (``best``) as its reference
-    (:meth:`~tidgap.optimize.run_memory.RunMemory.with_reference`): the levels in its
-    samples then allow what it holds beside them."""
-    plan = SCHEDULES[best.schedule].baseline(problem, best.microbatches)
-    encoded = encode_plans([plan], problem, width)
-    xp = namespace(memory.activation)
-    genes = JointGenes(*(xp.asarray(a) for a in encoded.rows())).repaired(repair)
-    peaks = evaluator.evaluate(Population(genes.forward, genes.backward, genes.codes))[1]
-    return memory.with_reference(peaks, genes.forward, genes.backward, genes.lead)
-
-
 def prepare_windowed(
     problem: Problem,
     *,
@@ -355,9 +336,17 @@ def prepare_windowed(
             # seed already): a limit's may have more microbatches than the default width,
             # which widens to hold it unless a width is given
             most = None if max_microbatches is None else narrowest
-            within = [fastest_one_f_one_b_within(problem, level, pricing, most) for level in levels]
+            memory = None
+            if counting:  # as tidgap run holds them: 1F1B(m) within a level's samples can be
+                # over its bytes, and one within its bytes over its samples
+                memory = reference_memory(problem, in_force.bytes_cap, baselines["1f1b"])
+            holding = OneFOneBHolding(problem, memory)
+            within = [
+                fastest_one_f_one_b_within(problem, level, pricing, most, holding)
+                for level in levels
+            ]
             admitted = max(
-                seeded_time_within(problem, level, fastest, pricing, most)
+                seeded_time_within(problem, level, fastest, pricing, most, holding)
                 for level, fastest in zip(levels, within, strict=True)
             )
         with phases("compile"):
@@ -417,22 +406,11 @@ def prepare_windowed(
     settings = GeneticSettings(population=population)
     rng = CounterRng(seed, xp)
     caps = rule_caps(backward, xp.asarray(ticked.forward_caps), xp.asarray(ticked.backward_caps))
-    memory = None
-    if counting:
-        compiled = None if record.run_memory is None else load(record.run_memory)
-        memory = RunMemory.of(problem, xp, compiled)
     if memory is not None:
-        memory = referenced(
-            memory.fitted(in_force.bytes_cap),
-            problem,
-            baselines["1f1b"],
-            width,
-            evaluator,
-            breeding[1],
-        )
+        memory = memory.on(xp, None if record.run_memory is None else load(record.run_memory))
     space = JointSpace(evaluator, *caps, width, *breeding, backward=backward, memory=memory)
     with phases("seeding"):
-        capped = [p for level in levels for p in capped_one_f_one_b(problem, level, width)]
+        capped = [p for level in levels for p in capped_one_f_one_b(problem, level, width, holding)]
         found = [*equal, *plans, *windowed_seeds(partitions, levels), *capped]
         seeds = encode_plans(found, problem, width)
         device_seeds = JointGenes(*(xp.asarray(a) for a in seeds.rows()))
