@@ -11,6 +11,8 @@ from importlib import import_module
 from pkgutil import iter_modules
 from typing import Any
 
+from tidgap import started  # noqa: F401  (the parent at start, before anything slower)
+
 #: Each public name and the module that defines it.
 _EXPORTS = {
     "Action": "tidgap.schedules.ir",

@@ -10,18 +10,24 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 
-def test_sigterm_to_the_launcher_kills_its_workers_and_runs_its_cleanup(tmp_path: Path) -> None:
-    """SIGTERM to the launcher's pid ended it at once (no line, its folder left; the
-    workers' watchdogs ended them); now its cleanup runs: the workers are killed, a line
-    says so, the status is 143."""
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_to_the_launcher_kills_its_workers_and_runs_its_cleanup(
+    tmp_path: Path, signum: int, status: int
+) -> None:
+    """SIGTERM (or SIGHUP: a closed terminal) to the launcher's pid ended it at once (no
+    line, its folder left; the workers' watchdogs ended them); now its cleanup runs: the
+    workers are killed, a line says so, the status is 143 (129)."""
     (tmp_path / "sleeper.py").write_text(
         "import os, sys, time\n"
         "open(sys.argv[1] + f'.{os.getpid()}', 'w').close()\n"
         "time.sleep(120)\n"
     )
     script = (
-        "import sys\n"
+        "import signal, sys\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_DFL)  # not nohup's\n"
         "from tidgap.runtime.launch import launch\n"
         "try:\n"
         f"    launch({str(tmp_path / 'pid')!r}, 2, 1, 120, {str(tmp_path)!r}, module='sleeper')\n"
@@ -35,7 +41,7 @@ def test_sigterm_to_the_launcher_kills_its_workers_and_runs_its_cleanup(tmp_path
         time.sleep(0.1)
     workers = [int(path.suffix[1:]) for path in tmp_path.glob("pid.*")]
     assert len(workers) == 2
-    launcher.send_signal(signal.SIGTERM)
+    launcher.send_signal(signum)
     _, stderr = launcher.communicate(timeout=60)
     alive = []
     for worker in workers:
@@ -44,7 +50,7 @@ def test_sigterm_to_the_launcher_kills_its_workers_and_runs_its_cleanup(tmp_path
             alive.append(worker)
         except ProcessLookupError:
             pass
-    assert launcher.returncode == 143
+    assert launcher.returncode == status
     assert b"tidgap: terminated" in stderr
     assert (tmp_path / "cleaned").exists()
     assert alive == [], f"workers {alive} outlived their launcher"
@@ -102,3 +108,37 @@ def test_a_watchdogs_timeout_removes_the_temporary_folders_in_use(tmp_path: Path
     assert done.returncode == 124, done.stderr
     assert "tidgap profile timed out; exiting" in done.stderr
     assert not folder.exists()
+
+
+def test_a_launcher_gone_before_the_watchdog_starts_is_seen(tmp_path: Path) -> None:
+    """Under torchrun a stage's watchdog took its parent at the call, after the model was
+    built: an agent killed before then left the stage running to its timeout (init was
+    its parent by then). Now the parent is the one the process had when it imported
+    tidgap: the stage ends once the watchdog starts."""
+    imported, watching = tmp_path / "imported", tmp_path / "watching"
+    survived = tmp_path / "survived"
+    stage = (
+        "import sys, time\n"
+        "import tidgap\n"
+        f"open({str(imported)!r}, 'w').close()\n"
+        "time.sleep(1.0)  # its parent ends meanwhile\n"
+        "from tidgap.runtime.worker import start_watchdog\n"
+        "start_watchdog(60)\n"
+        f"open({str(watching)!r}, 'w').close()\n"
+        "time.sleep(4)\n"
+        f"open({str(survived)!r}, 'w').close()\n"
+    )
+    agent = (
+        "import os, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {stage!r}], start_new_session=True)\n"
+        f"while not os.path.exists({str(imported)!r}):\n"
+        "    time.sleep(0.05)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "TIDGAP_LAUNCHER_PID"}
+    subprocess.run([sys.executable, "-c", agent], env=env, timeout=60, check=True)
+    deadline = time.monotonic() + 60
+    while not watching.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert watching.exists()
+    time.sleep(6)
+    assert not survived.exists(), "the stage outlived its launcher"

@@ -1108,10 +1108,12 @@ GPT += ["--vocab", "50"]
 
 
 def test_a_job_run_as_torchrun_would_is_reported_with_results(
-    problem_file: Path, tmp_path: Path
+    problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--write-job, the workers started with torchrun's environment (here by the launcher),
-    then --results: a tiny GPT (token inputs, dropout off for the check) on 1F1B(2)."""
+    then --results: a tiny GPT (token inputs, dropout off for the check) on 1F1B(2). A
+    trace that cannot be written at the end (its folder removed during the run) comes
+    after the report, which it lost."""
     from tidgap.runtime.launch import launch
 
     problem = Problem.from_dict(problem_document())
@@ -1129,6 +1131,16 @@ def test_a_job_run_as_torchrun_would_is_reported_with_results(
     empty = run_cli("run", *options, "--results", "")
     assert empty.exit_code == 2 and "--results: no folder name" in empty.stderr
     folder = tmp_path / "results"
+    with monkeypatch.context() as patch:
+
+        def gone(files: list) -> list[str]:
+            raise InputError("cannot write: No such file or directory", source="t.json")
+
+        patch.setattr("tidgap.cli.run.write_files", gone)
+        for shown in ([], ["--json"]):
+            failed = run_cli("run", *options, "--results", str(folder), "--trace", "t.json", *shown)
+            assert failed.exit_code == 2 and "t.json: cannot write" in failed.stderr
+            assert "measured" in failed.stdout, describe(failed)
     for damage, status, message in RESULT_DAMAGES:
         reported = report_damaged(folder / "rank0.pt", damage, [*options, "--results", str(folder)])
         assert reported.exit_code == status, describe(reported)

@@ -131,16 +131,18 @@ def _wait(processes: list[subprocess.Popen], logs: list[Path], timeout: float) -
 
 @contextmanager
 def terminated_as_exit() -> Iterator[None]:
-    """SIGTERM, in the block, as ``SystemExit`` (status 143) after a line on stderr, so the
-    ``finally`` clauses kill the workers and remove the run's folder (SIGTERM's default
-    ended the launcher at once: its workers' watchdogs ended them, its folder stayed).
-    Outside the main thread nothing is installed."""
+    """SIGTERM, and SIGHUP (a closed terminal) unless ignored (``nohup``), in the block, as
+    ``SystemExit`` (status 143, 129) after a line on stderr, so the ``finally`` clauses
+    kill the workers and remove the run's folder (their default ended the launcher at
+    once: its workers' watchdogs ended them, its folder stayed). Outside the main thread
+    nothing is installed."""
 
     def handle(signum: int, frame: FrameType | None) -> None:
         sys.stderr.write(stopped_line(signum))
         raise SystemExit(exit_status(signum))
 
-    with handling([signal.SIGTERM], handle):
+    hangup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL else []
+    with handling([signal.SIGTERM, *hangup], handle):
         yield
 
 

@@ -53,6 +53,7 @@ from tidgap.runtime.failures import (
 )
 from tidgap.runtime.handlers import PipelineHandlers, StageCompute, Transport
 from tidgap.runtime.job import Job
+from tidgap.started import parent_at_start
 
 if TYPE_CHECKING:
     from tidgap.model.plan import Plan
@@ -99,10 +100,12 @@ def start_watchdog(
     """A daemon thread that ends the process (status :data:`WATCHDOG_STATUS`, a line on
     stderr naming ``who``) once ``timeout`` seconds pass or, when ``launched``, the parent
     process is gone: ``parent``, else the one named by :data:`PARENT_VARIABLE` (set by the
-    launcher, so a parent that died before this started counts too), else the parent at
-    the call (torchrun's agent). Setting the returned event stops it."""
+    launcher, so a parent that died before this started counts too), else the parent when
+    the process imported tidgap (torchrun's agent, which may die while the stage builds
+    its model: :func:`tidgap.started.parent_at_start`). Setting the returned event stops
+    it."""
     if parent is None:
-        parent = int(os.environ.get(PARENT_VARIABLE) or os.getppid())
+        parent = int(os.environ.get(PARENT_VARIABLE) or parent_at_start())
     deadline = time.monotonic() + timeout
     stopped = threading.Event()
 
