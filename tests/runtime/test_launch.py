@@ -142,3 +142,11 @@ def test_a_launcher_gone_before_the_watchdog_starts_is_seen(tmp_path: Path) -> N
     assert watching.exists()
     time.sleep(6)
     assert not survived.exists(), "the stage outlived its launcher"
+
+
+def test_a_worker_killed_by_a_signal_is_said_so() -> None:
+    from tidgap.runtime.launch import ended
+
+    assert ended(1) == "exited with status 1"
+    assert ended(-signal.SIGKILL) == "was killed by SIGKILL"
+    assert ended(-200) == "was killed by signal 200"

@@ -100,6 +100,18 @@ def _settled(processes: list[subprocess.Popen], statuses: list[int | None]) -> l
     return statuses
 
 
+def ended(status: int) -> str:
+    """How a worker that ended with ``status`` (``Popen.returncode``: ``-N`` where signal
+    ``N`` killed it) ended: ``exited with status 1``, ``was killed by SIGKILL``."""
+    if status >= 0:
+        return f"exited with status {status}"
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        name = f"signal {-status}"
+    return f"was killed by {name}"
+
+
 def _wait(processes: list[subprocess.Popen], logs: list[Path], timeout: float) -> None:
     """Return when every worker exited 0; raise :class:`WorkerError` when one failed
     (naming, of those that failed by :func:`_settled`, the one whose log was written first:
@@ -114,9 +126,7 @@ def _wait(processes: list[subprocess.Popen], logs: list[Path], timeout: float) -
             rank = min(failed, key=lambda r: _modified(logs[r]))  # the first to fail
             others = [r for r in failed if r != rank]
             also = f" (then rank {', '.join(map(str, others))} too)" if others else ""
-            raise WorkerError(
-                f"rank {rank} exited with status {statuses[rank]}{also}: {last_line(logs[rank])}"
-            )
+            raise WorkerError(f"rank {rank} {ended(statuses[rank])}{also}: {last_line(logs[rank])}")
         if all(status == 0 for status in statuses):
             return
         if time.monotonic() > deadline:
