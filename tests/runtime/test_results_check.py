@@ -166,6 +166,10 @@ def test_a_file_torch_cannot_load_is_refused_saying_so(tmp_path: Path) -> None:
     message = str(caught.value)
     assert message.startswith(f"{result_path(tmp_path, 0)}: cannot read rank 0's result (not")
     assert "not a file torch.load reads" in message
+    assert "weights_only" not in message  # torch's advice to load it unsafely is left out
+    result_path(tmp_path, 0).write_bytes(b"garbage" * 10)
+    with pytest.raises(InputError, match=r"torch.load reads: Unsupported operand 103\)$"):
+        load_results(tmp_path, 1)
 
 
 def test_ranks_that_ran_other_jobs_are_refused_naming_the_file(tmp_path: Path) -> None:

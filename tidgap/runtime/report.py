@@ -45,6 +45,23 @@ COMPUTE = {"forward": "F", "backward": "B", "tail": "T"}
 TRANSFERS = (("F", "send_forward", "recv_forward", 0), ("B", "send_backward", "recv_backward", 1))
 
 
+#: Where torch.load's refusal of a file ``weights_only`` does not read says what it met
+#: (before it, advice to load the file unsafely, which a rank's own file never needs).
+WEIGHTS_ONLY_DETAIL = "WeightsUnpickler error:"
+
+
+def unloadable_reason(error: BaseException) -> str:
+    """What ``torch.load`` said of a file it cannot read, in one line: the unpickler's own
+    detail where it refused it as ``weights_only`` (``Unsupported operand 103``), else the
+    first line of its message."""
+    text = ANSI_ESCAPE.sub("", str(error))
+    if WEIGHTS_ONLY_DETAIL in text:
+        detail = text.split(WEIGHTS_ONLY_DETAIL, 1)[1].strip()
+        if detail:
+            return detail.splitlines()[0].strip()
+    return ANSI_ESCAPE.sub("", first_line(error))
+
+
 def load_results(
     folder: str | os.PathLike[str], world_size: int, plan: int = 0
 ) -> list[dict[str, Any]]:
@@ -63,7 +80,7 @@ def load_results(
         except FileNotFoundError:
             raise InputError(f"rank {rank} wrote no result", source=str(path)) from None
         except Exception as error:  # torch.load raises many kinds on a damaged file
-            reason = ANSI_ESCAPE.sub("", first_line(error))
+            reason = unloadable_reason(error)
             raise InputError(
                 f"cannot read rank {rank}'s result (not a file torch.load reads: {reason})",
                 source=str(path),
