@@ -1363,6 +1363,33 @@ def test_a_failing_or_hanging_rank_under_torchrun_ends_the_run(
     assert list(temporary.glob("tidgap-*")) == []
 
 
+def test_torchruns_variables_left_in_a_shell_say_so_at_the_timeout(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """A shell holding torchrun's variables makes ``tidgap run`` one rank, which waits for
+    the others until its timeout: the line says which variables and where the ranks meet
+    (it said "worker timed out; exiting")."""
+    from tidgap.runtime.launch import free_port
+
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    port = str(free_port())
+    variables = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_PORT": port}
+    env = {**os.environ, **variables, "MASTER_ADDR": "127.0.0.1"}
+    command = [sys.executable, "-m", "tidgap", "run", str(problem_file), str(plan), *MODEL]
+    done = subprocess.run(
+        [*command, "--iterations", "1", "--timeout", "3"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 124, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("tidgap run rank 0 timed out; exiting (torchrun's RANK, WORLD_SIZE")
+    assert f"the ranks meet at 127.0.0.1:{port}" in last
+
+
 def test_write_job_and_results_are_refused_under_torchrun(
     problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -95,10 +95,15 @@ def watched_environment() -> dict[str, str]:
 
 
 def start_watchdog(
-    timeout: float, who: str = "worker", launched: bool = True, parent: int | None = None
+    timeout: float,
+    who: str = "worker",
+    launched: bool = True,
+    parent: int | None = None,
+    hint: str = "",
 ) -> threading.Event:
     """A daemon thread that ends the process (status :data:`WATCHDOG_STATUS`, a line on
-    stderr naming ``who``) once ``timeout`` seconds pass or, when ``launched``, the parent
+    stderr naming ``who``, ``hint`` after it on a timeout) once ``timeout`` seconds pass or,
+    when ``launched``, the parent
     process is gone: ``parent``, else the one named by :data:`PARENT_VARIABLE` (set by the
     launcher, so a parent that died before this started counts too), else the parent when
     the process imported tidgap (torchrun's agent, which may die while the stage builds
@@ -116,8 +121,8 @@ def start_watchdog(
         while time.monotonic() < deadline and here():
             if stopped.wait(WATCHDOG_PERIOD):
                 return
-        reason = "timed out" if here() else "its launcher is gone"
-        print(f"{who} {reason}; exiting", file=sys.stderr, flush=True)
+        said = f"timed out; exiting{hint}" if here() else "its launcher is gone; exiting"
+        print(f"{who} {said}", file=sys.stderr, flush=True)
         abandon_writes()  # os._exit runs no cleanup
         os._exit(WATCHDOG_STATUS)
 
@@ -545,13 +550,15 @@ def run_watched(
     say: Say = progress,
     plans: Sequence[Plan] | None = None,
     source: str | None = None,
+    who: tuple[str, str] = ("worker", ""),
 ) -> None:
     """:func:`run_rank` (of ``plans``, default the job's) under :func:`start_watchdog`
-    (``job.timeout``), stopped once the run is over; any failure is reported as the last
-    stderr line (the launcher quotes it) and ends the process at once
-    (:func:`die_reporting`). A :class:`JobError` names ``source``, the job's file."""
+    (``job.timeout``, naming ``who``: the process and a hint on a timeout), stopped once
+    the run is over; any failure is reported as the last stderr line (the launcher quotes
+    it) and ends the process at once (:func:`die_reporting`). A :class:`JobError` names
+    ``source``, the job's file."""
     try:
-        watchdog = start_watchdog(job.timeout)
+        watchdog = start_watchdog(job.timeout, who[0], hint=who[1])
         run_rank(job, rank, world_size, deliver, say, plans)
         watchdog.set()
     except JobError as error:  # the job's model options or split: one line, as main's
@@ -642,8 +649,20 @@ def run_here(
     # the watchdog stops with the run: rank 0's report may take longer than its timeout;
     # what the model prints goes to stderr, so that rank 0's --json stays JSON
     with contextlib.redirect_stdout(sys.stderr):
-        run_watched(job, rank, world_size, gather, lambda _: None, plans)
+        run_watched(job, rank, world_size, gather, lambda _: None, plans, who=torchrun_who(rank))
     return found
+
+
+def torchrun_who(rank: int) -> tuple[str, str]:
+    """How a rank under torchrun names itself, and what it adds when it times out: the
+    rendezvous it waited on, and that a shell holding torchrun's variables makes ``tidgap
+    run`` a rank too."""
+    address = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+    variables = ", ".join(TORCHRUN_VARIABLES)
+    return f"tidgap run rank {rank}", (
+        f" (torchrun's {variables} are set: the ranks meet at {address}; unset them to run "
+        "every stage from here)"
+    )
 
 
 def die_reporting(error: BaseException) -> NoReturn:
