@@ -345,6 +345,12 @@ def prepare_windowed(
                 fastest_one_f_one_b_within(problem, level, pricing, most, holding)
                 for level in levels
             ]
+            # and within its samples: over its bytes perhaps, a start the GA mends
+            sampled = (
+                []
+                if memory is None
+                else [fastest_one_f_one_b_within(problem, level, pricing, most) for level in levels]
+            )
             admitted = max(
                 seeded_time_within(problem, level, fastest, pricing, most, holding)
                 for level, fastest in zip(levels, within, strict=True)
@@ -374,7 +380,7 @@ def prepare_windowed(
     with phases("heuristics"):
         add_heuristics(problem, stop, heuristics)
     first_plan = [flush_plan] if flush_plan else []
-    counts = dict.fromkeys(b.microbatches for b in within if b is not None)
+    counts = dict.fromkeys(b.microbatches for b in [*within, *sampled] if b is not None)
     best_count = baselines["1f1b"].microbatches
     fitting = [one_f_one_b_plan(problem, m) for m in counts if m != best_count]
     plans = [*first_plan, *fitting, *heuristics.values(), *initial_plans]
