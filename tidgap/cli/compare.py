@@ -6,13 +6,14 @@ import click
 
 from tidgap.analysis.bound import lower_bound
 from tidgap.analysis.compare import ComparisonRow, compare, format_table, rows_as_dicts
-from tidgap.backends.ticks import PRICINGS, RUN_PRICING
+from tidgap.backends.ticks import RUN_PRICING
 from tidgap.cli.options import (
     about_problem,
     describe_problem,
     echo_json,
     json_option,
     output_options,
+    pricing_option,
     problem_argument,
     run_note,
 )
@@ -97,12 +98,8 @@ def priced_baselines(problem: Problem, pricing: str) -> dict[str, BaselineResult
 @click.command(name="compare")
 @problem_argument()
 @click.argument("plan_file", metavar="[PLAN]", required=False)
-@click.option(
-    "--pricing",
-    type=click.Choice((AUTO_PRICING, *PRICINGS)),
-    default=AUTO_PRICING,
-    show_default=True,
-    help="How the rows are timed and their memory counted. model: model.md's op times and "
+@pricing_option(
+    "How the rows are timed and their memory counted. model: model.md's op times and "
     "held samples. run: as tidgap run runs and holds them (its recomputation, the "
     "calibration's op costs, the profile's source.memory). auto: as tidgap search's default "
     "for PLAN's family (a flush plan: model; an ordered plan: run where tidgap calibrate "

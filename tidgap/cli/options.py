@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from tidgap.backends import BACKENDS
-from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
+from tidgap.backends.ticks import MODEL_PRICING, PRICINGS, RUN_PRICING
 from tidgap.model.errors import InputError
 from tidgap.model.fileio import MAX_INTEGER_DIGITS
 from tidgap.model.lists import stages_doing
@@ -26,7 +26,7 @@ from tidgap.model.text import printable
 from tidgap.optimize.backward_rules import ALIGNED, FREE, MIRRORED
 from tidgap.optimize.ga import DEFAULT_POPULATION
 from tidgap.optimize.memory import format_bytes
-from tidgap.optimize.optimizer import MIN_POPULATION
+from tidgap.optimize.optimizer import AUTO_PRICING, MIN_POPULATION
 from tidgap.runtime.lowering import recomputes
 from tidgap.runtime.pricing import (
     covered_chunks,
@@ -165,6 +165,17 @@ def backward_rule(no_recompute: bool, mirrored: bool) -> str:
 def json_option(command: Command) -> Command:
     """``--json``: print one JSON document instead of text."""
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")(command)
+
+
+def pricing_option(help_text: str) -> Callable[[Command], Command]:
+    """``--pricing auto|model|run`` (default ``auto``), described by ``help_text``."""
+    return click.option(
+        "--pricing",
+        type=click.Choice((AUTO_PRICING, *PRICINGS)),
+        default=AUTO_PRICING,
+        show_default=True,
+        help=help_text,
+    )
 
 
 def echo_json(document: object) -> None:

@@ -12,7 +12,7 @@ from tidgap.analysis.compare import compare, format_table
 from tidgap.analysis.report import report, summary
 from tidgap.analysis.search_summary import rows_over_limit, summary_lines
 from tidgap.backends import UnusableBackend, first_usable, get_backend, require_usable
-from tidgap.backends.ticks import PRICINGS, RUN_PRICING
+from tidgap.backends.ticks import RUN_PRICING
 from tidgap.cli.options import (
     SEED,
     Number,
@@ -26,6 +26,7 @@ from tidgap.cli.options import (
     json_option,
     output_options,
     population_option,
+    pricing_option,
     problem_argument,
     run_note,
 )
@@ -37,7 +38,6 @@ from tidgap.model.problem import load_problem
 from tidgap.model.text import printable
 from tidgap.optimize.checkpoint import DEFAULT_EVERY, StateNotSaved, load_state
 from tidgap.optimize.driver import (
-    AUTO_PRICING,
     SEARCHABLE,
     SearchResult,
     search,
@@ -163,12 +163,8 @@ def chosen_backend(backend: str, gpu: bool = False, cpu: bool = False) -> str:
     "with variable microbatch sizes but one partition (Megatron, DynaPipe) run as is.",
 )
 @backward_rule_options
-@click.option(
-    "--pricing",
-    type=click.Choice((AUTO_PRICING, *PRICINGS)),
-    default=AUTO_PRICING,
-    show_default=True,
-    help="How plans are timed. model: model.md's op times (a backward of b samples at "
+@pricing_option(
+    "How plans are timed. model: model.md's op times (a backward of b samples at "
     "Tb(b), whatever the forward partition: what UMPIPE assumes). run (windowed only): as "
     "tidgap run runs them: a stage whose backward boundaries are all forward boundaries "
     "pays the sum of its covered forwards' backward times, any other recomputes (the "
