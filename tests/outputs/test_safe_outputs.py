@@ -868,3 +868,25 @@ def test_a_path_written_is_shown_escaped(
     assert result.exit_code == 0, describe(result)
     assert "fake\\ntidgap: error: x.json" in result.stdout
     assert not any(line.startswith("tidgap: error") for line in result.stdout.splitlines())
+
+
+@pytest.mark.skipif(not Path("/dev/stdout").exists(), reason="no /dev/stdout")
+def test_an_output_that_is_the_redirected_standard_output_is_refused(tmp_path: Path) -> None:
+    """``--trace /dev/stdout`` with standard output redirected to a file: the trace replaced
+    that file, and the report went to the file it unlinked (lost). Now one line, status 2,
+    the file as it was; through a pipe (a stream) the trace still goes to it."""
+    report = tmp_path / "report.txt"
+    report.write_text("kept\n")
+    command = [sys.executable, "-m", "tidgap", "compare", "example:tiny-2", "--trace"]
+    with report.open("a") as stdout:
+        done = subprocess.run(
+            [*command, "/dev/stdout"], stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "tidgap: error: --trace: is the same file as this command's standard output; "
+        "name another file\n"
+    )
+    assert report.read_text() == "kept\n"
+    piped = subprocess.run([*command, "/dev/stdout"], capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and '"traceEvents"' in piped.stdout, piped.stderr

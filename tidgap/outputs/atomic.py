@@ -88,6 +88,17 @@ def identity(path: str | os.PathLike[str]) -> Identity | None:
     return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
 
 
+def stream_identity(descriptor: int) -> Identity | None:
+    """:func:`identity` of what the open ``descriptor`` writes to (a regular file that
+    standard output was redirected to), ``None`` for a stream, a closed descriptor or
+    anything else."""
+    try:
+        status = os.fstat(descriptor)
+    except OSError:
+        return None
+    return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
+
+
 def _reason(error: OSError) -> str:
     return error.strerror or str(error)
 

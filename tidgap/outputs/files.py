@@ -19,7 +19,14 @@ from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import json_text
 from tidgap.model.problem import Problem
 from tidgap.model.text import printable
-from tidgap.outputs.atomic import Identity, Producer, identity, probe, write_together
+from tidgap.outputs.atomic import (
+    Identity,
+    Producer,
+    identity,
+    probe,
+    stream_identity,
+    write_together,
+)
 from tidgap.schedules.baselines import BaselineResult
 from tidgap.schedules.families import (
     SCHEDULES,
@@ -47,9 +54,14 @@ def check_outputs(
     ``inputs`` maps an argument (``PROBLEM``, ``PLAN``) to its file, or pairs them (a
     repeatable option, ``--compare``, once per file); ``example:NAME`` and
     ``None`` are not files. Streams (devices, FIFOs) may be named more than once. An empty
-    name is refused (``Path("")`` is the current folder).
+    name is refused (``Path("")`` is the current folder), and so is the file standard
+    output or error is redirected to (``/dev/stdout``).
     """
     owners: dict[Identity, tuple[str, str]] = {}  # a file -> who has it, why not write it
+    for descriptor, stream in ((1, "standard output"), (2, "standard error")):
+        key = stream_identity(descriptor)  # /dev/stdout redirected to a file: replaced
+        if key is not None:  # by the output, the report would go to the file it unlinked
+            owners.setdefault(key, (f"this command's {stream}", "name another file"))
     pairs = inputs.items() if isinstance(inputs, Mapping) else inputs or ()
     for name, path in pairs:
         key = None if path is None or str(path).startswith(EXAMPLE_PREFIX) else identity(path)
