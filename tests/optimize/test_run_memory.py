@@ -468,25 +468,37 @@ def test_the_fastest_1f1b_within_the_samples_is_seeded_too(
     assert {7, 8} <= set(seeded)
 
 
-def test_1f1b_is_counted_as_the_search_counts_it() -> None:
+def test_1f1b_is_counted_as_the_search_counts_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """What :class:`OneFOneBHolding` counts for 1F1B(m) equals the run's walk of it in the
-    search's units, and its best 1F1B is within the 1F1B level exactly (its overhead)."""
+    search's units; its best 1F1B is within the 1F1B level exactly (its overhead); the
+    fastest 1F1B within a level is among its candidates, found counting few; past its
+    budget it counts in samples."""
     problem = profiled(synth_problem(3, 4, 48), random_memory(4, np.random.default_rng(5), 0))
     best = search(problem, **SEARCH | {"generations": 1}).baselines["1f1b"]
     memory = reference_memory(problem, None, best)
     assert memory is not None
     holding = OneFOneBHolding(problem, memory)
+    level = one_f_one_b_level(problem, best)
     counts = np.arange(1, 49, dtype=np.int64)
-    units = holding.units(counts[::-1])[::-1]
-    for m, row in zip(counts, units, strict=True):
+    inside = []
+    for m in counts[::-1]:
         plan = SCHEDULES["1f1b"].baseline(problem, int(m))
         model = evaluate(problem, plan)
         held = run_evaluated(problem, plan, model).peak_memory
         expected = fine_units(np.asarray(held), memory.activation, np.asarray(model.peak_held))
-        assert row.tolist() == expected.tolist(), m
-    level = one_f_one_b_level(problem, best)
-    fits = holding.fits(level, counts)
-    assert fits[best.microbatches - 1] and fits.sum() < counts.size
+        units = holding.units(int(m))
+        assert units is not None and units.tolist() == expected.tolist(), m
+        inside.append(holding.within(level, int(m)))
+    assert inside[::-1][best.microbatches - 1] and not all(inside)
+    fresh = OneFOneBHolding(problem, memory)
+    assert fresh.candidates(level, counts, "model").tolist() == [best.microbatches]
+    assert len(fresh._units) < counts.size
+    monkeypatch.setattr("tidgap.optimize.memory_seeds.COUNTED_AT_MOST", 0)
+    spent = OneFOneBHolding(problem, memory)
+    assert (
+        spent.candidates(level, counts, "model").tolist()
+        == counts[spent.fits(level, counts)].tolist()
+    )
 
 
 def test_fitted_units_compare_as_bytes() -> None:

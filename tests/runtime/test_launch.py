@@ -140,8 +140,8 @@ def test_a_launcher_gone_before_the_watchdog_starts_is_seen(tmp_path: Path) -> N
         f"open({str(imported)!r}, 'w').write(str(os.getpid()))\n"
         "time.sleep(1.0)  # its parent ends meanwhile\n"
         "from tidgap.runtime.worker import start_watchdog\n"
-        "start_watchdog(60)\n"
         f"open({str(watching)!r}, 'w').close()\n"
+        "start_watchdog(60)\n"
         "time.sleep(60)\n"
     )
     agent = (
@@ -155,7 +155,7 @@ def test_a_launcher_gone_before_the_watchdog_starts_is_seen(tmp_path: Path) -> N
     pid = int(imported.read_text())
     try:
         assert ended_by(pid, 20), "the stage outlived its launcher"
-        assert watching.exists(), "the stage ended before its watchdog started"
+        assert watching.exists(), "the stage ended before it started its watchdog"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

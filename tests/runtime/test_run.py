@@ -1386,8 +1386,9 @@ def test_torchruns_variables_left_in_a_shell_say_so_at_the_timeout(
     )
     assert done.returncode == 124, done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("tidgap run rank 0 timed out; exiting (torchrun's RANK, WORLD_SIZE")
-    assert f"the ranks meet at 127.0.0.1:{port}" in last
+    expected = f"tidgap run rank 0 timed out waiting for the others at 127.0.0.1:{port}"
+    assert last.startswith(expected) and last.endswith("from here); exiting")
+    assert "(torchrun's RANK, WORLD_SIZE" in last
 
 
 def test_write_job_and_results_are_refused_under_torchrun(

@@ -21,13 +21,21 @@ from tidgap.backends.xp import to_host
 from tidgap.model.errors import InputError
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
+from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import ONE_F_ONE_B, MemoryLevel, bytes_level, stage_level
 from tidgap.optimize.memory import exact_bytes
 from tidgap.optimize.run_memory import RunMemory
 from tidgap.optimize.windowed_seeds import encode_plans
-from tidgap.runtime.pricing import plan_pricing, run_priced_baselines
+from tidgap.runtime.pricing import (
+    order_credit,
+    plan_pricing,
+    run_evaluation,
+    run_priced_baselines,
+)
 from tidgap.schedules.baselines import (
+    BASELINE_ROWS,
     BaselineResult,
+    baseline_times,
     best_baselines,
     equal_partition,
     feasible_microbatch_counts,
@@ -94,8 +102,12 @@ def in_flight(problem: Problem, level: MemoryLevel, size: int) -> list[int]:
     return list(accumulate(fits, min))
 
 
-#: Most gene entries (plans x stages x width) :class:`OneFOneBHolding` encodes at once.
-ENCODED_AT_ONCE = 2**22
+#: Most gene entries (stages x width, summed over the counts) :class:`OneFOneBHolding`
+#: counts as ``tidgap run`` holds them, per search: a few seconds (every 1F1B of 64 stages
+#: and batch 1024 took a minute and 1 GB); past it, 1F1B is counted in samples.
+COUNTED_AT_MOST = 2**23
+#: The most counts :meth:`OneFOneBHolding.any_within` tries, fewest samples in flight first.
+TRIED_FOR_ANY = 8
 
 
 @dataclass
@@ -105,35 +117,82 @@ class OneFOneBHolding:
     the best 1F1B: :func:`reference_memory`) in its units, as ``tidgap run`` holds it
     (where a level in samples and one in bytes disagree: 1F1B(m) within a level's samples
     can be over its bytes, and the fastest 1F1B within the bytes then was never seeded);
-    the units counted once per ``m``."""
+    the units counted once per ``m``, one count at a time, at most
+    :data:`COUNTED_AT_MOST` gene entries in all."""
 
     problem: Problem
     memory: RunMemory | None = None
     _units: dict[int, np.ndarray] = field(default_factory=dict)
+    _spent: int = 0
 
     def fits(self, level: MemoryLevel, counts: np.ndarray) -> np.ndarray:
-        """``(M,)`` bool: whether 1F1B(m) is within ``level``, for each of ``counts``."""
-        if self.memory is None:
-            return (one_f_one_b_held(self.problem, counts) <= np.asarray(level.held)).all(axis=1)
-        limit = to_host(self.memory.limit(level))
-        return (self.units(counts) <= limit).all(axis=1) if counts.size else np.zeros(0, bool)
+        """``(M,)`` bool: whether 1F1B(m) is within ``level``'s samples, for each of
+        ``counts``."""
+        return (one_f_one_b_held(self.problem, counts) <= np.asarray(level.held)).all(axis=1)
 
-    def units(self, counts: np.ndarray) -> np.ndarray:
-        """``(M, S)`` int64: what 1F1B(m) holds as ``tidgap run`` holds it, in the
-        memory's units, for each of ``counts`` (a few at a time: :data:`ENCODED_AT_ONCE`)."""
+    def units(self, m: int) -> np.ndarray | None:
+        """``(S,)`` int64: what 1F1B(``m``) holds as ``tidgap run`` holds it, in the
+        memory's units; ``None`` where counting it would pass :data:`COUNTED_AT_MOST`."""
         assert self.memory is not None, "counted in samples"
-        missing = sorted({int(m) for m in counts} - set(self._units))
-        S = self.problem.num_stages
-        while missing:
-            block = [missing.pop(0)]
-            while missing and (len(block) + 1) * S * missing[0] <= ENCODED_AT_ONCE:
-                block.append(missing.pop(0))
-            plans = [one_f_one_b_plan(self.problem, m) for m in block]
-            genes = encode_plans(plans, self.problem, block[-1]).repaired()
-            peaks = one_f_one_b_held(self.problem, np.asarray(block, dtype=np.int64))
-            held = self.memory.held(peaks, genes.forward, genes.backward, genes.lead)
-            self._units.update(zip(block, held, strict=True))
-        return np.asarray([self._units[int(m)] for m in counts], dtype=np.int64).reshape(-1, S)
+        units = self._units.get(m)
+        if units is None:
+            cost = self.problem.num_stages * m
+            if self._spent + cost > COUNTED_AT_MOST:
+                return None
+            self._spent += cost
+            peaks, genes = one_f_one_b_genes(self.problem, m)
+            units = self.memory.held(peaks, *genes.rows())[0]
+            self._units[m] = units
+        return units
+
+    def within(self, level: MemoryLevel, m: int) -> bool | None:
+        """Whether 1F1B(``m``) is within ``level`` as ``tidgap run`` holds it; ``None``
+        where counting it would pass :data:`COUNTED_AT_MOST`."""
+        units = self.units(m)
+        if units is None:
+            return None
+        assert self.memory is not None, "counted as the run holds it"
+        return bool((units <= to_host(self.memory.limit(level))).all())
+
+    def candidates(self, level: MemoryLevel, counts: np.ndarray, pricing: str) -> np.ndarray:
+        """The counts of ``counts`` (ascending) within ``level`` among which the fastest
+        1F1B within it is, as ``pricing`` times them: in order of model time, the first
+        within it and, under run pricing, every other within it whose model time times
+        :func:`~tidgap.runtime.pricing.order_credit` is not above that one's run-priced
+        time (no other can be faster); counted as ``tidgap run`` holds them, or in samples
+        (:meth:`fits`) where that would pass :data:`COUNTED_AT_MOST`."""
+        if self.memory is None or not counts.size:
+            return counts[self.fits(level, counts)]
+        ms, times = baseline_times(self.problem, counts)
+        row = times[BASELINE_ROWS.index("1f1b")]
+        credit = order_credit(self.problem)
+        chosen: list[int] = []
+        bound = math.inf
+        for i in np.argsort(row, kind="stable"):
+            if credit * row[i] > bound:
+                break
+            inside = self.within(level, int(ms[i]))
+            if inside is None:
+                return counts[self.fits(level, counts)]
+            if not inside:
+                continue
+            chosen.append(int(ms[i]))
+            if pricing != RUN_PRICING:
+                break
+            if len(chosen) == 1:
+                plan = one_f_one_b_plan(self.problem, int(ms[i]))
+                bound = run_evaluation(self.problem, plan).iteration_time
+        return np.asarray(sorted(chosen), dtype=np.int64)
+
+    def any_within(self, level: MemoryLevel, counts: np.ndarray) -> bool:
+        """Whether some 1F1B(m) of ``counts`` is within ``level``: in samples, or as
+        ``tidgap run`` holds it trying the :data:`TRIED_FOR_ANY` largest counts (fewest
+        samples in flight; ``False`` where none of those is, so that
+        :func:`capped_one_f_one_b` seeds its plans: more seeds, never fewer)."""
+        if self.memory is None:
+            return bool(self.fits(level, counts).any())
+        tried = sorted(map(int, counts), reverse=True)[:TRIED_FOR_ANY]
+        return any(self.within(level, m) for m in tried)
 
 
 def reference_memory(
@@ -145,13 +204,15 @@ def reference_memory(
     memory = RunMemory.of(problem)
     if memory is None:
         return None
-    memory = memory.fitted(caps)
-    m = np.asarray([best.microbatches], dtype=np.int64)
-    genes = encode_plans([one_f_one_b_plan(problem, best.microbatches)], problem, best.microbatches)
-    genes = genes.repaired()
-    return memory.with_reference(
-        one_f_one_b_held(problem, m), genes.forward, genes.backward, genes.lead
-    )
+    peaks, genes = one_f_one_b_genes(problem, best.microbatches)
+    return memory.fitted(caps).with_reference(peaks, *genes.rows())
+
+
+def one_f_one_b_genes(problem: Problem, m: int) -> tuple[np.ndarray, JointGenes]:
+    """1F1B(``m``)'s ``(1, S)`` peak held samples and its repaired ``(1, S, m)`` host genes
+    (what :meth:`RunMemory.held` counts)."""
+    genes = encode_plans([one_f_one_b_plan(problem, m)], problem, m).repaired()
+    return one_f_one_b_held(problem, np.asarray([m], dtype=np.int64)), genes
 
 
 def one_f_one_b_held(problem: Problem, counts: np.ndarray) -> np.ndarray:
@@ -181,7 +242,7 @@ def fastest_one_f_one_b_within(
     counts = np.asarray(feasible_microbatch_counts(problem), np.int64)
     if most is not None:
         counts = counts[counts <= most]
-    fitting = counts[holding.fits(level, counts)]
+    fitting = holding.candidates(level, counts, pricing)
     if fitting.size == 0:
         return None
     best = best_baselines(problem, fitting)
@@ -225,7 +286,7 @@ def capped_one_f_one_b(
     holding = OneFOneBHolding(problem) if holding is None else holding
     S, top = problem.num_stages, min(most, problem.num_units)
     counts = np.arange(least_feasible_count(problem), top + 1, dtype=np.int64)
-    if holding.fits(level, counts).any():
+    if holding.any_within(level, counts):
         return []
     plans = []
     for m in range(fewest_within(problem, level), top + 1):

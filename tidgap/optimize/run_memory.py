@@ -106,11 +106,10 @@ class RunMemory:
     overhead: Any = None
 
     @classmethod
-    def of(
-        cls, problem: Problem, xp: Any = np, compiled: CompiledHeld | None = None
-    ) -> RunMemory | None:
-        """The problem's figures on ``xp``; ``None`` where it has no usable
-        ``source.memory`` or no ``activation_bytes`` (its limits then stay the model's)."""
+    def of(cls, problem: Problem) -> RunMemory | None:
+        """The problem's figures on the host (:meth:`on` moves them); ``None`` where it has
+        no usable ``source.memory`` or no ``activation_bytes`` (its limits then stay the
+        model's)."""
         stages = recompute_bytes(problem)
         if stages is None:
             return None
@@ -122,9 +121,7 @@ class RunMemory:
             [column[0], output, column[1], column[2], column[3] * B, *graphs, column[4]]
         )
         activation = [float(stage.activation_bytes or 0.0) for stage in problem.stages]
-        return cls(
-            xp.asarray(figures), xp.asarray(activation, dtype=xp.float64), B, problem.unit, compiled
-        )
+        return cls(figures, np.asarray(activation, dtype=np.float64), B, problem.unit)
 
     def fitted(self, caps: tuple[float, ...] | None) -> RunMemory:
         """These figures with each stage's unit fitted to its byte limit in ``caps``

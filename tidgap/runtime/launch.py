@@ -148,7 +148,8 @@ def terminated_as_exit() -> Iterator[None]:
     nothing is installed."""
 
     def handle(signum: int, frame: FrameType | None) -> None:
-        sys.stderr.write(stopped_line(signum))
+        with contextlib.suppress(OSError):  # a hung-up terminal takes no line
+            sys.stderr.write(stopped_line(signum))
         raise SystemExit(exit_status(signum))
 
     hangup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL else []

@@ -102,13 +102,12 @@ def start_watchdog(
     hint: str = "",
 ) -> threading.Event:
     """A daemon thread that ends the process (status :data:`WATCHDOG_STATUS`, a line on
-    stderr naming ``who``, ``hint`` after it on a timeout) once ``timeout`` seconds pass or,
-    when ``launched``, the parent
-    process is gone: ``parent``, else the one named by :data:`PARENT_VARIABLE` (set by the
-    launcher, so a parent that died before this started counts too), else the parent when
-    the process imported tidgap (torchrun's agent, which may die while the stage builds
-    its model: :func:`tidgap.started.parent_at_start`). Setting the returned event stops
-    it."""
+    stderr naming ``who``, ``hint`` after "timed out") once ``timeout`` seconds pass
+    or, when ``launched``, the parent process is gone: ``parent``, else the one named by
+    :data:`PARENT_VARIABLE` (set by the launcher, so a parent that died before this
+    started counts too), else the parent when the process imported tidgap (torchrun's
+    agent, which may die while the stage builds its model:
+    :func:`tidgap.started.parent_at_start`). Setting the returned event stops it."""
     if parent is None:
         parent = int(os.environ.get(PARENT_VARIABLE) or parent_at_start())
     deadline = time.monotonic() + timeout
@@ -121,7 +120,7 @@ def start_watchdog(
         while time.monotonic() < deadline and here():
             if stopped.wait(WATCHDOG_PERIOD):
                 return
-        said = f"timed out; exiting{hint}" if here() else "its launcher is gone; exiting"
+        said = f"timed out{hint}; exiting" if here() else "its launcher is gone; exiting"
         print(f"{who} {said}", file=sys.stderr, flush=True)
         abandon_writes()  # os._exit runs no cleanup
         os._exit(WATCHDOG_STATUS)
@@ -660,8 +659,9 @@ def torchrun_who(rank: int) -> tuple[str, str]:
     address = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
     variables = ", ".join(TORCHRUN_VARIABLES)
     return f"tidgap run rank {rank}", (
-        f" (torchrun's {variables} are set: the ranks meet at {address}; unset them to run "
-        "every stage from here)"
+        f" waiting for the others at {address} (torchrun's {variables} are set; a shell that "
+        "kept them from a torchrun makes tidgap run one rank: unset them to run every stage "
+        "from here)"
     )
 
 
