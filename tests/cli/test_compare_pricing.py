@@ -110,3 +110,22 @@ def test_an_unknown_pricing_is_one_line(tmp_path: Path) -> None:
     done = run_cli("compare", "example:tiny-2", "--pricing", "fast")
     assert done.exit_code == 2
     assert "'fast' is not one of 'auto', 'model', 'run'" in done.output
+
+
+def test_a_memory_limit_marks_the_rows_as_the_search_summary_does(tmp_path: Path) -> None:
+    """``--memory-limit`` marks the rows over it (model memory), as a search's table under
+    that limit does; without it nothing is marked there; bytes need activation_bytes."""
+    plan = str(tmp_path / "plan.json")
+    searched = run_cli(
+        "search", "example:tiny-2", "--memory-limit", "1f1b", "--generations", "5", "--out", plan
+    )
+    assert searched.exit_code == 0, describe(searched)
+    summary = [line for line in searched.output.splitlines() if line.startswith("gpipe ")]
+    _, rows = rows_of("example:tiny-2", plan, "--memory-limit", "1f1b")
+    assert rows["gpipe"]["over_memory_limit"] == [1] and "over (stage 1)" in summary[0]
+    assert not rows["1f1b"]["over_memory_limit"] and not rows["plan"]["over_memory_limit"]
+    assert not rows_of("example:tiny-2", plan)[1]["gpipe"]["over_memory_limit"]
+    text = run_cli("compare", "example:tiny-2", plan, "--memory-limit", "1f1b")
+    assert [line for line in text.output.splitlines() if line.startswith("gpipe ")] == summary
+    refused = run_cli("compare", "example:tiny-2", "--memory-limit", "5GB")
+    assert refused.exit_code == 2 and "--memory-limit: a limit in bytes" in refused.stderr

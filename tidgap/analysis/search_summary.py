@@ -12,6 +12,7 @@ from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.lists import compact_sizes
 from tidgap.model.text import counted
 from tidgap.optimize.backward_rules import ALIGNED, FREE
+from tidgap.optimize.limits import MemoryLevel
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult, TradeoffPoint
 from tidgap.schedules.baselines import BaselineResult
@@ -66,13 +67,15 @@ def beyond_limit(result: SearchResult, rival: BaselineResult) -> bool:
     return evaluation is not None and not limit.admits(evaluation.peak_held)
 
 
-def rows_over_limit(rows: list[ComparisonRow], result: SearchResult) -> list[ComparisonRow]:
-    """``rows`` with the stages each holds over the search's limit in force added to its
-    ``over_memory_limit`` (beside the stages' own limits'), as :func:`over_limit` marks the
-    best baselines; as they are under run memory pricing (where a level binds bytes, which
-    the rows' samples do not show) or without a limit."""
-    limit = result.memory_limit
-    if limit is None or result.memory_pricing == RUN_PRICING:
+def rows_over_limit(
+    rows: list[ComparisonRow], limit: MemoryLevel | None, memory_pricing: str
+) -> list[ComparisonRow]:
+    """``rows`` with the stages each holds over ``limit`` (a search's limit in force) added
+    to its ``over_memory_limit`` (beside the stages' own limits'), as :func:`over_limit`
+    marks the best baselines; as they are under run memory pricing (``memory_pricing``
+    ``run``: a level binds bytes, which the rows' samples do not show) or without a
+    limit."""
+    if limit is None or memory_pricing == RUN_PRICING:
         return rows
     marked = []
     for row in rows:

@@ -6,7 +6,8 @@ import click
 
 from tidgap.analysis.bound import lower_bound
 from tidgap.analysis.compare import ComparisonRow, compare, format_table, rows_as_dicts
-from tidgap.backends.ticks import RUN_PRICING
+from tidgap.analysis.search_summary import rows_over_limit
+from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.cli.options import (
     about_problem,
     describe_problem,
@@ -17,10 +18,13 @@ from tidgap.cli.options import (
     problem_argument,
     run_note,
 )
+from tidgap.cli.search import MemoryLimit
 from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem
+from tidgap.optimize.limits import limit_in_force
 from tidgap.optimize.optimizer import AUTO_PRICING, DEFAULT_SCHEDULE, resolved_pricing
-from tidgap.optimize.run_memory import run_evaluated
+from tidgap.optimize.run_memory import RunMemory, run_evaluated
+from tidgap.optimize.windowed_seeds import one_f_one_b_level
 from tidgap.outputs.files import check_outputs, comparison_files, write_files
 from tidgap.runtime.pricing import plan_pricing, run_prediction, run_priced_baselines
 from tidgap.schedules.baselines import BaselineResult, best_baselines
@@ -105,12 +109,21 @@ def priced_baselines(problem: Problem, pricing: str) -> dict[str, BaselineResult
     "for PLAN's family (a flush plan: model; an ordered plan: run where tidgap calibrate "
     "timed the problem, else model); a plan searched with --pricing compares with the same.",
 )
+@click.option(
+    "--memory-limit",
+    type=MemoryLimit(),
+    help="Mark the rows over this limit too, as tidgap search's table does (1f1b: what the "
+    "best 1F1B holds on each stage; or bytes per stage, 24GiB, 80GB); not where memory "
+    "is counted as tidgap run holds it (the limit binds bytes; the rows' own stage limits "
+    "are marked always).",
+)
 @output_options
 @json_option
 def compare_command(
     problem: str,
     plan_file: str | None,
     pricing: str,
+    memory_limit: str | int | None,
     gantt: str | None,
     trace: str | None,
     as_json: bool,
@@ -135,6 +148,12 @@ def compare_command(
             price=plan_pricing(priced),
             held=run_evaluated if run_priced else None,
         )
+        limit = None
+        if memory_limit is not None:
+            one_f_one_b = one_f_one_b_level(loaded, baselines["1f1b"])
+            limit = limit_in_force(loaded, memory_limit, one_f_one_b)
+        counted_as_run = run_priced and RunMemory.of(loaded) is not None
+        rows = rows_over_limit(rows, limit, RUN_PRICING if counted_as_run else MODEL_PRICING)
     plans = plan_timelines(loaded, plan, run_priced, gantt is not None or trace is not None)
     written = write_files(comparison_files(loaded, plans, baselines, gantt, trace, run_priced))
     if as_json:

@@ -365,7 +365,8 @@ def _report(
         price=plan_pricing(result.pricing),
         held=run_evaluated if result.memory_pricing == RUN_PRICING else None,
     )
-    click.echo(format_table(rows_over_limit(rows, result), unit))
+    marked = rows_over_limit(rows, result.memory_limit, result.memory_pricing)
+    click.echo(format_table(marked, unit))
     if out is not None:
         click.echo(f"plan written to {printable(out)}")
     for line in written:
