@@ -488,7 +488,7 @@ def test_1f1b_is_counted_as_the_search_counts_it(monkeypatch: pytest.MonkeyPatch
         expected = fine_units(np.asarray(held), memory.activation, np.asarray(model.peak_held))
         units = holding.units(int(m))
         assert units is not None and units.tolist() == expected.tolist(), m
-        inside.append(holding.within(level, int(m)))
+        inside.append(holding.within(memory.limit(level), int(m)))
     assert inside[::-1][best.microbatches - 1] and not all(inside)
     fresh = OneFOneBHolding(problem, memory)
     assert fresh.candidates(level, counts, "model").tolist() == [best.microbatches]

@@ -23,7 +23,8 @@ from tidgap.model.plan import Plan, load_plan
 from tidgap.model.problem import Problem, load_problem
 from tidgap.optimize.limits import limit_in_force
 from tidgap.optimize.optimizer import AUTO_PRICING, DEFAULT_SCHEDULE, resolved_pricing
-from tidgap.optimize.run_memory import RunMemory, run_evaluated
+from tidgap.optimize.run_memory import run_evaluated
+from tidgap.optimize.windowed_driver import counts_run_memory
 from tidgap.optimize.windowed_seeds import one_f_one_b_level
 from tidgap.outputs.files import check_outputs, comparison_files, write_files
 from tidgap.runtime.pricing import plan_pricing, run_prediction, run_priced_baselines
@@ -152,7 +153,7 @@ def compare_command(
         if memory_limit is not None:
             one_f_one_b = one_f_one_b_level(loaded, baselines["1f1b"])
             limit = limit_in_force(loaded, memory_limit, one_f_one_b)
-        counted_as_run = run_priced and RunMemory.of(loaded) is not None
+        counted_as_run = counts_run_memory(loaded, priced)
         rows = rows_over_limit(rows, limit, RUN_PRICING if counted_as_run else MODEL_PRICING)
     plans = plan_timelines(loaded, plan, run_priced, gantt is not None or trace is not None)
     written = write_files(comparison_files(loaded, plans, baselines, gantt, trace, run_priced))

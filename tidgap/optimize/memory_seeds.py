@@ -145,14 +145,17 @@ class OneFOneBHolding:
             self._units[m] = units
         return units
 
-    def within(self, level: MemoryLevel, m: int) -> bool | None:
-        """Whether 1F1B(``m``) is within ``level`` as ``tidgap run`` holds it; ``None``
-        where counting it would pass :data:`COUNTED_AT_MOST`."""
+    def within(self, limit: np.ndarray, m: int) -> bool | None:
+        """Whether 1F1B(``m``) is within ``limit`` (a level's :meth:`RunMemory.limit` on
+        the host) as ``tidgap run`` holds it; ``None`` where counting it would pass
+        :data:`COUNTED_AT_MOST`."""
         units = self.units(m)
-        if units is None:
-            return None
+        return None if units is None else bool((units <= limit).all())
+
+    def _limit(self, level: MemoryLevel) -> np.ndarray:
+        """``level``'s :meth:`RunMemory.limit` on the host, once per call that tries counts."""
         assert self.memory is not None, "counted as the run holds it"
-        return bool((units <= to_host(self.memory.limit(level))).all())
+        return to_host(self.memory.limit(level))
 
     def candidates(self, level: MemoryLevel, counts: np.ndarray, pricing: str) -> np.ndarray:
         """The counts of ``counts`` (ascending) within ``level`` among which the fastest
@@ -166,12 +169,13 @@ class OneFOneBHolding:
         ms, times = baseline_times(self.problem, counts)
         row = times[BASELINE_ROWS.index("1f1b")]
         credit = order_credit(self.problem)
+        limit = self._limit(level)
         chosen: list[int] = []
         bound = math.inf
         for i in np.argsort(row, kind="stable"):
             if credit * row[i] > bound:
                 break
-            inside = self.within(level, int(ms[i]))
+            inside = self.within(limit, int(ms[i]))
             if inside is None:
                 return counts[self.fits(level, counts)]
             if not inside:
@@ -192,7 +196,8 @@ class OneFOneBHolding:
         if self.memory is None:
             return bool(self.fits(level, counts).any())
         tried = sorted(map(int, counts), reverse=True)[:TRIED_FOR_ANY]
-        return any(self.within(level, m) for m in tried)
+        limit = self._limit(level)
+        return any(self.within(limit, m) for m in tried)
 
 
 def reference_memory(
