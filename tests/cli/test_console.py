@@ -41,6 +41,32 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
     assert result.stdout == ""  # the command did not run
 
 
+#: A command that Ctrl-C interrupts outside a search: click's KeyboardInterrupt path.
+INTERRUPTED_COMMAND = """
+import os, signal, sys, time
+from tidgap.cli.main import cli
+@cli.command("wait")
+def wait():
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(10)
+sys.argv = ["tidgap", "wait"]
+cli.main()
+"""
+
+
+def test_ctrl_c_in_a_command_ends_the_echoed_line_once() -> None:
+    """click writes the newline that ends the terminal's ``^C``; tidgap wrote a second,
+    a blank line before ``tidgap: interrupted``."""
+    result = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_COMMAND],
+        capture_output=True,
+        text=True,
+        preexec_fn=default_sigint,
+    )
+    assert result.returncode == 130
+    assert result.stderr == "\ntidgap: interrupted\n"
+
+
 def test_the_console_script_runs_the_command_line() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tidgap", "--version"], capture_output=True, text=True

@@ -59,9 +59,13 @@ class TidgapGroup(click.Group):
             if error.errno != errno.EPIPE:  # `tidgap ... | head` is no error to report
                 click.echo(f"tidgap: error: cannot write: {error.strerror}", err=True)
             sys.exit(1)
-        except click.Abort:
-            # Ctrl-C outside a search (a search stops at a generation boundary instead).
-            sys.stderr.write(stopped_line(signal.SIGINT))
+        except click.Abort as error:
+            # Ctrl-C outside a search (a search stops at a generation boundary instead);
+            # click has already ended the terminal's ``^C`` line
+            line = stopped_line(signal.SIGINT)
+            if isinstance(error.__cause__, KeyboardInterrupt | EOFError):
+                line = line.lstrip("\n")
+            sys.stderr.write(line)
             sys.exit(exit_status(signal.SIGINT))
         sys.exit(status if isinstance(status, int) else 0)
 
