@@ -323,14 +323,14 @@ def test_a_signal_while_the_plans_are_written_keeps_them(
     import os
     import signal
 
-    write = sweep._write
+    write = sweep.write_files
 
     def signalled_write(*args: Any) -> Any:
         os.kill(os.getpid(), signal.SIGINT)
         return write(*args)
 
     monkeypatch.setattr(sweep, "_executor", lambda *args: ThreadPoolExecutor(max_workers=1))
-    monkeypatch.setattr(sweep, "_write", signalled_write)
+    monkeypatch.setattr(sweep, "write_files", signalled_write)
     out = tmp_path / "out"
     result = run_cli("sweep", TINY, *SHORT, "--out-dir", str(out))
     assert result.exit_code == 130, describe(result)
@@ -340,6 +340,54 @@ def test_a_signal_while_the_plans_are_written_keeps_them(
         "summary.json",
         "tiny-2.plan.json",
     ]
+
+
+#: A sweep of tiny-2 then hetero-8 on one thread whose second search, once the first's plan
+#: is on disk, kills the process as SIGKILL (or the OOM killer) would.
+KILLED_IN_THE_SECOND_SEARCH = """
+import os, signal, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from tidgap.cli import sweep
+from tidgap.cli.main import cli
+from tidgap.optimize import many
+out = Path(sys.argv[1])
+search = many._search
+def killed_in_the_second(problem, seed, options):
+    if problem.name != "tiny-2":
+        deadline = time.monotonic() + 120
+        while not (out / "summary.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return search(problem, seed, options)
+many._search = killed_in_the_second
+sweep._executor = lambda *args: ThreadPoolExecutor(max_workers=1)
+sys.argv = ["tidgap", "sweep", "example:tiny-2", "example:hetero-8", "--generations", "5",
+            "--population", "16", "--out-dir", str(out)]
+cli.main()
+"""
+
+
+def test_a_sweep_killed_keeps_the_plans_it_had_found(tmp_path: Path) -> None:
+    """Each plan is written as its search ends, with the summary so far: a sweep killed
+    (SIGKILL, a second signal) wrote nothing, its finished searches lost."""
+    import signal
+    import subprocess
+
+    out = tmp_path / "out"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_IN_THE_SECOND_SEARCH, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert {p.name for p in out.iterdir()} == {"summary.csv", "summary.json", "tiny-2.plan.json"}
+    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["problems"]
+    assert [row["plan_file"] for row in rows] == ["tiny-2.plan.json"]
+    assert load_plan(out / "tiny-2.plan.json", load_problem(TINY)) is not None
+    with (out / "summary.csv").open(encoding="utf-8", newline="") as file:
+        assert len(list(csv.reader(file))) == 2
 
 
 def test_a_pool_worker_ends_once_its_launcher_is_gone(tmp_path: Path) -> None:

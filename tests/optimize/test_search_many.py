@@ -60,6 +60,32 @@ def test_one_seed_serves_every_problem_and_options_reach_the_search() -> None:
     assert [r.plan for r in results] == _one_by_one(PROBLEMS[:2], [3, 3], schedule="flush", **SHORT)
 
 
+def test_each_result_is_told_as_its_search_ends(expected: list[tidgap.Plan]) -> None:
+    """``on_result(i, result)``, once per search, with the problem's index (a search
+    ending while others go on: ``tidgap sweep``'s test that a killed sweep keeps it)."""
+    told: dict[int, tidgap.Plan] = {}
+
+    def on_result(i: int, result: tidgap.SearchResult) -> None:
+        assert i not in told
+        told[i] = result.plan
+
+    results = search_many(PROBLEMS, seeds=SEEDS, on_result=on_result, **SHORT)
+    assert [told[i] for i in range(len(PROBLEMS))] == expected
+    assert [r.plan for r in results] == expected
+
+
+def test_what_on_result_raises_stops_the_searches_and_is_raised() -> None:
+    told: list[int] = []
+
+    def failing(i: int, result: tidgap.SearchResult) -> None:
+        told.append(i)
+        raise OSError("disk full")
+
+    with ThreadPoolExecutor(max_workers=1) as executor, pytest.raises(OSError, match="disk full"):
+        search_many(PROBLEMS, executor=executor, seeds=SEEDS, on_result=failing, **SHORT)
+    assert told == [0]
+
+
 def test_a_dask_local_cluster_gives_the_one_by_one_plans(expected: list[tidgap.Plan]) -> None:
     distributed = pytest.importorskip("distributed")
     with (
@@ -214,6 +240,7 @@ def test_bad_arguments_are_refused() -> None:
         ({"seeds": [0, 1.5, 2]}, InputError, r"seeds\[1\]: must be an integer"),
         ({"generations": 1.5}, InputError, r"generations: must be an integer"),
         ({"problems": [None]}, TypeError, r"problems\[0\] must be a tidgap.Problem"),
+        ({"on_result": 3}, TypeError, r"on_result must be a function or None"),
         # each a SearchFailed after every task had run and failed
         ({"population": 3}, InputError, r"population: must be at least 8"),
         ({"generation": 3}, TypeError, r"unexpected keyword argument 'generation'"),

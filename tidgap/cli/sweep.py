@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import CancelledError, Executor
 from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from tidgap.optimize.optimizer import (
 from tidgap.optimize.results import SearchResult
 from tidgap.optimize.windowed_driver import require_windowed_room
 from tidgap.outputs.files import (
+    OutputFile,
     check_outputs,
     json_file,
     output_folder,
@@ -174,8 +176,9 @@ class _Stopping:
     "--out-dir",
     required=True,
     type=click.Path(file_okay=False),
-    help=f"Write each plan here as STEM{PLAN_SUFFIX} (STEM: the problem file's), and "
-    f"{SUMMARY_CSV} and {SUMMARY_JSON}; created if missing, other files left alone.",
+    help=f"Write each plan here as STEM{PLAN_SUFFIX} (STEM: the problem file's) as its "
+    f"search ends, and {SUMMARY_CSV} and {SUMMARY_JSON} of the plans found so far with "
+    "it; created if missing, other files left alone.",
 )
 @click.option(
     "--workers",
@@ -238,7 +241,8 @@ def sweep_command(
     alone) stops each search at its next generation (on a Dask cluster within half a
     second more) and skips those not started; the plans found so far and the summary are
     written (and the first search that failed of itself named), then the command exits
-    130 / 143; a second signal exits at once. While connecting to a Dask scheduler (10 s
+    130 / 143; a second signal exits at once, keeping the plans written so far (each is
+    written, with the summary, as its search ends). While connecting to a Dask scheduler (10 s
     at most) a signal exits at once. The --backend is checked on this machine (cuda needs
     a GPU here too).
     """
@@ -272,9 +276,11 @@ def sweep_command(
                 inputs = {f"PROBLEM {i + 1}": spec for i, spec in enumerate(problems)}
                 outputs = [("--out-dir", path) for path in (*plans, *summaries)]
                 check_outputs(None, None, *outputs, inputs=inputs)
+            written = _SweepOutputs(problems, plans, summaries)
             results, failed = _search_all(
                 loaded,
                 executor,
+                on_result=written.add,
                 seeds=seed,
                 schedule=schedule,
                 memory_limit=memory_limit,
@@ -284,7 +290,7 @@ def sweep_command(
                 time_limit=time_limit,
                 backend=backend,
             )
-        rows = _write(problems, plans, summaries, results)
+        rows = written.finish(results)
     if signals.received():
         click.echo(f"interrupted by {signals.received()}: the plans found so far")
         first = _first_failure(failed)
@@ -332,21 +338,40 @@ def _search_all(
         return error.results, error
 
 
-def _write(
-    specs: tuple[str, ...],
-    plans: list[Path],
-    summaries: tuple[Path, Path],
-    results: list[SearchResult | None],
-) -> list[dict[str, Any]]:
-    """Write each plan found and the summary files (CSV, JSON); return the summary's rows
-    (each with ``tidgap run``'s prediction for its plan)."""
-    rows, files = [], []
-    for spec, path, result in zip(specs, plans, results, strict=True):
-        if result is not None:
-            files.append(json_file(path, result.plan_document()))
-            rows.append(sweep_row(spec, path.name, result, result.run_priced.iteration_time))
-    csv_path, json_path = summaries
-    summary = {"format": SWEEP_FORMAT, "problems": rows}
-    files += [text_file(csv_path, summary_csv(rows)), json_file(json_path, summary)]
-    write_files(files)
-    return rows
+@dataclass
+class _SweepOutputs:
+    """A sweep's files, written as its searches end: each plan at once, with the summary
+    files (CSV, JSON) of the plans found so far, so that a sweep ended by SIGKILL or a
+    second signal keeps them. ``rows``: the summary's row of each problem (by index) whose
+    plan is written, with ``tidgap run``'s prediction for it."""
+
+    specs: tuple[str, ...]
+    plans: list[Path]
+    summaries: tuple[Path, Path]
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, i: int, result: SearchResult) -> None:
+        """Write problem ``i``'s plan and the summary files with its row."""
+        spec, path = self.specs[i], self.plans[i]
+        row = sweep_row(spec, path.name, result, result.run_priced.iteration_time)
+        write_files([json_file(path, result.plan_document()), *self._summary_files(i, row)])
+        self.rows[i] = row
+
+    def finish(self, results: list[SearchResult | None]) -> list[dict[str, Any]]:
+        """Write the plans of ``results`` (``None``: no plan) not written yet and the
+        summary files (also where no plan was found); return the summary's rows in order."""
+        for i, result in enumerate(results):
+            if result is not None and i not in self.rows:
+                self.add(i, result)
+        write_files(self._summary_files())
+        return [self.rows[i] for i in sorted(self.rows)]
+
+    def _summary_files(
+        self, i: int | None = None, row: dict[str, Any] | None = None
+    ) -> list[OutputFile]:
+        """The summary files of the rows written, with ``row`` as problem ``i``'s."""
+        rows = self.rows if i is None or row is None else {**self.rows, i: row}
+        ordered = [rows[k] for k in sorted(rows)]
+        csv_path, json_path = self.summaries
+        summary = {"format": SWEEP_FORMAT, "problems": ordered}
+        return [text_file(csv_path, summary_csv(ordered)), json_file(json_path, summary)]

@@ -13,7 +13,7 @@ import math
 import multiprocessing
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager, ExitStack, nullcontext
@@ -27,7 +27,7 @@ from tidgap.model.problem import Problem, require_problem
 from tidgap.optimize.cluster import ClusterPool
 from tidgap.optimize.driver import search
 from tidgap.optimize.interrupts import STOP_SIGNALS, StopSignals, also_stopped_by
-from tidgap.optimize.optimizer import Stopping, at_least, checked_search
+from tidgap.optimize.optimizer import Stopping, at_least, callable_or_none, checked_search
 from tidgap.optimize.results import SearchResult
 
 __all__ = ["LocalPool", "SearchFailed", "WorkerKilled", "default_pool", "local_pool", "search_many"]
@@ -218,12 +218,16 @@ def search_many(
     *,
     executor: Executor | None = None,
     seeds: int | Sequence[int] = 0,
+    on_result: OnResult = None,
     **search_options: Any,
 ) -> list[SearchResult]:
     """Search every problem with :func:`tidgap.search` (``search_options``: its keyword
     arguments but ``seed``), each in one task of ``executor``; the results in input order.
 
-    ``seeds``: one seed for every problem, or one per problem. Each result is the plan
+    ``seeds``: one seed for every problem, or one per problem. ``on_result(i, result)`` is
+    called in this process as each search ends with a plan (``i``: its problem's index),
+    in the order they end, while the others go on: to save each plan at once. What it
+    raises stops the searches, as a Ctrl-C does, and is raised. Each result is the plan
     ``tidgap.search(problem, seed=..., **search_options)`` gives one by one, wherever it
     ran, when the search stops on ``generations`` or ``stagnation``; a ``time_limit``
     makes the plans depend on the load (each search gets fewer generations on busy cores).
@@ -259,6 +263,7 @@ def search_many(
             )
     if isinstance(problems, Problem):
         raise TypeError("problems must be a list of tidgap.Problem (one problem: tidgap.search)")
+    callable_or_none(("on_result", on_result))
     if executor is not None and not isinstance(executor, Executor):
         raise TypeError(f"executor must be a concurrent.futures.Executor (got {executor!r})")
     problems = [require_problem(p, f"problems[{i}]") for i, p in enumerate(problems)]
@@ -278,7 +283,7 @@ def search_many(
     )
     tasks = [(p, seed, search_options) for p, seed in zip(problems, seed_list, strict=True)]
     with owned as pool:
-        outcomes = _outcomes(pool, tasks)
+        outcomes = _outcomes(pool, tasks, on_result)
     errors = {i: error for i, error in enumerate(outcomes) if isinstance(error, BaseException)}
     if errors:
         results = [None if i in errors else outcome for i, outcome in enumerate(outcomes)]
@@ -310,15 +315,21 @@ def _outcome(future: Future[SearchResult]) -> Outcome:
     return future.result() if error is None else error
 
 
+#: Called with a task's index and result as it ends with one (:func:`search_many`).
+OnResult = Callable[[int, SearchResult], None] | None
+
+
 def _submitted(
-    assignments: list[tuple[Executor, int]], tasks: list[Task]
+    assignments: list[tuple[Executor, int]], tasks: list[Task], on_result: OnResult = None
 ) -> tuple[dict[int, Future[SearchResult]], set[int]]:
-    """Run task ``i`` on its executor for every ``(executor, i)`` and wait for them all: the
-    futures by task, and the tasks seen running (given to a worker) meanwhile. A Ctrl-C (or
-    any exception) while submitting or waiting cancels the searches not started, stops the
-    running ones of every :class:`LocalPool` and is raised."""
+    """Run task ``i`` on its executor for every ``(executor, i)`` and wait for them all
+    (``on_result`` told of each result as it comes): the futures by task, and the tasks
+    seen running (given to a worker) meanwhile. A Ctrl-C (or any exception, ``on_result``'s
+    too) while submitting or waiting cancels the searches not started, stops the running
+    ones of every :class:`LocalPool` and is raised."""
     futures: dict[int, Future[SearchResult]] = {}
     seen: set[int] = set()
+    told: set[int] = set()
     try:  # a Ctrl-C while submitting (or held back to the end of it) stops them too
         # held in the workers too until their initializer handles them (_start_worker): a
         # Ctrl-C while a worker imports its modules printed that worker's traceback
@@ -327,7 +338,14 @@ def _submitted(
                 futures[i] = pool.submit(_search, *tasks[i])
         while True:
             seen.update(i for i, future in futures.items() if future.running())
-            if not wait(futures.values(), timeout=WAKE).not_done:  # see WAKE
+            waiting = wait(futures.values(), timeout=WAKE).not_done  # see WAKE
+            if on_result is not None:
+                for i, future in futures.items():
+                    outcome = None if i in told else _outcome_if_done(future)
+                    if isinstance(outcome, SearchResult):
+                        told.add(i)
+                        on_result(i, outcome)
+            if not waiting:
                 break
     except BaseException:  # Ctrl-C: run no search that has not started
         for future in futures.values():
@@ -339,15 +357,21 @@ def _submitted(
     return futures, seen
 
 
-def _outcomes(pool: Executor, tasks: list[Task]) -> list[Outcome]:
-    """Every task's outcome on ``pool``, in order. A worker of a :class:`LocalPool` killed
+def _outcome_if_done(future: Future[SearchResult]) -> Outcome | None:
+    """:func:`_outcome` of ``future`` once it is done, else ``None``."""
+    return _outcome(future) if future.done() else None
+
+
+def _outcomes(pool: Executor, tasks: list[Task], on_result: OnResult = None) -> list[Outcome]:
+    """Every task's outcome on ``pool``, in order (``on_result`` told of each result as it
+    comes). A worker of a :class:`LocalPool` killed
     from outside breaks it: every search not finished fails with ``BrokenProcessPool``.
     Those run again in fresh pools (:meth:`LocalPool.fresh`), as many processes at once as
     ``pool`` has: first the ones seen running when it broke (the killed one among them),
     each in a pool of its own, where a second loss is final (:class:`WorkerKilled`); then
     the others together; until none is lost. A pool whose workers began no search (they
     failed to start: a script without its ``__main__`` guard) is not tried again."""
-    futures, seen = _submitted([(pool, i) for i in range(len(tasks))], tasks)
+    futures, seen = _submitted([(pool, i) for i in range(len(tasks))], tasks, on_result)
     outcomes = {i: _outcome(future) for i, future in futures.items()}
     lost = [i for i, outcome in outcomes.items() if isinstance(outcome, BrokenProcessPool)]
     while isinstance(pool, LocalPool) and lost and seen and pool.begun.value:
@@ -356,7 +380,7 @@ def _outcomes(pool: Executor, tasks: list[Task]) -> list[Outcome]:
             with ExitStack() as pools:
                 batch = alone[start : start + pool.workers]
                 solo = [(pools.enter_context(pool.fresh(1, pool.threads)), i) for i in batch]
-                futures, _ = _submitted(solo, tasks)
+                futures, _ = _submitted(solo, tasks, on_result)
             for i, future in futures.items():
                 outcome = _outcome(future)
                 if isinstance(outcome, BrokenProcessPool):
@@ -370,7 +394,7 @@ def _outcomes(pool: Executor, tasks: list[Task]) -> list[Outcome]:
         seen = set()
         if together:
             with pool.fresh(min(pool.workers, len(together))) as shared:
-                futures, seen = _submitted([(shared, i) for i in together], tasks)
+                futures, seen = _submitted([(shared, i) for i in together], tasks, on_result)
             outcomes.update((i, _outcome(future)) for i, future in futures.items())
         lost = [i for i in together if isinstance(outcomes[i], BrokenProcessPool)]
     return [outcomes[i] for i in range(len(tasks))]
