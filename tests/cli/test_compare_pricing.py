@@ -13,7 +13,7 @@ import pytest
 from tests.optimize.test_run_memory import GPT_MEMORY, cheap_ops, profiled
 from tests.optimize.test_run_priced_search import calibrated
 from tests.support.cli_helpers import describe, json_output, run_cli, write_json
-from tidgap import Problem, search
+from tidgap import Plan, Problem, search
 from tidgap.optimize.run_memory import run_evaluated
 from tidgap.runtime.pricing import run_evaluation, run_priced_baselines
 from tidgap.schedules.baselines import best_baselines
@@ -104,6 +104,28 @@ def test_auto_pricing_prices_a_flush_plan_as_its_search_did(tmp_path: Path) -> N
         assert rows[name]["iteration_time"] == pytest.approx(result.baselines[name].iteration_time)
     assert rows_of(path)[0]["pricing"] == "run"  # no plan: as a windowed search
     assert "lower bound for any flush plan" in run_cli("compare", path, plan).output
+
+
+def test_auto_pricing_prices_a_plan_with_the_flush_order_as_its_windowed_search_did(
+    tmp_path: Path,
+) -> None:
+    """A windowed search writes ``order`` also where its plan runs in the flush order (a
+    GPipe-like winner); ``compare``'s ``auto`` priced such a plan by the model, as a flush
+    plan, so it read slower than its search's summary said."""
+    problem = calibrated("med7_1", order=True)
+    forward = SCHEDULES["gpipe"].baseline(problem, 8).forward
+    backward = SCHEDULES["gpipe"].baseline(problem, 4).backward  # two graphs each, as run
+    order = ["F" * len(f) + "B" * len(b) for f, b in zip(forward, backward, strict=True)]
+    plan = Plan.of(forward, backward, order=order)
+    run, model = run_evaluation(problem, plan), evaluate(problem, plan)
+    assert run.iteration_time != pytest.approx(model.iteration_time)  # the two differ here
+    path = problem_file(tmp_path, problem)
+    plan_path = str(write_json(tmp_path / "plan.json", plan.document()))
+    document, rows = rows_of(path, plan_path)
+    assert document["pricing"] == "run"
+    assert rows["plan"]["iteration_time"] == pytest.approx(run.iteration_time)
+    flush = str(write_json(tmp_path / "flush.json", Plan.of(forward, backward).document()))
+    assert rows_of(path, flush)[0]["pricing"] == "model"  # without order: a flush plan's
 
 
 def test_an_unknown_pricing_is_one_line(tmp_path: Path) -> None:

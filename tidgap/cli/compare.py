@@ -29,7 +29,7 @@ from tidgap.optimize.windowed_seeds import one_f_one_b_level
 from tidgap.outputs.files import check_outputs, comparison_files, write_files
 from tidgap.runtime.pricing import plan_pricing, run_prediction, run_priced_baselines
 from tidgap.schedules.baselines import BaselineResult, best_baselines
-from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
+from tidgap.schedules.families import SCHEDULES, plan_timeline
 from tidgap.schedules.timeline import Timeline
 
 #: What the text says of rows priced as ``tidgap run`` runs plans.
@@ -48,13 +48,15 @@ def _bound_line(bound: float, rows: list[ComparisonRow], unit: str) -> str:
 
 def compared_pricing(problem: Problem, pricing: str, plan: Plan | None) -> str:
     """``pricing`` (:data:`AUTO_PRICING` or one of
-    :data:`~tidgap.backends.ticks.PRICINGS`) resolved: ``auto`` as ``tidgap search``'s
-    default for ``plan``'s family (a flush plan: the model's; an ordered plan, or no plan:
-    ``run`` where ``tidgap calibrate`` timed the problem), any other as given."""
+    :data:`~tidgap.backends.ticks.PRICINGS`) resolved: ``auto`` as the default of the search
+    that writes ``plan``'s file (a flush plan, without ``order`` and ``windows``: the
+    model's; an ordered plan, or no plan: ``run`` where ``tidgap calibrate`` timed the
+    problem), any other as given. A windowed search writes an order also where it is the
+    flush order, which :func:`~tidgap.schedules.families.family_of` calls flush."""
     if pricing != AUTO_PRICING:
         return pricing
-    schedule = DEFAULT_SCHEDULE if plan is None else family_of(plan).name
-    return resolved_pricing(problem, pricing, schedule)
+    flush = plan is not None and plan.order_field is None
+    return resolved_pricing(problem, pricing, "flush" if flush else DEFAULT_SCHEDULE)
 
 
 def plan_timelines(
@@ -107,8 +109,9 @@ def priced_baselines(problem: Problem, pricing: str) -> dict[str, BaselineResult
     "How the rows are timed and their memory counted. model: model.md's op times and "
     "held samples. run: as tidgap run runs and holds them (its recomputation, the "
     "calibration's op costs, the profile's source.memory). auto: as tidgap search's default "
-    "for PLAN's family (a flush plan: model; an ordered plan: run where tidgap calibrate "
-    "timed the problem, else model); a plan searched with --pricing compares with the same.",
+    "for such a plan file (a flush plan: model; a plan with order or windows, which a "
+    "windowed search writes, or no PLAN: run where tidgap calibrate timed the problem, else "
+    "model); a plan searched with --pricing compares with the same.",
 )
 @click.option(
     "--memory-limit",
