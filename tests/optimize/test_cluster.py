@@ -5,12 +5,13 @@ caller; a port that accepts and never answers is a timeout, not a hang."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Executor, Future
+from concurrent.futures import CancelledError, Executor, Future, wait
 from typing import Any
 
 import pytest
@@ -150,6 +151,22 @@ def test_a_stop_skips_the_searches_of_a_cluster_without_workers() -> None:
         pool.stop(signal.SIGINT)
         with pytest.raises(CancelledError):
             waiting.result(timeout=20)
+
+
+def test_a_stop_wakes_a_skipped_search_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The stop, then the task's own callback, each woke the waiters of a skipped search:
+    the second logged ``Future ... in unexpected state: CANCELLED_AND_NOTIFIED`` (a line
+    per search on a sweep's Ctrl-C)."""
+    with _cluster(0) as cluster, distributed.Client(cluster) as client:
+        pool = ClusterPool(client)
+        waiting = [pool.submit(_until_stopped, pool.interrupted, 60.0) for _ in range(2)]
+        time.sleep(0.2)
+        with caplog.at_level(logging.CRITICAL, logger="concurrent.futures"):
+            pool.stop(signal.SIGINT)
+            assert not wait(waiting, timeout=20).not_done
+            pool.shutdown(wait=True)
+    assert all(future.cancelled() for future in waiting)
+    assert "unexpected state" not in caplog.text
 
 
 class _Cancelling(Executor):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Executor, Future, InvalidStateError
 from concurrent.futures import wait as wait_for
@@ -211,12 +212,20 @@ def _cancel_task(task: Any) -> None:
         task.cancel()
 
 
+#: The futures :func:`_cancel` has woken the waiters of (under :data:`_WAKING`).
+_WOKEN: weakref.WeakSet[Future[Any]] = weakref.WeakSet()
+_WAKING = threading.Lock()
+
+
 def _cancel(future: Future[Any]) -> None:
-    """Cancel a pending ``future`` and wake those waiting on it (``wait``, ``as_completed``);
-    nothing where it is settled already."""
-    if future.cancel():
-        with suppress(RuntimeError):  # notified already
-            future.set_running_or_notify_cancel()
+    """Cancel a pending ``future`` and wake those waiting on it (``wait``, ``as_completed``),
+    once: waking them again logged ``Future ... in unexpected state`` (a stop, then the
+    task's own callback); nothing where it is settled already."""
+    with _WAKING:
+        if future.cancel() and future not in _WOKEN:
+            _WOKEN.add(future)
+            with suppress(RuntimeError):  # woken already
+                future.set_running_or_notify_cancel()
 
 
 def _settled(future: Future[Any], result: Any = None, error: BaseException | None = None) -> None:
