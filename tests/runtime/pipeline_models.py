@@ -4,7 +4,8 @@
 With ``TIDGAP_TEST_RANK1`` set to ``raise`` (``hang``) in the environment the workers
 inherit, importing this module on worker rank 1 raises (sleeps past any test timeout);
 with ``blow``, :data:`FUSED` raises in rank 1's first forward, after the process group is
-up, with ``probe`` already while rank 1 probes the stages' output shapes. ``RANK`` is set
+up, with ``probe`` already while rank 1 probes the stages' output shapes; with ``stall``
+it sleeps in that forward. ``RANK`` is set
 in workers only, so the test process imports it normally.
 """
 
@@ -27,10 +28,12 @@ if BEHAVIOUR == "hang":
 
 class Fuse(nn.Module):
     """The identity, except on worker rank 1 with ``TIDGAP_TEST_RANK1=blow``, where a
-    forward of more than one sample (a real chunk, not the one-sample probe) raises, and
-    with ``probe``, any forward."""
+    forward of more than one sample (a real chunk, not the one-sample probe) raises (with
+    ``stall``, sleeps past any test timeout), and with ``probe``, any forward."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if BEHAVIOUR == "stall" and x.shape[0] > 1:
+            time.sleep(600)
         if BEHAVIOUR == "probe" or (BEHAVIOUR == "blow" and x.shape[0] > 1):
             raise RuntimeError("Fuse blew on rank 1")
         return x

@@ -572,6 +572,19 @@ def test_a_hanging_worker_times_out(
     assert workers_under(own_temporary_folder) == []
 
 
+def test_a_rank_stuck_in_an_iteration_is_named_so_at_the_timeout(
+    problem_file: Path, tmp_path: Path, own_temporary_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timeout quotes each rank's last line: a rank stuck in a forward said only
+    ``joined``."""
+    plan, model_args = misbehaving_rank1(monkeypatch, "stall", "FUSED", tmp_path)
+    result = run_cli("run", str(problem_file), str(plan), *model_args, "--timeout", "15")
+    assert result.exit_code == 1, describe(result)
+    assert "did not finish within 15 s" in result.stderr
+    assert "rank 1: running an iteration (" in result.stderr, describe(result)
+    assert workers_under(own_temporary_folder) == []
+
+
 @pytest.mark.parametrize("command", ["run", "calibrate"])
 def test_a_model_whose_import_hangs_ends_at_the_timeout(command: str, tmp_path: Path) -> None:
     """The launcher builds the model before any worker starts: --timeout covers that too

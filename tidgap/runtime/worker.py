@@ -264,7 +264,7 @@ def run_rank(
     timeout = dist_timeout(job.timeout)
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timeout)
 
-    say("joined")
+    say("joined the process group")
     groups = link_groups(world_size, resolved_transport(job.transport, device), timeout)
     handshake(groups, rank, device)
 
@@ -273,6 +273,9 @@ def run_rank(
     ) -> tuple[float, list[Row]]:
         """One iteration of ``run`` from a barrier, ``after`` (the tail) run by
         :class:`TailHandlers`: its start (``time.perf_counter()``, seconds) and records."""
+        mode = "train" if train else "eval"
+        # a rank killed or stuck in it is named so by the launcher (its log's last line)
+        say(f"running an iteration ({mode} mode)")
         module.train(train)
         for parameter in module.parameters():
             parameter.grad = None
@@ -292,7 +295,7 @@ def run_rank(
             records = execute(run.instructions, handlers)
         except InstructionFailed as failed:
             raise RunFailed(failure_line(failed, rank, module, names)) from failed
-        say(f"ran an iteration ({'train' if train else 'eval'} mode)")
+        say(f"ran an iteration ({mode} mode)")
         rows: list[Row] = [
             (r.kind, r.microbatch, r.samples[0], r.samples[1], r.start - start, r.end - start)
             for r in records
