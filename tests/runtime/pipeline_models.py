@@ -101,3 +101,10 @@ IN_PLACE = nn.Sequential(
 #: One Linear placed twice, on stage 0 and (split at 2) stage 1: tied weights across stages.
 _SQUARE = nn.Linear(6, 6)
 TIED = nn.Sequential(_SQUARE, nn.Tanh(), _SQUARE, nn.Linear(6, 3))
+
+
+class MeanOverPositions(nn.Module):
+    """``(b, positions, features)`` to ``(b, features)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=1)

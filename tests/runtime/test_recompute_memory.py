@@ -115,12 +115,37 @@ def measured_peaks(model: Model, boundaries: list[int], plan: Plan) -> list[int]
     return [stage.held.peak for stage in stages]
 
 
+class SelfAttention(torch.nn.Module):
+    """User code around fused attention (``need_weights=False``, no dropout): its kernel is
+    tagged random, but draws nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+def fused_attention() -> Model:
+    """Linear, fused self-attention | mean over positions, Linear; on ``(b, 4, 8)``."""
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(
+        torch.nn.Linear(8, 8),
+        SelfAttention(),
+        pipeline_models.MeanOverPositions(),
+        torch.nn.Linear(8, 4),
+    ).train()
+    return Model("fused", layers, lambda b, device: torch.randn(b, 4, 8), {"input_shape": [4, 8]})
+
+
 FOUR_FORWARD = [[4, 4], [8], [2, 6], [8]]
 FOUR_BACKWARD = [[2, 6], [3, 5], [2, 6], [8]]
 CASES = {
     "mlp-flush": (lambda: mlp(torch.float32), [2, 5], RECOMPUTE_FLUSH),
     "mlp-ordered": (lambda: mlp(torch.float32), [2, 5], RECOMPUTE_ORDERED),
     "dropout-mlp": (dropout_mlp, [3], Plan.of([[4, 4], [4, 4]], [[2, 6], [3, 5]])),
+    "fused-attention": (fused_attention, [2], Plan.of([[4, 4], [8]], [[2, 6], [8]])),
     "gpt-flush": (dropout_gpt, [1, 2, 3], Plan.of(FOUR_FORWARD, FOUR_BACKWARD)),
     "gpt-ordered": (dropout_gpt, [1, 2, 3], ordered(FOUR_FORWARD, FOUR_BACKWARD, 4)),
     # every stage recomputes, chunks straddling the neighbours'

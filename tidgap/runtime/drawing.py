@@ -19,7 +19,7 @@ from torch.nn import functional
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from tidgap.runtime.draws import Draw, NotReplayable, Recording, Replay, is_random
+from tidgap.runtime.draws import Draw, NotReplayable, Recording, Replay, draws_now
 
 #: The name of an ``nn.Dropout``'s mask among a forward's draws.
 DROPOUT_MASK = "nn.Dropout mask"
@@ -90,7 +90,7 @@ class _Locating(TorchDispatchMode):
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
-        if is_random(func):
+        if draws_now(func, args, kwargs or {}):
             self.found.append(self.stack[-1] if self.stack else None)
         return func(*args, **(kwargs or {}))
 

@@ -42,6 +42,20 @@ def is_random(operator: Any) -> bool:
     return torch.Tag.nondeterministic_seeded in operator.tags
 
 
+def draws_now(operator: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``operator`` draws on these arguments: a random one (:func:`is_random`), but
+    not one whose only draw is its ``dropout_p`` given 0 (the fused attention kernels:
+    recorded, their outputs were kept as draws until the backward, and replayed, laid out
+    otherwise than the kernel's)."""
+    if not is_random(operator):
+        return False
+    for i, argument in enumerate(operator._schema.arguments):
+        if argument.name == "dropout_p":
+            value = args[i] if i < len(args) else kwargs.get("dropout_p", argument.default_value)
+            return value != 0
+    return True
+
+
 def is_in_place(operator: Any) -> bool:
     """Whether ``operator`` writes into its first argument (``bernoulli_``, ...)."""
     return operator.overloadpacket.__name__.endswith("_")
@@ -100,7 +114,7 @@ class Recording(TorchDispatchMode):
         self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
         out = func(*args, **(kwargs or {}))
-        if is_random(func):
+        if draws_now(func, args, kwargs or {}):
             leaves, structure = pytree.tree_flatten(out)
             if not all(isinstance(leaf, Tensor) for leaf in leaves):
                 raise NotReplayable(f"{func} returned something other than tensors")
@@ -199,7 +213,7 @@ class Replay(TorchDispatchMode):
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
-        if not is_random(func):
+        if not draws_now(func, args, kwargs or {}):
             return func(*args, **(kwargs or {}))
         written = written_arguments(func, args, kwargs or {})
         shapes = drawn_shapes(func, args, kwargs or {}) + [tuple(t.shape) for t in written]
