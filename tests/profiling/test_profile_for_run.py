@@ -144,6 +144,7 @@ def test_a_batch_norm_model_profiles_at_a_unit_of_two(tmp_path: Path) -> None:
     one = run("profile", *model, *fast, "--unit", "1", "--out", str(tmp_path / "q.json"))
     assert one.exit_code == 2 and one.stderr.count("\n") == 1, one.stderr
     assert "failed on 1 sample" in one.stderr
+    assert "needs more than one: profile with --unit 2 or more" in one.stderr
 
 
 def test_a_layer_failing_in_the_memory_forwards_names_its_stage(tmp_path: Path) -> None:

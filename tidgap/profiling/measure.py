@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,10 +82,26 @@ def checked_output(name: str, output: object, size: int, noun: str = LAYER) -> T
     return output
 
 
-def module_errors(name: str, size: int, noun: str = LAYER) -> AbstractContextManager[None]:
+#: What PyTorch's layers that normalise over the samples say when given one in train mode
+#: (``BatchNorm``: "Expected more than 1 value per channel when training").
+TOO_FEW_SAMPLES = "more than 1 value"
+
+
+@contextmanager
+def module_errors(name: str, size: int, noun: str = LAYER) -> Iterator[None]:
     """Any error a layer (or stage: ``noun``) raises on ``size`` samples (a shape mismatch,
-    say, or the user's own exception) as one line of bad input naming it."""
-    return user_errors(f"{noun} {name!r} failed on {counted(size, 'sample')}")
+    say, or the user's own exception) as one line of bad input naming it; on one sample,
+    where a layer asks for more (:data:`TOO_FEW_SAMPLES`), with what to do."""
+    try:
+        with user_errors(f"{noun} {name!r} failed on {counted(size, 'sample')}"):
+            yield
+    except InputError as error:
+        if size == 1 and TOO_FEW_SAMPLES in error.message:
+            error.message += (
+                " (a layer that normalises over the samples needs more than one: profile "
+                "with --unit 2 or more)"
+            )
+        raise
 
 
 def time_module(
