@@ -240,6 +240,8 @@ def test_draws_not_per_sample_are_checked_in_eval_mode_and_say_why(
     assert run["gradients_checked_in"] == "eval"
     assert run["gradient_eval_reason"].startswith("stage 1 (layers 3-5): ")
     assert "its first dimension is not the samples" in run["gradient_eval_reason"]
+    # no stage recomputes: the reference is what cannot replay it (it blamed recomputation)
+    assert "or by the gradient check's one-process reference" in run["gradient_eval_reason"]
     assert run["max_gradient_relative_difference"] < 1e-4 and run["redrawn"] == [None, None]
 
 

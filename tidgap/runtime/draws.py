@@ -159,7 +159,9 @@ class RecordedDraws:
                         raise NotReplayable(
                             f"{draws[k].name} drew a tensor of shape {tuple(tensor.shape)} in "
                             f"the forward of samples {(a, b)}: its first dimension is not "
-                            "the samples, so a recomputation cannot replay it per sample"
+                            "the samples, so it cannot be replayed per sample (by a "
+                            "recomputing stage, or by the gradient check's one-process "
+                            "reference)"
                         )
                     pieces.append(tensor[max(lo, a) - a : min(hi, b) - a])
                 tensors.append(pieces[0] if len(pieces) == 1 else torch.cat(pieces))
