@@ -320,6 +320,23 @@ def test_a_failed_worker_is_named_as_calibrates(
     assert not (tmp_path / "c.json").exists()
 
 
+def test_calibrate_warns_of_stages_sharing_a_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its times would be of stages taking turns on one core (the first forward fails: the
+    warning came before any run)."""
+    from tidgap.cli import run_caveats
+
+    monkeypatch.setattr(run_caveats, "usable_cores", lambda: 1)
+    monkeypatch.setenv("TIDGAP_TEST_RANK1", "blow")
+    problem = write_json(tmp_path / "problem.json", table_document())
+    fused = ["--model", "tests.runtime.pipeline_models:FUSED", "--input-shape", "6"]
+    result = run_cli("calibrate", str(problem), *fused, *QUICK, "--out", str(tmp_path / "c.json"))
+    assert result.exit_code == 1, describe(result)
+    shutil.rmtree(result.stderr.splitlines()[-1].rpartition("(the workers' logs: ")[2].rstrip(")"))
+    assert "tidgap: warning: 2 stage processes of 1 thread share 1 usable core" in result.stderr
+
+
 def test_calibrate_on_cuda_without_one_exits_2_before_running(tmp_path: Path) -> None:
     import torch
 

@@ -1018,6 +1018,22 @@ def test_results_of_a_job_older_than_a_field_read_it_as_its_default() -> None:
         same_job(job, [{"job": {**older, "transport": "gloo"}}])
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+def test_stages_sharing_a_core_are_warned_of(
+    cores: int, problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stage processes on one usable core (``taskset -c 0``) took turns and measured
+    +86% to +90% against the prediction, without a word why."""
+    from tidgap.cli import run_caveats
+
+    monkeypatch.setattr(run_caveats, "usable_cores", lambda: cores)
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    result = run_cli("run", str(problem_file), str(plan), *MODEL, *QUICK)
+    assert result.exit_code == 0, describe(result)
+    warned = "2 stage processes of 1 thread share 1 usable core" in result.stderr
+    assert warned == (cores == 1), describe(result)
+
+
 def test_profiled_with_recompute_does_not_warn(tmp_path: Path) -> None:
     problem = write_json(tmp_path / "p.json", problem_document(timing={"recompute": True}))
     plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])

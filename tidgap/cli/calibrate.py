@@ -11,7 +11,7 @@ import click
 from tidgap.cli.launching import results_of
 from tidgap.cli.main import end_rank_on_signals
 from tidgap.cli.options import cold_start_warning, count_range, problem_argument
-from tidgap.cli.run_caveats import other_model
+from tidgap.cli.run_caveats import other_model, shared_cores
 from tidgap.cli.workers import (
     recorded_boundaries,
     require_batch_room,
@@ -171,6 +171,8 @@ def calibrate_command(
     require_device(device, transport, loaded.num_stages if here is None else None)
     require_batch_room(model, loaded, problem, None if here is None else local_processes())
     reports = here is None or here[0] == 0  # under torchrun, rank 0 alone
+    if here is None and (shared := shared_cores(loaded.num_stages, threads, device)) is not None:
+        click.echo(f"tidgap: warning: {shared}", err=True)
     iterations: list[Any] = []
     recomputed: list[Any] = []  # the iterations of plans in which every stage recomputes
     labels = [label for label, _ in plans]

@@ -28,7 +28,7 @@ from tidgap.cli.options import (
     require_folder_name,
 )
 from tidgap.cli.profile import learning_rate, optimizer_options
-from tidgap.cli.run_caveats import caveats
+from tidgap.cli.run_caveats import caveats, shared_cores
 from tidgap.cli.run_results import checked_results, figures_of_runs, require_within
 from tidgap.cli.workers import (
     named_by_split,
@@ -310,7 +310,10 @@ def run_command(
     if write_job is None and results is None:
         processes = loaded.num_stages if here is None else None  # torchrun: its choice
         require_device(device, transport, processes)  # before the warnings: one line
-    for line in caveats(loaded, problem, plan, model, optimizer, device, job.boundaries, float64):
+    lines = caveats(loaded, problem, plan, model, optimizer, device, job.boundaries, float64)
+    if here is None and write_job is None and results is None:  # the stages start here
+        lines += filter(None, [shared_cores(loaded.num_stages, threads, device)])
+    for line in lines:
         if here is None or here[0] == 0:  # under torchrun, once
             click.echo(f"tidgap: warning: {printable(line)}", err=True)
     require_probe_runs(model, job, loaded.unit, "run")  # after the warning of another model

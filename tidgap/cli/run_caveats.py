@@ -4,13 +4,14 @@ otherwise)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tidgap.cli.workers import recorded_boundaries
 from tidgap.model.lists import stages_doing
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
-from tidgap.model.text import brief
+from tidgap.model.text import brief, counted
 
 #: Where ``tidgap profile --optimizer`` records the optimizer it timed into the tails.
 OPTIMIZER_PATH = ("source", "timing", "optimizer")
@@ -125,3 +126,26 @@ def optimizer_caveats(problem: Problem, spec: str, optimizer: str | None) -> lis
         where = ".".join(OPTIMIZER_PATH)
         return [f"{spec}: {where}: the tails time {brief(name)}, this run {running}"]
     return []
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which its children inherit)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
+def shared_cores(processes: int, threads: int, device: str) -> str | None:
+    """Why a run of ``processes`` stage processes of ``threads`` threads each on ``device``
+    here measures more than the prediction: on the CPU, fewer usable cores than threads in
+    all (the stages take turns, which the profile's times did not); ``None`` otherwise."""
+    cores = usable_cores()
+    if device != "cpu" or processes * threads <= cores:
+        return None
+    return (
+        f"{processes} stage processes of {counted(threads, 'thread')} share "
+        f"{counted(cores, 'usable core')} (this process's CPU affinity): they take turns, "
+        "so measured times exceed the prediction; give each stage its own cores (fewer "
+        "--threads, or more cores)"
+    )
