@@ -128,6 +128,26 @@ def test_auto_pricing_prices_a_plan_with_the_flush_order_as_its_windowed_search_
     assert rows_of(path, flush)[0]["pricing"] == "model"  # without order: a flush plan's
 
 
+@pytest.mark.parametrize("limit", ["1f1b", "4MB"])
+def test_run_memory_marks_the_rows_as_the_search_holds_plans(tmp_path: Path, limit: str) -> None:
+    """Memory counted as ``tidgap run`` holds plans: the rows over the limit in force, by the
+    run's bytes against what the search allows, are marked in the search's table and in
+    ``compare --pricing run --memory-limit`` (neither marked any: GPipe(8)'s 17.2 MB stood
+    unmarked beside a 4 MB limit); the plan and the best 1F1B are within."""
+    path = problem_file(tmp_path, profiled(cheap_ops(), GPT_MEMORY))
+    plan = str(tmp_path / "plan.json")
+    limited = ("--pricing", "run", "--memory-limit", limit)
+    searched = run_cli("search", path, *limited, "--generations", "5", "--out", plan)
+    assert searched.exit_code == 0, describe(searched)
+    table = {line.split()[0]: line for line in searched.output.splitlines()}
+    assert table["gpipe"].endswith("over (stages 0, 1)")
+    assert "over" not in table["tidgap"] and "over" not in table["1f1b"]
+    _, rows = rows_of(path, plan, *limited)
+    assert rows["gpipe"]["over_memory_limit"] == [0, 1]
+    assert rows["plan"]["over_memory_limit"] == [] == rows["1f1b"]["over_memory_limit"]
+    assert rows_of(path, plan, "--pricing", "run")[1]["gpipe"]["over_memory_limit"] == []
+
+
 def test_an_unknown_pricing_is_one_line(tmp_path: Path) -> None:
     done = run_cli("compare", "example:tiny-2", "--pricing", "fast")
     assert done.exit_code == 2

@@ -56,8 +56,11 @@ def microbatch_summary(plan: Plan) -> str:
     return f"F {span(plan.forward)} / B {span(plan.backward)}"
 
 
-#: What a row is built from: schedule, family, microbatches, iteration time, evaluation.
-Entry = tuple[str, str, str, float, Evaluation | None]
+#: What a row is built from: schedule, family, microbatches, iteration time, evaluation,
+#: plan (``None``: PipeDream's, which has none).
+Entry = tuple[str, str, str, float, Evaluation | None, Plan | None]
+#: The stages a row's plan holds over a limit (``(plan, evaluation) -> stages``).
+Marking = Callable[[Plan | None, Evaluation | None], list[int]]
 
 
 #: How a row's plan is timed: ``(problem, plan) -> Evaluation``.
@@ -83,7 +86,7 @@ def _plan_entry(
         if held is not None:
             evaluation = held(problem, plan, evaluation)
     summary = microbatch_summary(plan)
-    return name, family_of(plan).name, summary, evaluation.iteration_time, evaluation
+    return name, family_of(plan).name, summary, evaluation.iteration_time, evaluation, plan
 
 
 def compare(
@@ -96,6 +99,7 @@ def compare(
     plan_evaluation: Evaluation | None = None,
     price: Pricing = evaluate,
     held: Holding | None = None,
+    over: Marking | None = None,
 ) -> list[ComparisonRow]:
     """Rows for ``plan`` (if given, first, flush or ordered), the best GPipe, 1F1B and
     PipeDream, and the local greedy and global DP plans, each with its memory. Pass
@@ -104,7 +108,8 @@ def compare(
     (the heuristics' too) as ``baselines`` were priced
     (:func:`~tidgap.runtime.pricing.run_evaluation` for a run-priced search's); ``held``,
     where given, counts every row's memory (the model's otherwise) but a given
-    ``plan_evaluation``'s."""
+    ``plan_evaluation``'s; ``over``, where given, adds the stages each row holds over a
+    limit to its ``over_memory_limit`` (beside the stages' own limits')."""
     best = best_baselines(problem) if baselines is None else baselines
     if heuristics is None:
         heuristics = {name: build(problem) for name, build in HEURISTICS.items()}
@@ -114,10 +119,12 @@ def compare(
         entries.append(_plan_entry(problem, label, plan, plan_evaluation, price, held))
     for name, result in best.items():
         evaluation = baseline_evaluation(problem, name, result.microbatches)
-        baseline = SCHEDULES[name].baseline
+        build = SCHEDULES[name].baseline
+        baseline = None if build is None else build(problem, result.microbatches)
         if held is not None and evaluation is not None and baseline is not None:
-            evaluation = held(problem, baseline(problem, result.microbatches), evaluation)
-        entries.append((name, name, str(result.microbatches), result.iteration_time, evaluation))
+            evaluation = held(problem, baseline, evaluation)
+        count = str(result.microbatches)
+        entries.append((name, name, count, result.iteration_time, evaluation, baseline))
     entries += [
         _plan_entry(problem, name, other, None, price, held) for name, other in heuristics.items()
     ]
@@ -131,10 +138,21 @@ def compare(
             reference / time,
             None if evaluation is None else evaluation.peak_held,
             None if evaluation is None else evaluation.peak_memory,
-            None if evaluation is None else evaluation.over_memory_limit,
+            _over_memory_limit(evaluation, [] if over is None else over(plan, evaluation)),
         )
-        for name, family, count, time, evaluation in entries
+        for name, family, count, time, evaluation, plan in entries
     ]
+
+
+def _over_memory_limit(evaluation: Evaluation | None, marked: list[int]) -> list[int] | None:
+    """``evaluation``'s stages over their own limits with ``marked`` added (``None``: no
+    evaluation, or no bytes and none marked)."""
+    if evaluation is None:
+        return None
+    own = evaluation.over_memory_limit
+    if not marked:
+        return own
+    return sorted({*marked, *(own or [])})
 
 
 def rows_as_dicts(rows: list[ComparisonRow]) -> list[dict[str, object]]:

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 
-from tidgap.analysis.compare import ComparisonRow
+from tidgap.analysis.limit_marks import LimitMarks
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.model.lists import compact_sizes
 from tidgap.model.text import counted
 from tidgap.optimize.backward_rules import ALIGNED, FREE
-from tidgap.optimize.limits import MemoryLevel
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult, TradeoffPoint
 from tidgap.schedules.baselines import BaselineResult
@@ -57,33 +55,26 @@ def verdict(plan_time: float, rival: BaselineResult, unit: str, flush: bool = Tr
     return f"best baseline: {name} {rival.iteration_time:.6g} {unit}, {how}"
 
 
+def limit_marks(result: SearchResult) -> LimitMarks | None:
+    """The marks of the search's limit in force, counted as it counts memory (``None``
+    without a limit)."""
+    if result.memory_limit is None:
+        return None
+    one_f_one_b = result.baselines["1f1b"]
+    return LimitMarks.of(result.problem, result.memory_limit, result.memory_pricing, one_f_one_b)
+
+
 def beyond_limit(result: SearchResult, rival: BaselineResult) -> bool:
-    """Whether ``rival`` holds more than the search's limit in force allows on some stage
-    (the search may not return such a plan); ``False`` without a limit."""
-    limit = result.memory_limit
-    if limit is None:
+    """Whether ``rival`` holds more than the search's limit in force allows on some stage,
+    counted as the search counts memory (it may not return such a plan); ``False`` without
+    a limit."""
+    marks = limit_marks(result)
+    if marks is None:
         return False
-    evaluation = baseline_evaluation(result.problem, rival.schedule, rival.microbatches)
-    return evaluation is not None and not limit.admits(evaluation.peak_held)
-
-
-def rows_over_limit(
-    rows: list[ComparisonRow], limit: MemoryLevel | None, memory_pricing: str
-) -> list[ComparisonRow]:
-    """``rows`` with the stages each holds over ``limit`` (a search's limit in force) added
-    to its ``over_memory_limit`` (beside the stages' own limits'), as :func:`over_limit`
-    marks the best baselines; as they are under run memory pricing (``memory_pricing``
-    ``run``: a level binds bytes, which the rows' samples do not show) or without a
-    limit."""
-    if limit is None or memory_pricing == RUN_PRICING:
-        return rows
-    marked = []
-    for row in rows:
-        over = [] if row.peak_held is None else limit.over(row.peak_held)
-        if over:
-            row = replace(row, over_memory_limit=sorted({*over, *(row.over_memory_limit or [])}))
-        marked.append(row)
-    return marked
+    problem, m = result.problem, rival.microbatches
+    evaluation = baseline_evaluation(problem, rival.schedule, m)
+    build = SCHEDULES[rival.schedule].baseline
+    return bool(marks.over(None if build is None else build(problem, m), evaluation))
 
 
 def over_limit(result: SearchResult, rival: BaselineResult) -> str:

@@ -6,7 +6,7 @@ import click
 
 from tidgap.analysis.bound import lower_bound
 from tidgap.analysis.compare import ComparisonRow, compare, format_table, rows_as_dicts
-from tidgap.analysis.search_summary import rows_over_limit
+from tidgap.analysis.limit_marks import LimitMarks
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.cli.options import (
     about_problem,
@@ -145,19 +145,20 @@ def compare_command(
     run_priced = priced == RUN_PRICING
     with about_problem(problem):
         baselines = priced_baselines(loaded, priced)
+        marks = None
+        if memory_limit is not None:
+            one_f_one_b = one_f_one_b_level(loaded, baselines["1f1b"])
+            limit = limit_in_force(loaded, memory_limit, one_f_one_b)
+            counted = RUN_PRICING if counts_run_memory(loaded, priced) else MODEL_PRICING
+            marks = LimitMarks.of(loaded, limit, counted, baselines["1f1b"])
         rows = compare(
             loaded,
             plan,
             baselines=baselines,
             price=plan_pricing(priced),
             held=run_evaluated if run_priced else None,
+            over=None if marks is None else marks.over,
         )
-        limit = None
-        if memory_limit is not None:
-            one_f_one_b = one_f_one_b_level(loaded, baselines["1f1b"])
-            limit = limit_in_force(loaded, memory_limit, one_f_one_b)
-        counted_as_run = counts_run_memory(loaded, priced)
-        rows = rows_over_limit(rows, limit, RUN_PRICING if counted_as_run else MODEL_PRICING)
     plans = plan_timelines(loaded, plan, run_priced, gantt is not None or trace is not None)
     written = write_files(comparison_files(loaded, plans, baselines, gantt, trace, run_priced))
     if as_json:

@@ -10,7 +10,7 @@ from click.core import ParameterSource
 from tidgap.analysis.bound import lower_bound
 from tidgap.analysis.compare import compare, format_table
 from tidgap.analysis.report import report, summary
-from tidgap.analysis.search_summary import rows_over_limit, summary_lines
+from tidgap.analysis.search_summary import limit_marks, summary_lines
 from tidgap.backends import UnusableBackend, first_usable, get_backend, require_usable
 from tidgap.backends.ticks import RUN_PRICING
 from tidgap.cli.options import (
@@ -364,9 +364,9 @@ def _report(
         plan_evaluation=result.evaluation,
         price=plan_pricing(result.pricing),
         held=run_evaluated if result.memory_pricing == RUN_PRICING else None,
+        over=None if (marks := limit_marks(result)) is None else marks.over,
     )
-    marked = rows_over_limit(rows, result.memory_limit, result.memory_pricing)
-    click.echo(format_table(marked, unit))
+    click.echo(format_table(rows, unit))
     if out is not None:
         click.echo(f"plan written to {printable(out)}")
     for line in written:
