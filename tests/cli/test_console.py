@@ -29,13 +29,15 @@ def default_sigint() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", INTERRUPTED_WHILE_LOADING],
-        capture_output=True,
-        text=True,
-        preexec_fn=default_sigint,
+def interrupted(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run in a Python of its own whose SIGINT is handled by default."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=default_sigint
     )
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
+    result = interrupted(INTERRUPTED_WHILE_LOADING)
     assert result.returncode == 130
     assert result.stderr.strip() == "tidgap: interrupted"
     assert result.stdout == ""  # the command did not run
@@ -57,12 +59,7 @@ cli.main()
 def test_ctrl_c_in_a_command_ends_the_echoed_line_once() -> None:
     """click writes the newline that ends the terminal's ``^C``; tidgap wrote a second,
     a blank line before ``tidgap: interrupted``."""
-    result = subprocess.run(
-        [sys.executable, "-c", INTERRUPTED_COMMAND],
-        capture_output=True,
-        text=True,
-        preexec_fn=default_sigint,
-    )
+    result = interrupted(INTERRUPTED_COMMAND)
     assert result.returncode == 130
     assert result.stderr == "\ntidgap: interrupted\n"
 
