@@ -81,6 +81,8 @@ def test_sweep_writes_the_search_plans_and_the_summary(tmp_path: Path) -> None:
         assert row["run_time"] == run.iteration_time
         assert row["peak_held"] == expected["predicted"]["peak_held"]
         assert row["peak_memory"] == expected["predicted"].get("peak_memory")
+        # no source.memory here: the run holds what the model says
+        assert row["run_peak_memory"] == row["peak_memory"]
         assert row["wall_time"] >= 0
         assert line[COLUMNS.index("peak_held")] == " ".join(map(str, row["peak_held"]))
         assert float(line[COLUMNS.index("plan_time")]) == time
@@ -122,6 +124,26 @@ def test_the_summary_marks_a_best_baseline_over_the_memory_limit(tmp_path: Path)
             line = list(csv.reader(file))[1]
         assert line[COLUMNS.index("gpipe_over_limit")] == str(expected).lower()  # as JSON
         assert ("over limit)" in result.stdout) is expected
+
+
+def test_the_summary_gives_the_bytes_the_run_holds(tmp_path: Path) -> None:
+    """Where the profile says what stages hold as run (``source.memory``), the row gives
+    those bytes beside the model's, and the text table both: a plan under a byte limit read
+    as over it (the model's 4.92 MB beside 4 MB, where the run held 1.62)."""
+    from tests.optimize.test_run_memory import GPT_MEMORY, cheap_ops, profiled
+    from tidgap.optimize.run_memory import run_evaluated
+
+    problem = profiled(cheap_ops(), GPT_MEMORY)
+    path = write_json(tmp_path / "p.json", problem.model_dump(mode="json", exclude_none=True))
+    out = tmp_path / "out"
+    result = run_cli("sweep", str(path), *SHORT, "--out-dir", str(out))
+    assert result.exit_code == 0, describe(result)
+    (row,) = json.loads((out / "summary.json").read_text(encoding="utf-8"))["problems"]
+    plan = load_plan(out / row["plan_file"], problem)
+    model = tidgap.evaluate(problem, plan)
+    assert row["peak_memory"] == model.peak_memory
+    assert row["run_peak_memory"] == run_evaluated(problem, plan, model).peak_memory
+    assert row["run_peak_memory"] != row["peak_memory"] and " (run " in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from tidgap.model.lists import compact_sizes
 from tidgap.model.text import without_surrogates
 from tidgap.optimize.memory import format_bytes
 from tidgap.optimize.results import SearchResult
+from tidgap.optimize.run_memory import run_evaluated
 
 #: The summary's columns, in order (``summary.csv``'s header, each ``summary.json`` row's keys).
 #: ``summary.json``'s format tag (its ``problems``: one :func:`sweep_row` per problem).
@@ -35,6 +36,7 @@ COLUMNS = (
     "gain_over_gpipe_pct",
     "peak_held",
     "peak_memory",
+    "run_peak_memory",
     "wall_time",
 )
 
@@ -57,11 +59,14 @@ def sweep_row(
     time (the model's), ``run_time`` (``tidgap run``'s prediction for it, the same unit),
     its gains over the baselines as the search priced them all, its peak per stage in the
     model (``peak_held`` samples; ``peak_memory`` bytes or ``None`` without
-    ``activation_bytes``) and the search's wall time (seconds)."""
+    ``activation_bytes``), the bytes ``tidgap run`` holds (``run_peak_memory``: the model's
+    where the profile does not say, ``source.memory``) and the search's wall time
+    (seconds)."""
     gpipe, one_f_one_b = result.baselines["gpipe"], result.baselines["1f1b"]
     model = result.model_evaluation
     priced = result.evaluation.iteration_time  # as the baselines were priced
     memory = model.peak_memory
+    held = run_evaluated(result.problem, result.plan, model).peak_memory
     return {
         "problem": without_surrogates(problem),
         "name": result.problem.name,
@@ -81,6 +86,7 @@ def sweep_row(
         "gain_over_gpipe_pct": gain_pct(gpipe.iteration_time, priced),
         "peak_held": list(model.peak_held),
         "peak_memory": None if memory is None else list(memory),
+        "run_peak_memory": None if held is None else list(held),
         "wall_time": round(result.wall_time, 3),
     }
 
@@ -107,10 +113,15 @@ def summary_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def _peak(row: dict[str, Any]) -> str:
-    """Peak per stage: bytes where the problem gives them, else samples held."""
-    if row["peak_memory"] is not None:
-        return " ".join(format_bytes(b) for b in row["peak_memory"])
-    return compact_sizes(row["peak_held"])
+    """Peak per stage: bytes where the problem gives them (and what the run holds, where
+    that differs), else samples held."""
+    memory, held = row["peak_memory"], row["run_peak_memory"]
+    if memory is None:
+        return compact_sizes(row["peak_held"])
+    text = " ".join(format_bytes(b) for b in memory)
+    if held is None or held == memory:
+        return text
+    return f"{text} (run {' '.join(format_bytes(b) for b in held)})"
 
 
 def _baseline(row: dict[str, Any], name: str) -> str:
