@@ -90,6 +90,17 @@ FROZEN_FIRST = nn.Sequential(
     nn.Linear(6, 12).requires_grad_(False), nn.Tanh(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 3)
 )
 #: Split at 2: stage 1 begins with an in-place ReLU on a view of the leaf it receives.
+#: In place at both stages' start (split at 3), where applying it twice changes the result:
+#: stage 0 writes the model's input, stage 1 a view of what it receives.
+LEAKY_IN_PLACE = nn.Sequential(
+    nn.LeakyReLU(0.1, inplace=True),
+    nn.Linear(6, 12),
+    nn.Linear(12, 12),
+    nn.Unflatten(1, (3, 4)),
+    nn.LeakyReLU(0.1, inplace=True),
+    nn.Flatten(),
+    nn.Linear(12, 3),
+)
 IN_PLACE = nn.Sequential(
     nn.Linear(6, 12),
     nn.Linear(12, 12),

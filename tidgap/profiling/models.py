@@ -59,12 +59,14 @@ def passes_input(module: nn.Module) -> bool:
 
 
 def copy_leaf_input(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """A forward pre-hook: an input that is a leaf wanting a gradient (what a stage
-    receives, or a profiled layer), or a view of one (behind a ``Flatten``), goes in as a
-    copy, so that an operation writing its input in place writes the copy (autograd refuses
-    to write such a leaf or its views); the gradient still reaches the leaf. Other inputs
-    go in as they are."""
-    if args and isinstance(args[0], Tensor) and args[0].requires_grad:
+    """A forward pre-hook: an input that is a leaf (what a stage receives, the model's
+    input, a profiled layer's, or anything in a forward without grad: a recomputing stage's
+    first, whose input it keeps to run again), or a view of one (behind a ``Flatten``), goes
+    in as a copy, so that an operation writing its input in place writes the copy (autograd
+    refuses to write a leaf wanting a gradient; the model's input and a kept input, written,
+    ran the layer twice on a re-run or the next iteration); the gradient still reaches the
+    leaf. Other inputs go in as they are."""
+    if args and isinstance(args[0], Tensor):
         base = args[0] if args[0]._base is None else args[0]._base
         if base.is_leaf:
             return (args[0].clone(), *args[1:])
