@@ -43,6 +43,7 @@ from tidgap.runtime.recompute_memory import (  # noqa: E402
     MOST_ACTIVATIONS,
     GraphBytes,
     RecomputeBytes,
+    counted_draws,
     graph_bytes,
     predicted_held_bytes,
     recompute_bytes,
@@ -87,7 +88,7 @@ def profiled(model: Model, boundaries: list[int]) -> tuple[list[RecomputeBytes],
         for s, (m, x) in pairs
     ]
     saved = [graph_bytes_per_sample(m, x, s == 0, s == last) for s, (m, x) in pairs]
-    return [RecomputeBytes(*row) for row in measured], saved
+    return [counted_draws(RecomputeBytes(*row[:-1]), row[-1]) for row in measured], saved
 
 
 def graphs(model: Model, boundaries: list[int]) -> list[GraphBytes]:
@@ -139,6 +140,23 @@ def fused_attention() -> Model:
     return Model("fused", layers, lambda b, device: torch.randn(b, 4, 8), {"input_shape": [4, 8]})
 
 
+class FunctionalDropout(torch.nn.Module):
+    """``F.dropout`` in user code: its mask is not an ``nn.Dropout``'s (replayed as a copy)."""
+
+    def forward(self, x: Any) -> Any:
+        return torch.nn.functional.dropout(x, 0.5, self.training)
+
+
+def functional_dropout() -> Model:
+    """Linear, F.dropout | Linear, F.dropout, Linear; on ``(b, 6)``."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear
+    layers = torch.nn.Sequential(
+        linear(6, 6), FunctionalDropout(), linear(6, 6), FunctionalDropout(), linear(6, 2)
+    ).train()
+    return Model("functional", layers, lambda b, device: torch.randn(b, 6), {"input_shape": [6]})
+
+
 FOUR_FORWARD = [[4, 4], [8], [2, 6], [8]]
 FOUR_BACKWARD = [[2, 6], [3, 5], [2, 6], [8]]
 CASES = {
@@ -146,6 +164,8 @@ CASES = {
     "mlp-ordered": (lambda: mlp(torch.float32), [2, 5], RECOMPUTE_ORDERED),
     "dropout-mlp": (dropout_mlp, [3], Plan.of([[4, 4], [4, 4]], [[2, 6], [3, 5]])),
     "fused-attention": (fused_attention, [2], Plan.of([[4, 4], [8]], [[2, 6], [8]])),
+    # a backward within one forward chunk: F.dropout's mask is a copy of the kept draw
+    "functional-dropout": (functional_dropout, [2], Plan.of([[8], [8]], [[2, 6], [3, 5]])),
     "gpt-flush": (dropout_gpt, [1, 2, 3], Plan.of(FOUR_FORWARD, FOUR_BACKWARD)),
     "gpt-ordered": (dropout_gpt, [1, 2, 3], ordered(FOUR_FORWARD, FOUR_BACKWARD, 4)),
     # every stage recomputes, chunks straddling the neighbours'

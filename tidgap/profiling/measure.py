@@ -28,7 +28,12 @@ from torch import Tensor, nn
 from tidgap.model.errors import InputError
 from tidgap.model.text import counted
 from tidgap.profiling.user_code import user_errors
-from tidgap.runtime.drawing import drawing_as_recomputed, drew_since, generator_states
+from tidgap.runtime.drawing import (
+    DROPOUT_MASK,
+    drawing_as_recomputed,
+    drew_since,
+    generator_states,
+)
 from tidgap.runtime.draws import Recording
 
 
@@ -299,7 +304,7 @@ def output_kept(y: Tensor, last: bool) -> Tensor:
 
 def recompute_bytes_per_sample(
     module: nn.Module, given: Tensor, first: bool, targets: Tensor | None, least: int = 1
-) -> tuple[int, int, int, int, int]:
+) -> tuple[int, int, int, int, int, int]:
     """Per sample of ``given`` ``(b, ...)`` (rounded up), what a recomputing stage of
     ``tidgap run`` holds (:class:`~tidgap.runtime.recompute_memory.RecomputeBytes`): the
     bytes of the input it receives (``given``; 0 if ``first``: the model's input) and of the
@@ -309,7 +314,9 @@ def recompute_bytes_per_sample(
     given, the chunk's loss), each storage once, the parameters and the task's tensors
     left out, per sample and, returned last, per forward (:func:`growth`, from ``given``
     and its first ``least`` samples); and the task's
-    tensors the stage cuts its chunks from, ``given`` if ``first`` and ``targets``.
+    tensors the stage cuts its chunks from, ``given`` if ``first`` and ``targets``; and
+    last, the draws' bytes that are ``nn.Dropout`` masks (a re-run forward's working set
+    takes them as views of the kept draws; it copies other random operators' outputs).
     Untimed."""
     task_data = task_tensors(given, first, targets)
     recordings: list[Recording] = []
@@ -329,16 +336,17 @@ def recompute_bytes_per_sample(
     if drew_since(before, given.device):  # a random operator besides nn.Dropout drew
         with torch.no_grad(), drawing_as_recomputed(module, others=True) as recording:
             module(stage_input(given, first))
-    draws = StorageBytes()
+    draws, shared = StorageBytes(), StorageBytes()
     draws.add(*(t for draw in recording.draws for t in draw.tensors))
+    shared.add(*(t for draw in recording.draws if draw.name == DROPOUT_MASK for t in draw.tensors))
     data = StorageBytes()
     data.add(*task_data)
     received = 0 if first else given.numel() * given.element_size()
     size = given.shape[0]
-    input_bytes, draw_bytes, task_bytes = (
-        -(-count // size) for count in (received, draws.total(), data.total())
+    input_bytes, draw_bytes, task_bytes, shared_bytes = (
+        -(-count // size) for count in (received, draws.total(), data.total(), shared.total())
     )
-    return input_bytes, draw_bytes, backward, task_bytes, backward_chunk
+    return input_bytes, draw_bytes, backward, task_bytes, backward_chunk, shared_bytes
 
 
 def stage_input(given: Tensor, first: bool, received: bool = True) -> Tensor:

@@ -36,7 +36,7 @@ from tidgap.profiling.models import Model, parameter_count
 from tidgap.profiling.split import balanced_split, groups, parse_split, stage_layers
 from tidgap.profiling.user_code import naming, user_errors
 from tidgap.runtime.optimizers import describe
-from tidgap.runtime.recompute_memory import CHUNK_FIELD, FIELDS, GRAPH_FIELDS
+from tidgap.runtime.recompute_memory import CHUNK_FIELD, FIELDS, GRAPH_FIELDS, SHARED_DRAWS_FIELD
 from tidgap.runtime.reference import batch_normalising_layers
 from tidgap.runtime.stage import NamedStage
 from tidgap.runtime.task import Task, make_task
@@ -224,7 +224,7 @@ class StageMeasurements:
     names: list[str]
     runs: list[list[Measurement]]
     held: list[int]
-    recompute: list[tuple[int, int, int, int, int]]
+    recompute: list[tuple[int, int, int, int, int, int]]
     cuda_peaks: list[int | None]
     tails: list[float] | None
     how: Json
@@ -335,12 +335,15 @@ def memory_source(measured: StageMeasurements, cap: int) -> Json:
     (:mod:`tidgap.runtime.recompute_memory`); on CUDA also each stage's allocator peak in a
     forward and backward at ``cap`` samples."""
     columns = map(list, zip(*measured.recompute, strict=True))
-    memory: Json = dict(zip((*FIELDS, CHUNK_FIELD), columns, strict=True))
+    memory: Json = dict(zip((*FIELDS, CHUNK_FIELD, SHARED_DRAWS_FIELD), columns, strict=True))
     memory["recompute_rule"] = (
         f"per sample at {cap} samples, what a recomputing stage of tidgap run holds: the "
         "bytes of the input it receives (0 on the first stage) and of the random values its "
         "forward draws in train mode as the stage keeps them (a bool mask per nn.Dropout, "
-        "every output of other random operators); of its backward's working set (what "
+        "every output of other random operators; of those, the nn.Dropout masks as "
+        f"{SHARED_DRAWS_FIELD}, which the re-run forward takes as views of the kept draws "
+        "where one forward chunk holds them, where it copies the others); of its "
+        "backward's working set (what "
         "autograd saves in the forward re-run with grad, its input and output, on the last "
         "stage the chunk's loss; each storage once, the parameters and the task's tensors "
         f"left out), measured at {cap} samples and at 1 and split into bytes per sample and "

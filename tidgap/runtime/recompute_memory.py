@@ -34,6 +34,10 @@ FIELDS = (
 #: The field of a backward's working set per forward (bytes; :class:`RecomputeBytes`'s
 #: last), which profiles before it lack (their working set per sample includes it).
 CHUNK_FIELD = "recompute_backward_bytes_per_chunk"
+#: The field of the draws' bytes per sample that a re-run forward's working set takes as
+#: views of the kept draws (``nn.Dropout`` masks; other random operators' outputs are
+#: copied), which profiles before 2026-12-07 lack (every draw was taken as shared).
+SHARED_DRAWS_FIELD = "shared_draw_bytes_per_sample"
 
 
 class RecomputeBytes(NamedTuple):
@@ -113,7 +117,20 @@ def recompute_bytes(problem: Problem) -> list[RecomputeBytes] | None:
     if columns is None:
         return None
     columns += _columns(memory, (CHUNK_FIELD,), problem) or [[0.0] * problem.num_stages]
-    return [RecomputeBytes(*map(float, row)) for row in zip(*columns, strict=True)]
+    stages = [RecomputeBytes(*map(float, row)) for row in zip(*columns, strict=True)]
+    shared = _columns(memory, (SHARED_DRAWS_FIELD,), problem)
+    if shared is None:
+        return stages
+    return [counted_draws(stage, views) for stage, views in zip(stages, shared[0], strict=True)]
+
+
+def counted_draws(stage: RecomputeBytes, shared: float) -> RecomputeBytes:
+    """``stage`` whose re-run forward takes ``shared`` of its draws' bytes per sample as
+    views of the kept draws (``nn.Dropout`` masks) and copies the others into its working
+    set: those count there, as :func:`recompute_held_bytes` takes every draw as shared by
+    a backward within one forward chunk (which then held more than predicted; a backward
+    over several chunks, which shares none, is counted high by them: on the safe side)."""
+    return stage._replace(backward=stage.backward + max(stage.draws - shared, 0.0))
 
 
 def _is_count(value: object, most: float) -> bool:
