@@ -221,7 +221,7 @@ def test_the_cuda_peak_is_the_allocators_peak_over_a_forward_and_backward(
     assert cuda_peak_bytes(layer, x, False, torch.device("cpu")) is None
 
     def memory(peaks: list[int | None]) -> dict:
-        recompute = [(3, 4, 7, 1, 9), (5, 6, 8, 2, 0)]
+        recompute = [(3, 4, 7, 1, 9, 4), (5, 6, 8, 2, 0, 0)]
         measured = StageMeasurements(["a", "b"], [], [1, 2], recompute, peaks, None, {})
         return memory_source(measured, 8)["memory"]
 
@@ -232,6 +232,7 @@ def test_the_cuda_peak_is_the_allocators_peak_over_a_forward_and_backward(
     assert memory([None, None])["recompute_backward_bytes_per_sample"] == [7, 8]
     assert memory([None, None])["task_bytes_per_sample"] == [1, 2]
     assert memory([None, None])["recompute_backward_bytes_per_chunk"] == [9, 0]
+    assert memory([None, None])["shared_draw_bytes_per_sample"] == [4, 0]
 
 
 @pytest.mark.parametrize("split", [[1], [2]])
