@@ -41,6 +41,7 @@ from tidgap.runtime.recompute_memory import (  # noqa: E402
     CHUNK_FIELD,
     FIELDS,
     MOST_ACTIVATIONS,
+    SHARED_DRAWS_FIELD,
     GraphBytes,
     RecomputeBytes,
     counted_draws,
@@ -343,6 +344,10 @@ def test_each_stage_is_walked_and_only_with_activation_bytes() -> None:
     assert with_chunk is not None and with_chunk[1] == predicted[1] + 30
     malformed = problem_with({**GOOD, CHUNK_FIELD: [0, -1]})  # read as a profile without it
     assert recompute_bytes(malformed) == recompute_bytes(problem)
+    # draws of 1 and 2 bytes a sample, of which 1 and 0 are nn.Dropout masks: the others,
+    # copied by the re-run forward, count in its working set
+    shared = problem_with({**GOOD, SHARED_DRAWS_FIELD: [1, 0]})
+    assert recompute_bytes(shared) == [RecomputeBytes(1, 1, 1, 1), RecomputeBytes(2, 2, 4, 2)]
 
 
 def test_a_walk_by_hand() -> None:
