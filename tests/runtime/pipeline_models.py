@@ -119,3 +119,21 @@ class MeanOverPositions(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=1)
+
+
+class ReentrantCheckpoint(nn.Module):
+    """A Linear and Tanh under ``torch.utils.checkpoint`` with ``use_reentrant=True``, which
+    ``torch.autograd.grad`` (the gradient check's reference) refuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(12, 12), nn.Tanh())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.inner, x, use_reentrant=True)
+
+
+#: The MLP with a reentrant checkpoint on stage 1 (split at 2).
+REENTRANT = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), ReentrantCheckpoint(), nn.Linear(12, 3))

@@ -1023,6 +1023,19 @@ def test_results_of_a_job_older_than_a_field_read_it_as_its_default() -> None:
         same_job(job, [{"job": {**older, "transport": "gloo"}}])
 
 
+def test_a_reference_the_model_cannot_give_is_one_line(problem_file: Path, tmp_path: Path) -> None:
+    """A reentrant checkpoint runs in the pipeline, but ``torch.autograd.grad`` refuses it in
+    the gradient check's one-process reference: a traceback, exit 1."""
+    plan = plan_file(tmp_path, "flush", **PLANS["flush-unequal"])
+    model = model_args("REENTRANT")
+    result = run_cli("run", str(problem_file), str(plan), *model, *QUICK, "--check-gradients")
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "--check-gradients: the one-process reference on the whole batch failed: " in (
+        result.stderr
+    )
+
+
 @pytest.mark.parametrize("cores", [1, 2])
 def test_stages_sharing_a_core_are_warned_of(
     cores: int, problem_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
