@@ -18,3 +18,11 @@ def cpu_model() -> str:
                 model = line.split(":", 1)[1].strip()
                 break
     return f"{os.cpu_count()}-core {model}"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which its children inherit,
+    where the system has one; else every core)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

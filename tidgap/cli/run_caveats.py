@@ -4,10 +4,10 @@ otherwise)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from tidgap.cli.workers import recorded_boundaries
+from tidgap.host import usable_cores
 from tidgap.model.lists import stages_doing
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
@@ -128,14 +128,6 @@ def optimizer_caveats(problem: Problem, spec: str, optimizer: str | None) -> lis
     return []
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which its children inherit)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this platform
-        return os.cpu_count() or 1
-
-
 def shared_cores(processes: int, threads: int, device: str) -> str | None:
     """Why a run of ``processes`` stage processes of ``threads`` threads each on ``device``
     here measures more than the prediction: on the CPU, fewer usable cores than threads in
@@ -143,9 +135,10 @@ def shared_cores(processes: int, threads: int, device: str) -> str | None:
     cores = usable_cores()
     if device != "cpu" or processes * threads <= cores:
         return None
+    fewer = "fewer --threads, or " if threads > 1 else ""
     return (
         f"{processes} stage processes of {counted(threads, 'thread')} share "
-        f"{counted(cores, 'usable core')} (this process's CPU affinity): they take turns, "
-        "so measured times exceed the prediction; give each stage its own cores (fewer "
-        "--threads, or more cores)"
+        f"{counted(cores, 'usable core')} (this process's CPU affinity): they take turns, so "
+        f"their ops take longer than on cores of their own, as profiled; give each stage its "
+        f"own ({fewer}more cores)"
     )

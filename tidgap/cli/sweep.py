@@ -277,7 +277,7 @@ def sweep_command(
                 outputs = [("--out-dir", path) for path in (*plans, *summaries)]
                 check_outputs(None, None, *outputs, inputs=inputs)
             written = _SweepOutputs(problems, plans, summaries)
-            results, failed = _search_all(
+            failed = _search_all(
                 loaded,
                 executor,
                 on_result=written.add,
@@ -290,7 +290,7 @@ def sweep_command(
                 time_limit=time_limit,
                 backend=backend,
             )
-        rows = written.finish(results)
+        rows = written.finish()
     if signals.received():
         click.echo(f"interrupted by {signals.received()}: the plans found so far")
         first = _first_failure(failed)
@@ -330,12 +330,13 @@ def _first_failure(failed: SearchFailed | None) -> int | None:
 
 def _search_all(
     problems: list[Problem], executor: Executor | None, **options: Any
-) -> tuple[list[SearchResult | None], SearchFailed | None]:
-    """:func:`search_many`'s results (``None`` where a search failed) and its failure."""
+) -> SearchFailed | None:
+    """Run :func:`search_many` (its results go to its ``on_result``); its failure, if any."""
     try:
-        return list(search_many(problems, executor=executor, **options)), None
+        search_many(problems, executor=executor, **options)
     except SearchFailed as error:
-        return error.results, error
+        return error
+    return None
 
 
 @dataclass
@@ -357,12 +358,9 @@ class _SweepOutputs:
         write_files([json_file(path, result.plan_document()), *self._summary_files(i, row)])
         self.rows[i] = row
 
-    def finish(self, results: list[SearchResult | None]) -> list[dict[str, Any]]:
-        """Write the plans of ``results`` (``None``: no plan) not written yet and the
-        summary files (also where no plan was found); return the summary's rows in order."""
-        for i, result in enumerate(results):
-            if result is not None and i not in self.rows:
-                self.add(i, result)
+    def finish(self) -> list[dict[str, Any]]:
+        """Write the summary files (also where no plan was found: each plan found was
+        written as its search ended); return the summary's rows in order."""
         write_files(self._summary_files())
         return [self.rows[i] for i in sorted(self.rows)]
 

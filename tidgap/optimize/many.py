@@ -21,6 +21,7 @@ from dataclasses import fields
 from typing import Any
 
 from tidgap.held_signals import signals_blocked
+from tidgap.host import usable_cores
 from tidgap.model.errors import InputError
 from tidgap.model.numbers import copied_list
 from tidgap.model.problem import Problem, require_problem
@@ -70,13 +71,6 @@ class SearchFailed(RuntimeError):
         """Pickled (a host's process pool, ``copy``) from the arguments it was made of: its
         own ``args`` are the message alone."""
         return type(self), (self._problems, self.results, self.errors)
-
-
-def _cores() -> int:
-    """The cores this process may run on (its affinity mask, where the system has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 #: Seconds between :func:`search_many`'s looks at its tasks, so that the main thread runs
@@ -146,7 +140,7 @@ class LocalPool(ProcessPoolExecutor):
         #: and with the :meth:`fresh` pools
         self.stopped_by, self.begun = shared
         #: the number of worker processes, and each one's Numba threads
-        self.workers, self.threads = workers, threads or max(1, _cores() // workers)
+        self.workers, self.threads = workers, threads or max(1, usable_cores() // workers)
         super().__init__(
             max_workers=workers,
             mp_context=context,
@@ -182,7 +176,7 @@ def local_pool(workers: int, threads: int | None = None) -> LocalPool:
 
 def default_pool(count: int) -> LocalPool:
     """The :func:`local_pool` for ``count`` searches: one worker per core, at most ``count``."""
-    return local_pool(min(_cores(), count))
+    return local_pool(min(usable_cores(), count))
 
 
 def _search(problem: Problem, seed: int, options: dict[str, Any]) -> SearchResult:
