@@ -364,6 +364,34 @@ def test_a_signal_while_the_plans_are_written_keeps_them(
     ]
 
 
+def test_a_plan_that_cannot_be_written_stops_the_sweep_and_keeps_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second plan's write fails (a full disk): one line naming it, exit 2; the first
+    plan and its one-row summary stay, and the third search is not run to its end."""
+    write = sweep.write_files
+    calls: list[int] = []
+
+    def failing_second(files: list) -> list[str]:
+        calls.append(1)
+        if len(calls) == 2:
+            raise InputError("cannot write: No space left on device", source=str(files[0].path))
+        return write(files)
+
+    monkeypatch.setattr(sweep, "_executor", lambda *args: ThreadPoolExecutor(max_workers=1))
+    monkeypatch.setattr(sweep, "write_files", failing_second)
+    out = tmp_path / "out"
+    problems = (TINY, "example:hetero-8", "example:vgg16")
+    result = run_cli("sweep", *problems, *SHORT, "--out-dir", str(out))
+    assert result.exit_code == 2, describe(result)
+    assert result.stderr.strip() == (
+        f"tidgap: error: {out / 'hetero-8.plan.json'}: cannot write: No space left on device"
+    )
+    assert {p.name for p in out.iterdir()} == {"summary.csv", "summary.json", "tiny-2.plan.json"}
+    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["problems"]
+    assert [row["plan_file"] for row in rows] == ["tiny-2.plan.json"]
+
+
 #: A sweep of tiny-2 then hetero-8 on one thread whose second search, once the first's plan
 #: is on disk, kills the process as SIGKILL (or the OOM killer) would.
 KILLED_IN_THE_SECOND_SEARCH = """

@@ -137,3 +137,23 @@ class ReentrantCheckpoint(nn.Module):
 
 #: The MLP with a reentrant checkpoint on stage 1 (split at 2).
 REENTRANT = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), ReentrantCheckpoint(), nn.Linear(12, 3))
+
+
+class CheckpointedDropout(nn.Module):
+    """A Linear and ``nn.Dropout`` under a non-reentrant ``torch.utils.checkpoint``, whose
+    own re-run of the forward draws outside tidgap's replay of the stage's draws."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(12, 12), nn.Dropout(0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.inner, x, use_reentrant=False)
+
+
+#: The MLP with a checkpointed dropout on stage 1 (split at 2), in train mode.
+CHECKPOINTED = nn.Sequential(
+    nn.Linear(6, 12), nn.Tanh(), CheckpointedDropout(), nn.Linear(12, 3)
+).train()

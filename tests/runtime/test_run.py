@@ -1023,6 +1023,19 @@ def test_results_of_a_job_older_than_a_field_read_it_as_its_default() -> None:
         same_job(job, [{"job": {**older, "transport": "gloo"}}])
 
 
+def test_a_checkpoint_around_random_layers_on_a_recomputing_stage_says_why(
+    problem_file: Path, tmp_path: Path
+) -> None:
+    """torch's ``CheckpointError`` (its re-run saw other draws' metadata) said nothing of
+    why: the line now says what to do."""
+    plan = plan_file(tmp_path, "recompute", **PLANS["recompute"])
+    model = model_args("CHECKPOINTED")
+    result = run_cli("run", str(problem_file), str(plan), *model, *QUICK)
+    assert result.exit_code == 1, describe(result)
+    line = result.stderr.strip().splitlines()[-1]
+    assert "CheckpointError" in line and "take the checkpoint out" in line, line
+
+
 def test_a_reference_the_model_cannot_give_is_one_line(problem_file: Path, tmp_path: Path) -> None:
     """A reentrant checkpoint runs in the pipeline, but ``torch.autograd.grad`` refuses it in
     the gradient check's one-process reference: a traceback, exit 1."""

@@ -235,7 +235,8 @@ def sweep_command(
     (their plans would collide). A search that fails (no plan within the memory limit,
     say; on a Dask cluster, one lost with its scheduler) does not stop the others: their
     plans and the summary are written, then the command exits 2 with one line naming the
-    first failed problem's file and its error.
+    first failed problem's file and its error. A plan that cannot be written (a full disk)
+    stops the searches still running; the plans written before it stay.
 
     Ctrl-C or SIGTERM (to the process group, as a terminal sends it, or to this process
     alone) stops each search at its next generation (on a Dask cluster within half a

@@ -85,7 +85,18 @@ def probe_failure_line(failed: ProbeFailed, stages: list[tuple[str, list[str], A
     return located_line(f"stage {failed.stage} {failed}", failed.__cause__, module, names)
 
 
+#: What a failure of ``torch.utils.checkpoint``'s own re-run adds: it re-runs a forward
+#: outside tidgap's record and replay of the stage's random draws.
+CHECKPOINT_HINT = (
+    " (torch.utils.checkpoint re-ran the forward outside tidgap's replay of its random "
+    "draws: take the checkpoint out of the model; tidgap recomputes where a plan asks)"
+)
+
+
 def failure_line(failed: InstructionFailed, stage: int, module: Any, names: list[str]) -> str:
     """``stage 1 forward of samples 2..7 in layer '2' (Fuse): RuntimeError: ...``: where
-    ``failed`` happened on ``stage`` and its cause in one line."""
-    return located_line(f"stage {stage} {failed}", handler_error(failed), module, names)
+    ``failed`` happened on ``stage`` and its cause in one line (with what to do where a
+    checkpoint's re-run failed: :data:`CHECKPOINT_HINT`)."""
+    cause = handler_error(failed)
+    hint = CHECKPOINT_HINT if type(cause).__name__ == "CheckpointError" else ""
+    return located_line(f"stage {stage} {failed}", cause, module, names) + hint
