@@ -14,9 +14,8 @@ from tidgap.backends.xp import to_host
 from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.optimize.limits import MemoryLevel
-from tidgap.optimize.memory_seeds import reference_memory
+from tidgap.optimize.memory_seeds import reference_memory, run_units
 from tidgap.optimize.run_memory import RunMemory
-from tidgap.optimize.windowed_seeds import encode_plans
 from tidgap.schedules.baselines import BaselineResult
 from tidgap.schedules.evaluation import Evaluation
 
@@ -57,10 +56,7 @@ class LimitMarks:
             return []
         if self.memory is None or plan is None:
             return self.level.over(evaluation.peak_held)
-        width = max(map(len, plan.forward + plan.backward))
-        genes = encode_plans([plan], self.problem, width).repaired()
-        peaks = np.asarray([evaluation.peak_held], dtype=np.int64)
-        units = self.memory.held(peaks, *genes.rows())[0]
+        units = run_units(self.memory, self.problem, plan, evaluation.peak_held)
         assert self.allowed is not None
         return [
             s

@@ -117,9 +117,9 @@ def priced_baselines(problem: Problem, pricing: str) -> dict[str, BaselineResult
     "--memory-limit",
     type=MemoryLimit(),
     help="Mark the rows over this limit too, as tidgap search's table does (1f1b: what the "
-    "best 1F1B holds on each stage; or bytes per stage, 24GiB, 80GB); not where memory "
-    "is counted as tidgap run holds it (the limit binds bytes; the rows' own stage limits "
-    "are marked always).",
+    "best 1F1B holds on each stage; or bytes per stage, 24GiB, 80GB), counting memory as "
+    "--pricing does (run: the bytes tidgap run holds); the rows' own stage limits are "
+    "marked always.",
 )
 @output_options
 @json_option

@@ -355,22 +355,18 @@ class _SweepOutputs:
     def add(self, i: int, result: SearchResult) -> None:
         """Write problem ``i``'s plan and the summary files with its row."""
         spec, path = self.specs[i], self.plans[i]
-        row = sweep_row(spec, path.name, result, result.run_priced.iteration_time)
-        write_files([json_file(path, result.plan_document()), *self._summary_files(i, row)])
-        self.rows[i] = row
+        self.rows[i] = sweep_row(spec, path.name, result, result.run_priced.iteration_time)
+        write_files([json_file(path, result.plan_document()), *self._summary_files()])
 
     def finish(self) -> list[dict[str, Any]]:
         """Write the summary files (also where no plan was found: each plan found was
         written as its search ended); return the summary's rows in order."""
         write_files(self._summary_files())
-        return [self.rows[i] for i in sorted(self.rows)]
+        return [self.rows[k] for k in sorted(self.rows)]
 
-    def _summary_files(
-        self, i: int | None = None, row: dict[str, Any] | None = None
-    ) -> list[OutputFile]:
-        """The summary files of the rows written, with ``row`` as problem ``i``'s."""
-        rows = self.rows if i is None or row is None else {**self.rows, i: row}
-        ordered = [rows[k] for k in sorted(rows)]
+    def _summary_files(self) -> list[OutputFile]:
+        """The summary files of :attr:`rows`, in the problems' order."""
+        ordered = [self.rows[k] for k in sorted(self.rows)]
         csv_path, json_path = self.summaries
         summary = {"format": SWEEP_FORMAT, "problems": ordered}
         return [text_file(csv_path, summary_csv(ordered)), json_file(json_path, summary)]

@@ -140,8 +140,8 @@ class OneFOneBHolding:
             if self._spent + cost > COUNTED_AT_MOST:
                 return None
             self._spent += cost
-            peaks, genes = one_f_one_b_genes(self.problem, m)
-            units = self.memory.held(peaks, *genes.rows())[0]
+            peaks = one_f_one_b_held(self.problem, np.asarray([m], dtype=np.int64))[0]
+            units = run_units(self.memory, self.problem, one_f_one_b_plan(self.problem, m), peaks)
             self._units[m] = units
         return units
 
@@ -211,6 +211,15 @@ def reference_memory(
         return None
     peaks, genes = one_f_one_b_genes(problem, best.microbatches)
     return memory.fitted(caps).with_reference(peaks, *genes.rows())
+
+
+def run_units(memory: RunMemory, problem: Problem, plan: Plan, peaks: Sequence[int]) -> np.ndarray:
+    """``(S,)`` int64: what ``plan`` (holding ``peaks[s]`` samples in the model) holds on
+    each stage as ``tidgap run`` holds it, in ``memory``'s units (:meth:`RunMemory.held`
+    of its repaired host genes, at its own width)."""
+    width = max(map(len, plan.forward + plan.backward))
+    genes = encode_plans([plan], problem, width).repaired()
+    return memory.held(np.asarray([peaks], dtype=np.int64), *genes.rows())[0]
 
 
 def one_f_one_b_genes(problem: Problem, m: int) -> tuple[np.ndarray, JointGenes]:

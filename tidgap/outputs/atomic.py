@@ -85,7 +85,7 @@ def identity(path: str | os.PathLike[str]) -> Identity | None:
         return os.path.realpath(path)
     except OSError:
         return None
-    return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
+    return _regular_file(status)
 
 
 def stream_identity(descriptor: int) -> Identity | None:
@@ -93,9 +93,13 @@ def stream_identity(descriptor: int) -> Identity | None:
     standard output was redirected to), ``None`` for a stream, a closed descriptor or
     anything else."""
     try:
-        status = os.fstat(descriptor)
+        return _regular_file(os.fstat(descriptor))
     except OSError:
         return None
+
+
+def _regular_file(status: os.stat_result) -> Identity | None:
+    """The identity of the file ``status`` describes, ``None`` unless a regular file."""
     return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
 
 
