@@ -4,20 +4,19 @@ the individuals shared out among threads (:mod:`tidgap.fallback_cpu.threads`).
 
 Per stage, with ``P`` / ``Q`` its forward / backward prefix sums in units, ``U`` the
 upstream stage's forward sums and ``D`` the downstream stage's backward sums (the stage's
-own on the first / last stage, where the bytes that read them are 0): backward ``k``
-covers ``lo = Q[k]`` to ``hi = Q[k+1]`` after ``a_k = min(own_k + lead_k, M)`` forwards
-ending at ``E = P[a_k]``. The stage then keeps inputs from the ``U`` chunk holding ``lo`` to
-the one holding ``E``, draws from its ``P`` chunk holding ``lo`` to ``E`` and gradients from
-the ``D`` chunk holding ``lo`` to the one holding ``hi``; the backward adds ``hi - lo``
-samples' working set, less its input and draws where one chunk holds them, and the batch's
-task tensors. After its last forward before backward ``k`` (where it ran one since backward
-``k - 1``) it keeps the same inputs and draws, and the gradients received up to backward
-``k - 1``. Each chunk index is a walk that only moves forward as ``k`` grows. A stage that
-recomputes (a backward boundary not a forward one) counts its bytes in ``FINE`` units of
-its activations, rounded up (more than the batch's where it holds more); one that stores
-graphs its alive graphs
-after each forward, the task's tensors and the received chunks it keeps past its last
-forward and backward, the same way.
+own on the first / last stage, where the bytes that read them are 0): backward ``k`` covers
+``lo = Q[k]`` to ``hi = Q[k+1]`` after ``a_k = min(own_k + lead_k, M)`` forwards ending at
+``E = P[a_k]``. The stage then keeps inputs from the ``U`` chunk holding ``lo`` to the one
+holding ``E``, draws from its ``P`` chunk holding ``lo`` to ``E`` and gradients from the
+``D`` chunk holding ``lo`` to the one holding ``hi``; the backward adds ``hi - lo`` samples'
+working set, less its input and its draws' views (``DRAW_VIEWS``) where one chunk holds
+them, and the batch's task tensors. After its last forward before backward ``k`` (where it
+ran one since backward ``k - 1``) it keeps the same inputs and draws, and the gradients
+received up to backward ``k - 1``. Each chunk index is a walk that only moves forward as
+``k`` grows. A stage that recomputes (a backward boundary not a forward one) counts its
+bytes in ``FINE`` units of its activations, rounded up (more than the batch's where it holds
+more); one that stores graphs its alive graphs after each forward, the task's tensors and
+the received chunks it keeps past its last forward and backward, the same way.
 Numba is imported only when this module is.
 """
 
@@ -32,6 +31,7 @@ from tidgap.fallback_cpu.threads import over_rows
 from tidgap.optimize.run_memory import (
     BACKWARD,
     BACKWARD_CHUNK,
+    DRAW_VIEWS,
     DRAWS,
     FINE,
     GRAPH_CHUNK,
@@ -96,7 +96,7 @@ def _stage(fp, m, bp, n, up, down, lead, figures, s, unit):  # pragma: no cover 
         if up[input_chunk + 1] >= hi:
             work -= received_input
         if fp[draw_chunk + 1] >= hi:
-            work -= drawn
+            work -= figures[DRAW_VIEWS, s]
         gradients = down[gradient_end] - down[gradient_chunk]
         at_backward = (kept + sent * gradients + (hi - lo) * work) * unit + figures[TASK, s]
         at_backward += figures[BACKWARD_CHUNK, s]

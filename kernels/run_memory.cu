@@ -15,9 +15,9 @@
 // its own on the first / last stage), flat after a row's last size.
 // Arguments, in order:
 //   forward, backward (P, S, K) int32 sizes in units, lead (P, S, K) int32 canonical leads,
-//   peaks (P, S) int64, figures (8, S) float64 (rows: input, output, draws, backward,
-//   task, graph sample, graph chunk, backward chunk: RunMemory.figures as it is, the row
-//   constants of tidgap/optimize/run_memory.py in order), activation (S,) float64,
+//   peaks (P, S) int64, figures (9, S) float64 (rows: input, output, draws, backward,
+//   task, graph sample, graph chunk, backward chunk, draw views: RunMemory.figures as it
+//   is, the row constants of tidgap/optimize/run_memory.py in order), activation (S,) float64,
 //   held (P, S) int64 out, population P, stages S, width K, unit, fine.
 #ifndef __CUDACC__
 #define __host__
@@ -28,7 +28,10 @@
 #define TIDGAP_MAX_K 64
 #endif
 
-enum { RM_INPUT, RM_OUTPUT, RM_DRAWS, RM_BACKWARD, RM_TASK, RM_SAMPLE, RM_CHUNK, RM_WORK_CHUNK };
+enum {
+    RM_INPUT, RM_OUTPUT, RM_DRAWS, RM_BACKWARD, RM_TASK, RM_SAMPLE, RM_CHUNK, RM_WORK_CHUNK,
+    RM_DRAW_VIEWS
+};
 
 // The chunk of `prefix` holding `sample`, from `index` on: prefix[i] <= sample < prefix[i+1].
 __host__ __device__ inline int rm_start(const long long* prefix, int index, long long sample) {
@@ -89,7 +92,7 @@ __host__ __device__ inline double rm_recomputing(
                             drawn * (double)(end - fp[draw_chunk]);
         double work = figures[RM_BACKWARD * stages + s];
         if (up[input_chunk + 1] >= hi) work -= received_input;
-        if (fp[draw_chunk + 1] >= hi) work -= drawn;
+        if (fp[draw_chunk + 1] >= hi) work -= figures[RM_DRAW_VIEWS * stages + s];
         const double gradients = (double)(down[gradient_end] - down[gradient_chunk]);
         double at_backward = (kept + sent * gradients + (double)(hi - lo) * work) * unit +
                              figures[RM_TASK * stages + s];

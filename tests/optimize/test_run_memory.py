@@ -46,6 +46,7 @@ from tidgap.runtime.recompute_memory import (
     CHUNK_FIELD,
     FIELDS,
     GRAPH_FIELDS,
+    SHARED_DRAWS_FIELD,
     RecomputeBytes,
     graph_bytes,
     predicted_held_bytes,
@@ -75,18 +76,21 @@ def profiled(document: dict[str, Any], memory: dict[str, list[int]] | None) -> P
     for s, stage in enumerate(document["stages"]):
         stage["activation_bytes"] = figures["activation_bytes"][s]
     if memory is not None:
-        given = [f for f in (*FIELDS, CHUNK_FIELD, *GRAPH_FIELDS) if f in memory]
+        given = [
+            f for f in (*FIELDS, CHUNK_FIELD, SHARED_DRAWS_FIELD, *GRAPH_FIELDS) if f in memory
+        ]
         document["source"] = {"memory": {field: memory[field] for field in given}}
     return Problem.from_dict(document)
 
 
 def random_memory(stages: int, rng: np.random.Generator, least_backward: int) -> dict:
-    """Random figures (integers, bytes per sample); the first stage receives no input."""
+    """Random figures (integers, bytes per sample); the first stage receives no input, and
+    a random share of each stage's draws is shared (``nn.Dropout`` masks)."""
 
     def column(low: int, high: int) -> list[int]:
         return [int(v) for v in rng.integers(low, high, stages)]
 
-    return {
+    memory = {
         "activation_bytes": column(500, 2000),
         FIELDS[0]: [0, *column(20, 200)[1:]],
         FIELDS[1]: column(0, 50),
@@ -96,6 +100,8 @@ def random_memory(stages: int, rng: np.random.Generator, least_backward: int) ->
         GRAPH_FIELDS[0]: column(400, 2000),
         GRAPH_FIELDS[1]: column(0, 300),
     }
+    memory[SHARED_DRAWS_FIELD] = [int(rng.integers(0, d + 1)) for d in memory[FIELDS[1]]]
+    return memory
 
 
 def population(problem: Problem, backend: str, count: int, seed: int) -> tuple[Any, Any]:
@@ -130,10 +136,11 @@ def test_the_batched_figures_are_the_runtimes_walks(
     got = figures.held_bytes(genes.forward, genes.backward, genes.lead)
     counted = bytewise(figures).held(peaks, genes.forward, genes.backward, genes.lead)
     walked = [
-        RecomputeBytes(*(float(memory[f][s]) for f in (*FIELDS, CHUNK_FIELD)))
+        RecomputeBytes(*(float(memory[f][s]) for f in (*FIELDS, CHUNK_FIELD, SHARED_DRAWS_FIELD)))
         for s in range(stages)
     ]
     assert any(w.backward_chunk for w in walked)
+    assert any(w.draw_views() < w.draws for w in walked)
     graphs = graph_bytes(problem)
     kept = 0
     for p in range(len(genes.forward)):

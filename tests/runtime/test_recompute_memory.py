@@ -44,7 +44,6 @@ from tidgap.runtime.recompute_memory import (  # noqa: E402
     SHARED_DRAWS_FIELD,
     GraphBytes,
     RecomputeBytes,
-    counted_draws,
     graph_bytes,
     predicted_held_bytes,
     recompute_bytes,
@@ -89,7 +88,7 @@ def profiled(model: Model, boundaries: list[int]) -> tuple[list[RecomputeBytes],
         for s, (m, x) in pairs
     ]
     saved = [graph_bytes_per_sample(m, x, s == 0, s == last) for s, (m, x) in pairs]
-    return [counted_draws(RecomputeBytes(*row[:-1]), row[-1]) for row in measured], saved
+    return [RecomputeBytes(*row) for row in measured], saved
 
 
 def graphs(model: Model, boundaries: list[int]) -> list[GraphBytes]:
@@ -167,6 +166,13 @@ CASES = {
     "fused-attention": (fused_attention, [2], Plan.of([[4, 4], [8]], [[2, 6], [8]])),
     # a backward within one forward chunk: F.dropout's mask is a copy of the kept draw
     "functional-dropout": (functional_dropout, [2], Plan.of([[8], [8]], [[2, 6], [3, 5]])),
+    # a backward over two forward chunks: no mask is a view of a kept draw (predicted
+    # high by F.dropout's draws before the profile's shared figure had a row of its own)
+    "functional-dropout-joined": (
+        functional_dropout,
+        [2],
+        Plan.of([[4, 4], [2, 6]], [[2, 6], [3, 5]]),
+    ),
     "gpt-flush": (dropout_gpt, [1, 2, 3], Plan.of(FOUR_FORWARD, FOUR_BACKWARD)),
     "gpt-ordered": (dropout_gpt, [1, 2, 3], ordered(FOUR_FORWARD, FOUR_BACKWARD, 4)),
     # every stage recomputes, chunks straddling the neighbours'
@@ -344,10 +350,17 @@ def test_each_stage_is_walked_and_only_with_activation_bytes() -> None:
     assert with_chunk is not None and with_chunk[1] == predicted[1] + 30
     malformed = problem_with({**GOOD, CHUNK_FIELD: [0, -1]})  # read as a profile without it
     assert recompute_bytes(malformed) == recompute_bytes(problem)
-    # draws of 1 and 2 bytes a sample, of which 1 and 0 are nn.Dropout masks: the others,
-    # copied by the re-run forward, count in its working set
+    # draws of 1 and 2 bytes a sample, of which 1 and 0 are nn.Dropout masks (a re-run
+    # forward takes them as views of one forward's kept draws, and copies the others)
     shared = problem_with({**GOOD, SHARED_DRAWS_FIELD: [1, 0]})
-    assert recompute_bytes(shared) == [RecomputeBytes(1, 1, 1, 1), RecomputeBytes(2, 2, 4, 2)]
+    assert recompute_bytes(shared) == [
+        RecomputeBytes(1, 1, 1, 1, 0, 1),
+        RecomputeBytes(2, 2, 2, 2, 0, 0),
+    ]
+    within = Plan.of([[4, 4], [8]], [[4, 4], [3, 5]])  # stage 1's backwards in one chunk
+    views, copies = (predicted_held_bytes(p, within, model) for p in (problem, shared))
+    assert views is not None and copies is not None
+    assert copies[1] == views[1] + 5 * 2  # the larger backward's 5 samples' copied draws
 
 
 def test_a_walk_by_hand() -> None:

@@ -73,10 +73,12 @@ NO_LIMIT = 2**62
 
 #: Rows of :attr:`RunMemory.figures`: bytes per sample received, sent, drawn, of a
 #: backward's working set, the whole batch's task tensors (bytes), a stored graph's bytes
-#: per sample and per chunk, and a backward's working set's bytes per chunk, per stage.
-INPUT, OUTPUT, DRAWS, BACKWARD, TASK, GRAPH_SAMPLE, GRAPH_CHUNK, BACKWARD_CHUNK = range(8)
+#: per sample and per chunk, a backward's working set's bytes per chunk, and the draws'
+#: bytes per sample that working set shares with one forward's kept draws, per stage.
+INPUT, OUTPUT, DRAWS, BACKWARD, TASK = range(5)
+GRAPH_SAMPLE, GRAPH_CHUNK, BACKWARD_CHUNK, DRAW_VIEWS = range(5, 9)
 #: The number of those rows.
-ROWS = 8
+ROWS = 9
 
 #: ``compiled(peaks, forward, backward, lead, memory) -> units``: a backend's compiled
 #: twin of :meth:`RunMemory.held` (its record's ``run_memory``).
@@ -87,16 +89,17 @@ CompiledHeld = Callable[[Any, Any, Any, Any, "RunMemory"], Any]
 class RunMemory:
     """The figures that say what stages hold as ``tidgap run`` runs them, per stage, on the
     search's array module: ``figures`` ``(ROWS, S)`` float64 (rows :data:`INPUT`,
-    :data:`OUTPUT` (the next stage's input; 0 on the last), :data:`DRAWS`,
-    :data:`BACKWARD` in bytes per sample, :data:`TASK` in bytes, :data:`GRAPH_SAMPLE` and
+    :data:`OUTPUT` (the next stage's input; 0 on the last), :data:`DRAWS`, :data:`BACKWARD`
+    in bytes per sample, :data:`TASK` in bytes, :data:`GRAPH_SAMPLE` and
     :data:`GRAPH_CHUNK`: :class:`~tidgap.runtime.recompute_memory.GraphBytes`,
-    :data:`BACKWARD_CHUNK` in bytes), ``activation`` ``(S,)``: the bytes :data:`FINE`
-    units make (``activation_bytes``; a little more on a stage :meth:`fitted` to a byte
-    limit), ``unit`` samples per partition unit, the backend's ``compiled`` twin of
-    :meth:`held`, if any, and ``overhead`` ``(S,)``: the units the best 1F1B holds beyond
-    its samples (:meth:`with_reference`), which a limit in samples allows. The figures are
-    rounded up to whole bytes (``tidgap profile`` writes whole bytes), so every backend
-    sums exact integers."""
+    :data:`BACKWARD_CHUNK` in bytes, :data:`DRAW_VIEWS` in bytes per sample:
+    :meth:`~tidgap.runtime.recompute_memory.RecomputeBytes.draw_views`), ``activation``
+    ``(S,)``: the bytes :data:`FINE` units make (``activation_bytes``; a little more on a
+    stage :meth:`fitted` to a byte limit), ``unit`` samples per partition unit, the
+    backend's ``compiled`` twin of :meth:`held`, if any, and ``overhead`` ``(S,)``: the
+    units the best 1F1B holds beyond its samples (:meth:`with_reference`), which a limit in
+    samples allows. The figures are rounded up to whole bytes (``tidgap profile`` writes
+    whole bytes), so every backend sums exact integers."""
 
     figures: Any
     activation: Any
@@ -113,12 +116,13 @@ class RunMemory:
         stages = recompute_bytes(problem)
         if stages is None:
             return None
-        column = np.ceil(np.asarray(stages, dtype=np.float64).T)  # (5, S): input .. chunk
+        rows = [(*stage[:5], stage.draw_views()) for stage in stages]
+        column = np.ceil(np.asarray(rows, dtype=np.float64).T)  # (6, S): input .. views
         graphs = np.ceil(np.asarray(graph_bytes(problem), dtype=np.float64).T)  # (2, S)
         B = problem.batch_size
         output = np.append(column[0, 1:], 0.0)
         figures = np.stack(
-            [column[0], output, column[1], column[2], column[3] * B, *graphs, column[4]]
+            [column[0], output, column[1], column[2], column[3] * B, *graphs, *column[4:]]
         )
         activation = [float(stage.activation_bytes or 0.0) for stage in problem.stages]
         return cls(figures, np.asarray(activation, dtype=np.float64), B, problem.unit)
@@ -241,7 +245,7 @@ class RunMemory:
         its input and masks where one chunk holds them all: views), its bytes per chunk
         and the batch's task tensors. Before it, after the last forward since backward
         ``k - 1``, the same but the gradients only up to those backward ``k - 1``
-        received."""
+        received. The masks it shares are :data:`DRAW_VIEWS` bytes a sample."""
         xp = namespace(chunks.before)
         before, forward_prefix = chunks.before, chunks.forward
         upstream, downstream = chunks.upstream, chunks.downstream
@@ -256,9 +260,10 @@ class RunMemory:
         earlier = xp.concatenate([xp.zeros_like(received[..., :1]), received[..., :-1]], axis=-1)
         size = (hi - lo).astype(xp.float64)
         received_input, sent, drawn, work, task = (row[None, :, None] for row in self.figures[:5])
+        views = self.figures[DRAW_VIEWS][None, :, None]
         kept = received_input * inputs + drawn * draws
         at_backward = kept + sent * (received - gradients_from)
-        at_backward += size * (work - received_input * one_input - drawn * one_draw)
+        at_backward += size * (work - received_input * one_input - views * one_draw)
         at_forward = kept + sent * xp.maximum(earlier - gradients_from, 0)
         previous = xp.concatenate([xp.full_like(before[..., :1], -1), before[..., :-1]], axis=-1)
         at_forward = xp.where(before > previous, at_forward, 0.0)

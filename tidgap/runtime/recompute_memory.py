@@ -36,7 +36,8 @@ FIELDS = (
 CHUNK_FIELD = "recompute_backward_bytes_per_chunk"
 #: The field of the draws' bytes per sample that a re-run forward's working set takes as
 #: views of the kept draws (``nn.Dropout`` masks; other random operators' outputs are
-#: copied), which profiles before 2026-12-07 lack (every draw was taken as shared).
+#: copied): :class:`RecomputeBytes`'s ``shared_draws``, which profiles before 2026-12-07
+#: lack (every draw is then taken as shared).
 SHARED_DRAWS_FIELD = "shared_draw_bytes_per_sample"
 
 
@@ -51,13 +52,21 @@ class RecomputeBytes(NamedTuple):
     whole (``batch_size`` samples) by any chunk's backward; and ``backward_chunk``, the
     working set's bytes per forward (tensors made once per forward, a GPT's positions and
     masks, and the loss on the last stage), so ``n`` samples' working set is
-    ``backward_chunk + n * backward``."""
+    ``backward_chunk + n * backward``; ``shared_draws``, the draws' bytes that working set
+    takes as views of the kept draws where one forward chunk holds the backward's samples
+    (``nn.Dropout`` masks; ``None``: every draw, as profiles before the field count)."""
 
     input: float
     draws: float
     backward: float
     task: float
     backward_chunk: float = 0.0
+    shared_draws: float | None = None
+
+    def draw_views(self) -> float:
+        """The draws' bytes per sample a backward within one forward chunk shares with
+        them: ``shared_draws``, or every draw where the profile did not say."""
+        return self.draws if self.shared_draws is None else self.shared_draws
 
 
 #: The ``source.memory`` fields of a stored graph's bytes, per stage: :class:`GraphBytes`.
@@ -121,16 +130,10 @@ def recompute_bytes(problem: Problem) -> list[RecomputeBytes] | None:
     shared = _columns(memory, (SHARED_DRAWS_FIELD,), problem)
     if shared is None:
         return stages
-    return [counted_draws(stage, views) for stage, views in zip(stages, shared[0], strict=True)]
-
-
-def counted_draws(stage: RecomputeBytes, shared: float) -> RecomputeBytes:
-    """``stage`` whose re-run forward takes ``shared`` of its draws' bytes per sample as
-    views of the kept draws (``nn.Dropout`` masks) and copies the others into its working
-    set: those count there, as :func:`recompute_held_bytes` takes every draw as shared by
-    a backward within one forward chunk (which then held more than predicted; a backward
-    over several chunks, which shares none, is counted high by them: on the safe side)."""
-    return stage._replace(backward=stage.backward + max(stage.draws - shared, 0.0))
+    return [
+        stage._replace(shared_draws=min(float(views), stage.draws))
+        for stage, views in zip(stages, shared[0], strict=True)
+    ]
 
 
 def _is_count(value: object, most: float) -> bool:
@@ -146,8 +149,8 @@ def recompute_held_bytes(
     chunks and the forwards' draws still kept, and at a backward of ``n`` samples (counted
     after its forward re-ran) ``n`` samples' working set (and its bytes per forward) and
     the whole batch's task tensors, less what the working set shares with what is kept:
-    its input where it is a view of one received chunk, its masks where they are views of
-    one forward's draws.
+    its input where it is a view of one received chunk, its ``nn.Dropout`` masks
+    (:meth:`RecomputeBytes.draw_views`) where they are views of one forward's draws.
     ``stages``: every stage's :class:`RecomputeBytes` (stage ``s + 1``'s input bytes are
     ``s``'s output's and its gradient's)."""
     own = stages[s]
@@ -162,7 +165,7 @@ def recompute_held_bytes(
         elif step.kind == "backward":
             n = hi - lo
             shared = n * own.input * _within_one(received.inputs, lo, hi)
-            shared += n * own.draws * _within_one(draws, lo, hi)
+            shared += n * own.draw_views() * _within_one(draws, lo, hi)
             kept = received.kept() + own.draws * _samples(draws)
             working = own.backward_chunk + n * own.backward
             peak = max(peak, kept + working - shared + batch_size * own.task)
