@@ -109,7 +109,7 @@ def test_growth_fits_a_count_from_the_whole_and_the_first_unit(least: int) -> No
     exact for a linear count, whichever unit; a count that fails is one line."""
     torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
     from tidgap.model.errors import InputError
-    from tidgap.profiling.measure import growth
+    from tidgap.profiling.measure import growth, probe_sizes
 
     seen: list[int] = []
 
@@ -119,7 +119,7 @@ def test_growth_fits_a_count_from_the_whole_and_the_first_unit(least: int) -> No
 
     expected = (3, 7) if least < 8 else (-(-(7 + 24) // 8), 0)  # b <= least: per sample only
     assert growth(count, torch.zeros(8, 2), False, least) == expected
-    assert seen == ([8, least] if least < 8 else [8])
+    assert seen == ([8, least, *probe_sizes(least, 8)] if least < 8 else [8])
 
     def fails(x: Any) -> int:
         if x.shape[0] == 1:

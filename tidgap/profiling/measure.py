@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from tidgap.model.errors import InputError
 from tidgap.model.text import counted
+from tidgap.profiling.affine import line_above
 from tidgap.profiling.user_code import user_errors
 from tidgap.runtime.drawing import (
     DROPOUT_MASK,
@@ -257,16 +258,35 @@ def growth(
     ``per_chunk + n * per_sample``, from ``count`` of ``given`` ``(b, ...)`` and of its first
     ``least`` samples (:func:`first_samples`; the profile's unit: the smallest chunk a plan
     has, and a layer such as ``BatchNorm1d`` fails on one sample); ``(count(given), 0)``
-    when ``b <= least``. A layer's error is one line of bad input."""
+    when ``b <= least``. Where that line is below ``count`` at one of
+    :func:`probe_sizes`, ``count`` is not affine: it is measured at every multiple of
+    ``least`` up to ``b`` and the line is the least above them all
+    (:func:`~tidgap.profiling.affine.line_above`). A layer's error is one line of bad input."""
     size = given.shape[0]
-    with user_errors(f"measuring what a forward of {counted(size, 'sample')} holds failed"):
-        whole = count(given)
+
+    def counted_at(n: int) -> int:
+        with user_errors(f"measuring what a forward of {counted(n, 'sample')} holds failed"):
+            return count(given if n == size else first_samples(given, first, n))
+
+    whole = counted_at(size)
     if size <= least:
         return -(-whole // size), 0
-    with user_errors(f"measuring what a forward of {counted(least, 'sample')} holds failed"):
-        small = count(first_samples(given, first, least))
+    small = counted_at(least)
     per_chunk = max(0, -(-(size * small - least * whole) // (size - least)))
-    return max(0, -(-(whole - per_chunk) // size)), per_chunk
+    per_sample = max(0, -(-(whole - per_chunk) // size))
+    counts = {n: counted_at(n) for n in probe_sizes(least, size)}
+    if all(f <= per_chunk + n * per_sample for n, f in counts.items()):
+        return per_sample, per_chunk
+    counts |= {least: small, size: whole}
+    counts |= {n: counted_at(n) for n in range(least, size, least) if n not in counts}
+    return line_above(counts)
+
+
+def probe_sizes(least: int, size: int) -> list[int]:
+    """The sizes between ``least`` and ``size`` (multiples of ``least``) at which
+    :func:`growth` checks its line: the largest below ``size`` and the middle one."""
+    sizes = {size - least, size // (2 * least) * least}
+    return sorted(n for n in sizes if least < n < size)
 
 
 def first_samples(given: Tensor, first: bool, count: int) -> Tensor:

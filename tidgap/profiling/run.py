@@ -214,7 +214,8 @@ class StageMeasurements:
     ``recompute[k]``, the bytes per sample a recomputing stage holds (its input, its
     forward's random draws, its backward's working set, its task's tensors, and the working
     set's bytes per forward: :class:`~tidgap.runtime.recompute_memory.RecomputeBytes`, at
-    the largest size and at 1);
+    the largest size, the unit and the sizes :func:`~tidgap.profiling.measure.growth`
+    probes);
     ``cuda_peaks[k]``, on CUDA the most bytes the allocator held in its forward and
     backward at the largest size (``None`` elsewhere); ``tails[k]``, its optimizer step in
     ms on the gradients of a backward at the largest size (``None`` without
@@ -330,6 +331,15 @@ def batch_statistics_source(model: Model) -> Json:
     }
 
 
+#: How ``source.memory``'s per-sample and per-forward figures come from forwards of a stage
+#: (:func:`~tidgap.profiling.measure.growth`), after "measured at {cap} samples".
+GROWTH_RULE = (
+    ", at the unit and at two sizes between (at every multiple of the unit where those "
+    "show that the bytes do not grow in proportion to the samples, as an LSTM's oneDNN "
+    "workspace: then the least line at or above them all)"
+)
+
+
 def memory_source(measured: StageMeasurements, cap: int) -> Json:
     """``source.memory``: per stage, the bytes per sample a recomputing stage holds
     (:mod:`tidgap.runtime.recompute_memory`); on CUDA also each stage's allocator peak in a
@@ -346,7 +356,7 @@ def memory_source(measured: StageMeasurements, cap: int) -> Json:
         "backward's working set (what "
         "autograd saves in the forward re-run with grad, its input and output, on the last "
         "stage the chunk's loss; each storage once, the parameters and the task's tensors "
-        f"left out), measured at {cap} samples and at 1 and split into bytes per sample and "
+        f"left out), measured at {cap} samples{GROWTH_RULE}, split into bytes per sample and "
         f"{CHUNK_FIELD} (tensors made once per forward, whatever its size); and of the "
         "task's tensors it cuts its chunks from (the model's input on the first stage, the "
         "targets on the last)"
@@ -357,9 +367,9 @@ def memory_source(measured: StageMeasurements, cap: int) -> Json:
         ):
             memory[field_name] = list(column)
         memory["graph_rule"] = (
-            f"at {cap} samples and at 1, what a stage that stores a forward's graph holds for "
-            "its backward, as activation_bytes counts it (on the last stage with the chunk's "
-            "loss) but the task's tensors (held whole: "
+            f"measured at {cap} samples{GROWTH_RULE}, what a stage that stores a forward's "
+            "graph holds for its backward, as activation_bytes counts it (on the last stage "
+            "with the chunk's loss) but the task's tensors (held whole: "
             "task_bytes_per_sample), split into bytes per sample and bytes per forward "
             "(tensors made once per forward, whatever its size)"
         )
