@@ -4,12 +4,14 @@ its two-point line."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
 
-from tidgap.profiling.affine import line_above
-from tidgap.profiling.measure import growth, probe_sizes
+from tidgap.profiling.affine import collinear, line_above
+from tidgap.profiling.measure import grows_in_steps, growth, probe_sizes
 
 
 def above(counts: dict[int, int], line: tuple[int, int]) -> bool:
@@ -58,24 +60,44 @@ def test_probe_sizes_lie_between_the_two_measured() -> None:
     assert probe_sizes(4, 8) == []
 
 
-def test_growth_measures_every_size_only_where_the_probes_miss_the_line() -> None:
-    """A count affine in the samples is measured at the two sizes and the probes; one in
-    steps at every multiple of the unit."""
-    given = torch.zeros(8, 3)
+def test_collinear() -> None:
+    assert collinear([(1, 5), (8, 40), (4, 20)])
+    assert collinear([(1, 5), (3, 0)]) and collinear([])
+    assert not collinear([(1, 5), (4, 20), (8, 41)])
+
+
+def counting(formula: Callable[[int], int]) -> tuple[list[int], Callable[[torch.Tensor], int]]:
+    """``formula`` of ``n`` as a count of ``(n, ...)`` tensors, and the ``n`` it is asked."""
     seen: list[int] = []
 
-    def affine(x: torch.Tensor) -> int:
+    def count(x: torch.Tensor) -> int:
         seen.append(x.shape[0])
-        return 100 + 12 * x.shape[0]
+        return formula(x.shape[0])
 
+    return seen, count
+
+
+def test_growth_measures_every_size_only_where_the_sizes_measured_are_not_on_a_line() -> None:
+    """An affine count is measured at the unit, the probes and the batch: its own line.
+    One in steps between the probes, every multiple of the unit; so is any with
+    ``every_size``. One off the line at the unit only (a last stage's GRU: its transpose
+    of one sample copies nothing) is not, and its line holds every other size exactly."""
+    given = torch.zeros(8, 3)
+    seen, affine = counting(lambda n: 100 + 12 * n)
     assert growth(affine, given, first=False) == (12, 100)
     assert sorted(seen) == [1, 4, 7, 8]
-    seen.clear()
-
-    def stepped(x: torch.Tensor) -> int:
-        seen.append(x.shape[0])
-        return 100 + 12 * x.shape[0] + 500 * (x.shape[0] >= 7)
-
+    seen, stepped = counting(lambda n: 100 + 12 * n + 500 * (n >= 7))
     line = growth(stepped, given, first=False)
     assert sorted(seen) == list(range(1, 9))
     assert above({n: 100 + 12 * n + 500 * (n >= 7) for n in range(1, 9)}, line)
+    seen, affine = counting(lambda n: 100 + 12 * n)
+    assert growth(affine, given, first=False, every_size=True) == (12, 100)
+    assert sorted(seen) == list(range(1, 9))
+    seen, gru = counting(lambda n: 4 + 1200 * n - 128 * (n == 1))
+    assert growth(gru, given, first=False) == (1200, 4)  # before: (1201, 0), low at 2 and 3
+    assert sorted(seen) == [1, 4, 7, 8]
+
+
+def test_stages_with_an_lstm_are_measured_at_every_size() -> None:
+    assert grows_in_steps(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LSTM(2, 2)))
+    assert not grows_in_steps(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.GRU(2, 2)))

@@ -1,7 +1,7 @@
 """A line ``per_chunk + n * per_sample`` at or above bytes measured at several chunk sizes:
 what a profile records of a count that is not affine in the samples (oneDNN's LSTM
-workspace on the CPU grows in steps with the chunk size), so that no chunk size a plan
-cuts holds more than predicted."""
+workspace on the CPU grows in steps with the chunk size; a GRU's transpose of one sample
+copies nothing), so that no chunk size measured holds more than predicted."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ def line_above(counts: dict[int, int]) -> tuple[int, int]:
     total = sum(n for n, _ in points)
     lines = [(slope, max(0, max(f - n * slope for n, f in points))) for slope in sorted(slopes)]
     return min(lines, key=lambda line: len(points) * line[1] + total * line[0])
+
+
+def collinear(points: list[tuple[int, int]]) -> bool:
+    """Whether ``points`` lie on one line (two or fewer always do)."""
+    ordered = sorted(points)
+    return all(_turn(ordered[0], ordered[1], c) == 0 for c in ordered[2:])
 
 
 def _upper_hull(points: list[tuple[int, int]]) -> list[tuple[int, int]]:

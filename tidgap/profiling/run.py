@@ -334,9 +334,9 @@ def batch_statistics_source(model: Model) -> Json:
 #: How ``source.memory``'s per-sample and per-forward figures come from forwards of a stage
 #: (:func:`~tidgap.profiling.measure.growth`), after "measured at {cap} samples".
 GROWTH_RULE = (
-    ", at the unit and at two sizes between (at every multiple of the unit where those "
-    "show that the bytes do not grow in proportion to the samples, as an LSTM's oneDNN "
-    "workspace: then the least line at or above them all)"
+    ", at the unit and at two sizes between (at every multiple of the unit on a stage "
+    "holding an nn.LSTM, whose oneDNN workspace grows in steps, or where the sizes but the "
+    "unit are not on one line), the least line at or above them all"
 )
 
 
