@@ -28,7 +28,7 @@ from tidgap.kernels.source import (
     lane_group,
     lane_scratch_bytes,
     operation_defines,
-    ordered_refusal,
+    scratch_refusal,
     scratch_width,
 )
 from tidgap.optimize.joint_operators import JointGenes, mutation_table
@@ -179,7 +179,7 @@ class CudaOrderedEnds:
         backward = cupy.ascontiguousarray(cupy.asarray(backward), dtype=cupy.int32)
         order = cupy.ascontiguousarray(cupy.asarray(order), dtype=cupy.int8)
         population, stages, width = forward.shape
-        refusal = ordered_refusal(stages, width)
+        refusal = scratch_refusal(stages, width)
         if refusal is not None:
             raise ValueError(refusal)
         fitness = cupy.empty(population, dtype=cupy.int64)

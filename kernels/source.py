@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tidgap.backends.gpu import device_free_memory, resident_threads
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, NO_OP
 from tidgap.optimize.joint_operators import JOINT_MUTATIONS, MIRRORED_MUTATIONS
 from tidgap.optimize.operators import MUTATIONS
@@ -57,9 +58,27 @@ def thread_scratch_bytes(stages: int, width: int) -> int:
     return 8 * padded * (row + 1) + 4 * padded * (row + CURSORS)
 
 
-def ordered_refusal(stages: int, width: int) -> str | None:
-    """``None`` where the thread kernels hold chromosomes of ``stages`` stages and width
-    ``width`` (the lane kernel never holds more), else why not, in one line."""
+#: What the CUDA driver adds to each thread's local memory (a system-call stack) and the
+#: bytes it rounds that up to, when it sizes a context's local memory: for every thread the
+#: device holds at once, whatever a launch asks (NVIDIA's developer forums; a launch whose
+#: local memory does not fit fails with an out-of-memory error).
+LOCAL_MEMORY_EXTRA = 512
+LOCAL_MEMORY_GRANULE = 256
+#: The most of a device's free memory the thread kernels' local memory may take: the
+#: search's populations and tables need the rest.
+LOCAL_MEMORY_SHARE = 0.5
+
+
+def context_local_memory(scratch: int, threads: int) -> int:
+    """The bytes a CUDA context reserves to give each of ``threads`` resident threads
+    ``scratch`` bytes of local memory."""
+    per_thread = scratch + LOCAL_MEMORY_EXTRA
+    return -(-per_thread // LOCAL_MEMORY_GRANULE) * LOCAL_MEMORY_GRANULE * threads
+
+
+def scratch_refusal(stages: int, width: int) -> str | None:
+    """``None`` where a thread of the thread kernels holds chromosomes of ``stages`` stages
+    and width ``width`` (CUDA's limit per thread), else why not, in one line."""
     needed = thread_scratch_bytes(stages, width)
     if needed <= LOCAL_MEMORY_LIMIT:
         return None
@@ -67,6 +86,29 @@ def ordered_refusal(stages: int, width: int) -> str | None:
         f"the GPU's ordered-plan kernel needs {needed // 1024} KiB of scratch per individual "
         f"for {stages} stages of up to {width} microbatches, over CUDA's "
         f"{LOCAL_MEMORY_LIMIT // 1024} KiB per thread"
+    )
+
+
+def ordered_refusal(stages: int, width: int) -> str | None:
+    """``None`` where the thread kernels hold chromosomes of ``stages`` stages and width
+    ``width`` (the lane kernel never holds more) on the current device, else why not, in
+    one line: over CUDA's limit per thread (:func:`scratch_refusal`), or where the local
+    memory CUDA would reserve for every resident thread (:func:`context_local_memory`)
+    exceeds :data:`LOCAL_MEMORY_SHARE` of the device's free memory (not checked where
+    CuPy cannot say)."""
+    refusal = scratch_refusal(stages, width)
+    threads, free = resident_threads(), device_free_memory()
+    if refusal is not None or threads is None or free is None:
+        return refusal
+    needed = thread_scratch_bytes(stages, width)
+    reserved = context_local_memory(needed, threads)
+    if reserved <= LOCAL_MEMORY_SHARE * free:
+        return None
+    return (
+        f"the GPU's ordered-plan kernel needs {needed // 1024} KiB of scratch per individual "
+        f"for {stages} stages of up to {width} microbatches, which CUDA reserves for each "
+        f"of the device's {threads} resident threads: {reserved / 2**30:.1f} GiB, over "
+        f"{LOCAL_MEMORY_SHARE:.0%} of its {free / 2**30:.1f} GiB free"
     )
 
 

@@ -1,24 +1,28 @@
 """How deep and wide a pipeline the GPU's ordered-plan kernel holds: its thread kernels keep
-each individual's scratch in local memory, which CUDA caps at 512 KiB per thread. A
-windowed search on ``auto`` runs on the CPU beyond it; on ``cuda`` it is refused in one
-line."""
+each individual's scratch in local memory, which CUDA caps at 512 KiB per thread and
+reserves for every thread the device holds at once. A windowed search on ``auto`` runs on
+the CPU beyond either; on ``cuda`` it is refused in one line."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.support.backends import install_fake_cupy
+from tests.support.fake_cupy import SHARED_BYTES_OPTIN
 from tests.support.nvcc import compile_inlined, needs_nvcc
 from tidgap import InputError, Problem, search
 from tidgap.backends import BACKENDS
 from tidgap.kernels.source import (
     LOCAL_MEMORY_LIMIT,
+    context_local_memory,
     ordered_refusal,
     scratch_width,
     thread_scratch_bytes,
@@ -47,6 +51,47 @@ def test_the_refusal_follows_cuda_s_local_memory_limit() -> None:
         "the GPU's ordered-plan kernel needs 775 KiB of scratch per individual for 128 "
         "stages of up to 256 microbatches, over CUDA's 512 KiB per thread"
     )
+
+
+def as_h100(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CuPy stand-in as a usable H100: 132 multiprocessors of 2048 threads, 79 GiB
+    free."""
+    install_fake_cupy(monkeypatch)
+    monkeypatch.setitem(
+        BACKENDS, "cuda", dataclasses.replace(BACKENDS["cuda"], unusable_reason=lambda: None)
+    )
+    fake = sys.modules["cupy"]
+    attributes = {
+        "MaxThreadsPerMultiProcessor": 2048,
+        "MultiProcessorCount": 132,
+        "MaxSharedMemoryPerBlockOptin": SHARED_BYTES_OPTIN,
+    }
+    device = types.SimpleNamespace(synchronize=lambda: None, attributes=attributes)
+    monkeypatch.setattr(fake.cuda, "Device", lambda *_: device)
+    monkeypatch.setattr(
+        fake.cuda.runtime, "memGetInfo", lambda: (79 * 2**30, 80 * 2**30), raising=False
+    )
+
+
+def test_the_refusal_counts_the_local_memory_cuda_reserves_for_every_resident_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """399 KiB a thread for 256 stages of 64 microbatches: CUDA allows it per thread, and
+    reserves it for 270,336 threads (103 GiB), which an H100 does not have; an 8-stage
+    search needs 1.8 GiB. ``auto`` searches the deep pipeline on the CPU."""
+    assert context_local_memory(6624, 2) == 2 * 7168  # 6624 + 512, rounded up to 256 bytes
+    assert ordered_refusal(256, 64) is None  # no device to ask
+    as_h100(monkeypatch)
+    assert ordered_refusal(8, 32) is None
+    assert ordered_refusal(256, 64) == (
+        "the GPU's ordered-plan kernel needs 399 KiB of scratch per individual for 256 "
+        "stages of up to 64 microbatches, which CUDA reserves for each of the device's "
+        "270336 resident threads: 103.0 GiB, over 50% of its 79.0 GiB free"
+    )
+    deep = Problem.from_dict(synth_problem(0, stages=256, batch_size=64))
+    assert windowed_backend(deep, None, None) == "numba"
+    shallow = Problem.from_dict(synth_problem(0, stages=8, batch_size=64))
+    assert windowed_backend(shallow, None, None) == "cuda"
 
 
 def wide_problem() -> Problem:

@@ -42,6 +42,19 @@ def _version(encoded: int) -> str:
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
 
 
+def resident_threads() -> int | None:
+    """The most threads the current CUDA device holds at once (per multiprocessor, times
+    its multiprocessors), or ``None`` where CuPy cannot say."""
+    try:
+        cupy = importlib.import_module("cupy")
+        attributes = cupy.cuda.Device().attributes
+        return int(attributes["MaxThreadsPerMultiProcessor"]) * int(
+            attributes["MultiProcessorCount"]
+        )
+    except Exception:  # no CuPy, no device, or a stand-in without those attributes
+        return None
+
+
 def device_free_memory() -> int | None:
     """Free bytes on the current CUDA device, or ``None`` where CuPy cannot say."""
     try:
