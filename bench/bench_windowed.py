@@ -56,6 +56,7 @@ from tidgap.optimize.rng import CounterRng
 from tidgap.optimize.run_memory import (
     BACKWARD,
     BACKWARD_CHUNK,
+    DRAW_VIEWS,
     DRAWS,
     GRAPH_CHUNK,
     GRAPH_SAMPLE,
@@ -267,7 +268,8 @@ def run_memory(backend: str, batch_size: int = BATCH) -> RunMemory:
     xp = record.namespace()
     figures = np.zeros((ROWS, STAGES))
     figures[INPUT, 1:] = figures[OUTPUT, :-1] = 32768
-    figures[DRAWS], figures[BACKWARD] = 70000, 1_400_000
+    figures[DRAWS] = figures[DRAW_VIEWS] = 70000  # nn.Dropout masks
+    figures[BACKWARD] = 1_400_000
     figures[TASK, 0] = figures[TASK, -1] = 512 * batch_size
     figures[GRAPH_SAMPLE], figures[GRAPH_CHUNK] = 1_590_000, 8704
     figures[BACKWARD_CHUNK] = 8704

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tidgap.profiling.affine import collinear, line_above
-from tidgap.profiling.measure import grows_in_steps, growth, probe_sizes
+from tidgap.profiling.measure import MOST_SIZES, grows_in_steps, growth, probe_sizes, swept_sizes
 
 
 def above(counts: dict[int, int], line: tuple[int, int]) -> bool:
@@ -101,3 +101,25 @@ def test_growth_measures_every_size_only_where_the_sizes_measured_are_not_on_a_l
 def test_stages_with_an_lstm_are_measured_at_every_size() -> None:
     assert grows_in_steps(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LSTM(2, 2)))
     assert not grows_in_steps(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.GRU(2, 2)))
+
+
+def test_swept_sizes_are_every_multiple_or_as_many_spread_evenly() -> None:
+    assert swept_sizes(2, 16) == [2, 4, 6, 8, 10, 12, 14, 16]
+    many = swept_sizes(1, 512)
+    assert len(many) == MOST_SIZES and many[0] == 1 and many[-1] == 512
+    gaps = [b - a for a, b in zip(many, many[1:], strict=False)]
+    assert max(gaps) - min(gaps) <= 1
+
+
+def test_a_deep_sweep_measures_as_many_sizes_spread_evenly() -> None:
+    """A count in steps at 128 samples: measured at :data:`MOST_SIZES` sizes and the
+    probes, not 128, and the line is above it at each of them."""
+
+    def stepped(n: int) -> int:
+        return 1000 + 10 * n + 3000 * (n % 40 > 30) + 500 * (n >= 100)
+
+    seen, count = counting(stepped)
+    line = growth(count, torch.zeros(128, 2), first=False, every_size=True)
+    assert sorted(set(seen)) == sorted({*swept_sizes(1, 128), *probe_sizes(1, 128)})
+    assert len(set(seen)) <= MOST_SIZES + 2
+    assert above({n: stepped(n) for n in seen}, line)

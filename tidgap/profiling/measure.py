@@ -253,9 +253,14 @@ def graph_growth(
 
 #: Layers whose saved bytes grow in steps with the chunk size, at sizes no probe foresees
 #: (oneDNN's LSTM workspace on the CPU: 19 of 240 LSTM shapes measured, up to 11% above
-#: a line through a few sizes; no GRU or RNN): a stage holding one is measured at every
-#: size (:func:`growth`).
+#: a line through a few sizes; no GRU or RNN): a stage holding one is measured at
+#: :func:`swept_sizes` (:func:`growth`).
 STEPPED_LAYERS = (nn.LSTM,)
+#: The most sizes :func:`growth` measures a count that is not affine at: every multiple of
+#: the unit up to this many, else this many spread evenly (each a forward: about half as
+#: many forwards of the largest size; a 2-layer LSTM of width 256 at 128 samples, 2 s a
+#: stage where every size took 31 s).
+MOST_SIZES = 32
 
 
 def grows_in_steps(module: nn.Module) -> bool:
@@ -276,7 +281,8 @@ def growth(
     (:func:`first_samples`; the profile's unit: the smallest chunk a plan has, and a layer
     such as ``BatchNorm1d`` fails on one sample) and :func:`probe_sizes`; where those but
     the unit are not on one line (the unit's may be off it: a transpose of one sample
-    copies nothing), or ``every_size``, every multiple of ``least`` up to ``b``.
+    copies nothing), or ``every_size``, also :func:`swept_sizes` (all of them where there
+    are at most :data:`MOST_SIZES`: else a step between two is not seen).
     ``(count(given), 0)`` when ``b <= least``. A layer's error is one line of bad input."""
     size = given.shape[0]
 
@@ -290,8 +296,19 @@ def growth(
     counts = {size: whole, least: counted_at(least)}
     counts |= {n: counted_at(n) for n in probe_sizes(least, size)}
     if every_size or not collinear([(n, f) for n, f in counts.items() if n != least]):
-        counts |= {n: counted_at(n) for n in range(least, size, least) if n not in counts}
+        counts |= {n: counted_at(n) for n in swept_sizes(least, size) if n not in counts}
     return line_above(counts)
+
+
+def swept_sizes(least: int, size: int) -> list[int]:
+    """The multiples of ``least`` from ``least`` to ``size`` that :func:`growth` measures a
+    count that is not affine at: all of them up to :data:`MOST_SIZES`, else that many
+    spread evenly (the first and the last among them)."""
+    multiples = size // least
+    if multiples <= MOST_SIZES:
+        return [least * k for k in range(1, multiples + 1)]
+    picks = {round(1 + i * (multiples - 1) / (MOST_SIZES - 1)) for i in range(MOST_SIZES)}
+    return [least * k for k in sorted(picks)]
 
 
 def probe_sizes(least: int, size: int) -> list[int]:
@@ -358,7 +375,8 @@ def recompute_bytes_per_sample(
         working = StorageBytes.of(module, task_data)
         with drawing_as_recomputed(module, others=False) as recording, working.saving():
             y = module(x)
-        recordings.append(recording)
+        if not recordings:  # the first, at the largest size: the others' draws not kept
+            recordings.append(recording)
         working.add(x, output_kept(y, targets is not None))
         return working.total()
 

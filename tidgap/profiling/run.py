@@ -334,9 +334,10 @@ def batch_statistics_source(model: Model) -> Json:
 #: How ``source.memory``'s per-sample and per-forward figures come from forwards of a stage
 #: (:func:`~tidgap.profiling.measure.growth`), after "measured at {cap} samples".
 GROWTH_RULE = (
-    ", at the unit and at two sizes between (at every multiple of the unit on a stage "
-    "holding an nn.LSTM, whose oneDNN workspace grows in steps, or where the sizes but the "
-    "unit are not on one line), the least line at or above them all"
+    ", at the unit and at two sizes between (also at every multiple of the unit, or 32 "
+    "spread evenly, on a stage holding an nn.LSTM, whose oneDNN workspace grows in steps, "
+    "or where the sizes but the unit are not on one line), the least line at or above "
+    "them all"
 )
 
 
