@@ -17,8 +17,8 @@
 //   forward, backward (P, S, K) int32 sizes in units, lead (P, S, K) int32 canonical leads,
 //   peaks (P, S) int64, figures (9, S) float64 (rows: input, output, draws, backward,
 //   task, graph sample, graph chunk, backward chunk, draw views: RunMemory.figures as it
-//   is, the row constants of tidgap/optimize/run_memory.py in order), activation (S,) float64,
-//   held (P, S) int64 out, population P, stages S, width K, unit, fine.
+//   is, the row constants of tidgap/optimize/run_memory.py in order), activation (S,)
+//   float64, held (P, S) int64 out, population P, stages S, width K, unit, fine.
 #ifndef __CUDACC__
 #define __host__
 #define __device__

@@ -80,7 +80,7 @@ def counting(formula: Callable[[int], int]) -> tuple[list[int], Callable[[torch.
 def test_growth_measures_every_size_only_where_the_sizes_measured_are_not_on_a_line() -> None:
     """An affine count is measured at the unit, the probes and the batch: its own line.
     One in steps between the probes, every multiple of the unit; so is any with
-    ``every_size``. One off the line at the unit only (a last stage's GRU: its transpose
+    ``sweep``. One off the line at the unit only (a last stage's GRU: its transpose
     of one sample copies nothing) is not, and its line holds every other size exactly."""
     given = torch.zeros(8, 3)
     seen, affine = counting(lambda n: 100 + 12 * n)
@@ -91,7 +91,7 @@ def test_growth_measures_every_size_only_where_the_sizes_measured_are_not_on_a_l
     assert sorted(seen) == list(range(1, 9))
     assert above({n: 100 + 12 * n + 500 * (n >= 7) for n in range(1, 9)}, line)
     seen, affine = counting(lambda n: 100 + 12 * n)
-    assert growth(affine, given, first=False, every_size=True) == (12, 100)
+    assert growth(affine, given, first=False, sweep=True) == (12, 100)
     assert sorted(seen) == list(range(1, 9))
     seen, gru = counting(lambda n: 4 + 1200 * n - 128 * (n == 1))
     assert growth(gru, given, first=False) == (1200, 4)  # before: (1201, 0), low at 2 and 3
@@ -119,7 +119,7 @@ def test_a_deep_sweep_measures_as_many_sizes_spread_evenly() -> None:
         return 1000 + 10 * n + 3000 * (n % 40 > 30) + 500 * (n >= 100)
 
     seen, count = counting(stepped)
-    line = growth(count, torch.zeros(128, 2), first=False, every_size=True)
+    line = growth(count, torch.zeros(128, 2), first=False, sweep=True)
     assert sorted(set(seen)) == sorted({*swept_sizes(1, 128), *probe_sizes(1, 128)})
     assert len(set(seen)) <= MOST_SIZES + 2
     assert above({n: stepped(n) for n in seen}, line)

@@ -258,8 +258,8 @@ def graph_growth(
 STEPPED_LAYERS = (nn.LSTM,)
 #: The most sizes :func:`growth` measures a count that is not affine at: every multiple of
 #: the unit up to this many, else this many spread evenly (each a forward: about half as
-#: many forwards of the largest size; a 2-layer LSTM of width 256 at 128 samples, 2 s a
-#: stage where every size took 31 s).
+#: many forwards of the largest size; a 2-layer LSTM of width 256 at 128 samples: 3.9 s
+#: a stage, both counts, where every size took 31 s).
 MOST_SIZES = 32
 
 
@@ -273,7 +273,7 @@ def growth(
     given: Tensor,
     first: bool,
     least: int = 1,
-    every_size: bool = False,
+    sweep: bool = False,
 ) -> tuple[int, int]:
     """``(per_sample, per_chunk)``, whole numbers, the least line at or above ``count`` of
     ``n`` samples (:func:`~tidgap.profiling.affine.line_above`; ``count`` itself where it is
@@ -281,7 +281,7 @@ def growth(
     (:func:`first_samples`; the profile's unit: the smallest chunk a plan has, and a layer
     such as ``BatchNorm1d`` fails on one sample) and :func:`probe_sizes`; where those but
     the unit are not on one line (the unit's may be off it: a transpose of one sample
-    copies nothing), or ``every_size``, also :func:`swept_sizes` (all of them where there
+    copies nothing), or ``sweep``, also :func:`swept_sizes` (all of them where there
     are at most :data:`MOST_SIZES`: else a step between two is not seen).
     ``(count(given), 0)`` when ``b <= least``. A layer's error is one line of bad input."""
     size = given.shape[0]
@@ -295,7 +295,7 @@ def growth(
         return -(-whole // size), 0
     counts = {size: whole, least: counted_at(least)}
     counts |= {n: counted_at(n) for n in probe_sizes(least, size)}
-    if every_size or not collinear([(n, f) for n, f in counts.items() if n != least]):
+    if sweep or not collinear([(n, f) for n, f in counts.items() if n != least]):
         counts |= {n: counted_at(n) for n in swept_sizes(least, size) if n not in counts}
     return line_above(counts)
 
