@@ -25,7 +25,7 @@ from tidgap.optimize import windowed_driver
 from tidgap.optimize.genome import decode_plan
 from tidgap.optimize.joint import JointSpace
 from tidgap.optimize.limits import MemoryLevel, bytes_level, capped, stage_level
-from tidgap.optimize.memory import format_bytes
+from tidgap.optimize.memory import exact_bytes, format_bytes
 from tidgap.optimize.memory_seeds import OneFOneBHolding, reference_memory
 from tidgap.optimize.order_genes import recomputing_stages
 from tidgap.optimize.rng import CounterRng
@@ -635,6 +635,20 @@ def test_a_limit_below_every_plan_is_refused_before_any_work() -> None:
     with pytest.raises(InputError, match="every plan holds on stage 1") as caught:
         search(limited, **SEARCH)
     assert caught.value.path == ("stages", 1, "memory_limit")
+
+
+def test_a_memory_limit_below_every_plan_names_the_stage_that_needs_the_most() -> None:
+    """``--memory-limit`` below what every plan holds on several stages: the line names the
+    stage needing the most bytes (it named the first, so a user raised the limit stage by
+    stage), so that limit is the least worth trying."""
+    problem = profiled(synth_problem(4, 3, 16), random_memory(3, np.random.default_rng(7), 0))
+    least = least_bytes(problem, True)
+    assert least is not None
+    most = max(range(3), key=lambda s: least[s])
+    assert most != 0 and min(least) > 1
+    with pytest.raises(InputError, match=f"every plan holds on stage {most} ") as caught:
+        search(problem, **SEARCH, memory_limit=1)
+    assert exact_bytes(least[most]) in str(caught.value)
 
 
 def test_without_the_profiles_figures_nothing_changes() -> None:

@@ -55,21 +55,25 @@ def require_room(
     search counts memory as ``tidgap run`` holds it, fewer bytes than ``least``
     (:func:`~tidgap.optimize.run_memory.least_bytes`: a recomputing stage holds less than
     its samples' activations) on a stage with ``activation_bytes`` (no byte limit binds a
-    stage without: :meth:`~tidgap.optimize.run_memory.RunMemory.limit`)."""
+    stage without: :meth:`~tidgap.optimize.run_memory.RunMemory.limit`). A stage's own limit
+    names the first such stage; ``memory_limit``, the one that needs the most bytes."""
     limits: list[tuple[MemoryLevel, str | None]] = [(stage_level(problem), None)]
     if memory_limit is not None and memory_limit != ONE_F_ONE_B:
         limits.append((bytes_level(problem, int(memory_limit)), "memory_limit"))
     for level, option in limits:
         caps = level.bytes_cap or (math.inf,) * problem.num_stages
+        short: list[tuple[float, int, str]] = []  # (bytes a plan needs, stage, why)
         for s, held in enumerate(level.held):
             stage = problem.stages[s]
             if least is None and held < problem.unit:
+                need = problem.unit * (stage.activation_bytes or 0.0)
                 why = (
                     f"holds {held} samples of {exact_bytes(stage.activation_bytes)} on stage {s}; "
                     f"every plan holds at least one microbatch there (unit {problem.unit} "
                     "samples)"
                 )
             elif least is not None and stage.activation_bytes and caps[s] < least[s]:
+                need = least[s]
                 why = (
                     f"is below the {exact_bytes(least[s])} every plan holds on stage {s} as "
                     "tidgap run holds it (at least the task's tensors and one unit of "
@@ -77,12 +81,16 @@ def require_room(
                 )
             else:
                 continue
-            limit = exact_bytes(memory_limit if option else stage.memory_limit)
-            raise InputError(
-                f"a limit of {limit} {why}, so no plan fits",
-                () if option else ("stages", s, "memory_limit"),
-                option,
-            )
+            short.append((need, s, why))
+        if not short:
+            continue
+        _, s, why = max(short, key=lambda entry: entry[0]) if option else short[0]
+        limit = exact_bytes(memory_limit if option else problem.stages[s].memory_limit)
+        raise InputError(
+            f"a limit of {limit} {why}, so no plan fits",
+            () if option else ("stages", s, "memory_limit"),
+            option,
+        )
 
 
 def fewest_within(problem: Problem, level: MemoryLevel) -> int:
