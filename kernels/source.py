@@ -97,9 +97,11 @@ def ordered_refusal(stages: int, width: int) -> str | None:
     exceeds :data:`LOCAL_MEMORY_SHARE` of the device's free memory (not checked where
     CuPy cannot say)."""
     refusal = scratch_refusal(stages, width)
-    threads, free = resident_threads(), device_free_memory()
-    if refusal is not None or threads is None or free is None:
+    if refusal is not None:
         return refusal
+    threads, free = resident_threads(), device_free_memory()
+    if threads is None or free is None:
+        return None
     needed = thread_scratch_bytes(stages, width)
     reserved = context_local_memory(needed, threads)
     if reserved <= LOCAL_MEMORY_SHARE * free:

@@ -53,13 +53,19 @@ def test_the_refusal_follows_cuda_s_local_memory_limit() -> None:
     )
 
 
-def as_h100(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CuPy stand-in as a usable H100: 132 multiprocessors of 2048 threads, 79 GiB
-    free."""
+def usable_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CuPy stand-in installed and the ``cuda`` backend taken as usable (``auto`` may
+    choose it)."""
     install_fake_cupy(monkeypatch)
     monkeypatch.setitem(
         BACKENDS, "cuda", dataclasses.replace(BACKENDS["cuda"], unusable_reason=lambda: None)
     )
+
+
+def as_h100(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CuPy stand-in as a usable H100: 132 multiprocessors of 2048 threads, 79 GiB
+    free."""
+    usable_stand_in(monkeypatch)
     fake = sys.modules["cupy"]
     attributes = {
         "MaxThreadsPerMultiProcessor": 2048,
@@ -117,9 +123,7 @@ def test_the_launcher_refuses_chromosomes_its_kernels_cannot_hold(
 def test_a_windowed_search_too_wide_for_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """On ``cuda``: one line naming ``backend``, before the seeding. On ``auto`` with a GPU
     usable: the CPU's search, the same plan as ``numba``'s."""
-    install_fake_cupy(monkeypatch)
-    usable = dataclasses.replace(BACKENDS["cuda"], unusable_reason=lambda: None)
-    monkeypatch.setitem(BACKENDS, "cuda", usable)
+    usable_stand_in(monkeypatch)
     problem = wide_problem()
     assert windowed_backend(problem, None, None) == "cuda"  # the default width, 64
     assert windowed_backend(problem, 1100, None) == "numba"
@@ -140,10 +144,7 @@ def test_the_command_line_refuses_it_in_one_line(
 
     from tidgap.cli import cli
 
-    install_fake_cupy(monkeypatch)
-    monkeypatch.setitem(
-        BACKENDS, "cuda", dataclasses.replace(BACKENDS["cuda"], unusable_reason=lambda: None)
-    )
+    usable_stand_in(monkeypatch)
     path = tmp_path / "wide.json"
     path.write_text(json.dumps(synth_problem(0, stages=2, batch_size=1100)))
     out = tmp_path / "plan.json"
@@ -179,9 +180,7 @@ def test_auto_counts_the_width_a_memory_limit_needs(monkeypatch: pytest.MonkeyPa
     """1 byte a stage holds 1 sample: 1100 microbatches. ``auto`` chose the GPU from the
     width it starts from and the search refused (its advice, fewer --max-microbatches,
     impossible)."""
-    install_fake_cupy(monkeypatch)
-    usable = dataclasses.replace(BACKENDS["cuda"], unusable_reason=lambda: None)
-    monkeypatch.setitem(BACKENDS, "cuda", usable)
+    usable_stand_in(monkeypatch)
     document = synth_problem(0, stages=2, batch_size=1100)
     for stage in document["stages"]:
         stage["activation_bytes"] = 1

@@ -20,6 +20,7 @@ from tidgap.optimize.memory import require_available
 from tidgap.profiling.allocator import ALLOCATOR_KEPT, keep_freed_memory
 from tidgap.profiling.build import Json, link, measurement_sizes, problem_document, rounded
 from tidgap.profiling.measure import (
+    MOST_SIZES,
     STAGE,
     Measurement,
     OtherLoad,
@@ -334,10 +335,10 @@ def batch_statistics_source(model: Model) -> Json:
 #: How ``source.memory``'s per-sample and per-forward figures come from forwards of a stage
 #: (:func:`~tidgap.profiling.measure.growth`), after "measured at {cap} samples".
 GROWTH_RULE = (
-    ", at the unit and at two sizes between (also at every multiple of the unit, or 32 "
-    "spread evenly, on a stage holding an nn.LSTM, whose oneDNN workspace grows in steps, "
-    "or where the sizes but the unit are not on one line), the least line at or above "
-    "them all"
+    f", at the unit and at two sizes between (also at every multiple of the unit, or "
+    f"{MOST_SIZES} spread evenly, on a stage holding an nn.LSTM, whose oneDNN workspace "
+    "grows in steps, or where the sizes but the unit are not on one line), the least line "
+    "at or above them all"
 )
 
 
