@@ -103,6 +103,30 @@ def test_graph_bytes_count_each_storage_once_and_leave_parameters_out() -> None:
     assert graph_bytes_per_sample(nn.Tanh(), x, first=True, last=False) == 12 * 4
 
 
+def test_the_counts_free_the_graphs_they_measure() -> None:
+    """A counted forward's graph is freed with its output: Tanh saves its output, which
+    kept its own graph alive through the saved-tensor hook (a cycle through C++ that the
+    collector cannot break), so every graph a profile measured stayed to its end."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    import gc
+
+    from torch import nn
+
+    from tidgap.profiling.measure import graph_bytes_per_sample, recompute_bytes_per_sample
+
+    def tensors_alive() -> int:
+        gc.collect()
+        return sum(isinstance(o, torch.Tensor) for o in gc.get_objects())
+
+    module, x = nn.Sequential(nn.Linear(12, 3), nn.Tanh()), torch.randn(5, 12)
+    counts = []
+    for _ in range(3):
+        graph_bytes_per_sample(module, x, first=False, last=False)
+        recompute_bytes_per_sample(module, x, False, None)
+        counts.append(tensors_alive())
+    assert counts[0] == counts[1] == counts[2], counts
+
+
 @pytest.mark.parametrize("least", [1, 2, 3, 8])
 def test_growth_fits_a_count_from_the_whole_and_the_first_unit(least: int) -> None:
     """``per_chunk + n * per_sample`` from ``n = least`` (the profile's unit) and ``n = b``:

@@ -183,8 +183,9 @@ def state_tensors(module: nn.Module) -> list[Tensor]:
 class StorageBytes:
     """Bytes of tensors counted by storage, each storage once, those of ``left_out`` left
     out: those :meth:`add`-ed and those autograd saves inside :meth:`saving`. The count
-    keeps ``left_out`` alive, so that a storage freed meanwhile (a buffer a forward
-    replaces) cannot lend its address, by which storages are known, to one it counts."""
+    keeps ``left_out`` and what autograd saved alive, so that a storage freed meanwhile (a
+    buffer a forward replaces, a branch's graph the forward drops) cannot lend its
+    address, by which storages are known, to one it counts."""
 
     def __init__(self, left_out: Sequence[Tensor] = ()) -> None:
         self._kept = list(left_out)
@@ -211,8 +212,13 @@ class StorageBytes:
         """Count what autograd saves for the backward inside the block."""
 
         def pack(tensor: Tensor) -> Tensor:
-            self.add(tensor)
-            return tensor
+            # a detached alias (the same storage and version counter), as PyTorch advises:
+            # an op's output kept itself owns its graph, which owns what it saved, a cycle
+            # through C++ that the collector cannot break (every graph measured stayed)
+            saved = tensor.detach()
+            self.add(saved)
+            self._kept.append(saved)
+            return saved
 
         return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
 

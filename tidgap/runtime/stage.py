@@ -149,9 +149,14 @@ class HeldBytes:
         self.peak = 0
 
     def _pack(self, tensor: Tensor) -> Tensor:
-        if not self._state.leaves_out(tensor):
-            self._saved.append(weakref.ref(tensor))
-        return tensor
+        # Detached (the same storage and version counter): an op's output kept as it is
+        # owns its grad_fn, which owns what it saved, a cycle through C++ that only a
+        # backward breaks (gc cannot: pytorch/pytorch#115255), so a graph dropped without
+        # one stayed alive (a re-run that failed midway, one whose output is detached).
+        saved = tensor.detach()
+        if not self._state.leaves_out(saved):
+            self._saved.append(weakref.ref(saved))
+        return saved
 
     @contextmanager
     def watching(self) -> Iterator[None]:
