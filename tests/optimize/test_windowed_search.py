@@ -304,3 +304,16 @@ def test_a_deep_search_polishes_no_seeds(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "seed polish" in search(problem, **options).setup
     monkeypatch.setattr(polish_module, "GROUP_MOVES_FROM_STAGES", problem.num_stages)
     assert "seed polish" not in search(problem, **options).setup
+
+
+def test_the_1f1b_level_is_counted_not_simulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The best 1F1B's level equals the evaluator's peaks, counted without simulating the
+    1F1B (1 s at 512 stages)."""
+    import tidgap.schedules.simulate as simulate
+
+    problem = Problem.from_dict(synth_problem(1, 7, 50, 1, 0.5, "affine", "h"))
+    best = best_baselines(problem)["1f1b"]
+    peaks = tuple(evaluate(problem, one_f_one_b_plan(problem, best.microbatches)).peak_held)
+    monkeypatch.setattr(simulate, "simulate", None)  # calling it fails
+    level = one_f_one_b_level(problem, best)
+    assert level.held == peaks and level.bound == peaks

@@ -151,15 +151,16 @@ def order_codes(before: Any, forwards: Any, backwards: Any) -> Any:
 def encode_lead(plan: Plan, width: int) -> np.ndarray:
     """A plan's order (``plan.stage_order()``) as ``(S, width)`` leads (padding 0)."""
     genes = np.zeros((len(plan.forward), width), dtype=GENE)
-    # each backward's own forward, once per distinct pair of partitions (an equal plan's
-    # stages share one: at 256 stages its seeds' encoding took 2 s)
-    owners: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
+    # once per distinct stage (partitions and letters): an equal plan's stages share their
+    # partitions, and a deep pipeline's all but its last few their letters (at 256 stages
+    # the seeds' encoding took 2 s, then 1 s with the partitions alone shared)
+    leads: dict[tuple[tuple[int, ...], tuple[int, ...], str], np.ndarray] = {}
     for s, letters in enumerate(plan.stage_order().stages):
-        rows = (tuple(plan.forward[s]), tuple(plan.backward[s]))
-        own = owners.get(rows)
-        if own is None:
-            forward, backward = prefix_sums(rows[0]), prefix_sums(rows[1])
-            own = owners[rows] = [holder_of(forward, q) for q in backward[1:]]
-        before = forwards_before(letters)[1:]
-        genes[s, : len(before)] = np.subtract(before, own)
+        key = (tuple(plan.forward[s]), tuple(plan.backward[s]), letters)
+        lead = leads.get(key)
+        if lead is None:
+            forward, backward = prefix_sums(key[0]), prefix_sums(key[1])
+            own = [holder_of(forward, q) for q in backward[1:]]
+            lead = leads[key] = np.subtract(forwards_before(letters)[1:], own)
+        genes[s, : len(lead)] = lead
     return genes

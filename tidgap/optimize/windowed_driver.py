@@ -341,15 +341,19 @@ def prepare_windowed(
                 # over its bytes, and one within its bytes over its samples
                 memory = reference_memory(problem, in_force.bytes_cap, baselines["1f1b"])
             holding = OneFOneBHolding(problem, memory)
+            best = baselines["1f1b"]
             within = [
-                fastest_one_f_one_b_within(problem, level, pricing, most, holding)
+                fastest_one_f_one_b_within(problem, level, pricing, most, holding, best)
                 for level in levels
             ]
             # and within its samples: over its bytes perhaps, a start the GA mends
             sampled = (
                 []
                 if memory is None
-                else [fastest_one_f_one_b_within(problem, level, pricing, most) for level in levels]
+                else [
+                    fastest_one_f_one_b_within(problem, level, pricing, most, best=best)
+                    for level in levels
+                ]
             )
             admitted = max(
                 seeded_time_within(problem, level, fastest, pricing, most, holding)

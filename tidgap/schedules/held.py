@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from tidgap.model.errors import InputError
 from tidgap.model.problem import Problem
 
@@ -10,6 +12,16 @@ from tidgap.model.problem import Problem
 def flush_peak_held(problem: Problem) -> list[int]:
     """``peak_held`` of any flush plan: every stage holds the whole batch (``B`` samples)."""
     return [problem.batch_size] * problem.num_stages
+
+
+def one_f_one_b_held(problem: Problem, counts: np.ndarray) -> np.ndarray:
+    """``(M, S)``: the samples 1F1B(m) holds on each stage for each of ``counts``, its first
+    ``min(S - s, m)`` microbatches of the equal partition (larger first: model.md)."""
+    units = problem.num_units
+    m = counts[:, None]
+    quotient, remainder = units // m, units % m
+    k = np.minimum(problem.num_stages - np.arange(problem.num_stages)[None, :], m)
+    return problem.unit * (k * quotient + np.minimum(k, remainder))
 
 
 def peak_memory(problem: Problem, peak_held: list[int]) -> tuple[list[float], list[int]] | None:

@@ -256,10 +256,11 @@ def window_letters(forward: Sequence[int], backward: Sequence[int], window: int)
 def window_order(
     forward: Sequence[Sequence[int]], backward: Sequence[Sequence[int]], windows: Sequence[int]
 ) -> Order:
-    """The order that per-stage windows (samples) stand for."""
-    return Order(
-        tuple(window_letters(f, b, w) for f, b, w in zip(forward, backward, windows, strict=True))
-    )
+    """The order that per-stage windows (samples) stand for, each distinct stage's letters
+    made once (a deep pipeline's stages are mostly alike)."""
+    keys = [(tuple(f), tuple(b), w) for f, b, w in zip(forward, backward, windows, strict=True)]
+    letters = {key: window_letters(*key) for key in dict.fromkeys(keys)}
+    return Order(tuple(letters[key] for key in keys))
 
 
 def peak_held(
