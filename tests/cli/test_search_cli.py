@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_helpers import case_named, describe, json_output, run_cli, write_json
+from tidgap.cli import search as search_cli
 from tidgap.optimize.results import TRADEOFF_FIGURES
 
 PROBLEM = "example:tiny-2"
@@ -60,6 +61,17 @@ def test_json_has_the_order_and_the_tradeoff_rows() -> None:
         assert _within(row["peak_held"], row["limit_held"])
     times = [row["iteration_time"] for row in rows]
     assert document["predicted"]["iteration_time"] == times[-1] == min(times)
+
+
+def test_json_without_pictures_simulates_no_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's timeline serves the pictures and the text summary only (at 512 stages
+    its simulation takes 2 s)."""
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a timeline was simulated")
+
+    monkeypatch.setattr(search_cli, "plan_timeline", refused)
+    assert _search()["search"]["generations"] == 6
 
 
 def test_a_level_without_a_plan_has_every_key_null() -> None:

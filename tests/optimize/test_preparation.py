@@ -5,13 +5,19 @@
 from __future__ import annotations
 
 import pytest
+from pytest import MonkeyPatch
 
 from tidgap import Plan, Problem, best_baselines, evaluate, load_problem
+from tidgap.optimize import preparation
+from tidgap.optimize.driver import search
 from tidgap.optimize.ga import StopRule
 from tidgap.optimize.heuristics import DP_STEPS_PER_SECOND, HEURISTICS, global_dp_seconds
 from tidgap.optimize.preparation import add_heuristics, needed_counts
+from tidgap.optimize.windowed_seeds import seed_plans
 from tidgap.profiling.synth import synth_problem
 from tidgap.schedules.baselines import equal_partition, gpipe_plan
+from tidgap.schedules.evaluation import Evaluation
+from tidgap.schedules.families import TIMED_BASELINES
 
 
 def test_a_heuristic_slower_than_the_best_gpipe_does_not_widen() -> None:
@@ -22,10 +28,25 @@ def test_a_heuristic_slower_than_the_best_gpipe_does_not_widen() -> None:
     gpipe = baselines["gpipe"]
     assert evaluate(problem, slow).iteration_time > gpipe.iteration_time
     own = [b.microbatches for b in baselines.values()]
-    assert needed_counts(problem, baselines, [slow]) == own
-    assert U in needed_counts(problem, baselines, [], [slow])  # a kept plan always widens
+    assert needed_counts(problem, baselines, {"slow": slow}) == own
+    assert U in needed_counts(problem, baselines, {}, [slow])  # a kept plan always widens
     fastest = gpipe_plan(problem, gpipe.microbatches)  # as fast as the best GPipe: widens
-    assert needed_counts(problem, baselines, [fastest]) == own + [gpipe.microbatches] * 2 * S
+    wider = own + [gpipe.microbatches] * 2 * S
+    assert needed_counts(problem, baselines, {"fastest": fastest}) == wider
+
+
+def test_a_windowed_search_evaluates_each_heuristic_once(monkeypatch: MonkeyPatch) -> None:
+    """The windowed search sizes its chromosomes by the heuristics' times that its flush
+    first search measured (each a reference evaluation: 0.3 s at 256 stages)."""
+    evaluated: list[Plan] = []
+
+    def counted(problem: Problem, plan: Plan) -> Evaluation:
+        evaluated.append(plan)
+        return evaluate(problem, plan)
+
+    monkeypatch.setattr(preparation, "evaluate", counted)
+    result = search(load_problem("example:gpt1-14"), generations=2, population=16)
+    assert len(evaluated) == len(result.heuristics) == len(HEURISTICS)
 
 
 def test_global_dp_seconds_count_every_candidate() -> None:
@@ -52,3 +73,17 @@ def test_a_time_limit_leaves_out_a_heuristic_that_would_overrun_it() -> None:
     kept = {"global DP": found["global DP"]}
     add_heuristics(small, StopRule(time_limit=0.0, stagnation=None), kept)
     assert list(kept) == ["global DP"]  # out of time: nothing added, nothing lost
+
+
+def test_a_spent_time_limit_leaves_the_best_equal_seeds_and_the_extremes() -> None:
+    """The equal seeds cost 30 ms a count at 512 stages: with no time left, the windowed
+    search seeds the best GPipe's and 1F1B's counts and the fewest and most feasible."""
+    problem = load_problem("example:gpt1-14")
+    baselines = best_baselines(problem)
+    width = problem.num_units
+    every = seed_plans(problem, width, 512, baselines)
+    assert seed_plans(problem, width, 512, baselines, seconds=60.0) == every
+    counts = sorted({len(plan.forward[0]) for plan in every})
+    few = sorted({len(plan.forward[0]) for plan in seed_plans(problem, width, 512, baselines, 0.0)})
+    best = {baselines[name].microbatches for name in TIMED_BASELINES}
+    assert len(counts) > 4 and few == sorted(best | {counts[0], counts[-1]})

@@ -321,16 +321,20 @@ def _report(
     quiet: bool,
     as_json: bool,
 ) -> None:
-    """Write the plan and pictures where asked and print the summary (or the JSON plan)."""
+    """Write the plan and pictures where asked and print the summary (or the JSON plan);
+    the plan's timeline is simulated only for a picture or the summary (at 512 stages it
+    takes 2 s)."""
     loaded = result.problem
     document = result.plan_document()
     run_priced = result.pricing == RUN_PRICING  # its times, its pictures: tidgap run's
-    if run_priced:
-        timeline = run_prediction(loaded, result.plan, "tidgap")[1]
-    else:
-        timeline = plan_timeline(loaded, result.plan, label="tidgap")
+    timelines = []
+    if not as_json or gantt is not None or trace is not None:
+        if run_priced:
+            timelines.append(run_prediction(loaded, result.plan, "tidgap")[1])
+        else:
+            timelines.append(plan_timeline(loaded, result.plan, label="tidgap"))
     files = [] if out is None else [json_file(out, document)]
-    files += comparison_files(loaded, [timeline], result.baselines, gantt, trace, run_priced)
+    files += comparison_files(loaded, timelines, result.baselines, gantt, trace, run_priced)
     written = write_files(files)
     if as_json:
         echo_json(document)
@@ -345,7 +349,7 @@ def _report(
     if note is not None:
         click.echo(note)
     bound = lower_bound(loaded) if family_of(result.plan).has_flush else None
-    click.echo(f"  {summary(report(timeline, bound), unit)}")
+    click.echo(f"  {summary(report(timelines[0], bound), unit)}")
     if quiet:
         return
     order = result.plan.stage_order()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, cast
 
@@ -192,6 +192,7 @@ class FlushRun:
     first: tuple[int, int] = (0, 0)
     flush_plan: None = None
     first_cut: bool = False
+    heuristic_times: dict[str, float] = field(default_factory=dict)
 
     def report(self) -> Callable | None:
         """The progress reporter of the GA."""
@@ -275,8 +276,9 @@ def prepare_flush(
     with phases("heuristics"):
         add_heuristics(problem, stop, heuristics)
     wanted = [b.microbatches for b in baselines.values()]
+    times: dict[str, float] = {}
     width = chromosome_width(
-        problem, max_microbatches, needed_counts(problem, baselines, heuristics.values())
+        problem, max_microbatches, needed_counts(problem, baselines, heuristics, times=times)
     )
     directions = _directions(ticked, evaluator, same_partition)
     counts = [
@@ -331,6 +333,7 @@ def prepare_flush(
         phases,
         on_progress,
         backward,
+        heuristic_times=times,
     )
 
 
@@ -435,6 +438,7 @@ def finished(run: FlushRun, stop_reason: str) -> SearchResult:
         evaluation=SEARCHED.evaluate(problem, plan),
         baselines=run.baselines,
         heuristics=run.heuristics,
+        heuristic_times=run.heuristic_times,
         backend=run.backend,
         seed=run.seed,
         generations=optimizer.counters.generation,

@@ -89,6 +89,9 @@ class SearchResult:
     #: A signal stopped the windowed search in its flush first search, which no state holds:
     #: its checkpoint saved nothing.
     first_cut: bool = False
+    #: The iteration times (the problem's unit) of the ``heuristics`` whose reference
+    #: evaluation the search needed, by name: a search after this one reuses them.
+    heuristic_times: dict[str, float] = field(default_factory=dict)
 
     @property
     def no_recompute(self) -> bool:

@@ -389,7 +389,8 @@ def prepare_windowed(
     fitting = [one_f_one_b_plan(problem, m) for m in counts if m != best_count]
     plans = [*first_plan, *fitting, *heuristics.values(), *initial_plans]
     kept = [*first_plan, *fitting, *initial_plans]
-    needed = needed_counts(problem, baselines, heuristics.values(), kept)
+    times = dict(earlier.heuristic_times) if earlier else {}
+    needed = needed_counts(problem, baselines, heuristics, kept, times)
     fewest = fewest_within(problem, in_force)
     width = chromosome_width(problem, max_microbatches, [*needed, fewest])
     refusal = ordered_refusal(record, S, width)
@@ -404,7 +405,8 @@ def prepare_windowed(
             f"takes at least {fewest}",
             source="max_microbatches",
         )
-    equal = seed_plans(problem, width, population, baselines)
+    left = None if stop.time_limit is None else stop.time_limit - stop.elapsed()
+    equal = seed_plans(problem, width, population, baselines, left)
     ramps = ramp_plans(problem, width, baselines["1f1b"])
     if backward == MIRRORED or pricing == RUN_PRICING:  # mirrored: no recomputation
         ramps += growing_ramp_plans(problem, width, baselines["1f1b"])

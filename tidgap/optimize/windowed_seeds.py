@@ -4,6 +4,7 @@ as joint genes."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,6 +24,9 @@ from tidgap.schedules.held import one_f_one_b_held
 WINDOWED_SEED_COUNTS = 16
 #: Ramp seeds: the counts of one-unit forwards in front, as offsets from ``S``.
 RAMP_OFFSETS = (-1, 0, 1)
+#: About how long the seeds of one equal count take per stage, in seconds: GPipe(m) and
+#: 1F1B(m) made plans and encoded (86 counts at 512 stages: 2.5 s).
+EQUAL_SEED_SECONDS = 5e-5
 
 
 def encode_plans(plans: Sequence[Plan], problem: Problem, width: int) -> JointGenes:
@@ -38,13 +42,23 @@ def encode_plans(plans: Sequence[Plan], problem: Problem, width: int) -> JointGe
 
 
 def seed_plans(
-    problem: Problem, width: int, population: int, baselines: dict[str, BaselineResult]
+    problem: Problem,
+    width: int,
+    population: int,
+    baselines: dict[str, BaselineResult],
+    seconds: float | None = None,
 ) -> list[Plan]:
     """GPipe(m) and 1F1B(m) for every feasible ``m`` up to ``width`` (an even spread of at
-    most ``population`` counts, the best ones among them: :func:`equal_seed_counts`)."""
+    most ``population`` counts, the best ones among them: :func:`equal_seed_counts`), and
+    fewer where they would take more than ``seconds`` (by :data:`EQUAL_SEED_SECONDS`;
+    ``None``: no limit): then the best counts and the fewest and most feasible."""
     wanted = [baselines[name].microbatches for name in TIMED_BASELINES]
     cap = problem.common_cap() // problem.unit
-    counts = equal_seed_counts(problem.num_units, cap, width, population, wanted)
+    most = population
+    allowed = math.inf if seconds is None else seconds / (EQUAL_SEED_SECONDS * problem.num_stages)
+    if allowed < most:  # an infinite time limit leaves them all
+        most = max(int(allowed), 0)
+    counts = equal_seed_counts(problem.num_units, cap, width, most, wanted)
     builders = [SCHEDULES[name].baseline for name in TIMED_BASELINES]
     return [build(problem, m) for m in counts for build in builders if build is not None]
 
