@@ -35,9 +35,13 @@ def test_a_heuristic_slower_than_the_best_gpipe_does_not_widen() -> None:
     assert needed_counts(problem, baselines, {"fastest": fastest}) == wider
 
 
-def test_a_windowed_search_evaluates_each_heuristic_once(monkeypatch: MonkeyPatch) -> None:
-    """The windowed search sizes its chromosomes by the heuristics' times that its flush
-    first search measured (each a reference evaluation: 0.3 s at 256 stages)."""
+@pytest.mark.parametrize("pricing", ["model", "run"])
+def test_a_windowed_search_evaluates_each_heuristic_once(
+    monkeypatch: MonkeyPatch, pricing: str
+) -> None:
+    """The windowed search sizes its chromosomes by the heuristics' times that its first
+    search measured (each a reference evaluation: 0.3 s at 256 stages), a flush one or,
+    priced as the run, a mirrored windowed one, and returns them."""
     evaluated: list[Plan] = []
 
     def counted(problem: Problem, plan: Plan) -> Evaluation:
@@ -45,8 +49,9 @@ def test_a_windowed_search_evaluates_each_heuristic_once(monkeypatch: MonkeyPatc
         return evaluate(problem, plan)
 
     monkeypatch.setattr(preparation, "evaluate", counted)
-    result = search(load_problem("example:gpt1-14"), generations=2, population=16)
+    result = search(load_problem("example:gpt1-14"), generations=2, population=16, pricing=pricing)
     assert len(evaluated) == len(result.heuristics) == len(HEURISTICS)
+    assert result.pricing == pricing and set(result.heuristic_times) == set(HEURISTICS)
 
 
 def test_global_dp_seconds_count_every_candidate() -> None:
@@ -77,7 +82,7 @@ def test_a_time_limit_leaves_out_a_heuristic_that_would_overrun_it() -> None:
 
 def test_a_spent_time_limit_leaves_the_best_equal_seeds_and_the_extremes() -> None:
     """The equal seeds cost 30 ms a count at 512 stages: with no time left, the windowed
-    search seeds the best GPipe's and 1F1B's counts and the fewest and most feasible."""
+    search seeds the best GPipe's and 1F1B's counts and the fewest and most that fit."""
     problem = load_problem("example:gpt1-14")
     baselines = best_baselines(problem)
     width = problem.num_units

@@ -350,10 +350,7 @@ def prepare_windowed(
             sampled = (
                 []
                 if memory is None
-                else [
-                    fastest_one_f_one_b_within(problem, level, pricing, most, best=best)
-                    for level in levels
-                ]
+                else [fastest_one_f_one_b_within(problem, level, pricing, most) for level in levels]
             )
             admitted = max(
                 seeded_time_within(problem, level, fastest, pricing, most, holding)
@@ -463,4 +460,5 @@ def prepare_windowed(
         on_progress,
         [optimizer.best_within(level) for level in levels],
         earlier is not None and (earlier.interrupted if first_flush else earlier.first_cut),
+        times,
     )

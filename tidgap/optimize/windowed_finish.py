@@ -306,6 +306,7 @@ def finish_windowed(
         evaluation=chosen.evaluation,
         baselines=run.baselines,
         heuristics=run.heuristics,
+        heuristic_times=run.heuristic_times,
         backend=run.backend,
         seed=run.seed,
         generations=optimizer.counters.generation + run.first[0],

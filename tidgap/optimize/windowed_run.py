@@ -4,7 +4,7 @@ best checked and evaluated with the reference simulator, priced as the search pr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tidgap.backends.ticks import MODEL_PRICING, RUN_PRICING
 from tidgap.backends.xp import namespace, to_host
@@ -33,7 +33,8 @@ class WindowedRun:
     """A prepared windowed search: the optimizer and what its result needs (the levels,
     the baselines and heuristics, the first, flush search's effort ``first`` and plan
     ``flush_plan``, the clocks, each level's best seed ``seed_bests``; ``first_cut``: a
-    signal stopped that first search, which no state holds, so none is saved)."""
+    signal stopped that first search, which no state holds, so none is saved;
+    ``heuristic_times``: the heuristics' iteration times, by name, as far as evaluated)."""
 
     problem: Problem
     optimizer: JointOptimizer
@@ -55,6 +56,7 @@ class WindowedRun:
     on_progress: Callable[[SearchProgress], None] | None
     seed_bests: list[tuple[JointGenes, int] | None]
     first_cut: bool = False
+    heuristic_times: dict[str, float] = field(default_factory=dict)
 
     @property
     def memory_pricing(self) -> str:

@@ -51,7 +51,7 @@ def seed_plans(
     """GPipe(m) and 1F1B(m) for every feasible ``m`` up to ``width`` (an even spread of at
     most ``population`` counts, the best ones among them: :func:`equal_seed_counts`), and
     fewer where they would take more than ``seconds`` (by :data:`EQUAL_SEED_SECONDS`;
-    ``None``: no limit): then the best counts and the fewest and most feasible."""
+    ``None``: no limit): then the best counts and the fewest and most that fit ``width``."""
     wanted = [baselines[name].microbatches for name in TIMED_BASELINES]
     cap = problem.common_cap() // problem.unit
     most = population
