@@ -88,6 +88,7 @@ def test_the_level_in_force_is_polished_first_for_half_the_time(
         deadline: float,
         interrupted: Any,
         groups: bool | None,
+        kicks: bool,
     ) -> Any:
         calls.append((level.label, deadline - clock[0]))
         clock[0] += uses * (deadline - clock[0])

@@ -115,14 +115,15 @@ def polished(
     deadline: float | None,
     interrupted: Interrupted | None = None,
     groups: bool | None = None,
+    kicks: bool | None = None,
 ) -> list[tuple[JointGenes, int] | None]:
     """:func:`joint_polish` (moving groups of stages first where ``groups``, by default on
-    deep pipelines) on each level's best until ``deadline``: first the level in force, for
-    :data:`IN_FORCE_POLISH_SHARE` of the time left, then the others in turn, each an equal
-    share of what is left; then each level takes the fastest polished plan it admits (a
-    plan polished within a tighter level may beat the looser level's own). A signal
-    (``interrupted``) stops the polish within a batch; the levels after it keep their
-    bests."""
+    deep pipelines; its kicks where ``kicks``, by default on the others) on each level's
+    best until ``deadline``: first the level in force, for :data:`IN_FORCE_POLISH_SHARE` of
+    the time left, then the others in turn, each an equal share of what is left; then each
+    level takes the fastest polished plan it admits (a plan polished within a tighter level
+    may beat the looser level's own). A signal (``interrupted``) stops the polish within a
+    batch; the levels after it keep their bests."""
     first = levels.index(in_force)
     result = list(found)
     for n, i in enumerate([first, *(i for i in range(len(levels)) if i != first)]):
@@ -132,7 +133,7 @@ def polished(
             share = time.perf_counter() + (deadline - time.perf_counter()) * part
         best = found[i]
         if best is not None:
-            result[i] = joint_polish(*best, levels[i], space, share, interrupted, groups)
+            result[i] = joint_polish(*best, levels[i], space, share, interrupted, groups, kicks)
     return fastest_admitted(result, levels, space)
 
 
@@ -141,11 +142,13 @@ def with_polished_seeds(
 ) -> list[tuple[JointGenes, int] | None]:
     """Each level's best seed (:attr:`WindowedRun.seed_bests`) :func:`polished` over the
     moves of groups of stages first (until a local optimum, or for
-    :data:`SEED_POLISH_SHARE` of a time limit), put in its level's island in place of the
-    least fit, and each level's fastest of those and ``found``. For pipelines whose final
-    polish moves single stages alone (a deep one's moves groups first already). The GA
-    does not see them: bred from the start they took the islands over (on one problem of
-    six 1.2-1.4% slower within 1F1B's memory; docs/measurements.md)."""
+    :data:`SEED_POLISH_SHARE` of a time limit; without the final polish's kicks, which
+    changed the seeds the annealing starts from: s11 within 1F1B's memory 357.67 ->
+    358.14 ms), put in its level's island in place of the least fit, and each level's
+    fastest of those and ``found``. For pipelines whose final polish moves single stages
+    alone (a deep one's moves groups first already). The GA does not see them: bred from
+    the start they took the islands over (on one problem of six 1.2-1.4% slower within
+    1F1B's memory; docs/measurements.md)."""
     deadline = None
     if run.time_limit is not None:
         end = run.clock + run.time_limit
@@ -153,7 +156,7 @@ def with_polished_seeds(
     space = run.optimizer.space
     levels, interrupted = run.levels, run.stop.interrupted
     seeds = polished(
-        run.seed_bests, levels, run.in_force, space, deadline, interrupted, groups=True
+        run.seed_bests, levels, run.in_force, space, deadline, interrupted, groups=True, kicks=False
     )
     adopt(run, seeds)
     return fastest_admitted([*found, *seeds], levels, space)
