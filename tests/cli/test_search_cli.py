@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_helpers import case_named, describe, json_output, run_cli, write_json
-from tidgap.cli import search as search_cli
 from tidgap.optimize.results import TRADEOFF_FIGURES
+from tidgap.outputs import files as output_files
 
 PROBLEM = "example:tiny-2"
 #: A short search: few generations, a small population.
@@ -70,7 +70,7 @@ def test_json_without_pictures_simulates_no_timeline(monkeypatch: pytest.MonkeyP
     def refused(*args: object, **kwargs: object) -> None:
         raise AssertionError("a timeline was simulated")
 
-    monkeypatch.setattr(search_cli, "plan_timeline", refused)
+    monkeypatch.setattr(output_files, "plan_timeline", refused)
     assert _search()["search"]["generations"] == 6
 
 

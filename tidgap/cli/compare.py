@@ -26,11 +26,10 @@ from tidgap.optimize.optimizer import AUTO_PRICING, DEFAULT_SCHEDULE, resolved_p
 from tidgap.optimize.run_memory import run_evaluated
 from tidgap.optimize.windowed_driver import counts_run_memory
 from tidgap.optimize.windowed_seeds import one_f_one_b_level
-from tidgap.outputs.files import check_outputs, comparison_files, write_files
-from tidgap.runtime.pricing import plan_pricing, run_prediction, run_priced_baselines
+from tidgap.outputs.files import check_outputs, comparison_files, plan_timelines, write_files
+from tidgap.runtime.pricing import plan_pricing, run_priced_baselines
 from tidgap.schedules.baselines import BaselineResult, best_baselines
-from tidgap.schedules.families import SCHEDULES, plan_timeline
-from tidgap.schedules.timeline import Timeline
+from tidgap.schedules.families import SCHEDULES
 
 #: What the text says of rows priced as ``tidgap run`` runs plans.
 RUN_PRICED_LINE = "priced as tidgap run runs and holds plans (--pricing run)"
@@ -57,18 +56,6 @@ def compared_pricing(problem: Problem, pricing: str, plan: Plan | None) -> str:
         return pricing
     flush = plan is not None and plan.order_field is None
     return resolved_pricing(problem, pricing, "flush" if flush else DEFAULT_SCHEDULE)
-
-
-def plan_timelines(
-    problem: Problem, plan: Plan | None, run_priced: bool, drawn: bool
-) -> list[Timeline]:
-    """``plan``'s timeline (none without a plan, or where nothing is ``drawn``): as
-    ``tidgap run`` runs it where ``run_priced``, else the model's."""
-    if plan is None or not drawn:
-        return []
-    if run_priced:
-        return [run_prediction(problem, plan, "plan")[1]]
-    return [plan_timeline(problem, plan)]
 
 
 def echo_text(

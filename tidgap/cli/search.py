@@ -46,9 +46,15 @@ from tidgap.optimize.interrupts import stop_on_signals
 from tidgap.optimize.limits import parse_memory_limit
 from tidgap.optimize.memory import parse_size
 from tidgap.optimize.run_memory import run_evaluated
-from tidgap.outputs.files import check_outputs, comparison_files, json_file, write_files
-from tidgap.runtime.pricing import plan_pricing, run_prediction
-from tidgap.schedules.families import SCHEDULES, family_of, plan_timeline
+from tidgap.outputs.files import (
+    check_outputs,
+    comparison_files,
+    json_file,
+    plan_timelines,
+    write_files,
+)
+from tidgap.runtime.pricing import plan_pricing
+from tidgap.schedules.families import SCHEDULES, family_of
 
 #: Seconds ``tidgap search`` runs when neither --time-limit nor --generations is given.
 DEFAULT_TIME_LIMIT = 10.0
@@ -327,12 +333,8 @@ def _report(
     loaded = result.problem
     document = result.plan_document()
     run_priced = result.pricing == RUN_PRICING  # its times, its pictures: tidgap run's
-    timelines = []
-    if not as_json or gantt is not None or trace is not None:
-        if run_priced:
-            timelines.append(run_prediction(loaded, result.plan, "tidgap")[1])
-        else:
-            timelines.append(plan_timeline(loaded, result.plan, label="tidgap"))
+    drawn = not as_json or gantt is not None or trace is not None
+    timelines = plan_timelines(loaded, result.plan, run_priced, drawn, "tidgap")
     files = [] if out is None else [json_file(out, document)]
     files += comparison_files(loaded, timelines, result.baselines, gantt, trace, run_priced)
     written = write_files(files)

@@ -43,6 +43,7 @@ from tidgap.optimize.preparation import (
     add_heuristics,
     chromosome_width,
     equal_seed_counts,
+    heuristic_times,
     more_rounds,
     needed_counts,
     progress_reporter,
@@ -276,7 +277,7 @@ def prepare_flush(
     with phases("heuristics"):
         add_heuristics(problem, stop, heuristics)
     wanted = [b.microbatches for b in baselines.values()]
-    times: dict[str, float] = {}
+    times = heuristic_times(problem, heuristics)
     width = chromosome_width(
         problem, max_microbatches, needed_counts(problem, baselines, heuristics, times=times)
     )

@@ -5,7 +5,7 @@ the progress reports."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
@@ -111,25 +111,33 @@ def chromosome_width(problem: Problem, requested: int | None, counts_needed: lis
     return min(problem.num_units, max(width, fewest))
 
 
+def heuristic_times(
+    problem: Problem, heuristics: dict[str, Plan], known: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """The iteration times (the problem's unit) of ``heuristics``, by name: those ``known``
+    (from an earlier search of the same problem) as they are, the others evaluated (the
+    reference recurrences take 0.3 s a plan at 256 stages)."""
+    known = {} if known is None else known
+    return {
+        name: known[name] if name in known else evaluate(problem, plan).iteration_time
+        for name, plan in heuristics.items()
+    }
+
+
 def needed_counts(
     problem: Problem,
     baselines: dict[str, BaselineResult],
     heuristics: dict[str, Plan],
     kept: Iterable[Plan] = (),
-    times: dict[str, float] | None = None,
+    times: Mapping[str, float] | None = None,
 ) -> list[int]:
     """Microbatch counts the chromosome width must hold (:func:`chromosome_width`): the
     baselines' best counts, every stage of every plan of ``kept``, and of each heuristic
     plan (by name) at most as slow as the best GPipe. A slower heuristic plan cannot be the
     result (the best GPipe seeds every search), so it is seeded only where it fits: at
     scale the global DP's hundreds of microbatches would otherwise widen every chromosome.
-    ``times``: the heuristics' iteration times by name (the problem's unit) known so far;
-    those it evaluates are added, for a later search of the same problem (the reference
-    recurrences take 0.3 s a plan at 256 stages)."""
-    times = {} if times is None else times
-    for name, plan in heuristics.items():
-        if name not in times:
-            times[name] = evaluate(problem, plan).iteration_time
+    ``times``: their :func:`heuristic_times` (evaluated here where not given)."""
+    times = heuristic_times(problem, heuristics) if times is None else times
     gpipe_time = baselines["gpipe"].iteration_time
     fast = [plan for name, plan in heuristics.items() if times[name] <= gpipe_time]
     plans = [*kept, *fast]

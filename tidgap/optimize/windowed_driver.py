@@ -60,6 +60,7 @@ from tidgap.optimize.preparation import (
     Phases,
     add_heuristics,
     chromosome_width,
+    heuristic_times,
     needed_counts,
     require_memory,
     start_search,
@@ -386,7 +387,7 @@ def prepare_windowed(
     fitting = [one_f_one_b_plan(problem, m) for m in counts if m != best_count]
     plans = [*first_plan, *fitting, *heuristics.values(), *initial_plans]
     kept = [*first_plan, *fitting, *initial_plans]
-    times = dict(earlier.heuristic_times) if earlier else {}
+    times = heuristic_times(problem, heuristics, earlier.heuristic_times if earlier else None)
     needed = needed_counts(problem, baselines, heuristics, kept, times)
     fewest = fewest_within(problem, in_force)
     width = chromosome_width(problem, max_microbatches, [*needed, fewest])

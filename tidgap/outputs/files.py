@@ -17,6 +17,7 @@ from typing import Any
 from tidgap.model.errors import InputError
 from tidgap.model.examples import EXAMPLE_PREFIX
 from tidgap.model.fileio import json_text
+from tidgap.model.plan import Plan
 from tidgap.model.problem import Problem
 from tidgap.model.text import printable
 from tidgap.outputs.atomic import (
@@ -33,6 +34,7 @@ from tidgap.schedules.families import (
     TIMED_BASELINES,
     baseline_label,
     baseline_timeline,
+    plan_timeline,
 )
 from tidgap.schedules.timeline import Timeline
 
@@ -172,6 +174,20 @@ def timeline_files(
         document = trace_document(timelines, problem_name)
         files.append(json_file(trace, document, f"trace written to {printable(trace)}"))
     return files
+
+
+def plan_timelines(
+    problem: Problem, plan: Plan | None, run_priced: bool, drawn: bool, label: str = "plan"
+) -> list[Timeline]:
+    """``plan``'s timeline named ``label`` (none without a plan, or where nothing is
+    ``drawn``): as ``tidgap run`` runs it where ``run_priced``, else the model's."""
+    if plan is None or not drawn:
+        return []
+    if run_priced:
+        from tidgap.runtime.pricing import run_prediction
+
+        return [run_prediction(problem, plan, label)[1]]
+    return [plan_timeline(problem, plan, label)]
 
 
 def comparison_files(

@@ -180,6 +180,22 @@ def state_tensors(module: nn.Module) -> list[Tensor]:
     return [*module.parameters(), *module.buffers()]
 
 
+def watching_saved(saved: Callable[[Tensor], None]) -> AbstractContextManager[None]:
+    """Inside the block, ``saved(alias)`` for each tensor autograd saves for the backward,
+    ``alias`` a detached alias of it (the same storage and version counter) that the graph
+    keeps in its place, as PyTorch advises: an op's output kept itself owns its grad_fn,
+    which owns what it saved, a cycle through C++ that the collector cannot break
+    (pytorch/pytorch#115255), so a graph that got no backward (a re-run that failed
+    midway, an output detached) stayed alive to the process's end."""
+
+    def pack(tensor: Tensor) -> Tensor:
+        alias = tensor.detach()
+        saved(alias)
+        return alias
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+
+
 class StorageBytes:
     """Bytes of tensors counted by storage, each storage once, those of ``left_out`` left
     out: those :meth:`add`-ed and those autograd saves inside :meth:`saving`. The count
@@ -209,18 +225,14 @@ class StorageBytes:
                 self._storages[storage_key(tensor)] = tensor.untyped_storage().nbytes()
 
     def saving(self) -> AbstractContextManager[None]:
-        """Count what autograd saves for the backward inside the block."""
+        """Count what autograd saves for the backward inside the block
+        (:func:`watching_saved`)."""
 
-        def pack(tensor: Tensor) -> Tensor:
-            # a detached alias (the same storage and version counter), as PyTorch advises:
-            # an op's output kept itself owns its graph, which owns what it saved, a cycle
-            # through C++ that the collector cannot break (every graph measured stayed)
-            saved = tensor.detach()
+        def counted(saved: Tensor) -> None:
             self.add(saved)
             self._kept.append(saved)
-            return saved
 
-        return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+        return watching_saved(counted)
 
     def total(self) -> int:
         """The bytes counted."""

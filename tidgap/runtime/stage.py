@@ -17,8 +17,8 @@ chunks' sum is the full-batch mean loss.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
@@ -28,6 +28,7 @@ from tidgap.profiling.measure import (
     StorageBytes,
     checked_output,
     synchronize_stream,
+    watching_saved,
 )
 from tidgap.runtime.drawing import DrawingModules, drawing_of, generators_unchanged
 from tidgap.runtime.draws import Draw, NotReplayable, RecordedDraws, Recording, Replay
@@ -148,21 +149,14 @@ class HeldBytes:
         self._saved: list[weakref.ref[Tensor]] = []
         self.peak = 0
 
-    def _pack(self, tensor: Tensor) -> Tensor:
-        # Detached (the same storage and version counter): an op's output kept as it is
-        # owns its grad_fn, which owns what it saved, a cycle through C++ that only a
-        # backward breaks (gc cannot: pytorch/pytorch#115255), so a graph dropped without
-        # one stayed alive (a re-run that failed midway, one whose output is detached).
-        saved = tensor.detach()
+    def _saved_now(self, saved: Tensor) -> None:
         if not self._state.leaves_out(saved):
             self._saved.append(weakref.ref(saved))
-        return saved
 
-    @contextmanager
-    def watching(self) -> Iterator[None]:
-        """Record what autograd saves for the backward inside the block."""
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor):
-            yield
+    def watching(self) -> AbstractContextManager[None]:
+        """Record what autograd saves for the backward inside the block
+        (:func:`~tidgap.profiling.measure.watching_saved`)."""
+        return watching_saved(self._saved_now)
 
     def sample(self, kept: Iterable[Tensor]) -> None:
         """Count what is held now: the saved tensors still alive and ``kept``."""
