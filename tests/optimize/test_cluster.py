@@ -1,13 +1,16 @@
 """Searches on a Dask cluster (:mod:`tidgap.optimize.cluster`): the launcher's stop skips
 the tasks no worker started and stops the running ones at their next look; a cluster
 without workers is stopped too; a scheduler lost fails the searches it held, not the
-caller; a port that accepts and never answers is a timeout, not a hang."""
+caller; a port that accepts and never answers is a timeout, not a hang; a scheduler
+restarted on its port gets again the tasks its predecessor lost."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -226,3 +229,77 @@ def test_a_stop_with_the_scheduler_gone_settles_every_search_itself() -> None:
     pool._stopped = "SIGINT"
     pool._stop_tasks()
     assert all(future.cancelled() for future in waiting)
+
+
+def _dask_process(*arguments: str) -> subprocess.Popen:
+    """``dask scheduler`` / ``dask worker`` (``arguments``) as a process of its own, quiet,
+    on this test's core(s)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", *arguments, "--dashboard-address", ":0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _scheduler_on(port: int) -> subprocess.Popen:
+    """A ``dask scheduler`` on ``port`` that answers (within 60 s)."""
+    scheduler = _dask_process("distributed.cli.dask_scheduler", "--port", str(port))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return scheduler
+        time.sleep(0.05)
+    scheduler.kill()
+    raise AssertionError(f"no Dask scheduler on port {port} within 60 s")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_scheduler_restarted_on_its_port_amid_submits_reruns_what_it_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A scheduler killed while the pool submitted, then restarted on its port: Dask's
+    reconnect cancels every task its client holds, and a task submitted from another
+    thread meanwhile broke that reconnect for good (``dictionary changed size during
+    iteration``): the client never reconnected and the tasks it held stayed pending for
+    ever (a sweep waited until Ctrl-C). Here Dask's cancelling is slowed so that the
+    submits always meet it. Now the pool submits in the client's own thread and sends
+    the tasks the scheduler lost again: each one's result comes from the scheduler
+    restarted, once a worker joins it."""
+    cancel = distributed.client.FutureState.cancel
+
+    def slow_cancel(state: Any, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.002)  # 300 tasks: the reconnect's cancelling lasts 0.6 s
+        cancel(state, *args, **kwargs)
+
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    processes = [_scheduler_on(port)]
+    client = connected_client(address)
+    futures: list[Future] = []
+    try:
+        pool = ClusterPool(client)
+        futures += [pool.submit(abs, -i) for i in range(300)]  # no worker yet: all pending
+        monkeypatch.setattr(distributed.client.FutureState, "cancel", slow_cancel)
+        processes[0].kill()  # kill -9: the client finds its connection closed
+        killed = time.monotonic()
+        while time.monotonic() - killed < 1.5:  # submitting while Dask cancels the others
+            futures.append(pool.submit(abs, -len(futures)))
+        processes[0].wait()
+        processes[0] = _scheduler_on(port)  # on its port again, within the client's timeout
+        processes.append(_dask_process("distributed.cli.dask_worker", address, "--nthreads", "2"))
+        pending = wait(futures, timeout=45).not_done
+        assert not pending, f"{len(pending)} of {len(futures)} searches wait for ever"
+        assert [future.result() for future in futures] == list(range(len(futures)))
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+        closing = threading.Thread(target=client.close, kwargs={"timeout": 5}, daemon=True)
+        closing.start()  # a client that never reconnected may not close: let it be
+        closing.join(10)

@@ -233,10 +233,12 @@ def sweep_command(
     against a --memory-limit no flush plan meets too): a bad one exits 2 naming its file,
     with nothing written; so does a problem given twice, or two whose files share a stem
     (their plans would collide). A search that fails (no plan within the memory limit,
-    say; on a Dask cluster, one lost with its scheduler) does not stop the others: their
-    plans and the summary are written, then the command exits 2 with one line naming the
-    first failed problem's file and its error. A plan that cannot be written (a full disk)
-    stops the searches still running; the plans written before it stay.
+    say; on a Dask cluster, one lost with its scheduler where none came back at its
+    address within 10 s: one restarted there runs it again, at most twice) does not stop
+    the others: their plans and the summary are written, then the command exits 2 with
+    one line naming the first failed problem's file and its error. A plan that cannot be
+    written (a full disk) stops the searches still running; the plans written before it
+    stay.
 
     Ctrl-C or SIGTERM (to the process group, as a terminal sends it, or to this process
     alone) stops each search at its next generation (on a Dask cluster within half a

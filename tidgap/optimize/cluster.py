@@ -5,8 +5,10 @@
 started (a cluster without workers, or with workers that cannot run tidgap, would hold
 them for good) and asks the running ones to stop at their next generation, keeping their
 plans so far: each search polls a cluster-wide ``distributed.Event`` per stop signal
-through its :class:`ClusterStop` (``interrupted``). ``distributed`` is imported only
-here, when used.
+through its :class:`ClusterStop` (``interrupted``). A search the cluster loses with its
+scheduler runs again from its start on the scheduler the client reconnects to (one
+restarted on its address within the client's timeout), at most :data:`RERUNS` times;
+where the client gives up, it fails. ``distributed`` is imported only here, when used.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from collections.abc import Callable
 from concurrent.futures import CancelledError, Executor, Future, InvalidStateError
 from concurrent.futures import wait as wait_for
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
+from tidgap.model.errors import joined_message
 from tidgap.optimize.interrupts import STOP_SIGNALS
 
 #: Seconds between a running search's looks at its :class:`ClusterStop` events (each look
@@ -29,6 +33,12 @@ POLL = 0.5
 #: Seconds to wait for a Dask scheduler to answer (``distributed.Client``'s own timeout does
 #: not bound a handshake with a port that accepts and never answers).
 CONNECT_TIMEOUT = 10.0
+#: How many times a search lost with its scheduler is sent again (it then runs from its
+#: start) before it fails.
+RERUNS = 2
+#: The Dask client's states in which a task it is given reaches a scheduler: sent at once,
+#: or (reconnecting) held until the client has reconnected.
+SENDING = ("running", "connecting", "newly-created")
 
 
 def _event_name(base: str, signal_name: str) -> str:
@@ -111,11 +121,27 @@ def connected_client(scheduler: str, timeout: float | None = None) -> Any:
     return made["client"]
 
 
+@dataclass(eq=False)
+class _Call:
+    """A task of :meth:`ClusterPool.submit`: what it runs, the future its caller holds, the
+    Dask task now running it and how many times the cluster lost it."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    done: Future[Any]
+    task: Any = None
+    losses: int = 0
+
+
 class ClusterPool(Executor):
     """A ``concurrent.futures`` executor on the Dask ``client``'s cluster whose
     :meth:`stop` skips the tasks not started and sets the event of :attr:`interrupted`.
     A future cancelled here cancels its task; a finished task is let go of (its result no
-    longer held on the cluster)."""
+    longer held on the cluster). A task the cluster lost with its scheduler (Dask cancels
+    every task of a client that lost its scheduler) is sent again, to the scheduler the
+    client reconnects to, at most :data:`RERUNS` times; where the client closed instead
+    (no scheduler answered within its timeout), it fails with ``CancelledError``."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -123,6 +149,7 @@ class ClusterPool(Executor):
         #: to each one's options; give it to those of a task submitted otherwise)
         self.interrupted = ClusterStop(f"tidgap-stop-{uuid.uuid4().hex}")
         self._tasks: dict[str, tuple[Any, Future[Any]]] = {}  # not settled yet, by key
+        self._calls: dict[Future[Any], _Call] = {}  # not settled yet, by the caller's future
         self._lock = threading.Lock()
         self._stopped: str | None = None  # the signal's name, once stopped
 
@@ -139,17 +166,37 @@ class ClusterPool(Executor):
         if self._stopped is not None:
             _cancel(done)
             return done
-        name = self.interrupted.name
-        task = self.client.submit(_unless_stopped, name, fn, *args, pure=False, **kwargs)
+        call = _Call(fn, args, kwargs, done)
         with self._lock:
-            self._tasks[task.key] = (task, done)
-        done.add_done_callback(lambda settled: settled.cancelled() and _cancel_task(task))
-        task.add_done_callback(lambda finished: self._settle(finished, done))
-        if self._stopped is not None:  # stopped while it was submitted: it may have missed it
-            _cancel(done)
-        elif self.client.status != "running":  # the scheduler lost as it was sent
-            _settled(done, error=CancelledError("the cluster's scheduler was lost"))
+            self._calls[done] = call
+        done.add_done_callback(lambda settled: settled.cancelled() and _cancel_task(call.task))
+        self._send(call)
         return done
+
+    def _send(self, call: _Call) -> None:
+        """Give ``call`` to the cluster as a new Dask task; ``CancelledError`` where the client
+        has closed (its scheduler lost for good). The client is given it in its own event
+        loop's thread: a task submitted from another thread while the client began to
+        reconnect (after a scheduler lost) broke the reconnect for good (Dask cancels every
+        task it holds, and adding one amid that fails it), and every task stayed pending."""
+        name = self.interrupted.name
+
+        async def submitted() -> Any:  # in the client's event loop
+            return self.client.submit(
+                _unless_stopped, name, call.fn, *call.args, pure=False, **call.kwargs
+            )
+
+        try:
+            task = self.client.sync(submitted)
+        except Exception as error:  # a closed client's
+            self._fail(call, f"the cluster's scheduler was lost ({joined_message(error)})")
+            return
+        call.task = task
+        with self._lock:
+            self._tasks[task.key] = (task, call.done)
+        task.add_done_callback(lambda finished: self._settle(finished, call.done))
+        if self._stopped is not None:  # stopped while it was sent: it may have missed it
+            _cancel(call.done)
 
     def stop(self, signum: int) -> None:
         """Skip the tasks no worker has started and ask the running searches to stop. It
@@ -163,6 +210,7 @@ class ClusterPool(Executor):
 
         with self._lock:
             tasks = list(self._tasks.values())
+            calls = list(self._calls.values())
         try:
             assert self._stopped is not None
             Event(_event_name(self.interrupted.name, self._stopped), client=self.client).set()
@@ -172,38 +220,86 @@ class ClusterPool(Executor):
         for task, done in tasks:
             if task.key not in running:  # settled here: the client may never call back
                 _cancel(done)
+        for call in calls:  # being sent again (lost with a scheduler): none runs them now
+            if call.task is None or call.task.key not in running:
+                _cancel(call.done)
 
     def _settle(self, task: Any, future: Future[Any]) -> None:
         """Give ``future`` the finished Dask ``task``'s outcome (in the client's callback
-        thread): its result or exception; cancelled where the task was, or where the
-        cluster lost it (its scheduler gone); then let the task go."""
+        thread): its result or exception; sent again where the cluster lost it or its
+        result with its scheduler (:meth:`_lost`); without its call (not this pool's),
+        cancelled where the task was, failed where its outcome was lost; then let the task
+        go."""
         with self._lock:
             self._tasks.pop(task.key, None)
+            call = self._calls.get(future)
+        if future.done():  # cancelled by its caller or a stop
+            self._forget(future)
+            return
         try:
             if task.status == "cancelled":
-                _cancel(future)
+                if call is None or self._stopped is not None:
+                    _cancel(future)
+                    self._forget(future)
+                else:  # Dask cancels the tasks of a client that lost its scheduler
+                    self._lost(call)
                 return
             if task.status == "finished":
                 _settled(future, result=task.result())
+                self._forget(future)
                 return
             error = task.exception() if task.status == "error" else None
         except BaseException as lost:  # its outcome lost with the scheduler
+            if call is not None and isinstance(lost, (OSError, CancelledError)):
+                self._lost(call)
+                return
             error = lost
         if error is None:
             error = CancelledError(f"the cluster lost it (task {task.status})")
         _settled(future, error=error)
+        self._forget(future)
+
+    def _lost(self, call: _Call) -> None:
+        """``call``'s task was lost with the cluster's scheduler: sent again (held by the
+        client until it has reconnected), unless the pool was stopped, the client closed
+        (no scheduler came back within its timeout) or it was lost :data:`RERUNS` times
+        already."""
+        call.losses += 1
+        status = getattr(self.client, "status", None)
+        if self._stopped is not None:
+            _cancel(call.done)
+            self._forget(call.done)
+        elif status not in SENDING:
+            self._fail(call, "the cluster's scheduler was lost and none came back at its address")
+        elif call.losses > RERUNS:
+            self._fail(call, f"the cluster lost it with its scheduler {call.losses} times")
+        else:
+            self._send(call)
+
+    def _fail(self, call: _Call, reason: str) -> None:
+        """Settle ``call``'s future with ``CancelledError(reason)``."""
+        _settled(call.done, error=CancelledError(reason))
+        self._forget(call.done)
+
+    def _forget(self, future: Future[Any]) -> None:
+        """Let go of the call of ``future``, settled, and of its task (and so of its result
+        on the cluster)."""
+        with self._lock:
+            call = self._calls.pop(future, None)
+        if call is not None:
+            call.task = None
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Cancel the tasks not finished where ``cancel_futures``; then, with ``wait``,
         wait for every task to settle. The client stays open (its owner closes it)."""
         with self._lock:
-            pending = list(self._tasks.values())
+            pending = list(self._calls)
         if cancel_futures:
             self._stopped = self._stopped or "SIGINT"
-            for _, done in pending:
+            for done in pending:
                 _cancel(done)
         if wait:
-            wait_for([future for _, future in pending])
+            wait_for(pending)
 
 
 def _cancel_task(task: Any) -> None:

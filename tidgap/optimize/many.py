@@ -234,8 +234,10 @@ def search_many(
 
     A failing search does not stop the others: once all have finished, :class:`SearchFailed`
     is raised, naming the first failed problem and carrying every result that was found (a
-    search its executor cancelled, a Dask cluster's lost with its scheduler, fails with
-    ``concurrent.futures.CancelledError``). On a :class:`LocalPool` (the default),
+    search its executor cancelled fails with ``concurrent.futures.CancelledError``; so does
+    one a :class:`~tidgap.optimize.cluster.ClusterPool` lost with its scheduler where its
+    client did not reconnect: one restarted at its address runs it again, at most
+    :data:`~tidgap.optimize.cluster.RERUNS` times). On a :class:`LocalPool` (the default),
     searches lost to a worker killed from outside (out of memory, ``kill -9``) run again
     from their start in fresh pools; one killed again in a pool of its own fails with
     :class:`WorkerKilled`.
