@@ -318,3 +318,21 @@ def test_a_given_width_bounds_the_entries_by_a_1f1b_it_holds() -> None:
     )
     result = search(problem, seed=1, generations=5, population=64, max_microbatches=2)
     assert result.evaluation.iteration_time <= 400002 * (1 + 1e-9)
+
+
+def test_a_lean_first_search_left_no_time_draws_no_random_population() -> None:
+    """A windowed search's first (flush) search, lean, where the time left would not cover
+    drawing its random chromosomes holds its :data:`LEAN_POPULATION` fittest seeds per
+    side; on generations, or not lean, the whole population."""
+    from tidgap.optimize import flush_driver
+    from tidgap.optimize.ga import DEFAULT_POPULATION
+    from tidgap.profiling.synth import synth_problem
+
+    problem = Problem.from_dict(synth_problem(3, stages=16, batch_size=64))
+    lean = flush_driver.prepare_flush(problem, seed=0, time_limit=1e-3, lean=True)
+    assert [side.genes.shape[0] for side in lean.optimizer.sides] == [
+        flush_driver.LEAN_POPULATION
+    ] * 2
+    for options in (dict(time_limit=1e-3), dict(generations=1, lean=True)):
+        run = flush_driver.prepare_flush(problem, seed=0, **options)
+        assert [side.genes.shape[0] for side in run.optimizer.sides] == [DEFAULT_POPULATION] * 2

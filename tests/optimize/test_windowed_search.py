@@ -9,9 +9,17 @@ from typing import Any
 import pytest
 
 from tests.conftest import case_id, golden_cases
-from tidgap import InputError, Problem, evaluate, example_names, load_problem
+from tidgap import (
+    InputError,
+    Optimizer,
+    Problem,
+    Stopping,
+    evaluate,
+    example_names,
+    load_problem,
+)
 from tidgap.optimize import polish as polish_module
-from tidgap.optimize import windowed_finish
+from tidgap.optimize import windowed_driver, windowed_finish
 from tidgap.optimize.driver import search
 from tidgap.optimize.limits import stage_level
 from tidgap.optimize.results import SearchResult
@@ -317,3 +325,70 @@ def test_the_1f1b_level_is_counted_not_simulated(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(simulate, "simulate", None)  # calling it fails
     level = one_f_one_b_level(problem, best)
     assert level.held == peaks and level.bound == peaks
+
+
+def test_a_search_left_no_time_for_a_generation_allocates_the_annealing_chains_alone() -> None:
+    """Where the time left before the GA's limit would not even cover allocating the islands
+    (no generation could run), a lean setup's islands hold the annealing's
+    :data:`~tidgap.optimize.windowed_finish.ANNEAL_CHAINS` fittest each, which is all the
+    annealing starts from (at 512 stages the islands' copies took 2.5 s); one on
+    generations keeps its whole population, and so does one not lean (an optimizer whose
+    state may be saved: it resumes)."""
+    from tidgap.optimize.ga import DEFAULT_POPULATION
+
+    problem = Problem.from_dict(synth_problem(3, stages=16, batch_size=64))
+    assert windowed_finish.ANNEAL_CHAINS is not None
+    assert windowed_finish.ANNEAL_CHAINS < DEFAULT_POPULATION
+    short = prepare_windowed(problem, seed=0, time_limit=1e-3, lean_islands=True)
+    assert {island.genes.size for island in short.optimizer.islands} == {
+        windowed_finish.ANNEAL_CHAINS
+    }
+    counted = prepare_windowed(problem, seed=0, generations=1, lean_islands=True)
+    sizes = {island.genes.size for island in counted.optimizer.islands}
+    assert sizes == {DEFAULT_POPULATION}
+    optimizer = Optimizer(problem, seed=0, stopping=Stopping(time_limit=1e-3))
+    sizes = {island.genes.size for island in optimizer.run.optimizer.islands}
+    assert sizes == {DEFAULT_POPULATION}
+    resumed = Optimizer(problem, seed=0, resume=optimizer.state, stopping=Stopping(generations=1))
+    assert resumed.generation == optimizer.generation
+
+
+def test_search_sets_up_lean_and_an_optimizer_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`search` (no checkpoint: nothing reads its state) asks the islands' size by the
+    time left; an :class:`Optimizer`, whose state may be saved, never does."""
+    asked: list[float | None] = []
+
+    def recorded(population: int, islands: int, stages: int, width: int, left: Any) -> int:
+        asked.append(left)
+        return population
+
+    monkeypatch.setattr(windowed_driver, "island_size", recorded)
+    problem = Problem.from_dict(synth_problem(3, stages=4, batch_size=32))
+    search(problem, seed=0, time_limit=0.5)
+    assert asked and asked[-1] is not None
+    asked.clear()
+    Optimizer(problem, seed=0, stopping=Stopping(time_limit=0.5))
+    assert asked and all(left is None for left in asked)
+
+
+def test_a_short_search_keeps_its_seeds_guarantees_and_time_for_its_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past its annealing's deadline a search builds no chains (no step would run: the
+    islands' bests stand), its improvements stop early enough to leave time for checking
+    and timing its plans (:meth:`WindowedRun.end`), and its plan is still never slower
+    than the best 1F1B nor its flush plan, within the limit."""
+    problem = Problem.from_dict(synth_problem(3, stages=16, batch_size=64))
+
+    def no_annealing(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("annealed past its deadline")
+
+    monkeypatch.setattr(windowed_finish, "anneal", no_annealing)
+    run = prepare_windowed(problem, seed=0, time_limit=1e-3, memory_limit="1f1b")
+    result = windowed_finish.finish_windowed(run, "time limit")
+    assert run.reserve > 0 and run.end() == run.clock + run.time_limit - run.reserve
+    best = min(
+        result.baselines["1f1b"].iteration_time, evaluate(problem, run.flush_plan).iteration_time
+    )
+    assert result.evaluation.iteration_time <= best * (1 + REL)
+    assert result.evaluation == evaluate(problem, result.plan)

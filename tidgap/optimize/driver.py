@@ -157,5 +157,6 @@ def search(
         stopping=stopping,
         checkpoint=checkpoint,
         checkpoint_every=checkpoint_every,
+        lean=True,
     )
     return optimizer.result(optimizer.drive())

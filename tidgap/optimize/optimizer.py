@@ -321,7 +321,10 @@ class Optimizer:
     optimizer's mirrored first search, run as it is built, saves there too (a resume
     finishes that search first), and so does a windowed optimizer's annealing in
     :meth:`result` (a resume goes on annealing). The same seed, options and fitness give
-    the same sequence of populations.
+    the same sequence of populations. ``lean``: nothing will read or save its state
+    before :meth:`drive` ends (as in :func:`tidgap.search` without a checkpoint), so a
+    windowed optimizer short of time for a generation may set up islands that hold only
+    the annealing's chains (:func:`~tidgap.optimize.windowed_driver.island_size`).
     """
 
     def __init__(
@@ -344,6 +347,7 @@ class Optimizer:
         stopping: Stopping = Stopping(),
         checkpoint: str | os.PathLike[str] | None = None,
         checkpoint_every: float = DEFAULT_EVERY,
+        lean: bool = False,
     ) -> None:
         require_problem(problem)
         check_takes_time(problem)  # a Problem built in Python: speedups must be finite
@@ -450,6 +454,7 @@ class Optimizer:
                 first_search=saved.first_search(problem) if in_ga else None,
                 checkpoint=self.checkpoint,
                 mirrored_state=None if in_ga else saved,
+                lean_islands=lean,
                 **options,
             )
         self.run.optimizer.fitness = fitness

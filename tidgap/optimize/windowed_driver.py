@@ -98,6 +98,25 @@ FLUSH_STAGNATION = 100
 #: trailed the mirrored one by 0.1-1.9% at 10 s on 6 of 6 problems and seeds; a 5 s
 #: mirrored search and then 5 s of the free one matched the mirrored: docs/measurements.md).
 MIRRORED_SHARE = 0.5
+#: About how long the islands take per gene (one stage's microbatch slot of one individual,
+#: its three rows and op codes) to allocate and fill from the seeds: 4 islands of 512
+#: individuals at 512 stages, 86 wide, in 2.5 s (page faults, one core).
+ISLAND_GENE_SECONDS = 3e-8
+
+
+def island_size(
+    population: int, islands: int, stages: int, width: int, seconds: float | None
+) -> int:
+    """Individuals each island holds: ``population``, or where ``seconds`` (the time left
+    before the GA's time limit; ``None``: no limit) would not even cover allocating that
+    many (by :data:`ISLAND_GENE_SECONDS`), so that the GA could run no generation of them,
+    the annealing's :data:`~tidgap.optimize.windowed_finish.ANNEAL_CHAINS` (its chains
+    start from each island's fittest, which a population of that size holds too; the GA
+    runs on them where time is left after all)."""
+    if seconds is None or ANNEAL_CHAINS is None or population <= ANNEAL_CHAINS:
+        return population
+    genes = islands * population * stages * width
+    return population if seconds > ISLAND_GENE_SECONDS * genes else ANNEAL_CHAINS
 
 
 def flush_generations(generations: int | None) -> int:
@@ -162,6 +181,7 @@ def mirrored_first_search(
             backward=MIRRORED,
             pricing=RUN_PRICING,
             first_search=first,
+            lean_islands=checkpoint is None and resumed is None,
             **options,
         )
     except InputError:  # no mirrored plan within the memory limits
@@ -256,12 +276,17 @@ def prepare_windowed(
     pricing: str = MODEL_PRICING,
     checkpoint: Checkpoint | None = None,
     mirrored_state: SavedState | None = None,
+    lean_islands: bool = False,
 ) -> WindowedRun:
     """Everything a windowed search does before its generations (the first search, flush
     or :func:`mirrored_first_search`, unless ``first_search`` gives its plan, generations
     and evaluations). ``checkpoint`` saves the mirrored first search's state, and
     ``mirrored_state``, one saved so, continues it (``generations`` counting the
-    generations after it, as for a resumed GA)."""
+    generations after it, as for a resumed GA). With ``lean_islands`` (a search whose
+    state nothing saves or reads before it ends), where the time left would not cover
+    allocating whole islands, they hold the annealing's chains (:func:`island_size`),
+    unless a checkpoint, a first search or a mirrored state is given (a state saved or
+    restored holds whole islands)."""
     begun = start_search(problem, backend, population, max_memory)
     backend, record = begun.backend, begun.record
     population, started = begun.population, begun.started
@@ -324,6 +349,7 @@ def prepare_windowed(
                 max_memory=max_memory,
                 # Run-priced, a free flush plan recomputes: its seed would be slow.
                 backward=MIRRORED if pricing == RUN_PRICING else FREE,
+                lean=True,
             )
             phases.seconds |= {f"flush {name}": t for name, t in earlier.setup.items()}
         with phases("baselines"):
@@ -424,12 +450,15 @@ def prepare_windowed(
         found = [*equal, *plans, *windowed_seeds(partitions, levels), *capped]
         seeds = encode_plans(found, problem, width)
         device_seeds = JointGenes(*(xp.asarray(a) for a in seeds.rows()))
-        fill = max(population - seeds.size, population // 2)
+        left = None if stop.time_limit is None else stop.time_limit - stop.elapsed()
+        # a state saved or restored holds whole islands
+        saved = (checkpoint, first_search, mirrored_state)
+        whole = not lean_islands or any(given is not None for given in saved)
+        size = island_size(population, len(levels), S, width, None if whole else left)
+        fill = max(size - seeds.size, size // 2)
         candidates = JointGenes.concatenate([space.repaired(device_seeds), space.random(fill, rng)])
         scored = (candidates, *space.evaluate(candidates))
-        islands = [
-            Island.seeded(level, *scored, population, space.limit(level)) for level in levels
-        ]
+        islands = [Island.seeded(level, *scored, size, space.limit(level)) for level in levels]
     optimizer = JointOptimizer(
         problem,
         ticked,

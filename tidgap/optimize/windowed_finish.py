@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from tidgap.backends.ticks import RUN_PRICING
+from tidgap.backends.xp import to_host
 from tidgap.model.errors import InputError
 from tidgap.optimize.anneal import Annealing, AnnealState, anneal
 from tidgap.optimize.anneal_checkpoint import AnnealSaving, ResumedAnnealing
@@ -51,6 +54,10 @@ ANNEAL_CHAINS: int | None = 128
 #: 1F1B's memory 1.2-2.7% faster on two problems of three, 4-8 stages 0-0.7% faster or
 #: slower, as one run from another (docs/measurements.md).
 SEED_POLISH_SHARE = 0.1
+#: About how long the reference simulator takes per op (a forward or backward of one
+#: microbatch on one stage) of a plan it checks and times at the end, in seconds (512
+#: stages, 88064 ops: 1.2 s): a time limit keeps that long for it.
+DECODE_SECONDS_PER_OP = 1.5e-5
 
 
 def annealed(
@@ -71,7 +78,10 @@ def annealed(
     if not runs_to_the_limit(run.stop, time_limit):
         steps = ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation
     if deadline is None and time_limit is not None:
-        deadline = run.clock + time_limit - polish_reserve(run, found, time_limit)
+        deadline = run.end() - polish_reserve(run, found, time_limit)
+    unsaved = saving is None and resumed is None
+    if unsaved and deadline is not None and time.perf_counter() >= deadline:
+        return fastest_admitted(found, run.levels, optimizer.space)  # no step would run
     if resumed is None:
         state = AnnealState.start(optimizer.islands, ANNEAL_CHAINS)
     else:
@@ -151,7 +161,7 @@ def with_polished_seeds(
     1F1B's memory; docs/measurements.md)."""
     deadline = None
     if run.time_limit is not None:
-        end = run.clock + run.time_limit
+        end = run.end()
         deadline = min(time.perf_counter() + SEED_POLISH_SHARE * run.time_limit, end)
     space = run.optimizer.space
     levels, interrupted = run.levels, run.stop.interrupted
@@ -199,7 +209,7 @@ def used_to_the_end(
     if signalled or run.time_limit is None or not runs_to_the_limit(run.stop, run.time_limit):
         return found, stop_reason
     optimizer, phases = run.optimizer, run.phases
-    end = run.clock + run.time_limit
+    end = run.end()
 
     def round_(deadline: float) -> float | None:
         nonlocal found, stop_reason
@@ -262,7 +272,7 @@ def improved(
     if (name := run.stop.signal()) is not None:
         return signalled(name)
     with phases("polish"):
-        deadline = None if run.time_limit is None else run.clock + run.time_limit
+        deadline = None if run.time_limit is None else run.end()
         interrupted = run.stop.interrupted
         found = polished(found, run.levels, run.in_force, optimizer.space, deadline, interrupted)
     stop_reason = run.stop.signal() or stop_reason
@@ -272,6 +282,19 @@ def improved(
     if saving is not None:
         saving.finished()
     return found, stop_reason
+
+
+def decoding_seconds(found: list[tuple[JointGenes, int] | None]) -> float:
+    """About how long :func:`~tidgap.optimize.windowed_run.decoded` takes to simulate the
+    distinct plans of ``found`` (by :data:`DECODE_SECONDS_PER_OP`): what a time limit keeps
+    for it."""
+    ops: dict[bytes, int] = {}
+    for best in found:
+        if best is not None:
+            arrays = [to_host(a) for a in best[0].rows()]
+            key = b"".join(a.tobytes() for a in arrays)
+            ops[key] = int(np.count_nonzero(arrays[0]) + np.count_nonzero(arrays[1]))
+    return DECODE_SECONDS_PER_OP * sum(ops.values())
 
 
 def finish_windowed(
@@ -289,6 +312,7 @@ def finish_windowed(
     require_some_valid(optimizer.pooled()[0])
     found = [optimizer.best_within(level) for level in levels]
     if stop_reason not in STOP_SIGNALS.values() and optimizer.fitness is None:
+        run.reserve = decoding_seconds(found)
         found, stop_reason = improved(run, found, stop_reason, checkpoint, resumed)
     best_genes = [None if best is None else best[0] for best in found]
     tradeoff = decoded(best_genes, problem, levels, run.pricing, run.optimizer.space.memory)

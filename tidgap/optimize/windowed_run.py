@@ -34,7 +34,8 @@ class WindowedRun:
     the baselines and heuristics, the first, flush search's effort ``first`` and plan
     ``flush_plan``, the clocks, each level's best seed ``seed_bests``; ``first_cut``: a
     signal stopped that first search, which no state holds, so none is saved;
-    ``heuristic_times``: the heuristics' iteration times, by name, as far as evaluated)."""
+    ``heuristic_times``: the heuristics' iteration times, by name, as far as evaluated;
+    ``reserve``: the seconds its end keeps for decoding the plans, :meth:`end`)."""
 
     problem: Problem
     optimizer: JointOptimizer
@@ -57,6 +58,14 @@ class WindowedRun:
     seed_bests: list[tuple[JointGenes, int] | None]
     first_cut: bool = False
     heuristic_times: dict[str, float] = field(default_factory=dict)
+    reserve: float = 0.0
+
+    def end(self) -> float:
+        """When a time-limited search's improvements stop (``time.perf_counter()``): its
+        time limit from :attr:`clock`, less the ``reserve`` seconds kept for checking and
+        timing its plans (:func:`~tidgap.optimize.windowed_finish.decoding_seconds`)."""
+        assert self.time_limit is not None
+        return self.clock + self.time_limit - self.reserve
 
     @property
     def memory_pricing(self) -> str:
