@@ -6,6 +6,7 @@ restarted on its port gets again the tasks its predecessor lost."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import socket
@@ -303,3 +304,41 @@ def test_a_scheduler_restarted_on_its_port_amid_submits_reruns_what_it_lost(
         closing = threading.Thread(target=client.close, kwargs={"timeout": 5}, daemon=True)
         closing.start()  # a client that never reconnected may not close: let it be
         closing.join(10)
+
+
+def test_a_search_sent_while_the_client_closes_fails_and_does_not_wait_for_ever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A scheduler lost for good: the client, reconnecting in vain, closes, cancelling the
+    tasks it holds; one given to it after that cancelling, before it is closed, stayed
+    pending for ever (1 of ~450 submits in one run of two). Here the client's closing is
+    slowed after its cancelling so that the submits always meet it: each one fails."""
+    close = distributed.core.ConnectionPool.close
+
+    async def slow_close(pool: Any, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(1.0)  # after the client cancelled its tasks, before "closed"
+        return await close(pool, *args, **kwargs)
+
+    monkeypatch.setattr(distributed.core.ConnectionPool, "close", slow_close)
+    port = _free_port()
+    scheduler = _scheduler_on(port)
+    client = distributed.Client(f"tcp://127.0.0.1:{port}", timeout=2)
+    futures: list[Future] = []
+    try:
+        pool = ClusterPool(client)
+        futures.append(pool.submit(abs, -1))
+        scheduler.kill()
+        scheduler.wait()
+        killed = time.monotonic()
+        while time.monotonic() - killed < 5:  # through the reconnect (2 s) and the closing
+            futures.append(pool.submit(abs, -1))
+            time.sleep(0.01)
+        pending = wait(futures, timeout=10).not_done
+        assert not pending, f"{len(pending)} of {len(futures)} searches wait for ever"
+        for future in futures:
+            with pytest.raises(CancelledError):
+                future.result()
+    finally:
+        scheduler.kill()
+        scheduler.wait()
+        client.close(timeout=5)

@@ -178,10 +178,14 @@ class ClusterPool(Executor):
         has closed (its scheduler lost for good). The client is given it in its own event
         loop's thread: a task submitted from another thread while the client began to
         reconnect (after a scheduler lost) broke the reconnect for good (Dask cancels every
-        task it holds, and adding one amid that fails it), and every task stayed pending."""
+        task it holds, and adding one amid that fails it), and every task stayed pending.
+        Its status is read in that loop too: a task given to a client closing (no scheduler
+        came back) after it cancelled the tasks it held stayed pending for ever."""
         name = self.interrupted.name
 
         async def submitted() -> Any:  # in the client's event loop
+            if self.client.status not in SENDING:  # closing: it would cancel it no more
+                raise RuntimeError(f"the Dask client is {self.client.status}")
             return self.client.submit(
                 _unless_stopped, name, call.fn, *call.args, pure=False, **call.kwargs
             )
