@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.conftest import case_id, golden_cases
@@ -392,3 +393,41 @@ def test_a_short_search_keeps_its_seeds_guarantees_and_time_for_its_result(
     )
     assert result.evaluation.iteration_time <= best * (1 + REL)
     assert result.evaluation == evaluate(problem, result.plan)
+
+
+def test_window_order_seeds_are_encoded_without_building_their_plans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The window-order seeds (each partition in each level's window order) are encoded as
+    their plans would be (built, then :func:`encode_plans`: the same genes,
+    in the same order), without building those plans (at 512 stages that took 1 s)."""
+    from tidgap import Plan
+    from tidgap.optimize import windowed_seeds as seeds_module
+    from tidgap.optimize.limits import tradeoff_levels
+
+    problem = Problem.from_dict(synth_problem(3, stages=16, batch_size=64))
+    baselines = best_baselines(problem)
+    level = one_f_one_b_level(problem, baselines["1f1b"])
+    levels = tradeoff_levels(problem, level, level)
+    width = 24
+    equal = seeds_module.seed_plans(problem, width, POPULATION, baselines)
+    partitions = [*equal[::3], *ramp_plans(problem, width, baselines["1f1b"])]
+    wide = one_f_one_b_plan(problem, width + 1)  # too wide: left out, as encode_plans does
+    built = [  # each partition in each level's window order (model.md, Windows)
+        Plan.of(p.forward, p.backward, windows=[max(1, h) for h in level.held])
+        for p in [*partitions, wide]
+        for level in levels
+    ]
+    expected = seeds_module.encode_plans([*equal, wide, *built, equal[0]], problem, width)
+    assert len(levels) > 1 and expected.size == len(equal) + len(partitions) * len(levels) + 1
+
+    def no_plan(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("built a plan")
+
+    monkeypatch.setattr(Plan, "of", no_plan)
+    genes = seeds_module.encode_seeds(
+        [*equal, wide], [*partitions, wide], levels, [equal[0]], problem, width
+    )
+    for got, want in zip(genes.arrays(), expected.arrays(), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

@@ -17,6 +17,7 @@ population is valid as it stands.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from tidgap.backends.xp import namespace, running_max
 from tidgap.model.plan import Plan
 from tidgap.optimize.genome import BACKWARD_OP, FORWARD_OP, GENE, NO_OP, ORDER_GENE
 from tidgap.optimize.operators import microbatch_counts
-from tidgap.schedules.ir import forwards_before, prefix_sums
+from tidgap.schedules.ir import Order, forwards_before, prefix_sums
 from tidgap.schedules.ir import holder as holder_of
 
 
@@ -150,17 +151,26 @@ def order_codes(before: Any, forwards: Any, backwards: Any) -> Any:
 
 def encode_lead(plan: Plan, width: int) -> np.ndarray:
     """A plan's order (``plan.stage_order()``) as ``(S, width)`` leads (padding 0)."""
-    genes = np.zeros((len(plan.forward), width), dtype=GENE)
+    return order_lead(plan.forward, plan.backward, plan.stage_order(), width)
+
+
+def order_lead(
+    forward: Sequence[Sequence[int]], backward: Sequence[Sequence[int]], order: Order, width: int
+) -> np.ndarray:
+    """:func:`encode_lead` of the plan with partitions ``forward`` and ``backward`` (per
+    stage, in samples) and ``order``, without building it (a windowed search's window-order
+    seeds: one partition in each level's order)."""
+    genes = np.zeros((len(forward), width), dtype=GENE)
     # once per distinct stage (partitions and letters): an equal plan's stages share their
     # partitions, and a deep pipeline's all but its last few their letters (at 256 stages
     # the seeds' encoding took 2 s, then 1 s with the partitions alone shared)
     leads: dict[tuple[tuple[int, ...], tuple[int, ...], str], np.ndarray] = {}
-    for s, letters in enumerate(plan.stage_order().stages):
-        key = (tuple(plan.forward[s]), tuple(plan.backward[s]), letters)
+    for s, letters in enumerate(order.stages):
+        key = (tuple(forward[s]), tuple(backward[s]), letters)
         lead = leads.get(key)
         if lead is None:
-            forward, backward = prefix_sums(key[0]), prefix_sums(key[1])
-            own = [holder_of(forward, q) for q in backward[1:]]
+            starts, ends = prefix_sums(key[0]), prefix_sums(key[1])
+            own = [holder_of(starts, q) for q in ends[1:]]
             lead = leads[key] = np.subtract(forwards_before(letters)[1:], own)
         genes[s, : len(lead)] = lead
     return genes

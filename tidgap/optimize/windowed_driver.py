@@ -73,12 +73,11 @@ from tidgap.optimize.windowed_finish import ANNEAL_CHAINS, ANNEAL_SHARE, finish_
 from tidgap.optimize.windowed_run import SEARCHED, WindowedRun
 from tidgap.optimize.windowed_seeds import (
     WINDOWED_SEED_COUNTS,
-    encode_plans,
+    encode_seeds,
     growing_ramp_plans,
     one_f_one_b_level,
     ramp_plans,
     seed_plans,
-    windowed_seeds,
 )
 from tidgap.runtime.pricing import run_priced_baselines
 from tidgap.runtime.recompute_memory import recompute_bytes
@@ -447,8 +446,7 @@ def prepare_windowed(
     space = JointSpace(evaluator, *caps, width, *breeding, backward=backward, memory=memory)
     with phases("seeding"):
         capped = [p for level in levels for p in capped_one_f_one_b(problem, level, width, holding)]
-        found = [*equal, *plans, *windowed_seeds(partitions, levels), *capped]
-        seeds = encode_plans(found, problem, width)
+        seeds = encode_seeds([*equal, *plans], partitions, levels, capped, problem, width)
         device_seeds = JointGenes(*(xp.asarray(a) for a in seeds.rows()))
         left = None if stop.time_limit is None else stop.time_limit - stop.elapsed()
         # a state saved or restored holds whole islands

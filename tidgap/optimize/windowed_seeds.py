@@ -14,11 +14,12 @@ from tidgap.model.problem import Problem
 from tidgap.optimize.genome import GENE, encode_plan
 from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import MemoryLevel
-from tidgap.optimize.order_genes import encode_lead
+from tidgap.optimize.order_genes import encode_lead, order_lead
 from tidgap.optimize.preparation import equal_seed_counts
 from tidgap.schedules.baselines import BaselineResult, equal_sizes
 from tidgap.schedules.families import SCHEDULES, TIMED_BASELINES
 from tidgap.schedules.held import one_f_one_b_held
+from tidgap.schedules.ir import window_order
 
 #: Equal partitions (spread over the feasible counts) that also seed window orders.
 WINDOWED_SEED_COUNTS = 16
@@ -32,13 +33,41 @@ EQUAL_SEED_SECONDS = 5e-5
 def encode_plans(plans: Sequence[Plan], problem: Problem, width: int) -> JointGenes:
     """``plans`` with at most ``width`` microbatches per stage as ``(n, S, width)`` host genes
     (others left out)."""
-    fitting = [p for p in plans if max(map(len, p.forward + p.backward)) <= width]
-    forward, backward = zip(*(encode_plan(p, problem, width) for p in fitting), strict=True)
-    return JointGenes(
-        np.stack(forward),
-        np.stack(backward),
-        np.stack([encode_lead(p, width) for p in fitting]).astype(GENE),
-    )
+    return encode_seeds(plans, (), (), (), problem, width)
+
+
+def _fits(plan: Plan, width: int) -> bool:
+    """Whether ``plan`` has at most ``width`` microbatches per stage."""
+    return max(map(len, plan.forward + plan.backward)) <= width
+
+
+def encode_seeds(
+    plans: Sequence[Plan],
+    windowed: Sequence[Plan],
+    levels: Sequence[MemoryLevel],
+    after: Sequence[Plan],
+    problem: Problem,
+    width: int,
+) -> JointGenes:
+    """``(n, S, width)`` host genes of ``plans``, then of each plan of ``windowed`` in each of
+    ``levels``' window order (the order that fills each stage up to the level's samples,
+    model.md's Windows: the greediest within it, before the repair), then of ``after``;
+    plans with more than ``width`` microbatches on a stage left out. The window-order
+    seeds are not built as plans: each partition is encoded once, its leads per level (at
+    512 stages building and encoding those plans took 1 s)."""
+
+    def encoded(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (*encode_plan(plan, problem, width), encode_lead(plan, width))
+
+    rows = [encoded(p) for p in plans if _fits(p, width)]
+    for plan in (p for p in windowed if _fits(p, width)):
+        forward, backward = encode_plan(plan, problem, width)
+        for level in levels:
+            order = window_order(plan.forward, plan.backward, [max(1, h) for h in level.held])
+            rows.append((forward, backward, order_lead(plan.forward, plan.backward, order, width)))
+    rows += [encoded(p) for p in after if _fits(p, width)]
+    forward, backward, lead = zip(*rows, strict=True)
+    return JointGenes(np.stack(forward), np.stack(backward), np.stack(lead).astype(GENE))
 
 
 def seed_plans(
@@ -114,17 +143,6 @@ def ramp_plans(problem: Problem, width: int, best_1f1b: BaselineResult) -> list[
             rows = [[x * unit for x in forward]] * S, [[x * unit for x in backward]] * S
             plans.append(Plan.of(*rows, windows=[problem.batch_size] * S))
     return plans
-
-
-def windowed_seeds(plans: Sequence[Plan], levels: Sequence[MemoryLevel]) -> list[Plan]:
-    """Each plan's partitions with, per level, the window order that fills each stage up to
-    the level's samples (model.md, Windows): the greediest order within it, before the
-    repair."""
-    return [
-        Plan.of(plan.forward, plan.backward, windows=[max(1, h) for h in level.held])
-        for plan in plans
-        for level in levels
-    ]
 
 
 def one_f_one_b_level(problem: Problem, best: BaselineResult) -> MemoryLevel:
