@@ -60,12 +60,12 @@ def _max(a, b):  # pragma: no cover - compiled
 
 
 @njit(cache=CACHING)
-def _lanes(times, first, n):  # pragma: no cover - compiled
-    """``times[0, x, first + lane]`` (the large microbatch's time) as ``(rows, LANES)``, 0
+def _lanes(times, first, n, width=LANES):  # pragma: no cover - compiled
+    """``times[0, x, first + lane]`` (the large microbatch's time) as ``(rows, width)``, 0
     in the lanes from ``n`` on (they run along unread, so that every hot loop has
-    ``LANES`` iterations and vectorises)."""
+    ``width`` iterations and vectorises)."""
     rows = times.shape[1]
-    out = np.zeros((rows, LANES))
+    out = np.zeros((rows, width))
     for x in range(rows):
         for lane in range(n):
             out[x, lane] = times[0, x, first + lane]
@@ -183,8 +183,12 @@ def _pipedream(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no cove
 
 
 @njit(cache=CACHING)
-def _one_f_one_b(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no cover
-    """1F1B of lanes ``first..first+n-1``, level by level (module docstring).
+def _one_f_one_b(ms, rs, first, n, width, tf, tb, cf, cb, tails, out):  # pragma: no cover
+    """1F1B of lanes ``first..first+n-1`` (``width >= n`` lanes run), level by level (module
+    docstring). At each level only the stages that may run an operation are visited (in the
+    same descending order): a backward ``B_j`` at level ``L`` needs ``0 <= j < top``, so
+    ``2S-1-L <= s < 2S-1-L+2 top``; a forward ``F_j`` needs ``d = L - s`` with ``0 <= d``
+    and ``j < top`` (``j = d <= w <= top`` or ``j = d // 2``), so ``L-2 top < s <= L``.
 
     ``free[s]``: when stage ``s`` is free; ``activations[s]``: arrival at stage ``s`` of the
     last activations sent to it (row 0 stays 0, row ``S`` takes the last stage's unused
@@ -199,60 +203,78 @@ def _one_f_one_b(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no co
     m = ms[first : first + n]
     top = m[n - 1]
     by_remainder = _ascending(rs[first : first + n])
-    f, b = _lanes(tf, first, n), _lanes(tb, first, n)
-    link_f, link_b = np.zeros((S, LANES)), np.zeros((S, LANES))
-    copy_rows(link_f[: S - 1], _lanes(cf, first, n))
-    copy_rows(link_b[1:], _lanes(cb, first, n))
+    f, b = _lanes(tf, first, n, width), _lanes(tb, first, n, width)
+    link_f, link_b = np.zeros((S, width)), np.zeros((S, width))
+    copy_rows(link_f[: S - 1], _lanes(cf, first, n, width))
+    copy_rows(link_b[1:], _lanes(cb, first, n, width))
     small_f = np.zeros(S, dtype=np.int64)  # lanes (in remainder order) on small forwards
     small_b = np.zeros(S, dtype=np.int64)
     done_f = np.zeros(S, dtype=np.int64)  # lanes (in count order) past their forwards
     done_b = np.zeros(S, dtype=np.int64)
-    free = np.zeros((S, LANES))
-    activations = np.zeros((S + 1, LANES))
-    gradients = np.zeros((S + 1, LANES))
+    free = np.zeros((S, width))
+    activations = np.zeros((S + 1, width))
+    gradients = np.zeros((S + 1, width))
     gradients[S] = -np.inf
     for level in range(2 * S + 2 * top - 2):
-        for t in range(S):
-            s = S - 1 - t  # from the last stage down (a descending range does not vectorise)
-            d = level - s
-            e = level - (2 * S - 1 - s)
-            if e >= 0 and e % 2 == 0:
-                j = e // 2
-                if j >= top:
-                    continue
-                while small_b[s] < n and rs[first + by_remainder[small_b[s]]] <= j:
-                    lane = by_remainder[small_b[s]]
-                    b[s, lane] = tb[1, s, first + lane]
-                    if s > 0:
-                        link_b[s, lane] = cb[1, s - 1, first + lane]
-                    small_b[s] += 1
-                while done_b[s] < n and m[done_b[s]] <= j:
-                    b[s, done_b[s]] = 0.0
-                    link_b[s, done_b[s]] = -np.inf
-                    done_b[s] += 1
-                for lane in range(LANES):
-                    end = _max(free[s, lane], gradients[s + 1, lane]) + b[s, lane]
-                    free[s, lane] = end
-                    gradients[s, lane] = _max(end, gradients[s, lane]) + link_b[s, lane]
-            elif d >= 0:
-                w = min(S - 1 - s, m[0])
-                j = d if d <= w else (d // 2 if d % 2 == 0 and d // 2 > w else -1)
-                if j < 0 or j >= top:
-                    continue
-                while small_f[s] < n and rs[first + by_remainder[small_f[s]]] <= j:
-                    lane = by_remainder[small_f[s]]
-                    f[s, lane] = tf[1, s, first + lane]
-                    if s < S - 1:
-                        link_f[s, lane] = cf[1, s, first + lane]
-                    small_f[s] += 1
-                while done_f[s] < n and m[done_f[s]] <= j:
-                    f[s, done_f[s]] = 0.0
-                    link_f[s, done_f[s]] = -np.inf
-                    done_f[s] += 1
-                for lane in range(LANES):
-                    end = _max(free[s, lane], activations[s, lane]) + f[s, lane]
-                    free[s, lane] = end
-                    activations[s + 1, lane] = _max(end, activations[s + 1, lane]) + link_f[s, lane]
+        # Backward window [b_lo, b_hi], forward window [f_lo, f_hi], each clipped to the
+        # stages; visited from the higher down, as one range where they overlap or touch.
+        b_lo, b_hi = max(0, 2 * S - 1 - level), min(S - 1, 2 * S - 2 - level + 2 * top)
+        f_lo, f_hi = max(0, level - 2 * top + 1), min(S - 1, level)
+        if b_hi < b_lo:
+            b_lo, b_hi, f_lo, f_hi = f_lo, f_hi, 0, -1
+        elif f_lo <= f_hi:
+            if b_lo > f_hi + 1:  # backward window above, disjoint: stays as is
+                pass
+            elif f_lo > b_hi + 1:  # forward window above, disjoint: swap
+                b_lo, b_hi, f_lo, f_hi = f_lo, f_hi, b_lo, b_hi
+            else:  # overlapping or adjacent: one range
+                b_lo, b_hi = min(b_lo, f_lo), max(b_hi, f_hi)
+                f_lo, f_hi = 0, -1
+        for part in range(2):
+            hi, lo = (b_hi, b_lo) if part == 0 else (f_hi, f_lo)
+            for t in range(hi - lo + 1):
+                s = hi - t  # from the highest stage down (a descending range does not vectorise)
+                d = level - s
+                e = level - (2 * S - 1 - s)
+                if e >= 0 and e % 2 == 0:
+                    j = e // 2
+                    if j >= top:
+                        continue
+                    while small_b[s] < n and rs[first + by_remainder[small_b[s]]] <= j:
+                        lane = by_remainder[small_b[s]]
+                        b[s, lane] = tb[1, s, first + lane]
+                        if s > 0:
+                            link_b[s, lane] = cb[1, s - 1, first + lane]
+                        small_b[s] += 1
+                    while done_b[s] < n and m[done_b[s]] <= j:
+                        b[s, done_b[s]] = 0.0
+                        link_b[s, done_b[s]] = -np.inf
+                        done_b[s] += 1
+                    for lane in range(width):
+                        end = _max(free[s, lane], gradients[s + 1, lane]) + b[s, lane]
+                        free[s, lane] = end
+                        gradients[s, lane] = _max(end, gradients[s, lane]) + link_b[s, lane]
+                elif d >= 0:
+                    w = min(S - 1 - s, m[0])
+                    j = d if d <= w else (d // 2 if d % 2 == 0 and d // 2 > w else -1)
+                    if j < 0 or j >= top:
+                        continue
+                    while small_f[s] < n and rs[first + by_remainder[small_f[s]]] <= j:
+                        lane = by_remainder[small_f[s]]
+                        f[s, lane] = tf[1, s, first + lane]
+                        if s < S - 1:
+                            link_f[s, lane] = cf[1, s, first + lane]
+                        small_f[s] += 1
+                    while done_f[s] < n and m[done_f[s]] <= j:
+                        f[s, done_f[s]] = 0.0
+                        link_f[s, done_f[s]] = -np.inf
+                        done_f[s] += 1
+                    for lane in range(width):
+                        end = _max(free[s, lane], activations[s, lane]) + f[s, lane]
+                        free[s, lane] = end
+                        activations[s + 1, lane] = (
+                            _max(end, activations[s + 1, lane]) + link_f[s, lane]
+                        )
     for lane in range(n):
         best = free[0, lane] + tails[0]
         for s in range(1, S):
@@ -261,15 +283,21 @@ def _one_f_one_b(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no co
 
 
 @njit(cache=CACHING, nogil=True)
-def _baselines_blocks(ms, rs, starts, blocks, tf, tb, cf, cb, tails, out):  # pragma: no cover
-    """GPipe, 1F1B and PipeDream (rows of ``out``) of each block ``b`` of ``blocks``: counts
-    ``starts[b]..starts[b+1]-1``. Releases the GIL, so threads can share the blocks."""
+def _row_blocks(row, ms, rs, starts, blocks, tf, tb, cf, cb, tails, out):  # pragma: no cover
+    """Row ``row`` of :data:`tidgap.schedules.baselines.BASELINE_ROWS` (0 GPipe, 1 1F1B,
+    2 PipeDream) of each block ``b`` of ``blocks``: counts ``starts[b]..starts[b+1]-1``, into
+    ``out`` ``(M,)``. A 1F1B block of one count runs one lane, not :data:`LANES`. Releases
+    the GIL, so threads can share the blocks."""
     for block in blocks:
         first = starts[block]
         n = starts[block + 1] - first
-        _gpipe(ms, rs, first, n, tf, tb, cf, cb, tails, out[0])
-        _one_f_one_b(ms, rs, first, n, tf, tb, cf, cb, tails, out[1])
-        _pipedream(ms, rs, first, n, tf, tb, cf, cb, tails, out[2])
+        if row == 0:
+            _gpipe(ms, rs, first, n, tf, tb, cf, cb, tails, out)
+        elif row == 1:
+            width = 1 if n == 1 else LANES
+            _one_f_one_b(ms, rs, first, n, width, tf, tb, cf, cb, tails, out)
+        else:
+            _pipedream(ms, rs, first, n, tf, tb, cf, cb, tails, out)
 
 
 def baseline_times(
@@ -280,38 +308,69 @@ def baseline_times(
     backward_transfer: np.ndarray,
     tails: np.ndarray,
     num_units: int,
+    wanted: np.ndarray | None = None,
 ) -> np.ndarray:
-    """GPipe(m), 1F1B(m), PipeDream(m) for ascending counts ``ms`` (``(M,)``), as ``(3, M)``.
+    """GPipe(m), 1F1B(m), PipeDream(m) for ascending counts ``ms`` (``(M,)``), as ``(3, M)``;
+    where ``wanted`` (``(3, M)`` bool) is given, only its entries, the others ``inf``.
 
     ``forward[0, s, i]`` / ``forward[1, s, i]``: ``Tf_s`` of the large / small microbatch
     of ``ms[i]`` equal microbatches of ``num_units`` units (``(2, S, M)``); ``backward`` the
     same for ``Tb_s``; ``forward_transfer`` / ``backward_transfer``: ``Cf_s`` / ``Cb_s`` of
     the sender's sizes (``(2, S-1, M)``); ``tails`` ``(S,)``. Times in the problem's unit,
     equal to the references bit for bit.
+
+    Each row runs its wanted counts in blocks of :data:`LANES` (GPipe and PipeDream lanes
+    need not share anything); 1F1B runs one block of one lane per count below ``S-1``
+    (their warm-ups differ).
     """
     ms = np.ascontiguousarray(ms, dtype=np.int64)
     stages = forward.shape[1]
-    # One block per count below S-1 (their 1F1B warm-ups differ), then LANES at a time.
-    singles = int(np.searchsorted(ms, stages - 1))
-    starts = np.unique(np.r_[np.arange(singles + 1), np.arange(singles, len(ms), LANES), len(ms)])
-    # Work ~ lanes * largest count; deal the blocks, largest first, to the threads in turn.
-    work = np.diff(starts) * ms[starts[1:] - 1]
-    largest_first = np.argsort(-work, kind="stable").astype(np.int64)
-    threads = min(thread_count(), len(largest_first))
-    # Contiguous, so that the kernel is compiled for one layout (a strided share is 'A').
-    shares = [np.ascontiguousarray(largest_first[t::threads]) for t in range(threads)]
-    starts = starts.astype(np.int64)
-    remainders = num_units % ms
+    out = np.full((3, len(ms)), np.inf)
+    if wanted is None:
+        wanted = np.ones((3, len(ms)), dtype=bool)
     arrays = [
         np.ascontiguousarray(a, dtype=np.float64)
-        for a in (forward, backward, forward_transfer, backward_transfer, tails)
+        for a in (forward, backward, forward_transfer, backward_transfer)
     ]
-    out = np.empty((3, len(ms)))
+    ends = np.ascontiguousarray(tails, dtype=np.float64)
+    rows, tasks = [], []
+    for row in range(3):
+        keep = np.flatnonzero(wanted[row])
+        if not len(keep):
+            continue
+        sub = ms[keep]
+        singles = int(np.searchsorted(sub, stages - 1)) if row == 1 else 0
+        starts = np.unique(
+            np.r_[np.arange(singles + 1), np.arange(singles, len(sub), LANES), len(sub)]
+        )
+        starts = starts.astype(np.int64)
+        tables = (
+            arrays if len(keep) == len(ms) else [np.ascontiguousarray(a[..., keep]) for a in arrays]
+        )
+        rows.append((row, keep, (sub, num_units % sub, starts), tables, np.empty(len(keep))))
+        # Work ~ lanes run * largest count (a single 1F1B count runs one lane).
+        lanes = (
+            np.where(np.diff(starts) == 1, 1, LANES)
+            if row == 1
+            else np.full(len(starts) - 1, LANES)
+        )
+        for block, work in enumerate(lanes * sub[starts[1:] - 1]):
+            tasks.append((-int(work), len(rows) - 1, block))
+    tasks.sort()  # largest first (ties: by row, then block)
+    threads = min(thread_count(), len(tasks))
+    shares = [tasks[t::threads] for t in range(threads)]
 
-    def run(share: np.ndarray) -> None:
-        _baselines_blocks(ms, remainders, starts, share, *arrays, out)
+    def run(share: list[tuple[int, int, int]]) -> None:
+        for r, (row, _keep, (sub, remainders, starts), tables, times) in enumerate(rows):
+            # Contiguous, so that the kernel is compiled for one layout.
+            blocks = np.array([block for _work, k, block in share if k == r], dtype=np.int64)
+            if len(blocks):
+                _row_blocks(row, sub, remainders, starts, blocks, *tables, ends, times)
 
-    in_threads(run, shares)
+    if threads:
+        in_threads(run, shares)
+    for row, keep, _counts, _tables, times in rows:
+        out[row, keep] = times
     return out
 
 

@@ -5,6 +5,7 @@ and relaxed totals (tidgap.fallback_cpu.setup_loops)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -163,9 +164,9 @@ def test_best_baselines_of_a_large_batch_time_few_counts(shape: str) -> None:
     timed: list[int] = []
     real = baselines_module._timed
 
-    def counting(tables: baselines_module.CountTables, units: int) -> np.ndarray:
+    def counting(tables: baselines_module.CountTables, units: int, *wanted: Any) -> np.ndarray:
         timed.append(int(tables.ms.sum()))
-        return real(tables, units)
+        return real(tables, units, *wanted)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(baselines_module, "_timed", counting)
@@ -393,3 +394,56 @@ def test_an_absurd_entry_is_clamped_and_the_tick_follows_the_ops() -> None:
     assert ops.min() >= 1e6
     clamped = ticked.forward_compute[1, 5]
     assert ticked.to_time(clamped) < 1e4 and clamped == ticked.forward_compute.max()
+
+
+def check_wanted_entries(problem: Problem, seed: int) -> None:
+    """Timing only some (schedule, count) entries gives those entries of the full table bit
+    for bit (``inf`` elsewhere): 1F1B counts below ``S - 1`` on one lane, GPipe and
+    PipeDream counts sharing lanes however they are picked."""
+    ms, every = baseline_times(problem)
+    tables = count_tables(problem, ms)
+    rng = np.random.default_rng(seed)
+    for wanted in (rng.random(every.shape) < 0.4, np.eye(3, len(ms), dtype=bool)):
+        times = baselines_module._timed(tables, problem.num_units, wanted)
+        assert times[wanted].tolist() == every[wanted].tolist()
+        assert np.isinf(times[~wanted]).all()
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
+def test_baseline_times_of_some_entries_are_those_of_every_count(problem: Problem) -> None:
+    check_wanted_entries(problem, 0)
+
+
+@PROPERTY
+@given(problem=problems(max_stages=12), seed=st.integers(0, 2**16))
+def test_baseline_times_of_some_entries_on_random_problems(problem: Problem, seed: int) -> None:
+    check_wanted_entries(problem, seed)
+
+
+@pytest.mark.parametrize("stages", [40, 70])
+def test_best_baselines_times_each_schedule_only_where_its_bound_can_win(stages: int) -> None:
+    """Past the first counts, each schedule times only its own counts whose bound can beat
+    its best first time, none timed twice: PipeDream's busiest resource, at most its
+    count's work, prunes counts that GPipe's chain keeps; the result is the full scan's."""
+    problem = Problem.from_dict(synth_problem(0, stages, 2 * stages))
+    entries: list[np.ndarray] = []
+    real = baselines_module._timed
+
+    def counting(tables: baselines_module.CountTables, units: int, *wanted: Any) -> np.ndarray:
+        mask = wanted[0] if wanted else np.ones((3, len(tables.ms)), bool)
+        rows, columns = np.nonzero(mask)
+        entries.extend(np.stack([rows, tables.ms[columns]], axis=1))
+        return real(tables, units, *wanted)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(baselines_module, "_timed", counting)
+        best = best_baselines(problem)
+    pairs = [tuple(int(v) for v in pair) for pair in entries]
+    assert len(pairs) == len(set(pairs))
+    ms, times = baseline_times(problem)
+    timed_pipedream = sum(1 for row, _m in pairs if row == 2)
+    timed_gpipe = sum(1 for row, _m in pairs if row == 0)
+    assert timed_pipedream < timed_gpipe
+    for row, schedule in zip(times, BASELINE_ROWS, strict=True):
+        i = int(np.argmin(row))
+        assert (best[schedule].microbatches, best[schedule].iteration_time) == (ms[i], row[i])

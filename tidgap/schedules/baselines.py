@@ -207,8 +207,9 @@ def baseline_times(problem: Problem, ms: np.ndarray | None = None) -> tuple[np.n
     return ms, _timed(count_tables(problem, ms), problem.num_units)
 
 
-def _timed(tables: CountTables, num_units: int) -> np.ndarray:
-    """``(3, M)``: the baselines of :data:`BASELINE_ROWS` with each count of ``tables``."""
+def _timed(tables: CountTables, num_units: int, wanted: np.ndarray | None = None) -> np.ndarray:
+    """``(3, M)``: the baselines of :data:`BASELINE_ROWS` with each count of ``tables``;
+    where ``wanted`` (``(3, M)`` bool) is given, only its entries, the others ``inf``."""
     from tidgap.fallback_cpu.setup_loops import baseline_times as compiled
 
     if not len(tables.ms):
@@ -221,6 +222,7 @@ def _timed(tables: CountTables, num_units: int) -> np.ndarray:
         tables.backward_transfer,
         tables.tails,
         num_units,
+        wanted,
     )
 
 
@@ -284,8 +286,9 @@ def best_baselines(problem: Problem, counts: np.ndarray | None = None) -> dict[s
     Exact without timing every count: the :data:`FIRST_COUNTS` counts of least
     :func:`baseline_bounds` per schedule are timed first, then every count whose bound does
     not exceed a schedule's best time so far (by more than :data:`BOUND_MARGIN`); the others
-    cannot win. Refuses (:func:`require_tractable`) problems with too many units to try
-    every ``m``; :class:`InputError` on ``counts`` unless they are as said.
+    cannot win: each schedule times only its own such counts, each (schedule, count) once.
+    Refuses (:func:`require_tractable`) problems with too many units to try every ``m``;
+    :class:`InputError` on ``counts`` unless they are as said.
     """
     require_problem(problem)
     require_tractable(problem)
@@ -297,13 +300,20 @@ def best_baselines(problem: Problem, counts: np.ndarray | None = None) -> dict[s
     tables = count_tables(problem, counts)
     bounds = baseline_bounds(tables, U)
     first = np.unique(np.argsort(bounds, axis=1, kind="stable")[:, :FIRST_COUNTS])
-    incumbents = _timed(_subset(tables, first), U).min(axis=1)
-    wanted = np.flatnonzero((bounds <= incumbents[:, None] * (1 + BOUND_MARGIN)).any(axis=0))
-    ms, table = tables.ms[wanted], _timed(_subset(tables, wanted), U)
+    table = np.full(bounds.shape, np.inf)
+    table[:, first] = _timed(_subset(tables, first), U)
+    incumbents = table.min(axis=1)
+    # Every count that can still win a schedule, less those timed already.
+    wanted = bounds <= incumbents[:, None] * (1 + BOUND_MARGIN)
+    wanted[:, first] = False
+    rest = np.flatnonzero(wanted.any(axis=0))
+    if len(rest):
+        timed = _timed(_subset(tables, rest), U, wanted[:, rest])
+        table[:, rest] = np.where(wanted[:, rest], timed, np.inf)
     best: dict[str, BaselineResult] = {}
     for schedule, row in zip(BASELINE_ROWS, table, strict=True):
-        i = int(np.argmin(row))
-        best[schedule] = BaselineResult(schedule, int(ms[i]), float(row[i]))
+        i = int(np.argmin(row))  # the first of the least: the smallest count
+        best[schedule] = BaselineResult(schedule, int(tables.ms[i]), float(row[i]))
     return best
 
 
