@@ -44,7 +44,10 @@ def test_a_loop_over_rows_gets_its_arguments_then_each_share(
     assert len(results) == 6
 
 
-def test_shares_run_here_and_in_the_pool_at_once() -> None:
+def test_shares_run_here_and_in_the_pool_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads' shares (with ``NUMBA_NUM_THREADS=1`` none ran in the pool and the
+    barrier broke): the caller's and a pool thread's, at once."""
+    monkeypatch.setattr(threads, "thread_count", lambda: 2)
     started = threading.Barrier(2, timeout=30)  # each share waits for the other
 
     def run(share: int) -> tuple[int, int]:

@@ -87,6 +87,16 @@ def own_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     return folder
 
 
+@pytest.fixture(autouse=True)
+def cores_enough(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine of a core per stage: on one usable core (``taskset -c 0``) every run
+    warns, before its error, that its stages share it, and the tests of one-line errors
+    failed there. :func:`test_stages_sharing_a_core_are_warned_of` sets its own count."""
+    from tidgap.cli import run_caveats
+
+    monkeypatch.setattr(run_caveats, "usable_cores", lambda: 64)
+
+
 def workers_under(folder: Path, program: str = "tidgap.runtime.worker") -> list[str]:
     """Command lines of live processes of ``program`` that name ``folder``."""
     found = []
