@@ -19,6 +19,7 @@ from tidgap import (
     example_names,
     load_problem,
 )
+from tidgap.analysis.search_summary import AFTER_GA
 from tidgap.optimize import polish as polish_module
 from tidgap.optimize import windowed_driver, windowed_finish
 from tidgap.optimize.driver import search
@@ -303,6 +304,16 @@ def test_a_shallow_search_keeps_its_best_seeds_polished_over_groups_of_stages(
     monkeypatch.setattr(windowed_finish, "with_polished_seeds", lambda run, found: found)
     without = search(problem, **options).evaluation.iteration_time
     assert result.evaluation.iteration_time < without
+
+
+def test_checking_and_timing_the_plans_is_a_phase_of_its_own() -> None:
+    """The reference simulation of the levels' plans at the end (seconds at 1024 stages)
+    is timed as phase ``decode``, the last, not counted as setup in the summary."""
+    seen: list[str] = []
+    problem = load_problem("example:tiny-2")
+    result = search(problem, seed=0, population=POPULATION, generations=2, on_phase=seen.append)
+    assert seen[-1] == "decode" and seen.count("decode") == 1
+    assert "decode" in result.setup and "decode" in AFTER_GA
 
 
 def test_a_deep_search_polishes_no_seeds(monkeypatch: pytest.MonkeyPatch) -> None:

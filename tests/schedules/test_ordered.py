@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from tests.support.golden_ordered import ordered_plan
 from tests.support.strategies import ordered_plans, orders, plans, problems, raised
-from tidgap import InputError, Order, Plan, Problem, check_plan, evaluate
+from tidgap import InputError, Order, Plan, Problem, check_plan, evaluate, load_problem
+from tidgap.schedules import simulate as simulate_module
 from tidgap.schedules.baselines import (
     BASELINE_ROWS,
     baseline_times,
@@ -102,6 +103,30 @@ def test_the_one_f_one_b_order_gives_the_golden_and_the_compiled_baseline(
         got = evaluate_order(problem, [sizes] * S, [sizes] * S, order).iteration_time
         assert got == pytest.approx(values["1f1b"], rel=REL), m
         assert got == compiled[int(m)], m
+
+
+def test_an_evaluation_keeps_no_steps_and_the_same_end_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without ``steps_kept`` the simulator keeps no step (an evaluation needs none: at
+    1024 stages building them took more than half its time) and gives the same end times,
+    exactly."""
+    problem = load_problem("example:gpt1-14")
+    S, m = problem.num_stages, 6
+    sizes = equal_partition(problem, m)
+    order = one_f_one_b_order(S, m)
+    kept = simulate(problem, [sizes] * S, [sizes] * S, order)
+    bare = simulate(problem, [sizes] * S, [sizes] * S, order, steps_kept=False)
+    assert kept.stages[0] and kept.links[0]
+    assert bare.stages == [[] for _ in range(S)] and bare.links == [[] for _ in range(S - 1)]
+    assert (bare.forward_ends, bare.backward_ends) == (kept.forward_ends, kept.backward_ends)
+
+    def no_step(*args: Any) -> None:
+        raise AssertionError("an evaluation built a step")
+
+    monkeypatch.setattr(simulate_module, "Step", no_step)
+    evaluation = evaluate_order(problem, [sizes] * S, [sizes] * S, order)
+    assert evaluation.backward_ends == [ends[-1] for ends in kept.backward_ends]
 
 
 def test_windows_of_the_whole_batch_give_the_flush_order(golden_case: dict[str, Any]) -> None:

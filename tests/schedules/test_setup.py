@@ -23,7 +23,7 @@ def test_every_setup_phase_is_reported_and_timed() -> None:
         population=16,
         on_phase=seen.append,
     )
-    assert seen == ["compile", "baselines", "heuristics", "seeding", "polish"]
+    assert seen == ["compile", "baselines", "heuristics", "seeding", "polish", "decode"]
     assert set(result.setup) == set(seen) and all(t >= 0 for t in result.setup.values())
     assert result.plan_document()["search"]["setup_time"].keys() == result.setup.keys()
 

@@ -83,7 +83,7 @@ def over_limit(result: SearchResult, rival: BaselineResult) -> str:
 
 
 #: Phases of a search that run after its GA (timed, but not setup).
-AFTER_GA = ("anneal", "polish")
+AFTER_GA = ("anneal", "polish", "decode")
 
 
 def summary_lines(result: SearchResult) -> list[str]:

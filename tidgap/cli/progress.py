@@ -25,6 +25,7 @@ PHASES = {
     "seed polish": "polishing the best seeds, moving groups of stages",
     "anneal": "annealing each island's best plans",
     "polish": "polishing the best plan",
+    "decode": "checking and timing the plans with the reference simulator",
 }
 
 

@@ -404,7 +404,7 @@ def finished(run: FlushRun, stop_reason: str) -> SearchResult:
     candidates: never slower than the best GPipe), so every backward boundary is a forward
     boundary; under ``mirrored`` both partitions are the best of the good chromosomes of
     either side and the equal partitions (:func:`~tidgap.optimize.aligned.mirrored_start`),
-    polished as a pair."""
+    polished as a pair. Decoding, checking and evaluating the plan is phase ``decode``."""
     optimizer, problem, phases = run.optimizer, run.problem, run.phases
     xp = optimizer.xp
     deadline = None if run.time_limit is None else run.stop.started + run.time_limit
@@ -454,14 +454,16 @@ def finished(run: FlushRun, stop_reason: str) -> SearchResult:
                 backward, backward_ticks, backward_caps, backward_score, xp, deadline, signal
             )
     stop_reason = run.stop.signal() or stop_reason  # one that stopped the polish
-    plan = decode_plan(forward, backward, problem)
-    if optimizer.same_partition:
-        plan = Plan.of(plan.forward * problem.num_stages, plan.backward * problem.num_stages)
-    check_plan(plan, problem)
+    with phases("decode"):
+        plan = decode_plan(forward, backward, problem)
+        if optimizer.same_partition:
+            plan = Plan.of(plan.forward * problem.num_stages, plan.backward * problem.num_stages)
+        check_plan(plan, problem)
+        evaluation = SEARCHED.evaluate(problem, plan)
     return SearchResult(
         problem=problem,
         plan=plan,
-        evaluation=SEARCHED.evaluate(problem, plan),
+        evaluation=evaluation,
         baselines=run.baselines,
         heuristics=run.heuristics,
         heuristic_times=run.heuristic_times,

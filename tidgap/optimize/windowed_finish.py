@@ -55,9 +55,11 @@ ANNEAL_CHAINS: int | None = 128
 #: slower, as one run from another (docs/measurements.md).
 SEED_POLISH_SHARE = 0.1
 #: About how long the reference simulator takes per op (a forward or backward of one
-#: microbatch on one stage) of a plan it checks and times at the end, in seconds (512
-#: stages, 88064 ops: 1.2 s): a time limit keeps that long for it.
-DECODE_SECONDS_PER_OP = 1.5e-5
+#: microbatch on one stage) of a plan it checks and times at the end, in seconds (one
+#: core: 512 stages, 88064 ops, 0.3 s; 1024 stages, 193536 ops, 0.9 s; 1.5e-5 until
+#: 2026-12-08, when the evaluation still built every step): a time limit keeps that long
+#: for it (phase ``decode``).
+DECODE_SECONDS_PER_OP = 6e-6
 
 
 def annealed(
@@ -306,8 +308,9 @@ def finish_windowed(
     """The result of ``run`` after its generations stopped for ``stop_reason``: each level's
     best :func:`improved` (or, ``resumed``, the annealing a state holds goes on; unless a
     signal stopped the GA, or a fitness of the user's own ranks them: the seed polish,
-    annealing and polish minimise the iteration time), decoded and checked; ``checkpoint``
-    as :func:`improved` saves."""
+    annealing and polish minimise the iteration time), decoded and checked (phase
+    ``decode``: the reference simulator, seconds at 1024 stages); ``checkpoint`` as
+    :func:`improved` saves."""
     optimizer, levels, in_force, problem = run.optimizer, run.levels, run.in_force, run.problem
     require_some_valid(optimizer.pooled()[0])
     found = [optimizer.best_within(level) for level in levels]
@@ -315,7 +318,8 @@ def finish_windowed(
         run.reserve = decoding_seconds(found)
         found, stop_reason = improved(run, found, stop_reason, checkpoint, resumed)
     best_genes = [None if best is None else best[0] for best in found]
-    tradeoff = decoded(best_genes, problem, levels, run.pricing, run.optimizer.space.memory)
+    with run.phases("decode"):
+        tradeoff = decoded(best_genes, problem, levels, run.pricing, run.optimizer.space.memory)
     chosen = tradeoff[levels.index(in_force)]
     if chosen.plan is None or chosen.evaluation is None:
         held = f"at most {list(in_force.held)} samples per stage"

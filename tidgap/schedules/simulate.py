@@ -55,10 +55,13 @@ def simulate(
     order: Order,
     op_time: OpTime | None = None,
     link_time: LinkTime | None = None,
+    steps_kept: bool = True,
 ) -> Simulation:
     """Time ``order`` over the sizes ``forward[s]`` / ``backward[s]`` (samples), each op
     taking ``op_time`` and each transfer ``link_time`` (default: the problem's time
-    functions).
+    functions). Without ``steps_kept`` the simulation's ``stages`` and ``links`` stay
+    empty (the same end times, in under half the time at 1024 stages: all an evaluation
+    needs).
 
     Forward ``k`` of ``s`` starts at ``max(free_s, A[s-1][i])``; backward ``k`` at
     ``max(free_s, EF[s][i_own], A'[s+1][i])``; ``A[s][k] = max(EF[s][k], A[s][k-1]) +
@@ -103,7 +106,8 @@ def simulate(
         samples = (prefix[k - 1] + 1, prefix[k])
         end = start + (compute(size) if op_time is None else op_time(s, op, k, size))
         ends.append(end)
-        steps[s].append(Step(op, k - 1, samples, start, end))
+        if steps_kept:
+            steps[s].append(Step(op, k - 1, samples, start, end))
         free[s] = end
         if op == "F" and s < S - 1:
             send(s, activations[s], op, k, size, samples, end)
@@ -122,7 +126,8 @@ def simulate(
             carry = problem.links[link]
             duration = carry.forward(size) if op == "F" else carry.backward(size)
         sent.append(begin + duration)
-        links[link].append(Step(op, k - 1, samples, begin, sent[-1]))
+        if steps_kept:
+            links[link].append(Step(op, k - 1, samples, begin, sent[-1]))
 
     remaining = sum(len(letters) for letters in order.stages)
     while remaining:
@@ -157,7 +162,7 @@ def evaluate_order(
     """End times, ``iteration_time = max_s(EB[s][N_s] + tail_s)`` and ``peak_held`` of a
     valid ``order`` over the sizes ``forward`` / ``backward`` (samples); ``op_time`` and
     ``link_time`` as :func:`simulate`."""
-    simulation = simulate(problem, forward, backward, order, op_time, link_time)
+    simulation = simulate(problem, forward, backward, order, op_time, link_time, steps_kept=False)
     return Evaluation.of(
         problem,
         [ends[-1] for ends in simulation.forward_ends],
