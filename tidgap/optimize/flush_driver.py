@@ -41,6 +41,7 @@ from tidgap.optimize.preparation import (
     POLISH_SHARE,
     Phases,
     add_heuristics,
+    affordable,
     chromosome_width,
     equal_seed_counts,
     heuristic_times,
@@ -79,10 +80,8 @@ def lean_population(population: int, stages: int, width: int, seconds: float | N
     that many random ones for both sides (by :data:`RANDOM_GENE_SECONDS`), so that the GA
     runs no generation (the polish starts from the best, the backward rules' repairs from
     the :data:`ALIGNED_CANDIDATES` best)."""
-    if seconds is None or population <= LEAN_POPULATION:
-        return population
     drawn = 2 * population * stages * width
-    return population if seconds > RANDOM_GENE_SECONDS * drawn else LEAN_POPULATION
+    return affordable(population, LEAN_POPULATION, drawn, seconds, RANDOM_GENE_SECONDS)
 
 
 def _seeds(
@@ -315,7 +314,7 @@ def prepare_flush(
     settings = GeneticSettings(population=population)
     rng = CounterRng(seed, xp)
     sides = []
-    left = None if not lean or stop.time_limit is None else stop.time_limit - stop.elapsed()
+    left = stop.left() if lean else None
     size = lean_population(population, len(directions[0][0]), width, left)
     with phases("seeding"):
         for (caps, score, direction), direction_counts in zip(directions, counts, strict=True):

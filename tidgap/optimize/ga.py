@@ -136,6 +136,10 @@ class StopRule:
         """The name of the signal that asked to stop, or ``None``."""
         return None if self.interrupted is None else self.interrupted()
 
+    def left(self) -> float | None:
+        """Seconds before the time limit (negative past it); ``None`` without a limit."""
+        return None if self.time_limit is None else self.time_limit - self.elapsed()
+
     def out_of_time(self) -> bool:
         """Whether the time limit has passed."""
         return self.time_limit is not None and self.elapsed() >= self.time_limit

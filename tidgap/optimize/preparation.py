@@ -61,6 +61,17 @@ def warm_up_inputs(ticked: TickedProblem, xp: ModuleType) -> tuple[Any, Any]:
     return genes, xp.full((ticked.num_stages,), ticked.num_units, dtype=xp.int64)
 
 
+def affordable(
+    population: int, fewer: int | None, genes: int, seconds: float | None, per_gene: float
+) -> int:
+    """``population``, or ``fewer`` (where smaller) where ``seconds`` (the time left before
+    the GA's time limit; ``None``: no limit) would not cover making its ``genes`` genes at
+    ``per_gene`` seconds each, so that the GA could run no generation of them."""
+    if seconds is None or fewer is None or population <= fewer:
+        return population
+    return population if seconds > per_gene * genes else fewer
+
+
 def start_search(
     problem: Problem, backend: str, population: int, max_memory: int | None
 ) -> SearchStart:
@@ -197,10 +208,7 @@ def add_heuristics(problem: Problem, stop: StopRule, heuristics: dict[str, Plan]
     for name, build in HEURISTICS.items():
         if name in heuristics or stop.signal() is not None:
             continue
-        if (
-            stop.time_limit is None
-            or HEURISTIC_SECONDS[name](problem) < stop.time_limit - stop.elapsed()
-        ):
+        if (left := stop.left()) is None or HEURISTIC_SECONDS[name](problem) < left:
             heuristics[name] = build(problem)
 
 

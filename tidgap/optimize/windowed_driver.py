@@ -59,6 +59,7 @@ from tidgap.optimize.preparation import (
     POLISH_SHARE,
     Phases,
     add_heuristics,
+    affordable,
     chromosome_width,
     heuristic_times,
     needed_counts,
@@ -112,10 +113,8 @@ def island_size(
     the annealing's :data:`~tidgap.optimize.windowed_finish.ANNEAL_CHAINS` (its chains
     start from each island's fittest, which a population of that size holds too; the GA
     runs on them where time is left after all)."""
-    if seconds is None or ANNEAL_CHAINS is None or population <= ANNEAL_CHAINS:
-        return population
     genes = islands * population * stages * width
-    return population if seconds > ISLAND_GENE_SECONDS * genes else ANNEAL_CHAINS
+    return affordable(population, ANNEAL_CHAINS, genes, seconds, ISLAND_GENE_SECONDS)
 
 
 def flush_generations(generations: int | None) -> int:
@@ -428,8 +427,7 @@ def prepare_windowed(
             f"takes at least {fewest}",
             source="max_microbatches",
         )
-    left = None if stop.time_limit is None else stop.time_limit - stop.elapsed()
-    equal = seed_plans(problem, width, population, baselines, left)
+    equal = seed_plans(problem, width, population, baselines, stop.left())
     ramps = ramp_plans(problem, width, baselines["1f1b"])
     if backward == MIRRORED or pricing == RUN_PRICING:  # mirrored: no recomputation
         ramps += growing_ramp_plans(problem, width, baselines["1f1b"])
@@ -448,11 +446,10 @@ def prepare_windowed(
         capped = [p for level in levels for p in capped_one_f_one_b(problem, level, width, holding)]
         seeds = encode_seeds([*equal, *plans], partitions, levels, capped, problem, width)
         device_seeds = JointGenes(*(xp.asarray(a) for a in seeds.rows()))
-        left = None if stop.time_limit is None else stop.time_limit - stop.elapsed()
         # a state saved or restored holds whole islands
         saved = (checkpoint, first_search, mirrored_state)
         whole = not lean_islands or any(given is not None for given in saved)
-        size = island_size(population, len(levels), S, width, None if whole else left)
+        size = island_size(population, len(levels), S, width, None if whole else stop.left())
         fill = max(size - seeds.size, size // 2)
         candidates = JointGenes.concatenate([space.repaired(device_seeds), space.random(fill, rng)])
         scored = (candidates, *space.evaluate(candidates))
