@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tidgap.model.problem import load_problem
-from tidgap.optimize.cluster import ClusterPool, Skipped, connected_client
+from tidgap.optimize.cluster import ClusterPool, Skipped, _Call, connected_client
 from tidgap.optimize.many import SearchFailed, search_many
 
 distributed = pytest.importorskip("distributed")
@@ -58,9 +58,9 @@ def test_a_stop_ends_the_running_search_and_skips_the_queued_one() -> None:
             queued.result(timeout=30)
         assert pool.submit(_until_stopped, pool.interrupted, 60.0).cancelled()
         deadline = time.monotonic() + 10
-        while pool._tasks and time.monotonic() < deadline:
+        while pool._calls and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not pool._tasks  # settled tasks let go of: their results freed on the cluster
+        assert not pool._calls  # settled tasks let go of: their results freed on the cluster
 
 
 def test_a_stop_amid_a_submit_does_not_wait_for_it() -> None:
@@ -95,25 +95,31 @@ class _Task:
         return self._error
 
 
+def _call(future: Future, task: _Task | None = None) -> _Call:
+    """A pool's record of a submitted task whose caller holds ``future``."""
+    return _Call(print, (), {}, future, task)
+
+
 @pytest.mark.parametrize(
     ("task", "raised"),
     [
-        (_Task("finished", OSError("comm closed")), OSError),
+        (_Task("finished", OSError("comm closed")), CancelledError),
         (_Task("lost"), CancelledError),
         (_Task("error", ValueError("bad")), ValueError),
     ],
 )
 def test_every_outcome_settles_the_future(task: _Task, raised: type) -> None:
     """A result lost with the scheduler as it was fetched left the future pending for good
-    (a sweep waited for ever); a lost task settled it with ``None``, a result dropped."""
+    (a sweep waited for ever; here the client, ``None``, cannot send it again, so it
+    fails); a lost task settled it with ``None``, a result dropped."""
     future: Future = Future()
-    ClusterPool(client=None)._settle(task, future)
+    ClusterPool(client=None)._settle(task, _call(future))
     with pytest.raises(raised):
         future.result(timeout=1)
-    ClusterPool(client=None)._settle(_Task("finished"), future)  # settled already: no error
+    ClusterPool(client=None)._settle(_Task("finished"), _call(future))  # settled: no error
     cancelled: Future = Future()
     cancelled.cancel()  # by its caller (a Ctrl-C in search_many)
-    ClusterPool(client=None)._settle(_Task("finished"), cancelled)
+    ClusterPool(client=None)._settle(_Task("finished"), _call(cancelled))
     assert cancelled.cancelled()
 
 
@@ -226,7 +232,7 @@ def test_a_stop_with_the_scheduler_gone_settles_every_search_itself() -> None:
     the searches not started pending for good: only a second signal ended the sweep."""
     pool = ClusterPool(client=object())  # any call to it fails, as a broken client's
     waiting: list[Future] = [Future(), Future()]
-    pool._tasks = {f"k{i}": (_Task("pending"), future) for i, future in enumerate(waiting)}
+    pool._calls = {future: _call(future, _Task("pending")) for future in waiting}
     pool._stopped = "SIGINT"
     pool._stop_tasks()
     assert all(future.cancelled() for future in waiting)

@@ -148,7 +148,6 @@ class ClusterPool(Executor):
         #: the searches' ``interrupted`` (:func:`~tidgap.optimize.many.search_many` gives it
         #: to each one's options; give it to those of a task submitted otherwise)
         self.interrupted = ClusterStop(f"tidgap-stop-{uuid.uuid4().hex}")
-        self._tasks: dict[str, tuple[Any, Future[Any]]] = {}  # not settled yet, by key
         self._calls: dict[Future[Any], _Call] = {}  # not settled yet, by the caller's future
         self._lock = threading.Lock()
         self._stopped: str | None = None  # the signal's name, once stopped
@@ -196,9 +195,7 @@ class ClusterPool(Executor):
             self._fail(call, f"the cluster's scheduler was lost ({joined_message(error)})")
             return
         call.task = task
-        with self._lock:
-            self._tasks[task.key] = (task, call.done)
-        task.add_done_callback(lambda finished: self._settle(finished, call.done))
+        task.add_done_callback(lambda finished: self._settle(finished, call))
         if self._stopped is not None:  # stopped while it was sent: it may have missed it
             _cancel(call.done)
 
@@ -213,7 +210,6 @@ class ClusterPool(Executor):
         from distributed import Event
 
         with self._lock:
-            tasks = list(self._tasks.values())
             calls = list(self._calls.values())
         try:
             assert self._stopped is not None
@@ -221,28 +217,21 @@ class ClusterPool(Executor):
             running = {key for keys in self.client.processing().values() for key in keys}
         except Exception:  # the scheduler is gone (or the client broken): settle them here
             running = set()
-        for task, done in tasks:
-            if task.key not in running:  # settled here: the client may never call back
-                _cancel(done)
-        for call in calls:  # being sent again (lost with a scheduler): none runs them now
+        for call in calls:  # settled here: the client may never call back
             if call.task is None or call.task.key not in running:
                 _cancel(call.done)
 
-    def _settle(self, task: Any, future: Future[Any]) -> None:
-        """Give ``future`` the finished Dask ``task``'s outcome (in the client's callback
-        thread): its result or exception; sent again where the cluster lost it or its
-        result with its scheduler (:meth:`_lost`); without its call (not this pool's),
-        cancelled where the task was, failed where its outcome was lost; then let the task
-        go."""
-        with self._lock:
-            self._tasks.pop(task.key, None)
-            call = self._calls.get(future)
+    def _settle(self, task: Any, call: _Call) -> None:
+        """Give ``call``'s future the finished Dask ``task``'s outcome (in the client's
+        callback thread): its result or exception; sent again where the cluster lost it or
+        its result with its scheduler (:meth:`_lost`); then let the task go."""
+        future = call.done
         if future.done():  # cancelled by its caller or a stop
             self._forget(future)
             return
         try:
             if task.status == "cancelled":
-                if call is None or self._stopped is not None:
+                if self._stopped is not None:
                     _cancel(future)
                     self._forget(future)
                 else:  # Dask cancels the tasks of a client that lost its scheduler
@@ -254,7 +243,7 @@ class ClusterPool(Executor):
                 return
             error = task.exception() if task.status == "error" else None
         except BaseException as lost:  # its outcome lost with the scheduler
-            if call is not None and isinstance(lost, (OSError, CancelledError)):
+            if isinstance(lost, (OSError, CancelledError)):
                 self._lost(call)
                 return
             error = lost
