@@ -1046,6 +1046,8 @@ def test_a_checkpoint_around_random_layers_on_a_recomputing_stage_says_why(
     assert "CheckpointError" in line and "take the checkpoint out" in line, line
 
 
+# torch warns of the reentrant checkpoint's input (no gradient) in the reference's forward
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad=True:UserWarning")
 def test_a_reference_the_model_cannot_give_is_one_line(problem_file: Path, tmp_path: Path) -> None:
     """A reentrant checkpoint runs in the pipeline, but ``torch.autograd.grad`` refuses it in
     the gradient check's one-process reference: a traceback, exit 1."""
