@@ -224,3 +224,19 @@ def test_numpy_and_the_cupy_stand_in_breed_the_same_children(
     stand_in = fake_cupy.module()
     monkeypatch.setitem(sys.modules, "cupy", stand_in)  # where namespace() finds CuPy
     assert_same(breed(population, 9, stand_in), breed(population, 9))
+
+
+@pytest.mark.parametrize("count", [SIZE, SIZE // 3, 1])
+def test_reordering_in_place_gives_the_rows_a_copy_would_and_allocates_none(
+    population: JointGenes, count: int
+) -> None:
+    """:meth:`JointGenes.reordered` (every cycle of a permutation, fixed points, a prefix)
+    equals :meth:`JointGenes.take` of the same rows, in the arrays it was given."""
+    order = np.concatenate([[0, 1], 2 + np.random.default_rng(count).permutation(SIZE - 2)])
+    genes = JointGenes(*(array.copy() for array in population.arrays()))
+    reordered = genes.reordered(order, count)
+    for mine, copied, given in zip(
+        reordered.arrays(), population.take(order[:count]).arrays(), genes.arrays(), strict=True
+    ):
+        np.testing.assert_array_equal(mine, copied)
+        assert np.shares_memory(mine, given)

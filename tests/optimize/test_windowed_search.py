@@ -23,6 +23,8 @@ from tidgap.analysis.search_summary import AFTER_GA
 from tidgap.optimize import polish as polish_module
 from tidgap.optimize import windowed_driver, windowed_finish
 from tidgap.optimize.driver import search
+from tidgap.optimize.joint import Island
+from tidgap.optimize.joint_operators import JointGenes
 from tidgap.optimize.limits import stage_level
 from tidgap.optimize.results import SearchResult
 from tidgap.optimize.windowed_driver import (
@@ -404,6 +406,67 @@ def test_a_short_search_keeps_its_seeds_guarantees_and_time_for_its_result(
     )
     assert result.evaluation.iteration_time <= best * (1 + REL)
     assert result.evaluation == evaluate(problem, result.plan)
+
+
+def test_past_the_annealings_latest_deadline_the_polish_scans_are_not_timed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A search past the latest deadline its annealing could have (its end less the least
+    polish share) builds no chains and times no scan of its plan for the polish's reserve
+    (0.5 s at 1024 stages), which could only move that deadline earlier."""
+
+    def untimed(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("timed the polish's scans past the annealing's deadline")
+
+    monkeypatch.setattr(windowed_finish, "scan_seconds", untimed)
+    problem = Problem.from_dict(synth_problem(3, stages=16, batch_size=64))
+    run = prepare_windowed(problem, seed=0, time_limit=1e-3, memory_limit="1f1b")
+    found = [run.optimizer.best_within(level) for level in run.levels]
+    assert any(best is not None for best in found)
+    annealed = windowed_finish.annealed(run, found)
+    fastest = windowed_finish.fastest_admitted(found, run.levels, run.optimizer.space)
+    assert [None if b is None else b[1] for b in annealed] == [
+        None if b is None else b[1] for b in fastest
+    ]
+
+
+@pytest.mark.parametrize(("time_limit", "population"), [(1e-3, 512), (None, 8)])
+def test_the_islands_share_no_genes_and_the_last_takes_the_candidates_arrays(
+    monkeypatch: pytest.MonkeyPatch, time_limit: float | None, population: int
+) -> None:
+    """Each island's genes are its own (the GA writes over them in place), the last one's
+    the scored candidates' arrays reordered in place (no copy: at 1024 stages a copy's first
+    touch took 0.5 s), holding the same individuals as a copy would (all of them, or, with
+    more candidates than the island holds, the fittest)."""
+    seeded: list[tuple[Any, ...]] = []
+    original = Island.seeded.__func__  # type: ignore[attr-defined]
+
+    def recorded(cls: type, level: Any, candidates: Any, *rest: Any, **options: Any) -> Island:
+        copies = [array.copy() for array in candidates.arrays()]
+        island = original(cls, level, candidates, *rest, **options)
+        seeded.append((island, candidates, copies, rest, options.get("owned", False)))
+        return island
+
+    monkeypatch.setattr(Island, "seeded", classmethod(recorded))
+    problem = Problem.from_dict(synth_problem(3, stages=8, batch_size=64))
+    run = prepare_windowed(
+        problem, seed=0, time_limit=time_limit, generations=1, population=population
+    )
+    islands = run.optimizer.islands
+    assert [owned for *_, owned in seeded] == [False] * (len(islands) - 1) + [True]
+    for i, island in enumerate(islands):
+        for other in islands[i + 1 :]:
+            for mine, theirs in zip(island.genes.arrays(), other.genes.arrays(), strict=True):
+                assert not np.shares_memory(mine, theirs)
+    last, candidates, copies, (times, peaks, size, held), _ = seeded[-1]
+    assert (candidates.size > size) == (population == 8)
+    copied = Island.seeded(last.level, JointGenes(*copies), times, peaks, size, held)
+    for mine, theirs, given in zip(
+        last.genes.arrays(), copied.genes.arrays(), candidates.arrays(), strict=True
+    ):
+        np.testing.assert_array_equal(mine, theirs)
+        assert np.shares_memory(mine, given)
+    np.testing.assert_array_equal(last.fitness, copied.fitness)
 
 
 def test_window_order_seeds_are_encoded_without_building_their_plans(

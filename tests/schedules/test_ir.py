@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tests.support.strategies import orders, plans, problems
 from tidgap import Action, Order, Problem
-from tidgap.schedules.ir import Violation, one_f_one_b_order
+from tidgap.schedules.ir import Violation, holder, holders, one_f_one_b_order, prefix_sums
 
 PROPERTY = settings(max_examples=100, deadline=None, derandomize=True, database=None)
 
@@ -62,3 +62,17 @@ def test_actions_out_of_sequence_are_refused_naming_the_action(
 def test_a_violation_says_position_and_rule() -> None:
     assert Violation(1, 3, 2, "why").message() == "position 3: breaks rule 2 (no deadlock): why"
     assert Violation(0, None, "count", "why").message() == "breaks rule count: why"
+
+
+@PROPERTY
+@given(
+    sizes=st.lists(st.integers(1, 9), min_size=1, max_size=12),
+    samples=st.lists(st.integers(0, 120), max_size=12),
+)
+def test_holders_finds_each_samples_holder_as_holder_does(
+    sizes: list[int], samples: list[int]
+) -> None:
+    """One search for many samples (the simulator's, per stage) gives :func:`holder`'s
+    microbatches, past the last one too."""
+    prefix = prefix_sums(sizes)
+    assert holders(prefix, samples) == [holder(prefix, x) for x in samples]

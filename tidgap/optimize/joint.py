@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from tidgap.backends import Backend, load
 from tidgap.backends.evaluator import INVALID, OrderedEvaluator
-from tidgap.backends.xp import namespace
+from tidgap.backends.xp import namespace, to_host
 from tidgap.optimize.backward_rules import FREE, MIRRORED, breaks
 from tidgap.optimize.ga import GeneticSettings, random_chromosomes
 from tidgap.optimize.genome import GENE, Population
@@ -161,14 +163,21 @@ class Island:
         peaks: Any,
         size: int,
         held: Any,
+        owned: bool = False,
     ) -> Island:
         """The ``size`` fittest under ``level`` of ``candidates`` (repaired) with their
         ``times`` ``(n,)`` and ``peaks`` ``(n, S)``; ``held``: the level as the peaks count
-        (:meth:`JointSpace.limit`)."""
+        (:meth:`JointSpace.limit`). ``owned``: on the host, the island takes the candidates'
+        arrays, reordered in place (:meth:`JointGenes.reordered`), instead of a copy of them
+        (the caller reads them no more; on a GPU, a copy: a row at a time would launch a
+        kernel per row)."""
         xp = namespace(candidates.forward)
         fitness = penalised(times, peaks, held)
-        keep = xp.argsort(fitness, kind="stable")[:size]
-        island = cls(level, held, candidates.take(keep), times[keep], peaks[keep], fitness[keep])
+        ranked = xp.argsort(fitness, kind="stable")
+        keep = ranked[:size]
+        in_place = owned and xp is np
+        genes = candidates.reordered(to_host(ranked), size) if in_place else candidates.take(keep)
+        island = cls(level, held, genes, times[keep], peaks[keep], fitness[keep])
         island.best_fitness = int(fitness[keep[0]])
         return island
 

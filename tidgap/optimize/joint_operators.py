@@ -54,6 +54,25 @@ class JointGenes:
         codes = None if self.codes is None else self.codes[index]
         return JointGenes(self.forward[index], self.backward[index], self.lead[index], codes)
 
+    def reordered(self, order: Any, count: int) -> JointGenes:
+        """The individuals at ``order[:count]`` (``order``: a permutation of all ``P``
+        rows, ``(P,)`` on the host), moved into these arrays' first rows, one row at a time
+        along its cycles: no fresh memory, where :meth:`take` writes a copy whose first touch
+        costs 0.4 s at 1024 stages and 128 individuals. These genes are overwritten: only
+        for arrays nothing else reads."""
+        order = [int(i) for i in order]
+        for array in self.arrays():
+            done = [False] * len(order)
+            for start in range(len(order)):
+                if done[start] or order[start] == start:
+                    continue
+                first, row = array[start].copy(), start
+                while order[row] != start:
+                    array[row] = array[order[row]]
+                    done[row], row = True, order[row]
+                array[row], done[row] = first, True
+        return JointGenes(*(array[:count] for array in self.arrays()))
+
     def repaired(self, repair: Repair = canonical) -> JointGenes:
         """The same partitions with canonical leads and their op codes (every order valid);
         ``repair`` is :func:`~tidgap.optimize.order_genes.canonical` or a compiled twin."""

@@ -453,7 +453,12 @@ def prepare_windowed(
         fill = max(size - seeds.size, size // 2)
         candidates = JointGenes.concatenate([space.repaired(device_seeds), space.random(fill, rng)])
         scored = (candidates, *space.evaluate(candidates))
-        islands = [Island.seeded(level, *scored, size, space.limit(level)) for level in levels]
+        # the last island takes the candidates' arrays: no copy to fill anew
+        last = len(levels) - 1
+        islands = [
+            Island.seeded(level, *scored, size, space.limit(level), owned=i == last)
+            for i, level in enumerate(levels)
+        ]
     optimizer = JointOptimizer(
         problem,
         ticked,

@@ -56,10 +56,11 @@ ANNEAL_CHAINS: int | None = 128
 SEED_POLISH_SHARE = 0.1
 #: About how long the reference simulator takes per op (a forward or backward of one
 #: microbatch on one stage) of a plan it checks and times at the end, in seconds (one
-#: core: 512 stages, 88064 ops, 0.3 s; 1024 stages, 193536 ops, 0.9 s; 1.5e-5 until
-#: 2026-12-08, when the evaluation still built every step): a time limit keeps that long
+#: core: 512 stages, 88064 ops, 0.27 s; 1024 stages, 193536 ops, 0.64 s, 0.7-1.1 s within a
+#: search; 1.5e-5 until 2026-12-08, when the evaluation still built every step, then 6e-6
+#: until the simulator stopped asking waiting stages again): a time limit keeps that long
 #: for it (phase ``decode``).
-DECODE_SECONDS_PER_OP = 6e-6
+DECODE_SECONDS_PER_OP = 4.5e-6
 
 
 def annealed(
@@ -79,9 +80,13 @@ def annealed(
     steps = None
     if not runs_to_the_limit(run.stop, time_limit):
         steps = ANNEAL_STEPS_PER_GENERATION * optimizer.counters.generation
-    if deadline is None and time_limit is not None:
-        deadline = run.end() - polish_reserve(run, found, time_limit)
     unsaved = saving is None and resumed is None
+    if deadline is None and time_limit is not None:
+        # the polish keeps at least POLISH_SHARE: past that, no step would run, and timing
+        # its scans for its reserve (0.5 s at 1024 stages) would only spend more time
+        if unsaved and time.perf_counter() >= run.end() - POLISH_SHARE * time_limit:
+            return fastest_admitted(found, run.levels, optimizer.space)
+        deadline = run.end() - polish_reserve(run, found, time_limit)
     if unsaved and deadline is not None and time.perf_counter() >= deadline:
         return fastest_admitted(found, run.levels, optimizer.space)  # no step would run
     if resumed is None:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+import numpy as np
+
 #: The two operations of an order: a forward and a backward.
 OPERATIONS = ("F", "B")
 _ACTION = re.compile(r"(\d+)([FB])(\d+)")
@@ -121,6 +123,11 @@ def forwards_before(letters: str) -> list[int]:
 def holder(prefix: Sequence[int], sample: int) -> int:
     """``min{i : prefix[i] >= sample}``: the (1-based) microbatch that holds ``sample``."""
     return bisect_left(prefix, sample)
+
+
+def holders(prefix: Sequence[int], samples: Sequence[int]) -> list[int]:
+    """:func:`holder` of each of ``samples`` (``(n,)``), in one search: ``(n,)``."""
+    return np.searchsorted(np.asarray(prefix), np.asarray(samples)).tolist()
 
 
 def count_violation(letters: str, forwards: int, backwards: int, s: int) -> Violation | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tidgap.model.problem import Problem
 from tidgap.schedules.evaluation import Evaluation, iteration_time
-from tidgap.schedules.ir import Order, holder, peak_held, prefix_sums
+from tidgap.schedules.ir import Order, holders, peak_held, prefix_sums
 from tidgap.schedules.timeline import Step, Timeline, stage_names, tail_steps
 
 #: ``op_time(s, op, k, size)``: how long stage ``s``'s ``op`` (``"F"`` or ``"B"``) number
@@ -76,7 +76,15 @@ def simulate(
     gradients: list[list[float]] = [[-math.inf] for _ in range(S)]  # A'[s], sent s -> s-1
     steps: list[list[Step]] = [[] for _ in range(S)]
     links: list[list[Step]] = [[] for _ in range(S - 1)]
+    # the microbatch holding each op's last sample: of the stage before (F), its own
+    # forwards (B) and the stage after's backwards (B), as holder() finds them
+    sent_forward = [[]] + [holders(P[s - 1], P[s]) for s in range(1, S)]
+    own_forward = [holders(P[s], Q[s]) for s in range(S)]
+    sent_backward = [holders(Q[s + 1], Q[s]) for s in range(S - 1)] + [[]]
     position, free = [0] * S, [0.0] * S
+    # waiting[s]: stage s's next op waits for an input that its neighbours have not sent
+    # since (a sweep skips it: the same ops in the same order, without asking again)
+    waiting = [False] * S
 
     def ready(s: int, op: str) -> float | None:
         """When stage ``s``'s next ``op`` may start, or ``None`` while an input is missing."""
@@ -84,15 +92,15 @@ def simulate(
             k = len(EF[s])
             if s == 0:
                 return free[s]
-            i = holder(P[s - 1], P[s][k])
+            i = sent_forward[s][k]
             return max(free[s], activations[s - 1][i]) if i < len(EF[s - 1]) else None
         k = len(EB[s])
-        own = holder(P[s], Q[s][k])
+        own = own_forward[s][k]
         if own >= len(EF[s]):
             return None
         if s == S - 1:
             return max(free[s], EF[s][own], 0.0)
-        i = holder(Q[s + 1], Q[s][k])
+        i = sent_backward[s][k]
         return max(free[s], EF[s][own], gradients[s + 1][i]) if i < len(EB[s + 1]) else None
 
     def run(s: int, op: str, start: float) -> None:
@@ -111,8 +119,10 @@ def simulate(
         free[s] = end
         if op == "F" and s < S - 1:
             send(s, activations[s], op, k, size, samples, end)
+            waiting[s + 1] = False
         elif op == "B" and s > 0:
             send(s - 1, gradients[s], op, k, size, samples, end)
+            waiting[s - 1] = False
 
     def send(
         link: int, sent: list[float], op: str, k: int, size: int, samples: tuple, end: float
@@ -133,21 +143,24 @@ def simulate(
     while remaining:
         progressed = False
         for s, letters in enumerate(order.stages):
+            if waiting[s]:
+                continue
             while position[s] < len(letters):
                 start = ready(s, letters[position[s]])
                 if start is None:
+                    waiting[s] = True
                     break
                 run(s, letters[position[s]], start)
                 position[s] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:
-            waiting = [
+            stuck = [
                 f"stage {s} at position {position[s]}"
                 for s in range(S)
                 if position[s] < len(order.stages[s])
             ]
-            raise Deadlock(f"the order cannot finish: {', '.join(waiting)} wait forever")
+            raise Deadlock(f"the order cannot finish: {', '.join(stuck)} wait forever")
     return Simulation(EF, EB, steps, links)
 
 
