@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-import numpy as np
-
 #: The two operations of an order: a forward and a backward.
 OPERATIONS = ("F", "B")
 _ACTION = re.compile(r"(\d+)([FB])(\d+)")
@@ -126,8 +124,8 @@ def holder(prefix: Sequence[int], sample: int) -> int:
 
 
 def holders(prefix: Sequence[int], samples: Sequence[int]) -> list[int]:
-    """:func:`holder` of each of ``samples`` (``(n,)``), in one search: ``(n,)``."""
-    return np.searchsorted(np.asarray(prefix), np.asarray(samples)).tolist()
+    """:func:`holder` of each of ``samples`` (``(n,)``): ``(n,)``."""
+    return [bisect_left(prefix, sample) for sample in samples]
 
 
 def count_violation(letters: str, forwards: int, backwards: int, s: int) -> Violation | None:
