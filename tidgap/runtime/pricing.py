@@ -38,7 +38,7 @@ from tidgap.schedules.families import (
     family_of,
     plan_timeline,
 )
-from tidgap.schedules.ir import holder, prefix_sums
+from tidgap.schedules.ir import holders, prefix_sums
 from tidgap.schedules.simulate import OpTime, evaluate_order, order_timeline
 from tidgap.schedules.timeline import Timeline
 
@@ -52,7 +52,7 @@ def covered_chunks(forward: list[int], backward: list[int]) -> list[list[int]]:
     boundary a forward boundary): backward ``k`` ends in forward chunk
     ``holder(P, Q[k])``."""
     P, Q = prefix_sums(forward), prefix_sums(backward)
-    ends = [holder(P, q) for q in Q]
+    ends = holders(P, Q)
     return [forward[first:last] for first, last in pairwise(ends)]
 
 
