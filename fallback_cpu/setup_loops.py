@@ -183,6 +183,28 @@ def _pipedream(ms, rs, first, n, tf, tb, cf, cb, tails, out):  # pragma: no cove
 
 
 @njit(cache=CACHING)
+def _switch(
+    s, j, first, m, rs, order, small, done, ops, links, op_times, link_times, link
+):  # pragma: no cover - compiled
+    """Before stage ``s``'s operation ``j`` of one direction (1F1B of lanes ``first..``,
+    counts ``m``): the lanes whose remainder ``rs`` (in ``order``, ascending) is at most
+    ``j`` move to the small microbatch's times, ``op_times[1, s]`` and, where ``link >= 0``,
+    ``link_times[1, link]``; the lanes whose count is at most ``j`` run nothing (0, and
+    ``-inf`` for the link). ``small`` / ``done``: per stage, how many lanes moved so far."""
+    n = len(m)
+    while small[s] < n and rs[first + order[small[s]]] <= j:
+        lane = order[small[s]]
+        ops[s, lane] = op_times[1, s, first + lane]
+        if link >= 0:
+            links[s, lane] = link_times[1, link, first + lane]
+        small[s] += 1
+    while done[s] < n and m[done[s]] <= j:
+        ops[s, done[s]] = 0.0
+        links[s, done[s]] = -np.inf
+        done[s] += 1
+
+
+@njit(cache=CACHING)
 def _one_f_one_b(ms, rs, first, n, width, tf, tb, cf, cb, tails, out):  # pragma: no cover
     """1F1B of lanes ``first..first+n-1`` (``width >= n`` lanes run), level by level (module
     docstring). At each level only the stages that may run an operation are visited (in the
@@ -240,16 +262,10 @@ def _one_f_one_b(ms, rs, first, n, width, tf, tb, cf, cb, tails, out):  # pragma
                     j = e // 2
                     if j >= top:
                         continue
-                    while small_b[s] < n and rs[first + by_remainder[small_b[s]]] <= j:
-                        lane = by_remainder[small_b[s]]
-                        b[s, lane] = tb[1, s, first + lane]
-                        if s > 0:
-                            link_b[s, lane] = cb[1, s - 1, first + lane]
-                        small_b[s] += 1
-                    while done_b[s] < n and m[done_b[s]] <= j:
-                        b[s, done_b[s]] = 0.0
-                        link_b[s, done_b[s]] = -np.inf
-                        done_b[s] += 1
+                    link = s - 1  # -1 on the first stage: no link
+                    _switch(
+                        s, j, first, m, rs, by_remainder, small_b, done_b, b, link_b, tb, cb, link
+                    )
                     for lane in range(width):
                         end = _max(free[s, lane], gradients[s + 1, lane]) + b[s, lane]
                         free[s, lane] = end
@@ -259,16 +275,10 @@ def _one_f_one_b(ms, rs, first, n, width, tf, tb, cf, cb, tails, out):  # pragma
                     j = d if d <= w else (d // 2 if d % 2 == 0 and d // 2 > w else -1)
                     if j < 0 or j >= top:
                         continue
-                    while small_f[s] < n and rs[first + by_remainder[small_f[s]]] <= j:
-                        lane = by_remainder[small_f[s]]
-                        f[s, lane] = tf[1, s, first + lane]
-                        if s < S - 1:
-                            link_f[s, lane] = cf[1, s, first + lane]
-                        small_f[s] += 1
-                    while done_f[s] < n and m[done_f[s]] <= j:
-                        f[s, done_f[s]] = 0.0
-                        link_f[s, done_f[s]] = -np.inf
-                        done_f[s] += 1
+                    link = s if s < S - 1 else -1  # the last stage sends nothing
+                    _switch(
+                        s, j, first, m, rs, by_remainder, small_f, done_f, f, link_f, tf, cf, link
+                    )
                     for lane in range(width):
                         end = _max(free[s, lane], activations[s, lane]) + f[s, lane]
                         free[s, lane] = end

@@ -308,8 +308,7 @@ def best_baselines(problem: Problem, counts: np.ndarray | None = None) -> dict[s
     wanted[:, first] = False
     rest = np.flatnonzero(wanted.any(axis=0))
     if len(rest):
-        timed = _timed(_subset(tables, rest), U, wanted[:, rest])
-        table[:, rest] = np.where(wanted[:, rest], timed, np.inf)
+        table[:, rest] = _timed(_subset(tables, rest), U, wanted[:, rest])  # others inf
     best: dict[str, BaselineResult] = {}
     for schedule, row in zip(BASELINE_ROWS, table, strict=True):
         i = int(np.argmin(row))  # the first of the least: the smallest count
